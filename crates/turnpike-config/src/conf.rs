@@ -1,0 +1,720 @@
+//! The node configuration: a kong.conf-style file (`key = value`, `#` comments), overridden by
+//! `TURNPIKE_<NAME>` and `KONG_<NAME>` environment variables, with Kong's property names and
+//! defaults wherever the meaning is the same.
+//!
+//! Precedence (highest first): `TURNPIKE_<NAME>`, `KONG_<NAME>`, the file, the default.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::kong_properties::KONG_PROPERTIES;
+
+/// Default listen backlog; clamped to `net.core.somaxconn` at bind time.
+pub const DEFAULT_BACKLOG: u32 = 16384;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfError {
+    #[error("{0}")]
+    Io(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// One address of `proxy_listen` / `admin_listen` with its flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenAddr {
+    pub addr: SocketAddr,
+    pub ssl: bool,
+    pub http2: bool,
+    pub reuseport: bool,
+    pub backlog: u32,
+}
+
+/// Which Kong headers to add to responses (`headers`) and to upstream requests (`headers_upstream`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HeaderSet {
+    pub server: bool,
+    pub via: bool,
+    pub proxy_latency: bool,
+    pub response_latency: bool,
+    pub upstream_latency: bool,
+    pub admin_latency: bool,
+    pub upstream_status: bool,
+    pub request_id: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Database {
+    Off,
+}
+
+#[derive(Debug, Clone)]
+pub struct Conf {
+    pub prefix: PathBuf,
+    pub log_level: String,
+    pub proxy_access_log: Option<String>,
+    pub proxy_listen: Vec<ListenAddr>,
+    pub admin_listen: Vec<ListenAddr>,
+    pub database: Database,
+    pub declarative_config: Option<PathBuf>,
+    pub worker_processes: usize,
+    pub upstream_keepalive_pool_size: usize,
+    pub upstream_keepalive_max_requests: u64,
+    pub upstream_keepalive_idle_timeout: Duration,
+    pub keepalive_requests: u64,
+    pub keepalive_timeout: Duration,
+    pub ssl_cert: Vec<String>,
+    pub ssl_cert_key: Vec<String>,
+    pub headers: HeaderSet,
+    pub headers_upstream_request_id: bool,
+    pub trusted_ips: Vec<String>,
+    pub real_ip_header: String,
+    /// Maximum size of the request line plus headers (nginx's large_client_header_buffers
+    /// count x size); above it the client gets 431.
+    pub max_header_size: usize,
+    /// Where each value came from, for `GET /` and for start-up logging.
+    pub sources: BTreeMap<String, String>,
+}
+
+/// Properties Turnpike implements, with their defaults (as text, parsed like file values).
+const DEFAULTS: &[(&str, &str)] = &[
+    ("prefix", "/usr/local/turnpike"),
+    ("log_level", "notice"),
+    ("proxy_access_log", "off"),
+    (
+        "proxy_listen",
+        "0.0.0.0:8000 reuseport backlog=16384, 0.0.0.0:8443 http2 ssl reuseport backlog=16384",
+    ),
+    ("admin_listen", "127.0.0.1:8001 reuseport backlog=16384"),
+    ("database", "off"),
+    ("declarative_config", ""),
+    ("nginx_worker_processes", "auto"),
+    ("upstream_keepalive_pool_size", "512"),
+    ("upstream_keepalive_max_requests", "10000"),
+    ("upstream_keepalive_idle_timeout", "60"),
+    ("nginx_http_keepalive_requests", "10000"),
+    ("nginx_http_keepalive_timeout", "60s"),
+    ("ssl_cert", ""),
+    ("ssl_cert_key", ""),
+    (
+        "headers",
+        "server_tokens, latency_tokens, X-Kong-Request-Id",
+    ),
+    ("headers_upstream", "X-Kong-Request-Id"),
+    ("trusted_ips", ""),
+    ("real_ip_header", "X-Real-IP"),
+    ("nginx_http_large_client_header_buffers", "4 8k"),
+    ("router_flavor", "traditional_compatible"),
+];
+
+/// Aliases: Turnpike's shorter names for Kong's nginx_* properties.
+const ALIASES: &[(&str, &str)] = &[
+    ("worker_processes", "nginx_worker_processes"),
+    ("keepalive_requests", "nginx_http_keepalive_requests"),
+    ("keepalive_timeout", "nginx_http_keepalive_timeout"),
+];
+
+fn canonical(name: &str) -> &str {
+    ALIASES
+        .iter()
+        .find(|(alias, _)| *alias == name)
+        .map(|(_, real)| *real)
+        .unwrap_or(name)
+}
+
+/// Parses the text of a kong.conf-style file into (name, value) pairs.
+pub fn parse_conf_text(text: &str) -> Result<Vec<(String, String)>, ConfError> {
+    let mut out = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        // A `#` starts a comment unless escaped as `\#` (Kong's rule).
+        let mut line = String::with_capacity(raw.len());
+        let mut chars = raw.chars().peekable();
+        while let Some(c) = chars.next() {
+            if c == '\\' && chars.peek() == Some(&'#') {
+                line.push('#');
+                chars.next();
+            } else if c == '#' {
+                break;
+            } else {
+                line.push(c);
+            }
+        }
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let Some((k, v)) = line.split_once('=') else {
+            return Err(ConfError::Invalid(format!(
+                "line {}: expected 'name = value', got '{}'",
+                i + 1,
+                line
+            )));
+        };
+        let k = k.trim().to_ascii_lowercase();
+        if k.is_empty() {
+            return Err(ConfError::Invalid(format!(
+                "line {}: missing property name",
+                i + 1
+            )));
+        }
+        out.push((k, v.trim().to_string()));
+    }
+    Ok(out)
+}
+
+impl Conf {
+    /// Loads the configuration: defaults, then the file (if any), then the environment.
+    /// `warnings` receives messages for Kong properties that are accepted but not implemented.
+    pub fn load(
+        file: Option<&std::path::Path>,
+        env: &[(String, String)],
+        warnings: &mut Vec<String>,
+    ) -> Result<Conf, ConfError> {
+        let mut values: BTreeMap<String, (String, String)> = DEFAULTS
+            .iter()
+            .map(|(k, v)| (k.to_string(), (v.to_string(), "default".to_string())))
+            .collect();
+
+        let mut set = |name: &str, value: String, source: String, warnings: &mut Vec<String>| {
+            let name = canonical(name);
+            if DEFAULTS.iter().any(|(k, _)| *k == name) {
+                values.insert(name.to_string(), (value, source));
+                Ok(())
+            } else if KONG_PROPERTIES.contains(&name) || name.starts_with("nginx_") {
+                warnings.push(format!(
+                    "property '{name}' ({source}) is a Kong property Turnpike does not implement; ignored"
+                ));
+                Ok(())
+            } else {
+                Err(ConfError::Invalid(format!(
+                    "unknown property '{name}' ({source})"
+                )))
+            }
+        };
+
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| ConfError::Io(format!("cannot read {}: {e}", path.display())))?;
+            for (k, v) in parse_conf_text(&text)? {
+                set(&k, v, format!("file {}", path.display()), warnings)?;
+            }
+        }
+        // KONG_ first, then TURNPIKE_ so that ours wins when both are set.
+        for prefix in ["KONG_", "TURNPIKE_"] {
+            for (k, v) in env {
+                if let Some(name) = k.strip_prefix(prefix) {
+                    let name = name.to_ascii_lowercase();
+                    // Kong ignores KONG_ variables that are not properties (e.g. KONG_VERSION in
+                    // images); so do we, but our own prefix is strict.
+                    if prefix == "KONG_"
+                        && canonical(&name) == name
+                        && !DEFAULTS.iter().any(|(d, _)| *d == name)
+                        && !KONG_PROPERTIES.contains(&name.as_str())
+                    {
+                        continue;
+                    }
+                    set(&name, v.clone(), format!("env {k}"), warnings)?;
+                }
+            }
+        }
+
+        let get = |name: &str| values.get(name).map(|(v, _)| v.as_str()).unwrap_or("");
+        let invalid = |name: &str, msg: String| ConfError::Invalid(format!("{name}: {msg}"));
+
+        let prefix = PathBuf::from(get("prefix"));
+        if prefix.as_os_str().is_empty() {
+            return Err(invalid("prefix", "must not be empty".into()));
+        }
+        let log_level = get("log_level").to_ascii_lowercase();
+        const LEVELS: &[&str] = &[
+            "debug", "info", "notice", "warn", "error", "crit", "alert", "emerg",
+        ];
+        if !LEVELS.contains(&log_level.as_str()) {
+            return Err(invalid(
+                "log_level",
+                format!("must be one of: {}", LEVELS.join(", ")),
+            ));
+        }
+        let proxy_access_log = match get("proxy_access_log") {
+            "off" | "" => None,
+            other => Some(other.to_string()),
+        };
+        let proxy_listen = parse_listen("proxy_listen", get("proxy_listen"))?;
+        if proxy_listen.is_empty() {
+            return Err(invalid(
+                "proxy_listen",
+                "must list at least one address".into(),
+            ));
+        }
+        let admin_listen = parse_listen("admin_listen", get("admin_listen"))?;
+        let database = match get("database") {
+            "off" => Database::Off,
+            "sqlite" | "postgres" => return Err(invalid(
+                "database",
+                format!(
+                    "'{}' is not available yet in this build; use 'off' with declarative_config",
+                    get("database")
+                ),
+            )),
+            other => {
+                return Err(invalid(
+                    "database",
+                    format!("'{other}' must be one of: off"),
+                ))
+            }
+        };
+        let declarative_config = match get("declarative_config") {
+            "" => None,
+            p => Some(PathBuf::from(p)),
+        };
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        let worker_processes = match get("nginx_worker_processes") {
+            "auto" => cores,
+            v => parse_num::<usize>(v)
+                .filter(|n| (1..=1024).contains(n))
+                .ok_or_else(|| {
+                    invalid(
+                        "nginx_worker_processes",
+                        format!("'{v}' must be 'auto' or 1..1024"),
+                    )
+                })?,
+        };
+        let upstream_keepalive_pool_size = parse_num::<usize>(get("upstream_keepalive_pool_size"))
+            .ok_or_else(|| {
+                invalid(
+                    "upstream_keepalive_pool_size",
+                    "must be a non-negative integer".into(),
+                )
+            })?;
+        let upstream_keepalive_max_requests =
+            parse_num::<u64>(get("upstream_keepalive_max_requests")).ok_or_else(|| {
+                invalid(
+                    "upstream_keepalive_max_requests",
+                    "must be a non-negative integer".into(),
+                )
+            })?;
+        let upstream_keepalive_idle_timeout =
+            parse_num::<u64>(get("upstream_keepalive_idle_timeout"))
+                .map(Duration::from_secs)
+                .ok_or_else(|| {
+                    invalid(
+                        "upstream_keepalive_idle_timeout",
+                        "must be a non-negative integer (seconds)".into(),
+                    )
+                })?;
+        let keepalive_requests = parse_num::<u64>(get("nginx_http_keepalive_requests"))
+            .ok_or_else(|| {
+                invalid(
+                    "nginx_http_keepalive_requests",
+                    "must be a non-negative integer".into(),
+                )
+            })?;
+        let keepalive_timeout =
+            parse_duration(get("nginx_http_keepalive_timeout")).ok_or_else(|| {
+                invalid(
+                    "nginx_http_keepalive_timeout",
+                    "must be a duration such as 60s, 500ms or 1m".into(),
+                )
+            })?;
+        let ssl_cert = split_list(get("ssl_cert"));
+        let ssl_cert_key = split_list(get("ssl_cert_key"));
+        if ssl_cert.len() != ssl_cert_key.len() {
+            return Err(invalid(
+                "ssl_cert",
+                "ssl_cert and ssl_cert_key must list the same number of entries".into(),
+            ));
+        }
+        let headers = parse_headers(get("headers"))?;
+        let headers_upstream_request_id =
+            match get("headers_upstream").trim().to_ascii_lowercase().as_str() {
+                "off" | "" => false,
+                "x-kong-request-id" => true,
+                other => {
+                    return Err(invalid(
+                        "headers_upstream",
+                        format!("invalid header value: {other}"),
+                    ))
+                }
+            };
+        let trusted_ips = split_list(get("trusted_ips"));
+        for ip in &trusted_ips {
+            if parse_cidr(ip).is_none() {
+                return Err(invalid(
+                    "trusted_ips",
+                    format!("invalid IP or CIDR range: '{ip}'"),
+                ));
+            }
+        }
+        let real_ip_header = get("real_ip_header").to_string();
+        let max_header_size = parse_header_buffers(get("nginx_http_large_client_header_buffers"))
+            .ok_or_else(|| {
+            invalid(
+                "nginx_http_large_client_header_buffers",
+                "must be '<count> <size>', e.g. '4 8k'".into(),
+            )
+        })?;
+        match get("router_flavor") {
+            "traditional_compatible" | "traditional" => {}
+            other => {
+                return Err(invalid(
+                    "router_flavor",
+                    format!(
+                        "'{other}' is not supported; Turnpike implements traditional_compatible"
+                    ),
+                ))
+            }
+        }
+
+        let sources = values
+            .iter()
+            .map(|(k, (_, s))| (k.clone(), s.clone()))
+            .collect();
+        Ok(Conf {
+            prefix,
+            log_level,
+            proxy_access_log,
+            proxy_listen,
+            admin_listen,
+            database,
+            declarative_config,
+            worker_processes,
+            upstream_keepalive_pool_size,
+            upstream_keepalive_max_requests,
+            upstream_keepalive_idle_timeout,
+            keepalive_requests,
+            keepalive_timeout,
+            ssl_cert,
+            ssl_cert_key,
+            headers,
+            headers_upstream_request_id,
+            trusted_ips,
+            real_ip_header,
+            max_header_size,
+            sources,
+        })
+    }
+
+    /// The configuration as Kong's `GET /` shows it: property names and values, no secrets.
+    pub fn to_json(&self) -> serde_json::Value {
+        let listen = |l: &[ListenAddr]| -> Vec<String> {
+            l.iter()
+                .map(|a| {
+                    let mut s = a.addr.to_string();
+                    if a.http2 {
+                        s.push_str(" http2");
+                    }
+                    if a.ssl {
+                        s.push_str(" ssl");
+                    }
+                    if a.reuseport {
+                        s.push_str(" reuseport");
+                    }
+                    s.push_str(&format!(" backlog={}", a.backlog));
+                    s
+                })
+                .collect()
+        };
+        serde_json::json!({
+            "prefix": self.prefix.display().to_string(),
+            "log_level": self.log_level,
+            "proxy_access_log": self.proxy_access_log.clone().unwrap_or_else(|| "off".into()),
+            "proxy_listen": listen(&self.proxy_listen),
+            "admin_listen": listen(&self.admin_listen),
+            "database": "off",
+            "declarative_config": self.declarative_config.as_ref().map(|p| p.display().to_string()),
+            "nginx_worker_processes": self.worker_processes,
+            "upstream_keepalive_pool_size": self.upstream_keepalive_pool_size,
+            "upstream_keepalive_max_requests": self.upstream_keepalive_max_requests,
+            "upstream_keepalive_idle_timeout": self.upstream_keepalive_idle_timeout.as_secs(),
+            "nginx_http_keepalive_requests": self.keepalive_requests,
+            "nginx_http_keepalive_timeout": format!("{}ms", self.keepalive_timeout.as_millis()),
+            // Certificate paths are not secret, keys are: show that one is set, never its value.
+            "ssl_cert": self.ssl_cert,
+            "ssl_cert_key": self.ssl_cert_key.iter().map(|_| "******").collect::<Vec<_>>(),
+            "trusted_ips": self.trusted_ips,
+            "real_ip_header": self.real_ip_header,
+            "router_flavor": "traditional_compatible",
+        })
+    }
+}
+
+fn parse_num<T: std::str::FromStr>(v: &str) -> Option<T> {
+    v.trim().parse().ok()
+}
+
+fn split_list(v: &str) -> Vec<String> {
+    v.split(',')
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// nginx-style durations: `60`, `60s`, `500ms`, `1m`, `1h`.
+pub fn parse_duration(v: &str) -> Option<Duration> {
+    let v = v.trim();
+    let (num, unit) = match v.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => (&v[..i], &v[i..]),
+        None => (v, "s"),
+    };
+    let n: u64 = num.parse().ok()?;
+    Some(match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n * 60),
+        "h" => Duration::from_secs(n * 3600),
+        _ => return None,
+    })
+}
+
+/// nginx sizes: `8k`, `1m`, `512`.
+pub fn parse_size(v: &str) -> Option<usize> {
+    let v = v.trim().to_ascii_lowercase();
+    let (num, mult) = if let Some(n) = v.strip_suffix('k') {
+        (n, 1024)
+    } else if let Some(n) = v.strip_suffix('m') {
+        (n, 1024 * 1024)
+    } else {
+        (v.as_str(), 1)
+    };
+    num.parse::<usize>().ok().map(|n| n * mult)
+}
+
+fn parse_header_buffers(v: &str) -> Option<usize> {
+    let mut it = v.split_whitespace();
+    let count: usize = it.next()?.parse().ok()?;
+    let size = parse_size(it.next()?)?;
+    if it.next().is_some() || count == 0 || size == 0 {
+        return None;
+    }
+    Some(count * size)
+}
+
+fn parse_headers(v: &str) -> Result<HeaderSet, ConfError> {
+    let mut h = HeaderSet::default();
+    for item in split_list(v) {
+        match item.to_ascii_lowercase().as_str() {
+            "off" => return Ok(HeaderSet::default()),
+            "server" => h.server = true,
+            "via" => h.via = true,
+            "x-kong-proxy-latency" => h.proxy_latency = true,
+            "x-kong-response-latency" => h.response_latency = true,
+            "x-kong-upstream-latency" => h.upstream_latency = true,
+            "x-kong-admin-latency" => h.admin_latency = true,
+            "x-kong-upstream-status" => h.upstream_status = true,
+            "x-kong-request-id" => h.request_id = true,
+            "server_tokens" => {
+                h.server = true;
+                h.via = true;
+            }
+            "latency_tokens" => {
+                h.proxy_latency = true;
+                h.response_latency = true;
+                h.admin_latency = true;
+                h.upstream_latency = true;
+            }
+            other => {
+                return Err(ConfError::Invalid(format!(
+                    "headers: invalid header value: {other}"
+                )))
+            }
+        }
+    }
+    Ok(h)
+}
+
+/// Parses Kong's listen syntax: `addr:port [ssl] [http2] [reuseport] [backlog=N] [proxy_protocol]
+/// [deferred] [bind]`, comma separated, or `off`.
+pub fn parse_listen(name: &str, v: &str) -> Result<Vec<ListenAddr>, ConfError> {
+    let v = v.trim();
+    if v == "off" || v.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for entry in v.split(',') {
+        let mut parts = entry.split_whitespace();
+        let Some(addr_text) = parts.next() else {
+            return Err(ConfError::Invalid(format!("{name}: empty entry in '{v}'")));
+        };
+        let addr = addr_text
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or_else(|| {
+                ConfError::Invalid(format!(
+                    "{name}: invalid address '{addr_text}' (expected host:port)"
+                ))
+            })?;
+        let mut l = ListenAddr {
+            addr,
+            ssl: false,
+            http2: false,
+            reuseport: false,
+            backlog: DEFAULT_BACKLOG,
+        };
+        for flag in parts {
+            match flag {
+                "ssl" => l.ssl = true,
+                "http2" => l.http2 = true,
+                "reuseport" => l.reuseport = true,
+                // Accepted for compatibility; they change nothing in Turnpike.
+                "deferred" | "bind" | "proxy_protocol" => {}
+                f if f.starts_with("backlog=") => {
+                    l.backlog = f["backlog=".len()..]
+                        .parse()
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .ok_or_else(|| {
+                            ConfError::Invalid(format!("{name}: invalid backlog in '{f}'"))
+                        })?;
+                }
+                f if f.starts_with("so_keepalive=") || f.starts_with("ipv6only=") => {}
+                other => {
+                    return Err(ConfError::Invalid(format!(
+                        "{name}: unknown listen flag '{other}' in '{entry}'"
+                    )))
+                }
+            }
+        }
+        out.push(l);
+    }
+    Ok(out)
+}
+
+/// Parses an IP or CIDR range into (network, prefix length).
+pub fn parse_cidr(s: &str) -> Option<(std::net::IpAddr, u8)> {
+    let (ip, len) = match s.split_once('/') {
+        Some((ip, len)) => (ip, Some(len)),
+        None => (s, None),
+    };
+    let ip: std::net::IpAddr = ip.parse().ok()?;
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    let len = match len {
+        Some(l) => l.parse::<u8>().ok().filter(|l| *l <= max)?,
+        None => max,
+    };
+    Some((ip, len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str, env: &[(&str, &str)]) -> Result<(Conf, Vec<String>), ConfError> {
+        let dir = std::env::temp_dir().join(format!("tp-conf-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("turnpike.conf");
+        std::fs::write(&f, text).unwrap();
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        let mut w = Vec::new();
+        let c = Conf::load(Some(&f), &env, &mut w)?;
+        Ok((c, w))
+    }
+
+    #[test]
+    fn defaults_match_kong() {
+        let (c, _) = load("", &[]).unwrap();
+        assert_eq!(c.proxy_listen.len(), 2);
+        assert_eq!(c.proxy_listen[0].addr.to_string(), "0.0.0.0:8000");
+        assert!(!c.proxy_listen[0].ssl);
+        assert!(c.proxy_listen[1].ssl && c.proxy_listen[1].http2);
+        assert_eq!(c.admin_listen[0].addr.to_string(), "127.0.0.1:8001");
+        assert_eq!(c.upstream_keepalive_pool_size, 512);
+        assert_eq!(c.upstream_keepalive_max_requests, 10000);
+        assert_eq!(c.upstream_keepalive_idle_timeout, Duration::from_secs(60));
+        assert_eq!(c.keepalive_requests, 10000);
+        assert_eq!(c.proxy_listen[0].backlog, 16384);
+        assert!(
+            c.headers.server && c.headers.via && c.headers.proxy_latency && c.headers.request_id
+        );
+        assert!(!c.headers.upstream_status);
+        assert_eq!(c.max_header_size, 32 * 1024);
+    }
+
+    #[test]
+    fn file_then_env_precedence() {
+        let (c, _) = load(
+            "upstream_keepalive_pool_size = 10 # comment\nworker_processes = 3\n",
+            &[
+                ("KONG_UPSTREAM_KEEPALIVE_POOL_SIZE", "20"),
+                ("TURNPIKE_NGINX_WORKER_PROCESSES", "2"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.upstream_keepalive_pool_size, 20);
+        assert_eq!(c.worker_processes, 2);
+        assert_eq!(
+            c.sources["nginx_worker_processes"],
+            "env TURNPIKE_NGINX_WORKER_PROCESSES"
+        );
+    }
+
+    #[test]
+    fn unknown_property_is_an_error_and_kong_property_a_warning() {
+        let err = load("no_such_thing = 1\n", &[]).unwrap_err();
+        assert!(
+            err.to_string().contains("unknown property 'no_such_thing'"),
+            "{err}"
+        );
+        let (_, w) = load("mem_cache_size = 128m\n", &[]).unwrap();
+        assert!(w[0].contains("mem_cache_size"));
+        assert!(load("", &[("TURNPIKE_BOGUS", "1")]).is_err());
+        // KONG_ variables that are not properties (KONG_VERSION in images) are not ours to judge.
+        assert!(load("", &[("KONG_VERSION", "3.9")]).is_ok());
+    }
+
+    #[test]
+    fn invalid_values_are_errors() {
+        for bad in [
+            "upstream_keepalive_pool_size = -1",
+            "proxy_listen = nowhere",
+            "proxy_listen = 127.0.0.1:8000 sparkly",
+            "proxy_listen = 127.0.0.1:8000 backlog=x",
+            "headers = X-Nope",
+            "database = mongodb",
+            "log_level = chatty",
+            "nginx_worker_processes = 0",
+            "trusted_ips = 10.0.0.0/99",
+            "ssl_cert = /a.pem",
+            "nginx_http_keepalive_timeout = soon",
+            "router_flavor = expressions",
+            "just a line",
+        ] {
+            assert!(load(bad, &[]).is_err(), "{bad} should be rejected");
+        }
+    }
+
+    #[test]
+    fn listen_flags_and_headers() {
+        let l = parse_listen(
+            "proxy_listen",
+            "127.0.0.1:0 ssl http2 reuseport backlog=99, [::1]:9000",
+        )
+        .unwrap();
+        assert_eq!(l.len(), 2);
+        assert!(l[0].ssl && l[0].http2 && l[0].reuseport && l[0].backlog == 99);
+        assert!(l[1].addr.is_ipv6());
+        assert!(parse_listen("x", "off").unwrap().is_empty());
+        let h = parse_headers("off").unwrap();
+        assert_eq!(h, HeaderSet::default());
+        let h = parse_headers("via, X-Kong-Upstream-Status").unwrap();
+        assert!(h.via && h.upstream_status && !h.server);
+    }
+
+    #[test]
+    fn durations_and_sizes() {
+        assert_eq!(parse_duration("75"), Some(Duration::from_secs(75)));
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_size("8k"), Some(8192));
+        assert_eq!(parse_size("1m"), Some(1 << 20));
+        assert!(parse_size("lots").is_none());
+    }
+}

@@ -1,0 +1,813 @@
+//! Kong's declarative configuration (`_format_version: "3.0"`), read exactly as Kong reads it:
+//! YAML or JSON; entities at the top level or nested under their parent; references by name or
+//! id; Kong's deterministic UUIDv5 ids; every default and validation rule of the core entities.
+//!
+//! Loading is all-or-nothing: [`load`] returns either a complete [`Config`] or every error found,
+//! each naming the entity and the field path. Nothing is half-applied because nothing is applied
+//! here at all: the caller swaps a compiled snapshot in only on success.
+
+pub mod entities;
+pub mod errors;
+mod fields;
+pub mod ids;
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+pub use entities::*;
+pub use errors::{DeclarativeError, EntityError};
+
+/// What the plugin set knows of plugins: used to check `plugins` entities while loading.
+pub trait PluginRegistry: Send + Sync {
+    /// `None` when no plugin of that name is available; otherwise the config with defaults
+    /// filled in, or the violations as (field path, message).
+    fn check(&self, name: &str, config: &Value) -> Option<Result<Value, Vec<(String, String)>>>;
+}
+
+/// The registry before any plugin is compiled in: every plugin name is unknown.
+pub struct NoPlugins;
+
+impl PluginRegistry for NoPlugins {
+    fn check(&self, _name: &str, _config: &Value) -> Option<Result<Value, Vec<(String, String)>>> {
+        None
+    }
+}
+
+/// A validated, fully-resolved configuration: every reference is an id, every default filled.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    pub format_version: String,
+    pub transform: bool,
+    pub services: Vec<Service>,
+    pub routes: Vec<Route>,
+    pub upstreams: Vec<Upstream>,
+    pub targets: Vec<Target>,
+    pub consumers: Vec<Consumer>,
+    pub plugins: Vec<Plugin>,
+    pub certificates: Vec<Certificate>,
+    pub snis: Vec<Sni>,
+    pub ca_certificates: Vec<CaCertificate>,
+    pub credentials: Vec<Credential>,
+    /// A digest of the input, as Kong's `configuration_hash` (32 hex characters).
+    pub hash: String,
+}
+
+impl Config {
+    /// The entities as Kong's `POST /config` echoes them and `GET /config` exports them.
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("_format_version".into(), Value::from("3.0"));
+        m.insert("_transform".into(), Value::from(false));
+        let put = |m: &mut Map<String, Value>, name: &str, v: Value| {
+            if v.as_array().is_some_and(|a| !a.is_empty()) {
+                m.insert(name.into(), v);
+            }
+        };
+        put(
+            &mut m,
+            "services",
+            serde_json::to_value(&self.services).unwrap(),
+        );
+        put(
+            &mut m,
+            "routes",
+            serde_json::to_value(&self.routes).unwrap(),
+        );
+        put(
+            &mut m,
+            "upstreams",
+            serde_json::to_value(&self.upstreams).unwrap(),
+        );
+        put(
+            &mut m,
+            "targets",
+            serde_json::to_value(&self.targets).unwrap(),
+        );
+        put(
+            &mut m,
+            "consumers",
+            serde_json::to_value(&self.consumers).unwrap(),
+        );
+        put(
+            &mut m,
+            "plugins",
+            serde_json::to_value(&self.plugins).unwrap(),
+        );
+        put(
+            &mut m,
+            "certificates",
+            serde_json::to_value(&self.certificates).unwrap(),
+        );
+        put(&mut m, "snis", serde_json::to_value(&self.snis).unwrap());
+        put(
+            &mut m,
+            "ca_certificates",
+            serde_json::to_value(&self.ca_certificates).unwrap(),
+        );
+        for spec in CREDENTIALS {
+            let creds: Vec<&Credential> = self
+                .credentials
+                .iter()
+                .filter(|c| c.kind == spec.kind)
+                .collect();
+            put(&mut m, spec.table, serde_json::to_value(creds).unwrap());
+        }
+        Value::Object(m)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Service,
+    Route,
+    Upstream,
+    Target,
+    Consumer,
+    Plugin,
+    Certificate,
+    Sni,
+    CaCertificate,
+    Credential(usize),
+}
+
+impl Kind {
+    fn table(self) -> &'static str {
+        match self {
+            Kind::Service => "services",
+            Kind::Route => "routes",
+            Kind::Upstream => "upstreams",
+            Kind::Target => "targets",
+            Kind::Consumer => "consumers",
+            Kind::Plugin => "plugins",
+            Kind::Certificate => "certificates",
+            Kind::Sni => "snis",
+            Kind::CaCertificate => "ca_certificates",
+            Kind::Credential(i) => CREDENTIALS[i].table,
+        }
+    }
+
+    fn from_table(t: &str) -> Option<Kind> {
+        Some(match t {
+            "services" => Kind::Service,
+            "routes" => Kind::Route,
+            "upstreams" => Kind::Upstream,
+            "targets" => Kind::Target,
+            "consumers" => Kind::Consumer,
+            "plugins" => Kind::Plugin,
+            "certificates" => Kind::Certificate,
+            "snis" => Kind::Sni,
+            "ca_certificates" => Kind::CaCertificate,
+            other => Kind::Credential(CREDENTIALS.iter().position(|c| c.table == other)?),
+        })
+    }
+
+    /// Children that may be nested under this entity, and the foreign-key field they set.
+    fn children(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Kind::Service => &[("routes", "service"), ("plugins", "service")],
+            Kind::Route => &[("plugins", "route")],
+            Kind::Consumer => &[
+                ("plugins", "consumer"),
+                ("keyauth_credentials", "consumer"),
+                ("basicauth_credentials", "consumer"),
+                ("acls", "consumer"),
+                ("jwt_secrets", "consumer"),
+                ("hmacauth_credentials", "consumer"),
+                ("oauth2_credentials", "consumer"),
+            ],
+            Kind::Upstream => &[("targets", "upstream")],
+            Kind::Certificate => &[("snis", "certificate")],
+            _ => &[],
+        }
+    }
+}
+
+/// One entity as written, before validation.
+struct Item<'a> {
+    kind: Kind,
+    /// The entity's own fields: nested children are taken out (they are entities of their own).
+    map: std::borrow::Cow<'a, Map<String, Value>>,
+    /// e.g. `services.1.routes.2` (1-based like Kong's error tables).
+    path: Vec<(&'static str, usize)>,
+    parent: Option<usize>,
+    /// The foreign-key field the parent sets on this item (`service`, `route`, ...).
+    child_key: Option<&'static str>,
+    id: String,
+}
+
+/// Parses declarative config text: JSON when it starts with `{`, YAML otherwise.
+pub fn parse_text(text: &str) -> Result<Value, DeclarativeError> {
+    let trimmed = text.trim_start();
+    let v: Result<Value, String> = if trimmed.starts_with('{') {
+        serde_json::from_str(text)
+            .map_err(|e| format!("failed parsing declarative configuration: {e}"))
+    } else {
+        serde_yaml::from_str(text)
+            .map_err(|e| format!("failed parsing declarative configuration: {e}"))
+    };
+    v.map_err(DeclarativeError::message)
+}
+
+/// Loads and validates declarative config text.
+pub fn load_str(text: &str, plugins: &dyn PluginRegistry) -> Result<Config, DeclarativeError> {
+    let v = parse_text(text)?;
+    load(&v, plugins)
+}
+
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// Validates a parsed declarative config.
+pub fn load(input: &Value, plugins: &dyn PluginRegistry) -> Result<Config, DeclarativeError> {
+    let Value::Object(top) = input else {
+        return Err(DeclarativeError::message("expected an object".into()));
+    };
+    let mut top_errors: Vec<(String, String)> = Vec::new();
+    let format_version = match top.get("_format_version") {
+        None | Some(Value::Null) => {
+            top_errors.push(("_format_version".into(), fields::REQUIRED.into()));
+            String::new()
+        }
+        Some(Value::String(s)) if ["1.1", "2.1", "3.0"].contains(&s.as_str()) => s.clone(),
+        Some(_) => {
+            top_errors.push((
+                "_format_version".into(),
+                "expected one of: 1.1, 2.1, 3.0".into(),
+            ));
+            String::new()
+        }
+    };
+    let transform = match top.get("_transform") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            top_errors.push(("_transform".into(), "expected a boolean".into()));
+            true
+        }
+    };
+    // Formats 1.1 and 2.1 wrote regex paths without the `~` marker; Kong migrates them.
+    let migrated;
+    let top = if format_version == "1.1" || format_version == "2.1" {
+        migrated = migrate_route_paths(input);
+        migrated.as_object().unwrap()
+    } else {
+        top
+    };
+
+    // 1. Collect every entity, nested ones after their parent.
+    let mut items: Vec<Item> = Vec::new();
+    for (key, value) in top {
+        match key.as_str() {
+            "_format_version" | "_transform" | "_comment" | "_ignore" => continue,
+            "_workspace" | "_info" | "_konnect" | "_plugin_configs" => continue,
+            _ => {}
+        }
+        let Some(kind) = Kind::from_table(key) else {
+            top_errors.push((key.clone(), "unknown field".into()));
+            continue;
+        };
+        collect(
+            kind,
+            key_static(kind),
+            value,
+            None,
+            None,
+            &[],
+            &mut items,
+            &mut top_errors,
+        );
+    }
+
+    // 2. Ids: given, or Kong's deterministic UUIDv5, or random where Kong uses a random one.
+    for i in 0..items.len() {
+        let id = match items[i].map.get("id") {
+            Some(Value::String(s)) => s.to_ascii_lowercase(),
+            _ => generate_id(&items, i),
+        };
+        items[i].id = id;
+    }
+
+    // 3. Validate each entity.
+    let now = now_secs();
+    let mut cfg = Config {
+        format_version: format_version.clone(),
+        transform,
+        ..Default::default()
+    };
+    let mut errs: Vec<Vec<(String, String)>> = vec![Vec::new(); items.len()];
+    // (kind, position in cfg vector) per item, and unresolved references per item.
+    let mut slot: Vec<usize> = vec![usize::MAX; items.len()];
+    let mut refs: Vec<Vec<(&'static str, String)>> = vec![Vec::new(); items.len()];
+    let mut transient_snis: Vec<(usize, Vec<String>)> = Vec::new();
+    for (i, it) in items.iter().enumerate() {
+        let id = it.id.as_str();
+        let e = &mut errs[i];
+        match it.kind {
+            Kind::Service => {
+                let (s, er) = entities::service(&it.map, id, now);
+                e.extend(er);
+                slot[i] = cfg.services.len();
+                cfg.services.push(s);
+            }
+            Kind::Route => {
+                let (r, svc, er) = entities::route(&it.map, id, now);
+                e.extend(er);
+                if let Some(s) = svc {
+                    refs[i].push(("service", s));
+                }
+                slot[i] = cfg.routes.len();
+                cfg.routes.push(r);
+            }
+            Kind::Upstream => {
+                let (u, er) = entities::upstream(&it.map, id, now);
+                e.extend(er);
+                slot[i] = cfg.upstreams.len();
+                cfg.upstreams.push(u);
+            }
+            Kind::Target => {
+                let (t, up, er) = entities::target(&it.map, id, now * 1000);
+                e.extend(er);
+                if let Some(u) = up {
+                    refs[i].push(("upstream", u));
+                }
+                slot[i] = cfg.targets.len();
+                cfg.targets.push(t);
+            }
+            Kind::Consumer => {
+                let (c, er) = entities::consumer(&it.map, id, now);
+                e.extend(er);
+                slot[i] = cfg.consumers.len();
+                cfg.consumers.push(c);
+            }
+            Kind::Plugin => {
+                let (mut p, r, er) = entities::plugin(&it.map, id, now);
+                e.extend(er);
+                if !p.name.is_empty() {
+                    match plugins.check(&p.name, &p.config) {
+                        None => e.push((
+                            "name".into(),
+                            format!("plugin '{}' not enabled; add it to the 'plugins' configuration property", p.name),
+                        )),
+                        Some(Ok(full)) => p.config = full,
+                        Some(Err(violations)) => {
+                            e.extend(violations.into_iter().map(|(f, m)| (format!("config.{f}"), m)))
+                        }
+                    }
+                }
+                for (field, v) in [
+                    ("route", r.route),
+                    ("service", r.service),
+                    ("consumer", r.consumer),
+                ] {
+                    if let Some(v) = v {
+                        refs[i].push((field, v));
+                    }
+                }
+                slot[i] = cfg.plugins.len();
+                cfg.plugins.push(p);
+            }
+            Kind::Certificate => {
+                let (c, names, er) = entities::certificate(&it.map, id, now);
+                e.extend(er);
+                if let Some(n) = names {
+                    transient_snis.push((i, n));
+                }
+                slot[i] = cfg.certificates.len();
+                cfg.certificates.push(c);
+            }
+            Kind::Sni => {
+                let (s, cert, er) = entities::sni(&it.map, id, now);
+                e.extend(er);
+                if let Some(c) = cert {
+                    refs[i].push(("certificate", c));
+                }
+                slot[i] = cfg.snis.len();
+                cfg.snis.push(s);
+            }
+            Kind::CaCertificate => {
+                let (c, er) = entities::ca_certificate(&it.map, id, now);
+                e.extend(er);
+                slot[i] = cfg.ca_certificates.len();
+                cfg.ca_certificates.push(c);
+            }
+            Kind::Credential(k) => {
+                let (c, consumer, er) = entities::credential(&CREDENTIALS[k], &it.map, id, now);
+                e.extend(er);
+                if let Some(c) = consumer {
+                    refs[i].push(("consumer", c));
+                }
+                slot[i] = cfg.credentials.len();
+                cfg.credentials.push(c);
+            }
+        }
+        // A child nested under a parent takes the parent's id, and may not name another.
+        if let (Some(p), Some(ck)) = (it.parent, it.child_key) {
+            if refs[i].iter().any(|(f, _)| *f == ck) {
+                errs[i].push((ck.into(), "value must be null".into()));
+            }
+            let pid = items[p].id.clone();
+            refs[i].retain(|(f, _)| *f != ck);
+            set_fk(&mut cfg, it.kind, slot[i], ck, pid);
+        }
+    }
+
+    // Transient certificate `snis` become sni entities (ids from their names, as Kong does).
+    for (i, names) in transient_snis {
+        for name in names {
+            let id = ids::entity_id("snis", &name.to_ascii_lowercase());
+            cfg.snis.push(Sni {
+                id,
+                created_at: now,
+                updated_at: now,
+                name: name.to_ascii_lowercase(),
+                certificate: ForeignKey {
+                    id: items[i].id.clone(),
+                },
+                tags: None,
+            });
+        }
+    }
+
+    // 4. Resolve references by id or endpoint key.
+    let index = KeyIndex::build(&cfg);
+    for i in 0..items.len() {
+        for (field, value) in std::mem::take(&mut refs[i]) {
+            let target = match field {
+                "service" => "services",
+                "route" => "routes",
+                "consumer" => "consumers",
+                "upstream" => "upstreams",
+                "certificate" => "certificates",
+                _ => unreachable!(),
+            };
+            match index.resolve(target, &value) {
+                Some(id) => set_fk(&mut cfg, items[i].kind, slot[i], field, id),
+                None => errs[i].push((
+                    "@entity".into(),
+                    format!("invalid reference '{field}: {value}' (no such entry in '{target}')"),
+                )),
+            }
+        }
+    }
+    for (i, it) in items.iter().enumerate() {
+        match it.kind {
+            Kind::Target if cfg.targets[slot[i]].upstream.id.is_empty() => {
+                errs[i].push(("upstream".into(), fields::REQUIRED.into()))
+            }
+            Kind::Sni if cfg.snis[slot[i]].certificate.id.is_empty() => {
+                errs[i].push(("certificate".into(), fields::REQUIRED.into()))
+            }
+            Kind::Credential(_) if cfg.credentials[slot[i]].consumer.id.is_empty() => {
+                errs[i].push(("consumer".into(), fields::REQUIRED.into()))
+            }
+            _ => {}
+        }
+    }
+
+    // 5. Uniqueness: primary keys per table and Kong's unique fields.
+    let mut seen: HashMap<(&'static str, &'static str, String), usize> = HashMap::new();
+    for (i, it) in items.iter().enumerate() {
+        let table = it.kind.table();
+        let mut check = |field: &'static str,
+                         value: Option<String>,
+                         errs: &mut Vec<Vec<(String, String)>>| {
+            if let Some(v) = value {
+                if seen.insert((table, field, v.clone()), i).is_some() {
+                    let what = if field == "id" { "primary key" } else { field };
+                    errs[i].push((
+                        "@entity".into(),
+                        format!("uniqueness violation: '{table}' entity with {what} set to '{v}' already declared"),
+                    ));
+                }
+            }
+        };
+        check("id", Some(it.id.clone()), &mut errs);
+        let s = slot[i];
+        match it.kind {
+            Kind::Service => check("name", cfg.services[s].name.clone(), &mut errs),
+            Kind::Route => check("name", cfg.routes[s].name.clone(), &mut errs),
+            Kind::Upstream => check("name", Some(cfg.upstreams[s].name.clone()), &mut errs),
+            Kind::Consumer => {
+                check("username", cfg.consumers[s].username.clone(), &mut errs);
+                check("custom_id", cfg.consumers[s].custom_id.clone(), &mut errs);
+            }
+            Kind::Sni => check("name", Some(cfg.snis[s].name.clone()), &mut errs),
+            Kind::Target => {
+                let t = &cfg.targets[s];
+                check(
+                    "target",
+                    Some(format!("{}:{}", t.upstream.id, t.target)),
+                    &mut errs,
+                )
+            }
+            Kind::Credential(k) => {
+                let unique_field = match CREDENTIALS[k].kind {
+                    CredentialKind::KeyAuth | CredentialKind::Jwt => Some("key"),
+                    CredentialKind::BasicAuth | CredentialKind::HmacAuth => Some("username"),
+                    CredentialKind::OAuth2 => Some("client_id"),
+                    CredentialKind::Acl => None,
+                };
+                if let Some(f) = unique_field {
+                    check(
+                        f,
+                        cfg.credentials[s]
+                            .fields
+                            .get(f)
+                            .and_then(|v| v.as_str())
+                            .map(String::from),
+                        &mut errs,
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut sni_seen = std::collections::HashSet::new();
+    for s in &cfg.snis {
+        if !sni_seen.insert(s.name.clone()) {
+            top_errors.push((
+                "snis".into(),
+                format!(
+                    "uniqueness violation: 'snis' entity with name set to '{}' already declared",
+                    s.name
+                ),
+            ));
+        }
+    }
+
+    let entity_errors: Vec<EntityError> = items
+        .iter()
+        .zip(errs)
+        .filter(|(_, e)| !e.is_empty())
+        .map(|(it, e)| EntityError::new(it.kind.table(), &it.path, &it.map, e))
+        .collect();
+    if !top_errors.is_empty() || !entity_errors.is_empty() {
+        return Err(DeclarativeError {
+            top: top_errors,
+            entities: entity_errors,
+            message: None,
+        });
+    }
+    cfg.hash = ids::config_hash(input);
+    Ok(cfg)
+}
+
+fn key_static(kind: Kind) -> &'static str {
+    kind.table()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn collect<'a>(
+    kind: Kind,
+    table: &'static str,
+    value: &'a Value,
+    parent: Option<usize>,
+    child_key: Option<&'static str>,
+    parent_path: &[(&'static str, usize)],
+    items: &mut Vec<Item<'a>>,
+    top_errors: &mut Vec<(String, String)>,
+) {
+    let path_str = |p: &[(&'static str, usize)]| errors::render_path(p);
+    let Value::Array(arr) = value else {
+        let mut p = path_str(parent_path);
+        if !p.is_empty() {
+            p.push('.');
+        }
+        top_errors.push((format!("{p}{table}"), "expected an array".into()));
+        return;
+    };
+    for (i, v) in arr.iter().enumerate() {
+        let mut path = parent_path.to_vec();
+        path.push((table, i + 1));
+        // Certificates may list plain sni names: those are not entities of their own.
+        if kind == Kind::Sni && parent.is_some() && v.is_string() {
+            continue;
+        }
+        let Value::Object(map) = v else {
+            top_errors.push((path_str(&path), "expected a record".into()));
+            continue;
+        };
+        let idx = items.len();
+        let has_children = kind
+            .children()
+            .iter()
+            .any(|(t, _)| map.contains_key(*t) && !(kind == Kind::Certificate && *t == "snis"));
+        let own = if has_children {
+            let mut m = map.clone();
+            for (t, _) in kind.children() {
+                if !(kind == Kind::Certificate && *t == "snis") {
+                    m.remove(*t);
+                }
+            }
+            std::borrow::Cow::Owned(m)
+        } else {
+            std::borrow::Cow::Borrowed(map)
+        };
+        items.push(Item {
+            kind,
+            map: own,
+            path: path.clone(),
+            parent,
+            child_key,
+            id: String::new(),
+        });
+        for (child_table, fk) in kind.children() {
+            if let Some(cv) = map.get(*child_table) {
+                if kind == Kind::Certificate
+                    && *child_table == "snis"
+                    && cv
+                        .as_array()
+                        .is_some_and(|a| a.iter().all(|x| x.is_string()))
+                {
+                    continue;
+                }
+                let ck = Kind::from_table(child_table).unwrap();
+                collect(
+                    ck,
+                    ck.table(),
+                    cv,
+                    Some(idx),
+                    Some(fk),
+                    &path,
+                    items,
+                    top_errors,
+                );
+            }
+        }
+    }
+}
+
+/// Kong's `generate_ids`: a UUIDv5 from the cache key or the unique endpoint key; random when
+/// Kong would have no stable key either.
+fn generate_id(items: &[Item], i: usize) -> String {
+    let it = &items[i];
+    let s = |k: &str| it.map.get(k).and_then(|v| v.as_str());
+    let parent_id = it.parent.map(|p| items[p].id.as_str());
+    let cache_key = |fields: &[&str], required: &[&str], auto: &[&str]| -> Option<String> {
+        let mut ck = vec![it.kind.table().to_string(), "*".to_string()];
+        for f in fields {
+            if auto.contains(f) {
+                return None;
+            }
+            match it.map.get(*f) {
+                Some(Value::String(v)) => ck.push(v.clone()),
+                None | Some(Value::Null) => {
+                    if Some(*f) == it.child_key {
+                        ck.push(parent_id?.to_string());
+                    } else if required.contains(f) {
+                        return None;
+                    } else {
+                        ck.push(String::new());
+                    }
+                }
+                // Kong's builder skips non-string values (e.g. `{id = ...}` references).
+                Some(_) => {}
+            }
+        }
+        Some(ck.join(":"))
+    };
+    let key = match it.kind {
+        Kind::Service | Kind::Route | Kind::Upstream => s("name").map(String::from),
+        Kind::Consumer => s("username").map(String::from),
+        Kind::Sni => s("name").map(|n| n.to_ascii_lowercase()),
+        Kind::Target => cache_key(&["upstream", "target"], &["upstream", "target"], &[]),
+        Kind::Plugin => cache_key(&["name", "route", "service", "consumer"], &["name"], &[]),
+        Kind::Credential(k) => {
+            let spec = &CREDENTIALS[k];
+            let auto: Vec<&str> = spec
+                .fields
+                .iter()
+                .filter(|(_, kind)| *kind == FieldKind::Auto)
+                .map(|(n, _)| *n)
+                .collect();
+            let required: Vec<&str> = spec
+                .fields
+                .iter()
+                .filter(|(_, kind)| *kind == FieldKind::Required)
+                .map(|(n, _)| *n)
+                .chain(["consumer"])
+                .collect();
+            cache_key(spec.cache_key, &required, &auto)
+        }
+        Kind::Certificate | Kind::CaCertificate => None,
+    };
+    match key {
+        Some(k) => ids::entity_id(it.kind.table(), &k),
+        None => uuid::Uuid::new_v4().to_string(),
+    }
+}
+
+fn set_fk(cfg: &mut Config, kind: Kind, slot: usize, field: &str, id: String) {
+    let fk = Some(ForeignKey { id: id.clone() });
+    match (kind, field) {
+        (Kind::Route, "service") => cfg.routes[slot].service = fk,
+        (Kind::Plugin, "service") => cfg.plugins[slot].service = fk,
+        (Kind::Plugin, "route") => cfg.plugins[slot].route = fk,
+        (Kind::Plugin, "consumer") => cfg.plugins[slot].consumer = fk,
+        (Kind::Target, "upstream") => cfg.targets[slot].upstream = ForeignKey { id },
+        (Kind::Sni, "certificate") => cfg.snis[slot].certificate = ForeignKey { id },
+        (Kind::Credential(_), "consumer") => cfg.credentials[slot].consumer = ForeignKey { id },
+        _ => {}
+    }
+}
+
+/// Looks entities up by id or by endpoint key (name, username).
+struct KeyIndex {
+    map: HashMap<(&'static str, String), String>,
+}
+
+impl KeyIndex {
+    fn build(cfg: &Config) -> KeyIndex {
+        let mut map = HashMap::new();
+        for s in &cfg.services {
+            map.insert(("services", s.id.clone()), s.id.clone());
+            if let Some(n) = &s.name {
+                map.entry(("services", n.clone()))
+                    .or_insert_with(|| s.id.clone());
+            }
+        }
+        for r in &cfg.routes {
+            map.insert(("routes", r.id.clone()), r.id.clone());
+            if let Some(n) = &r.name {
+                map.entry(("routes", n.clone()))
+                    .or_insert_with(|| r.id.clone());
+            }
+        }
+        for c in &cfg.consumers {
+            map.insert(("consumers", c.id.clone()), c.id.clone());
+            if let Some(n) = &c.username {
+                map.entry(("consumers", n.clone()))
+                    .or_insert_with(|| c.id.clone());
+            }
+        }
+        for u in &cfg.upstreams {
+            map.insert(("upstreams", u.id.clone()), u.id.clone());
+            map.entry(("upstreams", u.name.clone()))
+                .or_insert_with(|| u.id.clone());
+        }
+        for c in &cfg.certificates {
+            map.insert(("certificates", c.id.clone()), c.id.clone());
+        }
+        KeyIndex { map }
+    }
+
+    fn resolve(&self, table: &'static str, key: &str) -> Option<String> {
+        self.map
+            .get(&(table, key.to_string()))
+            .or_else(|| self.map.get(&(table, key.to_ascii_lowercase())))
+            .cloned()
+    }
+}
+
+/// Kong's `route_path` migration for formats 1.1 and 2.1: a path that is not a plain path is a
+/// regex and gets the `~` marker that 3.0 requires.
+fn migrate_route_paths(input: &Value) -> Value {
+    fn is_plain(p: &str) -> bool {
+        p.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"./-_~%".contains(&b))
+    }
+    fn walk(v: &mut Value, in_route: bool) {
+        match v {
+            Value::Object(m) => {
+                if in_route {
+                    if let Some(Value::Array(paths)) = m.get_mut("paths") {
+                        for p in paths.iter_mut() {
+                            if let Value::String(s) = p {
+                                if !s.starts_with('~') && !is_plain(s) {
+                                    *s = format!("~{s}");
+                                }
+                            }
+                        }
+                    }
+                }
+                for (k, child) in m.iter_mut() {
+                    if let Value::Array(items) = child {
+                        for item in items.iter_mut() {
+                            walk(item, k == "routes");
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = input.clone();
+    if let Value::Object(m) = &mut out {
+        for (k, child) in m.iter_mut() {
+            if let Value::Array(items) = child {
+                for item in items.iter_mut() {
+                    walk(item, k == "routes");
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,403 @@
+use super::*;
+
+fn ok(yaml: &str) -> Config {
+    load_str(yaml, &NoPlugins).unwrap_or_else(|e| panic!("unexpected errors:\n{e}"))
+}
+
+fn err(yaml: &str) -> DeclarativeError {
+    load_str(yaml, &NoPlugins).expect_err("expected the config to be rejected")
+}
+
+#[test]
+fn nested_services_routes_with_defaults_and_kong_ids() {
+    let c = ok(r#"
+_format_version: "3.0"
+_comment: hello
+services:
+  - name: example-service
+    url: http://example.com:8080/api
+    _comment: per-entity comments are allowed
+    routes:
+      - name: r1
+        paths: ["/a"]
+"#);
+    let s = &c.services[0];
+    assert_eq!(s.protocol, "http");
+    assert_eq!(s.host, "example.com");
+    assert_eq!(s.port, 8080);
+    assert_eq!(s.path.as_deref(), Some("/api"));
+    assert_eq!(s.retries, 5);
+    assert_eq!(s.connect_timeout, 60000);
+    assert_eq!(s.id, ids::entity_id("services", "example-service"));
+    let r = &c.routes[0];
+    assert_eq!(r.service.as_ref().unwrap().id, s.id);
+    assert_eq!(r.protocols, vec!["http", "https"]);
+    assert!(r.strip_path && !r.preserve_host);
+    assert_eq!(r.https_redirect_status_code, 426);
+    assert_eq!(r.path_handling, "v0");
+    assert_eq!(r.id, ids::entity_id("routes", "r1"));
+}
+
+#[test]
+fn https_url_defaults_to_443() {
+    let c = ok("_format_version: '3.0'\nservices:\n- name: s\n  url: https://example.com\n  routes: [{paths: [/]}]\n");
+    assert_eq!(c.services[0].port, 443);
+    assert_eq!(c.services[0].protocol, "https");
+    assert_eq!(c.services[0].path, None);
+}
+
+#[test]
+fn json_is_accepted() {
+    let c = load_str(
+        r#"{"_format_version":"3.0","services":[{"name":"s","host":"h","routes":[{"hosts":["a.com"]}]}]}"#,
+        &NoPlugins,
+    )
+    .unwrap();
+    assert_eq!(c.routes.len(), 1);
+    assert_eq!(c.services[0].port, 80);
+}
+
+#[test]
+fn top_level_references_by_name_and_id() {
+    let c = ok(r#"
+_format_version: "3.0"
+services:
+  - name: s1
+    host: a.internal
+  - id: 0a9b8c1e-0000-4000-8000-000000000001
+    host: b.internal
+routes:
+  - name: by-name
+    service: s1
+    paths: [/x]
+  - name: by-id
+    service: 0a9b8c1e-0000-4000-8000-000000000001
+    paths: [/y]
+  - name: by-object
+    service: { id: 0a9b8c1e-0000-4000-8000-000000000001 }
+    paths: [/z]
+"#);
+    assert_eq!(c.routes[0].service.as_ref().unwrap().id, c.services[0].id);
+    assert_eq!(
+        c.routes[1].service.as_ref().unwrap().id,
+        "0a9b8c1e-0000-4000-8000-000000000001"
+    );
+    assert_eq!(
+        c.routes[2].service.as_ref().unwrap().id,
+        "0a9b8c1e-0000-4000-8000-000000000001"
+    );
+}
+
+#[test]
+fn errors_name_entity_and_field_path() {
+    let e = err(r#"
+_format_version: "3.0"
+services:
+  - name: ok
+    host: fine.example
+  - name: bad
+    port: 99999
+    routes:
+      - name: r
+        paths: ["no-slash"]
+        methods: ["get"]
+        bogus: 1
+"#);
+    let lines = e.lines().join("\n");
+    assert!(
+        lines.contains("in services.2 (service 'bad'): host: required field missing"),
+        "{lines}"
+    );
+    assert!(
+        lines.contains("port: value should be between 0 and 65535"),
+        "{lines}"
+    );
+    assert!(
+        lines.contains("in services.2.routes.1 (route 'r'): paths.1: should start with: / (fixed path) or ~/ (regex path)"),
+        "{lines}"
+    );
+    assert!(lines.contains("methods.1: invalid value: get"), "{lines}");
+    assert!(lines.contains("bogus: unknown field"), "{lines}");
+    let fields = e.fields();
+    assert_eq!(fields["services"][1]["host"], "required field missing");
+    assert_eq!(fields["services"][1]["routes"][0]["bogus"], "unknown field");
+    let flat = e.flattened();
+    assert_eq!(flat.as_array().unwrap().len(), 2);
+    assert_eq!(flat[0]["entity_type"], "service");
+    assert_eq!(flat[0]["entity_name"], "bad");
+    let body = e.to_kong_json(true);
+    assert_eq!(body["code"], 14);
+    assert_eq!(body["name"], "invalid declarative configuration");
+}
+
+#[test]
+fn format_version_rules() {
+    assert!(err("services: []").lines()[0].contains("_format_version: required field missing"));
+    assert!(err("_format_version: '4.0'").lines()[0].contains("expected one of: 1.1, 2.1, 3.0"));
+    // 3.0 requires `~` on regex paths; 2.1 files get it added.
+    assert!(load_str(
+        "_format_version: '3.0'\nroutes: [{paths: ['/v\\d+/x']}]",
+        &NoPlugins
+    )
+    .is_ok());
+    let c = ok("_format_version: '2.1'\nroutes: [{paths: ['/v\\d+/x', '/plain']}]");
+    assert_eq!(
+        c.routes[0].paths.as_ref().unwrap(),
+        &vec!["~/v\\d+/x".to_string(), "/plain".to_string()]
+    );
+}
+
+#[test]
+fn route_needs_a_matching_field() {
+    let e = err("_format_version: '3.0'\nroutes: [{name: r, protocols: [http]}]");
+    assert!(e.lines()[0].contains(
+        "must set one of 'methods', 'hosts', 'headers', 'paths' when 'protocols' is 'http'"
+    ));
+    let e = err(
+        "_format_version: '3.0'\nroutes: [{name: r, paths: [/], snis: [a.com], protocols: [http]}]",
+    );
+    assert!(
+        e.to_string()
+            .contains("'snis' can only be set when 'protocols'"),
+        "{e}"
+    );
+    let e = err("_format_version: '3.0'\nroutes: [{name: r, headers: {Host: [a]}}]");
+    assert!(
+        e.to_string().contains("cannot contain 'host' header"),
+        "{e}"
+    );
+    let e = err("_format_version: '3.0'\nroutes: [{name: r, hosts: ['a.*.com']}]");
+    assert!(e.to_string().contains("invalid wildcard"), "{e}");
+    let e = err("_format_version: '3.0'\nroutes: [{name: r, paths: ['~/(unclosed']}]");
+    assert!(e.to_string().contains("invalid regex"), "{e}");
+    let e = err(
+        "_format_version: '3.0'\nroutes: [{name: r, paths: [/], https_redirect_status_code: 303}]",
+    );
+    assert!(
+        e.to_string()
+            .contains("expected one of: 426, 301, 302, 307, 308"),
+        "{e}"
+    );
+}
+
+#[test]
+fn broken_references_and_duplicates() {
+    let e = err("_format_version: '3.0'\nroutes: [{name: r, service: nope, paths: [/]}]");
+    assert!(
+        e.to_string()
+            .contains("invalid reference 'service: nope' (no such entry in 'services')"),
+        "{e}"
+    );
+    let e = err("_format_version: '3.0'\nservices: [{name: a, host: h}, {name: a, host: h}]");
+    assert!(
+        e.to_string()
+            .contains("uniqueness violation: 'services' entity with primary key set to"),
+        "{e}"
+    );
+    let e = err("_format_version: '3.0'\nconsumers: [{username: u, custom_id: c}, {username: v, custom_id: c}]");
+    assert!(
+        e.to_string()
+            .contains("with custom_id set to 'c' already declared"),
+        "{e}"
+    );
+}
+
+#[test]
+fn upstreams_targets_and_kong_target_ids() {
+    let c = ok(r#"
+_format_version: "3.0"
+upstreams:
+  - name: backend
+    targets:
+      - target: 10.0.0.1:8080
+      - target: 10.0.0.2
+        weight: 0
+services:
+  - name: s
+    host: backend
+    routes: [{paths: [/]}]
+"#);
+    let up = &c.upstreams[0];
+    assert_eq!(up.slots, 10000);
+    assert_eq!(up.algorithm, "round-robin");
+    assert_eq!(c.targets[0].upstream.id, up.id);
+    assert_eq!(c.targets[1].target, "10.0.0.2:8000");
+    assert_eq!(c.targets[1].weight, 0);
+    // Kong: uuid5("targets", "targets:*:<upstream id>:<target as written>").
+    assert_eq!(
+        c.targets[0].id,
+        ids::entity_id("targets", &format!("targets:*:{}:10.0.0.1:8080", up.id))
+    );
+    let e = err("_format_version: '3.0'\nupstreams: [{name: 10.0.0.1}]");
+    assert!(e.to_string().contains("no ip addresses allowed"), "{e}");
+    let e = err(
+        "_format_version: '3.0'\nupstreams: [{name: u, targets: [{target: a:1}, {target: a:1}]}]",
+    );
+    assert!(e.to_string().contains("uniqueness violation"), "{e}");
+}
+
+#[test]
+fn plugins_are_checked_against_the_registry() {
+    let e = err("_format_version: '3.0'\nplugins: [{name: key-auth}]");
+    assert!(
+        e.to_string().contains(
+            "plugin 'key-auth' not enabled; add it to the 'plugins' configuration property"
+        ),
+        "{e}"
+    );
+    struct One;
+    impl PluginRegistry for One {
+        fn check(
+            &self,
+            name: &str,
+            config: &Value,
+        ) -> Option<Result<Value, Vec<(String, String)>>> {
+            (name == "demo").then(|| {
+                if config.get("bad").is_some() {
+                    Err(vec![("bad".into(), "unknown field".into())])
+                } else {
+                    Ok(serde_json::json!({"x": 1}))
+                }
+            })
+        }
+    }
+    let c = load_str(
+        "_format_version: '3.0'\nservices: [{name: s, host: h, plugins: [{name: demo}]}]",
+        &One,
+    )
+    .unwrap();
+    assert_eq!(c.plugins[0].service.as_ref().unwrap().id, c.services[0].id);
+    assert_eq!(c.plugins[0].config["x"], 1);
+    assert_eq!(
+        c.plugins[0].id,
+        ids::entity_id("plugins", &format!("plugins:*:demo::{}:", c.services[0].id))
+    );
+    let e = load_str(
+        "_format_version: '3.0'\nplugins: [{name: demo, config: {bad: 1}}]",
+        &One,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("config.bad: unknown field"), "{e}");
+}
+
+#[test]
+fn consumers_and_credentials() {
+    let c = ok(r#"
+_format_version: "3.0"
+consumers:
+  - username: alice
+    keyauth_credentials:
+      - key: secret-key
+    basicauth_credentials:
+      - username: alice
+        password: pw
+    acls:
+      - group: admins
+keyauth_credentials:
+  - key: k2
+    consumer: alice
+"#);
+    assert_eq!(c.consumers[0].id, ids::entity_id("consumers", "alice"));
+    assert_eq!(c.credentials.len(), 4);
+    assert!(c
+        .credentials
+        .iter()
+        .all(|cr| cr.consumer.id == c.consumers[0].id));
+    let basic = c
+        .credentials
+        .iter()
+        .find(|cr| cr.kind == CredentialKind::BasicAuth)
+        .unwrap();
+    assert_eq!(
+        basic.id,
+        ids::entity_id("basicauth_credentials", "basicauth_credentials:*:alice")
+    );
+    let acl = c
+        .credentials
+        .iter()
+        .find(|cr| cr.kind == CredentialKind::Acl)
+        .unwrap();
+    assert_eq!(
+        acl.id,
+        ids::entity_id("acls", &format!("acls:*:{}:admins", c.consumers[0].id))
+    );
+    let e = err("_format_version: '3.0'\nconsumers: [{tags: [a]}]");
+    assert!(
+        e.to_string()
+            .contains("at least one of these fields must be non-empty"),
+        "{e}"
+    );
+    let e = err("_format_version: '3.0'\nconsumers: [{username: a, keyauth_credentials: [{key: k}]}, {username: b, keyauth_credentials: [{key: k}]}]");
+    assert!(
+        e.to_string()
+            .contains("with key set to 'k' already declared"),
+        "{e}"
+    );
+}
+
+#[test]
+fn certificates_with_transient_snis() {
+    let pem = "-----BEGIN CERTIFICATE-----\\nMIIB\\n-----END CERTIFICATE-----";
+    let key = "-----BEGIN PRIVATE KEY-----\\nMIIB\\n-----END PRIVATE KEY-----";
+    let c = ok(&format!(
+        "_format_version: '3.0'\ncertificates:\n- cert: \"{pem}\"\n  key: \"{key}\"\n  snis: [a.example.com, '*.b.example.com']\n"
+    ));
+    assert_eq!(c.snis.len(), 2);
+    assert_eq!(c.snis[0].certificate.id, c.certificates[0].id);
+    let e = err("_format_version: '3.0'\ncertificates: [{cert: nope}]");
+    let s = e.to_string();
+    assert!(
+        s.contains("key: required field missing") && s.contains("invalid cert"),
+        "{s}"
+    );
+}
+
+#[test]
+fn service_entity_checks() {
+    let e = err("_format_version: '3.0'\nservices: [{name: s, host: h, protocol: tcp, path: /x}]");
+    assert!(e.to_string().contains("path: value must be null"), "{e}");
+    let e = err("_format_version: '3.0'\nservices: [{name: s, host: h, tls_verify: true}]");
+    assert!(
+        e.to_string().contains("tls_verify: value must be null"),
+        "{e}"
+    );
+    let e = err("_format_version: '3.0'\nservices: [{name: 'bad name', host: 'bad host'}]");
+    let s = e.to_string();
+    assert!(
+        s.contains("the only accepted ascii characters") && s.contains("invalid hostname"),
+        "{s}"
+    );
+    let e = err("_format_version: '3.0'\nservices: [{name: s, url: 'nonsense'}]");
+    assert!(e.to_string().contains("url: missing scheme in url"), "{e}");
+}
+
+#[test]
+fn malformed_documents_are_errors_not_panics() {
+    for text in [
+        "",
+        "[]",
+        "{",
+        "_format_version: [",
+        "\u{0}",
+        "- a\n- b",
+        "_format_version: '3.0'\nservices: {}",
+    ] {
+        assert!(load_str(text, &NoPlugins).is_err(), "{text:?} should fail");
+    }
+    let e = err("_format_version: '3.0'\nservices: [1, 'x']\nunknowns: []");
+    let s = e.to_string();
+    assert!(
+        s.contains("services.1: expected a record") && s.contains("unknowns: unknown field"),
+        "{s}"
+    );
+}
+
+#[test]
+fn hash_is_stable_for_the_same_input() {
+    let a = ok("_format_version: '3.0'\nservices: [{name: s, host: h}]");
+    let b =
+        ok("{\"services\": [{\"host\": \"h\", \"name\": \"s\"}], \"_format_version\": \"3.0\"}");
+    assert_eq!(a.hash, b.hash);
+    let c = ok("_format_version: '3.0'\nservices: [{name: s, host: h2}]");
+    assert_ne!(a.hash, c.hash);
+}

@@ -1,0 +1,9 @@
+//! Turnpike's configuration: the node's kong.conf-style properties ([`conf`]) and Kong's
+//! declarative entity configuration ([`declarative`]).
+
+pub mod conf;
+pub mod declarative;
+mod kong_properties;
+
+pub use conf::Conf;
+pub use declarative::{Config, DeclarativeError, NoPlugins, PluginRegistry};
