@@ -251,13 +251,15 @@ impl Conf {
         let admin_listen = parse_listen("admin_listen", get("admin_listen"))?;
         let database = match get("database") {
             "off" => Database::Off,
-            "sqlite" | "postgres" => return Err(invalid(
-                "database",
-                format!(
+            "sqlite" | "postgres" => {
+                return Err(invalid(
+                    "database",
+                    format!(
                     "'{}' is not available yet in this build; use 'off' with declarative_config",
                     get("database")
                 ),
-            )),
+                ))
+            }
             other => {
                 return Err(invalid(
                     "database",
