@@ -1,1 +1,272 @@
+//! The Admin API (Kong's surface). This part serves DB-less mode: `GET /`, `GET /status`,
+//! `GET /config`, `POST /config`; the entity endpoints come with the stores.
 
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use turnpike_config::declarative::{self, PluginRegistry};
+use turnpike_config::Conf;
+use turnpike_proxy::{Gateway, BUILD_PROFILE, VERSION};
+
+/// Kong's admin body limit (`nginx_admin_client_body_buffer_size = 10m`) is for buffering; a
+/// declarative config of 100k routes is larger, so allow more, but bound it.
+pub const MAX_BODY: usize = 64 * 1024 * 1024;
+
+pub struct Admin {
+    pub gateway: Arc<Gateway>,
+    pub conf: Conf,
+    pub plugins: Arc<dyn PluginRegistry>,
+    pub node_id: String,
+    pub hostname: String,
+}
+
+type Resp = Response<Full<Bytes>>;
+
+fn json_response(status: StatusCode, v: &Value) -> Resp {
+    let mut r = Response::new(Full::new(Bytes::from(
+        serde_json::to_vec(v).unwrap_or_default(),
+    )));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json; charset=utf-8"),
+    );
+    r
+}
+
+fn message(status: StatusCode, msg: &str) -> Resp {
+    json_response(status, &json!({ "message": msg }))
+}
+
+/// Serves the Admin API on `listener` until `shutdown` turns true.
+pub async fn serve(admin: Arc<Admin>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(_) => { tokio::time::sleep(std::time::Duration::from_millis(50)).await; continue; }
+            },
+            _ = stopped(&mut shutdown) => return,
+        };
+        let admin = admin.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| {
+                let admin = admin.clone();
+                async move { Ok::<_, Infallible>(admin.handle(req, peer).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(std::time::Duration::from_secs(60))
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+/// Resolves once `rx` says true (or its sender is gone).
+async fn stopped(rx: &mut watch::Receiver<bool>) {
+    loop {
+        if *rx.borrow_and_update() {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+impl Admin {
+    pub async fn handle(&self, req: Request<Incoming>, _peer: SocketAddr) -> Resp {
+        let start = std::time::Instant::now();
+        let path = req.uri().path().trim_end_matches('/').to_string();
+        let query = req.uri().query().unwrap_or("").to_string();
+        let mut resp = match (req.method().clone(), path.as_str()) {
+            (Method::GET, "") => self.root(),
+            (Method::GET, "/status") => self.status(),
+            (Method::GET, "/config") => self.get_config(),
+            (Method::POST, "/config") => self.post_config(req, &query).await,
+            (_, "" | "/status" | "/config") => {
+                message(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed")
+            }
+            _ => message(StatusCode::NOT_FOUND, "Not found"),
+        };
+        resp.headers_mut().insert(
+            header::SERVER,
+            HeaderValue::from_str(&format!("turnpike/{VERSION}")).unwrap(),
+        );
+        if self.gateway.settings.headers.admin_latency {
+            resp.headers_mut().insert(
+                "x-kong-admin-latency",
+                HeaderValue::from(start.elapsed().as_millis() as u64),
+            );
+        }
+        resp
+    }
+
+    fn root(&self) -> Resp {
+        json_response(
+            StatusCode::OK,
+            &json!({
+                "tagline": "Welcome to turnpike",
+                "version": VERSION,
+                "edition": "community",
+                "hostname": self.hostname,
+                "node_id": self.node_id,
+                "build_profile": BUILD_PROFILE,
+                "plugins": { "available_on_server": {}, "enabled_in_cluster": [] },
+                "configuration": self.conf.to_json(),
+                "pids": { "master": std::process::id() },
+                "timers": { "running": 0, "pending": 0 },
+            }),
+        )
+    }
+
+    fn status(&self) -> Resp {
+        let t = self.gateway.stats.totals();
+        let active = t.connections_active.max(0);
+        json_response(
+            StatusCode::OK,
+            &json!({
+                "server": {
+                    "connections_accepted": t.connections_accepted,
+                    "connections_handled": t.connections_accepted,
+                    "connections_active": active,
+                    "total_requests": t.requests,
+                },
+                "upstream": {
+                    "connections_opened": t.upstream_connections_opened,
+                    "requests": t.upstream_requests,
+                },
+                "configuration_hash": self.gateway.config_hash(),
+                "config_reloads": self.gateway.reloads.load(std::sync::atomic::Ordering::Relaxed),
+            }),
+        )
+    }
+
+    fn get_config(&self) -> Resp {
+        let cfg = self.gateway.snapshot.load().config.to_json();
+        let yaml = serde_yaml::to_string(&cfg).unwrap_or_default();
+        json_response(StatusCode::OK, &json!({ "config": yaml }))
+    }
+
+    async fn post_config(&self, req: Request<Incoming>, query: &str) -> Resp {
+        let flag = |name: &str| {
+            query.split('&').any(|kv| {
+                let (k, v) = kv.split_once('=').unwrap_or((kv, "1"));
+                k == name && matches!(v, "1" | "true" | "")
+            })
+        };
+        let (check_hash, flatten) = (flag("check_hash"), flag("flatten_errors"));
+        let form = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+        let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(_) => return message(StatusCode::PAYLOAD_TOO_LARGE, "Payload too large"),
+        };
+        let Ok(text) = std::str::from_utf8(&body) else {
+            return message(
+                StatusCode::BAD_REQUEST,
+                "Cannot parse request body: invalid UTF-8",
+            );
+        };
+        let text = if form {
+            form_field(text, "config").unwrap_or_default()
+        } else {
+            text.to_string()
+        };
+        // Kong accepts the config itself, or `{"config": "<yaml or json text>"}`.
+        let value = match declarative::parse_text(&text) {
+            Ok(Value::Object(m))
+                if m.len() == 1 && m.get("config").is_some_and(|c| c.is_string()) =>
+            {
+                match declarative::parse_text(m["config"].as_str().unwrap()) {
+                    Ok(v) => v,
+                    Err(e) => return declarative_error(&e, flatten),
+                }
+            }
+            Ok(v) => v,
+            Err(e) => return declarative_error(&e, flatten),
+        };
+        let cfg = match declarative::load(&value, self.plugins.as_ref()) {
+            Ok(c) => c,
+            Err(e) => return declarative_error(&e, flatten),
+        };
+        if check_hash && cfg.hash == self.gateway.config_hash() {
+            let mut r = Response::new(Full::new(Bytes::new()));
+            *r.status_mut() = StatusCode::NOT_MODIFIED;
+            return r;
+        }
+        let echo = cfg.to_json();
+        match self.gateway.apply(cfg) {
+            Ok(()) => json_response(StatusCode::CREATED, &echo),
+            Err(e) => json_response(
+                StatusCode::BAD_REQUEST,
+                &json!({"code": 14, "name": "invalid declarative configuration", "message": format!("declarative config is invalid: {e}"), "fields": {"@entity": [e]}}),
+            ),
+        }
+    }
+}
+
+fn declarative_error(e: &declarative::DeclarativeError, flatten: bool) -> Resp {
+    json_response(StatusCode::BAD_REQUEST, &e.to_kong_json(flatten))
+}
+
+/// Reads one field of an `application/x-www-form-urlencoded` body.
+fn form_field(body: &str, name: &str) -> Option<String> {
+    body.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (percent_decode(k) == name).then(|| percent_decode(v))
+    })
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                let hex = |c: u8| (c as char).to_digit(16);
+                match (hex(b[i + 1]), hex(b[i + 2])) {
+                    (Some(h), Some(l)) => {
+                        out.push((h * 16 + l) as u8);
+                        i += 2;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn form_bodies() {
+        assert_eq!(
+            form_field("a=1&config=_format_version%3A+%223.0%22", "config").unwrap(),
+            "_format_version: \"3.0\""
+        );
+        assert_eq!(form_field("a=1", "config"), None);
+        assert_eq!(percent_decode("%zz%41"), "%zzA");
+    }
+}

@@ -1,1 +1,15 @@
+//! The data plane: listeners and workers ([`server`]), TLS ([`tls`]), configuration snapshots
+//! with their compiled router and balancers ([`snapshot`]), upstream keepalive pools
+//! ([`pool`]) and the request path ([`proxy`]).
 
+pub mod body;
+pub mod errors;
+pub mod pool;
+pub mod proxy;
+pub mod server;
+pub mod snapshot;
+pub mod state;
+pub mod stats;
+pub mod tls;
+
+pub use state::{Gateway, Settings, BUILD_PROFILE, VERSION};

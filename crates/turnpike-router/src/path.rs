@@ -111,7 +111,7 @@ pub fn upstream_uri(
                 } else if req_path.ends_with('/') {
                     base.to_string()
                 } else {
-                    base[..base.len() - 1].to_string()
+                    base.strip_suffix('/').unwrap_or(base).to_string()
                 }
             } else if postfix.starts_with('/') {
                 format!("{}{}", &base[..base.len() - 1], postfix)

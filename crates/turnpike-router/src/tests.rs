@@ -26,7 +26,7 @@ fn req(path: &str) -> Req<'_> {
     }
 }
 
-fn find<'a>(r: &'a Router, cfg: &Config, q: &Req) -> Option<(String, Option<usize>)> {
+fn find(r: &Router, cfg: &Config, q: &Req) -> Option<(String, Option<usize>)> {
     let view = RequestView {
         method: q.method,
         host: q.host,

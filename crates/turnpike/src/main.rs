@@ -1,1 +1,362 @@
-fn main() {}
+//! `turnpike`: the gateway binary and its command line.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use tokio::sync::watch;
+use turnpike_admin::Admin;
+use turnpike_config::declarative::{self, NoPlugins, PluginRegistry};
+use turnpike_config::Conf;
+use turnpike_proxy::{server, tls, Gateway, Settings, BUILD_PROFILE, VERSION};
+
+#[derive(Parser)]
+#[command(name = "turnpike", version = VERSION, about = "A Kong-compatible API gateway")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start the gateway in the foreground. SIGTERM/SIGQUIT/SIGINT drain and exit; SIGHUP
+    /// reloads the declarative configuration file.
+    Start {
+        /// Configuration file (kong.conf format).
+        #[arg(short = 'c', long = "conf")]
+        conf: Option<PathBuf>,
+    },
+    /// Declarative configuration commands.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// Print the version and build profile.
+    Version,
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validate a declarative configuration file (like `kong config parse`).
+    Parse {
+        file: PathBuf,
+        #[arg(short = 'c', long = "conf")]
+        conf: Option<PathBuf>,
+    },
+}
+
+fn env_pairs() -> Vec<(String, String)> {
+    std::env::vars()
+        .filter(|(k, _)| k.starts_with("KONG_") || k.starts_with("TURNPIKE_"))
+        .collect()
+}
+
+fn load_conf(path: Option<&Path>) -> Result<(Conf, Vec<String>), String> {
+    let mut warnings = Vec::new();
+    let conf = Conf::load(path, &env_pairs(), &mut warnings)
+        .map_err(|e| format!("invalid configuration: {e}"))?;
+    Ok((conf, warnings))
+}
+
+fn plugin_registry() -> Arc<dyn PluginRegistry> {
+    // No plugin is compiled in yet: every plugin entity is reported as not enabled.
+    Arc::new(NoPlugins)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Version => {
+            println!("Turnpike {VERSION} ({BUILD_PROFILE} build)");
+            ExitCode::SUCCESS
+        }
+        Command::Config {
+            command: ConfigCommand::Parse { file, conf },
+        } => {
+            if let Err(e) = load_conf(conf.as_deref()) {
+                eprintln!("Error: {e}");
+                return ExitCode::FAILURE;
+            }
+            match parse_file(&file, plugin_registry().as_ref()) {
+                Ok(cfg) => {
+                    println!(
+                        "parse successful: {} services, {} routes, {} upstreams, {} consumers, {} plugins",
+                        cfg.services.len(),
+                        cfg.routes.len(),
+                        cfg.upstreams.len(),
+                        cfg.consumers.len(),
+                        cfg.plugins.len()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("Error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Start { conf } => match start(conf.as_deref()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("Error: {e}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+fn parse_file(
+    path: &Path,
+    plugins: &dyn PluginRegistry,
+) -> Result<turnpike_config::Config, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let cfg = declarative::load_str(&text, plugins).map_err(|e| {
+        format!(
+            "in '{}':\n{}",
+            path.display(),
+            e.lines()
+                .iter()
+                .map(|l| format!("  {l}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        )
+    })?;
+    // Compile it too: a config that validates but cannot be compiled (a certificate that does
+    // not parse, a regex the engine refuses) is reported here rather than at reload.
+    turnpike_proxy::snapshot::Snapshot::compile(cfg.clone())
+        .map_err(|e| format!("in '{}': {e}", path.display()))?;
+    Ok(cfg)
+}
+
+fn init_logging(level: &str) {
+    // Kong's levels onto tracing's.
+    let filter = match level {
+        "debug" => "debug",
+        "info" | "notice" => "info",
+        "warn" => "warn",
+        _ => "error",
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TURNPIKE_LOG")
+                .unwrap_or_else(|_| filter.into()),
+        )
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Raises the open-file soft limit to the hard limit and reports both.
+fn raise_nofile() -> (u64, u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return (0, 0);
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim.rlim_cur = lim.rlim_max;
+            }
+        }
+    }
+    (lim.rlim_cur, lim.rlim_max)
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+/// A node id that survives restarts, kept under the prefix as Kong keeps `kong.id`.
+fn node_id(prefix: &Path) -> String {
+    let path = prefix.join("turnpike.id");
+    if let Ok(s) = std::fs::read_to_string(&path) {
+        if let Ok(u) = uuid_parse(s.trim()) {
+            return u;
+        }
+    }
+    let id = random_uuid();
+    let _ = std::fs::write(&path, &id);
+    id
+}
+
+fn uuid_parse(s: &str) -> Result<String, ()> {
+    (s.len() == 36 && s.chars().all(|c| c.is_ascii_hexdigit() || c == '-'))
+        .then(|| s.to_string())
+        .ok_or(())
+}
+
+fn random_uuid() -> String {
+    let mut b = [0u8; 16];
+    if let Ok(bytes) = std::fs::read("/proc/sys/kernel/random/uuid") {
+        return String::from_utf8_lossy(&bytes).trim().to_string();
+    }
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    b.copy_from_slice(&t.to_le_bytes());
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn start(conf_path: Option<&Path>) -> Result<(), String> {
+    let (conf, warnings) = load_conf(conf_path)?;
+    init_logging(&conf.log_level);
+    for w in &warnings {
+        tracing::warn!("{w}");
+    }
+    tracing::info!(
+        "Turnpike {VERSION} starting ({BUILD_PROFILE} build, {} workers)",
+        conf.worker_processes
+    );
+    if BUILD_PROFILE == "debug" {
+        tracing::warn!(
+            "**************************************************************************"
+        );
+        tracing::warn!(
+            "* THIS IS A DEBUG BUILD: it is many times slower than a release build.   *"
+        );
+        tracing::warn!(
+            "* Build with `cargo build --release` before serving real traffic.        *"
+        );
+        tracing::warn!(
+            "**************************************************************************"
+        );
+    }
+    let (soft, hard) = raise_nofile();
+    tracing::info!("open files limit: soft {soft}, hard {hard}");
+    if soft < 16384 {
+        tracing::warn!("open files limit {soft} is low for a gateway; raise it (ulimit -n 65536)");
+    }
+
+    std::fs::create_dir_all(&conf.prefix)
+        .map_err(|e| format!("cannot create prefix {}: {e}", conf.prefix.display()))?;
+    let default_cert = tls::default_certificate(
+        &conf.prefix,
+        conf.ssl_cert.first().map(String::as_str),
+        conf.ssl_cert_key.first().map(String::as_str),
+    )?;
+    let plugins = plugin_registry();
+    let gateway = Arc::new(Gateway::new(
+        Settings::from_conf(&conf),
+        conf.worker_processes,
+        default_cert,
+    ));
+    if let Some(path) = &conf.declarative_config {
+        let cfg = parse_file(path, plugins.as_ref())?;
+        gateway
+            .apply(cfg)
+            .map_err(|e| format!("in '{}': {e}", path.display()))?;
+        tracing::info!("loaded declarative config {}", path.display());
+    }
+
+    let mut bind_warnings = Vec::new();
+    let proxy = server::bind(
+        &conf.proxy_listen,
+        conf.worker_processes,
+        &mut bind_warnings,
+    )
+    .map_err(|e| format!("cannot bind proxy_listen: {e}"))?;
+    let admin_listeners = server::bind(&conf.admin_listen, 1, &mut bind_warnings)
+        .map_err(|e| format!("cannot bind admin_listen: {e}"))?;
+    for w in &bind_warnings {
+        tracing::warn!("{w}");
+    }
+    for l in &proxy {
+        tracing::info!(
+            "proxy listening on {}{}",
+            l.spec.addr,
+            if l.spec.ssl { " (ssl)" } else { "" }
+        );
+    }
+    for l in &admin_listeners {
+        tracing::info!("admin API listening on {}", l.spec.addr);
+    }
+    let pid_dir = conf.prefix.join("pids");
+    let _ = std::fs::create_dir_all(&pid_dir);
+    let _ = std::fs::write(pid_dir.join("turnpike.pid"), std::process::id().to_string());
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let workers = server::start_workers(
+        gateway.clone(),
+        proxy,
+        conf.worker_processes,
+        shutdown_rx.clone(),
+    );
+
+    let admin = Arc::new(Admin {
+        gateway: gateway.clone(),
+        node_id: node_id(&conf.prefix),
+        hostname: hostname(),
+        plugins: plugins.clone(),
+        conf: conf.clone(),
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        for l in admin_listeners {
+            for s in l.sockets {
+                let listener = tokio::net::TcpListener::from_std(s).expect("admin listener");
+                tokio::spawn(turnpike_admin::serve(
+                    admin.clone(),
+                    listener,
+                    shutdown_rx.clone(),
+                ));
+            }
+        }
+        signals(&gateway, &conf, plugins.as_ref()).await;
+        tracing::info!("shutting down: draining in-flight requests");
+        let _ = shutdown_tx.send(true);
+    });
+    // Workers stop accepting, finish their connections, then exit; bounded like Kong's
+    // nginx_main_worker_shutdown_timeout.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    for w in workers {
+        while !w.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Waits for a stop signal; reloads the declarative file on SIGHUP meanwhile.
+async fn signals(gateway: &Gateway, conf: &Conf, plugins: &dyn PluginRegistry) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut quit = signal(SignalKind::quit()).expect("SIGQUIT handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
+    loop {
+        tokio::select! {
+            _ = term.recv() => return,
+            _ = quit.recv() => return,
+            _ = int.recv() => return,
+            _ = hup.recv() => {
+                let Some(path) = &conf.declarative_config else {
+                    tracing::warn!("SIGHUP: no declarative_config to reload");
+                    continue;
+                };
+                // A bad file never replaces a good config.
+                match parse_file(path, plugins).and_then(|cfg| gateway.apply(cfg)) {
+                    Ok(()) => tracing::info!("SIGHUP: reloaded {}", path.display()),
+                    Err(e) => tracing::error!("SIGHUP: keeping the current configuration: {e}"),
+                }
+            }
+        }
+    }
+}

@@ -619,9 +619,8 @@ pub fn route(
     let non_empty = |o: &Option<Vec<String>>| o.as_ref().is_some_and(|v| !v.is_empty());
     let has_headers = headers.as_ref().is_some_and(|h| !h.is_empty());
     if is_http {
-        let https_only = protocols.iter().all(|p| p == "https");
         let any = non_empty(&methods) || non_empty(&hosts) || non_empty(&paths) || has_headers;
-        if !any && !(protocols.iter().any(|p| p == "https") && non_empty(&snis)) {
+        if !(any || protocols.iter().any(|p| p == "https") && non_empty(&snis)) {
             let msg = if protocols.iter().any(|p| p == "https") {
                 format!("{HTTP_ROUTE_FIELDS_MSG}, 'snis' when 'protocols' is 'https'")
             } else {
@@ -629,7 +628,6 @@ pub fn route(
             };
             f.err("@entity", msg);
         }
-        let _ = https_only;
     }
     if non_empty(&snis)
         && !protocols
@@ -1114,7 +1112,7 @@ pub fn credential(
             FieldKind::Auto => Some(Value::String(f.str(name).unwrap_or_else(random_secret))),
             FieldKind::Int => f.int(name, 0, 100_000_000, None).map(Value::from),
             FieldKind::Bool => Some(Value::Bool(f.bool(name, false))),
-            FieldKind::StrArray => f.str_array(name).map(|v| Value::from(v)),
+            FieldKind::StrArray => f.str_array(name).map(Value::from),
         };
         fields.insert(name.to_string(), v.unwrap_or(Value::Null));
     }

@@ -772,28 +772,25 @@ fn migrate_route_paths(input: &Value) -> Value {
             .all(|b| b.is_ascii_alphanumeric() || b"./-_~%".contains(&b))
     }
     fn walk(v: &mut Value, in_route: bool) {
-        match v {
-            Value::Object(m) => {
-                if in_route {
-                    if let Some(Value::Array(paths)) = m.get_mut("paths") {
-                        for p in paths.iter_mut() {
-                            if let Value::String(s) = p {
-                                if !s.starts_with('~') && !is_plain(s) {
-                                    *s = format!("~{s}");
-                                }
+        if let Value::Object(m) = v {
+            if in_route {
+                if let Some(Value::Array(paths)) = m.get_mut("paths") {
+                    for p in paths.iter_mut() {
+                        if let Value::String(s) = p {
+                            if !s.starts_with('~') && !is_plain(s) {
+                                *s = format!("~{s}");
                             }
                         }
                     }
                 }
-                for (k, child) in m.iter_mut() {
-                    if let Value::Array(items) = child {
-                        for item in items.iter_mut() {
-                            walk(item, k == "routes");
-                        }
+            }
+            for (k, child) in m.iter_mut() {
+                if let Value::Array(items) = child {
+                    for item in items.iter_mut() {
+                        walk(item, k == "routes");
                     }
                 }
             }
-            _ => {}
         }
     }
     let mut out = input.clone();

@@ -1,0 +1,139 @@
+//! Responses Turnpike produces itself, in Kong's shapes: JSON `{"message": ..., "request_id": ...}`
+//! by default, HTML, XML or plain text when the client's Accept header asks for them (Kong
+//! `kong/tools/http.lua`, `kong/error_handlers.lua`).
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
+
+use crate::body::ProxyBody;
+
+pub const NO_ROUTE: &str = "no Route matched with those values";
+pub const BAD_GATEWAY: &str = "An invalid response was received from the upstream server";
+pub const UNAVAILABLE: &str = "The upstream server is currently unavailable";
+pub const TIMED_OUT: &str = "The upstream server is timed out";
+pub const NO_PEER: &str = "failure to get a peer from the ring-balancer";
+pub const NAME_RESOLUTION: &str = "name resolution failed";
+pub const UNEXPECTED: &str = "An unexpected error occurred";
+pub const NO_SERVICE: &str = "no Service found with those values";
+pub const USE_HTTPS: &str = "Please use HTTPS protocol";
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Format {
+    Json,
+    Html,
+    Xml,
+    Text,
+}
+
+fn format_for(accept: Option<&HeaderValue>) -> Format {
+    let Some(a) = accept.and_then(|v| v.to_str().ok()) else {
+        return Format::Json;
+    };
+    // The first media type the client lists that we can produce wins, as in Kong.
+    for part in a.split(',') {
+        let mt = part
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        match mt.as_str() {
+            "application/json" | "application/*" | "*/*" => return Format::Json,
+            "text/html" | "application/xhtml+xml" => return Format::Html,
+            "application/xml" | "text/xml" => return Format::Xml,
+            "text/plain" | "text/*" => return Format::Text,
+            _ => {}
+        }
+    }
+    Format::Json
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// Builds an error response for `status` with Kong's message.
+pub fn error_response(
+    status: StatusCode,
+    message: &str,
+    request_id: &str,
+    accept: Option<&HeaderValue>,
+) -> Response<ProxyBody> {
+    let (ctype, body) = match format_for(accept) {
+        Format::Json => (
+            "application/json; charset=utf-8",
+            format!(
+                "{{\n  \"message\":{},\n  \"request_id\":\"{}\"\n}}",
+                serde_json::Value::from(message),
+                request_id
+            ),
+        ),
+        Format::Html => (
+            "text/html; charset=utf-8",
+            format!(
+                "<!doctype html>\n<html>\n  <head>\n    <meta charset=\"utf-8\">\n    <title>Error</title>\n  </head>\n  <body>\n    <h1>Error</h1>\n    <p>{}.</p>\n    <p>request_id: {}</p>\n  </body>\n</html>\n",
+                escape(message),
+                request_id
+            ),
+        ),
+        Format::Xml => (
+            "application/xml; charset=utf-8",
+            format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<error>\n  <message>{}</message>\n  <requestid>{}</requestid>\n</error>\n",
+                escape(message),
+                request_id
+            ),
+        ),
+        Format::Text => ("text/plain; charset=utf-8", format!("{message}\nrequest_id: {request_id}\n")),
+    };
+    let mut r = Response::new(ProxyBody::full(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_selects_the_format() {
+        assert_eq!(format_for(None), Format::Json);
+        assert_eq!(
+            format_for(Some(&HeaderValue::from_static(
+                "text/html,application/xhtml+xml"
+            ))),
+            Format::Html
+        );
+        assert_eq!(
+            format_for(Some(&HeaderValue::from_static("application/xml;q=0.9"))),
+            Format::Xml
+        );
+        assert_eq!(
+            format_for(Some(&HeaderValue::from_static("text/plain"))),
+            Format::Text
+        );
+        assert_eq!(
+            format_for(Some(&HeaderValue::from_static("image/png"))),
+            Format::Json
+        );
+    }
+
+    #[test]
+    fn html_escapes_messages() {
+        let r = error_response(
+            StatusCode::NOT_FOUND,
+            "<b>",
+            "id",
+            Some(&HeaderValue::from_static("text/html")),
+        );
+        assert_eq!(
+            r.headers()[header::CONTENT_TYPE],
+            "text/html; charset=utf-8"
+        );
+    }
+}

@@ -1,0 +1,541 @@
+//! The request path, in the order a request meets it: route → (plugins, from the plugins issue)
+//! → balancer → upstream pool → response headers.
+
+use std::borrow::Cow;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Response, StatusCode, Uri, Version};
+use hyper::body::Incoming;
+use turnpike_router::{normalize_path, upstream_uri, RequestView};
+
+use crate::body::ProxyBody;
+use crate::errors::{self, error_response};
+use crate::pool::{ConnectError, PeerKey, PoolReturn, PooledConn};
+use crate::server::{ConnInfo, WorkerCtx};
+use crate::snapshot::{Destination, Peer, ServiceInfo, Snapshot};
+
+static X_KONG_REQUEST_ID: HeaderName = HeaderName::from_static("x-kong-request-id");
+static X_KONG_PROXY_LATENCY: HeaderName = HeaderName::from_static("x-kong-proxy-latency");
+static X_KONG_UPSTREAM_LATENCY: HeaderName = HeaderName::from_static("x-kong-upstream-latency");
+static X_KONG_RESPONSE_LATENCY: HeaderName = HeaderName::from_static("x-kong-response-latency");
+static X_KONG_UPSTREAM_STATUS: HeaderName = HeaderName::from_static("x-kong-upstream-status");
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+static X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port");
+static X_FORWARDED_PATH: HeaderName = HeaderName::from_static("x-forwarded-path");
+static X_FORWARDED_PREFIX: HeaderName = HeaderName::from_static("x-forwarded-prefix");
+static X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1) never forwarded; plus any header named in Connection.
+fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
+    if let Some(conn) = h.get(header::CONNECTION) {
+        if let Ok(list) = conn.to_str() {
+            let named: Vec<HeaderName> = list
+                .split(',')
+                .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+                .filter(|n| !(keep_upgrade && n == header::UPGRADE))
+                .collect();
+            for n in named {
+                h.remove(&n);
+            }
+        }
+    }
+    if !keep_upgrade {
+        h.remove(header::CONNECTION);
+        h.remove(header::UPGRADE);
+    }
+    h.remove(&KEEP_ALIVE);
+    h.remove(&PROXY_CONNECTION);
+    h.remove(header::TE);
+    h.remove(header::TRAILER);
+    h.remove(header::TRANSFER_ENCODING);
+    h.remove(header::PROXY_AUTHENTICATE);
+}
+
+fn is_upgrade(req: &Request<Incoming>) -> bool {
+    req.version() == Version::HTTP_11
+        && req.headers().contains_key(header::UPGRADE)
+        && req
+            .headers()
+            .get(header::CONNECTION)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| {
+                v.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+            })
+}
+
+fn ms(d: Duration) -> HeaderValue {
+    HeaderValue::from(d.as_millis() as u64)
+}
+
+/// Entry point for every request a worker receives.
+pub async fn handle(
+    ctx: Rc<WorkerCtx>,
+    conn: Rc<ConnInfo>,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let start = Instant::now();
+    ctx.stats.requests.inc();
+    let request_id = ctx.request_id();
+    let settings = &ctx.gateway.settings;
+    let mut resp = route_and_proxy(&ctx, &conn, req, &request_id, start).await;
+    let h = resp.headers_mut();
+    if settings.headers.request_id {
+        h.insert(X_KONG_REQUEST_ID.clone(), request_id);
+    }
+    // Client keepalive_requests: close the connection after that many requests (HTTP/1).
+    let n = conn.requests.get() + 1;
+    conn.requests.set(n);
+    if conn.http1 && settings.keepalive_requests > 0 && n >= settings.keepalive_requests {
+        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    Ok(resp)
+}
+
+/// A response Turnpike produced itself (error, redirect): Kong adds Server and
+/// X-Kong-Response-Latency to these.
+fn own_response(
+    ctx: &WorkerCtx,
+    mut r: Response<ProxyBody>,
+    start: Instant,
+) -> Response<ProxyBody> {
+    let s = &ctx.gateway.settings;
+    if s.headers.server {
+        r.headers_mut().insert(
+            header::SERVER,
+            HeaderValue::from_str(&s.server_token).unwrap(),
+        );
+    }
+    if s.headers.response_latency {
+        r.headers_mut()
+            .insert(X_KONG_RESPONSE_LATENCY.clone(), ms(start.elapsed()));
+    }
+    r
+}
+
+fn kong_error(
+    ctx: &WorkerCtx,
+    status: StatusCode,
+    msg: &str,
+    rid: &HeaderValue,
+    accept: Option<&HeaderValue>,
+    start: Instant,
+) -> Response<ProxyBody> {
+    own_response(
+        ctx,
+        error_response(status, msg, rid.to_str().unwrap_or(""), accept),
+        start,
+    )
+}
+
+/// Host of the request without port, lower-case; `:authority` for HTTP/2.
+fn request_host(req: &Request<Incoming>) -> Option<Cow<'_, str>> {
+    let raw = match req.uri().authority() {
+        Some(a) => a.as_str(),
+        None => req.headers().get(header::HOST)?.to_str().ok()?,
+    };
+    let host = if let Some(rest) = raw.strip_prefix('[') {
+        &raw[..rest.find(']').map(|i| i + 2).unwrap_or(raw.len())]
+    } else {
+        raw.rsplit_once(':').map(|(h, _)| h).unwrap_or(raw)
+    };
+    if host.bytes().any(|b| b.is_ascii_uppercase()) {
+        Some(Cow::Owned(host.to_ascii_lowercase()))
+    } else {
+        Some(Cow::Borrowed(host))
+    }
+}
+
+async fn route_and_proxy(
+    ctx: &Rc<WorkerCtx>,
+    conn: &ConnInfo,
+    mut req: Request<Incoming>,
+    rid: &HeaderValue,
+    start: Instant,
+) -> Response<ProxyBody> {
+    let snap = ctx.snapshot();
+    let accept = req.headers().get(header::ACCEPT).cloned();
+    let accept = accept.as_ref();
+    let host = request_host(&req)
+        .map(|h| h.into_owned())
+        .unwrap_or_default();
+    let path = normalize_path(req.uri().path()).into_owned();
+    let found = {
+        let view = RequestView {
+            method: req.method().as_str(),
+            host: &host,
+            port: conn.local_port,
+            path: &path,
+            headers: req.headers(),
+            sni: conn.sni.as_deref(),
+        };
+        snap.router.find(&view).map(|m| {
+            (
+                m.route.route_index,
+                m.route.service_index,
+                m.matched_len,
+                m.route.strip_path,
+                m.route.preserve_host,
+                m.route.path_handling_v1,
+                m.route.accepts_http,
+                m.route.accepts_https,
+                m.route.https_redirect_status_code,
+            )
+        })
+    };
+    let Some((
+        _route_index,
+        service_index,
+        matched_len,
+        strip_path,
+        preserve_host,
+        v1,
+        accepts_http,
+        _accepts_https,
+        redirect_code,
+    )) = found
+    else {
+        return kong_error(
+            ctx,
+            StatusCode::NOT_FOUND,
+            errors::NO_ROUTE,
+            rid,
+            accept,
+            start,
+        );
+    };
+
+    // A plain-HTTP request on an HTTPS-only route: Kong's 426 or the configured redirect.
+    if !conn.tls && !accepts_http {
+        if redirect_code == 426 {
+            let mut r = kong_error(
+                ctx,
+                StatusCode::UPGRADE_REQUIRED,
+                errors::USE_HTTPS,
+                rid,
+                accept,
+                start,
+            );
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+            r.headers_mut().insert(
+                header::UPGRADE,
+                HeaderValue::from_static("TLS/1.2, HTTP/1.1"),
+            );
+            return r;
+        }
+        let pq = req
+            .uri()
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/");
+        let location = format!("https://{host}{pq}");
+        let mut r = Response::new(ProxyBody::empty());
+        *r.status_mut() =
+            StatusCode::from_u16(redirect_code).unwrap_or(StatusCode::MOVED_PERMANENTLY);
+        if let Ok(v) = HeaderValue::from_str(&location) {
+            r.headers_mut().insert(header::LOCATION, v);
+        }
+        return own_response(ctx, r, start);
+    }
+
+    let Some(si) = service_index else {
+        return kong_error(
+            ctx,
+            StatusCode::SERVICE_UNAVAILABLE,
+            errors::NO_SERVICE,
+            rid,
+            accept,
+            start,
+        );
+    };
+    let service = &snap.services[si];
+
+    // The upstream request: origin-form URI, hop-by-hop headers removed, Kong's X-Forwarded-*.
+    let upgrade = is_upgrade(&req);
+    let client_upgrade = if upgrade {
+        Some(hyper::upgrade::on(&mut req))
+    } else {
+        None
+    };
+    let mut up_path = upstream_uri(service.path.as_deref(), &path, matched_len, strip_path, v1);
+    if let Some(q) = req.uri().query() {
+        up_path.push('?');
+        up_path.push_str(q);
+    }
+    let client_version = req.version();
+    let (mut parts, body) = req.into_parts();
+    let Ok(uri) = Uri::try_from(up_path) else {
+        return kong_error(
+            ctx,
+            StatusCode::BAD_REQUEST,
+            "Bad request",
+            rid,
+            accept,
+            start,
+        );
+    };
+    let original_host = parts.headers.get(header::HOST).cloned().or_else(|| {
+        parts
+            .uri
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+    });
+    parts.uri = uri;
+    parts.version = Version::HTTP_11;
+    strip_hop_by_hop(&mut parts.headers, upgrade);
+    forwarded_headers(
+        conn,
+        &mut parts.headers,
+        &host,
+        &path,
+        matched_len.filter(|_| strip_path).map(|n| &path[..n]),
+    );
+    if ctx.gateway.settings.headers_upstream_request_id {
+        parts.headers.insert(X_KONG_REQUEST_ID.clone(), rid.clone());
+    }
+    let preserved_host = if preserve_host { original_host } else { None };
+    let req = Request::from_parts(parts, body);
+
+    let proxy_latency = start.elapsed();
+    let up_start = Instant::now();
+    let sent = send_upstream(ctx, &snap, service, req, preserved_host, upgrade).await;
+    let (mut resp, conn_back) = match sent {
+        Ok(x) => x,
+        Err(e) => {
+            let (status, msg) = match e {
+                UpstreamError::Timeout => (StatusCode::GATEWAY_TIMEOUT, errors::TIMED_OUT),
+                UpstreamError::NoPeer => (StatusCode::SERVICE_UNAVAILABLE, errors::NO_PEER),
+                UpstreamError::NameResolution => {
+                    (StatusCode::SERVICE_UNAVAILABLE, errors::NAME_RESOLUTION)
+                }
+                UpstreamError::Failed => (StatusCode::BAD_GATEWAY, errors::BAD_GATEWAY),
+            };
+            return kong_error(ctx, status, msg, rid, accept, start);
+        }
+    };
+    let upstream_latency = up_start.elapsed();
+
+    // WebSocket: splice the two upgraded connections together.
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        if let Some(client_upgrade) = client_upgrade {
+            let upstream_upgrade = hyper::upgrade::on(&mut resp);
+            tokio::task::spawn_local(async move {
+                if let (Ok(c), Ok(u)) = (client_upgrade.await, upstream_upgrade.await) {
+                    let mut c = hyper_util::rt::TokioIo::new(c);
+                    let mut u = hyper_util::rt::TokioIo::new(u);
+                    let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
+                }
+            });
+            let (parts, _) = resp.into_parts();
+            return Response::from_parts(parts, ProxyBody::empty());
+        }
+    }
+
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers, false);
+    parts.version = client_version;
+    let s = &ctx.gateway.settings;
+    if s.headers.via {
+        parts.headers.append(
+            header::VIA,
+            HeaderValue::from_str(&format!("1.1 {}", s.server_token)).unwrap(),
+        );
+    }
+    if s.headers.upstream_latency {
+        parts
+            .headers
+            .insert(X_KONG_UPSTREAM_LATENCY.clone(), ms(upstream_latency));
+    }
+    if s.headers.proxy_latency {
+        parts
+            .headers
+            .insert(X_KONG_PROXY_LATENCY.clone(), ms(proxy_latency));
+    }
+    if s.headers.upstream_status {
+        parts.headers.insert(
+            X_KONG_UPSTREAM_STATUS.clone(),
+            HeaderValue::from(parts.status.as_u16()),
+        );
+    }
+    let pool_return = conn_back.map(|c| PoolReturn::new(ctx.pool.clone(), c));
+    Response::from_parts(parts, ProxyBody::upstream(body, pool_return))
+}
+
+/// Kong's X-Forwarded-* and X-Real-IP: taken from the client only when it is in
+/// `trusted_ips`, otherwise set from the connection.
+fn forwarded_headers(
+    conn: &ConnInfo,
+    h: &mut HeaderMap,
+    host: &str,
+    path: &str,
+    prefix: Option<&str>,
+) {
+    let ip = conn.peer.ip().to_string();
+    let xff = match h.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        Some(prev) if !prev.is_empty() => format!("{prev}, {ip}"),
+        _ => ip.clone(),
+    };
+    if let Ok(v) = HeaderValue::from_str(&xff) {
+        h.insert(X_FORWARDED_FOR.clone(), v);
+    }
+    let trusted = conn.trusted;
+    let set = |h: &mut HeaderMap, name: &HeaderName, value: &str| {
+        if trusted && h.contains_key(name) {
+            return;
+        }
+        if let Ok(v) = HeaderValue::from_str(value) {
+            h.insert(name.clone(), v);
+        }
+    };
+    set(
+        h,
+        &X_FORWARDED_PROTO,
+        if conn.tls { "https" } else { "http" },
+    );
+    set(h, &X_FORWARDED_HOST, host);
+    set(h, &X_FORWARDED_PORT, &conn.local_port.to_string());
+    set(h, &X_FORWARDED_PATH, path);
+    match prefix {
+        Some(p) => set(h, &X_FORWARDED_PREFIX, p),
+        None if !trusted => {
+            h.remove(&X_FORWARDED_PREFIX);
+        }
+        None => {}
+    }
+    set(h, &X_REAL_IP, &ip);
+}
+
+enum UpstreamError {
+    Timeout,
+    Failed,
+    NoPeer,
+    NameResolution,
+}
+
+async fn resolve(peer: &Peer) -> Result<SocketAddr, UpstreamError> {
+    if let Some(a) = peer.addr {
+        return Ok(a);
+    }
+    match tokio::net::lookup_host((&*peer.host, peer.port)).await {
+        Ok(mut it) => it.next().ok_or(UpstreamError::NameResolution),
+        Err(_) => Err(UpstreamError::NameResolution),
+    }
+}
+
+/// Sends the request to the service's upstream, retrying on connection failures (before any
+/// byte of the request was sent) up to `service.retries` times, on the next target when the
+/// service is balanced. Returns the response and, for pooled connections, the connection to
+/// hand back once the body is read.
+async fn send_upstream(
+    ctx: &Rc<WorkerCtx>,
+    _snap: &Snapshot,
+    service: &ServiceInfo,
+    mut req: Request<Incoming>,
+    preserved_host: Option<HeaderValue>,
+    upgrade: bool,
+) -> Result<(Response<Incoming>, Option<PooledConn>), UpstreamError> {
+    let mut failures = 0u32;
+    loop {
+        let (peer, balancer_host) = match &service.destination {
+            Destination::Direct(p) => (p, None),
+            Destination::Balanced(b) => match b.next() {
+                Some(p) => (p, b.host_header.clone()),
+                None => return Err(UpstreamError::NoPeer),
+            },
+            Destination::Unsupported(proto) => {
+                tracing::error!("service protocol '{proto}' is not proxied over HTTP");
+                return Err(UpstreamError::Failed);
+            }
+        };
+        let host_value = preserved_host
+            .clone()
+            .or(balancer_host)
+            .unwrap_or_else(|| peer.host_header.clone());
+        req.headers_mut().insert(header::HOST, host_value);
+        let addr = resolve(peer).await?;
+        let tls = service.tls.as_ref().map(|cfg| {
+            let name = rustls::pki_types::ServerName::try_from(
+                peer.host
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_string(),
+            )
+            .unwrap_or_else(|_| rustls::pki_types::ServerName::try_from("invalid").unwrap());
+            (cfg, name)
+        });
+        let key = PeerKey {
+            addr,
+            tls: tls
+                .as_ref()
+                .map(|(cfg, name)| (Arc::as_ptr(cfg) as usize, Arc::from(name.to_str().as_ref()))),
+        };
+
+        // An idle pooled connection first (never for upgrades: that connection is spliced).
+        let pooled = if upgrade {
+            None
+        } else {
+            ctx.pool.checkout(&key)
+        };
+        let reused = pooled.is_some();
+        let mut conn = match pooled {
+            Some(c) => c,
+            None => match ctx.pool.connect(&key, tls, service.connect_timeout).await {
+                Ok(c) => c,
+                Err(e) => {
+                    failures += 1;
+                    tracing::debug!("connect to {addr} failed: {e:?}");
+                    if failures > service.retries {
+                        return Err(match e {
+                            ConnectError::Timeout => UpstreamError::Timeout,
+                            _ => UpstreamError::Failed,
+                        });
+                    }
+                    continue;
+                }
+            },
+        };
+        if conn.sender.ready().await.is_err() {
+            // A pooled connection the upstream closed meanwhile: not a failure of the target.
+            if !reused {
+                failures += 1;
+            }
+            continue;
+        }
+        ctx.stats.upstream_requests.inc();
+        let fut = conn.sender.try_send_request(req);
+        match tokio::time::timeout(service.read_timeout, fut).await {
+            Err(_) => return Err(UpstreamError::Timeout),
+            Ok(Ok(resp)) => {
+                let reusable = !upgrade && resp.status() != StatusCode::SWITCHING_PROTOCOLS;
+                return Ok((resp, if reusable { Some(conn) } else { None }));
+            }
+            Ok(Err(mut e)) => match e.take_message() {
+                // Not sent at all: safe to try again, whatever the method.
+                Some(back) => {
+                    req = back;
+                    if !reused {
+                        failures += 1;
+                        if failures > service.retries {
+                            return Err(UpstreamError::Failed);
+                        }
+                    }
+                    continue;
+                }
+                None => {
+                    tracing::debug!("upstream {addr} failed mid-request: {}", e.error());
+                    return Err(UpstreamError::Failed);
+                }
+            },
+        }
+    }
+}

@@ -1,0 +1,418 @@
+//! Listeners and workers: one OS thread per worker, each with its own current-thread tokio
+//! runtime, its own `SO_REUSEPORT` listening sockets (the kernel spreads connections), its own
+//! upstream pool and counters. A connection never leaves the worker that accepted it.
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use turnpike_config::conf::ListenAddr;
+
+use crate::pool::Pool;
+use crate::proxy;
+use crate::snapshot::Snapshot;
+use crate::state::Gateway;
+use crate::stats::WorkerStats;
+use crate::tls;
+
+/// Runs hyper's HTTP/2 stream tasks on the worker's own thread.
+#[derive(Clone, Copy)]
+pub struct LocalExec;
+
+impl<F: Future + 'static> hyper::rt::Executor<F> for LocalExec {
+    fn execute(&self, fut: F) {
+        tokio::task::spawn_local(fut);
+    }
+}
+
+/// Everything a worker's request path uses, owned by that worker.
+/// The snapshot is held as `Rc<Arc<_>>` on purpose: cloning the `Rc` per request is a plain
+/// increment, while cloning the `Arc` would bounce its counter's cache line between workers.
+#[allow(clippy::redundant_allocation)]
+pub struct WorkerCtx {
+    pub gateway: Arc<Gateway>,
+    pub pool: Rc<Pool>,
+    pub stats: Arc<WorkerStats>,
+    snapshot: RefCell<(u64, Rc<Arc<Snapshot>>)>,
+    rng: Cell<u64>,
+}
+
+impl WorkerCtx {
+    /// The current snapshot. The shared pointer is only touched when the generation changed;
+    /// otherwise this is a relaxed load and a non-atomic reference-count bump.
+    #[inline]
+    pub fn snapshot(&self) -> Rc<Arc<Snapshot>> {
+        let gen = self.gateway.generation.load(Ordering::Acquire);
+        let mut cached = self.snapshot.borrow_mut();
+        if cached.0 != gen {
+            *cached = (gen, Rc::new(self.gateway.snapshot.load_full()));
+        }
+        cached.1.clone()
+    }
+
+    /// 32 hex characters of per-worker pseudo-randomness (wyrand), like Kong's request ids.
+    pub fn request_id(&self) -> http::HeaderValue {
+        let mut out = [0u8; 32];
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        for half in 0..2 {
+            let s = self.rng.get().wrapping_add(0xa076_1d64_78bd_642f);
+            self.rng.set(s);
+            let t = (s as u128).wrapping_mul((s ^ 0xe703_7ed1_a0b4_28db) as u128);
+            let v = ((t >> 64) as u64) ^ (t as u64);
+            for i in 0..16 {
+                out[half * 16 + i] = HEX[((v >> (i * 4)) & 0xf) as usize];
+            }
+        }
+        http::HeaderValue::from_bytes(&out).expect("hex is a valid header value")
+    }
+}
+
+/// Per-connection facts the request path needs.
+pub struct ConnInfo {
+    pub peer: SocketAddr,
+    pub local_port: u16,
+    pub tls: bool,
+    pub sni: Option<String>,
+    pub http1: bool,
+    pub trusted: bool,
+    pub requests: Cell<u64>,
+}
+
+/// A listening address bound for every worker.
+pub struct BoundListener {
+    pub spec: ListenAddr,
+    /// One socket per worker (SO_REUSEPORT), or one shared socket cloned per worker.
+    pub sockets: Vec<std::net::TcpListener>,
+}
+
+fn somaxconn() -> Option<u32> {
+    std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn bind_one(
+    spec: &ListenAddr,
+    reuseport: bool,
+    backlog: u32,
+) -> std::io::Result<std::net::TcpListener> {
+    let domain = if spec.addr.is_ipv6() {
+        Domain::IPV6
+    } else {
+        Domain::IPV4
+    };
+    let s = Socket::new(domain, Type::STREAM, Some(Protocol::TCP))?;
+    s.set_reuse_address(true)?;
+    if reuseport {
+        s.set_reuse_port(true)?;
+    }
+    if spec.addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    s.set_nodelay(true)?;
+    s.bind(&spec.addr.into())?;
+    s.listen(backlog.min(i32::MAX as u32) as i32)?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
+}
+
+/// Binds every listen address for `workers` workers. The backlog is clamped to the kernel's
+/// `net.core.somaxconn`, with a warning, since the kernel would silently clamp it anyway.
+pub fn bind(
+    specs: &[ListenAddr],
+    workers: usize,
+    warnings: &mut Vec<String>,
+) -> std::io::Result<Vec<BoundListener>> {
+    let max = somaxconn();
+    let mut out = Vec::new();
+    for spec in specs {
+        let mut backlog = spec.backlog;
+        if let Some(m) = max {
+            if backlog > m {
+                warnings.push(format!(
+                    "listen backlog {backlog} for {} exceeds net.core.somaxconn ({m}); using {m} (raise it with: sysctl -w net.core.somaxconn={backlog})",
+                    spec.addr
+                ));
+                backlog = m;
+            }
+        }
+        let mut sockets = Vec::with_capacity(workers);
+        if spec.reuseport && workers > 1 {
+            let first = bind_one(spec, true, backlog)?;
+            // Port 0 means "any": the other workers must share the port the first one got.
+            let mut spec2 = spec.clone();
+            spec2.addr = first.local_addr()?;
+            sockets.push(first);
+            for _ in 1..workers {
+                sockets.push(bind_one(&spec2, true, backlog)?);
+            }
+        } else {
+            let s = bind_one(spec, spec.reuseport, backlog)?;
+            for _ in 1..workers {
+                sockets.push(s.try_clone()?);
+            }
+            sockets.push(s);
+        }
+        let mut spec = spec.clone();
+        spec.addr = sockets[0].local_addr()?;
+        out.push(BoundListener { spec, sockets });
+    }
+    Ok(out)
+}
+
+/// Starts the workers; each serves every listener until `shutdown` turns true, then stops
+/// accepting, lets open connections finish (graceful HTTP/1 and HTTP/2 shutdown) and exits.
+pub fn start_workers(
+    gateway: Arc<Gateway>,
+    listeners: Vec<BoundListener>,
+    workers: usize,
+    shutdown: watch::Receiver<bool>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    let mut per_worker: Vec<Vec<(ListenAddr, std::net::TcpListener)>> =
+        (0..workers).map(|_| Vec::new()).collect();
+    for l in listeners {
+        for (i, s) in l.sockets.into_iter().enumerate() {
+            per_worker[i].push((l.spec.clone(), s));
+        }
+    }
+    let tls_h1 = tls::server_config(gateway.clone(), false);
+    let tls_h2 = tls::server_config(gateway.clone(), true);
+    per_worker
+        .into_iter()
+        .enumerate()
+        .map(|(i, socks)| {
+            let gateway = gateway.clone();
+            let shutdown = shutdown.clone();
+            let (tls_h1, tls_h2) = (tls_h1.clone(), tls_h2.clone());
+            std::thread::Builder::new()
+                .name(format!("turnpike-worker-{i}"))
+                .spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .expect("worker runtime");
+                    let local = tokio::task::LocalSet::new();
+                    local.block_on(
+                        &rt,
+                        worker_main(i, gateway, socks, shutdown, tls_h1, tls_h2),
+                    );
+                })
+                .expect("spawn worker thread")
+        })
+        .collect()
+}
+
+async fn worker_main(
+    index: usize,
+    gateway: Arc<Gateway>,
+    sockets: Vec<(ListenAddr, std::net::TcpListener)>,
+    shutdown: watch::Receiver<bool>,
+    tls_h1: Arc<rustls::ServerConfig>,
+    tls_h2: Arc<rustls::ServerConfig>,
+) {
+    let stats = gateway.stats.workers[index].clone();
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1)
+        ^ ((index as u64 + 1) << 48)
+        ^ std::process::id() as u64;
+    let ctx = Rc::new(WorkerCtx {
+        pool: Pool::new(gateway.settings.pool, stats.clone()),
+        snapshot: RefCell::new((u64::MAX, Rc::new(gateway.snapshot.load_full()))),
+        gateway,
+        stats,
+        rng: Cell::new(seed),
+    });
+    // Idle upstream connections past their timeout are closed even when no request comes.
+    let sweeper = {
+        let ctx = ctx.clone();
+        tokio::task::spawn_local(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                ctx.pool.sweep();
+            }
+        })
+    };
+    let mut accept_loops = Vec::new();
+    for (spec, sock) in sockets {
+        let listener = TcpListener::from_std(sock).expect("register listener");
+        let ctx = ctx.clone();
+        let shutdown = shutdown.clone();
+        let tls_cfg = if spec.ssl {
+            Some(if spec.http2 {
+                tls_h2.clone()
+            } else {
+                tls_h1.clone()
+            })
+        } else {
+            None
+        };
+        accept_loops.push(tokio::task::spawn_local(accept_loop(
+            ctx, listener, spec, tls_cfg, shutdown,
+        )));
+    }
+    for l in accept_loops {
+        let _ = l.await;
+    }
+    // Stopped accepting: wait for this worker's open connections to finish.
+    while ctx.stats.connections_active.load(Ordering::Relaxed) > 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    sweeper.abort();
+}
+
+async fn accept_loop(
+    ctx: Rc<WorkerCtx>,
+    listener: TcpListener,
+    spec: ListenAddr,
+    tls_cfg: Option<Arc<rustls::ServerConfig>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let acceptor = tls_cfg.map(tokio_rustls::TlsAcceptor::from);
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = shutdown.wait_for(|s| *s) => return,
+        };
+        let (stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!("accept on {} failed: {e}", spec.addr);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        ctx.stats.connections_accepted.inc();
+        ctx.stats.connections_active.fetch_add(1, Ordering::Relaxed);
+        let ctx = ctx.clone();
+        let acceptor = acceptor.clone();
+        let shutdown = shutdown.clone();
+        let http2 = spec.http2;
+        let local_port = spec.addr.port();
+        tokio::task::spawn_local(async move {
+            serve_connection(&ctx, stream, peer, local_port, acceptor, http2, shutdown).await;
+            ctx.stats.connections_active.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+}
+
+async fn serve_connection(
+    ctx: &Rc<WorkerCtx>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    local_port: u16,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    http2: bool,
+    shutdown: watch::Receiver<bool>,
+) {
+    let trusted = ctx.gateway.settings.is_trusted(peer.ip());
+    match acceptor {
+        None => {
+            let info = ConnInfo {
+                peer,
+                local_port,
+                tls: false,
+                sni: None,
+                http1: true,
+                trusted,
+                requests: Cell::new(0),
+            };
+            serve_http(ctx, TokioIo::new(stream), info, http2, false, shutdown).await
+        }
+        Some(acceptor) => {
+            let tls = match tokio::time::timeout(Duration::from_secs(60), acceptor.accept(stream))
+                .await
+            {
+                Ok(Ok(s)) => s,
+                _ => return,
+            };
+            let (_, session) = tls.get_ref();
+            let sni = session.server_name().map(|s| s.to_ascii_lowercase());
+            let h2 = session.alpn_protocol() == Some(b"h2");
+            let info = ConnInfo {
+                peer,
+                local_port,
+                tls: true,
+                sni,
+                http1: !h2,
+                trusted,
+                requests: Cell::new(0),
+            };
+            serve_http(ctx, TokioIo::new(tls), info, http2, h2, shutdown).await
+        }
+    }
+}
+
+async fn serve_http<I>(
+    ctx: &Rc<WorkerCtx>,
+    io: I,
+    info: ConnInfo,
+    http2_allowed: bool,
+    alpn_h2: bool,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let info = Rc::new(info);
+    let svc = {
+        let ctx = ctx.clone();
+        let info = info.clone();
+        service_fn(move |req| proxy::handle(ctx.clone(), info.clone(), req))
+    };
+    let settings = &ctx.gateway.settings;
+    // hyper's minimum read buffer is 8 KiB; a head larger than the buffer gets 431.
+    let max_buf = settings.max_header_size.max(8192);
+    if alpn_h2 {
+        let conn = hyper::server::conn::http2::Builder::new(LocalExec)
+            .timer(TokioTimer::new())
+            .serve_connection(io, svc);
+        tokio::pin!(conn);
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            _ = shutdown.wait_for(|s| *s) => conn.as_mut().graceful_shutdown(),
+        }
+        let _ = conn.await;
+    } else if http2_allowed {
+        let mut b = hyper_util::server::conn::auto::Builder::new(LocalExec);
+        b.http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(settings.keepalive_timeout)
+            .max_buf_size(max_buf);
+        b.http2().timer(TokioTimer::new());
+        let conn = b.serve_connection_with_upgrades(io, svc);
+        tokio::pin!(conn);
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            _ = shutdown.wait_for(|s| *s) => conn.as_mut().graceful_shutdown(),
+        }
+        let _ = conn.await;
+    } else {
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(settings.keepalive_timeout)
+            .max_buf_size(max_buf)
+            .serve_connection(io, svc)
+            .with_upgrades();
+        tokio::pin!(conn);
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            _ = shutdown.wait_for(|s| *s) => conn.as_mut().graceful_shutdown(),
+        }
+        let _ = conn.await;
+    }
+}

@@ -1,0 +1,274 @@
+//! A configuration snapshot: the validated entities plus everything compiled from them (router,
+//! per-service upstream settings, balancers, TLS certificates). Immutable once built; the data
+//! plane swaps a whole new one in.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::HeaderValue;
+use rustc_hash::FxHashMap;
+use turnpike_config::Config;
+use turnpike_router::Router;
+
+use crate::tls::{self, CertStore};
+
+pub struct Snapshot {
+    pub config: Config,
+    pub router: Router,
+    /// Aligned with `config.services`.
+    pub services: Vec<ServiceInfo>,
+    pub certs: CertStore,
+}
+
+/// Where a service's traffic goes.
+pub enum Destination {
+    /// A host name or IP and port.
+    Direct(Peer),
+    /// An `upstreams` entity (the service's host names it).
+    Balanced(Arc<Balancer>),
+    /// The service's protocol is not one the HTTP proxy serves (tcp, grpc, ...).
+    Unsupported(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct Peer {
+    pub host: Arc<str>,
+    pub port: u16,
+    /// Known at compile time when the host is an IP address.
+    pub addr: Option<SocketAddr>,
+    /// The Host header for this peer (`host` or `host:port` when the port is not the default).
+    pub host_header: HeaderValue,
+}
+
+pub struct ServiceInfo {
+    pub https: bool,
+    pub path: Option<String>,
+    pub destination: Destination,
+    pub connect_timeout: Duration,
+    pub read_timeout: Duration,
+    pub write_timeout: Duration,
+    pub retries: u32,
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+/// Smooth weighted round-robin over an upstream's targets (weight 0 takes a target out).
+pub struct Balancer {
+    pub peers: Vec<Peer>,
+    /// One period of the smooth weighted round-robin sequence, as indices into `peers`.
+    schedule: Vec<u32>,
+    cursor: AtomicUsize,
+    pub host_header: Option<HeaderValue>,
+}
+
+impl Balancer {
+    fn new(peers: Vec<(Peer, u32)>, host_header: Option<HeaderValue>) -> Balancer {
+        let weights: Vec<i64> = peers.iter().map(|(_, w)| *w as i64).collect();
+        let total: i64 = weights.iter().sum();
+        let mut schedule = Vec::new();
+        if total > 0 {
+            // One full period of nginx's smooth weighted round-robin, reduced by the gcd so it
+            // stays short (at most 10k entries: long enough to keep the weights' ratios).
+            let g = weights
+                .iter()
+                .filter(|w| **w > 0)
+                .fold(0i64, |a, b| gcd(a, *b));
+            let period = (total / g).min(10_000);
+            let mut current = vec![0i64; weights.len()];
+            for _ in 0..period {
+                let mut best = 0;
+                for i in 0..weights.len() {
+                    current[i] += weights[i];
+                    if current[i] > current[best] {
+                        best = i;
+                    }
+                }
+                current[best] -= total;
+                schedule.push(best as u32);
+            }
+        }
+        Balancer {
+            peers: peers.into_iter().map(|(p, _)| p).collect(),
+            schedule,
+            cursor: AtomicUsize::new(0),
+            host_header,
+        }
+    }
+
+    /// The next peer; `None` when every target has weight 0.
+    pub fn next(&self) -> Option<&Peer> {
+        if self.schedule.is_empty() {
+            return None;
+        }
+        let i = self.cursor.fetch_add(1, Ordering::Relaxed) % self.schedule.len();
+        Some(&self.peers[self.schedule[i] as usize])
+    }
+}
+
+fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+fn host_header(host: &str, port: u16, https: bool) -> HeaderValue {
+    let default = if https { 443 } else { 80 };
+    let v = if port == default {
+        host.to_string()
+    } else {
+        format!("{host}:{port}")
+    };
+    HeaderValue::from_str(&v).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
+}
+
+fn peer(host: &str, port: u16, https: bool) -> Peer {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let addr = bare
+        .parse::<IpAddr>()
+        .ok()
+        .map(|ip| SocketAddr::new(ip, port));
+    Peer {
+        host: host.into(),
+        port,
+        addr,
+        host_header: host_header(host, port, https),
+    }
+}
+
+impl Snapshot {
+    pub fn empty() -> Snapshot {
+        Snapshot::compile(Config::default()).expect("an empty config compiles")
+    }
+
+    pub fn compile(config: Config) -> Result<Snapshot, String> {
+        let router = Router::build(&config).map_err(|e| e.to_string())?;
+        let certs = CertStore::build(&config)?;
+        let cert_by_id: FxHashMap<&str, (&str, &str)> = config
+            .certificates
+            .iter()
+            .map(|c| (c.id.as_str(), (c.cert.as_str(), c.key.as_str())))
+            .collect();
+        let ca_by_id: FxHashMap<&str, &str> = config
+            .ca_certificates
+            .iter()
+            .map(|c| (c.id.as_str(), c.cert.as_str()))
+            .collect();
+
+        let mut balancers: FxHashMap<&str, Arc<Balancer>> = FxHashMap::default();
+        for u in &config.upstreams {
+            let peers = config
+                .targets
+                .iter()
+                .filter(|t| t.upstream.id == u.id)
+                .map(|t| {
+                    let (h, p) = t.target.rsplit_once(':').unwrap_or((&t.target, "8000"));
+                    (peer(h, p.parse().unwrap_or(8000), false), t.weight)
+                })
+                .collect();
+            let hh = u
+                .host_header
+                .as_deref()
+                .and_then(|h| HeaderValue::from_str(h).ok());
+            balancers.insert(u.name.as_str(), Arc::new(Balancer::new(peers, hh)));
+        }
+
+        let mut services = Vec::with_capacity(config.services.len());
+        for s in &config.services {
+            let https = s.protocol == "https" || s.protocol == "wss";
+            let destination = if !matches!(s.protocol.as_str(), "http" | "https" | "ws" | "wss") {
+                Destination::Unsupported(s.protocol.clone())
+            } else if let Some(b) = balancers.get(s.host.as_str()) {
+                Destination::Balanced(b.clone())
+            } else {
+                Destination::Direct(peer(&s.host, s.port, https))
+            };
+            let tls = if https {
+                let client = match &s.client_certificate {
+                    Some(fk) => Some(*cert_by_id.get(fk.id.as_str()).ok_or_else(|| {
+                        format!("service {}: client_certificate {} not found", s.id, fk.id)
+                    })?),
+                    None => None,
+                };
+                let cas: Vec<&str> = s
+                    .ca_certificates
+                    .iter()
+                    .flatten()
+                    .map(|id| {
+                        ca_by_id.get(id.as_str()).copied().ok_or_else(|| {
+                            format!("service {}: ca_certificate {id} not found", s.id)
+                        })
+                    })
+                    .collect::<Result<_, _>>()?;
+                Some(
+                    tls::client_config(s.tls_verify.unwrap_or(false), &cas, client)
+                        .map_err(|e| format!("service {}: {e}", s.id))?,
+                )
+            } else {
+                None
+            };
+            services.push(ServiceInfo {
+                https,
+                path: s.path.clone(),
+                destination,
+                connect_timeout: Duration::from_millis(s.connect_timeout as u64),
+                read_timeout: Duration::from_millis(s.read_timeout as u64),
+                write_timeout: Duration::from_millis(s.write_timeout as u64),
+                retries: s.retries as u32,
+                tls,
+            });
+        }
+        Ok(Snapshot {
+            config,
+            router,
+            services,
+            certs,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peers(n: usize) -> Vec<(Peer, u32)> {
+        (0..n)
+            .map(|i| (peer(&format!("10.0.0.{i}"), 80, false), 0))
+            .collect()
+    }
+
+    #[test]
+    fn smooth_weighted_round_robin_respects_weights() {
+        let mut p = peers(3);
+        p[0].1 = 5;
+        p[1].1 = 1;
+        p[2].1 = 1;
+        let b = Balancer::new(p, None);
+        let mut counts = [0; 3];
+        for _ in 0..700 {
+            let n = b.next().unwrap();
+            let i: usize = n.host.rsplit('.').next().unwrap().parse().unwrap();
+            counts[i] += 1;
+        }
+        assert_eq!(counts, [500, 100, 100]);
+        // Smooth: the heavy target is never picked more than 5 times in a row... and the light
+        // ones are interleaved (nginx's sequence for 5,1,1 is a a b a c a a).
+        let seq: Vec<u32> = b.schedule.clone();
+        assert_eq!(seq, vec![0, 0, 1, 0, 2, 0, 0]);
+    }
+
+    #[test]
+    fn zero_weight_takes_targets_out() {
+        let b = Balancer::new(peers(2), None);
+        assert!(b.next().is_none());
+    }
+
+    #[test]
+    fn host_header_has_port_only_when_not_default() {
+        assert_eq!(host_header("a", 80, false), "a");
+        assert_eq!(host_header("a", 8080, false), "a:8080");
+        assert_eq!(host_header("a", 443, true), "a");
+    }
+}

@@ -1,0 +1,171 @@
+//! The gateway's shared state: the current configuration snapshot (swapped atomically), the
+//! settings derived from the node configuration, and the counters.
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use rustls::sign::CertifiedKey;
+use turnpike_config::conf::{parse_cidr, Conf, HeaderSet};
+use turnpike_config::Config;
+
+use crate::pool::PoolSettings;
+use crate::snapshot::Snapshot;
+use crate::stats::Stats;
+
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// `release` or `debug`: how this binary was built.
+pub const BUILD_PROFILE: &str = if cfg!(debug_assertions) {
+    "debug"
+} else {
+    "release"
+};
+
+/// Settings the request path reads, fixed at start.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub headers: HeaderSet,
+    pub headers_upstream_request_id: bool,
+    pub keepalive_requests: u64,
+    pub keepalive_timeout: Duration,
+    pub pool: PoolSettings,
+    pub trusted_ips: Vec<(IpAddr, u8)>,
+    pub max_header_size: usize,
+    /// `turnpike/<version>` for Server and Via.
+    pub server_token: String,
+}
+
+impl Settings {
+    pub fn from_conf(conf: &Conf) -> Settings {
+        Settings {
+            headers: conf.headers,
+            headers_upstream_request_id: conf.headers_upstream_request_id,
+            keepalive_requests: conf.keepalive_requests,
+            keepalive_timeout: conf.keepalive_timeout,
+            pool: PoolSettings {
+                size: conf.upstream_keepalive_pool_size,
+                max_requests: conf.upstream_keepalive_max_requests,
+                idle_timeout: conf.upstream_keepalive_idle_timeout,
+            },
+            trusted_ips: conf
+                .trusted_ips
+                .iter()
+                .filter_map(|s| parse_cidr(s))
+                .collect(),
+            max_header_size: conf.max_header_size,
+            server_token: format!("turnpike/{VERSION}"),
+        }
+    }
+
+    pub fn is_trusted(&self, ip: IpAddr) -> bool {
+        self.trusted_ips
+            .iter()
+            .any(|(net, len)| cidr_contains(*net, *len, ip))
+    }
+}
+
+fn cidr_contains(net: IpAddr, len: u8, ip: IpAddr) -> bool {
+    let ip = match (net, ip) {
+        (IpAddr::V4(_), IpAddr::V6(v6)) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => return false,
+        },
+        _ => ip,
+    };
+    match (net, ip) {
+        (IpAddr::V4(n), IpAddr::V4(i)) => {
+            let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+            u32::from(n) & mask == u32::from(i) & mask
+        }
+        (IpAddr::V6(n), IpAddr::V6(i)) => {
+            let mask = if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - len)
+            };
+            u128::from(n) & mask == u128::from(i) & mask
+        }
+        _ => false,
+    }
+}
+
+pub struct Gateway {
+    pub snapshot: ArcSwap<Snapshot>,
+    /// Bumped on every swap; workers compare it to their cached copy.
+    pub generation: AtomicU64,
+    pub settings: Settings,
+    pub stats: Stats,
+    pub default_cert: Arc<CertifiedKey>,
+    pub reloads: AtomicU64,
+    /// Serialises reloads (SIGHUP and `POST /config`); never taken on the request path.
+    reload_lock: Mutex<()>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("generation", &self.generation)
+            .finish()
+    }
+}
+
+impl Gateway {
+    pub fn new(settings: Settings, workers: usize, default_cert: Arc<CertifiedKey>) -> Gateway {
+        Gateway {
+            snapshot: ArcSwap::from_pointee(Snapshot::empty()),
+            generation: AtomicU64::new(0),
+            settings,
+            stats: Stats::new(workers),
+            default_cert,
+            reloads: AtomicU64::new(0),
+            reload_lock: Mutex::new(()),
+        }
+    }
+
+    /// Compiles `config` and swaps it in. On error the current snapshot stays in place.
+    /// In-flight requests finish on the snapshot they started with.
+    pub fn apply(&self, config: Config) -> Result<(), String> {
+        let _guard = self.reload_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let snap = Snapshot::compile(config)?;
+        self.snapshot.store(Arc::new(snap));
+        self.generation.fetch_add(1, Ordering::Release);
+        self.reloads.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    pub fn config_hash(&self) -> String {
+        let h = self.snapshot.load().config.hash.clone();
+        if h.is_empty() {
+            // Kong's hash of an empty configuration.
+            "00000000000000000000000000000000".into()
+        } else {
+            h
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cidrs() {
+        let n: IpAddr = "10.0.0.0".parse().unwrap();
+        assert!(cidr_contains(n, 8, "10.1.2.3".parse().unwrap()));
+        assert!(!cidr_contains(n, 8, "11.1.2.3".parse().unwrap()));
+        assert!(cidr_contains(n, 8, "::ffff:10.9.9.9".parse().unwrap()));
+        assert!(cidr_contains(
+            "::".parse().unwrap(),
+            0,
+            "2001:db8::1".parse().unwrap()
+        ));
+        assert!(cidr_contains(
+            "0.0.0.0".parse().unwrap(),
+            0,
+            "1.2.3.4".parse().unwrap()
+        ));
+    }
+}

@@ -1,0 +1,294 @@
+//! TLS: server certificates (SNI → certificate from the `certificates`/`snis` entities, a
+//! default certificate otherwise, generated under the prefix when `ssl_cert` is not given, as
+//! Kong does) and upstream client configurations.
+
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use rustc_hash::FxHashMap;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls::{DigitallySignedStruct, SignatureScheme};
+
+use crate::state::Gateway;
+
+pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Parses a PEM certificate chain and private key into a signing key.
+pub fn certified_key(cert_pem: &str, key_pem: &str) -> Result<Arc<CertifiedKey>, String> {
+    let certs: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut cert_pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("invalid certificate: {e}"))?;
+    if certs.is_empty() {
+        return Err("invalid certificate: no certificate found in PEM".into());
+    }
+    let key = private_key(key_pem)?;
+    let signing = rustls::crypto::ring::sign::any_supported_type(&key)
+        .map_err(|e| format!("invalid key: {e}"))?;
+    let ck = CertifiedKey::new(certs, signing);
+    ck.keys_match()
+        .map_err(|e| format!("certificate does not match key: {e}"))?;
+    Ok(Arc::new(ck))
+}
+
+fn private_key(pem: &str) -> Result<PrivateKeyDer<'static>, String> {
+    rustls_pemfile::private_key(&mut pem.as_bytes())
+        .map_err(|e| format!("invalid key: {e}"))?
+        .ok_or_else(|| "invalid key: no private key found in PEM".to_string())
+}
+
+/// Certificates selected by SNI, compiled with each configuration snapshot.
+#[derive(Default)]
+pub struct CertStore {
+    exact: FxHashMap<String, Arc<CertifiedKey>>,
+    /// `*.example.com` stored as `.example.com`.
+    suffix: Vec<(String, Arc<CertifiedKey>)>,
+    /// `example.*` stored as `example.`.
+    prefix: Vec<(String, Arc<CertifiedKey>)>,
+}
+
+impl CertStore {
+    pub fn build(config: &turnpike_config::Config) -> Result<CertStore, String> {
+        let mut keys: FxHashMap<&str, Arc<CertifiedKey>> = FxHashMap::default();
+        for c in &config.certificates {
+            let k =
+                certified_key(&c.cert, &c.key).map_err(|e| format!("certificate {}: {e}", c.id))?;
+            keys.insert(c.id.as_str(), k);
+        }
+        let mut store = CertStore::default();
+        for sni in &config.snis {
+            let Some(k) = keys.get(sni.certificate.id.as_str()) else {
+                continue;
+            };
+            if let Some(s) = sni.name.strip_prefix('*') {
+                store.suffix.push((s.to_string(), k.clone()));
+            } else if let Some(p) = sni.name.strip_suffix('*') {
+                store.prefix.push((p.to_string(), k.clone()));
+            } else {
+                store.exact.insert(sni.name.clone(), k.clone());
+            }
+        }
+        // Longest wildcard first, so the most specific one wins.
+        store.suffix.sort_by_key(|e| std::cmp::Reverse(e.0.len()));
+        store.prefix.sort_by_key(|e| std::cmp::Reverse(e.0.len()));
+        Ok(store)
+    }
+
+    pub fn find(&self, name: &str) -> Option<Arc<CertifiedKey>> {
+        if let Some(k) = self.exact.get(name) {
+            return Some(k.clone());
+        }
+        if let Some((_, k)) = self
+            .suffix
+            .iter()
+            .find(|(s, _)| name.len() > s.len() && name.ends_with(s.as_str()))
+        {
+            return Some(k.clone());
+        }
+        self.prefix
+            .iter()
+            .find(|(p, _)| name.len() > p.len() && name.starts_with(p.as_str()))
+            .map(|(_, k)| k.clone())
+    }
+}
+
+/// Picks the certificate for a handshake from the current snapshot.
+#[derive(Debug)]
+pub struct SniResolver {
+    pub gateway: Arc<Gateway>,
+}
+
+impl ResolvesServerCert for SniResolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        if let Some(name) = hello.server_name() {
+            let name = name.to_ascii_lowercase();
+            if let Some(k) = self.gateway.snapshot.load().certs.find(&name) {
+                return Some(k);
+            }
+        }
+        Some(self.gateway.default_cert.clone())
+    }
+}
+
+pub fn server_config(gateway: Arc<Gateway>, http2: bool) -> Arc<rustls::ServerConfig> {
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default TLS versions")
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(SniResolver { gateway }));
+    cfg.alpn_protocols = if http2 {
+        vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+    } else {
+        vec![b"http/1.1".to_vec()]
+    };
+    Arc::new(cfg)
+}
+
+/// Loads the default certificate: `ssl_cert`/`ssl_cert_key` when given (paths or PEM content),
+/// otherwise a self-signed one generated once under `<prefix>/ssl/`.
+pub fn default_certificate(
+    prefix: &Path,
+    cert: Option<&str>,
+    key: Option<&str>,
+) -> Result<Arc<CertifiedKey>, String> {
+    let read = |v: &str| -> Result<String, String> {
+        if v.contains("-----BEGIN") {
+            Ok(v.to_string())
+        } else {
+            std::fs::read_to_string(v).map_err(|e| format!("cannot read {v}: {e}"))
+        }
+    };
+    if let (Some(c), Some(k)) = (cert, key) {
+        return certified_key(&read(c)?, &read(k)?);
+    }
+    let dir = prefix.join("ssl");
+    let cert_path = dir.join("turnpike-default.crt");
+    let key_path = dir.join("turnpike-default.key");
+    if cert_path.exists() && key_path.exists() {
+        return certified_key(
+            &read(cert_path.to_str().unwrap())?,
+            &read(key_path.to_str().unwrap())?,
+        );
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let key = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
+    let mut params =
+        rcgen::CertificateParams::new(vec!["localhost".to_string()]).map_err(|e| e.to_string())?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "localhost");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "Turnpike");
+    let cert = params.self_signed(&key).map_err(|e| e.to_string())?;
+    std::fs::write(&cert_path, cert.pem())
+        .map_err(|e| format!("cannot write {}: {e}", cert_path.display()))?;
+    write_private(&key_path, &key.serialize_pem())?;
+    certified_key(&cert.pem(), &key.serialize_pem())
+}
+
+fn write_private(path: &Path, content: &str) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    f.write_all(content.as_bytes()).map_err(|e| e.to_string())
+}
+
+/// Accepts any upstream certificate: Kong's behaviour when a service's `tls_verify` is unset
+/// (nginx's `proxy_ssl_verify off`).
+#[derive(Debug)]
+struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for NoVerify {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// The client configuration shared by every service without verification or client
+/// certificate; one instance for the process so pooled connections survive reloads.
+pub fn unverified_client_config() -> Arc<rustls::ClientConfig> {
+    static CFG: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
+    CFG.get_or_init(|| {
+        let p = provider();
+        let mut c = rustls::ClientConfig::builder_with_provider(p.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoVerify(p)))
+            .with_no_client_auth();
+        c.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Arc::new(c)
+    })
+    .clone()
+}
+
+/// A client configuration for a service with `tls_verify`, `ca_certificates` or a
+/// `client_certificate`.
+pub fn client_config(
+    verify: bool,
+    ca_pems: &[&str],
+    client_cert: Option<(&str, &str)>,
+) -> Result<Arc<rustls::ClientConfig>, String> {
+    if !verify && client_cert.is_none() {
+        return Ok(unverified_client_config());
+    }
+    let p = provider();
+    let builder = rustls::ClientConfig::builder_with_provider(p.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap();
+    let builder = if verify {
+        let mut roots = rustls::RootCertStore::empty();
+        if ca_pems.is_empty() {
+            for c in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(c);
+            }
+        } else {
+            for pem in ca_pems {
+                for c in rustls_pemfile::certs(&mut pem.as_bytes()) {
+                    let c = c.map_err(|e| format!("invalid CA certificate: {e}"))?;
+                    roots
+                        .add(c)
+                        .map_err(|e| format!("invalid CA certificate: {e}"))?;
+                }
+            }
+        }
+        builder.with_root_certificates(roots)
+    } else {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoVerify(p)))
+    };
+    let mut cfg = match client_cert {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            let certs: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut cert.as_bytes())
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("invalid client certificate: {e}"))?;
+            builder
+                .with_client_auth_cert(certs, private_key(key)?)
+                .map_err(|e| format!("invalid client certificate: {e}"))?
+        }
+    };
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
