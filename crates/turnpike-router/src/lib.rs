@@ -270,13 +270,18 @@ impl Router {
             if !accepts_http && !accepts_https {
                 continue;
             }
+            let service = route
+                .service
+                .as_ref()
+                .and_then(|s| service_index.get(s.id.as_str()).copied());
+            // Kong leaves routes of disabled services out of the router.
+            if service.is_some_and(|i| !config.services[i].enabled) {
+                continue;
+            }
             let entry = router.entries.len() as u32;
             router.entries.push(RouteEntry {
                 route_index: ri,
-                service_index: route
-                    .service
-                    .as_ref()
-                    .and_then(|s| service_index.get(s.id.as_str()).copied()),
+                service_index: service,
                 strip_path: route.strip_path,
                 preserve_host: route.preserve_host,
                 path_handling_v1: route.path_handling == "v1",

@@ -1,0 +1,504 @@
+//! Test harness: starts the real `turnpike` binary on free ports with a temp prefix, a real
+//! upstream HTTP server (hyper, in this process), and talks HTTP to them.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::{TcpListener, TcpStream};
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A real upstream: echoes what it received as JSON; `/status/N` answers N; `/delay/MS`
+/// sleeps first; `/bytes/N` streams N bytes; `/ws` accepts a WebSocket-style upgrade and
+/// echoes raw bytes. Counts the TCP connections it accepted.
+pub struct Upstream {
+    pub addr: SocketAddr,
+    pub connections: Arc<AtomicUsize>,
+    pub name: String,
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        // Tests drop upstreams inside their own runtime: don't block there.
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl Upstream {
+    pub fn start(name: &str) -> Upstream {
+        Self::start_on(name, 0)
+    }
+
+    pub fn start_on(name: &str, port: u16) -> Upstream {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let std_listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        std_listener.set_nonblocking(true).unwrap();
+        let addr = std_listener.local_addr().unwrap();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let conns = connections.clone();
+        let name_owned = name.to_string();
+        rt.spawn(async move {
+            let listener = TcpListener::from_std(std_listener).unwrap();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                conns.fetch_add(1, Ordering::SeqCst);
+                let name = name_owned.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req| upstream_handler(name.clone(), req));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .with_upgrades()
+                        .await;
+                });
+            }
+        });
+        Upstream {
+            addr,
+            connections,
+            name: name.to_string(),
+            rt: Some(rt),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+async fn upstream_handler(
+    name: String,
+    mut req: Request<Incoming>,
+) -> Result<Response<UpBody>, hyper::Error> {
+    let path = req.uri().path().to_string();
+    if path == "/ws" {
+        let upgrade = hyper::upgrade::on(&mut req);
+        tokio::spawn(async move {
+            if let Ok(up) = upgrade.await {
+                let mut io = TokioIo::new(up);
+                let (mut r, mut w) = tokio::io::split(&mut io);
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            }
+        });
+        let r = Response::builder()
+            .status(101)
+            .header("connection", "upgrade")
+            .header("upgrade", "websocket")
+            .body(UpBody::Full(Full::new(Bytes::new())))
+            .unwrap();
+        return Ok(r);
+    }
+    if let Some(ms) = path.strip_prefix("/delay/") {
+        let ms: u64 = ms.split('/').next().unwrap_or("0").parse().unwrap_or(0);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    if let Some(n) = path.strip_prefix("/bytes/") {
+        let n: usize = n.parse().unwrap_or(0);
+        let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+        tokio::spawn(async move {
+            let mut left = n;
+            while left > 0 {
+                let k = left.min(chunk.len());
+                if tx.send(chunk.slice(..k)).await.is_err() {
+                    return;
+                }
+                left -= k;
+            }
+        });
+        return Ok(Response::new(UpBody::Stream(rx)));
+    }
+    let status: u16 = path
+        .strip_prefix("/status/")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
+    let method = req.method().to_string();
+    let uri = req.uri().to_string();
+    let mut headers = BTreeMap::new();
+    for (k, v) in req.headers() {
+        headers
+            .entry(k.as_str().to_string())
+            .or_insert_with(|| String::from_utf8_lossy(v.as_bytes()).to_string());
+    }
+    let body = req.into_body().collect().await?.to_bytes();
+    let sum: u64 = body
+        .iter()
+        .fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(*b as u64));
+    let json = serde_json::json!({
+        "upstream": name, "method": method, "uri": uri, "headers": headers,
+        "body_len": body.len(), "body_sum": sum,
+    });
+    let r = Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .header("x-upstream", name)
+        .body(UpBody::Full(Full::new(Bytes::from(json.to_string()))))
+        .unwrap();
+    Ok(r)
+}
+
+/// The upstream's body: a fixed buffer, or chunks streamed from a channel.
+pub enum UpBody {
+    Full(Full<Bytes>),
+    Stream(tokio::sync::mpsc::Receiver<Bytes>),
+}
+
+impl hyper::body::Body for UpBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        match self.get_mut() {
+            UpBody::Full(f) => std::pin::Pin::new(f).poll_frame(cx),
+            UpBody::Stream(rx) => rx
+                .poll_recv(cx)
+                .map(|o| o.map(|b| Ok(hyper::body::Frame::data(b)))),
+        }
+    }
+}
+
+/// A running gateway process, killed on drop.
+pub struct Gateway {
+    pub child: Child,
+    pub proxy: SocketAddr,
+    pub proxy_tls: SocketAddr,
+    pub admin: SocketAddr,
+    pub dir: tempfile::TempDir,
+    pub log: PathBuf,
+    pub config_file: PathBuf,
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_turnpike")
+}
+
+pub struct GatewayBuilder {
+    yaml: String,
+    env: Vec<(String, String)>,
+}
+
+impl GatewayBuilder {
+    pub fn env(mut self, k: &str, v: &str) -> Self {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+
+    pub fn start(self) -> Gateway {
+        let dir = tempfile::tempdir().unwrap();
+        let config_file = dir.path().join("kong.yml");
+        std::fs::write(&config_file, &self.yaml).unwrap();
+        let (p, t, a) = (free_port(), free_port(), free_port());
+        let log = dir.path().join("turnpike.log");
+        let mut cmd = Command::new(bin());
+        cmd.arg("start")
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("TURNPIKE_PREFIX", dir.path().join("prefix"))
+            .env(
+                "TURNPIKE_PROXY_LISTEN",
+                format!("127.0.0.1:{p} reuseport, 127.0.0.1:{t} ssl http2 reuseport"),
+            )
+            .env("TURNPIKE_ADMIN_LISTEN", format!("127.0.0.1:{a}"))
+            .env("TURNPIKE_DECLARATIVE_CONFIG", &config_file)
+            .env("TURNPIKE_NGINX_WORKER_PROCESSES", "2")
+            .env("TURNPIKE_LOG_LEVEL", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("start turnpike");
+        let gw = Gateway {
+            child,
+            proxy: format!("127.0.0.1:{p}").parse().unwrap(),
+            proxy_tls: format!("127.0.0.1:{t}").parse().unwrap(),
+            admin: format!("127.0.0.1:{a}").parse().unwrap(),
+            dir,
+            log,
+            config_file,
+        };
+        gw.wait_ready();
+        gw
+    }
+}
+
+impl Gateway {
+    pub fn with_config(yaml: &str) -> GatewayBuilder {
+        GatewayBuilder {
+            yaml: yaml.to_string(),
+            env: Vec::new(),
+        }
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if std::net::TcpStream::connect(self.admin).is_ok()
+                && std::net::TcpStream::connect(self.proxy).is_ok()
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("gateway did not start:\n{}", self.log_text());
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub async fn status(&self) -> serde_json::Value {
+        let r = send(
+            self.admin,
+            req("GET", "/status").body(Full::new(Bytes::new())).unwrap(),
+        )
+        .await;
+        serde_json::from_slice(&r.body).unwrap()
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub struct Reply {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Reply {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
+    }
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+pub fn req(method: &str, path: &str) -> http::request::Builder {
+    Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "localhost")
+}
+
+/// One request over a new HTTP/1.1 connection.
+pub async fn send<B>(addr: SocketAddr, request: Request<B>) -> Reply
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let resp = sender.send_request(request).await.unwrap();
+    collect(resp).await
+}
+
+pub async fn collect(resp: Response<Incoming>) -> Reply {
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+pub async fn get(addr: SocketAddr, host: &str, path: &str) -> Reply {
+    send(
+        addr,
+        Request::get(path)
+            .header("host", host)
+            .body(Full::new(Bytes::new()))
+            .unwrap(),
+    )
+    .await
+}
+
+/// A TLS client that accepts any certificate and reports which one it got.
+pub fn tls_client(alpn: &[&[u8]]) -> tokio_rustls::TlsConnector {
+    #[derive(Debug)]
+    struct AcceptAll;
+    impl rustls::client::danger::ServerCertVerifier for AcceptAll {
+        fn verify_server_cert(
+            &self,
+            _: &rustls::pki_types::CertificateDer<'_>,
+            _: &[rustls::pki_types::CertificateDer<'_>],
+            _: &rustls::pki_types::ServerName<'_>,
+            _: &[u8],
+            _: rustls::pki_types::UnixTime,
+        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        }
+        fn verify_tls12_signature(
+            &self,
+            _: &[u8],
+            _: &rustls::pki_types::CertificateDer<'_>,
+            _: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+        }
+        fn verify_tls13_signature(
+            &self,
+            _: &[u8],
+            _: &rustls::pki_types::CertificateDer<'_>,
+            _: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+        }
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            rustls::crypto::ring::default_provider()
+                .signature_verification_algorithms
+                .supported_schemes()
+        }
+    }
+    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .dangerous()
+    .with_custom_certificate_verifier(Arc::new(AcceptAll))
+    .with_no_client_auth();
+    cfg.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
+    tokio_rustls::TlsConnector::from(Arc::new(cfg))
+}
+
+/// A GET over TLS with the given SNI; returns the reply, the certificate's DER and the ALPN.
+pub async fn get_tls(
+    addr: SocketAddr,
+    sni: &str,
+    path: &str,
+    h2: bool,
+) -> (Reply, Vec<u8>, Option<Vec<u8>>) {
+    let alpn: &[&[u8]] = if h2 { &[b"h2"] } else { &[b"http/1.1"] };
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from(sni.to_string()).unwrap();
+    let tls = tls_client(alpn).connect(name, stream).await.unwrap();
+    let (_, session) = tls.get_ref();
+    let cert = session.peer_certificates().unwrap()[0].to_vec();
+    let proto = session.alpn_protocol().map(|p| p.to_vec());
+    let reply = if h2 {
+        let (mut sender, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        let uri = format!("https://{sni}{path}");
+        let resp = sender
+            .send_request(Request::get(uri).body(Full::new(Bytes::new())).unwrap())
+            .await
+            .unwrap();
+        collect(resp).await
+    } else {
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let resp = sender
+            .send_request(
+                Request::get(path)
+                    .header("host", sni)
+                    .body(Full::new(Bytes::new()))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        collect(resp).await
+    };
+    (reply, cert, proto)
+}
+
+/// Self-signed certificate and key PEMs for `name`.
+pub fn cert_for(name: &str) -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec![name.to_string()]).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    let cert = params.self_signed(&key).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+/// Runs the binary with arguments; returns (exit success, stdout + stderr).
+pub fn run(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    let mut cmd = Command::new(bin());
+    cmd.args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
