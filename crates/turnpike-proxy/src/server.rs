@@ -323,16 +323,20 @@ async fn serve_connection(
     let trusted = ctx.gateway.settings.is_trusted(peer.ip());
     match acceptor {
         None => {
+            // With the http2 flag a plain listener also speaks h2c with prior knowledge: the
+            // client's first bytes tell which.
+            let h2c = http2
+                && starts_with_h2_preface(&stream, ctx.gateway.settings.keepalive_timeout).await;
             let info = ConnInfo {
                 peer,
                 local_port,
                 tls: false,
                 sni: None,
-                http1: true,
+                http1: !h2c,
                 trusted,
                 requests: Cell::new(0),
             };
-            serve_http(ctx, TokioIo::new(stream), info, http2, false, shutdown).await
+            serve_http(ctx, TokioIo::new(stream), info, h2c, shutdown).await
         }
         Some(acceptor) => {
             let tls = match tokio::time::timeout(Duration::from_secs(60), acceptor.accept(stream))
@@ -353,8 +357,30 @@ async fn serve_connection(
                 trusted,
                 requests: Cell::new(0),
             };
-            serve_http(ctx, TokioIo::new(tls), info, http2, h2, shutdown).await
+            serve_http(ctx, TokioIo::new(tls), info, h2, shutdown).await
         }
+    }
+}
+
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Peeks at the first bytes of a plain connection: true when they are HTTP/2's preface.
+async fn starts_with_h2_preface(stream: &TcpStream, wait: Duration) -> bool {
+    let mut buf = [0u8; 24];
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let n = match tokio::time::timeout_at(deadline, stream.peek(&mut buf)).await {
+            Ok(Ok(n)) => n,
+            _ => return false,
+        };
+        if n == 0 || buf[..n] != H2_PREFACE[..n] {
+            return false;
+        }
+        if n == H2_PREFACE.len() {
+            return true;
+        }
+        // A partial preface: wait for more bytes.
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
 
@@ -362,8 +388,7 @@ async fn serve_http<I>(
     ctx: &Rc<WorkerCtx>,
     io: I,
     info: ConnInfo,
-    http2_allowed: bool,
-    alpn_h2: bool,
+    h2: bool,
     mut shutdown: watch::Receiver<bool>,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
@@ -377,24 +402,10 @@ async fn serve_http<I>(
     let settings = &ctx.gateway.settings;
     // hyper's minimum read buffer is 8 KiB; a head larger than the buffer gets 431.
     let max_buf = settings.max_header_size.max(8192);
-    if alpn_h2 {
+    if h2 {
         let conn = hyper::server::conn::http2::Builder::new(LocalExec)
             .timer(TokioTimer::new())
             .serve_connection(io, svc);
-        tokio::pin!(conn);
-        tokio::select! {
-            _ = conn.as_mut() => return,
-            _ = shutdown.wait_for(|s| *s) => conn.as_mut().graceful_shutdown(),
-        }
-        let _ = conn.await;
-    } else if http2_allowed {
-        let mut b = hyper_util::server::conn::auto::Builder::new(LocalExec);
-        b.http1()
-            .timer(TokioTimer::new())
-            .header_read_timeout(settings.keepalive_timeout)
-            .max_buf_size(max_buf);
-        b.http2().timer(TokioTimer::new());
-        let conn = b.serve_connection_with_upgrades(io, svc);
         tokio::pin!(conn);
         tokio::select! {
             _ = conn.as_mut() => return,

@@ -213,6 +213,15 @@ impl GatewayBuilder {
     }
 
     pub fn start(self) -> Gateway {
+        self.start_with(false)
+    }
+
+    /// Like `start`, with the http2 flag on the plain listener too (h2c prior knowledge).
+    pub fn start_h2(self) -> Gateway {
+        self.start_with(true)
+    }
+
+    fn start_with(self, h2c: bool) -> Gateway {
         let dir = tempfile::tempdir().unwrap();
         let config_file = dir.path().join("kong.yml");
         std::fs::write(&config_file, &self.yaml).unwrap();
@@ -225,7 +234,10 @@ impl GatewayBuilder {
             .env("TURNPIKE_PREFIX", dir.path().join("prefix"))
             .env(
                 "TURNPIKE_PROXY_LISTEN",
-                format!("127.0.0.1:{p} reuseport, 127.0.0.1:{t} ssl http2 reuseport"),
+                format!(
+                    "127.0.0.1:{p} reuseport{}, 127.0.0.1:{t} ssl http2 reuseport",
+                    if h2c { " http2" } else { "" }
+                ),
             )
             .env("TURNPIKE_ADMIN_LISTEN", format!("127.0.0.1:{a}"))
             .env("TURNPIKE_DECLARATIVE_CONFIG", &config_file)
