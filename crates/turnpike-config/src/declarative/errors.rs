@@ -155,7 +155,10 @@ impl DeclarativeError {
         let mut body = json!({
             "code": 14,
             "name": "invalid declarative configuration",
-            "message": format!("declarative config is invalid: {}", self.summary()),
+            "message": match &self.message {
+                Some(m) => m.clone(),
+                None => format!("declarative config is invalid: {}", self.summary()),
+            },
             "fields": self.fields(),
         });
         if flatten {

@@ -1,0 +1,378 @@
+//! Configuration reloads (POST /config, SIGHUP) under load, bad configuration, bad requests and
+//! graceful shutdown.
+
+mod common;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http_body_util::Full;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn cfg(up: &Upstream, path: &str) -> String {
+    format!("_format_version: '3.0'\nservices: [{{name: s, url: '{}', routes: [{{name: r, paths: [{path}]}}]}}]\n", up.url())
+}
+
+async fn post_config(gw: &Gateway, body: &str, query: &str) -> Reply {
+    send(
+        gw.admin,
+        req("POST", &format!("/config{query}"))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap(),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn post_config_swaps_atomically_and_rejects_bad_configs() {
+    let up = Upstream::start("one");
+    let gw = Gateway::with_config(&cfg(&up, "/a")).start();
+    assert_eq!(get(gw.proxy, "localhost", "/a").await.status, 200);
+    assert_eq!(get(gw.proxy, "localhost", "/b").await.status, 404);
+
+    let r = post_config(
+        &gw,
+        &serde_json::json!({"config": cfg(&up, "/b")}).to_string(),
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    assert_eq!(r.json()["routes"][0]["paths"][0], "/b");
+    assert_eq!(get(gw.proxy, "localhost", "/b").await.status, 200);
+    assert_eq!(get(gw.proxy, "localhost", "/a").await.status, 404);
+
+    // Same config again with check_hash: 304, nothing reloaded.
+    let reloads = gw.status().await["config_reloads"].as_u64().unwrap();
+    let r = post_config(
+        &gw,
+        &serde_json::json!({"config": cfg(&up, "/b")}).to_string(),
+        "?check_hash=1",
+    )
+    .await;
+    assert_eq!(r.status, 304);
+    assert_eq!(
+        gw.status().await["config_reloads"].as_u64().unwrap(),
+        reloads
+    );
+
+    // A bad config: 400 in Kong's shape, flattened on request, and the old config stays.
+    let bad = "_format_version: '3.0'\nservices: [{name: s, port: 70000, routes: [{name: r, paths: [nope]}]}]\n";
+    let r = post_config(
+        &gw,
+        &serde_json::json!({"config": bad}).to_string(),
+        "?flatten_errors=1",
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    let j = r.json();
+    assert_eq!(j["code"], 14);
+    assert_eq!(j["name"], "invalid declarative configuration");
+    assert_eq!(
+        j["fields"]["services"][0]["port"],
+        "value should be between 0 and 65535"
+    );
+    let flat = j["flattened_errors"].as_array().unwrap();
+    assert!(
+        flat.iter()
+            .any(|e| e["entity_type"] == "route" && e["errors"][0]["field"] == "paths.1"),
+        "{j}"
+    );
+    assert_eq!(get(gw.proxy, "localhost", "/b").await.status, 200);
+    // Not JSON or YAML at all; a YAML body posted directly; a form body.
+    let r = post_config(&gw, "{not json", "").await;
+    assert_eq!(r.status, 400);
+    assert!(r.json()["message"]
+        .as_str()
+        .unwrap()
+        .contains("failed parsing declarative configuration"));
+    let r = post_config(&gw, &cfg(&up, "/c"), "").await;
+    assert_eq!(r.status, 201);
+    assert_eq!(get(gw.proxy, "localhost", "/c").await.status, 200);
+    // GET /config exports what is loaded.
+    let r = send(
+        gw.admin,
+        req("GET", "/config").body(Full::new(Bytes::new())).unwrap(),
+    )
+    .await;
+    assert!(r.json()["config"].as_str().unwrap().contains("/c"));
+    // The Admin API's own errors.
+    let r = send(
+        gw.admin,
+        req("GET", "/nope").body(Full::new(Bytes::new())).unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.json()["message"].as_str().unwrap()),
+        (404, "Not found")
+    );
+    let root = send(
+        gw.admin,
+        req("GET", "/").body(Full::new(Bytes::new())).unwrap(),
+    )
+    .await
+    .json();
+    assert_eq!(root["version"], env!("CARGO_PKG_VERSION"));
+    assert!(root["build_profile"].is_string());
+    assert!(root["configuration"]["ssl_cert_key"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reload_under_load_fails_no_request() {
+    let up = Upstream::start("one");
+    let gw = Arc::new(Gateway::with_config(&cfg(&up, "/")).start());
+    let stop = Arc::new(AtomicBool::new(false));
+    let ok = Arc::new(AtomicUsize::new(0));
+    let failed = Arc::new(AtomicUsize::new(0));
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        let (gw, stop, ok, failed) = (gw.clone(), stop.clone(), ok.clone(), failed.clone());
+        clients.push(tokio::spawn(async move {
+            // Keep-alive connections, as real clients use; bounded by count and time.
+            let stream = tokio::net::TcpStream::connect(gw.proxy).await.unwrap();
+            let (mut sender, conn) =
+                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                    .await
+                    .unwrap();
+            tokio::spawn(conn);
+            for _ in 0..20_000 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                if sender.ready().await.is_err() {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+                match sender
+                    .send_request(req("GET", "/x").body(Full::new(Bytes::new())).unwrap())
+                    .await
+                {
+                    Ok(r) if r.status() == 200 => {
+                        collect(r).await;
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }));
+    }
+    // Swap between two configurations that both route the traffic, 30 times via the Admin API
+    // and 10 times via SIGHUP.
+    for i in 0..30 {
+        let path = if i % 2 == 0 { "/x" } else { "/" };
+        let r = post_config(
+            &gw,
+            &serde_json::json!({"config": cfg(&up, path)}).to_string(),
+            "",
+        )
+        .await;
+        assert_eq!(r.status, 201);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for i in 0..10 {
+        std::fs::write(
+            &gw.config_file,
+            cfg(&up, if i % 2 == 0 { "/x" } else { "/" }),
+        )
+        .unwrap();
+        gw.signal("HUP");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.await.unwrap();
+    }
+    assert_eq!(
+        failed.load(Ordering::Relaxed),
+        0,
+        "requests failed during reloads"
+    );
+    assert!(
+        ok.load(Ordering::Relaxed) > 100,
+        "too little traffic to mean anything"
+    );
+    assert!(gw.status().await["config_reloads"].as_u64().unwrap() >= 31);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sighup_reloads_the_file_and_keeps_a_good_config_over_a_bad_one() {
+    let up = Upstream::start("one");
+    let gw = Gateway::with_config(&cfg(&up, "/a")).start();
+    std::fs::write(&gw.config_file, cfg(&up, "/b")).unwrap();
+    gw.signal("HUP");
+    let mut served = false;
+    for _ in 0..100 {
+        if get(gw.proxy, "localhost", "/b").await.status == 200 {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(served, "SIGHUP did not load the new file");
+    std::fs::write(
+        &gw.config_file,
+        "_format_version: '3.0'\nroutes: [{paths: [bad]}]\n",
+    )
+    .unwrap();
+    gw.signal("HUP");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(get(gw.proxy, "localhost", "/b").await.status, 200);
+    assert!(
+        gw.log_text().contains("keeping the current configuration"),
+        "{}",
+        gw.log_text()
+    );
+}
+
+#[test]
+fn bad_declarative_file_prevents_start_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(
+        dir.path(),
+        "kong.yml",
+        "_format_version: '3.0'\nservices:\n- name: s\n  routes: [{name: r, paths: ['~/(']}]\n",
+    );
+    let prefix = dir.path().join("prefix");
+    let (ok, out) = run(
+        &["start"],
+        &[
+            ("TURNPIKE_DECLARATIVE_CONFIG", f.to_str().unwrap()),
+            ("TURNPIKE_PREFIX", prefix.to_str().unwrap()),
+            ("TURNPIKE_PROXY_LISTEN", "127.0.0.1:0"),
+            ("TURNPIKE_ADMIN_LISTEN", "127.0.0.1:0"),
+        ],
+    );
+    assert!(!ok);
+    assert!(
+        out.contains("in services.1 (service 's'): host: required field missing"),
+        "{out}"
+    );
+    assert!(
+        out.contains("in services.1.routes.1 (route 'r'): paths.1: invalid regex"),
+        "{out}"
+    );
+
+    // `config parse` validates without starting.
+    let (ok, out) = run(&["config", "parse", f.to_str().unwrap()], &[]);
+    assert!(!ok && out.contains("host: required field missing"), "{out}");
+    let good = write(
+        dir.path(),
+        "good.yml",
+        "_format_version: '3.0'\nservices: [{name: s, host: h, routes: [{paths: [/]}]}]\n",
+    );
+    let (ok, out) = run(&["config", "parse", good.to_str().unwrap()], &[]);
+    assert!(
+        ok && out.contains("parse successful: 1 services, 1 routes"),
+        "{out}"
+    );
+
+    // Bad node configuration: unknown or invalid properties stop the start.
+    let (ok, out) = run(&["start"], &[("TURNPIKE_NO_SUCH_PROPERTY", "1")]);
+    assert!(
+        !ok && out.contains("unknown property 'no_such_property'"),
+        "{out}"
+    );
+    let (ok, out) = run(&["start"], &[("KONG_UPSTREAM_KEEPALIVE_POOL_SIZE", "lots")]);
+    assert!(!ok && out.contains("upstream_keepalive_pool_size"), "{out}");
+    let conf = write(
+        dir.path(),
+        "turnpike.conf",
+        "proxy_listen = 127.0.0.1:0 sparkles\n",
+    );
+    let (ok, out) = run(&["start", "-c", conf.to_str().unwrap()], &[]);
+    assert!(
+        !ok && out.contains("unknown listen flag 'sparkles'"),
+        "{out}"
+    );
+    let (ok, out) = run(&["version"], &[]);
+    assert!(
+        ok && out.contains("Turnpike")
+            && (out.contains("debug build") || out.contains("release build")),
+        "{out}"
+    );
+}
+
+async fn raw(addr: std::net::SocketAddr, bytes: &[u8]) -> String {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _ = s.write_all(bytes).await;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_requests_get_4xx_and_never_a_crash() {
+    let up = Upstream::start("one");
+    let gw = Gateway::with_config(&cfg(&up, "/")).start();
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (b"GARBAGE\r\n\r\n".to_vec(), "400"),
+        (
+            b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n".to_vec(),
+            "400",
+        ),
+        (b"GET / HTTP/1.1\r\nBad Header\r\n\r\n".to_vec(), "400"),
+        (
+            b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n".to_vec(),
+            "400",
+        ),
+        (
+            [
+                b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: ".to_vec(),
+                vec![b'a'; 64 * 1024],
+                b"\r\n\r\n".to_vec(),
+            ]
+            .concat(),
+            "431",
+        ),
+        (b"GET / HTTP/1.1\r\nHost: \xff\xfe\r\n\r\n".to_vec(), ""),
+        (
+            b"GET /%zz%00/../.. HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+            "",
+        ),
+    ];
+    for (bytes, want) in cases {
+        let out = raw(gw.proxy, &bytes).await;
+        if !want.is_empty() {
+            assert!(
+                out.starts_with(&format!("HTTP/1.1 {want}")),
+                "{:?} -> {out:?}",
+                String::from_utf8_lossy(&bytes[..bytes.len().min(60)])
+            );
+        }
+    }
+    // The gateway is still alive and serving.
+    assert_eq!(get(gw.proxy, "localhost", "/").await.status, 200);
+    assert!(!gw.log_text().contains("panicked"), "{}", gw.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_drains_in_flight_requests() {
+    let up = Upstream::start("one");
+    let mut gw = Gateway::with_config(&format!(
+        "_format_version: '3.0'\nservices: [{{name: s, url: '{}', routes: [{{paths: [/], strip_path: false}}]}}]\n",
+        up.url()
+    ))
+    .start();
+    let proxy = gw.proxy;
+    let slow = tokio::spawn(async move { get(proxy, "localhost", "/delay/700").await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    gw.signal("TERM");
+    let r = slow.await.unwrap();
+    assert_eq!(r.status, 200, "the in-flight request finished");
+    let status = tokio::task::spawn_blocking(move || {
+        let s = gw.child.wait().unwrap();
+        (s, gw)
+    })
+    .await
+    .unwrap();
+    assert!(status.0.success());
+    // No longer accepting.
+    assert!(std::net::TcpStream::connect(proxy).is_err());
+}
