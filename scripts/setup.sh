@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what Turnpike needs on a fresh Debian machine: a C toolchain, curl, the Rust toolchain
+# (rustup, when cargo is missing), and the reference servers the benchmarks use.
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq build-essential pkg-config curl ca-certificates
+if [ "${TURNPIKE_SETUP_BENCH:-0}" = 1 ]; then
+  $SUDO apt-get install -y -qq nginx wrk valgrind
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  if [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  else
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+    export PATH="$HOME/.cargo/bin:$PATH"
+  fi
+fi
+cargo --version

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Installs what is needed, builds an optimised binary and starts the gateway in the foreground on
+# its embedded default (no database: entities come from declarative_config or POST /config).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+cargo build --release --locked -p turnpike
+exec ./target/release/turnpike start -c turnpike.conf.example "$@"
