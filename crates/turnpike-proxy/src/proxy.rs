@@ -17,7 +17,7 @@ use crate::body::ProxyBody;
 use crate::errors::{self, error_response};
 use crate::pool::{ConnectError, PeerKey, PoolReturn, PooledConn};
 use crate::server::{ConnInfo, WorkerCtx};
-use crate::snapshot::{Destination, Peer, ServiceInfo, Snapshot};
+use crate::snapshot::{Destination, Peer, ServiceInfo};
 
 static X_KONG_REQUEST_ID: HeaderName = HeaderName::from_static("x-kong-request-id");
 static X_KONG_PROXY_LATENCY: HeaderName = HeaderName::from_static("x-kong-proxy-latency");
@@ -34,30 +34,57 @@ static X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
-/// Hop-by-hop headers (RFC 9110 §7.6.1) never forwarded; plus any header named in Connection.
+/// Hop-by-hop headers (RFC 9110 §7.6.1) are never forwarded, nor any header the Connection
+/// header names. One pass over the names finds which are present; only those are removed, and
+/// the usual tokens of Connection (keep-alive, close, upgrade) name nothing more to remove.
 fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
-    if let Some(conn) = h.get(header::CONNECTION) {
-        if let Ok(list) = conn.to_str() {
-            let named: Vec<HeaderName> = list
-                .split(',')
-                .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-                .filter(|n| !(keep_upgrade && n == header::UPGRADE))
-                .collect();
-            for n in named {
-                h.remove(&n);
+    let hop: [&HeaderName; 7] = [
+        &header::CONNECTION,
+        &KEEP_ALIVE,
+        &PROXY_CONNECTION,
+        &header::TE,
+        &header::TRAILER,
+        &header::TRANSFER_ENCODING,
+        &header::PROXY_AUTHENTICATE,
+    ];
+    let mut present = 0u8;
+    let mut upgrade_present = false;
+    for name in h.keys() {
+        if let Some(i) = hop.iter().position(|n| *n == name) {
+            present |= 1 << i;
+        } else if name == header::UPGRADE {
+            upgrade_present = true;
+        }
+    }
+    let mut extra: smallvec::SmallVec<[HeaderName; 2]> = smallvec::SmallVec::new();
+    if present & 1 != 0 {
+        for v in h.get_all(header::CONNECTION) {
+            for token in v.to_str().unwrap_or("").split(',') {
+                let t = token.trim();
+                if t.eq_ignore_ascii_case("keep-alive")
+                    || t.eq_ignore_ascii_case("close")
+                    || t.eq_ignore_ascii_case("upgrade")
+                    || t.is_empty()
+                {
+                    continue;
+                }
+                if let Ok(n) = HeaderName::from_bytes(t.as_bytes()) {
+                    extra.push(n);
+                }
             }
         }
     }
-    if !keep_upgrade {
-        h.remove(header::CONNECTION);
+    for (i, name) in hop.iter().enumerate() {
+        if present & (1 << i) != 0 && !(keep_upgrade && i == 0) {
+            h.remove(*name);
+        }
+    }
+    if upgrade_present && !keep_upgrade {
         h.remove(header::UPGRADE);
     }
-    h.remove(&KEEP_ALIVE);
-    h.remove(&PROXY_CONNECTION);
-    h.remove(header::TE);
-    h.remove(header::TRAILER);
-    h.remove(header::TRANSFER_ENCODING);
-    h.remove(header::PROXY_AUTHENTICATE);
+    for n in extra {
+        h.remove(&n);
+    }
 }
 
 fn is_upgrade(req: &Request<Incoming>) -> bool {
@@ -137,24 +164,6 @@ fn kong_error(
     )
 }
 
-/// Host of the request without port, lower-case; `:authority` for HTTP/2.
-fn request_host(req: &Request<Incoming>) -> Option<Cow<'_, str>> {
-    let raw = match req.uri().authority() {
-        Some(a) => a.as_str(),
-        None => req.headers().get(header::HOST)?.to_str().ok()?,
-    };
-    let host = if let Some(rest) = raw.strip_prefix('[') {
-        &raw[..rest.find(']').map(|i| i + 2).unwrap_or(raw.len())]
-    } else {
-        raw.rsplit_once(':').map(|(h, _)| h).unwrap_or(raw)
-    };
-    if host.bytes().any(|b| b.is_ascii_uppercase()) {
-        Some(Cow::Owned(host.to_ascii_lowercase()))
-    } else {
-        Some(Cow::Borrowed(host))
-    }
-}
-
 async fn route_and_proxy(
     ctx: &Rc<WorkerCtx>,
     conn: &ConnInfo,
@@ -163,47 +172,36 @@ async fn route_and_proxy(
     start: Instant,
 ) -> Response<ProxyBody> {
     let snap = ctx.snapshot();
-    let accept = req.headers().get(header::ACCEPT).cloned();
-    let accept = accept.as_ref();
-    let host = request_host(&req)
-        .map(|h| h.into_owned())
-        .unwrap_or_default();
-    let path = normalize_path(req.uri().path()).into_owned();
-    let found = {
-        let view = RequestView {
-            method: req.method().as_str(),
-            host: &host,
-            port: conn.local_port,
-            path: &path,
-            headers: req.headers(),
-            sni: conn.sni.as_deref(),
-        };
-        snap.router.find(&view).map(|m| {
-            (
-                m.route.route_index,
-                m.route.service_index,
-                m.matched_len,
-                m.route.strip_path,
-                m.route.preserve_host,
-                m.route.path_handling_v1,
-                m.route.accepts_http,
-                m.route.accepts_https,
-                m.route.https_redirect_status_code,
-            )
-        })
+    let upgrade = is_upgrade(&req);
+    let client_upgrade = if upgrade {
+        Some(hyper::upgrade::on(&mut req))
+    } else {
+        None
     };
-    let Some((
-        _route_index,
-        service_index,
-        matched_len,
-        strip_path,
-        preserve_host,
-        v1,
-        accepts_http,
-        _accepts_https,
-        redirect_code,
-    )) = found
-    else {
+    let client_version = req.version();
+    let (mut parts, body) = req.into_parts();
+    let accept = parts.headers.get(header::ACCEPT).cloned();
+    let accept = accept.as_ref();
+    // The original URI is kept aside: its path is borrowed while the upstream URI is built.
+    let orig_uri = std::mem::take(&mut parts.uri);
+    let host_value = parts.headers.get(header::HOST).cloned();
+    let host = match orig_uri.authority() {
+        Some(a) => Some(a.as_str()),
+        None => host_value.as_ref().and_then(|v| v.to_str().ok()),
+    }
+    .map(host_without_port)
+    .unwrap_or(Cow::Borrowed(""));
+    let path = normalize_path(orig_uri.path());
+
+    let view = RequestView {
+        method: parts.method.as_str(),
+        host: &host,
+        port: conn.local_port,
+        path: &path,
+        headers: &parts.headers,
+        sni: conn.sni.as_deref(),
+    };
+    let Some(m) = snap.router.find(&view) else {
         return kong_error(
             ctx,
             StatusCode::NOT_FOUND,
@@ -213,10 +211,11 @@ async fn route_and_proxy(
             start,
         );
     };
+    let route = m.route;
 
     // A plain-HTTP request on an HTTPS-only route: Kong's 426 or the configured redirect.
-    if !conn.tls && !accepts_http {
-        if redirect_code == 426 {
+    if !conn.tls && !route.accepts_http {
+        if route.https_redirect_status_code == 426 {
             let mut r = kong_error(
                 ctx,
                 StatusCode::UPGRADE_REQUIRED,
@@ -233,22 +232,17 @@ async fn route_and_proxy(
             );
             return r;
         }
-        let pq = req
-            .uri()
-            .path_and_query()
-            .map(|p| p.as_str())
-            .unwrap_or("/");
-        let location = format!("https://{host}{pq}");
+        let pq = orig_uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
         let mut r = Response::new(ProxyBody::empty());
-        *r.status_mut() =
-            StatusCode::from_u16(redirect_code).unwrap_or(StatusCode::MOVED_PERMANENTLY);
-        if let Ok(v) = HeaderValue::from_str(&location) {
+        *r.status_mut() = StatusCode::from_u16(route.https_redirect_status_code)
+            .unwrap_or(StatusCode::MOVED_PERMANENTLY);
+        if let Ok(v) = HeaderValue::from_str(&format!("https://{host}{pq}")) {
             r.headers_mut().insert(header::LOCATION, v);
         }
         return own_response(ctx, r, start);
     }
 
-    let Some(si) = service_index else {
+    let Some(si) = route.service_index else {
         return kong_error(
             ctx,
             StatusCode::SERVICE_UNAVAILABLE,
@@ -261,19 +255,17 @@ async fn route_and_proxy(
     let service = &snap.services[si];
 
     // The upstream request: origin-form URI, hop-by-hop headers removed, Kong's X-Forwarded-*.
-    let upgrade = is_upgrade(&req);
-    let client_upgrade = if upgrade {
-        Some(hyper::upgrade::on(&mut req))
-    } else {
-        None
-    };
-    let mut up_path = upstream_uri(service.path.as_deref(), &path, matched_len, strip_path, v1);
-    if let Some(q) = req.uri().query() {
+    let mut up_path = upstream_uri(
+        service.path.as_deref(),
+        &path,
+        m.matched_len,
+        route.strip_path,
+        route.path_handling_v1,
+    );
+    if let Some(q) = orig_uri.query() {
         up_path.push('?');
         up_path.push_str(q);
     }
-    let client_version = req.version();
-    let (mut parts, body) = req.into_parts();
     let Ok(uri) = Uri::try_from(up_path) else {
         return kong_error(
             ctx,
@@ -284,31 +276,38 @@ async fn route_and_proxy(
             start,
         );
     };
-    let original_host = parts.headers.get(header::HOST).cloned().or_else(|| {
-        parts
-            .uri
-            .authority()
-            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-    });
     parts.uri = uri;
     parts.version = Version::HTTP_11;
     strip_hop_by_hop(&mut parts.headers, upgrade);
+    let prefix = m
+        .matched_len
+        .filter(|_| route.strip_path)
+        .map(|n| &path[..n]);
     forwarded_headers(
         conn,
         &mut parts.headers,
         &host,
+        host_value.as_ref(),
         &path,
-        matched_len.filter(|_| strip_path).map(|n| &path[..n]),
+        prefix,
     );
     if ctx.gateway.settings.headers_upstream_request_id {
         parts.headers.insert(X_KONG_REQUEST_ID.clone(), rid.clone());
     }
-    let preserved_host = if preserve_host { original_host } else { None };
+    let preserved_host = if route.preserve_host {
+        host_value.or_else(|| {
+            orig_uri
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        })
+    } else {
+        None
+    };
     let req = Request::from_parts(parts, body);
 
-    let proxy_latency = start.elapsed();
     let up_start = Instant::now();
-    let sent = send_upstream(ctx, &snap, service, req, preserved_host, upgrade).await;
+    let proxy_latency = up_start - start;
+    let sent = send_upstream(ctx, service, req, preserved_host, upgrade).await;
     let (mut resp, conn_back) = match sent {
         Ok(x) => x,
         Err(e) => {
@@ -346,10 +345,7 @@ async fn route_and_proxy(
     parts.version = client_version;
     let s = &ctx.gateway.settings;
     if s.headers.via {
-        parts.headers.append(
-            header::VIA,
-            HeaderValue::from_str(&format!("1.1 {}", s.server_token)).unwrap(),
-        );
+        parts.headers.append(header::VIA, s.via_value.clone());
     }
     if s.headers.upstream_latency {
         parts
@@ -371,48 +367,79 @@ async fn route_and_proxy(
     Response::from_parts(parts, ProxyBody::upstream(body, pool_return))
 }
 
+/// `host[:port]` → lower-case host (allocates only when the host has upper-case letters).
+fn host_without_port(raw: &str) -> Cow<'_, str> {
+    let host = if let Some(rest) = raw.strip_prefix('[') {
+        &raw[..rest.find(']').map(|i| i + 2).unwrap_or(raw.len())]
+    } else {
+        raw.rsplit_once(':').map(|(h, _)| h).unwrap_or(raw)
+    };
+    if host.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(host.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(host)
+    }
+}
+
 /// Kong's X-Forwarded-* and X-Real-IP: taken from the client only when it is in
-/// `trusted_ips`, otherwise set from the connection.
+/// `trusted_ips`, otherwise set from the connection (values computed once per connection).
 fn forwarded_headers(
     conn: &ConnInfo,
     h: &mut HeaderMap,
     host: &str,
+    host_value: Option<&HeaderValue>,
     path: &str,
     prefix: Option<&str>,
 ) {
-    let ip = conn.peer.ip().to_string();
     let xff = match h.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-        Some(prev) if !prev.is_empty() => format!("{prev}, {ip}"),
-        _ => ip.clone(),
+        Some(prev) if !prev.is_empty() => {
+            HeaderValue::from_str(&format!("{prev}, {}", conn.peer.ip())).ok()
+        }
+        _ => Some(conn.ip_value.clone()),
     };
-    if let Ok(v) = HeaderValue::from_str(&xff) {
+    if let Some(v) = xff {
         h.insert(X_FORWARDED_FOR.clone(), v);
     }
     let trusted = conn.trusted;
-    let set = |h: &mut HeaderMap, name: &HeaderName, value: &str| {
-        if trusted && h.contains_key(name) {
-            return;
+    let keep = |h: &HeaderMap, name: &HeaderName| trusted && h.contains_key(name);
+    if !keep(h, &X_FORWARDED_PROTO) {
+        h.insert(
+            X_FORWARDED_PROTO.clone(),
+            HeaderValue::from_static(if conn.tls { "https" } else { "http" }),
+        );
+    }
+    if !keep(h, &X_FORWARDED_HOST) {
+        // The client's Host header is reused as is when it carries no port (no copy).
+        let v = match host_value {
+            Some(v) if v.as_bytes() == host.as_bytes() => Some(v.clone()),
+            _ => HeaderValue::from_str(host).ok(),
+        };
+        if let Some(v) = v {
+            h.insert(X_FORWARDED_HOST.clone(), v);
         }
-        if let Ok(v) = HeaderValue::from_str(value) {
-            h.insert(name.clone(), v);
+    }
+    if !keep(h, &X_FORWARDED_PORT) {
+        h.insert(X_FORWARDED_PORT.clone(), conn.port_value.clone());
+    }
+    if !keep(h, &X_FORWARDED_PATH) {
+        if let Ok(v) = HeaderValue::from_str(path) {
+            h.insert(X_FORWARDED_PATH.clone(), v);
         }
-    };
-    set(
-        h,
-        &X_FORWARDED_PROTO,
-        if conn.tls { "https" } else { "http" },
-    );
-    set(h, &X_FORWARDED_HOST, host);
-    set(h, &X_FORWARDED_PORT, &conn.local_port.to_string());
-    set(h, &X_FORWARDED_PATH, path);
+    }
     match prefix {
-        Some(p) => set(h, &X_FORWARDED_PREFIX, p),
+        Some(p) if !keep(h, &X_FORWARDED_PREFIX) => {
+            if let Ok(v) = HeaderValue::from_str(p) {
+                h.insert(X_FORWARDED_PREFIX.clone(), v);
+            }
+        }
         None if !trusted => {
             h.remove(&X_FORWARDED_PREFIX);
         }
-        None => {}
+        _ => {}
     }
-    set(h, &X_REAL_IP, &ip);
+    if !keep(h, &X_REAL_IP) {
+        h.insert(X_REAL_IP.clone(), conn.ip_value.clone());
+    }
 }
 
 enum UpstreamError {
@@ -438,7 +465,6 @@ async fn resolve(peer: &Peer) -> Result<SocketAddr, UpstreamError> {
 /// hand back once the body is read.
 async fn send_upstream(
     ctx: &Rc<WorkerCtx>,
-    _snap: &Snapshot,
     service: &ServiceInfo,
     mut req: Request<Incoming>,
     preserved_host: Option<HeaderValue>,

@@ -85,6 +85,33 @@ pub struct ConnInfo {
     pub http1: bool,
     pub trusted: bool,
     pub requests: Cell<u64>,
+    /// The client's IP and the local port as header values, built once per connection.
+    pub ip_value: http::HeaderValue,
+    pub port_value: http::HeaderValue,
+}
+
+impl ConnInfo {
+    fn new(
+        peer: SocketAddr,
+        local_port: u16,
+        tls: bool,
+        sni: Option<String>,
+        http1: bool,
+        trusted: bool,
+    ) -> ConnInfo {
+        ConnInfo {
+            peer,
+            local_port,
+            tls,
+            sni,
+            http1,
+            trusted,
+            requests: Cell::new(0),
+            ip_value: http::HeaderValue::from_str(&peer.ip().to_string())
+                .expect("an IP is a valid header value"),
+            port_value: http::HeaderValue::from(local_port),
+        }
+    }
 }
 
 /// A listening address bound for every worker.
@@ -327,15 +354,7 @@ async fn serve_connection(
             // client's first bytes tell which.
             let h2c = http2
                 && starts_with_h2_preface(&stream, ctx.gateway.settings.keepalive_timeout).await;
-            let info = ConnInfo {
-                peer,
-                local_port,
-                tls: false,
-                sni: None,
-                http1: !h2c,
-                trusted,
-                requests: Cell::new(0),
-            };
+            let info = ConnInfo::new(peer, local_port, false, None, !h2c, trusted);
             serve_http(ctx, TokioIo::new(stream), info, h2c, shutdown).await
         }
         Some(acceptor) => {
@@ -348,15 +367,7 @@ async fn serve_connection(
             let (_, session) = tls.get_ref();
             let sni = session.server_name().map(|s| s.to_ascii_lowercase());
             let h2 = session.alpn_protocol() == Some(b"h2");
-            let info = ConnInfo {
-                peer,
-                local_port,
-                tls: true,
-                sni,
-                http1: !h2,
-                trusted,
-                requests: Cell::new(0),
-            };
+            let info = ConnInfo::new(peer, local_port, true, sni, !h2, trusted);
             serve_http(ctx, TokioIo::new(tls), info, h2, shutdown).await
         }
     }

@@ -36,6 +36,9 @@ pub struct Settings {
     pub max_header_size: usize,
     /// `turnpike/<version>` for Server and Via.
     pub server_token: String,
+    /// Prebuilt header values (static bytes: cloning them touches no shared counter).
+    pub server_value: http::HeaderValue,
+    pub via_value: http::HeaderValue,
 }
 
 impl Settings {
@@ -57,6 +60,14 @@ impl Settings {
                 .collect(),
             max_header_size: conf.max_header_size,
             server_token: format!("turnpike/{VERSION}"),
+            server_value: http::HeaderValue::from_static(concat!(
+                "turnpike/",
+                env!("CARGO_PKG_VERSION")
+            )),
+            via_value: http::HeaderValue::from_static(concat!(
+                "1.1 turnpike/",
+                env!("CARGO_PKG_VERSION")
+            )),
         }
     }
 

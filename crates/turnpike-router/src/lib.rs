@@ -136,7 +136,7 @@ impl Bucket {
         self.prefix_lens.sort_unstable_by(|a, b| b.cmp(a));
     }
 
-    fn candidates(&self, path: &str, out: &mut Vec<u32>) {
+    fn candidates(&self, path: &str, out: &mut Candidates) {
         for &len in &self.prefix_lens {
             if let Some(prefix) = path.get(..len) {
                 if let Some(v) = self.prefixes.get(prefix) {
@@ -147,6 +147,8 @@ impl Bucket {
         out.extend_from_slice(&self.others);
     }
 }
+
+type Candidates = smallvec::SmallVec<[u32; 16]>;
 
 /// A compiled router for one configuration snapshot.
 #[derive(Debug, Default)]
@@ -420,8 +422,8 @@ impl Router {
 
     /// Finds the route for a request.
     pub fn find(&self, req: &RequestView) -> Option<Match<'_>> {
-        // Candidate indices are ranks in priority order; small vectors stay on the stack.
-        let mut cands: Vec<u32> = Vec::new();
+        // Candidate indices are ranks in priority order; small lists stay on the stack.
+        let mut cands = Candidates::new();
         if let Some(b) = self.exact_hosts.get(req.host) {
             b.candidates(req.path, &mut cands);
         }

@@ -12,6 +12,11 @@ use turnpike_config::declarative::{self, NoPlugins, PluginRegistry};
 use turnpike_config::Conf;
 use turnpike_proxy::{server, tls, Gateway, Settings, BUILD_PROFILE, VERSION};
 
+/// mimalloc: chosen by measurement over glibc's malloc (see BENCHMARKS.md, "Allocator").
+#[cfg(not(feature = "system-allocator"))]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "turnpike", version = VERSION, about = "A Kong-compatible API gateway")]
 struct Cli {
