@@ -115,10 +115,16 @@ struct Bucket {
     prefix_lens: Vec<usize>,
     /// Regex-path and path-less matchers.
     others: Vec<u32>,
+    /// The last matcher added: a matcher listing the same host twice is added once.
+    last: Option<u32>,
 }
 
 impl Bucket {
     fn add(&mut self, m: &Matcher, idx: u32) {
+        if self.last == Some(idx) {
+            return;
+        }
+        self.last = Some(idx);
         match &m.paths {
             PathMatch::Prefix(ps) => {
                 for p in ps {
@@ -386,12 +392,7 @@ impl Router {
                     for h in hs {
                         match h {
                             HostPattern::Exact(name, _) => {
-                                let b = router.exact_hosts.entry(name.clone()).or_default();
-                                if !b.others.contains(&idx)
-                                    && !b.prefixes.values().any(|v| v.contains(&idx))
-                                {
-                                    b.add(m, idx);
-                                }
+                                router.exact_hosts.entry(name.clone()).or_default().add(m, idx);
                             }
                             _ if !wildcard_added => {
                                 router.wildcard_hosts.add(m, idx);
