@@ -392,7 +392,11 @@ impl Router {
                     for h in hs {
                         match h {
                             HostPattern::Exact(name, _) => {
-                                router.exact_hosts.entry(name.clone()).or_default().add(m, idx);
+                                router
+                                    .exact_hosts
+                                    .entry(name.clone())
+                                    .or_default()
+                                    .add(m, idx);
                             }
                             _ if !wildcard_added => {
                                 router.wildcard_hosts.add(m, idx);

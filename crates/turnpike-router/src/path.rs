@@ -103,7 +103,7 @@ pub fn upstream_uri(
             format!("{base}{}", req_path.get(1..).unwrap_or(""))
         };
     }
-    if base.ends_with('/') {
+    if let Some(base_no_slash) = base.strip_suffix('/') {
         if strip_path {
             if postfix.is_empty() {
                 if base == "/" {
@@ -111,10 +111,10 @@ pub fn upstream_uri(
                 } else if req_path.ends_with('/') {
                     base.to_string()
                 } else {
-                    base.strip_suffix('/').unwrap_or(base).to_string()
+                    base_no_slash.to_string()
                 }
             } else if postfix.starts_with('/') {
-                format!("{}{}", &base[..base.len() - 1], postfix)
+                format!("{base_no_slash}{postfix}")
             } else {
                 format!("{base}{postfix}")
             }

@@ -91,6 +91,19 @@ async fn post_config_swaps_atomically_and_rejects_bad_configs() {
     let r = post_config(&gw, &cfg(&up, "/c"), "").await;
     assert_eq!(r.status, 201);
     assert_eq!(get(gw.proxy, "localhost", "/c").await.status, 200);
+    // What `curl --data-binary @kong.yml` sends: raw YAML labelled as a form.
+    let r = send(
+        gw.admin,
+        req("POST", "/config")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(Full::new(Bytes::from(cfg(&up, "/d"))))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    assert_eq!(get(gw.proxy, "localhost", "/d").await.status, 200);
+    let r = post_config(&gw, &cfg(&up, "/c"), "").await;
+    assert_eq!(r.status, 201);
     // GET /config exports what is loaded.
     let r = send(
         gw.admin,

@@ -30,15 +30,21 @@ fn start_tls_upstream(name: &str, client_ca: Option<&str>) -> TlsUpstream {
     let ca_key = rcgen::KeyPair::generate().unwrap();
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "test CA");
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "test CA");
     let ca = ca_params.self_signed(&ca_key).unwrap();
     let key = rcgen::KeyPair::generate().unwrap();
     let mut params = rcgen::CertificateParams::new(vec![name.to_string()]).unwrap();
-    params.distinguished_name.push(rcgen::DnType::CommonName, name);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
     let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
 
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ServerConfig::builder_with_provider(provider).with_safe_default_protocol_versions().unwrap();
+    let builder = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap();
     let builder = match client_ca {
         None => builder.with_no_client_auth(),
         Some(pem) => {
@@ -62,17 +68,25 @@ fn start_tls_upstream(name: &str, client_ca: Option<&str>) -> TlsUpstream {
         )
         .unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
     let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     std_listener.set_nonblocking(true).unwrap();
     let addr = std_listener.local_addr().unwrap();
     rt.spawn(async move {
         let listener = tokio::net::TcpListener::from_std(std_listener).unwrap();
         loop {
-            let Ok((s, _)) = listener.accept().await else { continue };
+            let Ok((s, _)) = listener.accept().await else {
+                continue;
+            };
             let acceptor = acceptor.clone();
             tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(s).await else { return };
+                let Ok(tls) = acceptor.accept(s).await else {
+                    return;
+                };
                 let client_cn = tls
                     .get_ref()
                     .1
@@ -80,22 +94,32 @@ fn start_tls_upstream(name: &str, client_ca: Option<&str>) -> TlsUpstream {
                     .map(|c| String::from_utf8_lossy(&c[0]).contains("gateway-client"))
                     .unwrap_or(false);
                 let svc = service_fn(move |_req| async move {
-                    Ok::<_, hyper::Error>(hyper::Response::new(Full::new(Bytes::from(if client_cn {
-                        "tls ok, client cert"
-                    } else {
-                        "tls ok"
-                    }))))
+                    Ok::<_, hyper::Error>(hyper::Response::new(Full::new(Bytes::from(
+                        if client_cn {
+                            "tls ok, client cert"
+                        } else {
+                            "tls ok"
+                        },
+                    ))))
                 });
-                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), svc).await;
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), svc)
+                    .await;
             });
         }
     });
-    TlsUpstream { addr, ca_pem: ca.pem(), rt: Some(rt) }
+    TlsUpstream {
+        addr,
+        ca_pem: ca.pem(),
+        rt: Some(rt),
+    }
 }
 
 fn rustls_pemfile_certs(pem: &str) -> Vec<rustls::pki_types::CertificateDer<'static>> {
     use rustls::pki_types::pem::PemObject;
-    rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()).map(|c| c.unwrap()).collect()
+    rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes())
+        .map(|c| c.unwrap())
+        .collect()
 }
 
 fn y(s: &str) -> String {
@@ -135,11 +159,18 @@ services:
     );
     let gw = Gateway::with_config(&yaml).start();
     let r = get(gw.proxy, "localhost", "/plain").await;
-    assert_eq!((r.status, &r.body[..]), (200, &b"tls ok"[..]), "Kong's default: no verification");
+    assert_eq!(
+        (r.status, &r.body[..]),
+        (200, &b"tls ok"[..]),
+        "Kong's default: no verification"
+    );
     let r = get(gw.proxy, "localhost", "/verified").await;
     assert_eq!((r.status, &r.body[..]), (200, &b"tls ok"[..]));
     let r = get(gw.proxy, "localhost", "/wrong-ca").await;
-    assert_eq!(r.status, 502, "a certificate the CA did not sign is refused");
+    assert_eq!(
+        r.status, 502,
+        "a certificate the CA did not sign is refused"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -185,7 +216,13 @@ async fn connection_failures_are_retried_on_another_target() {
     // Every request succeeds: when round-robin picks the dead target, the retry goes to the
     // live one. The dead one is refused before any byte of the request is sent.
     for _ in 0..10 {
-        let r = send(gw.proxy, req("POST", "/").body(Full::new(Bytes::from("payload"))).unwrap()).await;
+        let r = send(
+            gw.proxy,
+            req("POST", "/")
+                .body(Full::new(Bytes::from("payload")))
+                .unwrap(),
+        )
+        .await;
         assert_eq!(r.status, 200);
         assert_eq!(r.json()["body_len"], 7);
     }
