@@ -182,10 +182,10 @@ impl Admin {
                 "Cannot parse request body: invalid UTF-8",
             );
         };
-        let text = if form {
-            form_field(text, "config").unwrap_or_default()
-        } else {
-            text.to_string()
+        // curl --data-binary labels raw YAML as a form: use the `config` field when there is one.
+        let text = match form.then(|| form_field(text, "config")).flatten() {
+            Some(f) => f,
+            None => text.to_string(),
         };
         // Kong accepts the config itself, or `{"config": "<yaml or json text>"}`.
         let value = match declarative::parse_text(&text) {
