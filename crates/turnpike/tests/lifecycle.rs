@@ -147,12 +147,7 @@ async fn reload_under_load_fails_no_request() {
         let (gw, stop, ok, failed) = (gw.clone(), stop.clone(), ok.clone(), failed.clone());
         clients.push(tokio::spawn(async move {
             // Keep-alive connections, as real clients use; bounded by count and time.
-            let stream = tokio::net::TcpStream::connect(gw.proxy).await.unwrap();
-            let (mut sender, conn) =
-                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                    .await
-                    .unwrap();
-            tokio::spawn(conn);
+            let (mut sender, _conn) = h1_client(gw.proxy).await;
             for _ in 0..20_000 {
                 if stop.load(Ordering::Relaxed) {
                     break;

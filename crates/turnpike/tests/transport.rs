@@ -141,12 +141,7 @@ async fn large_and_chunked_bodies_stream_both_ways() {
     assert_eq!(j["body_len"], 32 * 1024 * 1024);
     assert_eq!(j["headers"]["transfer-encoding"], "chunked");
     // A 64 MiB download, streamed from the upstream.
-    let stream = tokio::net::TcpStream::connect(gw.proxy).await.unwrap();
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
+    let (mut sender, _conn) = h1_client(gw.proxy).await;
     let resp = sender
         .send_request(
             req("GET", "/bytes/67108864")
@@ -228,12 +223,7 @@ async fn client_keepalive_requests_limit_closes_the_connection() {
     let gw = Gateway::with_config(&yaml)
         .env("TURNPIKE_NGINX_HTTP_KEEPALIVE_REQUESTS", "3")
         .start();
-    let stream = tokio::net::TcpStream::connect(gw.proxy).await.unwrap();
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .unwrap();
-    let conn = tokio::spawn(conn);
+    let (mut sender, conn) = h1_client(gw.proxy).await;
     for i in 1..=3 {
         sender.ready().await.unwrap();
         let r = collect(

@@ -348,13 +348,27 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    let resp = h1_client(addr).await.0.send_request(request).await.unwrap();
+    collect(resp).await
+}
+
+/// A keep-alive HTTP/1.1 client connection; the connection task's handle is returned too.
+pub async fn h1_client<B>(
+    addr: SocketAddr,
+) -> (
+    hyper::client::conn::http1::SendRequest<B>,
+    tokio::task::JoinHandle<hyper::Result<()>>,
+)
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let stream = TcpStream::connect(addr).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .unwrap();
-    tokio::spawn(conn);
-    let resp = sender.send_request(request).await.unwrap();
-    collect(resp).await
+    (sender, tokio::spawn(conn))
 }
 
 pub async fn collect(resp: Response<Incoming>) -> Reply {
