@@ -4,6 +4,7 @@
 
 pub mod body;
 pub mod errors;
+pub mod h1;
 pub mod pool;
 pub mod proxy;
 pub mod server;

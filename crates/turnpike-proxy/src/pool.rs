@@ -14,6 +14,7 @@ use hyper_util::rt::TokioIo;
 use rustc_hash::FxHashMap;
 use tokio::net::TcpStream;
 
+use crate::h1::{Conn, Stream};
 use crate::stats::WorkerStats;
 
 /// Where a pooled connection goes: the address, and for TLS the client configuration and
@@ -32,38 +33,14 @@ pub struct PoolSettings {
 }
 
 struct Idle {
-    sender: SendRequest<Incoming>,
+    conn: Conn,
     since: Instant,
-    used: u64,
-}
-
-pub struct PooledConn {
-    pub sender: SendRequest<Incoming>,
-    pub key: PeerKey,
-    /// Requests this connection has carried, including the current one.
-    pub used: u64,
 }
 
 pub struct Pool {
     idle: RefCell<FxHashMap<PeerKey, Vec<Idle>>>,
     settings: PoolSettings,
     stats: Arc<WorkerStats>,
-}
-
-/// Hands a connection back to its pool when the response body has been read to the end.
-pub struct PoolReturn {
-    pool: Rc<Pool>,
-    conn: PooledConn,
-}
-
-impl PoolReturn {
-    pub fn new(pool: Rc<Pool>, conn: PooledConn) -> Self {
-        PoolReturn { pool, conn }
-    }
-
-    pub fn release(self) {
-        self.pool.put(self.conn);
-    }
 }
 
 #[derive(Debug)]
@@ -73,6 +50,12 @@ pub enum ConnectError {
     Tls(std::io::Error),
     Handshake(hyper::Error),
 }
+
+/// TLS parameters of an upstream connection: the client configuration and the server name.
+pub type TlsParams<'a> = Option<(
+    &'a Arc<rustls::ClientConfig>,
+    rustls::pki_types::ServerName<'static>,
+)>;
 
 impl Pool {
     pub fn new(settings: PoolSettings, stats: Arc<WorkerStats>) -> Rc<Pool> {
@@ -84,47 +67,42 @@ impl Pool {
     }
 
     /// The most recently used live idle connection to `key`, if any.
-    pub fn checkout(&self, key: &PeerKey) -> Option<PooledConn> {
+    pub fn checkout(&self, key: &PeerKey) -> Option<Conn> {
         let mut idle = self.idle.borrow_mut();
         let list = idle.get_mut(key)?;
-        while let Some(c) = list.pop() {
-            if c.sender.is_closed() || c.since.elapsed() > self.settings.idle_timeout {
+        while let Some(mut c) = list.pop() {
+            if c.since.elapsed() > self.settings.idle_timeout || !c.conn.idle_alive() {
                 continue;
             }
-            return Some(PooledConn {
-                sender: c.sender,
-                key: key.clone(),
-                used: c.used + 1,
-            });
+            c.conn.used += 1;
+            return Some(c.conn);
         }
         None
     }
 
-    fn put(&self, conn: PooledConn) {
-        if self.settings.size == 0
-            || conn.used >= self.settings.max_requests
-            || conn.sender.is_closed()
-        {
+    /// Takes a connection back after its response was read to the end.
+    pub fn put(&self, conn: Conn) {
+        if self.settings.size == 0 || conn.used >= self.settings.max_requests {
             return;
         }
         let mut idle = self.idle.borrow_mut();
-        let list = idle.entry(conn.key).or_default();
+        let list = idle.entry(conn.key.clone()).or_default();
         if list.len() >= self.settings.size {
             // Keep the warmest connections; close the one idle the longest.
             list.remove(0);
         }
         list.push(Idle {
-            sender: conn.sender,
+            conn,
             since: Instant::now(),
-            used: conn.used,
         });
     }
 
-    /// Drops idle connections past the idle timeout (run periodically by the worker).
+    /// Closes idle connections past the idle timeout or closed by the upstream (run
+    /// periodically by the worker).
     pub fn sweep(&self) {
         let timeout = self.settings.idle_timeout;
         self.idle.borrow_mut().retain(|_, list| {
-            list.retain(|c| !c.sender.is_closed() && c.since.elapsed() <= timeout);
+            list.retain_mut(|c| c.since.elapsed() <= timeout && c.conn.idle_alive());
             !list.is_empty()
         });
     }
@@ -133,17 +111,13 @@ impl Pool {
         self.idle.borrow().values().map(|v| v.len()).sum()
     }
 
-    /// Opens a new connection (TCP, then TLS when `tls` is given) and starts its HTTP/1.1
-    /// client task on this worker.
-    pub async fn connect(
+    /// Opens a TCP connection, then TLS when `tls` is given.
+    async fn open(
         &self,
         key: &PeerKey,
-        tls: Option<(
-            &Arc<rustls::ClientConfig>,
-            rustls::pki_types::ServerName<'static>,
-        )>,
+        tls: TlsParams<'_>,
         connect_timeout: Duration,
-    ) -> Result<PooledConn, ConnectError> {
+    ) -> Result<Stream, ConnectError> {
         let tcp = match tokio::time::timeout(connect_timeout, TcpStream::connect(key.addr)).await {
             Err(_) => return Err(ConnectError::Timeout),
             Ok(Err(e)) => return Err(ConnectError::Refused(e)),
@@ -151,41 +125,48 @@ impl Pool {
         };
         let _ = tcp.set_nodelay(true);
         self.stats.upstream_connections_opened.inc();
-        let builder = hyper::client::conn::http1::Builder::new();
-        let sender = match tls {
-            None => {
-                let (sender, conn) = builder
-                    .handshake(TokioIo::new(tcp))
-                    .await
-                    .map_err(ConnectError::Handshake)?;
-                tokio::task::spawn_local(async move {
-                    let _ = conn.with_upgrades().await;
-                });
-                sender
-            }
+        match tls {
+            None => Ok(Stream::Plain(tcp)),
             Some((cfg, name)) => {
                 let connector = tokio_rustls::TlsConnector::from(cfg.clone());
-                let stream =
-                    match tokio::time::timeout(connect_timeout, connector.connect(name, tcp)).await
-                    {
-                        Err(_) => return Err(ConnectError::Timeout),
-                        Ok(Err(e)) => return Err(ConnectError::Tls(e)),
-                        Ok(Ok(s)) => s,
-                    };
-                let (sender, conn) = builder
-                    .handshake(TokioIo::new(stream))
-                    .await
-                    .map_err(ConnectError::Handshake)?;
-                tokio::task::spawn_local(async move {
-                    let _ = conn.with_upgrades().await;
-                });
-                sender
+                match tokio::time::timeout(connect_timeout, connector.connect(name, tcp)).await {
+                    Err(_) => Err(ConnectError::Timeout),
+                    Ok(Err(e)) => Err(ConnectError::Tls(e)),
+                    Ok(Ok(s)) => Ok(Stream::Tls(Box::new(s))),
+                }
             }
-        };
-        Ok(PooledConn {
-            sender,
-            key: key.clone(),
-            used: 1,
-        })
+        }
+    }
+
+    /// A new connection for the request path's own HTTP/1.1 exchange.
+    pub async fn connect(
+        &self,
+        key: &PeerKey,
+        tls: TlsParams<'_>,
+        connect_timeout: Duration,
+    ) -> Result<Conn, ConnectError> {
+        Ok(Conn::new(
+            self.open(key, tls, connect_timeout).await?,
+            key.clone(),
+        ))
+    }
+
+    /// A new connection driven by hyper's client, for requests that upgrade (WebSocket); it
+    /// is never pooled.
+    pub async fn connect_hyper(
+        &self,
+        key: &PeerKey,
+        tls: TlsParams<'_>,
+        connect_timeout: Duration,
+    ) -> Result<SendRequest<Incoming>, ConnectError> {
+        let stream = self.open(key, tls, connect_timeout).await?;
+        let (sender, conn) = hyper::client::conn::http1::Builder::new()
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(ConnectError::Handshake)?;
+        tokio::task::spawn_local(async move {
+            let _ = conn.with_upgrades().await;
+        });
+        Ok(sender)
     }
 }

@@ -10,12 +10,14 @@ use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
+use http_body::Body;
 use hyper::body::Incoming;
 use turnpike_router::{normalize_path, upstream_uri, RequestView};
 
 use crate::body::ProxyBody;
 use crate::errors::{self, error_response};
-use crate::pool::{ConnectError, PeerKey, PoolReturn, PooledConn};
+use crate::h1::{SendError, UpstreamBody};
+use crate::pool::{ConnectError, PeerKey};
 use crate::server::{ConnInfo, WorkerCtx};
 use crate::snapshot::{Destination, Peer, ServiceInfo};
 
@@ -303,13 +305,30 @@ async fn route_and_proxy(
     } else {
         None
     };
-    let req = Request::from_parts(parts, body);
-
     let up_start = Instant::now();
     let proxy_latency = up_start - start;
-    let sent = send_upstream(ctx, service, req, preserved_host, upgrade).await;
-    let (mut resp, conn_back) = match sent {
-        Ok(x) => x,
+    let sent = send_upstream(ctx, service, parts, body, preserved_host, upgrade).await;
+    let (mut parts, body) = match sent {
+        Ok(Upstreamed::H1(parts, body)) => (parts, ProxyBody::Upstream(body)),
+        Ok(Upstreamed::Hyper(mut resp)) => {
+            // WebSocket: splice the two upgraded connections together.
+            if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+                if let Some(client_upgrade) = client_upgrade {
+                    let upstream_upgrade = hyper::upgrade::on(&mut resp);
+                    tokio::task::spawn_local(async move {
+                        if let (Ok(c), Ok(u)) = (client_upgrade.await, upstream_upgrade.await) {
+                            let mut c = hyper_util::rt::TokioIo::new(c);
+                            let mut u = hyper_util::rt::TokioIo::new(u);
+                            let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
+                        }
+                    });
+                    let (parts, _) = resp.into_parts();
+                    return Response::from_parts(parts, ProxyBody::empty());
+                }
+            }
+            let (parts, body) = resp.into_parts();
+            (parts, ProxyBody::Hyper(body))
+        }
         Err(e) => {
             let (status, msg) = match e {
                 UpstreamError::Timeout => (StatusCode::GATEWAY_TIMEOUT, errors::TIMED_OUT),
@@ -324,23 +343,6 @@ async fn route_and_proxy(
     };
     let upstream_latency = up_start.elapsed();
 
-    // WebSocket: splice the two upgraded connections together.
-    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-        if let Some(client_upgrade) = client_upgrade {
-            let upstream_upgrade = hyper::upgrade::on(&mut resp);
-            tokio::task::spawn_local(async move {
-                if let (Ok(c), Ok(u)) = (client_upgrade.await, upstream_upgrade.await) {
-                    let mut c = hyper_util::rt::TokioIo::new(c);
-                    let mut u = hyper_util::rt::TokioIo::new(u);
-                    let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
-                }
-            });
-            let (parts, _) = resp.into_parts();
-            return Response::from_parts(parts, ProxyBody::empty());
-        }
-    }
-
-    let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers, false);
     parts.version = client_version;
     let s = &ctx.gateway.settings;
@@ -363,8 +365,7 @@ async fn route_and_proxy(
             HeaderValue::from(parts.status.as_u16()),
         );
     }
-    let pool_return = conn_back.map(|c| PoolReturn::new(ctx.pool.clone(), c));
-    Response::from_parts(parts, ProxyBody::upstream(body, pool_return))
+    Response::from_parts(parts, body)
 }
 
 /// `host[:port]` → lower-case host (allocates only when the host has upper-case letters).
@@ -459,17 +460,32 @@ async fn resolve(peer: &Peer) -> Result<SocketAddr, UpstreamError> {
     }
 }
 
+/// What the upstream answered: a response read by our own HTTP/1.1 exchange (its body still
+/// on the connection), or hyper's response for an upgrade.
+enum Upstreamed {
+    H1(http::response::Parts, UpstreamBody),
+    Hyper(Response<Incoming>),
+}
+
 /// Sends the request to the service's upstream, retrying on connection failures (before any
 /// byte of the request was sent) up to `service.retries` times, on the next target when the
-/// service is balanced. Returns the response and, for pooled connections, the connection to
-/// hand back once the body is read.
+/// service is balanced. A pooled connection found closed is replaced without counting a
+/// failure, and a request without a body is sent again when a reused connection closed
+/// before answering.
 async fn send_upstream(
     ctx: &Rc<WorkerCtx>,
     service: &ServiceInfo,
-    mut req: Request<Incoming>,
+    mut parts: http::request::Parts,
+    body: Incoming,
     preserved_host: Option<HeaderValue>,
     upgrade: bool,
-) -> Result<(Response<Incoming>, Option<PooledConn>), UpstreamError> {
+) -> Result<Upstreamed, UpstreamError> {
+    // Upgrades keep their body for hyper's client; our exchange takes `None` for no body.
+    let mut body = if !upgrade && body.is_end_stream() {
+        None
+    } else {
+        Some(body)
+    };
     let mut failures = 0u32;
     loop {
         let (peer, balancer_host) = match &service.destination {
@@ -487,7 +503,7 @@ async fn send_upstream(
             .clone()
             .or(balancer_host)
             .unwrap_or_else(|| peer.host_header.clone());
-        req.headers_mut().insert(header::HOST, host_value);
+        parts.headers.insert(header::HOST, host_value);
         let addr = resolve(peer).await?;
         let tls = service.tls.as_ref().map(|cfg| {
             let name = rustls::pki_types::ServerName::try_from(
@@ -505,63 +521,75 @@ async fn send_upstream(
                 .as_ref()
                 .map(|(cfg, name)| (Arc::as_ptr(cfg) as usize, Arc::from(name.to_str().as_ref()))),
         };
-
-        // An idle pooled connection first (never for upgrades: that connection is spliced).
-        let pooled = if upgrade {
-            None
-        } else {
-            ctx.pool.checkout(&key)
+        let connect_failed = |e: ConnectError, failures: &mut u32| {
+            *failures += 1;
+            tracing::debug!("connect to {addr} failed: {e:?}");
+            (*failures > service.retries).then_some(match e {
+                ConnectError::Timeout => UpstreamError::Timeout,
+                _ => UpstreamError::Failed,
+            })
         };
-        let reused = pooled.is_some();
-        let mut conn = match pooled {
+
+        if upgrade {
+            let mut sender = match ctx
+                .pool
+                .connect_hyper(&key, tls, service.connect_timeout)
+                .await
+            {
+                Ok(s) => s,
+                Err(e) => match connect_failed(e, &mut failures) {
+                    Some(err) => return Err(err),
+                    None => continue,
+                },
+            };
+            ctx.stats.upstream_requests.inc();
+            let req = Request::from_parts(
+                parts,
+                body.take().expect("upgrade requests keep their body"),
+            );
+            return match tokio::time::timeout(service.read_timeout, sender.send_request(req)).await
+            {
+                Err(_) => Err(UpstreamError::Timeout),
+                Ok(Ok(resp)) => Ok(Upstreamed::Hyper(resp)),
+                Ok(Err(e)) => {
+                    tracing::debug!("upstream {addr} failed during upgrade: {e}");
+                    Err(UpstreamError::Failed)
+                }
+            };
+        }
+
+        let mut conn = match ctx.pool.checkout(&key) {
             Some(c) => c,
             None => match ctx.pool.connect(&key, tls, service.connect_timeout).await {
                 Ok(c) => c,
-                Err(e) => {
-                    failures += 1;
-                    tracing::debug!("connect to {addr} failed: {e:?}");
-                    if failures > service.retries {
-                        return Err(match e {
-                            ConnectError::Timeout => UpstreamError::Timeout,
-                            _ => UpstreamError::Failed,
-                        });
-                    }
-                    continue;
-                }
+                Err(e) => match connect_failed(e, &mut failures) {
+                    Some(err) => return Err(err),
+                    None => continue,
+                },
             },
         };
-        if conn.sender.ready().await.is_err() {
-            // A pooled connection the upstream closed meanwhile: not a failure of the target.
-            if !reused {
-                failures += 1;
-            }
-            continue;
-        }
         ctx.stats.upstream_requests.inc();
-        let fut = conn.sender.try_send_request(req);
-        match tokio::time::timeout(service.read_timeout, fut).await {
-            Err(_) => return Err(UpstreamError::Timeout),
-            Ok(Ok(resp)) => {
-                let reusable = !upgrade && resp.status() != StatusCode::SWITCHING_PROTOCOLS;
-                return Ok((resp, if reusable { Some(conn) } else { None }));
+        match conn
+            .send(
+                &parts,
+                body.take(),
+                service.write_timeout,
+                service.read_timeout,
+            )
+            .await
+        {
+            Ok((rparts, framing)) => {
+                return Ok(Upstreamed::H1(
+                    rparts,
+                    UpstreamBody::new(conn, ctx.pool.clone(), framing),
+                ))
             }
-            Ok(Err(mut e)) => match e.take_message() {
-                // Not sent at all: safe to try again, whatever the method.
-                Some(back) => {
-                    req = back;
-                    if !reused {
-                        failures += 1;
-                        if failures > service.retries {
-                            return Err(UpstreamError::Failed);
-                        }
-                    }
-                    continue;
-                }
-                None => {
-                    tracing::debug!("upstream {addr} failed mid-request: {}", e.error());
-                    return Err(UpstreamError::Failed);
-                }
-            },
+            Err(SendError::Retry(b)) => body = b,
+            Err(SendError::Timeout) => return Err(UpstreamError::Timeout),
+            Err(SendError::Failed(e)) => {
+                tracing::debug!("upstream {addr} failed: {e}");
+                return Err(UpstreamError::Failed);
+            }
         }
     }
 }

@@ -1,0 +1,632 @@
+//! The upstream side of the proxy for HTTP/1.1, written by hand for the request path: the
+//! request head is encoded straight into one buffer, the response head parsed with `httparse`,
+//! and the response body read from the socket by the body itself as the client pulls it — no
+//! task and no channel per connection (hyper's pooled client costs a task hop per request).
+//! WebSocket upgrades still go through hyper's client (`pool::Pool::connect_hyper`).
+
+use std::io;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, StatusCode, Version};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+
+use crate::pool::{PeerKey, Pool};
+
+/// Response heads larger than this are refused (nginx's proxy_buffer_size is 4-8k; be generous).
+const MAX_HEAD: usize = 64 * 1024;
+const MAX_HEADERS: usize = 128;
+const READ_CHUNK: usize = 16 * 1024;
+
+/// A plain or TLS connection to an upstream.
+pub enum Stream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// An upstream HTTP/1.1 connection, idle in a pool or carrying one request.
+pub struct Conn {
+    stream: Stream,
+    /// Bytes read from the upstream and not consumed yet.
+    buf: BytesMut,
+    pub key: PeerKey,
+    /// Requests carried, including the current one.
+    pub used: u64,
+}
+
+#[derive(Debug)]
+pub enum SendError {
+    /// Nothing of the request reached a live upstream (a pooled connection was already
+    /// closed): the request can go on another connection. The body is handed back.
+    Retry(Option<Incoming>),
+    Timeout,
+    Failed(io::Error),
+}
+
+fn other(msg: &str) -> io::Error {
+    io::Error::other(msg.to_string())
+}
+
+impl Conn {
+    pub fn new(stream: Stream, key: PeerKey) -> Conn {
+        Conn {
+            stream,
+            buf: BytesMut::with_capacity(READ_CHUNK),
+            key,
+            used: 1,
+        }
+    }
+
+    /// True when an idle connection still looks usable: nothing to read and not closed.
+    pub fn idle_alive(&mut self) -> bool {
+        if !self.buf.is_empty() {
+            return false;
+        }
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut probe = [0u8; 1];
+        let mut rb = ReadBuf::new(&mut probe);
+        matches!(
+            Pin::new(&mut self.stream).poll_read(&mut cx, &mut rb),
+            Poll::Pending
+        )
+    }
+
+    /// One write attempt without waiting: `None` when the socket would block.
+    fn try_write_now(&mut self, data: &[u8]) -> Option<io::Result<usize>> {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match Pin::new(&mut self.stream).poll_write(&mut cx, data) {
+            Poll::Ready(r) => Some(r),
+            Poll::Pending => None,
+        }
+    }
+
+    /// Writes all of `data`, arming the write timeout only when the socket would block.
+    async fn write_all(&mut self, data: &[u8], timeout: Duration) -> io::Result<()> {
+        let mut data = data;
+        while !data.is_empty() {
+            let n = match self.try_write_now(data) {
+                Some(r) => r?,
+                None => match tokio::time::timeout(timeout, self.stream.write(data)).await {
+                    Ok(r) => r?,
+                    Err(_) => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "upstream write timed out",
+                        ))
+                    }
+                },
+            };
+            if n == 0 {
+                return Err(io::Error::new(io::ErrorKind::WriteZero, "upstream closed"));
+            }
+            data = &data[n..];
+        }
+        Ok(())
+    }
+
+    /// Sends a request and reads the response head. `body` is `None` for a request without
+    /// a body. Returns the response head and how its body is framed.
+    pub async fn send(
+        &mut self,
+        req: &http::request::Parts,
+        body: Option<Incoming>,
+        write_timeout: Duration,
+        read_timeout: Duration,
+    ) -> Result<(http::response::Parts, Framing), SendError> {
+        let reused = self.used > 1;
+        // The head, in one buffer.
+        let mut head = Vec::with_capacity(512);
+        head.extend_from_slice(req.method.as_str().as_bytes());
+        head.push(b' ');
+        head.extend_from_slice(
+            req.uri
+                .path_and_query()
+                .map(|p| p.as_str())
+                .unwrap_or("/")
+                .as_bytes(),
+        );
+        head.extend_from_slice(b" HTTP/1.1\r\n");
+        for (name, value) in &req.headers {
+            head.extend_from_slice(name.as_str().as_bytes());
+            head.extend_from_slice(b": ");
+            head.extend_from_slice(value.as_bytes());
+            head.extend_from_slice(b"\r\n");
+        }
+        let chunked = body.is_some() && !req.headers.contains_key(header::CONTENT_LENGTH);
+        if chunked {
+            head.extend_from_slice(b"transfer-encoding: chunked\r\n");
+        }
+        head.extend_from_slice(b"\r\n");
+        if let Err(e) = self.write_all(&head, write_timeout).await {
+            return Err(if reused && e.kind() != io::ErrorKind::TimedOut {
+                SendError::Retry(body)
+            } else {
+                SendError::Failed(e)
+            });
+        }
+        let had_body = body.is_some();
+        if let Some(mut body) = body {
+            while let Some(frame) = body.frame().await {
+                let frame =
+                    frame.map_err(|e| SendError::Failed(other(&format!("client body: {e}"))))?;
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                if data.is_empty() {
+                    continue;
+                }
+                if chunked {
+                    let size = format!("{:x}\r\n", data.len());
+                    self.write_all(size.as_bytes(), write_timeout)
+                        .await
+                        .map_err(SendError::Failed)?;
+                    self.write_all(&data, write_timeout)
+                        .await
+                        .map_err(SendError::Failed)?;
+                    self.write_all(b"\r\n", write_timeout)
+                        .await
+                        .map_err(SendError::Failed)?;
+                } else {
+                    self.write_all(&data, write_timeout)
+                        .await
+                        .map_err(SendError::Failed)?;
+                }
+            }
+            if chunked {
+                self.write_all(b"0\r\n\r\n", write_timeout)
+                    .await
+                    .map_err(SendError::Failed)?;
+            }
+        }
+        match tokio::time::timeout(read_timeout, self.read_head(&req.method)).await {
+            Err(_) => Err(SendError::Timeout),
+            Ok(Ok(r)) => Ok(r),
+            // A pooled connection closed by the upstream before any response byte: a request
+            // without a body can safely go again on a fresh connection.
+            Ok(Err(HeadError::ClosedBeforeResponse)) if reused && !had_body => {
+                Err(SendError::Retry(None))
+            }
+            Ok(Err(HeadError::ClosedBeforeResponse)) => {
+                Err(SendError::Failed(other("upstream closed the connection")))
+            }
+            Ok(Err(HeadError::Io(e))) => Err(SendError::Failed(e)),
+        }
+    }
+
+    async fn fill(&mut self) -> io::Result<usize> {
+        self.buf.reserve(READ_CHUNK);
+        std::future::poll_fn(|cx| {
+            tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.buf)
+        })
+        .await
+    }
+
+    async fn read_head(
+        &mut self,
+        method: &Method,
+    ) -> Result<(http::response::Parts, Framing), HeadError> {
+        let mut seen_bytes = !self.buf.is_empty();
+        loop {
+            if !self.buf.is_empty() {
+                seen_bytes = true;
+                if let Some(parsed) = parse_head(&mut self.buf, method)? {
+                    match parsed {
+                        Parsed::Informational => continue,
+                        Parsed::Head(parts, framing) => return Ok((parts, framing)),
+                    }
+                }
+            }
+            let n = self.fill().await.map_err(|e| {
+                if seen_bytes {
+                    HeadError::Io(e)
+                } else {
+                    HeadError::ClosedBeforeResponse
+                }
+            })?;
+            if n == 0 {
+                return Err(if seen_bytes {
+                    HeadError::Io(other("upstream closed mid-head"))
+                } else {
+                    HeadError::ClosedBeforeResponse
+                });
+            }
+        }
+    }
+}
+
+enum HeadError {
+    ClosedBeforeResponse,
+    Io(io::Error),
+}
+
+impl From<io::Error> for HeadError {
+    fn from(e: io::Error) -> Self {
+        HeadError::Io(e)
+    }
+}
+
+enum Parsed {
+    /// A 1xx interim response, skipped.
+    Informational,
+    Head(http::response::Parts, Framing),
+}
+
+/// How a response body is delimited, and whether the connection can be reused after it.
+#[derive(Debug, Clone, Copy)]
+pub struct Framing {
+    pub kind: FramingKind,
+    pub keep_alive: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum FramingKind {
+    Empty,
+    Length(u64),
+    Chunked,
+    UntilClose,
+}
+
+/// Parses a response head from the front of `buf`; `None` when it is not complete yet.
+fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Parsed>, HeadError> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut headers);
+    let len = match resp.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => {
+            if buf.len() > MAX_HEAD {
+                return Err(HeadError::Io(other("upstream response head too large")));
+            }
+            return Ok(None);
+        }
+        Err(e) => {
+            return Err(HeadError::Io(other(&format!(
+                "invalid upstream response: {e}"
+            ))))
+        }
+    };
+    let code = resp.code.unwrap_or(0);
+    let status =
+        StatusCode::from_u16(code).map_err(|_| HeadError::Io(other("invalid upstream status")))?;
+    let version = if resp.version == Some(0) {
+        Version::HTTP_10
+    } else {
+        Version::HTTP_11
+    };
+    // Header values point into the head's bytes: no copy.
+    let base = buf.as_ptr() as usize;
+    let ranges: Vec<(usize, usize, usize, usize)> = resp
+        .headers
+        .iter()
+        .map(|h| {
+            let n = h.name.as_ptr() as usize - base;
+            let v = h.value.as_ptr() as usize - base;
+            (n, n + h.name.len(), v, v + h.value.len())
+        })
+        .collect();
+    let head = buf.split_to(len).freeze();
+    if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
+        return Ok(Some(Parsed::Informational));
+    }
+    let mut map = HeaderMap::with_capacity(ranges.len());
+    let mut chunked = false;
+    let mut length: Option<u64> = None;
+    let mut conn_close = version == Version::HTTP_10;
+    for (ns, ne, vs, ve) in ranges {
+        let name = HeaderName::from_bytes(&head[ns..ne])
+            .map_err(|_| HeadError::Io(other("invalid upstream header name")))?;
+        let value = HeaderValue::from_maybe_shared(head.slice(vs..ve))
+            .map_err(|_| HeadError::Io(other("invalid upstream header value")))?;
+        if name == header::TRANSFER_ENCODING {
+            chunked = value
+                .as_bytes()
+                .rsplit(|b| *b == b',')
+                .next()
+                .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+        } else if name == header::CONTENT_LENGTH {
+            let n = std::str::from_utf8(value.as_bytes())
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok());
+            match (n, length) {
+                (Some(n), None) => length = Some(n),
+                (Some(n), Some(prev)) if n == prev => {}
+                _ => return Err(HeadError::Io(other("invalid upstream content-length"))),
+            }
+        } else if name == header::CONNECTION {
+            for t in value.as_bytes().split(|b| *b == b',') {
+                let t = t.trim_ascii();
+                if t.eq_ignore_ascii_case(b"close") {
+                    conn_close = true;
+                } else if t.eq_ignore_ascii_case(b"keep-alive") && version == Version::HTTP_10 {
+                    conn_close = false;
+                }
+            }
+        }
+        map.append(name, value);
+    }
+    let kind = if *method == Method::HEAD
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        FramingKind::Empty
+    } else if chunked {
+        FramingKind::Chunked
+    } else if let Some(n) = length {
+        if n == 0 {
+            FramingKind::Empty
+        } else {
+            FramingKind::Length(n)
+        }
+    } else {
+        FramingKind::UntilClose
+    };
+    let keep_alive = !conn_close && !matches!(kind, FramingKind::UntilClose);
+    let mut parts = http::Response::new(()).into_parts().0;
+    parts.status = status;
+    parts.version = version;
+    parts.headers = map;
+    Ok(Some(Parsed::Head(parts, Framing { kind, keep_alive })))
+}
+
+/// Reads more upstream bytes into the connection's buffer, or returns from `poll_next`.
+macro_rules! fill_or_return {
+    ($conn:expr, $cx:expr) => {
+        match UpstreamBody::poll_fill($conn, $cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(e))),
+            Poll::Ready(Ok(n)) => n,
+        }
+    };
+}
+
+/// Where the chunked decoder stands.
+#[derive(Debug, Clone, Copy)]
+enum Chunk {
+    Size,
+    Data(u64),
+    DataEnd,
+    Trailers,
+}
+
+/// The response body, read from the upstream connection as the client pulls it. At its end
+/// the connection goes back to the worker's pool when it can be reused.
+pub struct UpstreamBody {
+    conn: Option<Conn>,
+    pool: Rc<Pool>,
+    kind: FramingKind,
+    chunk: Chunk,
+    keep_alive: bool,
+    done: bool,
+}
+
+impl UpstreamBody {
+    pub fn new(conn: Conn, pool: Rc<Pool>, framing: Framing) -> UpstreamBody {
+        let mut b = UpstreamBody {
+            conn: Some(conn),
+            pool,
+            kind: framing.kind,
+            chunk: Chunk::Size,
+            keep_alive: framing.keep_alive,
+            done: false,
+        };
+        if matches!(framing.kind, FramingKind::Empty) {
+            b.finish();
+        }
+        b
+    }
+
+    fn finish(&mut self) {
+        self.done = true;
+        if let Some(conn) = self.conn.take() {
+            if self.keep_alive {
+                self.pool.put(conn);
+            }
+        }
+    }
+
+    fn poll_fill(conn: &mut Conn, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        conn.buf.reserve(READ_CHUNK);
+        tokio_util::io::poll_read_buf(Pin::new(&mut conn.stream), cx, &mut conn.buf)
+    }
+
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Bytes>>> {
+        loop {
+            if self.done {
+                return Poll::Ready(None);
+            }
+            let Some(conn) = self.conn.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match self.kind {
+                FramingKind::Empty => {
+                    self.finish();
+                    return Poll::Ready(None);
+                }
+                FramingKind::Length(remaining) => {
+                    if conn.buf.is_empty() {
+                        match fill_or_return!(conn, cx) {
+                            0 => return Poll::Ready(Some(Err(other("upstream closed mid-body")))),
+                            _ => continue,
+                        }
+                    }
+                    let n = remaining.min(conn.buf.len() as u64) as usize;
+                    let data = conn.buf.split_to(n).freeze();
+                    let left = remaining - n as u64;
+                    self.kind = FramingKind::Length(left);
+                    if left == 0 {
+                        self.finish();
+                    }
+                    return Poll::Ready(Some(Ok(data)));
+                }
+                FramingKind::UntilClose => {
+                    if conn.buf.is_empty() {
+                        match fill_or_return!(conn, cx) {
+                            0 => {
+                                self.keep_alive = false;
+                                self.finish();
+                                return Poll::Ready(None);
+                            }
+                            _ => continue,
+                        }
+                    }
+                    let data = conn.buf.split().freeze();
+                    return Poll::Ready(Some(Ok(data)));
+                }
+                FramingKind::Chunked => match self.chunk {
+                    Chunk::Data(remaining) => {
+                        if conn.buf.is_empty() {
+                            match fill_or_return!(conn, cx) {
+                                0 => {
+                                    return Poll::Ready(Some(Err(other(
+                                        "upstream closed mid-chunk",
+                                    ))))
+                                }
+                                _ => continue,
+                            }
+                        }
+                        let n = remaining.min(conn.buf.len() as u64) as usize;
+                        let data = conn.buf.split_to(n).freeze();
+                        let left = remaining - n as u64;
+                        self.chunk = if left == 0 {
+                            Chunk::DataEnd
+                        } else {
+                            Chunk::Data(left)
+                        };
+                        return Poll::Ready(Some(Ok(data)));
+                    }
+                    Chunk::Size | Chunk::DataEnd | Chunk::Trailers => {
+                        // These states each consume one line.
+                        let Some(pos) = conn.buf.windows(2).position(|w| w == b"\r\n") else {
+                            if conn.buf.len() > 8 * 1024 {
+                                return Poll::Ready(Some(Err(other("invalid chunked encoding"))));
+                            }
+                            match fill_or_return!(conn, cx) {
+                                0 => {
+                                    return Poll::Ready(Some(Err(other(
+                                        "upstream closed mid-chunk",
+                                    ))))
+                                }
+                                _ => continue,
+                            }
+                        };
+                        let line = conn.buf.split_to(pos + 2);
+                        let line = &line[..pos];
+                        match self.chunk {
+                            Chunk::Size => {
+                                let hex = line
+                                    .split(|b| *b == b';')
+                                    .next()
+                                    .unwrap_or(b"")
+                                    .trim_ascii();
+                                let size = std::str::from_utf8(hex)
+                                    .ok()
+                                    .and_then(|s| u64::from_str_radix(s, 16).ok())
+                                    .ok_or_else(|| other("invalid chunk size"));
+                                match size {
+                                    Err(e) => return Poll::Ready(Some(Err(e))),
+                                    Ok(0) => self.chunk = Chunk::Trailers,
+                                    Ok(n) => self.chunk = Chunk::Data(n),
+                                }
+                            }
+                            Chunk::DataEnd => {
+                                if !line.is_empty() {
+                                    return Poll::Ready(Some(Err(other(
+                                        "invalid chunk terminator",
+                                    ))));
+                                }
+                                self.chunk = Chunk::Size;
+                            }
+                            _ => {
+                                // Trailer fields are dropped; the empty line ends the body.
+                                if line.is_empty() {
+                                    self.finish();
+                                    return Poll::Ready(None);
+                                }
+                            }
+                        }
+                    }
+                },
+            }
+        }
+    }
+}
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        self.get_mut()
+            .poll_next(cx)
+            .map(|o| o.map(|r| r.map(Frame::data)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.kind {
+            FramingKind::Length(n) if !self.done => SizeHint::with_exact(n),
+            FramingKind::Empty => SizeHint::with_exact(0),
+            _ if self.done => SizeHint::with_exact(0),
+            _ => SizeHint::default(),
+        }
+    }
+}
+
+impl Drop for UpstreamBody {
+    fn drop(&mut self) {
+        // Dropped before its end (client gone): the connection is in an unknown state and is
+        // closed with it rather than pooled.
+        self.conn.take();
+    }
+}
