@@ -75,6 +75,8 @@ pub struct Conn {
     stream: Stream,
     /// Bytes read from the upstream and not consumed yet.
     buf: BytesMut,
+    /// The request head being written; kept to reuse its allocation.
+    head: Vec<u8>,
     pub key: PeerKey,
     /// Requests carried, including the current one.
     pub used: u64,
@@ -98,6 +100,7 @@ impl Conn {
         Conn {
             stream,
             buf: BytesMut::with_capacity(READ_CHUNK),
+            head: Vec::with_capacity(1024),
             key,
             used: 1,
         }
@@ -161,7 +164,8 @@ impl Conn {
     ) -> Result<(http::response::Parts, Framing), SendError> {
         let reused = self.used > 1;
         // The head, in one buffer.
-        let mut head = Vec::with_capacity(512);
+        let mut head = std::mem::take(&mut self.head);
+        head.clear();
         head.extend_from_slice(req.method.as_str().as_bytes());
         head.push(b' ');
         head.extend_from_slice(
@@ -183,7 +187,9 @@ impl Conn {
             head.extend_from_slice(b"transfer-encoding: chunked\r\n");
         }
         head.extend_from_slice(b"\r\n");
-        if let Err(e) = self.write_all(&head, write_timeout).await {
+        let written = self.write_all(&head, write_timeout).await;
+        self.head = head;
+        if let Err(e) = written {
             return Err(if reused && e.kind() != io::ErrorKind::TimedOut {
                 SendError::Retry(body)
             } else {
@@ -340,7 +346,7 @@ fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Parsed>, Hea
     };
     // Header values point into the head's bytes: no copy.
     let base = buf.as_ptr() as usize;
-    let ranges: Vec<(usize, usize, usize, usize)> = resp
+    let ranges: smallvec::SmallVec<[(usize, usize, usize, usize); 16]> = resp
         .headers
         .iter()
         .map(|h| {
@@ -353,23 +359,49 @@ fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Parsed>, Hea
     if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
         return Ok(Some(Parsed::Informational));
     }
+    // Hop-by-hop headers (RFC 9110 §7.6.1) are consumed here, never stored: the response
+    // handed to the client side carries only end-to-end headers.
     let mut map = HeaderMap::with_capacity(ranges.len());
     let mut chunked = false;
     let mut length: Option<u64> = None;
     let mut conn_close = version == Version::HTTP_10;
+    let mut named_by_connection: smallvec::SmallVec<[HeaderName; 2]> = smallvec::SmallVec::new();
     for (ns, ne, vs, ve) in ranges {
         let name = HeaderName::from_bytes(&head[ns..ne])
             .map_err(|_| HeadError::Io(other("invalid upstream header name")))?;
-        let value = HeaderValue::from_maybe_shared(head.slice(vs..ve))
-            .map_err(|_| HeadError::Io(other("invalid upstream header value")))?;
+        let raw = &head[vs..ve];
         if name == header::TRANSFER_ENCODING {
-            chunked = value
-                .as_bytes()
+            chunked = raw
                 .rsplit(|b| *b == b',')
                 .next()
                 .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+            continue;
+        } else if name == header::CONNECTION {
+            for t in raw.split(|b| *b == b',') {
+                let t = t.trim_ascii();
+                if t.eq_ignore_ascii_case(b"close") {
+                    conn_close = true;
+                } else if t.eq_ignore_ascii_case(b"keep-alive") {
+                    if version == Version::HTTP_10 {
+                        conn_close = false;
+                    }
+                } else if !t.is_empty() && !t.eq_ignore_ascii_case(b"upgrade") {
+                    if let Ok(n) = HeaderName::from_bytes(t) {
+                        named_by_connection.push(n);
+                    }
+                }
+            }
+            continue;
+        } else if name == header::TE
+            || name == header::TRAILER
+            || name == header::UPGRADE
+            || name == header::PROXY_AUTHENTICATE
+            || name.as_str() == "keep-alive"
+            || name.as_str() == "proxy-connection"
+        {
+            continue;
         } else if name == header::CONTENT_LENGTH {
-            let n = std::str::from_utf8(value.as_bytes())
+            let n = std::str::from_utf8(raw)
                 .ok()
                 .and_then(|s| s.trim().parse::<u64>().ok());
             match (n, length) {
@@ -377,17 +409,18 @@ fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Parsed>, Hea
                 (Some(n), Some(prev)) if n == prev => {}
                 _ => return Err(HeadError::Io(other("invalid upstream content-length"))),
             }
-        } else if name == header::CONNECTION {
-            for t in value.as_bytes().split(|b| *b == b',') {
-                let t = t.trim_ascii();
-                if t.eq_ignore_ascii_case(b"close") {
-                    conn_close = true;
-                } else if t.eq_ignore_ascii_case(b"keep-alive") && version == Version::HTTP_10 {
-                    conn_close = false;
-                }
-            }
         }
+        let value = HeaderValue::from_maybe_shared(head.slice(vs..ve))
+            .map_err(|_| HeadError::Io(other("invalid upstream header value")))?;
         map.append(name, value);
+    }
+    for n in named_by_connection {
+        map.remove(&n);
+    }
+    // A body framed by transfer-encoding has no content-length (RFC 9112 §6.3).
+    if chunked {
+        map.remove(header::CONTENT_LENGTH);
+        length = None;
     }
     let kind = if *method == Method::HEAD
         || status == StatusCode::NO_CONTENT

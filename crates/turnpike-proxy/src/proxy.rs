@@ -102,8 +102,20 @@ fn is_upgrade(req: &Request<Incoming>) -> bool {
             })
 }
 
+/// A latency header value in milliseconds. Values under 1000 ms come from a table of static
+/// strings built once: no allocation per request.
 fn ms(d: Duration) -> HeaderValue {
-    HeaderValue::from(d.as_millis() as u64)
+    static SMALL: std::sync::OnceLock<Vec<HeaderValue>> = std::sync::OnceLock::new();
+    let n = d.as_millis() as u64;
+    if n < 1000 {
+        let table = SMALL.get_or_init(|| {
+            (0..1000u64)
+                .map(|i| HeaderValue::from_static(Box::leak(i.to_string().into_boxed_str())))
+                .collect()
+        });
+        return table[n as usize].clone();
+    }
+    HeaderValue::from(n)
 }
 
 /// Entry point for every request a worker receives.
@@ -309,6 +321,7 @@ async fn route_and_proxy(
     let proxy_latency = up_start - start;
     let sent = send_upstream(ctx, service, parts, body, preserved_host, upgrade).await;
     let (mut parts, body) = match sent {
+        // Our HTTP/1.1 exchange never stores hop-by-hop headers.
         Ok(Upstreamed::H1(parts, body)) => (parts, ProxyBody::Upstream(body)),
         Ok(Upstreamed::Hyper(mut resp)) => {
             // WebSocket: splice the two upgraded connections together.
@@ -326,7 +339,8 @@ async fn route_and_proxy(
                     return Response::from_parts(parts, ProxyBody::empty());
                 }
             }
-            let (parts, body) = resp.into_parts();
+            let (mut parts, body) = resp.into_parts();
+            strip_hop_by_hop(&mut parts.headers, false);
             (parts, ProxyBody::Hyper(body))
         }
         Err(e) => {
@@ -342,8 +356,6 @@ async fn route_and_proxy(
         }
     };
     let upstream_latency = up_start.elapsed();
-
-    strip_hop_by_hop(&mut parts.headers, false);
     parts.version = client_version;
     let s = &ctx.gateway.settings;
     if s.headers.via {
