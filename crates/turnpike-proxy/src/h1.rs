@@ -19,6 +19,7 @@ use hyper::body::Incoming;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
+use crate::deadline::Deadlines;
 use crate::pool::{PeerKey, Pool};
 
 /// Response heads larger than this are refused (nginx's proxy_buffer_size is 4-8k; be generous).
@@ -161,6 +162,7 @@ impl Conn {
         body: Option<Incoming>,
         write_timeout: Duration,
         read_timeout: Duration,
+        deadlines: &Rc<Deadlines>,
     ) -> Result<(http::response::Parts, Framing), SendError> {
         let reused = self.used > 1;
         // The head, in one buffer.
@@ -230,7 +232,10 @@ impl Conn {
                     .map_err(SendError::Failed)?;
             }
         }
-        match tokio::time::timeout(read_timeout, self.read_head(&req.method)).await {
+        match deadlines
+            .timeout(read_timeout, self.read_head(&req.method))
+            .await
+        {
             Err(_) => Err(SendError::Timeout),
             Ok(Ok(r)) => Ok(r),
             // A pooled connection closed by the upstream before any response byte: a request
@@ -778,7 +783,13 @@ mod tests {
             .into_parts()
             .0;
         let (_, framing) = match conn
-            .send(&req, None, Duration::from_secs(1), Duration::from_secs(1))
+            .send(
+                &req,
+                None,
+                Duration::from_secs(1),
+                Duration::from_secs(1),
+                &crate::deadline::Deadlines::new(),
+            )
             .await
         {
             Ok(x) => x,

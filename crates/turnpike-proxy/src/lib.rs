@@ -3,6 +3,7 @@
 //! ([`pool`]) and the request path ([`proxy`]).
 
 pub mod body;
+pub mod deadline;
 pub mod errors;
 pub mod h1;
 pub mod pool;

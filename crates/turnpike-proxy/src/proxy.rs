@@ -587,6 +587,7 @@ async fn send_upstream(
                 body.take(),
                 service.write_timeout,
                 service.read_timeout,
+                &ctx.deadlines,
             )
             .await
         {

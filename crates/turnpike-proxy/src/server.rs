@@ -42,6 +42,8 @@ pub struct WorkerCtx {
     pub gateway: Arc<Gateway>,
     pub pool: Rc<Pool>,
     pub stats: Arc<WorkerStats>,
+    /// Coarse timeouts for the request path (upstream read timeouts).
+    pub deadlines: Rc<crate::deadline::Deadlines>,
     snapshot: RefCell<(u64, Rc<Arc<Snapshot>>)>,
     rng: Cell<u64>,
 }
@@ -261,7 +263,9 @@ async fn worker_main(
         gateway,
         stats,
         rng: Cell::new(seed),
+        deadlines: crate::deadline::Deadlines::new(),
     });
+    let ticker = tokio::task::spawn_local(ctx.deadlines.clone().run());
     // Idle upstream connections past their timeout are closed even when no request comes.
     let sweeper = {
         let ctx = ctx.clone();
@@ -299,6 +303,7 @@ async fn worker_main(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     sweeper.abort();
+    ticker.abort();
 }
 
 async fn accept_loop(

@@ -1,0 +1,181 @@
+//! Coarse per-worker timeouts for the request path, as nginx keeps its event timers: a slot in
+//! a slab per waiting operation and one ticker per worker that wakes the expired ones. Arming
+//! and disarming cost a few stores instead of a tokio timer-wheel entry per request (measured:
+//! ~640 instructions per request saved, BENCHMARKS.md). Precision is the tick (`TICK`).
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+/// How often expired deadlines are checked.
+pub const TICK: Duration = Duration::from_millis(20);
+
+struct Entry {
+    deadline: Instant,
+    waker: Option<Waker>,
+    expired: bool,
+}
+
+#[derive(Default)]
+pub struct Deadlines {
+    slots: RefCell<Vec<Option<Entry>>>,
+    free: RefCell<Vec<usize>>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub struct Elapsed;
+
+impl Deadlines {
+    pub fn new() -> Rc<Deadlines> {
+        Rc::new(Deadlines::default())
+    }
+
+    fn insert(&self, deadline: Instant) -> usize {
+        let e = Entry {
+            deadline,
+            waker: None,
+            expired: false,
+        };
+        let mut slots = self.slots.borrow_mut();
+        match self.free.borrow_mut().pop() {
+            Some(i) => {
+                slots[i] = Some(e);
+                i
+            }
+            None => {
+                slots.push(Some(e));
+                slots.len() - 1
+            }
+        }
+    }
+
+    fn remove(&self, i: usize) {
+        self.slots.borrow_mut()[i] = None;
+        self.free.borrow_mut().push(i);
+    }
+
+    /// Marks and wakes every entry past its deadline; run by the worker's ticker.
+    pub fn expire(&self, now: Instant) {
+        let mut wake = Vec::new();
+        for e in self.slots.borrow_mut().iter_mut().flatten() {
+            if !e.expired && e.deadline <= now {
+                e.expired = true;
+                if let Some(w) = e.waker.take() {
+                    wake.push(w);
+                }
+            }
+        }
+        for w in wake {
+            w.wake();
+        }
+    }
+
+    pub fn pending(&self) -> usize {
+        self.slots.borrow().iter().flatten().count()
+    }
+
+    /// Runs `fut` until it completes or `after` has passed (to within one tick).
+    pub fn timeout<F: Future>(self: &Rc<Self>, after: Duration, fut: F) -> Timeout<F> {
+        Timeout {
+            fut,
+            deadlines: self.clone(),
+            after,
+            slot: None,
+        }
+    }
+
+    /// Runs the ticker forever.
+    pub async fn run(self: Rc<Self>) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if self.slots.borrow().iter().any(|s| s.is_some()) {
+                self.expire(Instant::now());
+            }
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    pub struct Timeout<F> {
+        #[pin]
+        fut: F,
+        deadlines: Rc<Deadlines>,
+        after: Duration,
+        slot: Option<usize>,
+    }
+
+    impl<F> PinnedDrop for Timeout<F> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if let Some(i) = this.slot.take() {
+                this.deadlines.remove(i);
+            }
+        }
+    }
+}
+
+impl<F: Future> Future for Timeout<F> {
+    type Output = Result<F::Output, Elapsed>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(v) = this.fut.poll(cx) {
+            if let Some(i) = this.slot.take() {
+                this.deadlines.remove(i);
+            }
+            return Poll::Ready(Ok(v));
+        }
+        // Armed only when the operation actually has to wait.
+        let i = *this
+            .slot
+            .get_or_insert_with(|| this.deadlines.insert(Instant::now() + *this.after));
+        let mut slots = this.deadlines.slots.borrow_mut();
+        let e = slots[i].as_mut().expect("armed slot");
+        if e.expired {
+            drop(slots);
+            this.deadlines.remove(i);
+            *this.slot = None;
+            return Poll::Ready(Err(Elapsed));
+        }
+        match &e.waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => e.waker = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn completes_or_expires_and_frees_its_slot() {
+        let local = tokio::task::LocalSet::new();
+        local
+            .run_until(async {
+                let d = Deadlines::new();
+                tokio::task::spawn_local(d.clone().run());
+                assert_eq!(d.timeout(Duration::from_secs(5), async { 7 }).await, Ok(7));
+                let slow = d.timeout(
+                    Duration::from_millis(50),
+                    tokio::time::sleep(Duration::from_secs(10)),
+                );
+                let t = Instant::now();
+                assert_eq!(slow.await, Err(Elapsed));
+                assert!(t.elapsed() < Duration::from_secs(2));
+                let quick = d.timeout(
+                    Duration::from_secs(5),
+                    tokio::time::sleep(Duration::from_millis(30)),
+                );
+                assert_eq!(quick.await, Ok(()));
+                assert_eq!(d.pending(), 0, "every slot is freed");
+            })
+            .await;
+    }
+}
