@@ -9,23 +9,64 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
+use std::rc::Rc;
+
+use crate::deadline::Deadlines;
 use crate::h1::UpstreamBody;
+use crate::server::ConnInfo;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-pub enum ProxyBody {
+pub enum BodyKind {
     Upstream(UpstreamBody),
     Hyper(Incoming),
     Full(Option<Bytes>),
 }
 
+/// A response body, and the guard that marks its request finished when the body is done.
+pub struct ProxyBody {
+    kind: BodyKind,
+    guard: Option<RequestGuard>,
+}
+
+/// Counts a request as in flight on its connection until its response body is dropped; then
+/// records the time, from which the connection's keepalive timeout counts.
+pub struct RequestGuard {
+    conn: Rc<ConnInfo>,
+    deadlines: Rc<Deadlines>,
+}
+
+impl RequestGuard {
+    pub fn new(conn: Rc<ConnInfo>, deadlines: Rc<Deadlines>) -> Self {
+        conn.in_flight.set(conn.in_flight.get() + 1);
+        RequestGuard { conn, deadlines }
+    }
+}
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        self.conn
+            .in_flight
+            .set(self.conn.in_flight.get().saturating_sub(1));
+        self.conn.last_active.set(self.deadlines.coarse_now());
+    }
+}
+
 impl ProxyBody {
+    pub fn new(kind: BodyKind) -> Self {
+        ProxyBody { kind, guard: None }
+    }
+
     pub fn full(b: Bytes) -> Self {
-        ProxyBody::Full(Some(b))
+        ProxyBody::new(BodyKind::Full(Some(b)))
     }
 
     pub fn empty() -> Self {
-        ProxyBody::Full(None)
+        ProxyBody::new(BodyKind::Full(None))
+    }
+
+    pub fn set_guard(&mut self, guard: RequestGuard) {
+        self.guard = Some(guard);
     }
 }
 
@@ -37,31 +78,31 @@ impl Body for ProxyBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match self.get_mut() {
-            ProxyBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            ProxyBody::Upstream(u) => Pin::new(u)
+        match &mut self.get_mut().kind {
+            BodyKind::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            BodyKind::Upstream(u) => Pin::new(u)
                 .poll_frame(cx)
                 .map(|o| o.map(|r| r.map_err(Into::into))),
-            ProxyBody::Hyper(i) => Pin::new(i)
+            BodyKind::Hyper(i) => Pin::new(i)
                 .poll_frame(cx)
                 .map(|o| o.map(|r| r.map_err(Into::into))),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        match self {
-            ProxyBody::Full(b) => b.is_none(),
-            ProxyBody::Upstream(u) => u.is_end_stream(),
-            ProxyBody::Hyper(i) => i.is_end_stream(),
+        match &self.kind {
+            BodyKind::Full(b) => b.is_none(),
+            BodyKind::Upstream(u) => u.is_end_stream(),
+            BodyKind::Hyper(i) => i.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self {
-            ProxyBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
-            ProxyBody::Full(None) => SizeHint::with_exact(0),
-            ProxyBody::Upstream(u) => u.size_hint(),
-            ProxyBody::Hyper(i) => i.size_hint(),
+        match &self.kind {
+            BodyKind::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
+            BodyKind::Full(None) => SizeHint::with_exact(0),
+            BodyKind::Upstream(u) => u.size_hint(),
+            BodyKind::Hyper(i) => i.size_hint(),
         }
     }
 }

@@ -14,7 +14,7 @@ use http_body::Body;
 use hyper::body::Incoming;
 use turnpike_router::{normalize_path, upstream_uri, RequestView};
 
-use crate::body::ProxyBody;
+use crate::body::{BodyKind, ProxyBody, RequestGuard};
 use crate::errors::{self, error_response};
 use crate::h1::{SendError, UpstreamBody};
 use crate::pool::{ConnectError, PeerKey};
@@ -126,9 +126,12 @@ pub async fn handle(
 ) -> Result<Response<ProxyBody>, Infallible> {
     let start = Instant::now();
     ctx.stats.requests.inc();
+    // In flight until the response body is done: the keepalive timeout does not run meanwhile.
+    let guard = RequestGuard::new(conn.clone(), ctx.deadlines.clone());
     let request_id = ctx.request_id();
     let settings = &ctx.gateway.settings;
     let mut resp = route_and_proxy(&ctx, &conn, req, &request_id, start).await;
+    resp.body_mut().set_guard(guard);
     let h = resp.headers_mut();
     if settings.headers.request_id {
         h.insert(X_KONG_REQUEST_ID.clone(), request_id);
@@ -322,7 +325,7 @@ async fn route_and_proxy(
     let sent = send_upstream(ctx, service, parts, body, preserved_host, upgrade).await;
     let (mut parts, body) = match sent {
         // Our HTTP/1.1 exchange never stores hop-by-hop headers.
-        Ok(Upstreamed::H1(parts, body)) => (parts, ProxyBody::Upstream(body)),
+        Ok(Upstreamed::H1(parts, body)) => (parts, ProxyBody::new(BodyKind::Upstream(body))),
         Ok(Upstreamed::Hyper(mut resp)) => {
             // WebSocket: splice the two upgraded connections together.
             if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
@@ -341,7 +344,7 @@ async fn route_and_proxy(
             }
             let (mut parts, body) = resp.into_parts();
             strip_hop_by_hop(&mut parts.headers, false);
-            (parts, ProxyBody::Hyper(body))
+            (parts, ProxyBody::new(BodyKind::Hyper(body)))
         }
         Err(e) => {
             let (status, msg) = match e {

@@ -87,6 +87,11 @@ pub struct ConnInfo {
     pub http1: bool,
     pub trusted: bool,
     pub requests: Cell<u64>,
+    /// Requests being handled on this connection right now.
+    pub in_flight: Cell<u32>,
+    /// When a request last ended or a response byte was last written (coarse clock): the
+    /// keepalive/header timeout counts from there.
+    pub last_active: Cell<std::time::Instant>,
     /// The client's IP and the local port as header values, built once per connection.
     pub ip_value: http::HeaderValue,
     pub port_value: http::HeaderValue,
@@ -109,6 +114,8 @@ impl ConnInfo {
             http1,
             trusted,
             requests: Cell::new(0),
+            in_flight: Cell::new(0),
+            last_active: Cell::new(std::time::Instant::now()),
             ip_value: http::HeaderValue::from_str(&peer.ip().to_string())
                 .expect("an IP is a valid header value"),
             port_value: http::HeaderValue::from(local_port),
@@ -378,6 +385,25 @@ async fn serve_connection(
     }
 }
 
+/// Resolves when the connection has had no request in flight for `timeout` since its last
+/// request ended (or since it opened): nginx's keepalive_timeout for idle connections and a
+/// bound on how long a client may take to send a request head (slow clients are dropped).
+async fn idle_watch(info: &ConnInfo, deadlines: &crate::deadline::Deadlines, timeout: Duration) {
+    loop {
+        let idle_for = deadlines
+            .coarse_now()
+            .saturating_duration_since(info.last_active.get());
+        let wait = if info.in_flight.get() > 0 {
+            timeout
+        } else if idle_for >= timeout {
+            return;
+        } else {
+            timeout - idle_for
+        };
+        tokio::time::sleep(wait.max(crate::deadline::TICK)).await;
+    }
+}
+
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Peeks at the first bytes of a plain connection: true when they are HTTP/2's preface.
@@ -425,19 +451,22 @@ async fn serve_http<I>(
         tokio::pin!(conn);
         tokio::select! {
             _ = conn.as_mut() => return,
+            _ = idle_watch(&info, &ctx.deadlines, settings.keepalive_timeout) => return,
             _ = shutdown.wait_for(|s| *s) => conn.as_mut().graceful_shutdown(),
         }
         let _ = conn.await;
     } else {
+        // No hyper timer: its per-request header-read timer cost ~1.4k instructions per request
+        // (BENCHMARKS.md); `idle_watch` enforces the keepalive/header timeout instead.
         let conn = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(settings.keepalive_timeout)
+            .header_read_timeout(None)
             .max_buf_size(max_buf)
             .serve_connection(io, svc)
             .with_upgrades();
         tokio::pin!(conn);
         tokio::select! {
             _ = conn.as_mut() => return,
+            _ = idle_watch(&info, &ctx.deadlines, settings.keepalive_timeout) => return,
             _ = shutdown.wait_for(|s| *s) => conn.as_mut().graceful_shutdown(),
         }
         let _ = conn.await;

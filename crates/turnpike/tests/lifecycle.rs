@@ -384,3 +384,48 @@ async fn sigterm_drains_in_flight_requests() {
     // No longer accepting.
     assert!(std::net::TcpStream::connect(proxy).is_err());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn keepalive_timeout_closes_idle_and_slow_clients_but_not_busy_ones() {
+    let up = Upstream::start("one");
+    let gw = Gateway::with_config(&format!(
+        "_format_version: '3.0'\nservices: [{{name: s, url: '{}', routes: [{{paths: [/], strip_path: false}}]}}]\n",
+        up.url()
+    ))
+    .env("TURNPIKE_NGINX_HTTP_KEEPALIVE_TIMEOUT", "300ms")
+    .start();
+    // A client that never finishes its request head is dropped.
+    let mut slow = tokio::net::TcpStream::connect(gw.proxy).await.unwrap();
+    slow.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(5), slow.read(&mut buf))
+        .await
+        .expect("closed in time");
+    assert_eq!(n.unwrap_or(0), 0, "closed without a response");
+    // An idle keep-alive connection is closed after the timeout.
+    let (mut sender, conn) = h1_client(gw.proxy).await;
+    let r = sender
+        .send_request(req("GET", "/").body(Full::new(Bytes::new())).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    collect(r).await;
+    tokio::time::timeout(Duration::from_secs(5), conn)
+        .await
+        .expect("idle connection closed")
+        .unwrap()
+        .unwrap();
+    // A request slower than the keepalive timeout is not cut: it is in flight.
+    let (mut sender, _conn) = h1_client(gw.proxy).await;
+    let r = sender
+        .send_request(
+            req("GET", "/delay/900")
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}
