@@ -366,7 +366,8 @@ fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Parsed>, Hea
     }
     // Hop-by-hop headers (RFC 9110 §7.6.1) are consumed here, never stored: the response
     // handed to the client side carries only end-to-end headers.
-    let mut map = HeaderMap::with_capacity(ranges.len());
+    // Room for the headers the proxy adds (Via, latencies, request id): no regrowth.
+    let mut map = HeaderMap::with_capacity(ranges.len() + 5);
     let mut chunked = false;
     let mut length: Option<u64> = None;
     let mut conn_close = version == Version::HTTP_10;

@@ -296,6 +296,8 @@ async fn route_and_proxy(
     parts.uri = uri;
     parts.version = Version::HTTP_11;
     strip_hop_by_hop(&mut parts.headers, upgrade);
+    // Room for the X-Forwarded-* and request id headers added below: no regrowth.
+    parts.headers.reserve(8);
     let prefix = m
         .matched_len
         .filter(|_| route.strip_path)
