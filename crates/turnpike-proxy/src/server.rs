@@ -70,8 +70,9 @@ impl WorkerCtx {
             self.rng.set(s);
             let t = (s as u128).wrapping_mul((s ^ 0xe703_7ed1_a0b4_28db) as u128);
             let v = ((t >> 64) as u64) ^ (t as u64);
-            for i in 0..16 {
-                out[half * 16 + i] = HEX[((v >> (i * 4)) & 0xf) as usize];
+            for (i, byte) in v.to_le_bytes().iter().enumerate() {
+                out[half * 16 + i * 2] = HEX[(byte >> 4) as usize];
+                out[half * 16 + i * 2 + 1] = HEX[(byte & 0xf) as usize];
             }
         }
         http::HeaderValue::from_bytes(&out).expect("hex is a valid header value")

@@ -7,7 +7,8 @@ use std::borrow::Cow;
 /// neither (the common case) are returned as they are, without allocating.
 pub fn normalize_path(path: &str) -> Cow<'_, str> {
     let needs_decode = path.contains('%');
-    let needs_dots = path.split('/').any(|s| s == "." || s == "..");
+    // A dot segment always starts with "/." (the path starts with '/').
+    let needs_dots = path.contains("/.") && path.split('/').any(|s| s == "." || s == "..");
     if !needs_decode && !needs_dots {
         return Cow::Borrowed(path);
     }
