@@ -475,7 +475,7 @@ enum Chunk {
 /// The response body, read from the upstream connection as the client pulls it. At its end
 /// the connection goes back to the worker's pool when it can be reused.
 pub struct UpstreamBody {
-    conn: Option<Conn>,
+    conn: Option<Box<Conn>>,
     pool: Rc<Pool>,
     kind: FramingKind,
     chunk: Chunk,
@@ -484,7 +484,7 @@ pub struct UpstreamBody {
 }
 
 impl UpstreamBody {
-    pub fn new(conn: Conn, pool: Rc<Pool>, framing: Framing) -> UpstreamBody {
+    pub fn new(conn: Box<Conn>, pool: Rc<Pool>, framing: Framing) -> UpstreamBody {
         let mut b = UpstreamBody {
             conn: Some(conn),
             pool,

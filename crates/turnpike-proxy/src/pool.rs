@@ -33,7 +33,7 @@ pub struct PoolSettings {
 }
 
 struct Idle {
-    conn: Conn,
+    conn: Box<Conn>,
     since: Instant,
 }
 
@@ -67,7 +67,7 @@ impl Pool {
     }
 
     /// The most recently used live idle connection to `key`, if any.
-    pub fn checkout(&self, key: &PeerKey) -> Option<Conn> {
+    pub fn checkout(&self, key: &PeerKey) -> Option<Box<Conn>> {
         let mut idle = self.idle.borrow_mut();
         let list = idle.get_mut(key)?;
         while let Some(mut c) = list.pop() {
@@ -81,7 +81,7 @@ impl Pool {
     }
 
     /// Takes a connection back after its response was read to the end.
-    pub fn put(&self, conn: Conn) {
+    pub fn put(&self, conn: Box<Conn>) {
         if self.settings.size == 0 || conn.used >= self.settings.max_requests {
             return;
         }
@@ -144,11 +144,9 @@ impl Pool {
         key: &PeerKey,
         tls: TlsParams<'_>,
         connect_timeout: Duration,
-    ) -> Result<Conn, ConnectError> {
-        Ok(Conn::new(
-            self.open(key, tls, connect_timeout).await?,
-            key.clone(),
-        ))
+    ) -> Result<Box<Conn>, ConnectError> {
+        // Boxed once per connection: the request path moves it around by pointer.
+        Ok(Box::new(Conn::new(self.open(key, tls, connect_timeout).await?, key.clone())))
     }
 
     /// A new connection driven by hyper's client, for requests that upgrade (WebSocket); it
