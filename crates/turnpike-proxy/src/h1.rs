@@ -160,6 +160,7 @@ impl Conn {
         &mut self,
         req: &http::request::Parts,
         body: Option<Incoming>,
+        overrides: &[(HeaderName, Option<HeaderValue>)],
         write_timeout: Duration,
         read_timeout: Duration,
         deadlines: &Rc<Deadlines>,
@@ -179,10 +180,22 @@ impl Conn {
         );
         head.extend_from_slice(b" HTTP/1.1\r\n");
         for (name, value) in &req.headers {
+            // A header the proxy sets replaces the client's.
+            if overrides.iter().any(|(n, _)| n == name) {
+                continue;
+            }
             head.extend_from_slice(name.as_str().as_bytes());
             head.extend_from_slice(b": ");
             head.extend_from_slice(value.as_bytes());
             head.extend_from_slice(b"\r\n");
+        }
+        for (name, value) in overrides {
+            if let Some(value) = value {
+                head.extend_from_slice(name.as_str().as_bytes());
+                head.extend_from_slice(b": ");
+                head.extend_from_slice(value.as_bytes());
+                head.extend_from_slice(b"\r\n");
+            }
         }
         let chunked = body.is_some() && !req.headers.contains_key(header::CONTENT_LENGTH);
         if chunked {
@@ -787,6 +800,7 @@ mod tests {
             .send(
                 &req,
                 None,
+                &[],
                 Duration::from_secs(1),
                 Duration::from_secs(1),
                 &crate::deadline::Deadlines::new(),

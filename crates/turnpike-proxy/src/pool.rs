@@ -146,7 +146,10 @@ impl Pool {
         connect_timeout: Duration,
     ) -> Result<Box<Conn>, ConnectError> {
         // Boxed once per connection: the request path moves it around by pointer.
-        Ok(Box::new(Conn::new(self.open(key, tls, connect_timeout).await?, key.clone())))
+        Ok(Box::new(Conn::new(
+            self.open(key, tls, connect_timeout).await?,
+            key.clone(),
+        )))
     }
 
     /// A new connection driven by hyper's client, for requests that upgrade (WebSocket); it

@@ -296,22 +296,23 @@ async fn route_and_proxy(
     parts.uri = uri;
     parts.version = Version::HTTP_11;
     strip_hop_by_hop(&mut parts.headers, upgrade);
-    // Room for the X-Forwarded-* and request id headers added below: no regrowth.
-    parts.headers.reserve(8);
     let prefix = m
         .matched_len
         .filter(|_| route.strip_path)
         .map(|n| &path[..n]);
+    // Slot 0 is the Host header, set per attempt by `send_upstream`.
+    let mut overrides: Overrides = smallvec::smallvec![(header::HOST, None)];
     forwarded_headers(
         conn,
-        &mut parts.headers,
+        &parts.headers,
         &host,
         host_value.as_ref(),
         &path,
         prefix,
+        &mut overrides,
     );
     if ctx.gateway.settings.headers_upstream_request_id {
-        parts.headers.insert(X_KONG_REQUEST_ID.clone(), rid.clone());
+        overrides.push((X_KONG_REQUEST_ID.clone(), Some(rid.clone())));
     }
     let preserved_host = if route.preserve_host {
         host_value.or_else(|| {
@@ -324,7 +325,16 @@ async fn route_and_proxy(
     };
     let up_start = Instant::now();
     let proxy_latency = up_start - start;
-    let sent = send_upstream(ctx, service, parts, body, preserved_host, upgrade).await;
+    let sent = send_upstream(
+        ctx,
+        service,
+        parts,
+        body,
+        overrides,
+        preserved_host,
+        upgrade,
+    )
+    .await;
     let (mut parts, body) = match sent {
         // Our HTTP/1.1 exchange never stores hop-by-hop headers.
         Ok(Upstreamed::H1(parts, body)) => (parts, ProxyBody::new(BodyKind::Upstream(body))),
@@ -399,15 +409,34 @@ fn host_without_port(raw: &str) -> Cow<'_, str> {
     }
 }
 
+/// Headers the proxy sets on the upstream request, replacing the client's of the same name
+/// (`None`: the client's is dropped). Written straight into the request head by our HTTP/1.1
+/// exchange, which saves a header-map insert per header; merged into the map for upgrades.
+pub type Overrides = smallvec::SmallVec<[(HeaderName, Option<HeaderValue>); 10]>;
+
+fn apply_overrides(h: &mut HeaderMap, overrides: &Overrides) {
+    for (name, value) in overrides {
+        match value {
+            Some(v) => {
+                h.insert(name.clone(), v.clone());
+            }
+            None => {
+                h.remove(name);
+            }
+        }
+    }
+}
+
 /// Kong's X-Forwarded-* and X-Real-IP: taken from the client only when it is in
 /// `trusted_ips`, otherwise set from the connection (values computed once per connection).
 fn forwarded_headers(
     conn: &ConnInfo,
-    h: &mut HeaderMap,
+    h: &HeaderMap,
     host: &str,
     host_value: Option<&HeaderValue>,
     path: &str,
     prefix: Option<&str>,
+    out: &mut Overrides,
 ) {
     let xff = match h.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
         Some(prev) if !prev.is_empty() => {
@@ -415,48 +444,45 @@ fn forwarded_headers(
         }
         _ => Some(conn.ip_value.clone()),
     };
-    if let Some(v) = xff {
-        h.insert(X_FORWARDED_FOR.clone(), v);
+    if xff.is_some() {
+        out.push((X_FORWARDED_FOR.clone(), xff));
     }
     let trusted = conn.trusted;
-    let keep = |h: &HeaderMap, name: &HeaderName| trusted && h.contains_key(name);
-    if !keep(h, &X_FORWARDED_PROTO) {
-        h.insert(
+    // Only a trusted client's own values are kept; the map is not even consulted otherwise.
+    let keep = |name: &HeaderName| trusted && h.contains_key(name);
+    if !keep(&X_FORWARDED_PROTO) {
+        out.push((
             X_FORWARDED_PROTO.clone(),
-            HeaderValue::from_static(if conn.tls { "https" } else { "http" }),
-        );
+            Some(HeaderValue::from_static(if conn.tls {
+                "https"
+            } else {
+                "http"
+            })),
+        ));
     }
-    if !keep(h, &X_FORWARDED_HOST) {
+    if !keep(&X_FORWARDED_HOST) {
         // The client's Host header is reused as is when it carries no port (no copy).
         let v = match host_value {
             Some(v) if v.as_bytes() == host.as_bytes() => Some(v.clone()),
             _ => HeaderValue::from_str(host).ok(),
         };
-        if let Some(v) = v {
-            h.insert(X_FORWARDED_HOST.clone(), v);
-        }
+        out.push((X_FORWARDED_HOST.clone(), v));
     }
-    if !keep(h, &X_FORWARDED_PORT) {
-        h.insert(X_FORWARDED_PORT.clone(), conn.port_value.clone());
+    if !keep(&X_FORWARDED_PORT) {
+        out.push((X_FORWARDED_PORT.clone(), Some(conn.port_value.clone())));
     }
-    if !keep(h, &X_FORWARDED_PATH) {
-        if let Ok(v) = HeaderValue::from_str(path) {
-            h.insert(X_FORWARDED_PATH.clone(), v);
-        }
+    if !keep(&X_FORWARDED_PATH) {
+        out.push((X_FORWARDED_PATH.clone(), HeaderValue::from_str(path).ok()));
     }
     match prefix {
-        Some(p) if !keep(h, &X_FORWARDED_PREFIX) => {
-            if let Ok(v) = HeaderValue::from_str(p) {
-                h.insert(X_FORWARDED_PREFIX.clone(), v);
-            }
+        Some(p) if !keep(&X_FORWARDED_PREFIX) => {
+            out.push((X_FORWARDED_PREFIX.clone(), HeaderValue::from_str(p).ok()))
         }
-        None if !trusted => {
-            h.remove(&X_FORWARDED_PREFIX);
-        }
+        None if !trusted => out.push((X_FORWARDED_PREFIX.clone(), None)),
         _ => {}
     }
-    if !keep(h, &X_REAL_IP) {
-        h.insert(X_REAL_IP.clone(), conn.ip_value.clone());
+    if !keep(&X_REAL_IP) {
+        out.push((X_REAL_IP.clone(), Some(conn.ip_value.clone())));
     }
 }
 
@@ -494,6 +520,7 @@ async fn send_upstream(
     service: &ServiceInfo,
     mut parts: http::request::Parts,
     body: Incoming,
+    mut overrides: Overrides,
     preserved_host: Option<HeaderValue>,
     upgrade: bool,
 ) -> Result<Upstreamed, UpstreamError> {
@@ -520,7 +547,7 @@ async fn send_upstream(
             .clone()
             .or(balancer_host)
             .unwrap_or_else(|| peer.host_header.clone());
-        parts.headers.insert(header::HOST, host_value);
+        overrides[0].1 = Some(host_value);
         let addr = resolve(peer).await?;
         let tls = service.tls.as_ref().map(|cfg| {
             let name = rustls::pki_types::ServerName::try_from(
@@ -560,6 +587,7 @@ async fn send_upstream(
                 },
             };
             ctx.stats.upstream_requests.inc();
+            apply_overrides(&mut parts.headers, &overrides);
             let req = Request::from_parts(
                 parts,
                 body.take().expect("upgrade requests keep their body"),
@@ -590,6 +618,7 @@ async fn send_upstream(
             .send(
                 &parts,
                 body.take(),
+                &overrides,
                 service.write_timeout,
                 service.read_timeout,
                 &ctx.deadlines,
