@@ -427,6 +427,21 @@ async fn starts_with_h2_preface(stream: &TcpStream, wait: Duration) -> bool {
     }
 }
 
+/// Drives a hyper connection until it ends or stays idle past the keepalive timeout; when the
+/// worker shuts down, lets it finish its in-flight requests (graceful shutdown) first.
+macro_rules! drive {
+    ($conn:expr, $info:expr, $ctx:expr, $timeout:expr, $shutdown:expr) => {{
+        let conn = $conn;
+        tokio::pin!(conn);
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            _ = idle_watch($info, &$ctx.deadlines, $timeout) => return,
+            _ = $shutdown.wait_for(|s| *s) => conn.as_mut().graceful_shutdown(),
+        }
+        let _ = conn.await;
+    }};
+}
+
 async fn serve_http<I>(
     ctx: &Rc<WorkerCtx>,
     io: I,
@@ -449,13 +464,7 @@ async fn serve_http<I>(
         let conn = hyper::server::conn::http2::Builder::new(LocalExec)
             .timer(TokioTimer::new())
             .serve_connection(io, svc);
-        tokio::pin!(conn);
-        tokio::select! {
-            _ = conn.as_mut() => return,
-            _ = idle_watch(&info, &ctx.deadlines, settings.keepalive_timeout) => return,
-            _ = shutdown.wait_for(|s| *s) => conn.as_mut().graceful_shutdown(),
-        }
-        let _ = conn.await;
+        drive!(conn, &info, ctx, settings.keepalive_timeout, shutdown);
     } else {
         // No hyper timer: its per-request header-read timer cost ~1.4k instructions per request
         // (BENCHMARKS.md); `idle_watch` enforces the keepalive/header timeout instead.
@@ -464,12 +473,6 @@ async fn serve_http<I>(
             .max_buf_size(max_buf)
             .serve_connection(io, svc)
             .with_upgrades();
-        tokio::pin!(conn);
-        tokio::select! {
-            _ = conn.as_mut() => return,
-            _ = idle_watch(&info, &ctx.deadlines, settings.keepalive_timeout) => return,
-            _ = shutdown.wait_for(|s| *s) => conn.as_mut().graceful_shutdown(),
-        }
-        let _ = conn.await;
+        drive!(conn, &info, ctx, settings.keepalive_timeout, shutdown);
     }
 }
