@@ -84,6 +84,32 @@ impl Deadlines {
         }
     }
 
+    /// Arms a deadline for a hand-polled operation (see `Timeout` for futures): the slot to
+    /// pass to `poll_expired` and `disarm`.
+    pub fn arm(&self, after: Duration) -> usize {
+        self.insert(Instant::now() + after)
+    }
+
+    /// True once the slot's deadline has passed; otherwise registers the waker to be woken then.
+    pub fn poll_expired(&self, slot: usize, cx: &Context<'_>) -> bool {
+        let mut slots = self.slots.borrow_mut();
+        let Some(e) = slots[slot].as_mut() else {
+            return false;
+        };
+        if e.expired {
+            return true;
+        }
+        match &e.waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => e.waker = Some(cx.waker().clone()),
+        }
+        false
+    }
+
+    pub fn disarm(&self, slot: usize) {
+        self.remove(slot);
+    }
+
     /// The time at the last tick (at most `TICK` old).
     pub fn coarse_now(&self) -> Instant {
         self.now.get()

@@ -467,8 +467,14 @@ fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Parsed>, Hea
 
 /// Reads more upstream bytes into the connection's buffer, or returns from `poll_next`.
 macro_rules! fill_or_return {
-    ($conn:expr, $cx:expr) => {
-        match UpstreamBody::poll_fill($conn, $cx) {
+    ($self:ident, $conn:expr, $cx:expr) => {
+        match UpstreamBody::poll_fill(
+            $conn,
+            $cx,
+            &$self.deadlines,
+            &mut $self.slot,
+            $self.read_timeout,
+        ) {
             Poll::Pending => return Poll::Pending,
             Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(e))),
             Poll::Ready(Ok(n)) => n,
@@ -490,6 +496,11 @@ enum Chunk {
 pub struct UpstreamBody {
     conn: Option<Box<Conn>>,
     pool: Rc<Pool>,
+    /// The service's read timeout between two reads of the body, and its armed slot while a
+    /// read waits.
+    read_timeout: Duration,
+    deadlines: Rc<Deadlines>,
+    slot: Option<usize>,
     kind: FramingKind,
     chunk: Chunk,
     keep_alive: bool,
@@ -497,10 +508,19 @@ pub struct UpstreamBody {
 }
 
 impl UpstreamBody {
-    pub fn new(conn: Box<Conn>, pool: Rc<Pool>, framing: Framing) -> UpstreamBody {
+    pub fn new(
+        conn: Box<Conn>,
+        pool: Rc<Pool>,
+        framing: Framing,
+        read_timeout: Duration,
+        deadlines: Rc<Deadlines>,
+    ) -> UpstreamBody {
         let mut b = UpstreamBody {
             conn: Some(conn),
             pool,
+            read_timeout,
+            deadlines,
+            slot: None,
             kind: framing.kind,
             chunk: Chunk::Size,
             keep_alive: framing.keep_alive,
@@ -521,9 +541,36 @@ impl UpstreamBody {
         }
     }
 
-    fn poll_fill(conn: &mut Conn, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+    /// Reads more of the body into the connection's buffer; a read that waits longer than the
+    /// service's read timeout fails (the connection is then dropped, not pooled).
+    fn poll_fill(
+        conn: &mut Conn,
+        cx: &mut Context<'_>,
+        deadlines: &Deadlines,
+        slot: &mut Option<usize>,
+        read_timeout: Duration,
+    ) -> Poll<io::Result<usize>> {
         conn.buf.reserve(READ_CHUNK);
-        tokio_util::io::poll_read_buf(Pin::new(&mut conn.stream), cx, &mut conn.buf)
+        match tokio_util::io::poll_read_buf(Pin::new(&mut conn.stream), cx, &mut conn.buf) {
+            Poll::Pending => {
+                let s = *slot.get_or_insert_with(|| deadlines.arm(read_timeout));
+                if deadlines.poll_expired(s, cx) {
+                    deadlines.disarm(s);
+                    *slot = None;
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "upstream read timed out",
+                    )));
+                }
+                Poll::Pending
+            }
+            ready => {
+                if let Some(s) = slot.take() {
+                    deadlines.disarm(s);
+                }
+                ready
+            }
+        }
     }
 
     fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Bytes>>> {
@@ -541,7 +588,7 @@ impl UpstreamBody {
                 }
                 FramingKind::Length(remaining) => {
                     if conn.buf.is_empty() {
-                        match fill_or_return!(conn, cx) {
+                        match fill_or_return!(self, conn, cx) {
                             0 => return Poll::Ready(Some(Err(other("upstream closed mid-body")))),
                             _ => continue,
                         }
@@ -557,7 +604,7 @@ impl UpstreamBody {
                 }
                 FramingKind::UntilClose => {
                     if conn.buf.is_empty() {
-                        match fill_or_return!(conn, cx) {
+                        match fill_or_return!(self, conn, cx) {
                             0 => {
                                 self.keep_alive = false;
                                 self.finish();
@@ -572,7 +619,7 @@ impl UpstreamBody {
                 FramingKind::Chunked => match self.chunk {
                     Chunk::Data(remaining) => {
                         if conn.buf.is_empty() {
-                            match fill_or_return!(conn, cx) {
+                            match fill_or_return!(self, conn, cx) {
                                 0 => {
                                     return Poll::Ready(Some(Err(other(
                                         "upstream closed mid-chunk",
@@ -597,7 +644,7 @@ impl UpstreamBody {
                             if conn.buf.len() > 8 * 1024 {
                                 return Poll::Ready(Some(Err(other("invalid chunked encoding"))));
                             }
-                            match fill_or_return!(conn, cx) {
+                            match fill_or_return!(self, conn, cx) {
                                 0 => {
                                     return Poll::Ready(Some(Err(other(
                                         "upstream closed mid-chunk",
@@ -677,6 +724,9 @@ impl Body for UpstreamBody {
 
 impl Drop for UpstreamBody {
     fn drop(&mut self) {
+        if let Some(s) = self.slot.take() {
+            self.deadlines.disarm(s);
+        }
         // Dropped before its end (client gone): the connection is in an unknown state and is
         // closed with it rather than pooled.
         self.conn.take();
@@ -763,6 +813,23 @@ mod tests {
     /// Serves `pieces` one write at a time on a real socket and reads one response through a
     /// `Conn`; returns the body and whether the connection went back to the pool.
     async fn exchange(pieces: Vec<&'static [u8]>) -> (Result<Vec<u8>, String>, usize) {
+        exchange_holding(pieces, Duration::from_millis(200)).await
+    }
+
+    /// Like `exchange`, the upstream keeping the connection open `hold` after its last piece.
+    async fn exchange_holding(
+        pieces: Vec<&'static [u8]>,
+        hold: Duration,
+    ) -> (Result<Vec<u8>, String>, usize) {
+        tokio::task::LocalSet::new()
+            .run_until(exchange_inner(pieces, hold))
+            .await
+    }
+
+    async fn exchange_inner(
+        pieces: Vec<&'static [u8]>,
+        hold: Duration,
+    ) -> (Result<Vec<u8>, String>, usize) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {
@@ -774,7 +841,7 @@ mod tests {
                 s.flush().await.unwrap();
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(hold).await;
         });
         let stats = std::sync::Arc::new(WorkerStats::default());
         let pool = Pool::new(
@@ -810,11 +877,20 @@ mod tests {
             Ok(x) => x,
             Err(e) => return (Err(format!("{e:?}")), 0),
         };
-        let body = UpstreamBody::new(conn, pool.clone(), framing);
+        let deadlines = crate::deadline::Deadlines::new();
+        let ticker = tokio::task::spawn_local(deadlines.clone().run());
+        let body = UpstreamBody::new(
+            conn,
+            pool.clone(),
+            framing,
+            Duration::from_millis(100),
+            deadlines,
+        );
         let collected = http_body_util::BodyExt::collect(body)
             .await
             .map(|b| b.to_bytes().to_vec())
             .map_err(|e| e.to_string());
+        ticker.abort();
         (collected, pool.idle_count())
     }
 
@@ -856,8 +932,30 @@ mod tests {
         assert!(body.is_err(), "invalid chunk size");
         assert_eq!(idle, 0);
         // Read until close: complete at EOF, never pooled.
-        let (body, idle) = exchange(vec![b"HTTP/1.0 200 OK\r\n\r\nall of it"]).await;
+        // (The upstream closes 20 ms after its last byte, well within the 100 ms read timeout.)
+        let (body, idle) = exchange_holding(
+            vec![b"HTTP/1.0 200 OK\r\n\r\nall of it"],
+            Duration::from_millis(20),
+        )
+        .await;
         assert_eq!(body.unwrap(), b"all of it");
         assert_eq!(idle, 0);
+    }
+
+    #[tokio::test]
+    async fn a_stalled_body_times_out_instead_of_hanging() {
+        let t = std::time::Instant::now();
+        let (body, idle) = exchange_holding(
+            vec![b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc"],
+            Duration::from_secs(5),
+        )
+        .await;
+        let err = body.unwrap_err();
+        assert!(err.contains("timed out"), "{err}");
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "gave up after the 100 ms read timeout"
+        );
+        assert_eq!(idle, 0, "a timed-out connection is not pooled");
     }
 }

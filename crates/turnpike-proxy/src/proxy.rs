@@ -628,7 +628,13 @@ async fn send_upstream(
             Ok((rparts, framing)) => {
                 return Ok(Upstreamed::H1(
                     rparts,
-                    UpstreamBody::new(conn, ctx.pool.clone(), framing),
+                    UpstreamBody::new(
+                        conn,
+                        ctx.pool.clone(),
+                        framing,
+                        service.read_timeout,
+                        ctx.deadlines.clone(),
+                    ),
                 ))
             }
             Err(SendError::Retry(b)) => body = b,
