@@ -339,7 +339,10 @@ async fn malformed_requests_get_4xx_and_never_a_crash() {
             .concat(),
             "431",
         ),
-        (b"GET / HTTP/1.1\r\nHost: \xff\xfe\r\nConnection: close\r\n\r\n".to_vec(), ""),
+        (
+            b"GET / HTTP/1.1\r\nHost: \xff\xfe\r\nConnection: close\r\n\r\n".to_vec(),
+            "",
+        ),
         (
             b"GET /%zz%00/../.. HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_vec(),
             "",
