@@ -9,7 +9,6 @@ use crate::body::ProxyBody;
 
 pub const NO_ROUTE: &str = "no Route matched with those values";
 pub const BAD_GATEWAY: &str = "An invalid response was received from the upstream server";
-pub const UNAVAILABLE: &str = "The upstream server is currently unavailable";
 pub const TIMED_OUT: &str = "The upstream server is timed out";
 pub const NO_PEER: &str = "failure to get a peer from the ring-balancer";
 pub const NAME_RESOLUTION: &str = "name resolution failed";

@@ -154,10 +154,8 @@ fn own_response(
 ) -> Response<ProxyBody> {
     let s = &ctx.gateway.settings;
     if s.headers.server {
-        r.headers_mut().insert(
-            header::SERVER,
-            HeaderValue::from_str(&s.server_token).unwrap(),
-        );
+        r.headers_mut()
+            .insert(header::SERVER, s.server_value.clone());
     }
     if s.headers.response_latency {
         r.headers_mut()

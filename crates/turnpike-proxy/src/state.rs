@@ -34,9 +34,7 @@ pub struct Settings {
     pub pool: PoolSettings,
     pub trusted_ips: Vec<(IpAddr, u8)>,
     pub max_header_size: usize,
-    /// `turnpike/<version>` for Server and Via.
-    pub server_token: String,
-    /// Prebuilt header values (static bytes: cloning them touches no shared counter).
+    /// `turnpike/<version>` for Server and `1.1 turnpike/<version>` for Via, prebuilt header values (static bytes: cloning them touches no shared counter).
     pub server_value: http::HeaderValue,
     pub via_value: http::HeaderValue,
 }
@@ -59,7 +57,6 @@ impl Settings {
                 .filter_map(|s| parse_cidr(s))
                 .collect(),
             max_header_size: conf.max_header_size,
-            server_token: format!("turnpike/{VERSION}"),
             server_value: http::HeaderValue::from_static(concat!(
                 "turnpike/",
                 env!("CARGO_PKG_VERSION")

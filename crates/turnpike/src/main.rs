@@ -187,33 +187,15 @@ fn hostname() -> String {
 /// A node id that survives restarts, kept under the prefix as Kong keeps `kong.id`.
 fn node_id(prefix: &Path) -> String {
     let path = prefix.join("turnpike.id");
-    if let Ok(s) = std::fs::read_to_string(&path) {
-        if let Ok(u) = uuid_parse(s.trim()) {
-            return u;
-        }
+    if let Some(id) = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|s| uuid::Uuid::parse_str(s.trim()).ok())
+    {
+        return id.to_string();
     }
-    let id = random_uuid();
+    let id = uuid::Uuid::new_v4().to_string();
     let _ = std::fs::write(&path, &id);
     id
-}
-
-fn uuid_parse(s: &str) -> Result<String, ()> {
-    (s.len() == 36 && s.chars().all(|c| c.is_ascii_hexdigit() || c == '-'))
-        .then(|| s.to_string())
-        .ok_or(())
-}
-
-fn random_uuid() -> String {
-    let mut b = [0u8; 16];
-    if let Ok(bytes) = std::fs::read("/proc/sys/kernel/random/uuid") {
-        return String::from_utf8_lossy(&bytes).trim().to_string();
-    }
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_nanos();
-    b.copy_from_slice(&t.to_le_bytes());
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 fn start(conf_path: Option<&Path>) -> Result<(), String> {

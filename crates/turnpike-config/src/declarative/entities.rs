@@ -651,11 +651,6 @@ pub fn route(
             f.err("protocols", "mixing protocol types is not allowed");
         }
     }
-    if let Some(ps) = &paths {
-        if path_handling == "v1" && ps.iter().any(|p| p.starts_with('~')) {
-            // Accepted: v1 only changes how the upstream path is joined.
-        }
-    }
     let errors = f.finish();
     let r = Route {
         id,

@@ -273,7 +273,7 @@ pub fn load(input: &Value, plugins: &dyn PluginRegistry) -> Result<Config, Decla
         };
         collect(
             kind,
-            key_static(kind),
+            kind.table(),
             value,
             None,
             None,
@@ -555,10 +555,6 @@ pub fn load(input: &Value, plugins: &dyn PluginRegistry) -> Result<Config, Decla
     }
     cfg.hash = ids::config_hash(input);
     Ok(cfg)
-}
-
-fn key_static(kind: Kind) -> &'static str {
-    kind.table()
 }
 
 #[allow(clippy::too_many_arguments)]
