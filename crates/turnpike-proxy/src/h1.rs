@@ -944,18 +944,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_stalled_body_times_out_instead_of_hanging() {
-        let t = std::time::Instant::now();
         let (body, idle) = exchange_holding(
             vec![b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc"],
             Duration::from_secs(5),
         )
         .await;
+        // Without the timeout the body would fail only when the upstream closes, 5 s later,
+        // with "closed mid-body".
         let err = body.unwrap_err();
         assert!(err.contains("timed out"), "{err}");
-        assert!(
-            t.elapsed() < Duration::from_secs(3),
-            "gave up after the 100 ms read timeout"
-        );
         assert_eq!(idle, 0, "a timed-out connection is not pooled");
     }
 }

@@ -61,10 +61,15 @@ mod tests {
             Uuid::new_v5(&ns, b"svc").to_string()
         );
         assert_ne!(entity_id("services", "a"), entity_id("routes", "a"));
-        // Stable across runs: a fixed value pins the algorithm.
+        // Vectors computed with an independent implementation (Python's `uuid.uuid5`, same
+        // namespace chain): they pin the algorithm, not just its self-consistency.
         assert_eq!(
             entity_id("services", "example-service"),
-            entity_id("services", "example-service")
+            "7a267194-6123-5ee0-a1c9-4c1559eb0d95"
+        );
+        assert_eq!(
+            entity_id("routes", "r1"),
+            "4726a05a-d550-537e-9fc3-a07c7a1188c7"
         );
         assert_eq!(
             KONG_NAMESPACE.to_string(),
