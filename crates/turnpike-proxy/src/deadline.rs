@@ -176,18 +176,11 @@ impl<F: Future> Future for Timeout<F> {
         // Armed only when the operation actually has to wait.
         let i = *this
             .slot
-            .get_or_insert_with(|| this.deadlines.insert(Instant::now() + *this.after));
-        let mut slots = this.deadlines.slots.borrow_mut();
-        let e = slots[i].as_mut().expect("armed slot");
-        if e.expired {
-            drop(slots);
-            this.deadlines.remove(i);
+            .get_or_insert_with(|| this.deadlines.arm(*this.after));
+        if this.deadlines.poll_expired(i, cx) {
+            this.deadlines.disarm(i);
             *this.slot = None;
             return Poll::Ready(Err(Elapsed));
-        }
-        match &e.waker {
-            Some(w) if w.will_wake(cx.waker()) => {}
-            _ => e.waker = Some(cx.waker().clone()),
         }
         Poll::Pending
     }
