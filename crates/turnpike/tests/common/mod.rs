@@ -398,51 +398,10 @@ pub async fn get(addr: SocketAddr, host: &str, path: &str) -> Reply {
     .await
 }
 
-/// A TLS client that accepts any certificate and reports which one it got.
+/// A TLS client that accepts any certificate (the proxy's own unverified client
+/// configuration, with the ALPN protocols asked for).
 pub fn tls_client(alpn: &[&[u8]]) -> tokio_rustls::TlsConnector {
-    #[derive(Debug)]
-    struct AcceptAll;
-    impl rustls::client::danger::ServerCertVerifier for AcceptAll {
-        fn verify_server_cert(
-            &self,
-            _: &rustls::pki_types::CertificateDer<'_>,
-            _: &[rustls::pki_types::CertificateDer<'_>],
-            _: &rustls::pki_types::ServerName<'_>,
-            _: &[u8],
-            _: rustls::pki_types::UnixTime,
-        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-            Ok(rustls::client::danger::ServerCertVerified::assertion())
-        }
-        fn verify_tls12_signature(
-            &self,
-            _: &[u8],
-            _: &rustls::pki_types::CertificateDer<'_>,
-            _: &rustls::DigitallySignedStruct,
-        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-            Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
-        }
-        fn verify_tls13_signature(
-            &self,
-            _: &[u8],
-            _: &rustls::pki_types::CertificateDer<'_>,
-            _: &rustls::DigitallySignedStruct,
-        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-            Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
-        }
-        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-            rustls::crypto::ring::default_provider()
-                .signature_verification_algorithms
-                .supported_schemes()
-        }
-    }
-    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .dangerous()
-    .with_custom_certificate_verifier(Arc::new(AcceptAll))
-    .with_no_client_auth();
+    let mut cfg = (*turnpike_proxy::tls::unverified_client_config()).clone();
     cfg.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
     tokio_rustls::TlsConnector::from(Arc::new(cfg))
 }
