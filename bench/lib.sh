@@ -1,0 +1,41 @@
+# Shared by the benchmark scripts (source it from a script in this folder).
+# Sets ROOT and SHARED; provides wait_port, start_upstream and turnpike_env.
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SHARED=${SHARED:-$ROOT/../shared/bench-reference}
+BENCH_PIDS=()   # processes to stop at exit
+BENCH_TMP=()    # folders to remove at exit
+bench_cleanup() {
+  for p in "${BENCH_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for d in "${BENCH_TMP[@]}"; do rm -rf "$d"; done
+}
+trap bench_cleanup EXIT
+
+# wait_port PORT: until something listens on 127.0.0.1:PORT (10 s at most).
+wait_port() {
+  for _ in $(seq 1 200); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done
+  echo "port $1 never opened" >&2
+  return 1
+}
+
+# start_upstream [CPU]: the reference upstream (nginx, GET / -> "ok") on 127.0.0.1:9001,
+# pinned to CPU when given; reuses one already listening there.
+start_upstream() {
+  (echo >/dev/tcp/127.0.0.1/9001) 2>/dev/null && return 0
+  mkdir -p /tmp/bench/upstream/{cbt,pt,ft,ut,st}
+  local pin=()
+  [ -n "${1:-}" ] && pin=(taskset -c "$1")
+  "${pin[@]}" nginx -c "$SHARED/upstream.conf" -p /tmp/bench/upstream -e /tmp/bench/upstream/error.log &
+  BENCH_PIDS+=($!)
+  wait_port 9001
+}
+
+# turnpike_env DIR: a one-route config to the upstream, and the TURNPIKE_* settings of the
+# plain-proxy case (one worker, proxy on :8000, keepalive as tuned as the nginx reference).
+turnpike_env() {
+  mkdir -p "$1"
+  printf '_format_version: "3.0"\nservices: [{name: u, url: "http://127.0.0.1:9001", routes: [{name: all, paths: [/]}]}]\n' > "$1/kong.yml"
+  export TURNPIKE_PREFIX=$1/prefix TURNPIKE_PROXY_LISTEN="127.0.0.1:8000 reuseport backlog=4096" \
+    TURNPIKE_ADMIN_LISTEN=127.0.0.1:8101 TURNPIKE_DECLARATIVE_CONFIG=$1/kong.yml \
+    TURNPIKE_NGINX_WORKER_PROCESSES=1 TURNPIKE_LOG_LEVEL=warn \
+    TURNPIKE_UPSTREAM_KEEPALIVE_MAX_REQUESTS=1000000 TURNPIKE_NGINX_HTTP_KEEPALIVE_REQUESTS=1000000
+}
