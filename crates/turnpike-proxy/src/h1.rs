@@ -852,9 +852,9 @@ mod tests {
             },
             stats,
         );
-        let key = PeerKey { addr, tls: None };
+        let key = PeerKey { peer: 0, tls: None };
         let mut conn = pool
-            .connect(&key, None, Duration::from_secs(1))
+            .connect(key, addr, None, Duration::from_secs(1))
             .await
             .unwrap();
         let req = http::Request::get("/")

@@ -17,12 +17,13 @@ use tokio::net::TcpStream;
 use crate::h1::{Conn, Stream};
 use crate::stats::WorkerStats;
 
-/// Where a pooled connection goes: the address, and for TLS the client configuration and
-/// server name it was made with (a connection is only reused for the same ones).
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+/// Where a pooled connection goes: the peer (host:port, see `snapshot::Peer::id`) and, for
+/// TLS, the client configuration it was made with (a connection is only reused for the same).
+/// Host names are resolved when a connection is opened, never per request.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct PeerKey {
-    pub addr: SocketAddr,
-    pub tls: Option<(usize, Arc<str>)>,
+    pub peer: u64,
+    pub tls: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -86,7 +87,7 @@ impl Pool {
             return;
         }
         let mut idle = self.idle.borrow_mut();
-        let list = idle.entry(conn.key.clone()).or_default();
+        let list = idle.entry(conn.key).or_default();
         if list.len() >= self.settings.size {
             // Keep the warmest connections; close the one idle the longest.
             list.remove(0);
@@ -114,11 +115,11 @@ impl Pool {
     /// Opens a TCP connection, then TLS when `tls` is given.
     async fn open(
         &self,
-        key: &PeerKey,
+        addr: SocketAddr,
         tls: TlsParams<'_>,
         connect_timeout: Duration,
     ) -> Result<Stream, ConnectError> {
-        let tcp = match tokio::time::timeout(connect_timeout, TcpStream::connect(key.addr)).await {
+        let tcp = match tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await {
             Err(_) => return Err(ConnectError::Timeout),
             Ok(Err(e)) => return Err(ConnectError::Refused(e)),
             Ok(Ok(s)) => s,
@@ -141,14 +142,15 @@ impl Pool {
     /// A new connection for the request path's own HTTP/1.1 exchange.
     pub async fn connect(
         &self,
-        key: &PeerKey,
+        key: PeerKey,
+        addr: SocketAddr,
         tls: TlsParams<'_>,
         connect_timeout: Duration,
     ) -> Result<Box<Conn>, ConnectError> {
         // Boxed once per connection: the request path moves it around by pointer.
         Ok(Box::new(Conn::new(
-            self.open(key, tls, connect_timeout).await?,
-            key.clone(),
+            self.open(addr, tls, connect_timeout).await?,
+            key,
         )))
     }
 
@@ -156,11 +158,11 @@ impl Pool {
     /// is never pooled.
     pub async fn connect_hyper(
         &self,
-        key: &PeerKey,
+        addr: SocketAddr,
         tls: TlsParams<'_>,
         connect_timeout: Duration,
     ) -> Result<SendRequest<Incoming>, ConnectError> {
-        let stream = self.open(key, tls, connect_timeout).await?;
+        let stream = self.open(addr, tls, connect_timeout).await?;
         let (sender, conn) = hyper::client::conn::http1::Builder::new()
             .handshake(TokioIo::new(stream))
             .await

@@ -546,26 +546,20 @@ async fn send_upstream(
             .or(balancer_host)
             .unwrap_or_else(|| peer.host_header.clone());
         overrides[0].1 = Some(host_value);
-        let addr = resolve(peer).await?;
-        let tls = service.tls.as_ref().map(|cfg| {
-            let name = rustls::pki_types::ServerName::try_from(
-                peer.host
-                    .trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .to_string(),
-            )
-            .unwrap_or_else(|_| rustls::pki_types::ServerName::try_from("invalid").unwrap());
-            (cfg, name)
-        });
         let key = PeerKey {
-            addr,
-            tls: tls
+            peer: peer.id,
+            tls: service.tls.as_ref().map(|cfg| Arc::as_ptr(cfg) as usize),
+        };
+        // TLS parameters are only needed to open a connection: built there, not per request.
+        let tls = || {
+            service
+                .tls
                 .as_ref()
-                .map(|(cfg, name)| (Arc::as_ptr(cfg) as usize, Arc::from(name.to_str().as_ref()))),
+                .map(|cfg| (cfg, peer.server_name.clone()))
         };
         let connect_failed = |e: ConnectError, failures: &mut u32| {
             *failures += 1;
-            tracing::debug!("connect to {addr} failed: {e:?}");
+            tracing::debug!("connect to {}:{} failed: {e:?}", peer.host, peer.port);
             (*failures > service.retries).then_some(match e {
                 ConnectError::Timeout => UpstreamError::Timeout,
                 _ => UpstreamError::Failed,
@@ -575,7 +569,7 @@ async fn send_upstream(
         if upgrade {
             let mut sender = match ctx
                 .pool
-                .connect_hyper(&key, tls, service.connect_timeout)
+                .connect_hyper(resolve(peer).await?, tls(), service.connect_timeout)
                 .await
             {
                 Ok(s) => s,
@@ -595,7 +589,11 @@ async fn send_upstream(
                 Err(_) => Err(UpstreamError::Timeout),
                 Ok(Ok(resp)) => Ok(Upstreamed::Hyper(resp)),
                 Ok(Err(e)) => {
-                    tracing::debug!("upstream {addr} failed during upgrade: {e}");
+                    tracing::debug!(
+                        "upstream {}:{} failed during upgrade: {e}",
+                        peer.host,
+                        peer.port
+                    );
                     Err(UpstreamError::Failed)
                 }
             };
@@ -603,7 +601,12 @@ async fn send_upstream(
 
         let mut conn = match ctx.pool.checkout(&key) {
             Some(c) => c,
-            None => match ctx.pool.connect(&key, tls, service.connect_timeout).await {
+            // Only a new connection needs the address: resolve here, not per request.
+            None => match ctx
+                .pool
+                .connect(key, resolve(peer).await?, tls(), service.connect_timeout)
+                .await
+            {
                 Ok(c) => c,
                 Err(e) => match connect_failed(e, &mut failures) {
                     Some(err) => return Err(err),
@@ -638,7 +641,7 @@ async fn send_upstream(
             Err(SendError::Retry(b)) => body = b,
             Err(SendError::Timeout) => return Err(UpstreamError::Timeout),
             Err(SendError::Failed(e)) => {
-                tracing::debug!("upstream {addr} failed: {e}");
+                tracing::debug!("upstream {}:{} failed: {e}", peer.host, peer.port);
                 return Err(UpstreamError::Failed);
             }
         }

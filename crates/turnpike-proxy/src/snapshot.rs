@@ -36,6 +36,10 @@ pub enum Destination {
 pub struct Peer {
     pub host: Arc<str>,
     pub port: u16,
+    /// Identifies host:port in the keepalive pools, the same across config reloads.
+    pub id: u64,
+    /// The TLS server name (SNI) for this host, built once.
+    pub server_name: rustls::pki_types::ServerName<'static>,
     /// Known at compile time when the host is an IP address.
     pub addr: Option<SocketAddr>,
     /// The Host header for this peer (`host` or `host:port` when the port is not the default).
@@ -124,15 +128,34 @@ fn host_header(host: &str, port: u16, https: bool) -> HeaderValue {
     HeaderValue::from_str(&v).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
 }
 
+/// A process-wide number per host:port, handed out at config compile time: pool keys stay
+/// valid across reloads and cost a u64 compare on the request path.
+fn peer_id(host: &str, port: u16) -> u64 {
+    static IDS: std::sync::OnceLock<std::sync::Mutex<FxHashMap<(String, u16), u64>>> =
+        std::sync::OnceLock::new();
+    let mut ids = IDS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let next = ids.len() as u64;
+    *ids.entry((host.to_ascii_lowercase(), port)).or_insert(next)
+}
+
 fn peer(host: &str, port: u16, https: bool) -> Peer {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     let addr = bare
         .parse::<IpAddr>()
         .ok()
         .map(|ip| SocketAddr::new(ip, port));
+    let server_name =
+        rustls::pki_types::ServerName::try_from(bare.to_string()).unwrap_or_else(|_| {
+            rustls::pki_types::ServerName::try_from("invalid").expect("a valid name")
+        });
     Peer {
         host: host.into(),
         port,
+        id: peer_id(host, port),
+        server_name,
         addr,
         host_header: host_header(host, port, https),
     }
