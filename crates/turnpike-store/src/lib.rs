@@ -1,0 +1,212 @@
+//! The control plane's entity store: Kong's entities in SQLite (the embedded default, one file
+//! under the prefix) or PostgreSQL (shared by many nodes), behind one interface.
+//!
+//! The data plane never reads from here: every write bumps a config version, and the config
+//! sync ([`sync`]) turns the store's contents into a new immutable snapshot that the proxy swaps
+//! in. Requests only ever see snapshots, so a slow or absent database cannot stall traffic.
+
+pub mod crud;
+pub mod entity;
+pub mod error;
+pub mod schema;
+pub mod sync;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::any::AnyPoolOptions;
+use sqlx::AnyPool;
+use sqlx::Row;
+use turnpike_config::declarative::PluginRegistry;
+
+pub use crud::{ListQuery, Page};
+pub use error::StoreError;
+
+/// Which database engine a store talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Where and how to connect.
+#[derive(Clone)]
+pub struct StoreOptions {
+    pub backend: Backend,
+    /// `sqlite://...` or `postgres://...`.
+    pub url: String,
+    pub pool_size: u32,
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for StoreOptions {
+    // The URL may carry the PostgreSQL password: never print it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreOptions")
+            .field("backend", &self.backend)
+            .field("pool_size", &self.pool_size)
+            .finish()
+    }
+}
+
+/// The schema version this build writes; `migrations up` brings older stores here.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// Channel PostgreSQL notifies on when the config version changes.
+pub const NOTIFY_CHANNEL: &str = "turnpike_config";
+
+pub struct Store {
+    pub pool: AnyPool,
+    pub backend: Backend,
+    pub plugins: Arc<dyn PluginRegistry>,
+    options: StoreOptions,
+}
+
+/// The state of a store's schema, as `migrations status` reports it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SchemaState {
+    /// No Turnpike tables yet: needs `migrations bootstrap`.
+    Empty,
+    /// Tables at this schema version.
+    At(i64),
+}
+
+impl Store {
+    /// Opens a connection pool. Does not create or check tables (see [`Store::schema_state`]).
+    pub async fn connect(
+        options: StoreOptions,
+        plugins: Arc<dyn PluginRegistry>,
+    ) -> Result<Store, StoreError> {
+        sqlx::any::install_default_drivers();
+        let pool = AnyPoolOptions::new()
+            .max_connections(options.pool_size.max(1))
+            .min_connections(0)
+            .acquire_timeout(options.timeout)
+            .idle_timeout(Some(Duration::from_secs(60)))
+            .connect(&options.url)
+            .await
+            .map_err(|e| StoreError::Database(e.to_string()))?;
+        if options.backend == Backend::Sqlite {
+            // WAL: readers (the config loader, Admin API reads) never wait for a writer.
+            sqlx::query("PRAGMA journal_mode=WAL")
+                .execute(&pool)
+                .await?;
+        }
+        Ok(Store {
+            pool,
+            backend: options.backend,
+            plugins,
+            options,
+        })
+    }
+
+    pub fn options(&self) -> &StoreOptions {
+        &self.options
+    }
+
+    /// Whether the schema exists and at which version.
+    pub async fn schema_state(&self) -> Result<SchemaState, StoreError> {
+        let exists = match self.backend {
+            Backend::Sqlite => sqlx::query(
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'turnpike_meta'",
+            ),
+            Backend::Postgres => sqlx::query(
+                "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = 'turnpike_meta'",
+            ),
+        }
+        .fetch_one(&self.pool)
+        .await?
+        .try_get::<i64, _>(0)?;
+        if exists == 0 {
+            return Ok(SchemaState::Empty);
+        }
+        let v = sqlx::query("SELECT value FROM turnpike_meta WHERE name = 'schema_version'")
+            .fetch_optional(&self.pool)
+            .await?
+            .map(|r| r.try_get::<i64, _>(0))
+            .transpose()?
+            .unwrap_or(0);
+        Ok(SchemaState::At(v))
+    }
+
+    /// Creates every table (Kong's `migrations bootstrap`); harmless when they exist.
+    pub async fn bootstrap(&self) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        if self.backend == Backend::Postgres {
+            // Two nodes bootstrapping at once must not race on CREATE TABLE.
+            sqlx::query("SELECT pg_advisory_xact_lock(7305183)")
+                .execute(&mut *tx)
+                .await?;
+        }
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS turnpike_meta (name TEXT PRIMARY KEY, value BIGINT NOT NULL)",
+        )
+        .execute(&mut *tx)
+        .await?;
+        for spec in schema::ENTITIES {
+            for stmt in spec.ddl() {
+                sqlx::query(&stmt).execute(&mut *tx).await?;
+            }
+        }
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS tags (entity_id TEXT NOT NULL, entity_name TEXT NOT NULL, tag TEXT NOT NULL, PRIMARY KEY (entity_id, tag))",
+        )
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("CREATE INDEX IF NOT EXISTS tags_tag ON tags (tag, entity_name)")
+            .execute(&mut *tx)
+            .await?;
+        for (name, value) in [("schema_version", SCHEMA_VERSION), ("config_version", 0)] {
+            sqlx::query(
+                "INSERT INTO turnpike_meta (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+            )
+            .bind(name)
+            .bind(value)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Drops every Turnpike table (Kong's `migrations reset`).
+    pub async fn reset(&self) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DROP TABLE IF EXISTS tags")
+            .execute(&mut *tx)
+            .await?;
+        for spec in schema::ENTITIES.iter().rev() {
+            sqlx::query(&format!("DROP TABLE IF EXISTS {}", spec.table))
+                .execute(&mut *tx)
+                .await?;
+        }
+        sqlx::query("DROP TABLE IF EXISTS turnpike_meta")
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The config version: bumped by every committed write.
+    pub async fn config_version(&self) -> Result<i64, StoreError> {
+        Ok(
+            sqlx::query("SELECT value FROM turnpike_meta WHERE name = 'config_version'")
+                .fetch_one(&self.pool)
+                .await?
+                .try_get::<i64, _>(0)?,
+        )
+    }
+
+    /// Whether the database answers (for `GET /status`).
+    pub async fn reachable(&self) -> bool {
+        sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
+    }
+}
+
+/// Seconds since the epoch, Kong's entity timestamps.
+pub fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,200 @@
+//! The store against a real SQLite file: Kong's CRUD semantics, errors and paging.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+use turnpike_config::declarative::{self, NoPlugins};
+use turnpike_store::schema::by_table;
+use turnpike_store::{Backend, ListQuery, Store, StoreError, StoreOptions};
+
+async fn store() -> (Store, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("turnpike-store-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.join("t.db").display());
+    let s = Store::connect(
+        StoreOptions {
+            backend: Backend::Sqlite,
+            url,
+            pool_size: 4,
+            timeout: Duration::from_secs(5),
+        },
+        Arc::new(NoPlugins),
+    )
+    .await
+    .unwrap();
+    s.bootstrap().await.unwrap();
+    (s, dir)
+}
+
+fn obj(v: Value) -> Map<String, Value> {
+    v.as_object().unwrap().clone()
+}
+
+#[tokio::test]
+async fn crud_references_uniqueness_cascade_and_export() {
+    let (s, dir) = store().await;
+    let services = by_table("services").unwrap();
+    let routes = by_table("routes").unwrap();
+    let consumers = by_table("consumers").unwrap();
+    let keys = by_table("keyauth_credentials").unwrap();
+
+    let svc = s
+        .insert(
+            services,
+            obj(json!({"name": "orders", "url": "http://10.0.0.1:8080/v1", "tags": ["t1", "t2"]})),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(svc["port"], 8080);
+    assert_eq!(svc["path"], "/v1");
+    let sid = svc["id"].as_str().unwrap().to_string();
+
+    // Unique name: 409 with Kong's message.
+    let e = s
+        .insert(services, obj(json!({"name": "orders", "host": "x"})), None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_kong().0, 409);
+    assert_eq!(
+        e.to_kong().1["message"],
+        "UNIQUE violation detected on '{name=\"orders\"}'"
+    );
+
+    // Schema violation: nothing written.
+    let e = s
+        .insert(services, obj(json!({"name": "bad", "port": 99999})), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StoreError::Schema(_)), "{e:?}");
+    assert!(s.get(services, "bad").await.unwrap().is_none());
+
+    // Route referencing the service by name; a dangling reference is a foreign-key error.
+    let r = s
+        .insert(
+            routes,
+            obj(json!({"name": "r1", "paths": ["/o"], "service": {"name": "orders"}})),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["service"]["id"], sid);
+    let e = s
+        .insert(
+            routes,
+            obj(
+                json!({"paths": ["/x"], "service": {"id": "6f1e9e2a-0000-4000-8000-000000000009"}}),
+            ),
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_kong().1["name"], "foreign key violation");
+
+    // The service cannot go while a route uses it.
+    let e = s.delete(services, "orders", None).await.unwrap_err();
+    assert_eq!(e.to_kong().1["fields"]["@referenced_by"], "routes");
+
+    // PATCH merges; PUT replaces and keeps created_at.
+    let p = s
+        .update(routes, "r1", obj(json!({"paths": ["/p"]})), None)
+        .await
+        .unwrap();
+    assert_eq!(p["paths"], json!(["/p"]));
+    assert_eq!(p["service"]["id"], sid);
+    let put = s
+        .upsert(
+            routes,
+            r["id"].as_str().unwrap(),
+            obj(json!({"name": "r1", "hosts": ["h"]})),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(put["created_at"], r["created_at"]);
+    assert!(put["service"].is_null() || put.get("service").is_none());
+
+    // Tags: AND / OR filters, paging with an opaque offset.
+    for i in 0..5 {
+        s.insert(services, obj(json!({"name": format!("s{i}"), "host": "h", "tags": if i % 2 == 0 { json!(["even", "t1"]) } else { json!(["odd"]) }})), None).await.unwrap();
+    }
+    let q = ListQuery::parse("tags=even,t1").unwrap();
+    assert_eq!(s.list(services, &q).await.unwrap().data.len(), 3);
+    let q = ListQuery::parse("tags=odd/t2").unwrap();
+    assert_eq!(s.list(services, &q).await.unwrap().data.len(), 3);
+    let mut q = ListQuery::parse("size=2").unwrap();
+    let mut seen = Vec::new();
+    loop {
+        let page = s.list(services, &q).await.unwrap();
+        seen.extend(
+            page.data
+                .iter()
+                .map(|v| v["name"].as_str().unwrap().to_string()),
+        );
+        match page.offset {
+            Some(o) => q.offset = Some(o),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 6);
+    assert!(matches!(
+        s.list(
+            services,
+            &ListQuery {
+                offset: Some("!!".into()),
+                size: 10,
+                ..Default::default()
+            }
+        )
+        .await,
+        Err(StoreError::InvalidOffset(_))
+    ));
+
+    // Credentials cascade with their consumer.
+    let c = s
+        .insert(consumers, obj(json!({"username": "alice"})), None)
+        .await
+        .unwrap();
+    let cid = c["id"].as_str().unwrap().to_string();
+    let k = s
+        .insert(
+            keys,
+            obj(json!({"key": "secret-1"})),
+            Some(("consumer".into(), cid.clone())),
+        )
+        .await
+        .unwrap();
+    assert_eq!(k["consumer"]["id"], cid);
+    assert_eq!(
+        s.get(keys, "secret-1").await.unwrap().unwrap()["id"],
+        k["id"]
+    );
+    s.delete(consumers, "alice", None).await.unwrap();
+    assert!(s.get(keys, "secret-1").await.unwrap().is_none());
+
+    // The export loads as a declarative config.
+    let (version, export) = s.export().await.unwrap();
+    assert!(version > 0);
+    let cfg = declarative::load(&export, &NoPlugins).unwrap();
+    assert_eq!(cfg.services.len(), 6);
+    assert_eq!(cfg.routes.len(), 1);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn import_round_trips() {
+    let (s, dir) = store().await;
+    let cfg = declarative::load_str(
+        "_format_version: '3.0'\nservices:\n- name: a\n  url: http://h:1\n  routes:\n  - name: ra\n    paths: [/a]\nconsumers:\n- username: u\n  keyauth_credentials:\n  - key: k1\nupstreams:\n- name: up\n  targets:\n  - target: 10.0.0.1:80\n",
+        &NoPlugins,
+    )
+    .unwrap();
+    assert_eq!(s.import(&cfg).await.unwrap(), 6);
+    let (_, export) = s.export().await.unwrap();
+    let back = declarative::load(&export, &NoPlugins).unwrap();
+    assert_eq!(back.routes[0].id, cfg.routes[0].id);
+    assert_eq!(back.credentials.len(), 1);
+    assert_eq!(back.targets[0].target, "10.0.0.1:80");
+    let _ = std::fs::remove_dir_all(dir);
+}
