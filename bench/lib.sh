@@ -35,7 +35,7 @@ turnpike_env() {
   mkdir -p "$1"
   printf '_format_version: "3.0"\nservices: [{name: u, url: "http://127.0.0.1:9001", routes: [{name: all, paths: [/]}]}]\n' > "$1/kong.yml"
   export TURNPIKE_PREFIX=$1/prefix TURNPIKE_PROXY_LISTEN="127.0.0.1:8000 reuseport backlog=4096" \
-    TURNPIKE_ADMIN_LISTEN=127.0.0.1:8101 TURNPIKE_DECLARATIVE_CONFIG=$1/kong.yml \
+    TURNPIKE_ADMIN_LISTEN=127.0.0.1:8101 TURNPIKE_DATABASE=off TURNPIKE_DECLARATIVE_CONFIG=$1/kong.yml \
     TURNPIKE_NGINX_WORKER_PROCESSES=1 TURNPIKE_LOG_LEVEL=warn \
     TURNPIKE_UPSTREAM_KEEPALIVE_MAX_REQUESTS=1000000 TURNPIKE_NGINX_HTTP_KEEPALIVE_REQUESTS=1000000
 }

@@ -1,5 +1,8 @@
-//! The Admin API (Kong's surface). This part serves DB-less mode: `GET /`, `GET /status`,
-//! `GET /config`, `POST /config`; the entity endpoints come with the stores.
+//! The Admin API (Kong's surface): `GET /`, `GET /status`, the entity endpoints
+//! ([`entities`]), `GET /tags/{tag}`, schemas, and `GET`/`POST /config` in DB-less mode.
+
+mod entities;
+mod schemas;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -22,17 +25,32 @@ use turnpike_proxy::{Gateway, BUILD_PROFILE, VERSION};
 /// declarative config of 100k routes is larger, so allow more, but bound it.
 pub const MAX_BODY: usize = 64 * 1024 * 1024;
 
+/// One entity is small; a larger body is refused before it is parsed.
+pub const MAX_ENTITY_BODY: usize = 1024 * 1024;
+
+/// Compares without an early exit, so the time taken says nothing about where a guess differs.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = (a.len() ^ b.len()) as u8 | ((a.len() ^ b.len()) >> 8) as u8;
+    for (i, expected) in b.iter().enumerate() {
+        diff |= a.get(i).copied().unwrap_or(0xff) ^ expected;
+    }
+    diff == 0 && a.len() == b.len()
+}
+
 pub struct Admin {
     pub gateway: Arc<Gateway>,
     pub conf: Conf,
     pub plugins: Arc<dyn PluginRegistry>,
     pub node_id: String,
     pub hostname: String,
+    /// The entity store; `None` in DB-less mode.
+    pub store: Option<Arc<turnpike_store::Store>>,
+    pub sync: Option<Arc<turnpike_store::sync::ConfigSync>>,
 }
 
-type Resp = Response<Full<Bytes>>;
+pub(crate) type Resp = Response<Full<Bytes>>;
 
-fn json_response(status: StatusCode, v: &Value) -> Resp {
+pub(crate) fn json_response(status: StatusCode, v: &Value) -> Resp {
     let mut r = Response::new(Full::new(Bytes::from(
         serde_json::to_vec(v).unwrap_or_default(),
     )));
@@ -44,7 +62,7 @@ fn json_response(status: StatusCode, v: &Value) -> Resp {
     r
 }
 
-fn message(status: StatusCode, msg: &str) -> Resp {
+pub(crate) fn message(status: StatusCode, msg: &str) -> Resp {
     json_response(status, &json!({ "message": msg }))
 }
 
@@ -88,18 +106,7 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
 impl Admin {
     pub async fn handle(&self, req: Request<Incoming>, _peer: SocketAddr) -> Resp {
         let start = std::time::Instant::now();
-        let path = req.uri().path().trim_end_matches('/').to_string();
-        let query = req.uri().query().unwrap_or("").to_string();
-        let mut resp = match (req.method().clone(), path.as_str()) {
-            (Method::GET, "") => self.root(),
-            (Method::GET, "/status") => self.status(),
-            (Method::GET, "/config") => self.get_config(),
-            (Method::POST, "/config") => self.post_config(req, &query).await,
-            (_, "" | "/status" | "/config") => {
-                message(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed")
-            }
-            _ => message(StatusCode::NOT_FOUND, "Not found"),
-        };
+        let mut resp = self.route(req).await;
         resp.headers_mut().insert(
             header::SERVER,
             HeaderValue::from_str(&format!("turnpike/{VERSION}")).unwrap(),
@@ -111,6 +118,122 @@ impl Admin {
             );
         }
         resp
+    }
+
+    /// With `admin_auth_token` set, every call carries it as a bearer token (or in
+    /// `Kong-Admin-Token`); compared in constant time.
+    fn authorized(&self, req: &Request<Incoming>) -> bool {
+        let Some(token) = &self.conf.admin_auth_token else {
+            return true;
+        };
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .or_else(|| {
+                req.headers()
+                    .get("kong-admin-token")
+                    .and_then(|v| v.to_str().ok())
+            })
+            .unwrap_or("");
+        constant_time_eq(given.as_bytes(), token.as_bytes())
+    }
+
+    async fn route(&self, req: Request<Incoming>) -> Resp {
+        if !self.authorized(&req) {
+            return message(StatusCode::UNAUTHORIZED, "Unauthorized");
+        }
+        let path = req.uri().path().trim_end_matches('/').to_string();
+        let query = req.uri().query().unwrap_or("").to_string();
+        let method = req.method().clone();
+        match (method.clone(), path.as_str()) {
+            (Method::GET, "") => return self.root(),
+            (Method::GET, "/status") => return self.status().await,
+            (Method::GET, "/config") => return self.get_config(),
+            (Method::POST, "/config") => return self.post_config(req, &query).await,
+            (Method::GET, "/plugins/enabled") => {
+                return json_response(StatusCode::OK, &json!({ "enabled_plugins": [] }))
+            }
+            (_, "" | "/status" | "/config" | "/plugins/enabled") => {
+                return message(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed")
+            }
+            _ => {}
+        }
+        if let Some(tag) = path.strip_prefix("/tags/") {
+            return self.tags(&method, tag, &path, &query).await;
+        }
+        if let Some(rest) = path.strip_prefix("/schemas/") {
+            let content_type = req
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .map(String::from);
+            let body = match Limited::new(req.into_body(), MAX_ENTITY_BODY)
+                .collect()
+                .await
+            {
+                Ok(b) => b.to_bytes(),
+                Err(_) => return message(StatusCode::PAYLOAD_TOO_LARGE, "Payload too large"),
+            };
+            return self.schemas(&method, rest, &body, content_type.as_deref());
+        }
+        let content_type = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(String::from);
+        let body = match Limited::new(req.into_body(), MAX_ENTITY_BODY)
+            .collect()
+            .await
+        {
+            Ok(b) => b.to_bytes(),
+            Err(_) => return message(StatusCode::PAYLOAD_TOO_LARGE, "Payload too large"),
+        };
+        match self
+            .entities(&method, &path, &query, &body, content_type.as_deref())
+            .await
+        {
+            Some(r) => r,
+            None => message(StatusCode::NOT_FOUND, "Not found"),
+        }
+    }
+
+    async fn tags(&self, method: &Method, tag: &str, path: &str, query: &str) -> Resp {
+        if *method != Method::GET {
+            return message(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed");
+        }
+        let Some(store) = &self.store else {
+            return message(StatusCode::NOT_FOUND, "Not found");
+        };
+        let tag = turnpike_store::crud::percent_decode(tag);
+        let result = async {
+            let q = turnpike_store::ListQuery::parse(query)?;
+            let page = store.list_tag(&tag, &q).await?;
+            Ok::<_, turnpike_store::StoreError>(page)
+        }
+        .await;
+        match result {
+            Ok(page) => {
+                let next = page
+                    .offset
+                    .as_ref()
+                    .map(|o| Value::String(format!("{path}?offset={o}")))
+                    .unwrap_or(Value::Null);
+                let mut body = json!({ "data": page.data, "next": next });
+                if let Some(o) = page.offset {
+                    body["offset"] = Value::String(o);
+                }
+                json_response(StatusCode::OK, &body)
+            }
+            Err(e) => {
+                let (status, body) = e.to_kong();
+                json_response(StatusCode::from_u16(status).unwrap(), &body)
+            }
+        }
     }
 
     fn root(&self) -> Resp {
@@ -131,12 +254,14 @@ impl Admin {
         )
     }
 
-    fn status(&self) -> Resp {
+    async fn status(&self) -> Resp {
         let t = self.gateway.stats.totals();
         let active = t.connections_active.max(0);
-        json_response(
-            StatusCode::OK,
-            &json!({
+        let database = match &self.store {
+            Some(store) => json!({ "reachable": store.reachable().await }),
+            None => Value::Null,
+        };
+        let mut body = json!({
                 "server": {
                     "connections_accepted": t.connections_accepted,
                     "connections_handled": t.connections_accepted,
@@ -149,17 +274,33 @@ impl Admin {
                 },
                 "configuration_hash": self.gateway.config_hash(),
                 "config_reloads": self.gateway.reloads.load(std::sync::atomic::Ordering::Relaxed),
-            }),
-        )
+        });
+        if !database.is_null() {
+            body["database"] = database;
+            body["config_version"] = json!(self.sync.as_ref().map(|s| s.applied_version()));
+        }
+        json_response(StatusCode::OK, &body)
     }
 
     fn get_config(&self) -> Resp {
+        if self.store.is_some() {
+            return message(
+                StatusCode::BAD_REQUEST,
+                "This endpoint is only available when Turnpike is configured to not use a database (use `turnpike config db_export`)",
+            );
+        }
         let cfg = self.gateway.snapshot.load().config.to_json();
         let yaml = serde_yaml::to_string(&cfg).unwrap_or_default();
         json_response(StatusCode::OK, &json!({ "config": yaml }))
     }
 
     async fn post_config(&self, req: Request<Incoming>, query: &str) -> Resp {
+        if self.store.is_some() {
+            return message(
+                StatusCode::BAD_REQUEST,
+                "This endpoint is only available when Turnpike is configured to not use a database (use `turnpike config db_import`)",
+            );
+        }
         let flag = |name: &str| {
             query.split('&').any(|kv| {
                 let (k, v) = kv.split_once('=').unwrap_or((kv, "1"));

@@ -47,7 +47,83 @@ pub struct HeaderSet {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Database {
+    /// DB-less: entities come from `declarative_config` or `POST /config`.
     Off,
+    /// The embedded default: one SQLite file under the prefix.
+    Sqlite,
+    /// PostgreSQL shared by many nodes (Kong's `pg_*` properties).
+    Postgres,
+}
+
+impl Database {
+    pub fn name(self) -> &'static str {
+        match self {
+            Database::Off => "off",
+            Database::Sqlite => "sqlite",
+            Database::Postgres => "postgres",
+        }
+    }
+}
+
+/// Kong's `pg_*` connection properties.
+#[derive(Clone)]
+pub struct PgConf {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub password: String,
+    pub database: String,
+    pub ssl: bool,
+    pub ssl_verify: bool,
+    pub timeout: Duration,
+    pub pool_size: u32,
+}
+
+impl std::fmt::Debug for PgConf {
+    // Never print the password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgConf")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("user", &self.user)
+            .field("database", &self.database)
+            .finish()
+    }
+}
+
+impl PgConf {
+    /// A `postgres://` URL for the driver (carries the password: never log it).
+    pub fn url(&self) -> String {
+        let enc = |s: &str| {
+            s.bytes()
+                .map(|b| {
+                    if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                        (b as char).to_string()
+                    } else {
+                        format!("%{b:02X}")
+                    }
+                })
+                .collect::<String>()
+        };
+        let sslmode = match (self.ssl, self.ssl_verify) {
+            (false, _) => "disable",
+            (true, false) => "require",
+            (true, true) => "verify-full",
+        };
+        format!(
+            "postgres://{}:{}@{}:{}/{}?sslmode={sslmode}&connect_timeout={}",
+            enc(&self.user),
+            enc(&self.password),
+            if self.host.contains(':') {
+                format!("[{}]", self.host)
+            } else {
+                self.host.clone()
+            },
+            self.port,
+            enc(&self.database),
+            self.timeout.as_secs().max(1)
+        )
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -58,6 +134,12 @@ pub struct Conf {
     pub proxy_listen: Vec<ListenAddr>,
     pub admin_listen: Vec<ListenAddr>,
     pub database: Database,
+    pub pg: PgConf,
+    /// How often a node polls the store's config version (Kong's `db_update_frequency`); with
+    /// PostgreSQL, LISTEN/NOTIFY normally brings changes long before that.
+    pub db_update_frequency: Duration,
+    /// Bearer token the Admin API requires when set (mandatory on a non-loopback admin_listen).
+    pub admin_auth_token: Option<String>,
     pub declarative_config: Option<PathBuf>,
     pub worker_processes: usize,
     pub upstream_keepalive_pool_size: usize,
@@ -88,7 +170,18 @@ const DEFAULTS: &[(&str, &str)] = &[
         "0.0.0.0:8000 reuseport backlog=16384, 0.0.0.0:8443 http2 ssl reuseport backlog=16384",
     ),
     ("admin_listen", "127.0.0.1:8001 reuseport backlog=16384"),
-    ("database", "off"),
+    ("database", "sqlite"),
+    ("pg_host", "127.0.0.1"),
+    ("pg_port", "5432"),
+    ("pg_timeout", "5000"),
+    ("pg_user", "kong"),
+    ("pg_password", ""),
+    ("pg_database", "kong"),
+    ("pg_ssl", "off"),
+    ("pg_ssl_verify", "off"),
+    ("pg_pool_size", "10"),
+    ("db_update_frequency", "5"),
+    ("admin_auth_token", ""),
     ("declarative_config", ""),
     ("nginx_worker_processes", "auto"),
     ("upstream_keepalive_pool_size", "512"),
@@ -251,21 +344,55 @@ impl Conf {
         let admin_listen = parse_listen("admin_listen", get("admin_listen"))?;
         let database = match get("database") {
             "off" => Database::Off,
-            "sqlite" | "postgres" => {
-                return Err(invalid(
-                    "database",
-                    format!(
-                    "'{}' is not available yet in this build; use 'off' with declarative_config",
-                    get("database")
-                ),
-                ))
-            }
+            "sqlite" => Database::Sqlite,
+            "postgres" => Database::Postgres,
             other => {
                 return Err(invalid(
                     "database",
-                    format!("'{other}' must be one of: off"),
+                    format!("'{other}' must be one of: sqlite, postgres, off"),
                 ))
             }
+        };
+        let on_off = |name: &str| -> Result<bool, ConfError> {
+            match get(name) {
+                "on" => Ok(true),
+                "off" => Ok(false),
+                other => Err(invalid(name, format!("'{other}' must be 'on' or 'off'"))),
+            }
+        };
+        let pg = PgConf {
+            host: get("pg_host").to_string(),
+            port: parse_num::<u16>(get("pg_port"))
+                .filter(|p| *p > 0)
+                .ok_or_else(|| invalid("pg_port", "must be a port number".into()))?,
+            user: get("pg_user").to_string(),
+            password: get("pg_password").to_string(),
+            database: get("pg_database").to_string(),
+            ssl: on_off("pg_ssl")?,
+            ssl_verify: on_off("pg_ssl_verify")?,
+            timeout: parse_num::<u64>(get("pg_timeout"))
+                .filter(|t| *t > 0)
+                .map(Duration::from_millis)
+                .ok_or_else(|| invalid("pg_timeout", "must be a positive integer (ms)".into()))?,
+            pool_size: parse_num::<u32>(get("pg_pool_size"))
+                .filter(|n| (1..=1000).contains(n))
+                .ok_or_else(|| invalid("pg_pool_size", "must be an integer in 1..1000".into()))?,
+        };
+        let db_update_frequency = get("db_update_frequency")
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|f| *f > 0.0 && *f <= 86400.0)
+            .map(Duration::from_secs_f64)
+            .ok_or_else(|| {
+                invalid(
+                    "db_update_frequency",
+                    "must be a positive number of seconds".into(),
+                )
+            })?;
+        let admin_auth_token = match get("admin_auth_token") {
+            "" => None,
+            t => Some(t.to_string()),
         };
         let declarative_config = match get("declarative_config") {
             "" => None,
@@ -371,6 +498,24 @@ impl Conf {
             }
         }
 
+        // The Admin API can rewrite every route: off loopback it must demand a token.
+        if admin_auth_token.is_none() {
+            if let Some(a) = admin_listen.iter().find(|a| !a.addr.ip().is_loopback()) {
+                return Err(invalid(
+                    "admin_listen",
+                    format!(
+                        "{} is not a loopback address: set admin_auth_token so that the Admin API requires a bearer token",
+                        a.addr
+                    ),
+                ));
+            }
+        }
+        if database != Database::Off && declarative_config.is_some() {
+            warnings.push(format!(
+                "declarative_config is only read when database = off (database = {})",
+                database.name()
+            ));
+        }
         let sources = values
             .iter()
             .map(|(k, (_, s))| (k.clone(), s.clone()))
@@ -382,6 +527,9 @@ impl Conf {
             proxy_listen,
             admin_listen,
             database,
+            pg,
+            db_update_frequency,
+            admin_auth_token,
             declarative_config,
             worker_processes,
             upstream_keepalive_pool_size,
@@ -426,7 +574,18 @@ impl Conf {
             "proxy_access_log": self.proxy_access_log.clone().unwrap_or_else(|| "off".into()),
             "proxy_listen": listen(&self.proxy_listen),
             "admin_listen": listen(&self.admin_listen),
-            "database": "off",
+            "database": self.database.name(),
+            "pg_host": self.pg.host,
+            "pg_port": self.pg.port,
+            "pg_user": self.pg.user,
+            "pg_password": if self.pg.password.is_empty() { serde_json::Value::Null } else { "******".into() },
+            "pg_database": self.pg.database,
+            "pg_ssl": self.pg.ssl,
+            "pg_ssl_verify": self.pg.ssl_verify,
+            "pg_timeout": self.pg.timeout.as_millis() as u64,
+            "pg_pool_size": self.pg.pool_size,
+            "db_update_frequency": self.db_update_frequency.as_secs_f64(),
+            "admin_auth_token": self.admin_auth_token.as_ref().map(|_| "******"),
             "declarative_config": self.declarative_config.as_ref().map(|p| p.display().to_string()),
             "nginx_worker_processes": self.worker_processes,
             "upstream_keepalive_pool_size": self.upstream_keepalive_pool_size,

@@ -38,6 +38,10 @@ pub enum StoreError {
     /// Code 8: the database failed or is unreachable.
     #[error("database error: {0}")]
     Database(String),
+    /// Code 8 too, but the database could not be reached at all (connect, I/O, pool timeout):
+    /// the node keeps serving its last config and retries.
+    #[error("database unreachable: {0}")]
+    Unavailable(String),
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -62,7 +66,14 @@ impl From<sqlx::Error> for StoreError {
                 _ => {}
             }
         }
-        StoreError::Database(e.to_string())
+        match e {
+            sqlx::Error::Io(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::Protocol(_) => StoreError::Unavailable(e.to_string()),
+            _ => StoreError::Database(e.to_string()),
+        }
     }
 }
 
@@ -156,7 +167,7 @@ impl StoreError {
                            "message": format!("invalid option ({msg})"), "options": o}),
                 )
             }
-            StoreError::Database(m) => (
+            StoreError::Database(m) | StoreError::Unavailable(m) => (
                 500,
                 json!({"code": 8, "name": "database error", "message": format!("database error: {m}")}),
             ),

@@ -83,8 +83,8 @@ impl Store {
             .min_connections(0)
             .acquire_timeout(options.timeout)
             .idle_timeout(Some(Duration::from_secs(60)))
-            .connect(&options.url)
-            .await
+            // Lazy: a node starts (on its last good config) even while the database is down.
+            .connect_lazy(&options.url)
             .map_err(|e| StoreError::Database(e.to_string()))?;
         if options.backend == Backend::Sqlite {
             // WAL: readers (the config loader, Admin API reads) never wait for a writer.

@@ -1,5 +1,7 @@
 //! `turnpike`: the gateway binary and its command line.
 
+mod db;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -8,6 +10,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use tokio::sync::watch;
 use turnpike_admin::Admin;
+use turnpike_config::conf::Database;
 use turnpike_config::declarative::{self, NoPlugins, PluginRegistry};
 use turnpike_config::Conf;
 use turnpike_proxy::{server, tls, Gateway, Settings, BUILD_PROFILE, VERSION};
@@ -40,12 +43,50 @@ enum Command {
     },
     /// Print the version and build profile.
     Version,
+    /// Database schema: bootstrap, up, status, reset (as `kong migrations`).
+    Migrations {
+        #[command(subcommand)]
+        command: MigrationsCommand,
+        #[arg(short = 'c', long = "conf", global = true)]
+        conf: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum MigrationsCommand {
+    /// Create the schema in an empty database.
+    Bootstrap,
+    /// Bring an existing schema up to this build's version.
+    Up,
+    /// Report the schema state.
+    Status,
+    /// Drop every Turnpike table (all entities are lost).
+    Reset {
+        /// Do not ask for confirmation.
+        #[arg(short = 'y', long = "yes")]
+        yes: bool,
+    },
 }
 
 #[derive(Subcommand)]
 enum ConfigCommand {
     /// Validate a declarative configuration file (like `kong config parse`).
     Parse {
+        file: PathBuf,
+        #[arg(short = 'c', long = "conf")]
+        conf: Option<PathBuf>,
+    },
+    /// Validate a declarative file and write its entities into the database, in one
+    /// transaction (like `kong config db_import`).
+    #[command(name = "db_import")]
+    DbImport {
+        file: PathBuf,
+        #[arg(short = 'c', long = "conf")]
+        conf: Option<PathBuf>,
+    },
+    /// Write the database's entities to a declarative file (like `kong config db_export`).
+    #[command(name = "db_export")]
+    DbExport {
         file: PathBuf,
         #[arg(short = 'c', long = "conf")]
         conf: Option<PathBuf>,
@@ -102,6 +143,44 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Migrations { command, conf } => {
+            let cmd = match command {
+                MigrationsCommand::Bootstrap => "bootstrap",
+                MigrationsCommand::Up => "up",
+                MigrationsCommand::Status => "status",
+                MigrationsCommand::Reset { yes } => {
+                    if !yes {
+                        eprintln!(
+                            "Error: 'migrations reset' drops every entity; confirm with --yes"
+                        );
+                        return ExitCode::FAILURE;
+                    }
+                    "reset"
+                }
+            };
+            run_db_command(conf.as_deref(), |conf, plugins| async move {
+                db::migrations(&conf, plugins, cmd).await
+            })
+        }
+        Command::Config {
+            command: ConfigCommand::DbImport { file, conf },
+        } => {
+            let cfg = match parse_file(&file, plugin_registry().as_ref()) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("Error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            run_db_command(conf.as_deref(), |conf, plugins| async move {
+                db::db_import(&conf, plugins, cfg).await
+            })
+        }
+        Command::Config {
+            command: ConfigCommand::DbExport { file, conf },
+        } => run_db_command(conf.as_deref(), |conf, plugins| async move {
+            db::db_export(&conf, plugins, &file).await
+        }),
         Command::Start { conf } => match start(conf.as_deref()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -109,6 +188,41 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+    }
+}
+
+/// Runs a command against the configured database on a small runtime.
+fn run_db_command<F, Fut>(conf_path: Option<&Path>, f: F) -> ExitCode
+where
+    F: FnOnce(Conf, Arc<dyn PluginRegistry>) -> Fut,
+    Fut: std::future::Future<Output = Result<String, String>>,
+{
+    let conf = match load_conf(conf_path) {
+        Ok((c, _)) => c,
+        Err(e) => {
+            eprintln!("Error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("Error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(f(conf, plugin_registry())) {
+        Ok(msg) => {
+            println!("{msg}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("Error: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -241,7 +355,17 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
         conf.worker_processes,
         default_cert,
     ));
-    if let Some(path) = &conf.declarative_config {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let (store, sync) = if conf.database == Database::Off {
+        (None, None)
+    } else {
+        let (store, sync) = rt.block_on(db::start(&conf, plugins.clone(), gateway.clone()))?;
+        (Some(store), Some(sync))
+    };
+    if let (Database::Off, Some(path)) = (conf.database, &conf.declarative_config) {
         let cfg = parse_file(path, plugins.as_ref())?;
         gateway
             .apply(cfg)
@@ -289,11 +413,9 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
         hostname: hostname(),
         plugins: plugins.clone(),
         conf: conf.clone(),
+        store,
+        sync,
     });
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
     rt.block_on(async {
         for l in admin_listeners {
             for s in l.sockets {
@@ -305,7 +427,7 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
                 ));
             }
         }
-        signals(&gateway, &conf, plugins.as_ref()).await;
+        signals(&gateway, &conf, plugins.as_ref(), admin.sync.as_deref()).await;
         tracing::info!("shutting down: draining in-flight requests");
         let _ = shutdown_tx.send(true);
     });
@@ -322,7 +444,12 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
 }
 
 /// Waits for a stop signal; reloads the declarative file on SIGHUP meanwhile.
-async fn signals(gateway: &Gateway, conf: &Conf, plugins: &dyn PluginRegistry) {
+async fn signals(
+    gateway: &Gateway,
+    conf: &Conf,
+    plugins: &dyn PluginRegistry,
+    sync: Option<&turnpike_store::sync::ConfigSync>,
+) {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut quit = signal(SignalKind::quit()).expect("SIGQUIT handler");
@@ -334,6 +461,11 @@ async fn signals(gateway: &Gateway, conf: &Conf, plugins: &dyn PluginRegistry) {
             _ = quit.recv() => return,
             _ = int.recv() => return,
             _ = hup.recv() => {
+                if let Some(sync) = sync {
+                    tracing::info!("SIGHUP: re-reading the config from the database");
+                    sync.trigger();
+                    continue;
+                }
                 let Some(path) = &conf.declarative_config else {
                     tracing::warn!("SIGHUP: no declarative_config to reload");
                     continue;

@@ -241,6 +241,8 @@ impl GatewayBuilder {
             )
             .env("TURNPIKE_ADMIN_LISTEN", format!("127.0.0.1:{a}"))
             .env("TURNPIKE_DECLARATIVE_CONFIG", &config_file)
+            // DB-less unless a test asks for a store (its env below overrides this).
+            .env("TURNPIKE_DATABASE", "off")
             .env("TURNPIKE_NGINX_WORKER_PROCESSES", "2")
             .env("TURNPIKE_LOG_LEVEL", "info")
             .stdout(Stdio::null())

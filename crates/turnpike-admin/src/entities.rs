@@ -1,0 +1,674 @@
+//! Kong's generated entity endpoints: `/{entity}`, `/{entity}/{id or endpoint key}`, nested
+//! collections (`/services/{s}/routes`, `/consumers/{c}/key-auth/{id}`) and parent look-ups
+//! (`/routes/{r}/service`). With a database they read and write the store; DB-less they read
+//! the running config and refuse writes with 405, as Kong does.
+
+use http::{Method, StatusCode};
+use serde_json::{json, Map, Value};
+use turnpike_store::crud::{is_uuid, url_pairs};
+use turnpike_store::schema::{self, EntitySpec};
+use turnpike_store::{ListQuery, Page, StoreError};
+
+use crate::{json_response, message, Admin, Resp};
+
+/// What a path names.
+enum Target {
+    /// `/{entity}` or `/{parent}/{p}/{entity}`.
+    Collection {
+        spec: &'static EntitySpec,
+        parent: Option<(String, &'static EntitySpec, String)>,
+    },
+    /// `/{entity}/{key}` or `/{parent}/{p}/{entity}/{key}`.
+    Entity {
+        spec: &'static EntitySpec,
+        key: String,
+        parent: Option<(String, &'static EntitySpec, String)>,
+    },
+    /// `/{entity}/{key}/{fk field}`: the entity a foreign key points at.
+    Referenced {
+        spec: &'static EntitySpec,
+        key: String,
+        field: &'static schema::ForeignKey,
+    },
+}
+
+fn route(segments: &[&str]) -> Option<Target> {
+    let spec = schema::by_path(segments.first()?)?;
+    match segments.len() {
+        1 => Some(Target::Collection { spec, parent: None }),
+        2 => Some(Target::Entity {
+            spec,
+            key: segments[1].to_string(),
+            parent: None,
+        }),
+        3 | 4 => {
+            if let Some(child) = spec.child(segments[2]) {
+                let fk = child.foreign_to(spec.table)?;
+                let parent = Some((fk.field.to_string(), spec, segments[1].to_string()));
+                return Some(if segments.len() == 3 {
+                    Target::Collection {
+                        spec: child,
+                        parent,
+                    }
+                } else {
+                    Target::Entity {
+                        spec: child,
+                        key: segments[3].to_string(),
+                        parent,
+                    }
+                });
+            }
+            if segments.len() == 3 {
+                let field = spec.parent_field(segments[2])?;
+                return Some(Target::Referenced {
+                    spec,
+                    key: segments[1].to_string(),
+                    field,
+                });
+            }
+            None
+        }
+        _ => None,
+    }
+}
+
+fn store_error(e: StoreError) -> Resp {
+    if let StoreError::Database(m) = &e {
+        tracing::error!("admin: database error: {m}");
+    }
+    let (status, body) = e.to_kong();
+    json_response(
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        &body,
+    )
+}
+
+/// A request body as a JSON object: JSON, or form-encoded the way Kong reads forms
+/// (`a.b=1`, `a[]=x`, `a[1]=x`), with values typed by the field they fill.
+#[allow(clippy::result_large_err)] // the error is the response itself, built once per request
+pub fn parse_body(content_type: Option<&str>, body: &[u8]) -> Result<Map<String, Value>, Resp> {
+    let Ok(text) = std::str::from_utf8(body) else {
+        return Err(message(
+            StatusCode::BAD_REQUEST,
+            "Cannot parse request body: invalid UTF-8",
+        ));
+    };
+    let ct = content_type.unwrap_or("").to_ascii_lowercase();
+    if text.trim().is_empty() {
+        return Ok(Map::new());
+    }
+    if ct.starts_with("application/x-www-form-urlencoded") {
+        return Ok(form_to_json(&url_pairs(text)));
+    }
+    if ct.starts_with("multipart/") {
+        return Err(message(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "multipart bodies are not supported; send JSON or a form",
+        ));
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err(message(
+            StatusCode::BAD_REQUEST,
+            "Cannot parse JSON body: expected an object",
+        )),
+        Err(_) => Err(message(StatusCode::BAD_REQUEST, "Cannot parse JSON body")),
+    }
+}
+
+const INT_FIELDS: &[&str] = &[
+    "port",
+    "retries",
+    "connect_timeout",
+    "write_timeout",
+    "read_timeout",
+    "regex_priority",
+    "https_redirect_status_code",
+    "weight",
+    "slots",
+    "tls_verify_depth",
+    "ttl",
+    "priority",
+];
+const BOOL_FIELDS: &[&str] = &[
+    "strip_path",
+    "preserve_host",
+    "request_buffering",
+    "response_buffering",
+    "enabled",
+    "tls_verify",
+    "hash_secret",
+    "use_srv_name",
+];
+const ARRAY_FIELDS: &[&str] = &[
+    "hosts",
+    "paths",
+    "methods",
+    "protocols",
+    "snis",
+    "tags",
+    "ca_certificates",
+    "redirect_uris",
+];
+
+/// Turns form pairs into a JSON object, typing values the way Kong's schema would.
+pub fn form_to_json(pairs: &[(String, String)]) -> Map<String, Value> {
+    let mut root = Value::Object(Map::new());
+    for (key, raw) in pairs {
+        // a.b[1].c[] -> ["a", "b", "1", "c", ""]
+        let mut parts: Vec<String> = Vec::new();
+        for dotted in key.split('.') {
+            let mut rest = dotted;
+            if let Some(i) = rest.find('[') {
+                parts.push(rest[..i].to_string());
+                rest = &rest[i..];
+                while let Some(end) = rest.find(']') {
+                    parts.push(rest[1..end].to_string());
+                    rest = &rest[end + 1..];
+                    if !rest.starts_with('[') {
+                        break;
+                    }
+                }
+            } else {
+                parts.push(rest.to_string());
+            }
+        }
+        let top = parts[0].clone();
+        let value = if top == "config" {
+            // Plugin configs: numbers and booleans as such (the plugin schema decides).
+            typed(raw)
+        } else if parts.len() == 1 && INT_FIELDS.contains(&top.as_str()) {
+            raw.parse::<i64>()
+                .map(Value::from)
+                .unwrap_or_else(|_| Value::String(raw.clone()))
+        } else if parts.len() == 1 && BOOL_FIELDS.contains(&top.as_str()) {
+            match raw.as_str() {
+                "true" => Value::Bool(true),
+                "false" => Value::Bool(false),
+                _ => Value::String(raw.clone()),
+            }
+        } else {
+            Value::String(raw.clone())
+        };
+        // A single value for an array field is an array of one.
+        if parts.len() == 1 && ARRAY_FIELDS.contains(&top.as_str()) {
+            parts.push(String::new());
+        }
+        insert_path(&mut root, &parts, value);
+    }
+    match root {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+fn typed(raw: &str) -> Value {
+    if let Ok(i) = raw.parse::<i64>() {
+        return Value::from(i);
+    }
+    if let Ok(f) = raw.parse::<f64>() {
+        return json!(f);
+    }
+    match raw {
+        "true" => Value::Bool(true),
+        "false" => Value::Bool(false),
+        _ => Value::String(raw.to_string()),
+    }
+}
+
+fn insert_path(node: &mut Value, parts: &[String], value: Value) {
+    let (head, rest) = (&parts[0], &parts[1..]);
+    if rest.is_empty() {
+        match node {
+            Value::Object(m) => {
+                m.insert(head.clone(), value);
+            }
+            Value::Array(a) => a.push(value),
+            _ => {}
+        }
+        return;
+    }
+    // The container `head` names: an array when the next part is `` or a number.
+    let next_is_index = rest[0].is_empty() || rest[0].parse::<usize>().is_ok();
+    let child = match node {
+        Value::Object(m) => m.entry(head.clone()).or_insert_with(|| {
+            if next_is_index {
+                Value::Array(Vec::new())
+            } else {
+                Value::Object(Map::new())
+            }
+        }),
+        _ => return,
+    };
+    if next_is_index {
+        if let Value::Array(a) = child {
+            if rest.len() == 1 {
+                a.push(value);
+            } else {
+                // a[1].b: an object element per index.
+                let idx = rest[0].parse::<usize>().unwrap_or(a.len() + 1).max(1) - 1;
+                while a.len() <= idx {
+                    a.push(Value::Object(Map::new()));
+                }
+                insert_path(&mut a[idx], &rest[1..], value);
+            }
+        }
+    } else {
+        insert_path(child, rest, value);
+    }
+}
+
+fn list_body(page: Page, base: &str, q: &ListQuery, query: &str) -> Value {
+    let next = page.offset.as_ref().map(|o| {
+        let mut extra = String::new();
+        for (k, v) in url_pairs(query) {
+            if k == "tags" || k == "size" {
+                extra.push_str(&format!("&{k}={}", encode_component(&v)));
+            }
+        }
+        format!("{base}?offset={}{extra}", encode_component(o))
+    });
+    let mut m = Map::new();
+    m.insert("data".into(), Value::Array(page.data));
+    if let Some(o) = page.offset {
+        m.insert("offset".into(), Value::String(o));
+    }
+    m.insert(
+        "next".into(),
+        next.map(Value::String).unwrap_or(Value::Null),
+    );
+    let _ = q;
+    Value::Object(m)
+}
+
+fn encode_component(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+impl Admin {
+    /// Serves an entity path; `None` when the path is not an entity path.
+    pub(crate) async fn entities(
+        &self,
+        method: &Method,
+        path: &str,
+        query: &str,
+        body: &[u8],
+        content_type: Option<&str>,
+    ) -> Option<Resp> {
+        let segments: Vec<String> = path
+            .trim_matches('/')
+            .split('/')
+            .map(turnpike_store::crud::percent_decode)
+            .collect();
+        let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
+        let target = route(&segs)?;
+        Some(match self.store.as_ref() {
+            Some(_) => {
+                self.with_store(method, target, path, query, body, content_type)
+                    .await
+            }
+            None => self.dbless(method, target, path, query),
+        })
+    }
+
+    async fn with_store(
+        &self,
+        method: &Method,
+        target: Target,
+        path: &str,
+        query: &str,
+        body: &[u8],
+        content_type: Option<&str>,
+    ) -> Resp {
+        let store = self.store.as_ref().unwrap();
+        // Resolve a parent in the path to its id first: it must exist.
+        let resolve_parent = |parent: Option<(String, &'static EntitySpec, String)>| async move {
+            match parent {
+                None => Ok(None),
+                Some((field, pspec, key)) => match store.get(pspec, &key).await? {
+                    Some(p) => Ok(Some((
+                        field,
+                        p["id"].as_str().unwrap_or_default().to_string(),
+                    ))),
+                    None => Err(StoreError::NotFound),
+                },
+            }
+        };
+        let write = matches!(*method, Method::POST | Method::PUT | Method::PATCH);
+        let body = if write {
+            match parse_body(content_type, body) {
+                Ok(b) => b,
+                Err(r) => return r,
+            }
+        } else {
+            Map::new()
+        };
+        let result: Result<(StatusCode, Option<Value>), StoreError> = async {
+            match target {
+                Target::Collection { spec, parent } => {
+                    let parent = resolve_parent(parent).await?;
+                    match *method {
+                        Method::GET => {
+                            let mut q = ListQuery::parse(query)?;
+                            q.parent = parent;
+                            let mut page = store.list(spec, &q).await?;
+                            if spec.table == "certificates" {
+                                for c in page.data.iter_mut() {
+                                    self.add_snis(c).await?;
+                                }
+                            }
+                            Ok((StatusCode::OK, Some(list_body(page, path, &q, query))))
+                        }
+                        Method::POST => {
+                            let v = store.insert(spec, body, parent).await?;
+                            Ok((StatusCode::CREATED, Some(Value::Object(v))))
+                        }
+                        _ => Ok((StatusCode::METHOD_NOT_ALLOWED, None)),
+                    }
+                }
+                Target::Entity { spec, key, parent } => {
+                    let parent = resolve_parent(parent).await?;
+                    match *method {
+                        Method::GET => {
+                            let found = match &parent {
+                                Some(p) => store.get_in_parent(spec, &key, p).await?,
+                                None => store.get(spec, &key).await?,
+                            };
+                            let mut v = Value::Object(found.ok_or(StoreError::NotFound)?);
+                            if spec.table == "certificates" {
+                                self.add_snis(&mut v).await?;
+                            }
+                            Ok((StatusCode::OK, Some(v)))
+                        }
+                        Method::PUT => {
+                            let key = self.nested_key(spec, &key, &parent).await?;
+                            let v = store.upsert(spec, &key, body, parent).await?;
+                            Ok((StatusCode::OK, Some(Value::Object(v))))
+                        }
+                        Method::PATCH => {
+                            let key = self.nested_key(spec, &key, &parent).await?;
+                            let v = store.update(spec, &key, body, parent).await?;
+                            Ok((StatusCode::OK, Some(Value::Object(v))))
+                        }
+                        Method::DELETE => {
+                            let key = self.nested_key(spec, &key, &parent).await?;
+                            store.delete(spec, &key, parent).await?;
+                            Ok((StatusCode::NO_CONTENT, None))
+                        }
+                        _ => Ok((StatusCode::METHOD_NOT_ALLOWED, None)),
+                    }
+                }
+                Target::Referenced { spec, key, field } => {
+                    let child = store.get(spec, &key).await?.ok_or(StoreError::NotFound)?;
+                    let pid = child
+                        .get(field.field)
+                        .and_then(|p| p.get("id"))
+                        .and_then(|v| v.as_str())
+                        .ok_or(StoreError::NotFound)?
+                        .to_string();
+                    let pspec = schema::by_table(field.table).unwrap();
+                    match *method {
+                        Method::GET => {
+                            let v = store.get(pspec, &pid).await?.ok_or(StoreError::NotFound)?;
+                            Ok((StatusCode::OK, Some(Value::Object(v))))
+                        }
+                        Method::PATCH => {
+                            let v = store.update(pspec, &pid, body, None).await?;
+                            Ok((StatusCode::OK, Some(Value::Object(v))))
+                        }
+                        Method::PUT => {
+                            let v = store.upsert(pspec, &pid, body, None).await?;
+                            Ok((StatusCode::OK, Some(Value::Object(v))))
+                        }
+                        Method::DELETE => {
+                            store.delete(pspec, &pid, None).await?;
+                            Ok((StatusCode::NO_CONTENT, None))
+                        }
+                        _ => Ok((StatusCode::METHOD_NOT_ALLOWED, None)),
+                    }
+                }
+            }
+        }
+        .await;
+        match result {
+            Ok((status, value)) => {
+                if write || *method == Method::DELETE {
+                    // Read-your-writes on this node: the proxy runs the new config before the
+                    // Admin API answers (bounded; other nodes follow via NOTIFY or the poll).
+                    if let Some(sync) = &self.sync {
+                        sync.wait_current(std::time::Duration::from_secs(2)).await;
+                    }
+                }
+                match (status, value) {
+                    (StatusCode::METHOD_NOT_ALLOWED, _) => {
+                        message(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed")
+                    }
+                    (s, Some(v)) => json_response(s, &v),
+                    (s, None) => {
+                        let mut r = json_response(s, &Value::Null);
+                        *r.body_mut() = http_body_util::Full::new(bytes::Bytes::new());
+                        r.headers_mut().remove(http::header::CONTENT_TYPE);
+                        r
+                    }
+                }
+            }
+            Err(e) => store_error(e),
+        }
+    }
+
+    /// A nested target addressed by `host:port` is stored under its id: find it.
+    async fn nested_key(
+        &self,
+        spec: &'static EntitySpec,
+        key: &str,
+        parent: &Option<(String, String)>,
+    ) -> Result<String, StoreError> {
+        match parent {
+            Some(p) if !is_uuid(key) && spec.table == "targets" => {
+                let store = self.store.as_ref().unwrap();
+                Ok(store
+                    .get_in_parent(spec, key, p)
+                    .await?
+                    .and_then(|e| e.get("id").and_then(|v| v.as_str()).map(String::from))
+                    .unwrap_or_else(|| key.to_string()))
+            }
+            _ => Ok(key.to_string()),
+        }
+    }
+
+    async fn add_snis(&self, cert: &mut Value) -> Result<(), StoreError> {
+        let id = cert["id"].as_str().unwrap_or_default().to_string();
+        let names = self.store.as_ref().unwrap().certificate_snis(&id).await?;
+        cert["snis"] = json!(names);
+        Ok(())
+    }
+
+    /// DB-less: reads come from the running config; writes are refused.
+    fn dbless(&self, method: &Method, target: Target, path: &str, query: &str) -> Resp {
+        if *method != Method::GET {
+            let table = match &target {
+                Target::Collection { spec, .. } | Target::Entity { spec, .. } => spec.table,
+                Target::Referenced { field, .. } => field.table,
+            };
+            return message(
+                StatusCode::METHOD_NOT_ALLOWED,
+                &format!(
+                    "cannot modify '{table}' entities when not using a database (use POST /config)"
+                ),
+            );
+        }
+        let all = self.gateway.snapshot.load().config.to_json();
+        let rows = |table: &str| -> Vec<Map<String, Value>> {
+            let mut v: Vec<Map<String, Value>> = all
+                .get(table)
+                .and_then(|a| a.as_array())
+                .map(|a| a.iter().filter_map(|x| x.as_object().cloned()).collect())
+                .unwrap_or_default();
+            v.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
+            v
+        };
+        let find = |spec: &EntitySpec, key: &str| -> Option<Map<String, Value>> {
+            rows(spec.table).into_iter().find(|e| {
+                e.get("id").and_then(|v| v.as_str()) == Some(key)
+                    || spec
+                        .endpoint_key
+                        .is_some_and(|ek| e.get(ek).and_then(|v| v.as_str()) == Some(key))
+            })
+        };
+        let fk_of = |e: &Map<String, Value>, field: &str| -> Option<String> {
+            e.get(field)
+                .and_then(|p| p.get("id"))
+                .and_then(|v| v.as_str())
+                .map(String::from)
+        };
+        match target {
+            Target::Collection { spec, parent } => {
+                let q = match ListQuery::parse(query) {
+                    Ok(q) => q,
+                    Err(e) => return store_error(e),
+                };
+                let pid = match parent {
+                    Some((field, pspec, key)) => match find(pspec, &key) {
+                        Some(p) => Some((field, p["id"].as_str().unwrap_or_default().to_string())),
+                        None => return store_error(StoreError::NotFound),
+                    },
+                    None => None,
+                };
+                let after = match q.offset.as_deref().map(|o| {
+                    use base64::Engine;
+                    base64::engine::general_purpose::URL_SAFE_NO_PAD
+                        .decode(o)
+                        .ok()
+                        .and_then(|b| String::from_utf8(b).ok())
+                        .ok_or_else(|| StoreError::InvalidOffset(o.to_string()))
+                }) {
+                    Some(Err(e)) => return store_error(e),
+                    Some(Ok(a)) => Some(a),
+                    None => None,
+                };
+                let matching: Vec<Map<String, Value>> = rows(spec.table)
+                    .into_iter()
+                    .filter(|e| match &pid {
+                        Some((field, id)) => fk_of(e, field).as_deref() == Some(id),
+                        None => true,
+                    })
+                    .filter(|e| {
+                        if q.tags.is_empty() {
+                            return true;
+                        }
+                        let tags: Vec<&str> = e
+                            .get("tags")
+                            .and_then(|t| t.as_array())
+                            .map(|a| a.iter().filter_map(|t| t.as_str()).collect())
+                            .unwrap_or_default();
+                        if q.tags_all {
+                            q.tags.iter().all(|t| tags.contains(&t.as_str()))
+                        } else {
+                            q.tags.iter().any(|t| tags.contains(&t.as_str()))
+                        }
+                    })
+                    .filter(|e| match &after {
+                        Some(a) => e["id"].as_str().unwrap_or_default() > a.as_str(),
+                        None => true,
+                    })
+                    .collect();
+                let more = matching.len() > q.size;
+                let data: Vec<Value> = matching
+                    .into_iter()
+                    .take(q.size)
+                    .map(Value::Object)
+                    .collect();
+                let offset = more.then(|| {
+                    use base64::Engine;
+                    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(
+                        data.last()
+                            .and_then(|d| d["id"].as_str())
+                            .unwrap_or_default(),
+                    )
+                });
+                json_response(
+                    StatusCode::OK,
+                    &list_body(Page { data, offset }, path, &q, query),
+                )
+            }
+            Target::Entity { spec, key, parent } => {
+                let found = find(spec, &key).filter(|e| match &parent {
+                    Some((field, pspec, pkey)) => find(pspec, pkey)
+                        .is_some_and(|p| fk_of(e, field).as_deref() == p["id"].as_str()),
+                    None => true,
+                });
+                match found {
+                    Some(e) => json_response(StatusCode::OK, &Value::Object(e)),
+                    None => store_error(StoreError::NotFound),
+                }
+            }
+            Target::Referenced { spec, key, field } => {
+                let parent = find(spec, &key)
+                    .and_then(|e| fk_of(&e, field.field))
+                    .and_then(|pid| find(schema::by_table(field.table).unwrap(), &pid));
+                match parent {
+                    Some(p) => json_response(StatusCode::OK, &Value::Object(p)),
+                    None => store_error(StoreError::NotFound),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(s: &str) -> Vec<(String, String)> {
+        url_pairs(s)
+    }
+
+    #[test]
+    fn forms_become_typed_json() {
+        let m = form_to_json(&pairs(
+            "name=svc&port=8080&retries=x&paths[]=/a&paths[]=/b&hosts=h.com&service.id=abc&config.minute=5&config.policy=local&strip_path=false&tags[1]=t",
+        ));
+        assert_eq!(
+            Value::Object(m),
+            json!({"name": "svc", "port": 8080, "retries": "x", "paths": ["/a", "/b"], "hosts": ["h.com"],
+                   "service": {"id": "abc"}, "config": {"minute": 5, "policy": "local"},
+                   "strip_path": false, "tags": ["t"]})
+        );
+    }
+
+    #[test]
+    fn paths_route_to_targets() {
+        assert!(matches!(
+            route(&["services"]),
+            Some(Target::Collection { parent: None, .. })
+        ));
+        assert!(matches!(
+            route(&["services", "s", "routes"]),
+            Some(Target::Collection {
+                parent: Some(_),
+                ..
+            })
+        ));
+        assert!(matches!(
+            route(&["consumers", "c", "key-auth", "k"]),
+            Some(Target::Entity {
+                parent: Some(_),
+                ..
+            })
+        ));
+        assert!(matches!(
+            route(&["routes", "r", "service"]),
+            Some(Target::Referenced { .. })
+        ));
+        assert!(route(&["routes", "r", "nope"]).is_none());
+        assert!(route(&["nope"]).is_none());
+    }
+}

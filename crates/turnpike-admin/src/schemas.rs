@@ -1,0 +1,213 @@
+//! `GET /schemas/{entity}` in Kong's schema JSON shape (`{"fields": [{"name": {"type": ...,
+//! "default": ...}}]}`), which decK reads for defaults, and `POST /schemas/{entity}/validate`.
+//!
+//! The field list and every default come from the entity reader itself: a minimal valid entity
+//! is read and what the reader filled in is reported, so the schema can never disagree with the
+//! validation the Admin API and the declarative loader apply.
+
+use http::{Method, StatusCode};
+use serde_json::{json, Map, Value};
+use turnpike_store::entity;
+use turnpike_store::schema::{self, EntitySpec};
+use turnpike_store::StoreError;
+
+use crate::entities::parse_body;
+use crate::{json_response, message, Admin, Resp};
+
+const SOME_ID: &str = "00000000-0000-4000-8000-000000000000";
+
+/// The smallest valid entity of each table: the fields it must set.
+fn minimal(spec: &EntitySpec) -> Map<String, Value> {
+    let v = match spec.table {
+        "services" => json!({"host": "example.com"}),
+        "routes" => json!({"paths": ["/"]}),
+        "upstreams" => json!({"name": "example"}),
+        "targets" => json!({"target": "example.com:80", "upstream": {"id": SOME_ID}}),
+        "consumers" => json!({"username": "example"}),
+        "certificates" => {
+            json!({"cert": "-----BEGIN CERTIFICATE-----", "key": "-----BEGIN PRIVATE KEY-----"})
+        }
+        "snis" => json!({"name": "example.com", "certificate": {"id": SOME_ID}}),
+        "ca_certificates" => json!({"cert": "-----BEGIN CERTIFICATE-----"}),
+        "keyauth_credentials" => json!({"consumer": {"id": SOME_ID}}),
+        "basicauth_credentials" | "hmacauth_credentials" => {
+            json!({"consumer": {"id": SOME_ID}, "username": "u", "password": "p"})
+        }
+        "acls" => json!({"consumer": {"id": SOME_ID}, "group": "g"}),
+        "oauth2_credentials" => json!({"consumer": {"id": SOME_ID}, "name": "n"}),
+        _ => json!({"consumer": {"id": SOME_ID}}),
+    };
+    v.as_object().cloned().unwrap_or_default()
+}
+
+/// Kong's field type names for a field whose default is null.
+fn null_type(name: &str) -> &'static str {
+    match name {
+        "hosts" | "paths" | "methods" | "snis" | "tags" | "ca_certificates" | "redirect_uris"
+        | "protocols" => "set",
+        "sources" | "destinations" => "set",
+        "headers" | "healthchecks" | "config" => "map",
+        "tls_verify" => "boolean",
+        "tls_verify_depth" | "ttl" => "integer",
+        _ => "string",
+    }
+}
+
+pub fn entity_schema(spec: &EntitySpec) -> Value {
+    let input = minimal(spec);
+    let checked = entity::check(
+        spec,
+        &input,
+        SOME_ID,
+        0,
+        &turnpike_config::declarative::NoPlugins,
+    );
+    let value = match checked {
+        Ok(c) => c.value,
+        Err(_) => input.clone(),
+    };
+    let mut fields = Vec::new();
+    for (name, v) in &value {
+        let mut f = Map::new();
+        if let Some(fk) = spec.foreign.iter().find(|f| f.field == name) {
+            f.insert("type".into(), json!("foreign"));
+            f.insert("reference".into(), json!(fk.table));
+            if fk.cascade {
+                f.insert("on_delete".into(), json!("cascade"));
+            }
+        } else {
+            let ty = match v {
+                Value::Bool(_) => "boolean",
+                Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+                Value::Number(_) => "number",
+                Value::String(_) => "string",
+                Value::Array(_) => "array",
+                Value::Object(_) => "record",
+                Value::Null => null_type(name),
+            };
+            f.insert("type".into(), json!(ty));
+        }
+        match name.as_str() {
+            "id" => {
+                f.insert("uuid".into(), json!(true));
+                f.insert("auto".into(), json!(true));
+            }
+            "created_at" | "updated_at" => {
+                f.insert("timestamp".into(), json!(true));
+                f.insert("auto".into(), json!(true));
+            }
+            _ if input.contains_key(name) => {
+                f.insert("required".into(), json!(true));
+            }
+            _ if !v.is_null() => {
+                f.insert("default".into(), v.clone());
+            }
+            _ => {}
+        }
+        if spec.unique.contains(&name.as_str()) {
+            f.insert("unique".into(), json!(true));
+        }
+        fields.push(json!({ name.clone(): Value::Object(f) }));
+    }
+    let mut out = json!({ "fields": fields });
+    if let Some(ek) = spec.endpoint_key {
+        out["endpoint_key"] = json!(ek);
+    }
+    out
+}
+
+impl Admin {
+    pub(crate) fn schemas(
+        &self,
+        method: &Method,
+        rest: &str,
+        body: &[u8],
+        content_type: Option<&str>,
+    ) -> Resp {
+        let parts: Vec<&str> = rest.split('/').collect();
+        match (method, parts.as_slice()) {
+            (&Method::GET, ["plugins", name]) => {
+                message(StatusCode::NOT_FOUND, &format!("No plugin named '{name}'"))
+            }
+            (&Method::POST, ["plugins", "validate"]) => {
+                let b = match parse_body(content_type, body) {
+                    Ok(b) => b,
+                    Err(r) => return r,
+                };
+                self.validate(schema::by_table("plugins").unwrap(), b)
+            }
+            (&Method::GET, [entity]) => match lookup(entity) {
+                Some(spec) => json_response(StatusCode::OK, &entity_schema(spec)),
+                None => message(
+                    StatusCode::NOT_FOUND,
+                    &format!("No entity named '{entity}'"),
+                ),
+            },
+            (&Method::POST, [entity, "validate"]) => match lookup(entity) {
+                Some(spec) => {
+                    let b = match parse_body(content_type, body) {
+                        Ok(b) => b,
+                        Err(r) => return r,
+                    };
+                    self.validate(spec, b)
+                }
+                None => message(
+                    StatusCode::NOT_FOUND,
+                    &format!("No entity named '{entity}'"),
+                ),
+            },
+            _ => message(StatusCode::NOT_FOUND, "Not found"),
+        }
+    }
+
+    fn validate(&self, spec: &EntitySpec, body: Map<String, Value>) -> Resp {
+        let id = uuid::Uuid::new_v4().to_string();
+        match entity::check(spec, &body, &id, 0, self.plugins.as_ref()) {
+            Ok(_) => json_response(
+                StatusCode::OK,
+                &json!({"message": "schema validation successful"}),
+            ),
+            Err(v) => {
+                let (status, body) = StoreError::Schema(v).to_kong();
+                json_response(StatusCode::from_u16(status).unwrap(), &body)
+            }
+        }
+    }
+}
+
+/// Schemas are named by table (`keyauth_credentials`) or by Admin API collection.
+fn lookup(name: &str) -> Option<&'static EntitySpec> {
+    schema::by_table(name).or_else(|| schema::by_path(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field<'a>(schema: &'a Value, name: &str) -> &'a Value {
+        schema["fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find_map(|f| f.get(name))
+            .unwrap_or_else(|| panic!("no field {name}"))
+    }
+
+    #[test]
+    fn defaults_come_from_the_reader() {
+        let s = entity_schema(schema::by_table("services").unwrap());
+        assert_eq!(field(&s, "retries")["default"], 5);
+        assert_eq!(field(&s, "connect_timeout")["default"], 60000);
+        assert_eq!(field(&s, "protocol")["default"], "http");
+        assert_eq!(field(&s, "host")["required"], true);
+        assert_eq!(field(&s, "name")["unique"], true);
+        let r = entity_schema(schema::by_table("routes").unwrap());
+        assert_eq!(field(&r, "strip_path")["default"], true);
+        assert_eq!(field(&r, "https_redirect_status_code")["default"], 426);
+        assert_eq!(field(&r, "service")["type"], "foreign");
+        let t = entity_schema(schema::by_table("targets").unwrap());
+        assert_eq!(field(&t, "weight")["default"], 100);
+        let u = entity_schema(schema::by_table("upstreams").unwrap());
+        assert_eq!(field(&u, "slots")["default"], 10000);
+    }
+}

@@ -1,0 +1,200 @@
+//! Opening the configured store, the `migrations` and `config db_import`/`db_export` commands,
+//! and the start-up sequence in database mode (schema check, first sync, fallback to the last
+//! good config when the database is unreachable).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use turnpike_config::conf::Database;
+use turnpike_config::declarative::PluginRegistry;
+use turnpike_config::Conf;
+use turnpike_proxy::Gateway;
+use turnpike_store::sync::ConfigSync;
+use turnpike_store::{Backend, SchemaState, Store, StoreError, StoreOptions, SCHEMA_VERSION};
+
+/// Connection options for the configured database; `None` for `database = off`.
+pub fn store_options(conf: &Conf) -> Result<Option<StoreOptions>, String> {
+    Ok(match conf.database {
+        Database::Off => None,
+        Database::Sqlite => {
+            std::fs::create_dir_all(&conf.prefix)
+                .map_err(|e| format!("cannot create prefix {}: {e}", conf.prefix.display()))?;
+            let prefix = conf
+                .prefix
+                .canonicalize()
+                .map_err(|e| format!("prefix {}: {e}", conf.prefix.display()))?;
+            Some(StoreOptions {
+                backend: Backend::Sqlite,
+                url: format!("sqlite://{}?mode=rwc", prefix.join("turnpike.db").display()),
+                // One writer at a time in SQLite; a few readers beside it (WAL).
+                pool_size: 4,
+                timeout: std::time::Duration::from_secs(5),
+            })
+        }
+        Database::Postgres => Some(StoreOptions {
+            backend: Backend::Postgres,
+            url: conf.pg.url(),
+            pool_size: conf.pg.pool_size,
+            timeout: conf.pg.timeout,
+        }),
+    })
+}
+
+pub async fn open(conf: &Conf, plugins: Arc<dyn PluginRegistry>) -> Result<Store, String> {
+    let opts = store_options(conf)?.ok_or_else(|| {
+        "this command needs a database (database = sqlite or postgres)".to_string()
+    })?;
+    Store::connect(opts, plugins)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// `turnpike migrations <cmd>`.
+pub async fn migrations(
+    conf: &Conf,
+    plugins: Arc<dyn PluginRegistry>,
+    cmd: &str,
+) -> Result<String, String> {
+    let store = open(conf, plugins).await?;
+    let state = store.schema_state().await.map_err(|e| e.to_string())?;
+    match cmd {
+        "status" => Ok(match state {
+            SchemaState::Empty => "Database needs bootstrapping; run 'turnpike migrations bootstrap'".into(),
+            SchemaState::At(v) if v < SCHEMA_VERSION => format!(
+                "Database is at schema version {v}; run 'turnpike migrations up' to reach {SCHEMA_VERSION}"
+            ),
+            SchemaState::At(v) => format!("Database is up to date (schema version {v})"),
+        }),
+        "bootstrap" => match state {
+            SchemaState::Empty => {
+                store.bootstrap().await.map_err(|e| e.to_string())?;
+                Ok(format!("Database bootstrapped (schema version {SCHEMA_VERSION})"))
+            }
+            SchemaState::At(_) => Ok("Database already bootstrapped".into()),
+        },
+        "up" => match state {
+            SchemaState::Empty => Err("Database needs bootstrapping; run 'turnpike migrations bootstrap'".into()),
+            SchemaState::At(v) if v >= SCHEMA_VERSION => Ok("Database is already up-to-date".into()),
+            SchemaState::At(_) => {
+                store.bootstrap().await.map_err(|e| e.to_string())?;
+                Ok(format!("Database migrated to schema version {SCHEMA_VERSION}"))
+            }
+        },
+        "reset" => {
+            store.reset().await.map_err(|e| e.to_string())?;
+            Ok("Database reset: every Turnpike table dropped".into())
+        }
+        other => Err(format!("unknown migrations command '{other}'")),
+    }
+}
+
+/// `turnpike config db_import FILE`: validates the file, then writes it in one transaction.
+pub async fn db_import(
+    conf: &Conf,
+    plugins: Arc<dyn PluginRegistry>,
+    cfg: turnpike_config::Config,
+) -> Result<String, String> {
+    let store = open(conf, plugins).await?;
+    ensure_schema(&store).await?;
+    let n = store.import(&cfg).await.map_err(|e| {
+        let (_, body) = e.to_kong();
+        body["message"]
+            .as_str()
+            .unwrap_or("import failed")
+            .to_string()
+    })?;
+    Ok(format!("import successful: {n} entities"))
+}
+
+/// `turnpike config db_export FILE`: the store as a declarative YAML file.
+pub async fn db_export(
+    conf: &Conf,
+    plugins: Arc<dyn PluginRegistry>,
+    path: &Path,
+) -> Result<String, String> {
+    let store = open(conf, plugins).await?;
+    ensure_schema(&store).await?;
+    let (_, mut export) = store.export().await.map_err(|e| e.to_string())?;
+    if let Some(m) = export.as_object_mut() {
+        m.remove("_transform");
+    }
+    let yaml = serde_yaml_ng(&export)?;
+    std::fs::write(path, yaml).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(format!("exported to {}", path.display()))
+}
+
+fn serde_yaml_ng(v: &serde_json::Value) -> Result<String, String> {
+    // JSON is valid YAML; write it indented so that it reads like the file an operator keeps.
+    serde_json::to_string_pretty(v).map_err(|e| e.to_string())
+}
+
+async fn ensure_schema(store: &Store) -> Result<(), String> {
+    check_schema(store).await.map_err(|(_, e)| e)
+}
+
+/// Like `ensure_schema`; the flag says whether the failure is the database being unreachable
+/// (worth waiting out) rather than a schema problem (an operator error).
+async fn check_schema(store: &Store) -> Result<(), (bool, String)> {
+    let state = store
+        .schema_state()
+        .await
+        .map_err(|e| (matches!(e, StoreError::Unavailable(_)), e.to_string()))?;
+    let fatal = |m: String| Err((false, m));
+    match state {
+        SchemaState::Empty if store.backend == Backend::Sqlite => {
+            store.bootstrap().await.map_err(|e| (false, e.to_string()))
+        }
+        SchemaState::Empty => {
+            fatal("Database needs bootstrapping; run 'turnpike migrations bootstrap'".into())
+        }
+        SchemaState::At(v) if v < SCHEMA_VERSION => fatal(format!(
+            "Database is at schema version {v}; run 'turnpike migrations up'"
+        )),
+        SchemaState::At(v) if v > SCHEMA_VERSION => fatal(format!(
+            "Database schema version {v} is newer than this build ({SCHEMA_VERSION})"
+        )),
+        SchemaState::At(_) => Ok(()),
+    }
+}
+
+/// Start-up in database mode: check the schema (SQLite creates it: the embedded default needs
+/// no setup), load the config, start the sync. With the database unreachable, serve the last
+/// good config saved under the prefix and keep trying.
+pub async fn start(
+    conf: &Conf,
+    plugins: Arc<dyn PluginRegistry>,
+    gateway: Arc<Gateway>,
+) -> Result<(Arc<Store>, Arc<ConfigSync>), String> {
+    let store = Arc::new(open(conf, plugins).await?);
+    let gw = gateway.clone();
+    let sync = ConfigSync::new(
+        store.clone(),
+        Arc::new(move |cfg| gw.apply(cfg)),
+        &conf.prefix,
+        conf.db_update_frequency,
+    );
+    let loaded = match check_schema(&store).await {
+        Ok(()) => sync.sync_once().await.map_err(|e| e.to_string()),
+        Err((true, e)) => Err(e),
+        // A store that answers but lacks the schema is an operator error: refuse to start.
+        Err((false, e)) => return Err(e),
+    };
+    match loaded {
+        Ok(v) => tracing::info!(
+            "database {}: loaded config version {v}",
+            conf.database.name()
+        ),
+        Err(e) => match sync.load_last_good() {
+            Some(cfg) => {
+                gateway.apply(cfg)?;
+                tracing::error!("database unreachable ({e}); serving the last good config from the prefix until it returns");
+            }
+            None => tracing::error!(
+                "database unreachable ({e}) and no last good config under the prefix: serving no routes until it returns"
+            ),
+        },
+    }
+    tokio::spawn(sync.clone().run());
+    tokio::spawn(sync.clone().listen());
+    Ok((store, sync))
+}
