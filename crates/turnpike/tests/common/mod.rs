@@ -19,6 +19,8 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::{TcpListener, TcpStream};
 
+pub mod pg;
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -469,7 +471,9 @@ pub fn run(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
     let mut cmd = Command::new(bin());
     cmd.args(args)
         .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default());
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        // DB-less unless the caller names a database.
+        .env("TURNPIKE_DATABASE", "off");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -488,4 +492,43 @@ pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
     p
+}
+
+impl Gateway {
+    /// A gateway on the embedded SQLite store (no declarative file).
+    pub fn sqlite() -> GatewayBuilder {
+        Gateway::with_config("_format_version: \"3.0\"\n").env("TURNPIKE_DATABASE", "sqlite")
+    }
+
+    /// An Admin API call with an optional JSON body.
+    pub async fn admin(&self, method: &str, path: &str, body: Option<serde_json::Value>) -> Reply {
+        admin_call(self.admin, method, path, body).await
+    }
+}
+
+/// An Admin API call to `addr` with an optional JSON body.
+pub async fn admin_call(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> Reply {
+    let b = req(method, path);
+    let r = match body {
+        Some(v) => b
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(v.to_string())))
+            .unwrap(),
+        None => b.body(Full::new(Bytes::new())).unwrap(),
+    };
+    send(addr, r).await
+}
+
+/// Raw-body Admin API call (forms, broken JSON).
+pub async fn admin_raw(addr: SocketAddr, method: &str, path: &str, ct: &str, body: Vec<u8>) -> Reply {
+    let r = req(method, path)
+        .header("content-type", ct)
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    send(addr, r).await
 }
