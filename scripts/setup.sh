@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs what Turnpike needs on a fresh Debian machine: a C toolchain, curl, the Rust toolchain
-# (rustup, when cargo is missing), and the reference servers the benchmarks use.
+# (rustup, when cargo is missing), PostgreSQL's binaries (for the tests) and, with
+# TURNPIKE_SETUP_BENCH=1, the reference servers the benchmarks use.
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
-$SUDO apt-get install -y -qq build-essential pkg-config curl ca-certificates
+# postgresql: the test harness starts its own throw-away servers from these binaries.
+$SUDO apt-get install -y -qq build-essential pkg-config curl ca-certificates postgresql
 if [ "${TURNPIKE_SETUP_BENCH:-0}" = 1 ]; then
   $SUDO apt-get install -y -qq nginx wrk valgrind
 fi

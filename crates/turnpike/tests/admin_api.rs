@@ -21,7 +21,11 @@ async fn services_and_routes_crud_proxy_at_once() {
     let up = Upstream::start("up");
     let gw = Gateway::sqlite().start();
     let r = gw
-        .admin("POST", "/services", Some(json!({"name": "orders", "url": up.url()})))
+        .admin(
+            "POST",
+            "/services",
+            Some(json!({"name": "orders", "url": up.url()})),
+        )
         .await;
     assert_eq!(r.status, 201, "{:?}", r.body);
     let svc = r.json();
@@ -50,9 +54,24 @@ async fn services_and_routes_crud_proxy_at_once() {
     assert_eq!(p.header("x-upstream"), Some("up"));
 
     // By id and by endpoint key; nested and parent look-ups.
-    assert_eq!(gw.admin("GET", &format!("/services/{sid}"), None).await.json()["name"], "orders");
-    assert_eq!(gw.admin("GET", "/routes/r1/service", None).await.json()["id"], sid);
-    assert_eq!(ids(&gw.admin("GET", "/services/orders/routes", None).await.json()).len(), 1);
+    assert_eq!(
+        gw.admin("GET", &format!("/services/{sid}"), None)
+            .await
+            .json()["name"],
+        "orders"
+    );
+    assert_eq!(
+        gw.admin("GET", "/routes/r1/service", None).await.json()["id"],
+        sid
+    );
+    assert_eq!(
+        ids(&gw
+            .admin("GET", "/services/orders/routes", None)
+            .await
+            .json())
+        .len(),
+        1
+    );
 
     // PATCH merges; the change is live.
     let r = gw
@@ -65,7 +84,11 @@ async fn services_and_routes_crud_proxy_at_once() {
 
     // PUT by endpoint key creates.
     let r = gw
-        .admin("PUT", "/services/billing", Some(json!({"host": "127.0.0.1", "port": up.addr.port()})))
+        .admin(
+            "PUT",
+            "/services/billing",
+            Some(json!({"host": "127.0.0.1", "port": up.addr.port()})),
+        )
         .await;
     assert_eq!(r.status, 200, "{:?}", r.body);
     assert_eq!(r.json()["name"], "billing");
@@ -76,73 +99,155 @@ async fn services_and_routes_crud_proxy_at_once() {
     assert_eq!(r.json()["fields"]["@referenced_by"], "routes");
     assert_eq!(gw.admin("DELETE", "/routes/r1", None).await.status, 204);
     assert_eq!(get(gw.proxy, "x", "/o2").await.status, 404);
-    assert_eq!(gw.admin("DELETE", "/services/orders", None).await.status, 204);
+    assert_eq!(
+        gw.admin("DELETE", "/services/orders", None).await.status,
+        204
+    );
     assert_eq!(gw.admin("GET", "/services/orders", None).await.status, 404);
-    assert_eq!(gw.admin("GET", "/services/orders", None).await.json(), json!({"message": "Not found"}));
+    assert_eq!(
+        gw.admin("GET", "/services/orders", None).await.json(),
+        json!({"message": "Not found"})
+    );
 }
 
 #[tokio::test]
 async fn bad_input_gets_kong_errors_and_changes_nothing() {
     let gw = Gateway::sqlite().start();
     let count = |v: Value| v["data"].as_array().unwrap().len();
-    assert_eq!(gw.admin("POST", "/services", Some(json!({"name": "a", "host": "h"}))).await.status, 201);
+    assert_eq!(
+        gw.admin("POST", "/services", Some(json!({"name": "a", "host": "h"})))
+            .await
+            .status,
+        201
+    );
 
-    let r = gw.admin("POST", "/services", Some(json!({"name": "b"}))).await;
+    let r = gw
+        .admin("POST", "/services", Some(json!({"name": "b"})))
+        .await;
     assert_eq!(r.status, 400);
     assert_eq!(
         r.json(),
         json!({"code": 2, "name": "schema violation", "message": "schema violation (host: required field missing)", "fields": {"host": "required field missing"}})
     );
     let r = gw
-        .admin("POST", "/services", Some(json!({"host": "h", "port": "eighty", "colour": "red"})))
+        .admin(
+            "POST",
+            "/services",
+            Some(json!({"host": "h", "port": "eighty", "colour": "red"})),
+        )
         .await;
     assert_eq!(r.status, 400);
     let body = r.json();
     assert_eq!(body["fields"]["colour"], "unknown field");
     assert!(body["fields"]["port"].is_string());
-    assert!(body["message"].as_str().unwrap().starts_with("2 schema violations"));
+    assert!(body["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("2 schema violations"));
 
-    let r = gw.admin("POST", "/services", Some(json!({"name": "a", "host": "h"}))).await;
+    let r = gw
+        .admin("POST", "/services", Some(json!({"name": "a", "host": "h"})))
+        .await;
     assert_eq!(r.status, 409);
     assert_eq!(r.json()["name"], "unique constraint violation");
 
     let r = gw
-        .admin("POST", "/routes", Some(json!({"paths": ["/x"], "service": {"id": "9f3c2f0e-1111-4222-8333-444455556666"}})))
+        .admin(
+            "POST",
+            "/routes",
+            Some(
+                json!({"paths": ["/x"], "service": {"id": "9f3c2f0e-1111-4222-8333-444455556666"}}),
+            ),
+        )
         .await;
     assert_eq!(r.status, 400);
     assert_eq!(r.json()["name"], "foreign key violation");
 
     // SQL metacharacters are data, not SQL.
     let r = gw
-        .admin("POST", "/services", Some(json!({"name": "x'; DROP TABLE services;--", "host": "h"})))
+        .admin(
+            "POST",
+            "/services",
+            Some(json!({"name": "x'; DROP TABLE services;--", "host": "h"})),
+        )
         .await;
     assert_eq!(r.status, 400);
     let r = gw
-        .admin("POST", "/consumers", Some(json!({"username": "o'brien\"; DELETE FROM consumers;--"})))
+        .admin(
+            "POST",
+            "/consumers",
+            Some(json!({"username": "o'brien\"; DELETE FROM consumers;--"})),
+        )
         .await;
     assert_eq!(r.status, 201, "{:?}", r.body);
     assert_eq!(
-        gw.admin("GET", "/consumers/o'brien%22;%20DELETE%20FROM%20consumers;--", None).await.status,
+        gw.admin(
+            "GET",
+            "/consumers/o'brien%22;%20DELETE%20FROM%20consumers;--",
+            None
+        )
+        .await
+        .status,
         200
     );
 
-    let r = admin_raw(gw.admin, "POST", "/services", "application/json", b"{\"name\": ".to_vec()).await;
-    assert_eq!((r.status, r.json()["message"].clone()), (400, json!("Cannot parse JSON body")));
-    let r = admin_raw(gw.admin, "POST", "/services", "application/json", vec![b'{', 0xff, 0xfe, b'}']).await;
+    let r = admin_raw(
+        gw.admin,
+        "POST",
+        "/services",
+        "application/json",
+        b"{\"name\": ".to_vec(),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.json()["message"].clone()),
+        (400, json!("Cannot parse JSON body"))
+    );
+    let r = admin_raw(
+        gw.admin,
+        "POST",
+        "/services",
+        "application/json",
+        vec![b'{', 0xff, 0xfe, b'}'],
+    )
+    .await;
     assert_eq!(r.status, 400);
-    let r = admin_raw(gw.admin, "POST", "/services", "application/json", b"[1,2]".to_vec()).await;
+    let r = admin_raw(
+        gw.admin,
+        "POST",
+        "/services",
+        "application/json",
+        b"[1,2]".to_vec(),
+    )
+    .await;
     assert_eq!(r.status, 400);
     let huge = format!("{{\"name\": \"{}\"}}", "a".repeat(2 * 1024 * 1024));
-    let r = admin_raw(gw.admin, "POST", "/services", "application/json", huge.into_bytes()).await;
+    let r = admin_raw(
+        gw.admin,
+        "POST",
+        "/services",
+        "application/json",
+        huge.into_bytes(),
+    )
+    .await;
     assert_eq!(r.status, 413);
     let r = gw.admin("GET", "/services?size=0", None).await;
-    assert_eq!((r.status, r.json()["name"].clone()), (400, json!("invalid size")));
+    assert_eq!(
+        (r.status, r.json()["name"].clone()),
+        (400, json!("invalid size"))
+    );
     let r = gw.admin("GET", "/services?size=abc", None).await;
     assert_eq!(r.status, 400);
     let r = gw.admin("GET", "/services?offset=!!!", None).await;
-    assert_eq!((r.status, r.json()["name"].clone()), (400, json!("invalid offset")));
+    assert_eq!(
+        (r.status, r.json()["name"].clone()),
+        (400, json!("invalid offset"))
+    );
     let r = gw.admin("GET", "/services?tags=", None).await;
-    assert_eq!((r.status, r.json()["name"].clone()), (400, json!("invalid options")));
+    assert_eq!(
+        (r.status, r.json()["name"].clone()),
+        (400, json!("invalid options"))
+    );
     assert_eq!(gw.admin("GET", "/nonsense", None).await.status, 404);
 
     assert_eq!(count(gw.admin("GET", "/services", None).await.json()), 1);
@@ -153,9 +258,17 @@ async fn bad_input_gets_kong_errors_and_changes_nothing() {
 async fn paging_and_tags() {
     let gw = Gateway::sqlite().start();
     for i in 0..7 {
-        let tags = if i % 2 == 0 { json!(["even", "all"]) } else { json!(["odd", "all"]) };
+        let tags = if i % 2 == 0 {
+            json!(["even", "all"])
+        } else {
+            json!(["odd", "all"])
+        };
         let r = gw
-            .admin("POST", "/services", Some(json!({"name": format!("s{i}"), "host": "h", "tags": tags})))
+            .admin(
+                "POST",
+                "/services",
+                Some(json!({"name": format!("s{i}"), "host": "h", "tags": tags})),
+            )
             .await;
         assert_eq!(r.status, 201);
     }
@@ -177,9 +290,30 @@ async fn paging_and_tags() {
     seen.dedup();
     assert_eq!(seen.len(), 7);
 
-    assert_eq!(ids(&gw.admin("GET", "/services?tags=even,all", None).await.json()).len(), 4);
-    assert_eq!(ids(&gw.admin("GET", "/services?tags=even,odd", None).await.json()).len(), 0);
-    assert_eq!(ids(&gw.admin("GET", "/services?tags=even/odd", None).await.json()).len(), 7);
+    assert_eq!(
+        ids(&gw
+            .admin("GET", "/services?tags=even,all", None)
+            .await
+            .json())
+        .len(),
+        4
+    );
+    assert_eq!(
+        ids(&gw
+            .admin("GET", "/services?tags=even,odd", None)
+            .await
+            .json())
+        .len(),
+        0
+    );
+    assert_eq!(
+        ids(&gw
+            .admin("GET", "/services?tags=even/odd", None)
+            .await
+            .json())
+        .len(),
+        7
+    );
     let t = gw.admin("GET", "/tags/odd", None).await.json();
     assert_eq!(t["data"].as_array().unwrap().len(), 3);
     assert_eq!(t["data"][0]["entity_name"], "services");
@@ -188,47 +322,126 @@ async fn paging_and_tags() {
 #[tokio::test]
 async fn credentials_upstreams_targets_certificates() {
     let gw = Gateway::sqlite().start();
-    let c = gw.admin("POST", "/consumers", Some(json!({"username": "alice"}))).await.json();
+    let c = gw
+        .admin("POST", "/consumers", Some(json!({"username": "alice"})))
+        .await
+        .json();
     let cid = c["id"].as_str().unwrap().to_string();
-    let r = gw.admin("POST", "/consumers/alice/key-auth", Some(json!({"key": "k-123"}))).await;
+    let r = gw
+        .admin(
+            "POST",
+            "/consumers/alice/key-auth",
+            Some(json!({"key": "k-123"})),
+        )
+        .await;
     assert_eq!(r.status, 201, "{:?}", r.body);
     assert_eq!(r.json()["consumer"]["id"], cid);
     // A generated key when none is given.
     let r = gw.admin("POST", "/consumers/alice/key-auth", None).await;
     assert_eq!(r.status, 201);
     assert_eq!(r.json()["key"].as_str().unwrap().len(), 32);
-    assert_eq!(ids(&gw.admin("GET", "/key-auths", None).await.json()).len(), 2);
-    assert_eq!(gw.admin("GET", "/key-auths/k-123", None).await.json()["consumer"]["id"], cid);
-    assert_eq!(gw.admin("POST", "/consumers/alice/key-auth", Some(json!({"key": "k-123"}))).await.status, 409);
-    assert_eq!(gw.admin("POST", "/consumers/nobody/key-auth", Some(json!({"key": "x"}))).await.status, 404);
+    assert_eq!(
+        ids(&gw.admin("GET", "/key-auths", None).await.json()).len(),
+        2
+    );
+    assert_eq!(
+        gw.admin("GET", "/key-auths/k-123", None).await.json()["consumer"]["id"],
+        cid
+    );
+    assert_eq!(
+        gw.admin(
+            "POST",
+            "/consumers/alice/key-auth",
+            Some(json!({"key": "k-123"}))
+        )
+        .await
+        .status,
+        409
+    );
+    assert_eq!(
+        gw.admin(
+            "POST",
+            "/consumers/nobody/key-auth",
+            Some(json!({"key": "x"}))
+        )
+        .await
+        .status,
+        404
+    );
 
-    let u = gw.admin("POST", "/upstreams", Some(json!({"name": "backend"}))).await;
+    let u = gw
+        .admin("POST", "/upstreams", Some(json!({"name": "backend"})))
+        .await;
     assert_eq!(u.status, 201, "{:?}", u.body);
     assert_eq!(u.json()["slots"], 10000);
-    let t = gw.admin("POST", "/upstreams/backend/targets", Some(json!({"target": "10.0.0.1:8080"}))).await;
+    let t = gw
+        .admin(
+            "POST",
+            "/upstreams/backend/targets",
+            Some(json!({"target": "10.0.0.1:8080"})),
+        )
+        .await;
     assert_eq!(t.status, 201, "{:?}", t.body);
     assert_eq!(t.json()["weight"], 100);
-    assert_eq!(gw.admin("GET", "/upstreams/backend/targets/10.0.0.1:8080", None).await.status, 200);
-    assert_eq!(gw.admin("POST", "/upstreams/backend/targets", Some(json!({"target": "10.0.0.1:8080"}))).await.status, 409);
+    assert_eq!(
+        gw.admin("GET", "/upstreams/backend/targets/10.0.0.1:8080", None)
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        gw.admin(
+            "POST",
+            "/upstreams/backend/targets",
+            Some(json!({"target": "10.0.0.1:8080"}))
+        )
+        .await
+        .status,
+        409
+    );
 
     let (cert, key) = cert_for("api.example.com");
     let r = gw
-        .admin("POST", "/certificates", Some(json!({"cert": cert, "key": key, "snis": ["api.example.com"]})))
+        .admin(
+            "POST",
+            "/certificates",
+            Some(json!({"cert": cert, "key": key, "snis": ["api.example.com"]})),
+        )
         .await;
     assert_eq!(r.status, 201, "{:?}", r.body);
     let cert_id = r.json()["id"].as_str().unwrap().to_string();
-    assert_eq!(gw.admin("GET", "/snis/api.example.com", None).await.json()["certificate"]["id"], cert_id);
-    assert_eq!(gw.admin("GET", &format!("/certificates/{cert_id}"), None).await.json()["snis"], json!(["api.example.com"]));
+    assert_eq!(
+        gw.admin("GET", "/snis/api.example.com", None).await.json()["certificate"]["id"],
+        cert_id
+    );
+    assert_eq!(
+        gw.admin("GET", &format!("/certificates/{cert_id}"), None)
+            .await
+            .json()["snis"],
+        json!(["api.example.com"])
+    );
     // Served on TLS at once.
     let (reply, served, _) = get_tls(gw.proxy_tls, "api.example.com", "/", false).await;
     assert_eq!(reply.status, 404);
     assert!(served.windows(15).any(|w| w == b"api.example.com"));
 
     // Deleting the consumer takes its credentials; the upstream its targets.
-    assert_eq!(gw.admin("DELETE", "/consumers/alice", None).await.status, 204);
-    assert_eq!(ids(&gw.admin("GET", "/key-auths", None).await.json()).len(), 0);
-    assert_eq!(gw.admin("DELETE", "/upstreams/backend", None).await.status, 204);
-    assert_eq!(ids(&gw.admin("GET", "/targets", None).await.json()).len(), 0);
+    assert_eq!(
+        gw.admin("DELETE", "/consumers/alice", None).await.status,
+        204
+    );
+    assert_eq!(
+        ids(&gw.admin("GET", "/key-auths", None).await.json()).len(),
+        0
+    );
+    assert_eq!(
+        gw.admin("DELETE", "/upstreams/backend", None).await.status,
+        204
+    );
+    assert_eq!(
+        ids(&gw.admin("GET", "/targets", None).await.json()).len(),
+        0
+    );
 }
 
 /// The calls decK makes for `gateway ping`, `dump` and `sync` (kong-compat.md §3).
@@ -240,13 +453,40 @@ async fn deck_call_sequence() {
     let root = gw.admin("GET", "/", None).await.json();
     assert!(root["version"].as_str().unwrap().split('.').count() == 3);
     // dump: required lists with size=1000, optional ones may 404.
-    for p in ["/services", "/routes", "/plugins", "/certificates", "/snis", "/upstreams", "/consumers", "/ca_certificates", "/key-auths", "/basic-auths", "/hmac-auths", "/jwts", "/oauth2", "/acls"] {
+    for p in [
+        "/services",
+        "/routes",
+        "/plugins",
+        "/certificates",
+        "/snis",
+        "/upstreams",
+        "/consumers",
+        "/ca_certificates",
+        "/key-auths",
+        "/basic-auths",
+        "/hmac-auths",
+        "/jwts",
+        "/oauth2",
+        "/acls",
+    ] {
         let r = gw.admin("GET", &format!("{p}?size=1000"), None).await;
         assert_eq!(r.status, 200, "{p}");
         assert_eq!(r.json()["data"], json!([]), "{p}");
     }
-    for p in ["/vaults", "/keys", "/key-sets", "/consumer_groups", "/filter-chains"] {
-        assert_eq!(gw.admin("GET", &format!("{p}?size=1000"), None).await.status, 404, "{p}");
+    for p in [
+        "/vaults",
+        "/keys",
+        "/key-sets",
+        "/consumer_groups",
+        "/filter-chains",
+    ] {
+        assert_eq!(
+            gw.admin("GET", &format!("{p}?size=1000"), None)
+                .await
+                .status,
+            404,
+            "{p}"
+        );
     }
     // Schemas for defaults.
     for e in ["services", "routes", "upstreams", "targets"] {
@@ -261,26 +501,105 @@ async fn deck_call_sequence() {
     let kid = "3e8fbd61-8092-4dbe-af30-4b5c6d7e8f90";
     let uid = "4f90ce72-91a3-4ecf-b041-5c6d7e8f9001";
     let tid = "50a1df83-a2b4-4fd0-8152-6d7e8f900112";
-    assert_eq!(gw.admin("PUT", &format!("/services/{sid}"), Some(json!({"name": "svc", "host": "127.0.0.1", "port": up.addr.port()}))).await.status, 200);
-    assert_eq!(gw.admin("PUT", &format!("/routes/{rid}"), Some(json!({"name": "rt", "paths": ["/deck"], "service": {"id": sid}}))).await.status, 200);
+    assert_eq!(
+        gw.admin(
+            "PUT",
+            &format!("/services/{sid}"),
+            Some(json!({"name": "svc", "host": "127.0.0.1", "port": up.addr.port()}))
+        )
+        .await
+        .status,
+        200
+    );
+    assert_eq!(
+        gw.admin(
+            "PUT",
+            &format!("/routes/{rid}"),
+            Some(json!({"name": "rt", "paths": ["/deck"], "service": {"id": sid}}))
+        )
+        .await
+        .status,
+        200
+    );
     assert_eq!(get(gw.proxy, "x", "/deck").await.status, 200);
-    let r = gw.admin("PUT", &format!("/services/{sid}"), Some(json!({"name": "svc", "host": "127.0.0.1", "port": up.addr.port(), "retries": 1}))).await;
+    let r = gw
+        .admin(
+            "PUT",
+            &format!("/services/{sid}"),
+            Some(json!({"name": "svc", "host": "127.0.0.1", "port": up.addr.port(), "retries": 1})),
+        )
+        .await;
     assert_eq!((r.status, r.json()["retries"].clone()), (200, json!(1)));
-    assert_eq!(gw.admin("PUT", &format!("/consumers/{cid}"), Some(json!({"username": "bob"}))).await.status, 200);
-    let r = gw.admin("PUT", &format!("/consumers/{cid}/key-auth/{kid}"), Some(json!({"key": "bob-key"}))).await;
+    assert_eq!(
+        gw.admin(
+            "PUT",
+            &format!("/consumers/{cid}"),
+            Some(json!({"username": "bob"}))
+        )
+        .await
+        .status,
+        200
+    );
+    let r = gw
+        .admin(
+            "PUT",
+            &format!("/consumers/{cid}/key-auth/{kid}"),
+            Some(json!({"key": "bob-key"})),
+        )
+        .await;
     assert_eq!(r.status, 200, "{:?}", r.body);
-    assert_eq!(gw.admin("PUT", &format!("/upstreams/{uid}"), Some(json!({"name": "pool"}))).await.status, 200);
-    let r = gw.admin("PUT", &format!("/upstreams/{uid}/targets/{tid}"), Some(json!({"target": "127.0.0.1:1"}))).await;
+    assert_eq!(
+        gw.admin(
+            "PUT",
+            &format!("/upstreams/{uid}"),
+            Some(json!({"name": "pool"}))
+        )
+        .await
+        .status,
+        200
+    );
+    let r = gw
+        .admin(
+            "PUT",
+            &format!("/upstreams/{uid}/targets/{tid}"),
+            Some(json!({"target": "127.0.0.1:1"})),
+        )
+        .await;
     assert_eq!(r.status, 200, "{:?}", r.body);
-    let dump = gw.admin("GET", &format!("/upstreams/{uid}/targets?size=1000"), None).await.json();
+    let dump = gw
+        .admin("GET", &format!("/upstreams/{uid}/targets?size=1000"), None)
+        .await
+        .json();
     assert_eq!(ids(&dump), vec![tid.to_string()]);
-    assert_eq!(gw.admin("DELETE", &format!("/routes/{rid}"), None).await.status, 204);
-    assert_eq!(gw.admin("DELETE", &format!("/services/{sid}"), None).await.status, 204);
+    assert_eq!(
+        gw.admin("DELETE", &format!("/routes/{rid}"), None)
+            .await
+            .status,
+        204
+    );
+    assert_eq!(
+        gw.admin("DELETE", &format!("/services/{sid}"), None)
+            .await
+            .status,
+        204
+    );
     assert_eq!(get(gw.proxy, "x", "/deck").await.status, 404);
     // validate --online
-    let v = gw.admin("POST", "/schemas/services/validate", Some(json!({"host": "h"}))).await;
+    let v = gw
+        .admin(
+            "POST",
+            "/schemas/services/validate",
+            Some(json!({"host": "h"})),
+        )
+        .await;
     assert_eq!(v.status, 200);
-    let v = gw.admin("POST", "/schemas/routes/validate", Some(json!({"paths": ["no-slash"]}))).await;
+    let v = gw
+        .admin(
+            "POST",
+            "/schemas/routes/validate",
+            Some(json!({"paths": ["no-slash"]})),
+        )
+        .await;
     assert_eq!(v.status, 400);
 }
 
@@ -292,14 +611,35 @@ async fn config_survives_restart_and_round_trips_through_import_export() {
     let prefix_s = prefix_env.to_str().unwrap();
     {
         let gw = Gateway::sqlite().env("TURNPIKE_PREFIX", prefix_s).start();
-        assert_eq!(gw.admin("POST", "/services", Some(json!({"name": "s", "url": up.url()}))).await.status, 201);
-        assert_eq!(gw.admin("POST", "/services/s/routes", Some(json!({"name": "r", "paths": ["/keep"]}))).await.status, 201);
+        assert_eq!(
+            gw.admin(
+                "POST",
+                "/services",
+                Some(json!({"name": "s", "url": up.url()}))
+            )
+            .await
+            .status,
+            201
+        );
+        assert_eq!(
+            gw.admin(
+                "POST",
+                "/services/s/routes",
+                Some(json!({"name": "r", "paths": ["/keep"]}))
+            )
+            .await
+            .status,
+            201
+        );
     }
     let gw = Gateway::sqlite().env("TURNPIKE_PREFIX", prefix_s).start();
     assert_eq!(get(gw.proxy, "x", "/keep").await.status, 200);
     drop(gw);
 
-    let env = [("TURNPIKE_PREFIX", prefix_s), ("TURNPIKE_DATABASE", "sqlite")];
+    let env = [
+        ("TURNPIKE_PREFIX", prefix_s),
+        ("TURNPIKE_DATABASE", "sqlite"),
+    ];
     let out = prefix.path().join("export.yml");
     let (ok, text) = run(&["config", "db_export", out.to_str().unwrap()], &env);
     assert!(ok, "{text}");
@@ -307,13 +647,22 @@ async fn config_survives_restart_and_round_trips_through_import_export() {
     assert!(exported.contains("/keep"));
 
     let other = prefix.path().join("q");
-    let env2 = [("TURNPIKE_PREFIX", other.to_str().unwrap()), ("TURNPIKE_DATABASE", "sqlite")];
+    let env2 = [
+        ("TURNPIKE_PREFIX", other.to_str().unwrap()),
+        ("TURNPIKE_DATABASE", "sqlite"),
+    ];
     let (ok, text) = run(&["config", "db_import", out.to_str().unwrap()], &env2);
     assert!(ok, "{text}");
-    let gw = Gateway::sqlite().env("TURNPIKE_PREFIX", other.to_str().unwrap()).start();
+    let gw = Gateway::sqlite()
+        .env("TURNPIKE_PREFIX", other.to_str().unwrap())
+        .start();
     assert_eq!(get(gw.proxy, "x", "/keep").await.status, 200);
     // A bad file is refused whole.
-    let bad = write(prefix.path(), "bad.yml", "_format_version: '3.0'\nservices:\n- name: ok\n  host: h\n- name: broken\n");
+    let bad = write(
+        prefix.path(),
+        "bad.yml",
+        "_format_version: '3.0'\nservices:\n- name: ok\n  host: h\n- name: broken\n",
+    );
     let (ok, text) = run(&["config", "db_import", bad.to_str().unwrap()], &env2);
     assert!(!ok);
     assert!(text.contains("host"), "{text}");
@@ -330,10 +679,21 @@ async fn dbless_reads_config_and_refuses_writes() {
     let r = gw.admin("GET", "/services", None).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["data"][0]["name"], "a");
-    assert_eq!(gw.admin("GET", "/services/a/routes", None).await.json()["data"][0]["name"], "ra");
-    assert_eq!(gw.admin("GET", "/routes/ra/service", None).await.json()["name"], "a");
-    assert_eq!(ids(&gw.admin("GET", "/services?tags=x", None).await.json()).len(), 1);
-    let r = gw.admin("POST", "/services", Some(json!({"host": "h"}))).await;
+    assert_eq!(
+        gw.admin("GET", "/services/a/routes", None).await.json()["data"][0]["name"],
+        "ra"
+    );
+    assert_eq!(
+        gw.admin("GET", "/routes/ra/service", None).await.json()["name"],
+        "a"
+    );
+    assert_eq!(
+        ids(&gw.admin("GET", "/services?tags=x", None).await.json()).len(),
+        1
+    );
+    let r = gw
+        .admin("POST", "/services", Some(json!({"host": "h"})))
+        .await;
     assert_eq!(r.status, 405);
 }
 

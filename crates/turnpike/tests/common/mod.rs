@@ -525,7 +525,13 @@ pub async fn admin_call(
 }
 
 /// Raw-body Admin API call (forms, broken JSON).
-pub async fn admin_raw(addr: SocketAddr, method: &str, path: &str, ct: &str, body: Vec<u8>) -> Reply {
+pub async fn admin_raw(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    ct: &str,
+    body: Vec<u8>,
+) -> Reply {
     let r = req(method, path)
         .header("content-type", ct)
         .body(Full::new(Bytes::from(body)))

@@ -1,0 +1,294 @@
+//! Many nodes on one real PostgreSQL (started by the harness): propagation through
+//! LISTEN/NOTIFY, and behaviour while the database is down.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::pg::Postgres;
+use common::*;
+use serde_json::json;
+
+fn node(pg: &Postgres, extra: &[(&str, &str)]) -> Gateway {
+    let mut b = Gateway::with_config("_format_version: \"3.0\"\n");
+    for (k, v) in pg.env() {
+        b = b.env(k, &v);
+    }
+    for (k, v) in extra {
+        b = b.env(k, v);
+    }
+    b.start()
+}
+
+fn bootstrap(pg: &Postgres) {
+    let env: Vec<(&str, String)> = pg.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (ok, out) = run(&["migrations", "status"], &env);
+    assert!(ok && out.contains("needs bootstrapping"), "{out}");
+    let (ok, out) = run(&["migrations", "bootstrap"], &env);
+    assert!(ok, "{out}");
+    let (ok, out) = run(&["migrations", "bootstrap"], &env);
+    assert!(ok && out.contains("already"), "{out}");
+}
+
+/// Polls `f` until it is true or `limit` passes.
+async fn eventually(limit: Duration, mut f: impl AsyncFnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if f().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_refuses_an_unbootstrapped_database() {
+    let pg = Postgres::start();
+    let env: Vec<(&str, String)> = pg.env();
+    let mut env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let prefix = pg.dir().join("prefix-x");
+    env.push(("TURNPIKE_PREFIX", prefix.to_str().unwrap()));
+    let (ok, out) = run(&["start"], &env);
+    assert!(!ok);
+    assert!(out.contains("migrations bootstrap"), "{out}");
+}
+
+/// A route added on node A is served by nodes B and C. The poll interval is set far beyond
+/// the test's patience, so only LISTEN/NOTIFY can bring the change in time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_share_one_postgres() {
+    let up = Upstream::start("shared");
+    let pg = Postgres::start();
+    bootstrap(&pg);
+    let slow_poll = [("TURNPIKE_DB_UPDATE_FREQUENCY", "600")];
+    let a = node(&pg, &slow_poll);
+    let b = node(&pg, &slow_poll);
+    let c = node(&pg, &slow_poll);
+
+    let r = a
+        .admin(
+            "POST",
+            "/services",
+            Some(json!({"name": "svc", "url": up.url()})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let r = a
+        .admin(
+            "POST",
+            "/services/svc/routes",
+            Some(json!({"name": "r", "paths": ["/shared"]})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    assert_eq!(get(a.proxy, "x", "/shared").await.status, 200);
+    for n in [&b, &c] {
+        let proxy = n.proxy;
+        assert!(
+            eventually(Duration::from_secs(10), async || get(proxy, "x", "/shared")
+                .await
+                .status
+                == 200)
+            .await,
+            "node did not learn the route:\n{}",
+            n.log_text()
+        );
+    }
+    // Every node's Admin API reads the shared store.
+    assert_eq!(
+        c.admin("GET", "/routes/r", None).await.json()["paths"],
+        json!(["/shared"])
+    );
+    // A delete on C removes the route everywhere.
+    assert_eq!(c.admin("DELETE", "/routes/r", None).await.status, 204);
+    for n in [&a, &b] {
+        let proxy = n.proxy;
+        assert!(
+            eventually(Duration::from_secs(10), async || get(proxy, "x", "/shared")
+                .await
+                .status
+                == 404)
+            .await
+        );
+    }
+    // Two nodes racing to create the same name: exactly one wins, the other gets Kong's 409.
+    let (ra, rb) = tokio::join!(
+        a.admin("POST", "/consumers", Some(json!({"username": "race"}))),
+        b.admin("POST", "/consumers", Some(json!({"username": "race"})))
+    );
+    let mut statuses = [ra.status, rb.status];
+    statuses.sort();
+    assert_eq!(statuses, [201, 409]);
+}
+
+/// PostgreSQL goes away under load: proxied traffic does not notice, writes fail cleanly with
+/// Kong's database error, a node restarted meanwhile serves its last good config, and once
+/// PostgreSQL is back writes work and every node converges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_outage_under_load() {
+    let up = Upstream::start("outage");
+    let mut pg = Postgres::start();
+    bootstrap(&pg);
+    let fast_poll = [("TURNPIKE_DB_UPDATE_FREQUENCY", "0.5")];
+    let a = node(&pg, &fast_poll);
+    let b = node(&pg, &fast_poll);
+    // C restarts during the outage: its prefix (and last good config) must outlive it.
+    let c_prefix = tempfile::tempdir().unwrap();
+    let c_prefix_s = c_prefix.path().join("p").to_str().unwrap().to_string();
+    let mut c_env = fast_poll.to_vec();
+    c_env.push(("TURNPIKE_PREFIX", &c_prefix_s));
+    let c = node(&pg, &c_env);
+    assert_eq!(
+        a.admin(
+            "POST",
+            "/services",
+            Some(json!({"name": "s", "url": up.url()}))
+        )
+        .await
+        .status,
+        201
+    );
+    assert_eq!(
+        a.admin(
+            "POST",
+            "/services/s/routes",
+            Some(json!({"paths": ["/live"]}))
+        )
+        .await
+        .status,
+        201
+    );
+    for n in [&b, &c] {
+        let proxy = n.proxy;
+        assert!(
+            eventually(Duration::from_secs(10), async || get(proxy, "x", "/live")
+                .await
+                .status
+                == 200)
+            .await
+        );
+    }
+
+    // Load on both nodes while the database stops and starts.
+    let stop = Arc::new(AtomicBool::new(false));
+    let ok = Arc::new(AtomicUsize::new(0));
+    let failed = Arc::new(AtomicUsize::new(0));
+    let mut load = Vec::new();
+    for addr in [a.proxy, b.proxy] {
+        let (stop, ok, failed) = (stop.clone(), ok.clone(), failed.clone());
+        load.push(tokio::spawn(async move {
+            let (mut sender, _conn) = h1_client(addr).await;
+            while !stop.load(Ordering::Relaxed) {
+                // The gateway closes a client connection after keepalive_requests (10000):
+                // that is not a failure, open another.
+                if sender.ready().await.is_err() {
+                    sender = h1_client(addr).await.0;
+                }
+                let r = sender
+                    .send_request(
+                        req("GET", "/live")
+                            .body(http_body_util::Full::new(bytes::Bytes::new()))
+                            .unwrap(),
+                    )
+                    .await;
+                match r {
+                    Ok(resp) if resp.status() == 200 => {
+                        let _ = collect(resp).await;
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                    other => {
+                        eprintln!("proxied request failed: {:?}", other.map(|r| r.status()));
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        let (s, _c) = h1_client(addr).await;
+                        sender = s;
+                    }
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut pg = tokio::task::spawn_blocking(move || {
+        pg.stop();
+        pg
+    })
+    .await
+    .unwrap();
+
+    // Writes fail with Kong's database error; nothing is applied.
+    let r = a
+        .admin(
+            "POST",
+            "/services",
+            Some(json!({"name": "during", "host": "h"})),
+        )
+        .await;
+    assert_eq!(r.status, 500, "{:?}", r.body);
+    assert_eq!(r.json()["name"], "database error");
+    assert_eq!(a.status().await["database"]["reachable"], false);
+
+    // A node that restarts during the outage serves its last good config.
+    drop(c);
+    let c = node(&pg, &c_env);
+    assert_eq!(
+        get(c.proxy, "x", "/live").await.status,
+        200,
+        "{}",
+        c.log_text()
+    );
+    assert!(
+        c.log_text().contains("last good config"),
+        "{}",
+        c.log_text()
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let pg = tokio::task::spawn_blocking(move || {
+        pg.resume();
+        pg
+    })
+    .await
+    .unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for l in load {
+        l.await.unwrap();
+    }
+    let (served, lost) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    assert!(served > 100, "only {served} requests");
+    assert_eq!(lost, 0, "{lost} proxied requests failed during the outage");
+
+    // Writes work again (the pool reconnects by itself) and both nodes converge.
+    let a_admin = a.admin;
+    assert!(
+        eventually(Duration::from_secs(15), async || {
+            admin_call(
+                a_admin,
+                "POST",
+                "/services/s/routes",
+                Some(json!({"name": "after", "paths": ["/after"]})),
+            )
+            .await
+            .status
+                == 201
+        })
+        .await,
+        "{}",
+        a.log_text()
+    );
+    for n in [&a, &b, &c] {
+        let proxy = n.proxy;
+        assert!(
+            eventually(Duration::from_secs(15), async || get(proxy, "x", "/after")
+                .await
+                .status
+                == 200)
+            .await,
+            "{}",
+            n.log_text()
+        );
+    }
+    drop(pg);
+}
