@@ -441,10 +441,12 @@ impl Admin {
         match result {
             Ok((status, value)) => {
                 if write || *method == Method::DELETE {
-                    // Read-your-writes on this node: the proxy runs the new config before the
-                    // Admin API answers (bounded; other nodes follow via NOTIFY or the poll).
+                    // Start this node's rebuild now; other nodes follow via NOTIFY (or the
+                    // poll). As in Kong the answer does not wait for it: with a large config a
+                    // rebuild takes tens of milliseconds, and bulk writers (decK) would queue
+                    // behind every one of them.
                     if let Some(sync) = &self.sync {
-                        sync.wait_current(std::time::Duration::from_secs(2)).await;
+                        sync.trigger();
                     }
                 }
                 match (status, value) {

@@ -806,6 +806,14 @@ impl Store {
     /// Every entity, as a declarative config (`_format_version: "3.0"`), read in one
     /// transaction so that it is consistent, with the config version it reflects.
     pub async fn export(&self) -> Result<(i64, Value), StoreError> {
+        let (version, raw) = self.export_raw().await?;
+        Ok((version, assemble(raw)?))
+    }
+
+    /// The rows of every table as stored (JSON text), read in one consistent transaction:
+    /// the I/O half of [`Store::export`]; [`assemble`] is the CPU half, which the config sync
+    /// runs on its own low-priority thread.
+    pub async fn export_raw(&self) -> Result<(i64, RawExport), StoreError> {
         let mut tx = self.pool.begin().await?;
         if self.backend == Backend::Postgres {
             sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -816,24 +824,19 @@ impl Store {
             .fetch_one(&mut *tx)
             .await?
             .try_get::<i64, _>(0)?;
-        let mut top = Map::new();
-        top.insert("_format_version".into(), json!("3.0"));
-        top.insert("_transform".into(), json!(false));
+        let mut raw = Vec::with_capacity(ENTITIES.len());
         for spec in ENTITIES {
             let rows = sqlx::query(&format!("SELECT entity FROM {} ORDER BY id", spec.table))
                 .fetch_all(&mut *tx)
                 .await?;
-            if rows.is_empty() {
-                continue;
-            }
-            let mut list = Vec::with_capacity(rows.len());
-            for r in rows {
-                list.push(Value::Object(parse_entity(&r.try_get::<String, _>(0)?)?));
-            }
-            top.insert(spec.table.into(), Value::Array(list));
+            let texts = rows
+                .iter()
+                .map(|r| r.try_get::<String, _>(0))
+                .collect::<Result<Vec<_>, _>>()?;
+            raw.push((spec.table, texts));
         }
         tx.commit().await?;
-        Ok((version, Value::Object(top)))
+        Ok((version, raw))
     }
 
     /// Replaces the whole store with a validated declarative config (`config db_import`), in
@@ -870,6 +873,27 @@ impl Store {
         self.commit(tx).await?;
         Ok(count)
     }
+}
+
+/// Each table's rows as stored: (table, entity JSON texts).
+pub type RawExport = Vec<(&'static str, Vec<String>)>;
+
+/// Builds the declarative config from raw rows.
+pub fn assemble(raw: RawExport) -> Result<Value, StoreError> {
+    let mut top = Map::new();
+    top.insert("_format_version".into(), json!("3.0"));
+    top.insert("_transform".into(), json!(false));
+    for (table, texts) in raw {
+        if texts.is_empty() {
+            continue;
+        }
+        let mut list = Vec::with_capacity(texts.len());
+        for t in &texts {
+            list.push(Value::Object(parse_entity(t)?));
+        }
+        top.insert(table.into(), Value::Array(list));
+    }
+    Ok(Value::Object(top))
 }
 
 #[cfg(test)]

@@ -5,6 +5,8 @@
 mod common;
 
 use common::*;
+use std::time::Duration;
+
 use serde_json::{json, Value};
 
 fn ids(list: &Value) -> Vec<String> {
@@ -49,7 +51,7 @@ async fn services_and_routes_crud_proxy_at_once() {
     assert_eq!(route["paths"], json!(["/orders"]));
 
     // The Admin API answered: this node already routes it.
-    let p = get(gw.proxy, "x", "/orders/1").await;
+    let p = until_status(gw.proxy, "/orders/1", 200).await;
     assert_eq!(p.status, 200, "{:?}", p.body);
     assert_eq!(p.header("x-upstream"), Some("up"));
 
@@ -79,8 +81,8 @@ async fn services_and_routes_crud_proxy_at_once() {
         .await;
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["strip_path"], false);
-    assert_eq!(get(gw.proxy, "x", "/o2").await.status, 200);
-    assert_eq!(get(gw.proxy, "x", "/orders").await.status, 404);
+    assert_eq!(until_status(gw.proxy, "/o2", 200).await.status, 200);
+    assert_eq!(until_status(gw.proxy, "/orders", 404).await.status, 404);
 
     // PUT by endpoint key creates.
     let r = gw
@@ -98,7 +100,7 @@ async fn services_and_routes_crud_proxy_at_once() {
     assert_eq!(r.status, 400);
     assert_eq!(r.json()["fields"]["@referenced_by"], "routes");
     assert_eq!(gw.admin("DELETE", "/routes/r1", None).await.status, 204);
-    assert_eq!(get(gw.proxy, "x", "/o2").await.status, 404);
+    assert_eq!(until_status(gw.proxy, "/o2", 404).await.status, 404);
     assert_eq!(
         gw.admin("DELETE", "/services/orders", None).await.status,
         204
@@ -420,10 +422,15 @@ async fn credentials_upstreams_targets_certificates() {
             .json()["snis"],
         json!(["api.example.com"])
     );
-    // Served on TLS at once.
-    let (reply, served, _) = get_tls(gw.proxy_tls, "api.example.com", "/", false).await;
-    assert_eq!(reply.status, 404);
-    assert!(served.windows(15).any(|w| w == b"api.example.com"));
+    // Served on TLS as soon as the node has applied the write.
+    let tls = gw.proxy_tls;
+    assert!(
+        eventually(Duration::from_secs(10), async || {
+            let (reply, served, _) = get_tls(tls, "api.example.com", "/", false).await;
+            reply.status == 404 && served.windows(15).any(|w| w == b"api.example.com")
+        })
+        .await
+    );
 
     // Deleting the consumer takes its credentials; the upstream its targets.
     assert_eq!(
@@ -521,7 +528,7 @@ async fn deck_call_sequence() {
         .status,
         200
     );
-    assert_eq!(get(gw.proxy, "x", "/deck").await.status, 200);
+    assert_eq!(until_status(gw.proxy, "/deck", 200).await.status, 200);
     let r = gw
         .admin(
             "PUT",
@@ -583,7 +590,7 @@ async fn deck_call_sequence() {
             .status,
         204
     );
-    assert_eq!(get(gw.proxy, "x", "/deck").await.status, 404);
+    assert_eq!(until_status(gw.proxy, "/deck", 404).await.status, 404);
     // validate --online
     let v = gw
         .admin(

@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::pg::Postgres;
 use common::*;
@@ -31,18 +31,6 @@ fn bootstrap(pg: &Postgres) {
     assert!(ok, "{out}");
     let (ok, out) = run(&["migrations", "bootstrap"], &env);
     assert!(ok && out.contains("already"), "{out}");
-}
-
-/// Polls `f` until it is true or `limit` passes.
-async fn eventually(limit: Duration, mut f: impl AsyncFnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if f().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    false
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -85,7 +73,7 @@ async fn three_nodes_share_one_postgres() {
         )
         .await;
     assert_eq!(r.status, 201, "{:?}", r.body);
-    assert_eq!(get(a.proxy, "x", "/shared").await.status, 200);
+    assert_eq!(until_status(a.proxy, "/shared", 200).await.status, 200);
     for n in [&b, &c] {
         let proxy = n.proxy;
         assert!(

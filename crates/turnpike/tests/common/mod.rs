@@ -538,3 +538,28 @@ pub async fn admin_raw(
         .unwrap();
     send(addr, r).await
 }
+
+/// Polls `f` until it is true or `limit` passes.
+pub async fn eventually(limit: Duration, mut f: impl AsyncFnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if f().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    false
+}
+
+/// Waits (10 s at most) until `path` on `proxy` answers `status`: Admin API writes are applied
+/// asynchronously, as in Kong. Returns the last reply.
+pub async fn until_status(proxy: SocketAddr, path: &str, status: u16) -> Reply {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = get(proxy, "x", path).await;
+        if r.status == status || Instant::now() > deadline {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
