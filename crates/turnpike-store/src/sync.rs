@@ -26,6 +26,7 @@ pub type ApplyFn = dyn Fn(Config) -> Result<(), String> + Send + Sync;
 
 /// One build for the builder thread: rows in, result out.
 struct Build {
+    version: i64,
     raw: crate::crud::RawExport,
     reply: tokio::sync::oneshot::Sender<Result<(), String>>,
 }
@@ -58,7 +59,7 @@ impl ConfigSync {
             .spawn(move || {
                 lower_priority();
                 while let Ok(job) = rx.recv() {
-                    let result = build(job.raw, plugins.as_ref(), apply.as_ref(), &path);
+                    let result = build(job.version, job.raw, plugins.as_ref(), apply.as_ref(), &path);
                     let _ = job.reply.send(result);
                 }
             })
@@ -93,7 +94,11 @@ impl ConfigSync {
         self.builder
             .lock()
             .map_err(|_| StoreError::Database("config builder lock poisoned".into()))?
-            .send(Build { raw, reply })
+            .send(Build {
+                version,
+                raw,
+                reply,
+            })
             .map_err(|_| StoreError::Database("config builder stopped".into()))?;
         done.await
             .map_err(|_| StoreError::Database("config builder stopped".into()))?
@@ -182,27 +187,62 @@ impl ConfigSync {
     }
 }
 
-/// On the builder thread: rows -> declarative config -> validated config -> applied snapshot,
-/// then the last good copy under the prefix.
+/// On the builder thread: rows -> declarative config -> validated config -> applied snapshot;
+/// the rows are saved as the last good config first (as text: no re-encoding).
 fn build(
+    version: i64,
     raw: crate::crud::RawExport,
     plugins: &dyn turnpike_config::declarative::PluginRegistry,
     apply: &ApplyFn,
     last_good: &std::path::Path,
 ) -> Result<(), String> {
+    let t0 = std::time::Instant::now();
+    let text = raw_to_text(&raw);
     let export = crate::crud::assemble(raw).map_err(|e| e.to_string())?;
-    let cfg = declarative::load(&export, plugins)
+    let t1 = std::time::Instant::now();
+    // The version identifies the config: no need to digest 10k entities for a hash.
+    let cfg = declarative::load_with_hash(&export, plugins, format!("{version:032x}"))
         .map_err(|e| format!("stored config does not load: {}", e.summary()))?;
+    let t2 = std::time::Instant::now();
     apply(cfg).map_err(|e| format!("stored config does not compile: {e}"))?;
-    save_last_good(last_good, &export);
+    let t3 = std::time::Instant::now();
+    save_last_good(last_good, &text);
+    tracing::debug!(
+        "config version {version} built: parse {:?}, validate {:?}, compile and swap {:?}, save {:?}",
+        t1 - t0,
+        t2 - t1,
+        t3 - t2,
+        t3.elapsed()
+    );
     Ok(())
 }
 
-fn save_last_good(path: &std::path::Path, export: &Value) {
+/// The rows as one declarative JSON document, by concatenation.
+fn raw_to_text(raw: &crate::crud::RawExport) -> String {
+    let len: usize = raw.iter().flat_map(|(_, v)| v.iter().map(|t| t.len() + 1)).sum();
+    let mut out = String::with_capacity(len + 256);
+    out.push_str("{\"_format_version\":\"3.0\",\"_transform\":false");
+    for (table, texts) in raw {
+        if texts.is_empty() {
+            continue;
+        }
+        out.push_str(&format!(",\"{table}\":["));
+        for (i, t) in texts.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(t);
+        }
+        out.push(']');
+    }
+    out.push('}');
+    out
+}
+
+fn save_last_good(path: &std::path::Path, text: &str) {
     let tmp = path.with_extension("json.tmp");
-    let ok = serde_json::to_vec(export)
+    let ok = std::fs::write(&tmp, text)
         .ok()
-        .and_then(|b| std::fs::write(&tmp, b).ok())
         .and_then(|_| std::fs::rename(&tmp, path).ok());
     if ok.is_none() {
         tracing::warn!("cannot save the last good config to {}", path.display());
@@ -215,5 +255,22 @@ fn lower_priority() {
     unsafe {
         let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
         libc::setpriority(libc::PRIO_PROCESS, tid, 10);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_rows_make_a_loadable_document() {
+        let raw: crate::crud::RawExport = vec![
+            ("services", vec![r#"{"id":"0b5c8a3e-5d6f-4a8b-9c0d-1e2f3a4b5c6d","name":"a","host":"h"}"#.into()]),
+            ("routes", vec![]),
+        ];
+        let text = raw_to_text(&raw);
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let cfg = declarative::load(&v, &turnpike_config::declarative::NoPlugins).unwrap();
+        assert_eq!(cfg.services[0].name.as_deref(), Some("a"));
     }
 }

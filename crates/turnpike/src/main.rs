@@ -96,6 +96,8 @@ enum ConfigCommand {
 fn env_pairs() -> Vec<(String, String)> {
     std::env::vars()
         .filter(|(k, _)| k.starts_with("KONG_") || k.starts_with("TURNPIKE_"))
+        // TURNPIKE_LOG is the log filter (tracing's syntax), not a property.
+        .filter(|(k, _)| k != "TURNPIKE_LOG")
         .collect()
 }
 

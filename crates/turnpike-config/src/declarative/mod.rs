@@ -224,6 +224,24 @@ fn now_secs() -> i64 {
 
 /// Validates a parsed declarative config.
 pub fn load(input: &Value, plugins: &dyn PluginRegistry) -> Result<Config, DeclarativeError> {
+    load_inner(input, plugins, None)
+}
+
+/// Like [`load`], for a caller that already identifies the config (the database's config
+/// version): skips digesting the whole input, which costs tens of milliseconds at 10k routes.
+pub fn load_with_hash(
+    input: &Value,
+    plugins: &dyn PluginRegistry,
+    hash: String,
+) -> Result<Config, DeclarativeError> {
+    load_inner(input, plugins, Some(hash))
+}
+
+fn load_inner(
+    input: &Value,
+    plugins: &dyn PluginRegistry,
+    hash: Option<String>,
+) -> Result<Config, DeclarativeError> {
     let Value::Object(top) = input else {
         return Err(DeclarativeError::message("expected an object".into()));
     };
@@ -553,7 +571,7 @@ pub fn load(input: &Value, plugins: &dyn PluginRegistry) -> Result<Config, Decla
             message: None,
         });
     }
-    cfg.hash = ids::config_hash(input);
+    cfg.hash = hash.unwrap_or_else(|| ids::config_hash(input));
     Ok(cfg)
 }
 
