@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what is needed, builds an optimised binary and starts the gateway in the foreground on
-# its embedded default (no database: entities come from declarative_config or POST /config).
+# its embedded default (SQLite under the prefix; manage it through the Admin API on :8001).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -59,7 +59,13 @@ impl ConfigSync {
             .spawn(move || {
                 lower_priority();
                 while let Ok(job) = rx.recv() {
-                    let result = build(job.version, job.raw, plugins.as_ref(), apply.as_ref(), &path);
+                    let result = build(
+                        job.version,
+                        job.raw,
+                        plugins.as_ref(),
+                        apply.as_ref(),
+                        &path,
+                    );
                     let _ = job.reply.send(result);
                 }
             })
@@ -219,7 +225,10 @@ fn build(
 
 /// The rows as one declarative JSON document, by concatenation.
 fn raw_to_text(raw: &crate::crud::RawExport) -> String {
-    let len: usize = raw.iter().flat_map(|(_, v)| v.iter().map(|t| t.len() + 1)).sum();
+    let len: usize = raw
+        .iter()
+        .flat_map(|(_, v)| v.iter().map(|t| t.len() + 1))
+        .sum();
     let mut out = String::with_capacity(len + 256);
     out.push_str("{\"_format_version\":\"3.0\",\"_transform\":false");
     for (table, texts) in raw {
@@ -265,7 +274,12 @@ mod tests {
     #[test]
     fn raw_rows_make_a_loadable_document() {
         let raw: crate::crud::RawExport = vec![
-            ("services", vec![r#"{"id":"0b5c8a3e-5d6f-4a8b-9c0d-1e2f3a4b5c6d","name":"a","host":"h"}"#.into()]),
+            (
+                "services",
+                vec![
+                    r#"{"id":"0b5c8a3e-5d6f-4a8b-9c0d-1e2f3a4b5c6d","name":"a","host":"h"}"#.into(),
+                ],
+            ),
             ("routes", vec![]),
         ];
         let text = raw_to_text(&raw);
