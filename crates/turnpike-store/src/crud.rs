@@ -517,6 +517,7 @@ impl Store {
                 .bind(id)
                 .execute(&mut **tx)
                 .await?;
+            record_change(tx, spec.table, id).await?;
             Ok(())
         })
     }
@@ -531,6 +532,12 @@ impl Store {
     }
 
     async fn commit(&self, mut tx: Tx<'static>) -> Result<(), StoreError> {
+        // Nodes further behind than this re-read everything instead.
+        sqlx::query(
+            "DELETE FROM changes WHERE version < (SELECT value FROM turnpike_meta WHERE name = 'config_version') - 10000",
+        )
+        .execute(&mut *tx)
+        .await?;
         if self.backend == Backend::Postgres {
             // Delivered to every listening node when (and only if) the transaction commits.
             sqlx::query(&format!("NOTIFY {NOTIFY_CHANNEL}"))
@@ -737,6 +744,7 @@ impl Store {
         }
         q = q.bind(created_at).bind(text);
         q.execute(&mut **tx).await?;
+        record_change(tx, spec.table, id).await?;
 
         sqlx::query("DELETE FROM tags WHERE entity_id = $1")
             .bind(id)
@@ -839,6 +847,57 @@ impl Store {
         Ok((version, raw))
     }
 
+    /// The rows changed since version `since`, read in one consistent transaction with the
+    /// version they lead to. `None` when the change log no longer covers `since` (pruned, or a
+    /// gap): the caller re-reads everything.
+    pub async fn changes_since(&self, since: i64) -> Result<Option<(i64, Delta)>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        if self.backend == Backend::Postgres {
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                .execute(&mut *tx)
+                .await?;
+        }
+        let version = sqlx::query("SELECT value FROM turnpike_meta WHERE name = 'config_version'")
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get::<i64, _>(0)?;
+        if version <= since {
+            tx.commit().await?;
+            return Ok(Some((version, Vec::new())));
+        }
+        let covered = sqlx::query("SELECT COUNT(DISTINCT version) FROM changes WHERE version > $1")
+            .bind(since)
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get::<i64, _>(0)?;
+        if covered != version - since {
+            tx.commit().await?;
+            return Ok(None);
+        }
+        let rows =
+            sqlx::query("SELECT DISTINCT entity_name, entity_id FROM changes WHERE version > $1")
+                .bind(since)
+                .fetch_all(&mut *tx)
+                .await?;
+        let mut delta = Vec::with_capacity(rows.len());
+        for r in rows {
+            let table: String = r.try_get(0)?;
+            let id: String = r.try_get(1)?;
+            let Some(spec) = schema::by_table(&table) else {
+                continue;
+            };
+            let entity = sqlx::query(&format!("SELECT entity FROM {} WHERE id = $1", spec.table))
+                .bind(&id)
+                .fetch_optional(&mut *tx)
+                .await?
+                .map(|r| r.try_get::<String, _>(0))
+                .transpose()?;
+            delta.push((spec.table, id, entity));
+        }
+        tx.commit().await?;
+        Ok(Some((version, delta)))
+    }
+
     /// Replaces the whole store with a validated declarative config (`config db_import`), in
     /// one transaction.
     pub async fn import(&self, cfg: &turnpike_config::Config) -> Result<usize, StoreError> {
@@ -874,6 +933,22 @@ impl Store {
         Ok(count)
     }
 }
+
+/// Notes, inside a write transaction, that this version touched a row.
+async fn record_change(tx: &mut Tx<'_>, table: &str, id: &str) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO changes (version, entity_name, entity_id) SELECT value, $1, $2 FROM turnpike_meta WHERE name = 'config_version'",
+    )
+    .bind(table)
+    .bind(id)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// What changed between two config versions: each touched row, with its current entity
+/// (`None`: deleted).
+pub type Delta = Vec<(&'static str, String, Option<String>)>;
 
 /// Each table's rows as stored: (table, entity JSON texts).
 pub type RawExport = Vec<(&'static str, Vec<String>)>;

@@ -50,7 +50,8 @@ impl std::fmt::Debug for StoreOptions {
 }
 
 /// The schema version this build writes; `migrations up` brings older stores here.
-pub const SCHEMA_VERSION: i64 = 1;
+/// 1: the entity tables; 2: the change log (`changes`).
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Channel PostgreSQL notifies on when the config version changes.
 pub const NOTIFY_CHANNEL: &str = "turnpike_config";
@@ -156,15 +157,27 @@ impl Store {
         sqlx::query("CREATE INDEX IF NOT EXISTS tags_tag ON tags (tag, entity_name)")
             .execute(&mut *tx)
             .await?;
-        for (name, value) in [("schema_version", SCHEMA_VERSION), ("config_version", 0)] {
-            sqlx::query(
-                "INSERT INTO turnpike_meta (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
-            )
-            .bind(name)
-            .bind(value)
+        // Which rows each config version touched: lets a node apply only what changed.
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS changes (version BIGINT NOT NULL, entity_name TEXT NOT NULL, entity_id TEXT NOT NULL)",
+        )
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("CREATE INDEX IF NOT EXISTS changes_version ON changes (version)")
             .execute(&mut *tx)
             .await?;
-        }
+        sqlx::query(
+            "INSERT INTO turnpike_meta (name, value) VALUES ('config_version', 0) ON CONFLICT (name) DO NOTHING",
+        )
+        .execute(&mut *tx)
+        .await?;
+        // Bootstrap and `migrations up` both end at this build's schema version.
+        sqlx::query(
+            "INSERT INTO turnpike_meta (name, value) VALUES ('schema_version', $1) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+        )
+        .bind(SCHEMA_VERSION)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -172,9 +185,11 @@ impl Store {
     /// Drops every Turnpike table (Kong's `migrations reset`).
     pub async fn reset(&self) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query("DROP TABLE IF EXISTS tags")
-            .execute(&mut *tx)
-            .await?;
+        for t in ["tags", "changes"] {
+            sqlx::query(&format!("DROP TABLE IF EXISTS {t}"))
+                .execute(&mut *tx)
+                .await?;
+        }
         for spec in schema::ENTITIES.iter().rev() {
             sqlx::query(&format!("DROP TABLE IF EXISTS {}", spec.table))
                 .execute(&mut *tx)

@@ -24,12 +24,28 @@ use crate::{Backend, Store, StoreError, NOTIFY_CHANNEL};
 /// Installs a validated config into the data plane (the gateway's atomic swap).
 pub type ApplyFn = dyn Fn(Config) -> Result<(), String> + Send + Sync;
 
-/// One build for the builder thread: rows in, result out.
+/// Work for the builder thread.
+enum Job {
+    /// Every row: build the config from scratch.
+    Full {
+        version: i64,
+        raw: crate::crud::RawExport,
+    },
+    /// The rows changed since `from`: patch the config the builder holds (at `from`).
+    Delta {
+        from: i64,
+        version: i64,
+        delta: crate::crud::Delta,
+    },
+}
+
 struct Build {
-    version: i64,
-    raw: crate::crud::RawExport,
+    job: Job,
     reply: tokio::sync::oneshot::Sender<Result<(), String>>,
 }
+
+/// Larger deltas (an import, a long disconnection) are cheaper as a full rebuild.
+const MAX_DELTA: usize = 2000;
 
 pub struct ConfigSync {
     pub store: Arc<Store>,
@@ -58,16 +74,7 @@ impl ConfigSync {
             .name("config-builder".into())
             .spawn(move || {
                 lower_priority();
-                while let Ok(job) = rx.recv() {
-                    let result = build(
-                        job.version,
-                        job.raw,
-                        plugins.as_ref(),
-                        apply.as_ref(),
-                        &path,
-                    );
-                    let _ = job.reply.send(result);
-                }
+                builder_loop(rx, plugins.as_ref(), apply.as_ref(), &path);
             })
             .expect("spawn the config builder thread");
         Arc::new(ConfigSync {
@@ -90,27 +97,53 @@ impl ConfigSync {
         self.wake.notify_one();
     }
 
-    /// Loads the store into the data plane once. Returns the version applied.
+    /// Brings the data plane to the store's current version: by applying only the rows changed
+    /// since the running version when the change log covers them, by a full rebuild otherwise.
+    /// Returns the version applied.
     pub async fn sync_once(&self) -> Result<i64, StoreError> {
+        let applied = self.applied_version();
+        if applied >= 0 {
+            match self.store.changes_since(applied).await? {
+                Some((version, _)) if version == applied => return Ok(version),
+                Some((version, delta)) if delta.len() <= MAX_DELTA => {
+                    let job = Job::Delta {
+                        from: applied,
+                        version,
+                        delta,
+                    };
+                    match self.run_job(job).await {
+                        Ok(()) => {
+                            self.applied.send_replace(version);
+                            return Ok(version);
+                        }
+                        Err(e) => tracing::warn!(
+                            "config sync: incremental update failed ({e}); rebuilding in full"
+                        ),
+                    }
+                }
+                _ => {}
+            }
+        }
         let (version, raw) = self.store.export_raw().await?;
         if version == self.applied_version() {
             return Ok(version);
         }
-        let (reply, done) = tokio::sync::oneshot::channel();
-        self.builder
-            .lock()
-            .map_err(|_| StoreError::Database("config builder lock poisoned".into()))?
-            .send(Build {
-                version,
-                raw,
-                reply,
-            })
-            .map_err(|_| StoreError::Database("config builder stopped".into()))?;
-        done.await
-            .map_err(|_| StoreError::Database("config builder stopped".into()))?
+        self.run_job(Job::Full { version, raw })
+            .await
             .map_err(StoreError::Database)?;
         self.applied.send_replace(version);
         Ok(version)
+    }
+
+    async fn run_job(&self, job: Job) -> Result<(), String> {
+        let (reply, done) = tokio::sync::oneshot::channel();
+        self.builder
+            .lock()
+            .map_err(|_| "config builder lock poisoned".to_string())?
+            .send(Build { job, reply })
+            .map_err(|_| "config builder stopped".to_string())?;
+        done.await
+            .map_err(|_| "config builder stopped".to_string())?
     }
 
     /// The config saved by the last successful sync, if any (for a start while the database
@@ -193,34 +226,103 @@ impl ConfigSync {
     }
 }
 
-/// On the builder thread: rows -> declarative config -> validated config -> applied snapshot;
-/// the rows are saved as the last good config first (as text: no re-encoding).
-fn build(
-    version: i64,
-    raw: crate::crud::RawExport,
+/// The builder thread: holds the config it last built and applies jobs to it. After
+/// incremental updates the last good copy is saved once the updates pause (300 ms), so a burst
+/// of writes does not re-encode the whole config each time.
+fn builder_loop(
+    rx: std::sync::mpsc::Receiver<Build>,
     plugins: &dyn turnpike_config::declarative::PluginRegistry,
     apply: &ApplyFn,
     last_good: &std::path::Path,
-) -> Result<(), String> {
-    let t0 = std::time::Instant::now();
-    let text = raw_to_text(&raw);
-    let export = crate::crud::assemble(raw).map_err(|e| e.to_string())?;
-    let t1 = std::time::Instant::now();
-    // The version identifies the config: no need to digest 10k entities for a hash.
-    let cfg = declarative::load_with_hash(&export, plugins, format!("{version:032x}"))
-        .map_err(|e| format!("stored config does not load: {}", e.summary()))?;
-    let t2 = std::time::Instant::now();
-    apply(cfg).map_err(|e| format!("stored config does not compile: {e}"))?;
-    let t3 = std::time::Instant::now();
-    save_last_good(last_good, &text);
-    tracing::debug!(
-        "config version {version} built: parse {:?}, validate {:?}, compile and swap {:?}, save {:?}",
-        t1 - t0,
-        t2 - t1,
-        t3 - t2,
-        t3.elapsed()
-    );
-    Ok(())
+) {
+    use std::sync::mpsc::RecvTimeoutError;
+    let mut state: Option<(i64, Config)> = None;
+    let mut unsaved = false;
+    loop {
+        let msg = if unsaved {
+            match rx.recv_timeout(Duration::from_millis(300)) {
+                Ok(m) => m,
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Some((_, cfg)) = &state {
+                        if let Ok(text) = serde_json::to_string(&cfg.to_json()) {
+                            save_last_good(last_good, &text);
+                        }
+                    }
+                    unsaved = false;
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        } else {
+            match rx.recv() {
+                Ok(m) => m,
+                Err(_) => return,
+            }
+        };
+        let t0 = std::time::Instant::now();
+        let result = match msg.job {
+            Job::Full { version, raw } => {
+                let text = raw_to_text(&raw);
+                let built = crate::crud::assemble(raw)
+                    .map_err(|e| e.to_string())
+                    .and_then(|export| {
+                        // The version names the config: no need to digest 10k entities.
+                        declarative::load_with_hash(&export, plugins, format!("{version:032x}"))
+                            .map_err(|e| format!("stored config does not load: {}", e.summary()))
+                    })
+                    .and_then(|cfg| {
+                        apply(cfg.clone())
+                            .map_err(|e| format!("stored config does not compile: {e}"))?;
+                        Ok(cfg)
+                    });
+                match built {
+                    Ok(cfg) => {
+                        state = Some((version, cfg));
+                        save_last_good(last_good, &text);
+                        unsaved = false;
+                        tracing::debug!(
+                            "config version {version}: full rebuild in {:?}",
+                            t0.elapsed()
+                        );
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            Job::Delta {
+                from,
+                version,
+                delta,
+            } => match state.take() {
+                Some((at, mut cfg)) if at == from => {
+                    let patched = delta.iter().try_for_each(|(table, id, text)| {
+                        let entity: Option<serde_json::Map<String, Value>> = match text {
+                            Some(t) => Some(serde_json::from_str(t).map_err(|e| e.to_string())?),
+                            None => None,
+                        };
+                        cfg.apply_change(table, id, entity.as_ref(), plugins)
+                    });
+                    cfg.hash = format!("{version:032x}");
+                    // A failed patch leaves no state behind: the next sync rebuilds in full.
+                    match patched.and_then(|()| apply(cfg.clone())) {
+                        Ok(()) => {
+                            tracing::debug!(
+                                "config version {version}: {} changed rows applied in {:?}",
+                                delta.len(),
+                                t0.elapsed()
+                            );
+                            state = Some((version, cfg));
+                            unsaved = true;
+                            Ok(())
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                _ => Err("the builder holds another version".to_string()),
+            },
+        };
+        let _ = msg.reply.send(result);
+    }
 }
 
 /// The rows as one declarative JSON document, by concatenation.

@@ -198,3 +198,55 @@ async fn import_round_trips() {
     assert_eq!(back.targets[0].target, "10.0.0.1:80");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn change_log_names_every_touched_row() {
+    let (s, dir) = store().await;
+    let services = by_table("services").unwrap();
+    let consumers = by_table("consumers").unwrap();
+    let keys = by_table("keyauth_credentials").unwrap();
+    let v0 = s.config_version().await.unwrap();
+    let svc = s
+        .insert(services, obj(json!({"name": "a", "host": "h"})), None)
+        .await
+        .unwrap();
+    let c = s
+        .insert(consumers, obj(json!({"username": "u"})), None)
+        .await
+        .unwrap();
+    let cid = c["id"].as_str().unwrap().to_string();
+    let k = s
+        .insert(
+            keys,
+            obj(json!({"key": "k"})),
+            Some(("consumer".into(), cid.clone())),
+        )
+        .await
+        .unwrap();
+    let (v1, delta) = s.changes_since(v0).await.unwrap().unwrap();
+    assert_eq!(v1, v0 + 3);
+    assert_eq!(delta.len(), 3);
+    assert!(delta.iter().all(|(_, _, e)| e.is_some()));
+    // A failed write leaves no version and no change behind.
+    assert!(s
+        .insert(services, obj(json!({"name": "a", "host": "h"})), None)
+        .await
+        .is_err());
+    assert_eq!(s.config_version().await.unwrap(), v1);
+    // A cascade lists the children it removed.
+    s.delete(consumers, "u", None).await.unwrap();
+    let (v2, delta) = s.changes_since(v1).await.unwrap().unwrap();
+    assert_eq!(v2, v1 + 1);
+    let mut gone: Vec<&str> = delta
+        .iter()
+        .filter(|(_, _, e)| e.is_none())
+        .map(|(_, id, _)| id.as_str())
+        .collect();
+    gone.sort();
+    let mut want = vec![cid.as_str(), k["id"].as_str().unwrap()];
+    want.sort();
+    assert_eq!(gone, want);
+    assert_eq!(s.changes_since(v2).await.unwrap().unwrap().1.len(), 0);
+    let _ = svc;
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -141,7 +141,11 @@ async fn check_schema(store: &Store) -> Result<(), (bool, String)> {
         .map_err(|e| (matches!(e, StoreError::Unavailable(_)), e.to_string()))?;
     let fatal = |m: String| Err((false, m));
     match state {
+        // The embedded store creates and upgrades its own schema.
         SchemaState::Empty if store.backend == Backend::Sqlite => {
+            store.bootstrap().await.map_err(|e| (false, e.to_string()))
+        }
+        SchemaState::At(v) if v < SCHEMA_VERSION && store.backend == Backend::Sqlite => {
             store.bootstrap().await.map_err(|e| (false, e.to_string()))
         }
         SchemaState::Empty => {

@@ -429,7 +429,9 @@ async fn credentials_upstreams_targets_certificates() {
             let (reply, served, _) = get_tls(tls, "api.example.com", "/", false).await;
             reply.status == 404 && served.windows(15).any(|w| w == b"api.example.com")
         })
-        .await
+        .await,
+        "{}",
+        gw.log_text()
     );
 
     // Deleting the consumer takes its credentials; the upstream its targets.

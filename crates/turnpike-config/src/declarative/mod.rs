@@ -117,6 +117,130 @@ impl Config {
     }
 }
 
+/// Reads a stored foreign key (`{"id": ...}`) of an entity that the store has already checked.
+fn stored_fk(map: &Map<String, Value>, field: &str) -> Option<ForeignKey> {
+    map.get(field)
+        .and_then(|v| v.get("id"))
+        .and_then(|v| v.as_str())
+        .map(|id| ForeignKey { id: id.to_string() })
+}
+
+/// Replaces the entity with `id` in `list`, or appends it.
+fn replace_or_push<T>(list: &mut Vec<T>, id: &str, item: T, id_of: impl Fn(&T) -> &str) {
+    match list.iter().position(|e| id_of(e) == id) {
+        Some(i) => list[i] = item,
+        None => list.push(item),
+    }
+}
+
+impl Config {
+    /// Applies one stored entity's change to a loaded config: `Some(entity)` inserts or
+    /// replaces it, `None` removes it. For the database sync, whose rows were validated when
+    /// written and whose references and unique keys the database enforces: only the changed
+    /// entity is read again, instead of the whole config (which costs ~70 ms at 10k routes).
+    pub fn apply_change(
+        &mut self,
+        table: &str,
+        id: &str,
+        entity: Option<&Map<String, Value>>,
+        plugins: &dyn PluginRegistry,
+    ) -> Result<(), String> {
+        let Some(kind) = Kind::from_table(table) else {
+            return Err(format!("unknown table {table}"));
+        };
+        let Some(map) = entity else {
+            match kind {
+                Kind::Service => self.services.retain(|e| e.id != id),
+                Kind::Route => self.routes.retain(|e| e.id != id),
+                Kind::Upstream => self.upstreams.retain(|e| e.id != id),
+                Kind::Target => self.targets.retain(|e| e.id != id),
+                Kind::Consumer => self.consumers.retain(|e| e.id != id),
+                Kind::Plugin => self.plugins.retain(|e| e.id != id),
+                Kind::Certificate => self.certificates.retain(|e| e.id != id),
+                Kind::Sni => self.snis.retain(|e| e.id != id),
+                Kind::CaCertificate => self.ca_certificates.retain(|e| e.id != id),
+                Kind::Credential(_) => self.credentials.retain(|e| e.id != id),
+            }
+            return Ok(());
+        };
+        let now = now_secs();
+        let fail = |errs: Vec<(String, String)>| -> Result<(), String> {
+            if errs.is_empty() {
+                Ok(())
+            } else {
+                let list: Vec<String> = errs.iter().map(|(f, m)| format!("{f}: {m}")).collect();
+                Err(format!("{table} {id}: {}", list.join("; ")))
+            }
+        };
+        match kind {
+            Kind::Service => {
+                let (e, errs) = entities::service(map, id, now);
+                fail(errs)?;
+                replace_or_push(&mut self.services, id, e, |x| &x.id);
+            }
+            Kind::Route => {
+                let (mut e, _, errs) = entities::route(map, id, now);
+                fail(errs)?;
+                e.service = stored_fk(map, "service");
+                replace_or_push(&mut self.routes, id, e, |x| &x.id);
+            }
+            Kind::Upstream => {
+                let (e, errs) = entities::upstream(map, id, now);
+                fail(errs)?;
+                replace_or_push(&mut self.upstreams, id, e, |x| &x.id);
+            }
+            Kind::Target => {
+                let (mut e, _, errs) = entities::target(map, id, now * 1000);
+                fail(errs)?;
+                e.upstream = stored_fk(map, "upstream").unwrap_or(ForeignKey { id: String::new() });
+                replace_or_push(&mut self.targets, id, e, |x| &x.id);
+            }
+            Kind::Consumer => {
+                let (e, errs) = entities::consumer(map, id, now);
+                fail(errs)?;
+                replace_or_push(&mut self.consumers, id, e, |x| &x.id);
+            }
+            Kind::Plugin => {
+                let (mut e, _, errs) = entities::plugin(map, id, now);
+                fail(errs)?;
+                match plugins.check(&e.name, &e.config) {
+                    Some(Ok(full)) => e.config = full,
+                    Some(Err(v)) => return fail(v),
+                    None => return Err(format!("plugin '{}' not enabled", e.name)),
+                }
+                e.route = stored_fk(map, "route");
+                e.service = stored_fk(map, "service");
+                e.consumer = stored_fk(map, "consumer");
+                replace_or_push(&mut self.plugins, id, e, |x| &x.id);
+            }
+            Kind::Certificate => {
+                let (e, _, errs) = entities::certificate(map, id, now);
+                fail(errs)?;
+                replace_or_push(&mut self.certificates, id, e, |x| &x.id);
+            }
+            Kind::Sni => {
+                let (mut e, _, errs) = entities::sni(map, id, now);
+                fail(errs)?;
+                e.certificate =
+                    stored_fk(map, "certificate").unwrap_or(ForeignKey { id: String::new() });
+                replace_or_push(&mut self.snis, id, e, |x| &x.id);
+            }
+            Kind::CaCertificate => {
+                let (e, errs) = entities::ca_certificate(map, id, now);
+                fail(errs)?;
+                replace_or_push(&mut self.ca_certificates, id, e, |x| &x.id);
+            }
+            Kind::Credential(k) => {
+                let (mut e, _, errs) = entities::credential(&CREDENTIALS[k], map, id, now);
+                fail(errs)?;
+                e.consumer = stored_fk(map, "consumer").unwrap_or(ForeignKey { id: String::new() });
+                replace_or_push(&mut self.credentials, id, e, |x| &x.id);
+            }
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Service,

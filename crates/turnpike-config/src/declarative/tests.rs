@@ -401,3 +401,32 @@ fn hash_is_stable_for_the_same_input() {
     let c = ok("_format_version: '3.0'\nservices: [{name: s, host: h2}]");
     assert_ne!(a.hash, c.hash);
 }
+
+#[test]
+fn apply_change_matches_a_full_load() {
+    let text = "_format_version: '3.0'\nservices:\n- name: a\n  host: h\n  routes:\n  - name: ra\n    paths: [/a]\n";
+    let mut cfg = load_str(text, &NoPlugins).unwrap();
+    let sid = cfg.services[0].id.clone();
+    let rid = "0b5c8a3e-5d6f-4a8b-9c0d-1e2f3a4b5c6d";
+    let route =
+        serde_json::json!({"id": rid, "name": "rb", "paths": ["/b"], "service": {"id": sid}});
+    cfg.apply_change("routes", rid, route.as_object(), &NoPlugins)
+        .unwrap();
+    assert_eq!(cfg.routes.len(), 2);
+    assert_eq!(cfg.routes[1].service.as_ref().unwrap().id, sid);
+    // Replace in place, then remove.
+    let route =
+        serde_json::json!({"id": rid, "name": "rb", "paths": ["/c"], "service": {"id": sid}});
+    cfg.apply_change("routes", rid, route.as_object(), &NoPlugins)
+        .unwrap();
+    assert_eq!(cfg.routes.len(), 2);
+    assert_eq!(cfg.routes[1].paths.as_ref().unwrap()[0], "/c");
+    cfg.apply_change("routes", rid, None, &NoPlugins).unwrap();
+    assert_eq!(cfg.routes.len(), 1);
+    // A row that does not read is refused, and the config is unchanged.
+    let bad = serde_json::json!({"id": rid, "paths": ["no-slash"]});
+    assert!(cfg
+        .apply_change("routes", rid, bad.as_object(), &NoPlugins)
+        .is_err());
+    assert_eq!(cfg.routes.len(), 1);
+}

@@ -407,6 +407,9 @@ pub async fn get(addr: SocketAddr, host: &str, path: &str) -> Reply {
 pub fn tls_client(alpn: &[&[u8]]) -> tokio_rustls::TlsConnector {
     let mut cfg = (*turnpike_proxy::tls::unverified_client_config()).clone();
     cfg.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
+    // Full handshakes only: a resumed session shows the certificate of the session it
+    // resumes, not the one the gateway would choose now.
+    cfg.resumption = rustls::client::Resumption::disabled();
     tokio_rustls::TlsConnector::from(Arc::new(cfg))
 }
 
