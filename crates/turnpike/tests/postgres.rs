@@ -150,7 +150,7 @@ async fn postgres_outage_under_load() {
         .status,
         201
     );
-    for n in [&b, &c] {
+    for n in [&a, &b, &c] {
         let proxy = n.proxy;
         assert!(
             eventually(Duration::from_secs(10), async || get(proxy, "x", "/live")
