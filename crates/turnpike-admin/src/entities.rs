@@ -263,10 +263,16 @@ fn list_body(page: Page, base: &str, q: &ListQuery, query: &str) -> Value {
         let mut extra = String::new();
         for (k, v) in url_pairs(query) {
             if k == "tags" || k == "size" {
-                extra.push_str(&format!("&{k}={}", encode_component(&v)));
+                extra.push_str(&format!(
+                    "&{k}={}",
+                    turnpike_config::conf::percent_encode(&v)
+                ));
             }
         }
-        format!("{base}?offset={}{extra}", encode_component(o))
+        format!(
+            "{base}?offset={}{extra}",
+            turnpike_config::conf::percent_encode(o)
+        )
     });
     let mut m = Map::new();
     m.insert("data".into(), Value::Array(page.data));
@@ -279,18 +285,6 @@ fn list_body(page: Page, base: &str, q: &ListQuery, query: &str) -> Value {
     );
     let _ = q;
     Value::Object(m)
-}
-
-fn encode_component(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 impl Admin {

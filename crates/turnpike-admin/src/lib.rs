@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use turnpike_config::declarative::{self, PluginRegistry};
 use turnpike_config::Conf;
 use turnpike_proxy::{Gateway, BUILD_PROFILE, VERSION};
+use turnpike_store::crud::percent_decode;
 
 /// Kong's admin body limit (`nginx_admin_client_body_buffer_size = 10m`) is for buffering; a
 /// declarative config of 100k routes is larger, so allow more, but bound it.
@@ -166,21 +167,6 @@ impl Admin {
         if let Some(tag) = path.strip_prefix("/tags/") {
             return self.tags(&method, tag, &path, &query).await;
         }
-        if let Some(rest) = path.strip_prefix("/schemas/") {
-            let content_type = req
-                .headers()
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .map(String::from);
-            let body = match Limited::new(req.into_body(), MAX_ENTITY_BODY)
-                .collect()
-                .await
-            {
-                Ok(b) => b.to_bytes(),
-                Err(_) => return message(StatusCode::PAYLOAD_TOO_LARGE, "Payload too large"),
-            };
-            return self.schemas(&method, rest, &body, content_type.as_deref());
-        }
         let content_type = req
             .headers()
             .get(header::CONTENT_TYPE)
@@ -193,6 +179,9 @@ impl Admin {
             Ok(b) => b.to_bytes(),
             Err(_) => return message(StatusCode::PAYLOAD_TOO_LARGE, "Payload too large"),
         };
+        if let Some(rest) = path.strip_prefix("/schemas/") {
+            return self.schemas(&method, rest, &body, content_type.as_deref());
+        }
         match self
             .entities(&method, &path, &query, &body, content_type.as_deref())
             .await
@@ -371,30 +360,6 @@ fn form_field(body: &str, name: &str) -> Option<String> {
         let (k, v) = kv.split_once('=')?;
         (percent_decode(k) == name).then(|| percent_decode(v))
     })
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                let hex = |c: u8| (c as char).to_digit(16);
-                match (hex(b[i + 1]), hex(b[i + 2])) {
-                    (Some(h), Some(l)) => {
-                        out.push((h * 16 + l) as u8);
-                        i += 2;
-                    }
-                    _ => out.push(b'%'),
-                }
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

@@ -91,20 +91,23 @@ impl std::fmt::Debug for PgConf {
     }
 }
 
+/// Percent-encodes everything but RFC 3986's unreserved characters (for URL components).
+pub fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
 impl PgConf {
     /// A `postgres://` URL for the driver (carries the password: never log it).
     pub fn url(&self) -> String {
-        let enc = |s: &str| {
-            s.bytes()
-                .map(|b| {
-                    if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                        (b as char).to_string()
-                    } else {
-                        format!("%{b:02X}")
-                    }
-                })
-                .collect::<String>()
-        };
+        let enc = percent_encode;
         let sslmode = match (self.ssl, self.ssl_verify) {
             (false, _) => "disable",
             (true, false) => "require",

@@ -522,6 +522,22 @@ impl Store {
         })
     }
 
+    /// Starts a read-only transaction that sees one consistent state of the store, and reads
+    /// the config version of that state.
+    async fn begin_snapshot(&self) -> Result<(Tx<'static>, i64), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        if self.backend == Backend::Postgres {
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                .execute(&mut *tx)
+                .await?;
+        }
+        let version = sqlx::query("SELECT value FROM turnpike_meta WHERE name = 'config_version'")
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get::<i64, _>(0)?;
+        Ok((tx, version))
+    }
+
     /// Starts a write: the version bump comes first so that concurrent writers queue here.
     async fn begin_write(&self) -> Result<Tx<'static>, StoreError> {
         let mut tx = self.pool.begin().await?;
@@ -822,16 +838,7 @@ impl Store {
     /// the I/O half of [`Store::export`]; [`assemble`] is the CPU half, which the config sync
     /// runs on its own low-priority thread.
     pub async fn export_raw(&self) -> Result<(i64, RawExport), StoreError> {
-        let mut tx = self.pool.begin().await?;
-        if self.backend == Backend::Postgres {
-            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                .execute(&mut *tx)
-                .await?;
-        }
-        let version = sqlx::query("SELECT value FROM turnpike_meta WHERE name = 'config_version'")
-            .fetch_one(&mut *tx)
-            .await?
-            .try_get::<i64, _>(0)?;
+        let (mut tx, version) = self.begin_snapshot().await?;
         let mut raw = Vec::with_capacity(ENTITIES.len());
         for spec in ENTITIES {
             let rows = sqlx::query(&format!("SELECT entity FROM {} ORDER BY id", spec.table))
@@ -851,16 +858,7 @@ impl Store {
     /// version they lead to. `None` when the change log no longer covers `since` (pruned, or a
     /// gap): the caller re-reads everything.
     pub async fn changes_since(&self, since: i64) -> Result<Option<(i64, Delta)>, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        if self.backend == Backend::Postgres {
-            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                .execute(&mut *tx)
-                .await?;
-        }
-        let version = sqlx::query("SELECT value FROM turnpike_meta WHERE name = 'config_version'")
-            .fetch_one(&mut *tx)
-            .await?
-            .try_get::<i64, _>(0)?;
+        let (mut tx, version) = self.begin_snapshot().await?;
         if version <= since {
             tx.commit().await?;
             return Ok(Some((version, Vec::new())));

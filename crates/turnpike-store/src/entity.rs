@@ -59,16 +59,7 @@ pub fn check(
         }
         "plugins" => {
             let (mut p, r, mut e) = decl::plugin(map, id, now);
-            if !p.name.is_empty() {
-                match plugins.check(&p.name, &p.config) {
-                    None => e.push((
-                        "name".into(),
-                        format!("plugin '{}' not enabled; add it to the 'plugins' configuration property", p.name),
-                    )),
-                    Some(Ok(full)) => p.config = full,
-                    Some(Err(v)) => e.extend(v.into_iter().map(|(f, m)| (format!("config.{f}"), m))),
-                }
-            }
+            e.extend(decl::check_plugin_config(plugins, &mut p));
             for (field, v) in [
                 ("route", r.route),
                 ("service", r.service),

@@ -117,6 +117,31 @@ impl Config {
     }
 }
 
+/// Checks a plugin's config against the plugin registry and fills in its defaults; returns
+/// the violations (an unknown plugin, a bad config) as (field path, message).
+pub fn check_plugin_config(plugins: &dyn PluginRegistry, p: &mut Plugin) -> Vec<(String, String)> {
+    if p.name.is_empty() {
+        return Vec::new();
+    }
+    match plugins.check(&p.name, &p.config) {
+        None => vec![(
+            "name".into(),
+            format!(
+                "plugin '{}' not enabled; add it to the 'plugins' configuration property",
+                p.name
+            ),
+        )],
+        Some(Ok(full)) => {
+            p.config = full;
+            Vec::new()
+        }
+        Some(Err(v)) => v
+            .into_iter()
+            .map(|(f, m)| (format!("config.{f}"), m))
+            .collect(),
+    }
+}
+
 /// Reads a stored foreign key (`{"id": ...}`) of an entity that the store has already checked.
 fn stored_fk(map: &Map<String, Value>, field: &str) -> Option<ForeignKey> {
     map.get(field)
@@ -203,11 +228,7 @@ impl Config {
             Kind::Plugin => {
                 let (mut e, _, errs) = entities::plugin(map, id, now);
                 fail(errs)?;
-                match plugins.check(&e.name, &e.config) {
-                    Some(Ok(full)) => e.config = full,
-                    Some(Err(v)) => return fail(v),
-                    None => return Err(format!("plugin '{}' not enabled", e.name)),
-                }
+                fail(check_plugin_config(plugins, &mut e))?;
                 e.route = stored_fk(map, "route");
                 e.service = stored_fk(map, "service");
                 e.consumer = stored_fk(map, "consumer");
@@ -489,18 +510,7 @@ fn load_inner(
             Kind::Plugin => {
                 let (mut p, r, er) = entities::plugin(&it.map, id, now);
                 e.extend(er);
-                if !p.name.is_empty() {
-                    match plugins.check(&p.name, &p.config) {
-                        None => e.push((
-                            "name".into(),
-                            format!("plugin '{}' not enabled; add it to the 'plugins' configuration property", p.name),
-                        )),
-                        Some(Ok(full)) => p.config = full,
-                        Some(Err(violations)) => {
-                            e.extend(violations.into_iter().map(|(f, m)| (format!("config.{f}"), m)))
-                        }
-                    }
-                }
+                e.extend(check_plugin_config(plugins, &mut p));
                 for (field, v) in [
                     ("route", r.route),
                     ("service", r.service),
