@@ -202,11 +202,12 @@ fn path(r: &mut Rng, known: &[String]) -> String {
             p.push_str(&key(r));
         } else {
             p.push('/');
-            p.push_str(*r.pick(CHILDREN));
+            let child: &str = r.pick(CHILDREN);
+            p.push_str(child);
         }
     }
     if r.below(3) == 0 {
-        p.push_str(*r.pick(&[
+        let query: &str = r.pick(&[
             "?size=0",
             "?size=1001",
             "?size=x",
@@ -215,7 +216,8 @@ fn path(r: &mut Rng, known: &[String]) -> String {
             "?tags=a,b/c",
             "?size=2&offset=AAAA",
             "?tags=a%2Fb",
-        ]));
+        ]);
+        p.push_str(query);
     }
     p
 }
