@@ -202,12 +202,12 @@ fn path(r: &mut Rng, known: &[String]) -> String {
             p.push_str(&key(r));
         } else {
             p.push('/');
-            let child: &str = r.pick(CHILDREN);
+            let child = *r.pick(CHILDREN);
             p.push_str(child);
         }
     }
     if r.below(3) == 0 {
-        let query: &str = r.pick(&[
+        let query = *r.pick(&[
             "?size=0",
             "?size=1001",
             "?size=x",
