@@ -118,14 +118,14 @@ pub async fn db_export(
     if let Some(m) = export.as_object_mut() {
         m.remove("_transform");
     }
-    let yaml = serde_yaml_ng(&export)?;
+    let yaml = to_yaml(&export)?;
     std::fs::write(path, yaml).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(format!("exported to {}", path.display()))
 }
 
-fn serde_yaml_ng(v: &serde_json::Value) -> Result<String, String> {
-    // JSON is valid YAML; write it indented so that it reads like the file an operator keeps.
-    serde_json::to_string_pretty(v).map_err(|e| e.to_string())
+/// The export as YAML, the format `kong config db_export` writes.
+fn to_yaml(v: &serde_json::Value) -> Result<String, String> {
+    serde_yaml::to_string(v).map_err(|e| e.to_string())
 }
 
 async fn ensure_schema(store: &Store) -> Result<(), String> {

@@ -653,7 +653,8 @@ async fn config_survives_restart_and_round_trips_through_import_export() {
     let (ok, text) = run(&["config", "db_export", out.to_str().unwrap()], &env);
     assert!(ok, "{text}");
     let exported = std::fs::read_to_string(&out).unwrap();
-    assert!(exported.contains("/keep"));
+    assert!(exported.contains("- /keep"), "not YAML: {exported}");
+    assert!(exported.starts_with("_format_version: '3.0'"), "{exported}");
 
     let other = prefix.path().join("q");
     let env2 = [
