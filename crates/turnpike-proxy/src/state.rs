@@ -110,6 +110,9 @@ pub struct Gateway {
     pub reloads: AtomicU64,
     /// Serialises reloads (SIGHUP and `POST /config`); never taken on the request path.
     reload_lock: Mutex<()>,
+    /// Replaced snapshots, kept until no worker holds them so that the reloading thread, not
+    /// a proxy worker, pays for freeing them (a 10k-route snapshot takes milliseconds to free).
+    retired: Mutex<Vec<Arc<Snapshot>>>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -130,6 +133,7 @@ impl Gateway {
             default_cert,
             reloads: AtomicU64::new(0),
             reload_lock: Mutex::new(()),
+            retired: Mutex::new(Vec::new()),
         }
     }
 
@@ -138,10 +142,19 @@ impl Gateway {
     pub fn apply(&self, config: Config) -> Result<(), String> {
         let _guard = self.reload_lock.lock().unwrap_or_else(|e| e.into_inner());
         let snap = Snapshot::compile(config)?;
-        self.snapshot.store(Arc::new(snap));
+        let old = self.snapshot.swap(Arc::new(snap));
         self.generation.fetch_add(1, Ordering::Release);
         self.reloads.fetch_add(1, Ordering::Relaxed);
+        let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        retired.push(old);
+        self.reap(&mut retired);
         Ok(())
+    }
+
+    /// Frees the retired snapshots no worker or request still holds. Called on every reload;
+    /// the rest wait for the next one (at most one per worker, for idle workers).
+    fn reap(&self, retired: &mut Vec<Arc<Snapshot>>) {
+        retired.retain(|s| Arc::strong_count(s) > 1);
     }
 
     pub fn config_hash(&self) -> String {

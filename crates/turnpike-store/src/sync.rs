@@ -303,13 +303,16 @@ fn builder_loop(
                         cfg.apply_change(table, id, entity.as_ref(), plugins)
                     });
                     cfg.hash = format!("{version:032x}");
+                    let t1 = std::time::Instant::now();
                     // A failed patch leaves no state behind: the next sync rebuilds in full.
                     match patched.and_then(|()| apply(cfg.clone())) {
                         Ok(()) => {
                             tracing::debug!(
-                                "config version {version}: {} changed rows applied in {:?}",
+                                "config version {version}: {} changed rows applied in {:?} (patch {:?}, compile and swap {:?})",
                                 delta.len(),
-                                t0.elapsed()
+                                t0.elapsed(),
+                                t1 - t0,
+                                t1.elapsed()
                             );
                             state = Some((version, cfg));
                             unsaved = true;
