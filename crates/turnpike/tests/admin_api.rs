@@ -745,3 +745,38 @@ async fn admin_token_guards_a_public_listener() {
     .await;
     assert!(!String::from_utf8_lossy(&r.body).contains("s3cret-token"));
 }
+
+/// decK writes with parallelism 10: concurrent writes to the embedded store all land (SQLite
+/// serialises writers; none may fail with a busy/locked database error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_on_sqlite_all_land() {
+    let gw = Gateway::sqlite().start();
+    let admin = gw.admin;
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        tasks.push(tokio::spawn(async move {
+            let r = admin_call(
+                admin,
+                "PUT",
+                &format!("/services/s{i}"),
+                Some(json!({"host": "127.0.0.1", "port": 9})),
+            )
+            .await;
+            let r2 = admin_call(
+                admin,
+                "POST",
+                &format!("/services/s{i}/routes"),
+                Some(json!({"paths": [format!("/c{i}")]})),
+            )
+            .await;
+            (r.status, r2.status)
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), (200, 201));
+    }
+    let page = gw.admin("GET", "/routes?size=1000", None).await.json();
+    assert_eq!(page["data"].as_array().unwrap().len(), 40);
+    // Routed (to a closed port: 502), so the node applied all of them.
+    assert_eq!(until_status(gw.proxy, "/c39", 502).await.status, 502);
+}
