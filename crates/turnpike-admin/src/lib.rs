@@ -157,7 +157,9 @@ impl Admin {
             (Method::GET, "/config") => return self.get_config(),
             (Method::POST, "/config") => return self.post_config(req, &query).await,
             (Method::GET, "/plugins/enabled") => {
-                return json_response(StatusCode::OK, &json!({ "enabled_plugins": [] }))
+                let names: Vec<String> =
+                    self.plugins.available().into_iter().map(|p| p.0).collect();
+                return json_response(StatusCode::OK, &json!({ "enabled_plugins": names }));
             }
             (_, "" | "/status" | "/config" | "/plugins/enabled") => {
                 return message(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed")
@@ -225,6 +227,30 @@ impl Admin {
         }
     }
 
+    /// `GET /`'s plugins: every plugin this build carries, and those the running config uses.
+    fn plugins_info(&self) -> Value {
+        let available: serde_json::Map<String, Value> = self
+            .plugins
+            .available()
+            .into_iter()
+            .map(|(name, version, priority)| {
+                (name, json!({"version": version, "priority": priority}))
+            })
+            .collect();
+        let mut enabled: Vec<String> = self
+            .gateway
+            .snapshot
+            .load()
+            .config
+            .plugins
+            .iter()
+            .map(|p| p.name.clone())
+            .collect();
+        enabled.sort();
+        enabled.dedup();
+        json!({ "available_on_server": available, "enabled_in_cluster": enabled })
+    }
+
     fn root(&self) -> Resp {
         json_response(
             StatusCode::OK,
@@ -235,7 +261,7 @@ impl Admin {
                 "hostname": self.hostname,
                 "node_id": self.node_id,
                 "build_profile": BUILD_PROFILE,
-                "plugins": { "available_on_server": {}, "enabled_in_cluster": [] },
+                "plugins": self.plugins_info(),
                 "configuration": self.conf.to_json(),
                 "pids": { "master": std::process::id() },
                 "timers": { "running": 0, "pending": 0 },

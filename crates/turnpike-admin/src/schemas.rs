@@ -126,9 +126,10 @@ impl Admin {
     ) -> Resp {
         let parts: Vec<&str> = rest.split('/').collect();
         match (method, parts.as_slice()) {
-            (&Method::GET, ["plugins", name]) => {
-                message(StatusCode::NOT_FOUND, &format!("No plugin named '{name}'"))
-            }
+            (&Method::GET, ["plugins", name]) => match self.plugins.schema_json(name) {
+                Some(s) => json_response(StatusCode::OK, &s),
+                None => message(StatusCode::NOT_FOUND, &format!("No plugin named '{name}'")),
+            },
             (&Method::POST, ["plugins", "validate"]) => {
                 let b = match parse_body(content_type, body) {
                     Ok(b) => b,

@@ -12,6 +12,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
 use http_body::Body;
 use hyper::body::Incoming;
+use turnpike_plugins::{Access, AccessRequest};
 use turnpike_router::{normalize_path, upstream_uri, RequestView};
 
 use crate::body::{BodyKind, ProxyBody, RequestGuard};
@@ -255,6 +256,28 @@ async fn route_and_proxy(
             r.headers_mut().insert(header::LOCATION, v);
         }
         return own_response(ctx, r, start);
+    }
+
+    // The access phase of the route's plugins; one of them may answer instead of the upstream.
+    let chain = &snap.chains[route.route_index];
+    if !chain.is_empty() {
+        let access = AccessRequest {
+            method: parts.method.as_str(),
+            path: &path,
+            query: orig_uri.query(),
+            headers: &parts.headers,
+            tls: conn.tls,
+        };
+        for plugin in chain.iter() {
+            if let Access::Exit(e) = plugin.access(&access) {
+                let mut r = Response::new(ProxyBody::full(e.body));
+                *r.status_mut() = e.status;
+                for (k, v) in e.headers {
+                    r.headers_mut().insert(k, v);
+                }
+                return own_response(ctx, r, start);
+            }
+        }
     }
 
     let Some(si) = route.service_index else {

@@ -12,6 +12,8 @@ use rustc_hash::FxHashMap;
 use turnpike_config::Config;
 use turnpike_router::Router;
 
+use turnpike_plugins::Handler;
+
 use crate::tls::{self, CertStore};
 
 pub struct Snapshot {
@@ -20,6 +22,72 @@ pub struct Snapshot {
     /// Aligned with `config.services`.
     pub services: Vec<ServiceInfo>,
     pub certs: CertStore,
+    /// Aligned with `config.routes`: the plugins that run on each route, highest PRIORITY first.
+    pub chains: Vec<Chain>,
+}
+
+/// A route's compiled plugin chain (shared: most routes have the same, often empty, one).
+pub type Chain = Arc<[Arc<dyn Handler>]>;
+
+/// Per route, the most specific config of each plugin (Kong's precedence without consumers:
+/// Route+Service > Route > Service > Global), built into handlers, in PRIORITY order.
+/// Consumer-scoped plugins need an authenticated consumer and are not compiled here. Plugins are
+/// indexed by scope first, so the cost is per route times the plugins that apply to it.
+fn compile_chains(config: &Config) -> Result<Vec<Chain>, String> {
+    type Entry<'a> = (i32, &'static str, Arc<dyn Handler>);
+    let registry = turnpike_plugins::bundled();
+    let mut global: Vec<Entry> = Vec::new();
+    let mut by_service: FxHashMap<&str, Vec<Entry>> = FxHashMap::default();
+    let mut by_route: FxHashMap<&str, Vec<Entry>> = FxHashMap::default();
+    let mut by_both: FxHashMap<(&str, &str), Vec<Entry>> = FxHashMap::default();
+    for p in config
+        .plugins
+        .iter()
+        .filter(|p| p.enabled && p.consumer.is_none())
+    {
+        let spec = registry
+            .get(&p.name)
+            .ok_or_else(|| format!("plugin {}: '{}' is not available", p.id, p.name))?;
+        let handler = spec
+            .build(&p.config)
+            .map_err(|e| format!("plugin {} ({}): {e}", p.id, p.name))?;
+        let entry = (spec.priority(), spec.name(), handler);
+        match (&p.route, &p.service) {
+            (Some(r), Some(s)) => by_both.entry((&r.id, &s.id)).or_default().push(entry),
+            (Some(r), None) => by_route.entry(&r.id).or_default().push(entry),
+            (None, Some(s)) => by_service.entry(&s.id).or_default().push(entry),
+            (None, None) => global.push(entry),
+        }
+    }
+    let empty: Chain = Arc::from(Vec::<Arc<dyn Handler>>::new());
+    let nothing: &[Entry] = &[];
+    let mut chains = Vec::with_capacity(config.routes.len());
+    for r in &config.routes {
+        let sid = r.service.as_ref().map(|s| s.id.as_str());
+        let both = sid
+            .and_then(|s| by_both.get(&(r.id.as_str(), s)))
+            .map_or(nothing, |v| v.as_slice());
+        let route = by_route
+            .get(r.id.as_str())
+            .map_or(nothing, |v| v.as_slice());
+        let service = sid
+            .and_then(|s| by_service.get(s))
+            .map_or(nothing, |v| v.as_slice());
+        // Most specific first: the first config seen for a plugin name wins.
+        let mut chosen: Vec<&Entry> = Vec::new();
+        for e in both.iter().chain(route).chain(service).chain(&global) {
+            if !chosen.iter().any(|c| c.1 == e.1) {
+                chosen.push(e);
+            }
+        }
+        if chosen.is_empty() {
+            chains.push(empty.clone());
+            continue;
+        }
+        chosen.sort_by_key(|c| std::cmp::Reverse(c.0));
+        chains.push(chosen.into_iter().map(|c| c.2.clone()).collect());
+    }
+    Ok(chains)
 }
 
 /// Where a service's traffic goes.
@@ -243,11 +311,13 @@ impl Snapshot {
                 tls,
             });
         }
+        let chains = compile_chains(&config)?;
         Ok(Snapshot {
             config,
             router,
             services,
             certs,
+            chains,
         })
     }
 }

@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 use tokio::sync::watch;
 use turnpike_admin::Admin;
 use turnpike_config::conf::Database;
-use turnpike_config::declarative::{self, NoPlugins, PluginRegistry};
+use turnpike_config::declarative::{self, PluginRegistry};
 use turnpike_config::Conf;
 use turnpike_proxy::{server, tls, Gateway, Settings, BUILD_PROFILE, VERSION};
 
@@ -109,8 +109,8 @@ fn load_conf(path: Option<&Path>) -> Result<(Conf, Vec<String>), String> {
 }
 
 fn plugin_registry() -> Arc<dyn PluginRegistry> {
-    // No plugin is compiled in yet: every plugin entity is reported as not enabled.
-    Arc::new(NoPlugins)
+    // Kong's `plugins = bundled`: every plugin compiled in.
+    Arc::new(turnpike_plugins::bundled())
 }
 
 fn main() -> ExitCode {

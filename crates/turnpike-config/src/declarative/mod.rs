@@ -23,6 +23,16 @@ pub trait PluginRegistry: Send + Sync {
     /// `None` when no plugin of that name is available; otherwise the config with defaults
     /// filled in, or the violations as (field path, message).
     fn check(&self, name: &str, config: &Value) -> Option<Result<Value, Vec<(String, String)>>>;
+
+    /// Kong's schema JSON for `GET /schemas/plugins/{name}`.
+    fn schema_json(&self, _name: &str) -> Option<Value> {
+        None
+    }
+
+    /// (name, version, priority) of every plugin available, for `GET /`.
+    fn available(&self) -> Vec<(String, String, i32)> {
+        Vec::new()
+    }
 }
 
 /// The registry before any plugin is compiled in: every plugin name is unknown.

@@ -1,0 +1,214 @@
+//! Plugin config schemas: each plugin declares its `config` fields once, with Kong's types,
+//! defaults and bounds; from that one declaration come the validation (every violation with its
+//! field path and Kong's message), the defaults filled into the stored config, and the schema
+//! JSON that `GET /schemas/plugins/{name}` returns (decK reads defaults from it).
+
+use serde_json::{json, Map, Value};
+
+/// A config field's type and bounds.
+#[derive(Debug, Clone, Copy)]
+pub enum Type {
+    String,
+    /// Integer within [min, max].
+    Integer {
+        min: i64,
+        max: i64,
+    },
+    Number,
+    Boolean,
+    /// One of these strings.
+    OneOf(&'static [&'static str]),
+    /// An array of strings.
+    StringArray,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Field {
+    pub name: &'static str,
+    pub ty: Type,
+    pub required: bool,
+    pub default: Option<Default>,
+}
+
+/// A default value (const-constructible, unlike `serde_json::Value`).
+#[derive(Debug, Clone, Copy)]
+pub enum Default {
+    Str(&'static str),
+    Int(i64),
+    Bool(bool),
+    EmptyArray,
+}
+
+impl Default {
+    fn to_value(self) -> Value {
+        match self {
+            Default::Str(s) => Value::String(s.into()),
+            Default::Int(i) => Value::from(i),
+            Default::Bool(b) => Value::Bool(b),
+            Default::EmptyArray => Value::Array(Vec::new()),
+        }
+    }
+}
+
+impl Field {
+    pub const fn new(name: &'static str, ty: Type) -> Field {
+        Field {
+            name,
+            ty,
+            required: false,
+            default: None,
+        }
+    }
+    pub const fn default(mut self, d: Default) -> Field {
+        self.default = Some(d);
+        self
+    }
+    pub const fn required(mut self) -> Field {
+        self.required = true;
+        self
+    }
+}
+
+/// Checks `config` (absent: `{}`) against `fields`: returns the config with defaults filled in
+/// and nulls for unset optional fields (as Kong stores it), or every violation.
+pub fn validate(fields: &[Field], config: &Value) -> Result<Value, Vec<(String, String)>> {
+    let empty = Map::new();
+    let input = match config {
+        Value::Object(m) => m,
+        Value::Null => &empty,
+        _ => return Err(vec![(String::new(), "expected a record".into())]),
+    };
+    let mut errs = Vec::new();
+    let mut out = Map::new();
+    for k in input.keys() {
+        if !fields.iter().any(|f| f.name == k) {
+            errs.push((k.clone(), "unknown field".into()));
+        }
+    }
+    for f in fields {
+        let v = match input.get(f.name) {
+            None | Some(Value::Null) => match f.default {
+                Some(d) => d.to_value(),
+                None if f.required => {
+                    errs.push((f.name.into(), "required field missing".into()));
+                    continue;
+                }
+                None => Value::Null,
+            },
+            Some(v) => v.clone(),
+        };
+        if !v.is_null() {
+            if let Err(m) = check_type(f.ty, &v) {
+                errs.push((f.name.into(), m));
+                continue;
+            }
+        }
+        out.insert(f.name.into(), v);
+    }
+    if errs.is_empty() {
+        Ok(Value::Object(out))
+    } else {
+        Err(errs)
+    }
+}
+
+fn check_type(ty: Type, v: &Value) -> Result<(), String> {
+    match ty {
+        Type::String => match v.as_str() {
+            Some("") => Err("length must be at least 1".into()),
+            Some(_) => Ok(()),
+            None => Err("expected a string".into()),
+        },
+        Type::Integer { min, max } => match v.as_i64() {
+            Some(i) if i < min || i > max => {
+                Err(format!("value should be between {min} and {max}"))
+            }
+            Some(_) => Ok(()),
+            None => Err("expected an integer".into()),
+        },
+        Type::Number => v
+            .as_f64()
+            .map(|_| ())
+            .ok_or_else(|| "expected a number".into()),
+        Type::Boolean => v
+            .as_bool()
+            .map(|_| ())
+            .ok_or_else(|| "expected a boolean".into()),
+        Type::OneOf(choices) => match v.as_str() {
+            Some(s) if choices.contains(&s) => Ok(()),
+            _ => Err(format!("expected one of: {}", choices.join(", "))),
+        },
+        Type::StringArray => match v.as_array() {
+            Some(a) if a.iter().all(|x| x.is_string()) => Ok(()),
+            Some(_) => Err("expected an array of strings".into()),
+            None => Err("expected an array".into()),
+        },
+    }
+}
+
+/// Kong's schema JSON for a plugin: the common plugin fields and `config` as a record.
+pub fn kong_json(fields: &[Field]) -> Value {
+    let config_fields: Vec<Value> = fields
+        .iter()
+        .map(|f| {
+            let mut d = Map::new();
+            let (ty, extra): (&str, Option<(&str, Value)>) = match f.ty {
+                Type::String => ("string", None),
+                Type::Integer { min, max } => ("integer", Some(("between", json!([min, max])))),
+                Type::Number => ("number", None),
+                Type::Boolean => ("boolean", None),
+                Type::OneOf(c) => ("string", Some(("one_of", json!(c)))),
+                Type::StringArray => ("array", Some(("elements", json!({"type": "string"})))),
+            };
+            d.insert("type".into(), json!(ty));
+            if let Some((k, v)) = extra {
+                d.insert(k.into(), v);
+            }
+            if f.required {
+                d.insert("required".into(), json!(true));
+            }
+            if let Some(def) = f.default {
+                d.insert("default".into(), def.to_value());
+            }
+            json!({ f.name: Value::Object(d) })
+        })
+        .collect();
+    json!({
+        "fields": [
+            {"protocols": {"type": "set", "default": ["grpc", "grpcs", "http", "https"], "elements": {"type": "string", "one_of": ["grpc", "grpcs", "http", "https", "tcp", "tls", "udp", "ws", "wss"]}}},
+            {"consumer": {"type": "foreign", "reference": "consumers"}},
+            {"service": {"type": "foreign", "reference": "services"}},
+            {"route": {"type": "foreign", "reference": "routes"}},
+            {"config": {"type": "record", "required": true, "fields": config_fields}},
+        ]
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FIELDS: &[Field] = &[
+        Field::new("status_code", Type::Integer { min: 100, max: 599 }).default(Default::Int(503)),
+        Field::new("message", Type::String),
+        Field::new("mode", Type::OneOf(&["a", "b"])).required(),
+    ];
+
+    #[test]
+    fn defaults_nulls_and_violations() {
+        let v = validate(FIELDS, &json!({"mode": "a"})).unwrap();
+        assert_eq!(v, json!({"status_code": 503, "message": null, "mode": "a"}));
+        let e = validate(FIELDS, &json!({"status_code": 99, "extra": 1})).unwrap_err();
+        assert!(e.contains(&(
+            "status_code".into(),
+            "value should be between 100 and 599".into()
+        )));
+        assert!(e.contains(&("extra".into(), "unknown field".into())));
+        assert!(e.contains(&("mode".into(), "required field missing".into())));
+        let s = kong_json(FIELDS);
+        assert_eq!(
+            s["fields"][4]["config"]["fields"][0]["status_code"]["default"],
+            503
+        );
+    }
+}
