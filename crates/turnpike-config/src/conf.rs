@@ -764,6 +764,32 @@ pub fn parse_cidr(s: &str) -> Option<(std::net::IpAddr, u8)> {
     Some((ip, len))
 }
 
+/// Whether `ip` lies in `net/len` (an IPv4 network also matches IPv4-mapped IPv6 addresses).
+pub fn cidr_contains(net: std::net::IpAddr, len: u8, ip: std::net::IpAddr) -> bool {
+    let ip = match (net, ip) {
+        (std::net::IpAddr::V4(_), std::net::IpAddr::V6(v6)) => match v6.to_ipv4_mapped() {
+            Some(v4) => std::net::IpAddr::V4(v4),
+            None => return false,
+        },
+        _ => ip,
+    };
+    match (net, ip) {
+        (std::net::IpAddr::V4(n), std::net::IpAddr::V4(i)) => {
+            let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+            u32::from(n) & mask == u32::from(i) & mask
+        }
+        (std::net::IpAddr::V6(n), std::net::IpAddr::V6(i)) => {
+            let mask = if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - len)
+            };
+            u128::from(n) & mask == u128::from(i) & mask
+        }
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

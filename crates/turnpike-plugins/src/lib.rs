@@ -7,6 +7,7 @@
 //! chain of handlers that apply to it, in Kong's PRIORITY order, and per request only walks that
 //! chain. A route without plugins pays one empty-slice check.
 
+pub mod ip_restriction;
 pub mod request_termination;
 pub mod schema;
 
@@ -25,6 +26,8 @@ pub struct AccessRequest<'a> {
     pub query: Option<&'a str>,
     pub headers: &'a HeaderMap,
     pub tls: bool,
+    /// The client's address: the connection's peer, or the X-Real-IP a trusted proxy sent.
+    pub client_ip: std::net::IpAddr,
 }
 
 impl AccessRequest<'_> {
@@ -96,7 +99,10 @@ pub struct Registry {
 /// Every plugin compiled in (Kong's `plugins = bundled`).
 pub fn bundled() -> Registry {
     Registry {
-        plugins: vec![&request_termination::RequestTermination],
+        plugins: vec![
+            &ip_restriction::IpRestriction,
+            &request_termination::RequestTermination,
+        ],
     }
 }
 

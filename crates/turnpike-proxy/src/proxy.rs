@@ -267,6 +267,7 @@ async fn route_and_proxy(
             query: orig_uri.query(),
             headers: &parts.headers,
             tls: conn.tls,
+            client_ip: client_ip(conn, &parts.headers),
         };
         for plugin in chain.iter() {
             if let Access::Exit(e) = plugin.access(&access) {
@@ -446,6 +447,21 @@ fn apply_overrides(h: &mut HeaderMap, overrides: &Overrides) {
             }
         }
     }
+}
+
+/// The client's address as Kong's `kong.client.get_forwarded_ip` sees it: the X-Real-IP sent by
+/// a trusted proxy (`trusted_ips`), the connection's peer otherwise.
+fn client_ip(conn: &ConnInfo, h: &HeaderMap) -> std::net::IpAddr {
+    if conn.trusted {
+        if let Some(ip) = h
+            .get(&X_REAL_IP)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse().ok())
+        {
+            return ip;
+        }
+    }
+    conn.peer.ip()
 }
 
 /// Kong's X-Forwarded-* and X-Real-IP: taken from the client only when it is in

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use rustls::sign::CertifiedKey;
-use turnpike_config::conf::{parse_cidr, Conf, HeaderSet};
+use turnpike_config::conf::{cidr_contains, parse_cidr, Conf, HeaderSet};
 use turnpike_config::Config;
 
 use crate::pool::PoolSettings;
@@ -72,31 +72,6 @@ impl Settings {
         self.trusted_ips
             .iter()
             .any(|(net, len)| cidr_contains(*net, *len, ip))
-    }
-}
-
-fn cidr_contains(net: IpAddr, len: u8, ip: IpAddr) -> bool {
-    let ip = match (net, ip) {
-        (IpAddr::V4(_), IpAddr::V6(v6)) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => return false,
-        },
-        _ => ip,
-    };
-    match (net, ip) {
-        (IpAddr::V4(n), IpAddr::V4(i)) => {
-            let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
-            u32::from(n) & mask == u32::from(i) & mask
-        }
-        (IpAddr::V6(n), IpAddr::V6(i)) => {
-            let mask = if len == 0 {
-                0
-            } else {
-                u128::MAX << (128 - len)
-            };
-            u128::from(n) & mask == u128::from(i) & mask
-        }
-        _ => false,
     }
 }
 

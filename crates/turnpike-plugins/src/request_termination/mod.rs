@@ -160,6 +160,7 @@ mod tests {
             query,
             headers: &map,
             tls: false,
+            client_ip: "127.0.0.1".parse().unwrap(),
         };
         match h.access(&req) {
             Access::Continue => None,
