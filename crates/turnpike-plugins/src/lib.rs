@@ -7,6 +7,7 @@
 //! chain of handlers that apply to it, in Kong's PRIORITY order, and per request only walks that
 //! chain. A route without plugins pays one empty-slice check.
 
+pub mod correlation_id;
 pub mod ip_restriction;
 pub mod request_termination;
 pub mod schema;
@@ -18,13 +19,17 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use serde_json::Value;
 use turnpike_config::declarative::PluginRegistry;
 
-/// What a plugin sees of a request in the access phase.
+/// What a plugin sees of a request in the access phase, and what it may change.
 pub struct AccessRequest<'a> {
     pub method: &'a str,
     /// The normalised request path.
     pub path: &'a str,
     pub query: Option<&'a str>,
-    pub headers: &'a HeaderMap,
+    /// The request headers, as they will go upstream: plugins may add or remove some.
+    pub headers: &'a mut HeaderMap,
+    /// Headers to add to the response the client gets (upstream's or a plugin's), for plugins
+    /// whose header_filter phase only adds headers.
+    pub response_headers: &'a mut Vec<(HeaderName, HeaderValue)>,
     pub tls: bool,
     /// The client's address: the connection's peer, or the X-Real-IP a trusted proxy sent.
     pub client_ip: std::net::IpAddr,
@@ -72,7 +77,7 @@ pub enum Access {
 
 /// A configured plugin instance.
 pub trait Handler: Send + Sync {
-    fn access(&self, req: &AccessRequest<'_>) -> Access;
+    fn access(&self, req: &mut AccessRequest<'_>) -> Access;
 }
 
 /// A plugin: its identity, its config schema and how it turns a config into a handler.
@@ -100,6 +105,7 @@ pub struct Registry {
 pub fn bundled() -> Registry {
     Registry {
         plugins: vec![
+            &correlation_id::CorrelationId,
             &ip_restriction::IpRestriction,
             &request_termination::RequestTermination,
         ],

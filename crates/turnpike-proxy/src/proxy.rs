@@ -131,9 +131,14 @@ pub async fn handle(
     let guard = RequestGuard::new(conn.clone(), ctx.deadlines.clone());
     let request_id = ctx.request_id();
     let settings = &ctx.gateway.settings;
-    let mut resp = route_and_proxy(&ctx, &conn, req, &request_id, start).await;
+    // Response headers the route's plugins asked for (their header_filter phase).
+    let mut plugin_headers = Vec::new();
+    let mut resp = route_and_proxy(&ctx, &conn, req, &request_id, start, &mut plugin_headers).await;
     resp.body_mut().set_guard(guard);
     let h = resp.headers_mut();
+    for (k, v) in plugin_headers {
+        h.insert(k, v);
+    }
     if settings.headers.request_id {
         h.insert(X_KONG_REQUEST_ID.clone(), request_id);
     }
@@ -186,6 +191,7 @@ async fn route_and_proxy(
     mut req: Request<Incoming>,
     rid: &HeaderValue,
     start: Instant,
+    plugin_headers: &mut Vec<(HeaderName, HeaderValue)>,
 ) -> Response<ProxyBody> {
     let snap = ctx.snapshot();
     let upgrade = is_upgrade(&req);
@@ -261,16 +267,18 @@ async fn route_and_proxy(
     // The access phase of the route's plugins; one of them may answer instead of the upstream.
     let chain = &snap.chains[route.route_index];
     if !chain.is_empty() {
-        let access = AccessRequest {
+        let client_ip = client_ip(conn, &parts.headers);
+        let mut access = AccessRequest {
             method: parts.method.as_str(),
             path: &path,
             query: orig_uri.query(),
-            headers: &parts.headers,
+            headers: &mut parts.headers,
+            response_headers: plugin_headers,
             tls: conn.tls,
-            client_ip: client_ip(conn, &parts.headers),
+            client_ip,
         };
         for plugin in chain.iter() {
-            if let Access::Exit(e) = plugin.access(&access) {
+            if let Access::Exit(e) = plugin.access(&mut access) {
                 let mut r = Response::new(ProxyBody::full(e.body));
                 *r.status_mut() = e.status;
                 for (k, v) in e.headers {

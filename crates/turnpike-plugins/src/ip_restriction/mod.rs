@@ -58,7 +58,7 @@ impl PluginSpec for IpRestriction {
 }
 
 impl Handler for Configured {
-    fn access(&self, req: &AccessRequest<'_>) -> Access {
+    fn access(&self, req: &mut AccessRequest<'_>) -> Access {
         let ip = req.client_ip;
         let in_list = |list: &[(IpAddr, u8)]| list.iter().any(|(n, l)| cidr_contains(*n, *l, ip));
         let denied = in_list(&self.deny) || self.allow.as_ref().is_some_and(|a| !in_list(a));
@@ -84,16 +84,18 @@ mod tests {
             schema::entity_checks(&full)
         );
         let h = IpRestriction.build(&full).unwrap();
-        let headers = http::HeaderMap::new();
-        let req = AccessRequest {
+        let mut headers = http::HeaderMap::new();
+        let mut extra = Vec::new();
+        let mut req = AccessRequest {
             method: "GET",
             path: "/",
             query: None,
-            headers: &headers,
+            headers: &mut headers,
+            response_headers: &mut extra,
             tls: false,
             client_ip: ip.parse().unwrap(),
         };
-        match h.access(&req) {
+        match h.access(&mut req) {
             Access::Continue => None,
             Access::Exit(e) => Some(e.status.as_u16()),
         }

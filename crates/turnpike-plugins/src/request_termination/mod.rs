@@ -91,7 +91,7 @@ impl PluginSpec for RequestTermination {
 }
 
 impl Handler for Configured {
-    fn access(&self, req: &AccessRequest<'_>) -> Access {
+    fn access(&self, req: &mut AccessRequest<'_>) -> Access {
         if let Some(arg) = &self.trigger_arg {
             let by_header = self
                 .trigger
@@ -154,15 +154,17 @@ mod tests {
                 HeaderValue::from_str(v).unwrap(),
             );
         }
-        let req = AccessRequest {
+        let mut extra = Vec::new();
+        let mut req = AccessRequest {
             method: "GET",
             path: "/x",
             query,
-            headers: &map,
+            headers: &mut map,
+            response_headers: &mut extra,
             tls: false,
             client_ip: "127.0.0.1".parse().unwrap(),
         };
-        match h.access(&req) {
+        match h.access(&mut req) {
             Access::Continue => None,
             Access::Exit(e) => Some(e),
         }
