@@ -9,6 +9,7 @@
 
 pub mod correlation_id;
 pub mod ip_restriction;
+pub mod key_auth;
 pub mod request_termination;
 pub mod schema;
 
@@ -33,6 +34,140 @@ pub struct AccessRequest<'a> {
     pub tls: bool,
     /// The client's address: the connection's peer, or the X-Real-IP a trusted proxy sent.
     pub client_ip: std::net::IpAddr,
+    /// Set by an authentication plugin; read by the plugins after it.
+    pub consumer: Option<Arc<Identity>>,
+    /// A replacement for the query string sent upstream (e.g. a credential removed from it).
+    pub upstream_query: Option<String>,
+}
+
+/// An authenticated (or anonymous) consumer, as the upstream is told about it.
+#[derive(Debug)]
+pub struct Identity {
+    pub consumer_id: String,
+    pub username: Option<String>,
+    pub custom_id: Option<String>,
+    /// The credential that authenticated the request; `None` for the anonymous consumer.
+    pub credential_id: Option<String>,
+}
+
+pub static X_CONSUMER_ID: HeaderName = HeaderName::from_static("x-consumer-id");
+pub static X_CONSUMER_CUSTOM_ID: HeaderName = HeaderName::from_static("x-consumer-custom-id");
+pub static X_CONSUMER_USERNAME: HeaderName = HeaderName::from_static("x-consumer-username");
+pub static X_CREDENTIAL_IDENTIFIER: HeaderName = HeaderName::from_static("x-credential-identifier");
+pub static X_ANONYMOUS_CONSUMER: HeaderName = HeaderName::from_static("x-anonymous-consumer");
+
+impl AccessRequest<'_> {
+    /// Kong's `set_consumer`: records the consumer and tells the upstream who it is (and
+    /// removes whatever a client sent in those headers).
+    pub fn set_consumer(&mut self, who: Arc<Identity>) {
+        let h = &mut *self.headers;
+        let mut put = |name: &HeaderName, v: Option<&str>| match v
+            .and_then(|v| HeaderValue::from_str(v).ok())
+        {
+            Some(v) => {
+                h.insert(name.clone(), v);
+            }
+            None => {
+                h.remove(name);
+            }
+        };
+        put(&X_CONSUMER_ID, Some(&who.consumer_id));
+        put(&X_CONSUMER_CUSTOM_ID, who.custom_id.as_deref());
+        put(&X_CONSUMER_USERNAME, who.username.as_deref());
+        put(&X_CREDENTIAL_IDENTIFIER, who.credential_id.as_deref());
+        put(
+            &X_ANONYMOUS_CONSUMER,
+            who.credential_id.is_none().then_some("true"),
+        );
+        self.consumer = Some(who);
+    }
+}
+
+/// What plugins may consult while they are built: the snapshot's consumers and credentials,
+/// indexed once per snapshot and only if some plugin asks.
+pub struct BuildContext<'a> {
+    pub config: &'a turnpike_config::Config,
+    consumers: std::sync::OnceLock<Arc<ConsumerIndex>>,
+    key_auth: std::sync::OnceLock<Arc<KeyIndex>>,
+}
+
+/// Consumers by id and by username.
+pub type ConsumerIndex = std::collections::HashMap<String, Arc<Identity>>;
+/// key-auth credentials by key.
+pub type KeyIndex = std::collections::HashMap<Box<str>, Arc<Identity>>;
+
+impl<'a> BuildContext<'a> {
+    pub fn new(config: &'a turnpike_config::Config) -> Self {
+        BuildContext {
+            config,
+            consumers: std::sync::OnceLock::new(),
+            key_auth: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// A consumer by id or username, as the anonymous consumer of an auth plugin.
+    pub fn consumer(&self, key: &str) -> Option<Arc<Identity>> {
+        self.consumers
+            .get_or_init(|| {
+                let mut m = ConsumerIndex::new();
+                for c in &self.config.consumers {
+                    let who = Arc::new(Identity {
+                        consumer_id: c.id.clone(),
+                        username: c.username.clone(),
+                        custom_id: c.custom_id.clone(),
+                        credential_id: None,
+                    });
+                    if let Some(u) = &c.username {
+                        m.insert(u.clone(), who.clone());
+                    }
+                    m.insert(c.id.clone(), who);
+                }
+                Arc::new(m)
+            })
+            .get(key)
+            .cloned()
+    }
+
+    /// Every key-auth key with the consumer it authenticates.
+    pub fn key_auth(&self) -> Arc<KeyIndex> {
+        self.key_auth
+            .get_or_init(|| {
+                let consumers: std::collections::HashMap<
+                    &str,
+                    &turnpike_config::declarative::Consumer,
+                > = self
+                    .config
+                    .consumers
+                    .iter()
+                    .map(|c| (c.id.as_str(), c))
+                    .collect();
+                let mut m = KeyIndex::new();
+                for cred in self
+                    .config
+                    .credentials
+                    .iter()
+                    .filter(|c| c.kind == turnpike_config::declarative::CredentialKind::KeyAuth)
+                {
+                    let (Some(key), Some(c)) = (
+                        cred.fields.get("key").and_then(|k| k.as_str()),
+                        consumers.get(cred.consumer.id.as_str()),
+                    ) else {
+                        continue;
+                    };
+                    m.insert(
+                        key.into(),
+                        Arc::new(Identity {
+                            consumer_id: c.id.clone(),
+                            username: c.username.clone(),
+                            custom_id: c.custom_id.clone(),
+                            credential_id: Some(cred.id.clone()),
+                        }),
+                    );
+                }
+                Arc::new(m)
+            })
+            .clone()
+    }
 }
 
 impl AccessRequest<'_> {
@@ -93,7 +228,7 @@ pub trait PluginSpec: Send + Sync {
     fn entity_checks(&self, _config: &Value) -> Vec<(String, String)> {
         Vec::new()
     }
-    fn build(&self, config: &Value) -> Result<Arc<dyn Handler>, String>;
+    fn build(&self, config: &Value, ctx: &BuildContext) -> Result<Arc<dyn Handler>, String>;
 }
 
 /// The plugins this build carries.
@@ -107,6 +242,7 @@ pub fn bundled() -> Registry {
         plugins: vec![
             &correlation_id::CorrelationId,
             &ip_restriction::IpRestriction,
+            &key_auth::KeyAuth,
             &request_termination::RequestTermination,
         ],
     }

@@ -37,6 +37,7 @@ pub enum Default {
     Int(i64),
     Bool(bool),
     EmptyArray,
+    StrArray(&'static [&'static str]),
 }
 
 impl Default {
@@ -46,6 +47,7 @@ impl Default {
             Default::Int(i) => Value::from(i),
             Default::Bool(b) => Value::Bool(b),
             Default::EmptyArray => Value::Array(Vec::new()),
+            Default::StrArray(a) => Value::from(a.to_vec()),
         }
     }
 }

@@ -266,6 +266,7 @@ async fn route_and_proxy(
 
     // The access phase of the route's plugins; one of them may answer instead of the upstream.
     let chain = &snap.chains[route.route_index];
+    let mut upstream_query: Option<String> = None;
     if !chain.is_empty() {
         let client_ip = client_ip(conn, &parts.headers);
         let mut access = AccessRequest {
@@ -276,6 +277,8 @@ async fn route_and_proxy(
             response_headers: plugin_headers,
             tls: conn.tls,
             client_ip,
+            consumer: None,
+            upstream_query: None,
         };
         for plugin in chain.iter() {
             if let Access::Exit(e) = plugin.access(&mut access) {
@@ -287,6 +290,7 @@ async fn route_and_proxy(
                 return own_response(ctx, r, start);
             }
         }
+        upstream_query = access.upstream_query;
     }
 
     let Some(si) = route.service_index else {
@@ -309,9 +313,19 @@ async fn route_and_proxy(
         route.strip_path,
         route.path_handling_v1,
     );
-    if let Some(q) = orig_uri.query() {
-        up_path.push('?');
-        up_path.push_str(q);
+    match upstream_query.as_deref() {
+        // A plugin rewrote the query (e.g. removed a credential); empty means none.
+        Some("") => {}
+        Some(q) => {
+            up_path.push('?');
+            up_path.push_str(q);
+        }
+        None => {
+            if let Some(q) = orig_uri.query() {
+                up_path.push('?');
+                up_path.push_str(q);
+            }
+        }
     }
     let Ok(uri) = Uri::try_from(up_path) else {
         return kong_error(

@@ -36,6 +36,7 @@ pub type Chain = Arc<[Arc<dyn Handler>]>;
 fn compile_chains(config: &Config) -> Result<Vec<Chain>, String> {
     type Entry<'a> = (i32, &'static str, Arc<dyn Handler>);
     let registry = turnpike_plugins::bundled();
+    let build_ctx = turnpike_plugins::BuildContext::new(config);
     let mut global: Vec<Entry> = Vec::new();
     let mut by_service: FxHashMap<&str, Vec<Entry>> = FxHashMap::default();
     let mut by_route: FxHashMap<&str, Vec<Entry>> = FxHashMap::default();
@@ -49,7 +50,7 @@ fn compile_chains(config: &Config) -> Result<Vec<Chain>, String> {
             .get(&p.name)
             .ok_or_else(|| format!("plugin {}: '{}' is not available", p.id, p.name))?;
         let handler = spec
-            .build(&p.config)
+            .build(&p.config, &build_ctx)
             .map_err(|e| format!("plugin {} ({}): {e}", p.id, p.name))?;
         let entry = (spec.priority(), spec.name(), handler);
         match (&p.route, &p.service) {

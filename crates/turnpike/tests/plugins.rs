@@ -365,3 +365,209 @@ plugins:
         .header("x-correlation")
         .is_none());
 }
+
+async fn call(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Reply {
+    let mut b = req(method, path);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    send(
+        addr,
+        b.body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap(),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn key_auth_identifies_consumers() {
+    let up = Upstream::start("keys");
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
+consumers:
+- username: alice
+  custom_id: A-1
+  keyauth_credentials:
+  - key: alice-key
+- username: guest
+services:
+- name: svc
+  url: {url}
+  routes:
+  - name: plain
+    paths: [/plain]
+    plugins:
+    - name: key-auth
+  - name: hidden
+    paths: [/hidden]
+    plugins:
+    - name: key-auth
+      config: {{key_names: [x-api-key], hide_credentials: true, realm: api, run_on_preflight: false}}
+  - name: open
+    paths: [/open]
+    plugins:
+    - name: key-auth
+      config: {{anonymous: guest}}
+  - name: broken
+    paths: [/broken]
+    plugins:
+    - name: key-auth
+      config: {{anonymous: nobody}}
+"#,
+        url = up.url()
+    ))
+    .start();
+    let p = gw.proxy;
+    // No key, a wrong key: Kong's 401s and challenge.
+    let r = call(p, "GET", "/plain", &[]).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (401, json!({"message": "No API key found in request"}))
+    );
+    assert_eq!(r.header("www-authenticate"), Some("Key"));
+    let r = call(p, "GET", "/plain", &[("apikey", "nope")]).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (401, json!({"message": "Unauthorized"}))
+    );
+    let r = call(
+        p,
+        "GET",
+        "/plain",
+        &[("apikey", "alice-key"), ("apikey", "alice-key")],
+    )
+    .await;
+    assert_eq!(r.status, 401);
+    // By header and by query; the upstream learns who it is, and spoofed identity headers go.
+    let r = call(
+        p,
+        "GET",
+        "/plain",
+        &[("apikey", "alice-key"), ("x-consumer-username", "mallory")],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let h = r.json()["headers"].clone();
+    assert_eq!(h["x-consumer-username"], "alice");
+    assert_eq!(h["x-consumer-custom-id"], "A-1");
+    assert!(h["x-consumer-id"].is_string() && h["x-credential-identifier"].is_string());
+    assert!(h["x-anonymous-consumer"].is_null());
+    assert_eq!(h["apikey"], "alice-key");
+    let r = call(p, "GET", "/plain?apikey=alice-key&x=1", &[]).await;
+    assert_eq!(r.status, 200);
+    // strip_path (default on) leaves "/" of the path.
+    assert_eq!(r.json()["uri"], "/?apikey=alice-key&x=1");
+
+    // hide_credentials removes the key from the header or the query; realm; preflight.
+    let r = call(p, "GET", "/hidden", &[("x-api-key", "alice-key")]).await;
+    assert_eq!(r.status, 200);
+    assert!(r.json()["headers"]["x-api-key"].is_null());
+    let r = call(p, "GET", "/hidden?a=1&x-api-key=alice-key", &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["uri"], "/?a=1");
+    let r = call(p, "GET", "/hidden", &[]).await;
+    assert_eq!(r.header("www-authenticate"), Some("Key realm=\"api\""));
+    assert_eq!(call(p, "OPTIONS", "/hidden", &[]).await.status, 200);
+
+    // anonymous: no key is the anonymous consumer; a good key still identifies.
+    let r = call(p, "GET", "/open", &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["headers"]["x-anonymous-consumer"], "true");
+    assert_eq!(r.json()["headers"]["x-consumer-username"], "guest");
+    let r = call(p, "GET", "/open", &[("apikey", "alice-key")]).await;
+    assert_eq!(r.json()["headers"]["x-consumer-username"], "alice");
+    let r = call(p, "GET", "/broken", &[]).await;
+    assert_eq!(r.status, 500);
+    assert!(r.json()["message"]
+        .as_str()
+        .unwrap()
+        .contains("anonymous consumer nobody"));
+}
+
+#[tokio::test]
+async fn key_auth_credentials_through_the_admin_api() {
+    let up = Upstream::start("keys-admin");
+    let gw = Gateway::sqlite().start();
+    assert_eq!(
+        gw.admin(
+            "POST",
+            "/services",
+            Some(json!({"name": "s", "url": up.url()}))
+        )
+        .await
+        .status,
+        201
+    );
+    assert_eq!(
+        gw.admin(
+            "POST",
+            "/services/s/routes",
+            Some(json!({"name": "r", "paths": ["/k"]}))
+        )
+        .await
+        .status,
+        201
+    );
+    assert_eq!(
+        gw.admin(
+            "POST",
+            "/services/s/plugins",
+            Some(json!({"name": "key-auth"}))
+        )
+        .await
+        .status,
+        201
+    );
+    assert_eq!(
+        gw.admin("POST", "/consumers", Some(json!({"username": "bob"})))
+            .await
+            .status,
+        201
+    );
+    let k = gw.admin("POST", "/consumers/bob/key-auth", None).await;
+    assert_eq!(k.status, 201);
+    let key = k.json()["key"].as_str().unwrap().to_string();
+    let proxy = gw.proxy;
+    assert!(
+        eventually(std::time::Duration::from_secs(10), async || {
+            call(proxy, "GET", "/k", &[("apikey", key.as_str())])
+                .await
+                .status
+                == 200
+        })
+        .await
+    );
+    // Deleting the consumer revokes the key.
+    assert_eq!(gw.admin("DELETE", "/consumers/bob", None).await.status, 204);
+    assert!(
+        eventually(std::time::Duration::from_secs(10), async || {
+            call(proxy, "GET", "/k", &[("apikey", key.as_str())])
+                .await
+                .status
+                == 401
+        })
+        .await
+    );
+    // Bad key-auth configs are Kong-shaped schema violations.
+    let r = gw
+        .admin(
+            "POST",
+            "/plugins",
+            Some(json!({"name": "key-auth", "config": {"key_names": ["bad name"]}})),
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    assert!(
+        r.json()["fields"]["config"]["key_names"]["1"]
+            .as_str()
+            .unwrap()
+            .starts_with("bad header name 'bad name'"),
+        "{:?}",
+        r.json()
+    );
+}

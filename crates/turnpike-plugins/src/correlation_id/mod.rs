@@ -51,7 +51,11 @@ impl PluginSpec for CorrelationId {
         }
         Vec::new()
     }
-    fn build(&self, config: &Value) -> Result<Arc<dyn Handler>, String> {
+    fn build(
+        &self,
+        config: &Value,
+        _ctx: &crate::BuildContext,
+    ) -> Result<Arc<dyn Handler>, String> {
         let name = config["header_name"].as_str().unwrap_or("Kong-Request-ID");
         let header = HeaderName::from_bytes(name.as_bytes()).map_err(|e| e.to_string())?;
         let generator = match config["generator"].as_str() {
@@ -120,7 +124,9 @@ mod tests {
         incoming: Option<&str>,
     ) -> (Option<String>, Vec<(HeaderName, HeaderValue)>) {
         let full = validate(schema::FIELDS, &config).unwrap();
-        let h = CorrelationId.build(&full).unwrap();
+        let h = CorrelationId
+            .build(&full, &crate::BuildContext::new(&Default::default()))
+            .unwrap();
         let mut headers = http::HeaderMap::new();
         let name =
             HeaderName::from_bytes(full["header_name"].as_str().unwrap().as_bytes()).unwrap();
@@ -136,6 +142,8 @@ mod tests {
             response_headers: &mut extra,
             tls: false,
             client_ip: "127.0.0.1".parse().unwrap(),
+            consumer: None,
+            upstream_query: None,
         };
         assert!(matches!(h.access(&mut req), Access::Continue));
         let sent = headers.get(&name).map(|v| v.to_str().unwrap().to_string());

@@ -42,7 +42,11 @@ impl PluginSpec for IpRestriction {
     fn entity_checks(&self, config: &Value) -> Vec<(String, String)> {
         schema::entity_checks(config)
     }
-    fn build(&self, config: &Value) -> Result<Arc<dyn Handler>, String> {
+    fn build(
+        &self,
+        config: &Value,
+        _ctx: &crate::BuildContext,
+    ) -> Result<Arc<dyn Handler>, String> {
         let status = StatusCode::from_u16(config["status"].as_u64().unwrap_or(403) as u16)
             .map_err(|e| e.to_string())?;
         Ok(Arc::new(Configured {
@@ -83,7 +87,9 @@ mod tests {
             "{:?}",
             schema::entity_checks(&full)
         );
-        let h = IpRestriction.build(&full).unwrap();
+        let h = IpRestriction
+            .build(&full, &crate::BuildContext::new(&Default::default()))
+            .unwrap();
         let mut headers = http::HeaderMap::new();
         let mut extra = Vec::new();
         let mut req = AccessRequest {
@@ -94,6 +100,8 @@ mod tests {
             response_headers: &mut extra,
             tls: false,
             client_ip: ip.parse().unwrap(),
+            consumer: None,
+            upstream_query: None,
         };
         match h.access(&mut req) {
             Access::Continue => None,

@@ -50,7 +50,11 @@ impl PluginSpec for RequestTermination {
     fn entity_checks(&self, config: &Value) -> Vec<(String, String)> {
         schema::entity_checks(config)
     }
-    fn build(&self, config: &Value) -> Result<Arc<dyn Handler>, String> {
+    fn build(
+        &self,
+        config: &Value,
+        _ctx: &crate::BuildContext,
+    ) -> Result<Arc<dyn Handler>, String> {
         let code = config["status_code"].as_u64().unwrap_or(503) as u16;
         let status = StatusCode::from_u16(code).map_err(|e| e.to_string())?;
         let message = config["message"]
@@ -146,7 +150,9 @@ mod tests {
     fn run(config: Value, headers: &[(&str, &str)], query: Option<&str>) -> Option<Exit> {
         let full = validate(schema::FIELDS, &config).unwrap();
         assert!(schema::entity_checks(&full).is_empty());
-        let h = RequestTermination.build(&full).unwrap();
+        let h = RequestTermination
+            .build(&full, &crate::BuildContext::new(&Default::default()))
+            .unwrap();
         let mut map = http::HeaderMap::new();
         for (k, v) in headers {
             map.insert(
@@ -163,6 +169,8 @@ mod tests {
             response_headers: &mut extra,
             tls: false,
             client_ip: "127.0.0.1".parse().unwrap(),
+            consumer: None,
+            upstream_query: None,
         };
         match h.access(&mut req) {
             Access::Continue => None,

@@ -1,0 +1,169 @@
+//! key-auth (PRIORITY 1250): authenticates a request by an API key sent in a header or a query
+//! argument, and tells the upstream which consumer it is. Keys are looked up in an index built
+//! with the config snapshot: a request costs one hash-map look-up and never a store round trip.
+
+mod schema;
+
+use std::sync::Arc;
+
+use http::{HeaderName, HeaderValue, StatusCode};
+use serde_json::Value;
+
+use crate::{Access, AccessRequest, BuildContext, Exit, Handler, Identity, KeyIndex, PluginSpec};
+
+pub struct KeyAuth;
+
+const NO_KEY: &str = "No API key found in request";
+const INVALID: &str = "Unauthorized";
+const DUPLICATE: &str = "Duplicate API key found";
+
+struct Configured {
+    keys: Arc<KeyIndex>,
+    /// (header name, query argument name) per configured key name.
+    names: Vec<(HeaderName, String)>,
+    in_header: bool,
+    in_query: bool,
+    hide_credentials: bool,
+    run_on_preflight: bool,
+    www_authenticate: HeaderValue,
+    /// `Err` when `anonymous` names a consumer that does not exist (Kong answers 500 then).
+    anonymous: Option<Result<Arc<Identity>, String>>,
+}
+
+impl PluginSpec for KeyAuth {
+    fn name(&self) -> &'static str {
+        "key-auth"
+    }
+    fn priority(&self) -> i32 {
+        1250
+    }
+    fn fields(&self) -> &'static [crate::schema::Field] {
+        schema::FIELDS
+    }
+    fn entity_checks(&self, config: &Value) -> Vec<(String, String)> {
+        schema::entity_checks(config)
+    }
+    fn build(&self, config: &Value, ctx: &BuildContext) -> Result<Arc<dyn Handler>, String> {
+        let names = config["key_names"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|n| n.as_str())
+            .filter_map(|n| Some((HeaderName::from_bytes(n.as_bytes()).ok()?, n.to_string())))
+            .collect();
+        let realm = match config["realm"].as_str() {
+            Some(r) => format!("Key realm=\"{r}\""),
+            None => "Key".to_string(),
+        };
+        let anonymous = config["anonymous"].as_str().map(|a| {
+            ctx.consumer(a)
+                .ok_or_else(|| format!("anonymous consumer {a} is configured but doesn't exist"))
+        });
+        Ok(Arc::new(Configured {
+            keys: ctx.key_auth(),
+            names,
+            in_header: config["key_in_header"].as_bool().unwrap_or(true),
+            in_query: config["key_in_query"].as_bool().unwrap_or(true),
+            hide_credentials: config["hide_credentials"].as_bool().unwrap_or(false),
+            run_on_preflight: config["run_on_preflight"].as_bool().unwrap_or(true),
+            www_authenticate: HeaderValue::from_str(&realm)
+                .map_err(|_| "invalid realm".to_string())?,
+            anonymous,
+        }))
+    }
+}
+
+/// Removes one argument from a query string.
+fn without_arg(query: &str, name: &str) -> String {
+    query
+        .split('&')
+        .filter(|kv| kv.split_once('=').map_or(*kv, |(k, _)| k) != name)
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+impl Configured {
+    fn fail(&self, req: &mut AccessRequest<'_>, message: &str) -> Access {
+        match &self.anonymous {
+            Some(Ok(who)) => {
+                req.set_consumer(who.clone());
+                Access::Continue
+            }
+            Some(Err(e)) => Access::Exit(Exit::message(StatusCode::INTERNAL_SERVER_ERROR, e)),
+            None => {
+                let mut e = Exit::message(StatusCode::UNAUTHORIZED, message);
+                e.headers.push((
+                    http::header::WWW_AUTHENTICATE,
+                    self.www_authenticate.clone(),
+                ));
+                Access::Exit(e)
+            }
+        }
+    }
+}
+
+impl Handler for Configured {
+    fn access(&self, req: &mut AccessRequest<'_>) -> Access {
+        if !self.run_on_preflight && req.method == "OPTIONS" {
+            return Access::Continue;
+        }
+        // With `anonymous`, auth plugins form a logical OR: one that already found a real
+        // consumer settles it.
+        if self.anonymous.is_some()
+            && req
+                .consumer
+                .as_ref()
+                .is_some_and(|c| c.credential_id.is_some())
+        {
+            return Access::Continue;
+        }
+        let mut found: Option<(String, &HeaderName, &str, bool)> = None;
+        for (header, arg) in &self.names {
+            if self.in_header {
+                let mut values = req.headers.get_all(header).iter();
+                if let Some(v) = values.next() {
+                    if values.next().is_some() {
+                        return self.fail(req, DUPLICATE);
+                    }
+                    if let Ok(s) = v.to_str() {
+                        found = Some((s.to_string(), header, arg, true));
+                        break;
+                    }
+                }
+            }
+            if self.in_query {
+                if let Some(v) = req.query_arg(arg) {
+                    found = Some((v.to_string(), header, arg, false));
+                    break;
+                }
+            }
+        }
+        let Some((key, header, arg, in_header)) = found.filter(|f| !f.0.is_empty()) else {
+            return self.fail(req, NO_KEY);
+        };
+        let Some(who) = self.keys.get(key.as_str()).cloned() else {
+            return self.fail(req, INVALID);
+        };
+        if self.hide_credentials {
+            if in_header {
+                req.headers.remove(header);
+            } else if let Some(q) = req.upstream_query.clone().or(req.query.map(String::from)) {
+                req.upstream_query = Some(without_arg(&q, arg));
+            }
+        }
+        req.set_consumer(who);
+        Access::Continue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_arguments_are_removed_exactly() {
+        assert_eq!(without_arg("a=1&apikey=k&b=2", "apikey"), "a=1&b=2");
+        assert_eq!(without_arg("apikey=k", "apikey"), "");
+        assert_eq!(without_arg("apikey2=x&apikey", "apikey"), "apikey2=x");
+    }
+}
