@@ -10,6 +10,7 @@
 pub mod correlation_id;
 pub mod ip_restriction;
 pub mod key_auth;
+pub mod rate_limiting;
 pub mod request_termination;
 pub mod schema;
 
@@ -38,6 +39,9 @@ pub struct AccessRequest<'a> {
     pub consumer: Option<Arc<Identity>>,
     /// A replacement for the query string sent upstream (e.g. a credential removed from it).
     pub upstream_query: Option<String>,
+    /// The matched route's id and its service's.
+    pub route_id: &'a str,
+    pub service_id: Option<&'a str>,
 }
 
 /// An authenticated (or anonymous) consumer, as the upstream is told about it.
@@ -243,6 +247,7 @@ pub fn bundled() -> Registry {
             &correlation_id::CorrelationId,
             &ip_restriction::IpRestriction,
             &key_auth::KeyAuth,
+            &rate_limiting::RateLimiting,
             &request_termination::RequestTermination,
         ],
     }

@@ -279,6 +279,10 @@ async fn route_and_proxy(
             client_ip,
             consumer: None,
             upstream_query: None,
+            route_id: &snap.config.routes[route.route_index].id,
+            service_id: route
+                .service_index
+                .map(|i| snap.config.services[i].id.as_str()),
         };
         for plugin in chain.iter() {
             if let Access::Exit(e) = plugin.access(&mut access) {

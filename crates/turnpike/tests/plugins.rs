@@ -571,3 +571,111 @@ async fn key_auth_credentials_through_the_admin_api() {
         r.json()
     );
 }
+
+// Rate-limit tests use the `year` window: a test never straddles its boundary, where a
+// minute or hour window could reset in the middle of a CI run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limiting_counts_per_consumer_and_exactly() {
+    let up = Upstream::start("rl");
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
+consumers:
+- username: a
+  keyauth_credentials: [{{key: ka}}]
+- username: b
+  keyauth_credentials: [{{key: kb}}]
+services:
+- name: svc
+  url: {url}
+  routes:
+  - name: per-consumer
+    paths: [/c]
+    plugins:
+    - name: key-auth
+    - name: rate-limiting
+      config: {{year: 3}}
+  - name: burst
+    paths: [/burst]
+    plugins:
+    - name: rate-limiting
+      config: {{year: 100, limit_by: ip, error_code: 403, error_message: "enough"}}
+  - name: quiet
+    paths: [/quiet]
+    plugins:
+    - name: rate-limiting
+      config: {{year: 1000, hide_client_headers: true}}
+"#,
+        url = up.url()
+    ))
+    .start();
+    let p = gw.proxy;
+    for left in [2, 1, 0] {
+        let r = call(p, "GET", "/c", &[("apikey", "ka")]).await;
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("x-ratelimit-limit-year"), Some("3"));
+        assert_eq!(
+            r.header("x-ratelimit-remaining-year"),
+            Some(left.to_string().as_str())
+        );
+        assert_eq!(
+            r.header("ratelimit-remaining"),
+            Some(left.to_string().as_str())
+        );
+    }
+    let r = call(p, "GET", "/c", &[("apikey", "ka")]).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (429, json!({"message": "API rate limit exceeded"}))
+    );
+    assert!(r.header("retry-after").unwrap().parse::<u64>().unwrap() > 0);
+    // Another consumer has its own count.
+    assert_eq!(call(p, "GET", "/c", &[("apikey", "kb")]).await.status, 200);
+    assert!(call(p, "GET", "/quiet", &[])
+        .await
+        .header("x-ratelimit-limit-year")
+        .is_none());
+
+    // 200 concurrent requests against a limit of 100 (both workers): exactly 100 pass.
+    let mut tasks = Vec::new();
+    for _ in 0..200 {
+        tasks.push(tokio::spawn(async move {
+            call(p, "GET", "/burst", &[]).await.status
+        }));
+    }
+    let mut ok = 0;
+    let mut refused = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            200 => ok += 1,
+            403 => refused += 1,
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!((ok, refused), (100, 100));
+}
+
+#[tokio::test]
+async fn rate_limiting_configs_are_checked() {
+    let gw = Gateway::sqlite().start();
+    for (config, field) in [
+        (json!({}), "@entity"),
+        (json!({"minute": 10, "second": 20}), "@entity"),
+        (json!({"minute": 10, "limit_by": "header"}), "header_name"),
+        (json!({"minute": 10, "policy": "redis"}), "policy"),
+        (json!({"minute": -1}), "minute"),
+    ] {
+        let r = gw
+            .admin(
+                "POST",
+                "/plugins",
+                Some(json!({"name": "rate-limiting", "config": config})),
+            )
+            .await;
+        assert_eq!(r.status, 400, "{config}");
+        let body = r.json();
+        assert!(
+            body["fields"]["config"][field].is_string(),
+            "{config}: {body}"
+        );
+    }
+}

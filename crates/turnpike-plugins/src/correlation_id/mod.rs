@@ -144,6 +144,8 @@ mod tests {
             client_ip: "127.0.0.1".parse().unwrap(),
             consumer: None,
             upstream_query: None,
+            route_id: "r",
+            service_id: None,
         };
         assert!(matches!(h.access(&mut req), Access::Continue));
         let sent = headers.get(&name).map(|v| v.to_str().unwrap().to_string());

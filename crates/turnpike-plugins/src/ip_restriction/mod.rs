@@ -102,6 +102,8 @@ mod tests {
             client_ip: ip.parse().unwrap(),
             consumer: None,
             upstream_query: None,
+            route_id: "r",
+            service_id: None,
         };
         match h.access(&mut req) {
             Access::Continue => None,

@@ -171,6 +171,8 @@ mod tests {
             client_ip: "127.0.0.1".parse().unwrap(),
             consumer: None,
             upstream_query: None,
+            route_id: "r",
+            service_id: None,
         };
         match h.access(&mut req) {
             Access::Continue => None,

@@ -1,0 +1,362 @@
+//! rate-limiting (PRIORITY 910), `local` policy: fixed calendar windows (second to year)
+//! counted per node, shared by all workers.
+//!
+//! Exact where Kong is not: Kong checks the count, lets the request through and increments
+//! afterwards, so concurrent requests overshoot the limit. Here taking a slot is one atomic
+//! compare-and-swap per window; a request that gets a slot in one window but not in a longer
+//! one gives the first back. The allowed count never exceeds the limit.
+//!
+//! Counters live outside the config snapshot (like Kong's shared dict), keyed like Kong's
+//! (`route:service:identifier:window start:period`), so config changes do not reset them.
+
+mod schema;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use dashmap::DashMap;
+use http::{HeaderName, HeaderValue, StatusCode};
+use serde_json::Value;
+
+use crate::{Access, AccessRequest, BuildContext, Exit, Handler, PluginSpec};
+
+pub struct RateLimiting;
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum Period {
+    Second,
+    Minute,
+    Hour,
+    Day,
+    Month,
+    Year,
+}
+
+impl Period {
+    const ALL: [Period; 6] = [
+        Period::Second,
+        Period::Minute,
+        Period::Hour,
+        Period::Day,
+        Period::Month,
+        Period::Year,
+    ];
+
+    fn name(self) -> &'static str {
+        schema::PERIODS[self as usize]
+    }
+
+    /// (window start, window end) in seconds since the epoch, calendar-aligned in UTC.
+    fn window(self, now: u64) -> (u64, u64) {
+        match self {
+            Period::Second => (now, now + 1),
+            Period::Minute => (now - now % 60, now - now % 60 + 60),
+            Period::Hour => (now - now % 3600, now - now % 3600 + 3600),
+            Period::Day => (now - now % 86400, now - now % 86400 + 86400),
+            Period::Month => {
+                let (y, m) = year_month(now);
+                (
+                    month_start(y, m),
+                    if m == 12 {
+                        month_start(y + 1, 1)
+                    } else {
+                        month_start(y, m + 1)
+                    },
+                )
+            }
+            Period::Year => {
+                let (y, _) = year_month(now);
+                (month_start(y, 1), month_start(y + 1, 1))
+            }
+        }
+    }
+}
+
+/// Days since the epoch for a civil date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: u64, d: u64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let m = m as i64;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146097 + doe - 719468
+}
+
+fn month_start(y: i64, m: u64) -> u64 {
+    (days_from_civil(y, m, 1) * 86400) as u64
+}
+
+fn year_month(now: u64) -> (i64, u64) {
+    let z = (now / 86400) as i64 + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u64;
+    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
+    (y, m)
+}
+
+/// The node's counters: Kong's `kong_rate_limiting_counters` shared dict.
+static COUNTERS: LazyLock<DashMap<String, Arc<AtomicU64>>> = LazyLock::new(DashMap::new);
+
+static LAST_SWEEP: AtomicU64 = AtomicU64::new(0);
+
+/// Drops counters of windows that have ended (called now and then, not per request).
+fn sweep(now: u64) {
+    COUNTERS.retain(|k, _| {
+        k.rsplit_once(':')
+            .and_then(|(_, end)| end.parse::<u64>().ok())
+            .is_none_or(|end| end > now)
+    });
+}
+
+#[derive(Clone, Copy)]
+enum LimitBy {
+    Consumer,
+    Credential,
+    Ip,
+    Service,
+    Header,
+    Path,
+}
+
+struct Configured {
+    limits: Vec<(Period, u64, HeaderName, HeaderName)>,
+    limit_by: LimitBy,
+    header_name: Option<HeaderName>,
+    path: Option<String>,
+    hide_headers: bool,
+    error_code: StatusCode,
+    error_message: String,
+}
+
+impl PluginSpec for RateLimiting {
+    fn name(&self) -> &'static str {
+        "rate-limiting"
+    }
+    fn priority(&self) -> i32 {
+        910
+    }
+    fn fields(&self) -> &'static [crate::schema::Field] {
+        schema::FIELDS
+    }
+    fn entity_checks(&self, config: &Value) -> Vec<(String, String)> {
+        schema::entity_checks(config)
+    }
+    fn build(&self, config: &Value, _ctx: &BuildContext) -> Result<Arc<dyn Handler>, String> {
+        let limits = Period::ALL
+            .iter()
+            .filter_map(|p| {
+                let v = config[p.name()].as_f64()?;
+                Some((
+                    *p,
+                    v.floor().max(0.0) as u64,
+                    HeaderName::from_bytes(format!("x-ratelimit-limit-{}", p.name()).as_bytes())
+                        .ok()?,
+                    HeaderName::from_bytes(
+                        format!("x-ratelimit-remaining-{}", p.name()).as_bytes(),
+                    )
+                    .ok()?,
+                ))
+            })
+            .collect();
+        let limit_by = match config["limit_by"].as_str() {
+            Some("credential") => LimitBy::Credential,
+            Some("ip") => LimitBy::Ip,
+            Some("service") => LimitBy::Service,
+            Some("header") => LimitBy::Header,
+            Some("path") => LimitBy::Path,
+            _ => LimitBy::Consumer,
+        };
+        Ok(Arc::new(Configured {
+            limits,
+            limit_by,
+            header_name: config["header_name"]
+                .as_str()
+                .and_then(|h| HeaderName::from_bytes(h.as_bytes()).ok()),
+            path: config["path"].as_str().map(String::from),
+            hide_headers: config["hide_client_headers"].as_bool().unwrap_or(false),
+            error_code: StatusCode::from_u16(config["error_code"].as_u64().unwrap_or(429) as u16)
+                .map_err(|e| e.to_string())?,
+            error_message: config["error_message"]
+                .as_str()
+                .unwrap_or("API rate limit exceeded")
+                .to_string(),
+        }))
+    }
+}
+
+impl Configured {
+    /// Kong's identifier: the chosen entity's id, falling back to the client IP.
+    fn identifier(&self, req: &AccessRequest<'_>) -> String {
+        let ip = || req.client_ip.to_string();
+        match self.limit_by {
+            LimitBy::Consumer => req
+                .consumer
+                .as_ref()
+                .map(|c| c.consumer_id.clone())
+                .unwrap_or_else(ip),
+            LimitBy::Credential => req
+                .consumer
+                .as_ref()
+                .and_then(|c| c.credential_id.clone())
+                .unwrap_or_else(ip),
+            LimitBy::Ip => ip(),
+            LimitBy::Service => req.service_id.map(String::from).unwrap_or_else(ip),
+            LimitBy::Header => self
+                .header_name
+                .as_ref()
+                .and_then(|h| req.headers.get(h))
+                .and_then(|v| v.to_str().ok())
+                .map(String::from)
+                .unwrap_or_else(ip),
+            LimitBy::Path => req.path.to_string(),
+        }
+    }
+}
+
+/// Takes one slot of `limit` in `counter`; false when the window is full.
+fn take(counter: &AtomicU64, limit: u64) -> bool {
+    counter
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < limit).then_some(n + 1)
+        })
+        .is_ok()
+}
+
+impl Handler for Configured {
+    fn access(&self, req: &mut AccessRequest<'_>) -> Access {
+        if let (LimitBy::Path, Some(p)) = (self.limit_by, &self.path) {
+            if req.path != p {
+                return Access::Continue;
+            }
+        }
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        // Ended windows are dropped at most once a minute.
+        let last = LAST_SWEEP.load(Ordering::Relaxed);
+        if now >= last + 60
+            && LAST_SWEEP
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            sweep(now);
+        }
+        let id = self.identifier(req);
+        let service = req.service_id.unwrap_or("");
+        let mut taken: Vec<Arc<AtomicU64>> = Vec::with_capacity(self.limits.len());
+        let mut blocked: Option<u64> = None;
+        // (limit, remaining, reset) of the most constraining window, for RateLimit-*.
+        let mut tightest: Option<(u64, u64, u64)> = None;
+        let mut per_period: Vec<(usize, u64)> = Vec::with_capacity(self.limits.len());
+        for (i, (period, limit, _, _)) in self.limits.iter().enumerate() {
+            let (start, end) = period.window(now);
+            let key = format!(
+                "{}:{service}:{id}:{start}:{}:{end}",
+                req.route_id,
+                period.name()
+            );
+            let counter = COUNTERS.entry(key).or_default().clone();
+            if take(&counter, *limit) {
+                let remaining = limit - counter.load(Ordering::Acquire).min(*limit);
+                per_period.push((i, remaining));
+                if tightest.is_none_or(|t| remaining < t.1) {
+                    tightest = Some((*limit, remaining, end - now));
+                }
+                taken.push(counter);
+            } else {
+                blocked = Some(end - now);
+                per_period.push((i, 0));
+                tightest = Some((*limit, 0, end - now));
+                break;
+            }
+        }
+        if blocked.is_some() {
+            // Give back what this request took in the other windows.
+            for c in taken {
+                c.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        if !self.hide_headers {
+            let out = &mut *req.response_headers;
+            for (i, remaining) in &per_period {
+                let (_, limit, lh, rh) = &self.limits[*i];
+                out.push((lh.clone(), HeaderValue::from(*limit)));
+                out.push((rh.clone(), HeaderValue::from(*remaining)));
+            }
+            if let Some((limit, remaining, reset)) = tightest {
+                out.push((
+                    HeaderName::from_static("ratelimit-limit"),
+                    HeaderValue::from(limit),
+                ));
+                out.push((
+                    HeaderName::from_static("ratelimit-remaining"),
+                    HeaderValue::from(remaining),
+                ));
+                out.push((
+                    HeaderName::from_static("ratelimit-reset"),
+                    HeaderValue::from(reset),
+                ));
+            }
+        }
+        match blocked {
+            None => Access::Continue,
+            Some(retry) => {
+                let mut e = Exit::message(self.error_code, &self.error_message);
+                e.headers
+                    .push((http::header::RETRY_AFTER, HeaderValue::from(retry)));
+                Access::Exit(e)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calendar_windows() {
+        // 2026-11-21T23:59:59Z
+        let t = 1_795_305_599;
+        assert_eq!(year_month(t), (2026, 11));
+        assert_eq!(Period::Day.window(t), (1_795_219_200, 1_795_305_600));
+        assert_eq!(Period::Month.window(t).0, month_start(2026, 11));
+        assert_eq!(Period::Month.window(t).1, month_start(2026, 12));
+        assert_eq!(
+            Period::Year.window(t),
+            (month_start(2026, 1), month_start(2027, 1))
+        );
+        assert_eq!(month_start(1970, 1), 0);
+        assert_eq!(month_start(2000, 3), 951_868_800);
+        assert_eq!(Period::Minute.window(t), (t - 59, t + 1));
+    }
+
+    #[test]
+    fn taking_slots_is_exact_under_contention() {
+        let c = Arc::new(AtomicU64::new(0));
+        let allowed = Arc::new(AtomicU64::new(0));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (c, allowed) = (c.clone(), allowed.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..1000 {
+                        if take(&c, 100) {
+                            allowed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(allowed.load(Ordering::Relaxed), 100);
+    }
+}
