@@ -2,7 +2,9 @@
 # Instructions per proxied request under callgrind: (Ir(N) - Ir(0)) / N over one keep-alive
 # connection, Turnpike with one worker in front of a local upstream (nginx from
 # shared/bench-reference/upstream.conf). Stable on noisy machines; prints one number.
-# Usage: bench/instructions.sh [N]
+# Usage: [CONFIG=kong.yml] [APIKEY=key] bench/instructions.sh [N]
+#   CONFIG: a declarative file to run instead of the one-route default (its route must answer
+#   GET / with 200); APIKEY: sent as the `apikey` header (for key-auth configs).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
@@ -13,15 +15,18 @@ cargo build --release --locked -p turnpike >&2
 BIN=$ROOT/target/release/turnpike
 start_upstream
 turnpike_env "$OUT/tp"
+[ -n "${CONFIG:-}" ] && export TURNPIKE_DECLARATIVE_CONFIG=$CONFIG
+export APIKEY=${APIKEY:-}
 run() {
   valgrind --tool=callgrind --collect-atstart=yes --callgrind-out-file="$OUT/cg.$1" "$BIN" start > /dev/null 2>&1 &
   local vp=$!
   for _ in $(seq 1 600); do (echo >/dev/tcp/127.0.0.1/8000) 2>/dev/null && break; sleep 0.1; done
   python3 - "$1" <<'PY'
-import http.client, sys
+import http.client, os, sys
 c = http.client.HTTPConnection("127.0.0.1", 8000)
+h = {"apikey": os.environ["APIKEY"]} if os.environ.get("APIKEY") else {}
 for _ in range(int(sys.argv[1])):
-    c.request("GET", "/"); r = c.getresponse(); r.read(); assert r.status == 200
+    c.request("GET", "/", headers=h); r = c.getresponse(); r.read(); assert r.status == 200, r.status
 PY
   kill -TERM $vp; wait $vp 2>/dev/null || true
   grep -E '^(summary|totals):' "$OUT/cg.$1" | head -1 | awk '{print $2}'

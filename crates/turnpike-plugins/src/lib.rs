@@ -52,6 +52,39 @@ pub struct Identity {
     pub custom_id: Option<String>,
     /// The credential that authenticated the request; `None` for the anonymous consumer.
     pub credential_id: Option<String>,
+    /// The upstream headers for this identity, built once with the snapshot: (name, value or
+    /// `None` to remove what the client sent).
+    headers: [(&'static HeaderName, Option<HeaderValue>); 5],
+}
+
+impl Identity {
+    pub fn new(
+        consumer_id: String,
+        username: Option<String>,
+        custom_id: Option<String>,
+        credential_id: Option<String>,
+    ) -> Identity {
+        let v = |s: Option<&str>| s.and_then(|s| HeaderValue::from_str(s).ok());
+        let headers = [
+            (&X_CONSUMER_ID, v(Some(&consumer_id))),
+            (&X_CONSUMER_CUSTOM_ID, v(custom_id.as_deref())),
+            (&X_CONSUMER_USERNAME, v(username.as_deref())),
+            (&X_CREDENTIAL_IDENTIFIER, v(credential_id.as_deref())),
+            (
+                &X_ANONYMOUS_CONSUMER,
+                credential_id
+                    .is_none()
+                    .then(|| HeaderValue::from_static("true")),
+            ),
+        ];
+        Identity {
+            consumer_id,
+            username,
+            custom_id,
+            credential_id,
+            headers,
+        }
+    }
 }
 
 pub static X_CONSUMER_ID: HeaderName = HeaderName::from_static("x-consumer-id");
@@ -64,25 +97,16 @@ impl AccessRequest<'_> {
     /// Kong's `set_consumer`: records the consumer and tells the upstream who it is (and
     /// removes whatever a client sent in those headers).
     pub fn set_consumer(&mut self, who: Arc<Identity>) {
-        let h = &mut *self.headers;
-        let mut put = |name: &HeaderName, v: Option<&str>| match v
-            .and_then(|v| HeaderValue::from_str(v).ok())
-        {
-            Some(v) => {
-                h.insert(name.clone(), v);
+        for (name, value) in &who.headers {
+            match value {
+                Some(v) => {
+                    self.headers.insert(*name, v.clone());
+                }
+                None => {
+                    self.headers.remove(*name);
+                }
             }
-            None => {
-                h.remove(name);
-            }
-        };
-        put(&X_CONSUMER_ID, Some(&who.consumer_id));
-        put(&X_CONSUMER_CUSTOM_ID, who.custom_id.as_deref());
-        put(&X_CONSUMER_USERNAME, who.username.as_deref());
-        put(&X_CREDENTIAL_IDENTIFIER, who.credential_id.as_deref());
-        put(
-            &X_ANONYMOUS_CONSUMER,
-            who.credential_id.is_none().then_some("true"),
-        );
+        }
         self.consumer = Some(who);
     }
 }
@@ -115,12 +139,12 @@ impl<'a> BuildContext<'a> {
             .get_or_init(|| {
                 let mut m = ConsumerIndex::new();
                 for c in &self.config.consumers {
-                    let who = Arc::new(Identity {
-                        consumer_id: c.id.clone(),
-                        username: c.username.clone(),
-                        custom_id: c.custom_id.clone(),
-                        credential_id: None,
-                    });
+                    let who = Arc::new(Identity::new(
+                        c.id.clone(),
+                        c.username.clone(),
+                        c.custom_id.clone(),
+                        None,
+                    ));
                     if let Some(u) = &c.username {
                         m.insert(u.clone(), who.clone());
                     }
@@ -160,12 +184,12 @@ impl<'a> BuildContext<'a> {
                     };
                     m.insert(
                         key.into(),
-                        Arc::new(Identity {
-                            consumer_id: c.id.clone(),
-                            username: c.username.clone(),
-                            custom_id: c.custom_id.clone(),
-                            credential_id: Some(cred.id.clone()),
-                        }),
+                        Arc::new(Identity::new(
+                            c.id.clone(),
+                            c.username.clone(),
+                            c.custom_id.clone(),
+                            Some(cred.id.clone()),
+                        )),
                     );
                 }
                 Arc::new(m)

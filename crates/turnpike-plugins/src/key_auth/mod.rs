@@ -117,7 +117,8 @@ impl Handler for Configured {
         {
             return Access::Continue;
         }
-        let mut found: Option<(String, &HeaderName, &str, bool)> = None;
+        // (key, its header, its query argument, found in the header)
+        let mut found: Option<(&str, &HeaderName, &str, bool)> = None;
         for (header, arg) in &self.names {
             if self.in_header {
                 let mut values = req.headers.get_all(header).iter();
@@ -126,14 +127,14 @@ impl Handler for Configured {
                         return self.fail(req, DUPLICATE);
                     }
                     if let Ok(s) = v.to_str() {
-                        found = Some((s.to_string(), header, arg, true));
+                        found = Some((s, header, arg, true));
                         break;
                     }
                 }
             }
             if self.in_query {
                 if let Some(v) = req.query_arg(arg) {
-                    found = Some((v.to_string(), header, arg, false));
+                    found = Some((v, header, arg, false));
                     break;
                 }
             }
@@ -141,7 +142,7 @@ impl Handler for Configured {
         let Some((key, header, arg, in_header)) = found.filter(|f| !f.0.is_empty()) else {
             return self.fail(req, NO_KEY);
         };
-        let Some(who) = self.keys.get(key.as_str()).cloned() else {
+        let Some(who) = self.keys.get(key).cloned() else {
             return self.fail(req, INVALID);
         };
         if self.hide_credentials {
