@@ -121,8 +121,9 @@ pub struct BuildContext<'a> {
 
 /// Consumers by id and by username.
 pub type ConsumerIndex = std::collections::HashMap<String, Arc<Identity>>;
-/// key-auth credentials by key.
-pub type KeyIndex = std::collections::HashMap<Box<str>, Arc<Identity>>;
+/// key-auth credentials by key. FxHash: only the config inserts keys, so a client's keys can
+/// only be looked up, never used to build colliding chains.
+pub type KeyIndex = rustc_hash::FxHashMap<Box<str>, Arc<Identity>>;
 
 impl<'a> BuildContext<'a> {
     pub fn new(config: &'a turnpike_config::Config) -> Self {
@@ -169,7 +170,7 @@ impl<'a> BuildContext<'a> {
                     .iter()
                     .map(|c| (c.id.as_str(), c))
                     .collect();
-                let mut m = KeyIndex::new();
+                let mut m = KeyIndex::default();
                 for cred in self
                     .config
                     .credentials
