@@ -312,3 +312,44 @@ impl PluginRegistry for Registry {
             .collect()
     }
 }
+
+/// A request for the plugins' unit tests: the parts `AccessRequest` borrows, owned here.
+#[cfg(test)]
+pub(crate) struct TestRequest {
+    pub method: &'static str,
+    pub query: Option<&'static str>,
+    pub headers: HeaderMap,
+    pub response_headers: Vec<(HeaderName, HeaderValue)>,
+    pub client_ip: std::net::IpAddr,
+}
+
+#[cfg(test)]
+impl TestRequest {
+    pub fn new() -> TestRequest {
+        TestRequest {
+            method: "GET",
+            query: None,
+            headers: HeaderMap::new(),
+            response_headers: Vec::new(),
+            client_ip: "127.0.0.1".parse().unwrap(),
+        }
+    }
+
+    /// Runs `handler`'s access phase on this request.
+    pub fn run(&mut self, handler: &dyn Handler) -> Access {
+        let mut req = AccessRequest {
+            method: self.method,
+            path: "/",
+            query: self.query,
+            headers: &mut self.headers,
+            response_headers: &mut self.response_headers,
+            tls: false,
+            client_ip: self.client_ip,
+            consumer: None,
+            upstream_query: None,
+            route_id: "r",
+            service_id: None,
+        };
+        handler.access(&mut req)
+    }
+}

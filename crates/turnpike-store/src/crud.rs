@@ -411,15 +411,8 @@ impl Store {
         let Some((id, old)) = self.find_tx(&mut tx, spec, key).await? else {
             return Err(StoreError::NotFound);
         };
-        if let Some((field, pid)) = &parent {
-            if old
-                .get(field)
-                .and_then(|p| p.get("id"))
-                .and_then(|v| v.as_str())
-                != Some(pid)
-            {
-                return Err(StoreError::NotFound);
-            }
+        if !belongs_to(&old, &parent) {
+            return Err(StoreError::NotFound);
         }
         if let Some(Value::String(b)) = body.get("id") {
             if !b.eq_ignore_ascii_case(&id) {
@@ -459,15 +452,8 @@ impl Store {
         let Some((id, old)) = self.find_tx(&mut tx, spec, key).await? else {
             return Ok(());
         };
-        if let Some((field, pid)) = &parent {
-            if old
-                .get(field)
-                .and_then(|p| p.get("id"))
-                .and_then(|v| v.as_str())
-                != Some(pid)
-            {
-                return Ok(());
-            }
+        if !belongs_to(&old, &parent) {
+            return Ok(());
         }
         self.delete_tx(&mut tx, spec, &id).await?;
         self.commit(tx).await?;
@@ -929,6 +915,20 @@ impl Store {
         }
         self.commit(tx).await?;
         Ok(count)
+    }
+}
+
+/// Whether an entity reached through a nested path belongs to the parent in that path.
+fn belongs_to(entity: &Map<String, Value>, parent: &Option<(String, String)>) -> bool {
+    match parent {
+        None => true,
+        Some((field, pid)) => {
+            entity
+                .get(field)
+                .and_then(|p| p.get("id"))
+                .and_then(|v| v.as_str())
+                == Some(pid.as_str())
+        }
     }
 }
 

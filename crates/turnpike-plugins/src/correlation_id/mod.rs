@@ -127,29 +127,19 @@ mod tests {
         let h = CorrelationId
             .build(&full, &crate::BuildContext::new(&Default::default()))
             .unwrap();
-        let mut headers = http::HeaderMap::new();
         let name =
             HeaderName::from_bytes(full["header_name"].as_str().unwrap().as_bytes()).unwrap();
+        let mut t = crate::TestRequest::new();
         if let Some(v) = incoming {
-            headers.insert(name.clone(), HeaderValue::from_str(v).unwrap());
+            t.headers
+                .insert(name.clone(), HeaderValue::from_str(v).unwrap());
         }
-        let mut extra = Vec::new();
-        let mut req = AccessRequest {
-            method: "GET",
-            path: "/",
-            query: None,
-            headers: &mut headers,
-            response_headers: &mut extra,
-            tls: false,
-            client_ip: "127.0.0.1".parse().unwrap(),
-            consumer: None,
-            upstream_query: None,
-            route_id: "r",
-            service_id: None,
-        };
-        assert!(matches!(h.access(&mut req), Access::Continue));
-        let sent = headers.get(&name).map(|v| v.to_str().unwrap().to_string());
-        (sent, extra)
+        assert!(matches!(t.run(h.as_ref()), Access::Continue));
+        let sent = t
+            .headers
+            .get(&name)
+            .map(|v| v.to_str().unwrap().to_string());
+        (sent, t.response_headers)
     }
 
     #[test]

@@ -90,22 +90,9 @@ mod tests {
         let h = IpRestriction
             .build(&full, &crate::BuildContext::new(&Default::default()))
             .unwrap();
-        let mut headers = http::HeaderMap::new();
-        let mut extra = Vec::new();
-        let mut req = AccessRequest {
-            method: "GET",
-            path: "/",
-            query: None,
-            headers: &mut headers,
-            response_headers: &mut extra,
-            tls: false,
-            client_ip: ip.parse().unwrap(),
-            consumer: None,
-            upstream_query: None,
-            route_id: "r",
-            service_id: None,
-        };
-        match h.access(&mut req) {
+        let mut t = crate::TestRequest::new();
+        t.client_ip = ip.parse().unwrap();
+        match t.run(h.as_ref()) {
             Access::Continue => None,
             Access::Exit(e) => Some(e.status.as_u16()),
         }

@@ -147,34 +147,21 @@ mod tests {
     use super::*;
     use crate::schema::validate;
 
-    fn run(config: Value, headers: &[(&str, &str)], query: Option<&str>) -> Option<Exit> {
+    fn run(config: Value, headers: &[(&str, &str)], query: Option<&'static str>) -> Option<Exit> {
         let full = validate(schema::FIELDS, &config).unwrap();
         assert!(schema::entity_checks(&full).is_empty());
         let h = RequestTermination
             .build(&full, &crate::BuildContext::new(&Default::default()))
             .unwrap();
-        let mut map = http::HeaderMap::new();
+        let mut t = crate::TestRequest::new();
+        t.query = query;
         for (k, v) in headers {
-            map.insert(
+            t.headers.insert(
                 http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
                 HeaderValue::from_str(v).unwrap(),
             );
         }
-        let mut extra = Vec::new();
-        let mut req = AccessRequest {
-            method: "GET",
-            path: "/x",
-            query,
-            headers: &mut map,
-            response_headers: &mut extra,
-            tls: false,
-            client_ip: "127.0.0.1".parse().unwrap(),
-            consumer: None,
-            upstream_query: None,
-            route_id: "r",
-            service_id: None,
-        };
-        match h.access(&mut req) {
+        match t.run(h.as_ref()) {
             Access::Continue => None,
             Access::Exit(e) => Some(e),
         }
