@@ -60,6 +60,9 @@ pub fn check(
         "plugins" => {
             let (mut p, r, mut e) = decl::plugin(map, id, now);
             e.extend(decl::check_plugin_config(plugins, &mut p));
+            if r.consumer.is_some() {
+                e.push(("consumer".into(), decl::CONSUMER_SCOPED_UNSUPPORTED.into()));
+            }
             for (field, v) in [
                 ("route", r.route),
                 ("service", r.service),

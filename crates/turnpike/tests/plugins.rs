@@ -679,3 +679,39 @@ async fn rate_limiting_configs_are_checked() {
         );
     }
 }
+
+/// Consumer-scoped plugins are refused, not silently skipped: a skipped one would fail open.
+#[tokio::test]
+async fn consumer_scoped_plugins_are_refused_until_supported() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(
+        dir.path(),
+        "k.yml",
+        "_format_version: '3.0'\nconsumers:\n- username: a\n  plugins:\n  - name: request-termination\n",
+    );
+    let (ok, out) = run(&["config", "parse", f.to_str().unwrap()], &[]);
+    assert!(!ok);
+    assert!(
+        out.contains("consumer: plugins scoped to a consumer are not supported yet"),
+        "{out}"
+    );
+    let gw = Gateway::sqlite().start();
+    assert_eq!(
+        gw.admin("POST", "/consumers", Some(json!({"username": "a"})))
+            .await
+            .status,
+        201
+    );
+    let r = gw
+        .admin(
+            "POST",
+            "/consumers/a/plugins",
+            Some(json!({"name": "request-termination"})),
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    assert!(r.json()["fields"]["consumer"]
+        .as_str()
+        .unwrap()
+        .contains("not supported yet"));
+}

@@ -152,6 +152,11 @@ pub fn check_plugin_config(plugins: &dyn PluginRegistry, p: &mut Plugin) -> Vec<
     }
 }
 
+/// Plugins scoped to a consumer run once authentication has named the consumer; this build
+/// does not run them yet.
+pub const CONSUMER_SCOPED_UNSUPPORTED: &str =
+    "plugins scoped to a consumer are not supported yet in this build";
+
 /// Reads a stored foreign key (`{"id": ...}`) of an entity that the store has already checked.
 fn stored_fk(map: &Map<String, Value>, field: &str) -> Option<ForeignKey> {
     map.get(field)
@@ -626,6 +631,11 @@ fn load_inner(
             }
             Kind::Credential(_) if cfg.credentials[slot[i]].consumer.id.is_empty() => {
                 errs[i].push(("consumer".into(), fields::REQUIRED.into()))
+            }
+            // Refused rather than ignored: a consumer-scoped plugin that silently did not run
+            // (say, a request-termination blocking one consumer) would fail open.
+            Kind::Plugin if cfg.plugins[slot[i]].consumer.is_some() => {
+                errs[i].push(("consumer".into(), CONSUMER_SCOPED_UNSUPPORTED.into()))
             }
             _ => {}
         }
