@@ -34,9 +34,12 @@ consumers = "consumers:\n" + "".join(f"- username: c{i}\n  keyauth_credentials: 
     '  return wrk.format("GET", "/r" .. i, {["apikey"] = "key-" .. i})\nend\n')
 PY
 
+PREFIXES=$(mktemp -d)
+BENCH_TMP+=("$PREFIXES")
 run_case() { # name config wrk-args...
   local name=$1 cfg=$2; shift 2
-  turnpike_env "$OUT/tp-$name"
+  # The prefix (generated certificate and key included) stays out of the results.
+  turnpike_env "$PREFIXES/tp-$name"
   export TURNPIKE_DECLARATIVE_CONFIG=$cfg
   taskset -c 0 "$BIN" start > "$OUT/$name.log" 2>&1 &
   local pid=$!
