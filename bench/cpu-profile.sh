@@ -15,7 +15,9 @@ sed -e 's/@NAME@/nginx/g' -e 's/@PORT@/8002/' -e 's/@UPKA@/keepalive 64; keepali
 taskset -c 0 nginx -c /tmp/bench/nginx/nginx.conf -p /tmp/bench/nginx -e /tmp/bench/nginx/error.log -g 'daemon off;' &
 NGINX=$!
 BENCH_PIDS+=($NGINX)
-turnpike_env "$OUT/tp"
+TP_DIR=$(mktemp -d)
+BENCH_TMP+=("$TP_DIR")
+turnpike_env "$TP_DIR"
 taskset -c 0 "$ROOT/target/release/turnpike" start > "$OUT/turnpike.log" 2>&1 &
 TP=$!
 BENCH_PIDS+=($TP)
