@@ -361,6 +361,12 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
+    // Handlers first: a signal that arrives once the ports are open must find them installed
+    // (SIGHUP's default action would kill the process).
+    let signal_streams = {
+        let _in_runtime = rt.enter();
+        Signals::install()?
+    };
     let (store, sync) = if conf.database == Database::Off {
         (None, None)
     } else {
@@ -429,7 +435,14 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
                 ));
             }
         }
-        signals(&gateway, &conf, plugins.as_ref(), admin.sync.as_deref()).await;
+        signals(
+            signal_streams,
+            &gateway,
+            &conf,
+            plugins.as_ref(),
+            admin.sync.as_deref(),
+        )
+        .await;
         tracing::info!("shutting down: draining in-flight requests");
         let _ = shutdown_tx.send(true);
     });
@@ -446,17 +459,42 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
 }
 
 /// Waits for a stop signal; reloads the declarative file on SIGHUP meanwhile.
+/// The signals Turnpike handles, registered before anything listens.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    quit: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Must run inside the runtime (it registers with its driver).
+    fn install() -> Result<Signals, String> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let s =
+            |k: SignalKind| signal(k).map_err(|e| format!("cannot install signal handlers: {e}"));
+        Ok(Signals {
+            term: s(SignalKind::terminate())?,
+            quit: s(SignalKind::quit())?,
+            int: s(SignalKind::interrupt())?,
+            hup: s(SignalKind::hangup())?,
+        })
+    }
+}
+
 async fn signals(
+    streams: Signals,
     gateway: &Gateway,
     conf: &Conf,
     plugins: &dyn PluginRegistry,
     sync: Option<&turnpike_store::sync::ConfigSync>,
 ) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut quit = signal(SignalKind::quit()).expect("SIGQUIT handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
+    let Signals {
+        mut term,
+        mut quit,
+        mut int,
+        mut hup,
+    } = streams;
     loop {
         tokio::select! {
             _ = term.recv() => return,
