@@ -7,6 +7,7 @@
 //! chain of handlers that apply to it, in Kong's PRIORITY order, and per request only walks that
 //! chain. A route without plugins pays one empty-slice check.
 
+pub mod acl;
 pub mod correlation_id;
 pub mod ip_restriction;
 pub mod key_auth;
@@ -117,6 +118,7 @@ pub struct BuildContext<'a> {
     pub config: &'a turnpike_config::Config,
     consumers: std::sync::OnceLock<Arc<ConsumerIndex>>,
     key_auth: std::sync::OnceLock<Arc<KeyIndex>>,
+    acl_groups: std::sync::OnceLock<Arc<acl::GroupIndex>>,
 }
 
 /// Consumers by id and by username.
@@ -131,6 +133,7 @@ impl<'a> BuildContext<'a> {
             config,
             consumers: std::sync::OnceLock::new(),
             key_auth: std::sync::OnceLock::new(),
+            acl_groups: std::sync::OnceLock::new(),
         }
     }
 
@@ -155,6 +158,32 @@ impl<'a> BuildContext<'a> {
             })
             .get(key)
             .cloned()
+    }
+
+    /// Each consumer's ACL groups (from its `acls` credentials), in the order written.
+    pub fn acl_groups(&self) -> Arc<acl::GroupIndex> {
+        self.acl_groups
+            .get_or_init(|| {
+                let mut m = acl::GroupIndex::new();
+                for cred in self
+                    .config
+                    .credentials
+                    .iter()
+                    .filter(|c| c.kind == turnpike_config::declarative::CredentialKind::Acl)
+                {
+                    if let Some(g) = cred.fields.get("group").and_then(|g| g.as_str()) {
+                        m.entry(cred.consumer.id.clone())
+                            .or_default()
+                            .0
+                            .push(g.to_string());
+                    }
+                }
+                for (groups, header) in m.values_mut() {
+                    *header = HeaderValue::from_str(&groups.join(", ")).ok();
+                }
+                Arc::new(m)
+            })
+            .clone()
     }
 
     /// Every key-auth key with the consumer it authenticates.
@@ -269,6 +298,7 @@ pub struct Registry {
 pub fn bundled() -> Registry {
     Registry {
         plugins: vec![
+            &acl::Acl,
             &correlation_id::CorrelationId,
             &ip_restriction::IpRestriction,
             &key_auth::KeyAuth,
