@@ -9,6 +9,7 @@
 
 pub mod acl;
 pub mod correlation_id;
+pub mod cors;
 pub mod ip_restriction;
 pub mod key_auth;
 pub mod rate_limiting;
@@ -300,6 +301,7 @@ pub fn bundled() -> Registry {
         plugins: vec![
             &acl::Acl,
             &correlation_id::CorrelationId,
+            &cors::Cors,
             &ip_restriction::IpRestriction,
             &key_auth::KeyAuth,
             &rate_limiting::RateLimiting,
