@@ -620,26 +620,7 @@ async fn config_survives_restart_and_round_trips_through_import_export() {
     let prefix_s = prefix_env.to_str().unwrap();
     {
         let gw = Gateway::sqlite().env("TURNPIKE_PREFIX", prefix_s).start();
-        assert_eq!(
-            gw.admin(
-                "POST",
-                "/services",
-                Some(json!({"name": "s", "url": up.url()}))
-            )
-            .await
-            .status,
-            201
-        );
-        assert_eq!(
-            gw.admin(
-                "POST",
-                "/services/s/routes",
-                Some(json!({"name": "r", "paths": ["/keep"]}))
-            )
-            .await
-            .status,
-            201
-        );
+        gw.add_service_route(&up.url(), "/keep").await;
     }
     let gw = Gateway::sqlite().env("TURNPIKE_PREFIX", prefix_s).start();
     assert_eq!(get(gw.proxy, "x", "/keep").await.status, 200);

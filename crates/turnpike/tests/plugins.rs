@@ -75,26 +75,7 @@ plugins:
 async fn plugins_through_the_admin_api() {
     let up = Upstream::start("plugins-admin");
     let gw = Gateway::sqlite().start();
-    assert_eq!(
-        gw.admin(
-            "POST",
-            "/services",
-            Some(json!({"name": "s", "url": up.url()}))
-        )
-        .await
-        .status,
-        201
-    );
-    assert_eq!(
-        gw.admin(
-            "POST",
-            "/services/s/routes",
-            Some(json!({"name": "r", "paths": ["/p"]}))
-        )
-        .await
-        .status,
-        201
-    );
+    gw.add_service_route(&up.url(), "/p").await;
     assert_eq!(until_status(gw.proxy, "/p", 200).await.status, 200);
 
     // Defaults are filled in and stored.
@@ -493,26 +474,7 @@ services:
 async fn key_auth_credentials_through_the_admin_api() {
     let up = Upstream::start("keys-admin");
     let gw = Gateway::sqlite().start();
-    assert_eq!(
-        gw.admin(
-            "POST",
-            "/services",
-            Some(json!({"name": "s", "url": up.url()}))
-        )
-        .await
-        .status,
-        201
-    );
-    assert_eq!(
-        gw.admin(
-            "POST",
-            "/services/s/routes",
-            Some(json!({"name": "r", "paths": ["/k"]}))
-        )
-        .await
-        .status,
-        201
-    );
+    gw.add_service_route(&up.url(), "/k").await;
     assert_eq!(
         gw.admin(
             "POST",

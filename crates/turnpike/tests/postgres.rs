@@ -130,26 +130,7 @@ async fn postgres_outage_under_load() {
     let mut c_env = fast_poll.to_vec();
     c_env.push(("TURNPIKE_PREFIX", &c_prefix_s));
     let c = node(&pg, &c_env);
-    assert_eq!(
-        a.admin(
-            "POST",
-            "/services",
-            Some(json!({"name": "s", "url": up.url()}))
-        )
-        .await
-        .status,
-        201
-    );
-    assert_eq!(
-        a.admin(
-            "POST",
-            "/services/s/routes",
-            Some(json!({"paths": ["/live"]}))
-        )
-        .await
-        .status,
-        201
-    );
+    a.add_service_route(&up.url(), "/live").await;
     for n in [&a, &b, &c] {
         let proxy = n.proxy;
         assert!(

@@ -566,3 +566,25 @@ pub async fn until_status(proxy: SocketAddr, path: &str, status: u16) -> Reply {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+impl Gateway {
+    /// Creates service `s` (to `url`) and its route `r` on `path` through the Admin API.
+    pub async fn add_service_route(&self, url: &str, path: &str) {
+        let r = self
+            .admin(
+                "POST",
+                "/services",
+                Some(serde_json::json!({"name": "s", "url": url})),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{:?}", r.body);
+        let r = self
+            .admin(
+                "POST",
+                "/services/s/routes",
+                Some(serde_json::json!({"name": "r", "paths": [path]})),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{:?}", r.body);
+    }
+}
