@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: unit tests beside the code and the integration tests that start
-# the real binary against real upstream servers and real PostgreSQL servers.
+# the real binary against real upstream servers and real PostgreSQL and Redis servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 # On a fresh machine, install what the tests need first (Rust; PostgreSQL's binaries, which the
-# harness uses to start its own servers).
-if ! command -v cargo >/dev/null 2>&1 || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+# harness uses to start its own servers; redis-server, likewise).
+if ! command -v cargo >/dev/null 2>&1 || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+  || ! command -v redis-server >/dev/null 2>&1; then
   bash scripts/setup.sh
 fi
 cargo test --workspace --locked

@@ -267,6 +267,35 @@ impl Exit {
 pub enum Access {
     Continue,
     Exit(Exit),
+    /// The plugin must wait (a Redis round trip, a password hash on the blocking pool): the
+    /// proxy awaits the future, which borrows nothing from the request, then hands the request
+    /// to what it returns. Plugins that never wait cost nothing for this.
+    Wait(Pending),
+}
+
+/// What a waiting plugin does with the request once its wait is over.
+pub type Resume = Box<dyn FnOnce(&mut AccessRequest<'_>) -> Access>;
+/// A plugin's wait. Not `Send`: each worker runs its requests on its own thread.
+pub type Pending = std::pin::Pin<Box<dyn std::future::Future<Output = Resume>>>;
+
+/// Runs one plugin's access phase to its end, waiting as often as it asks.
+pub async fn run_access(handler: &dyn Handler, req: &mut AccessRequest<'_>) -> Option<Exit> {
+    let outcome = handler.access(req);
+    run_access_from(outcome, req).await
+}
+
+/// Carries on from a plugin's first outcome until it continues or exits.
+pub async fn run_access_from(mut outcome: Access, req: &mut AccessRequest<'_>) -> Option<Exit> {
+    loop {
+        match outcome {
+            Access::Continue => return None,
+            Access::Exit(e) => return Some(e),
+            Access::Wait(pending) => {
+                let resume = pending.await;
+                outcome = resume(req);
+            }
+        }
+    }
 }
 
 /// A configured plugin instance.
@@ -287,6 +316,9 @@ pub trait PluginSpec: Send + Sync {
     fn entity_checks(&self, _config: &Value) -> Vec<(String, String)> {
         Vec::new()
     }
+    /// Rewrites deprecated field names into their current place (Kong's `shorthand_fields`),
+    /// before validation.
+    fn shorthands(&self, _config: &mut Value) {}
     fn build(&self, config: &Value, ctx: &BuildContext) -> Result<Arc<dyn Handler>, String>;
 }
 
@@ -323,7 +355,9 @@ impl Registry {
 impl PluginRegistry for Registry {
     fn check(&self, name: &str, config: &Value) -> Option<Result<Value, Vec<(String, String)>>> {
         let p = self.get(name)?;
-        Some(schema::validate(p.fields(), config).and_then(|full| {
+        let mut config = config.clone();
+        p.shorthands(&mut config);
+        Some(schema::validate(p.fields(), &config).and_then(|full| {
             let errs = p.entity_checks(&full);
             if errs.is_empty() {
                 Ok(full)
@@ -367,8 +401,13 @@ impl TestRequest {
         }
     }
 
-    /// Runs `handler`'s access phase on this request.
+    /// Runs `handler`'s access phase on this request, waits included.
     pub fn run(&mut self, handler: &dyn Handler) -> Access {
+        self.run_full(handler).0
+    }
+
+    /// Runs `handler`'s access phase; also returns the consumer it set.
+    pub fn run_full(&mut self, handler: &dyn Handler) -> (Access, Option<Arc<Identity>>) {
         let mut req = AccessRequest {
             method: self.method,
             path: "/",
@@ -382,6 +421,14 @@ impl TestRequest {
             route_id: "r",
             service_id: None,
         };
-        handler.access(&mut req)
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let outcome = match rt.block_on(run_access(handler, &mut req)) {
+            Some(e) => Access::Exit(e),
+            None => Access::Continue,
+        };
+        (outcome, req.consumer)
     }
 }

@@ -20,6 +20,9 @@ pub enum Type {
     OneOf(&'static [&'static str]),
     /// An array of strings.
     StringArray,
+    /// A nested record with its own fields (e.g. rate-limiting's `redis`); defaults apply inside
+    /// it, and an absent record is filled with its defaults.
+    Record(&'static [Field]),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -80,19 +83,49 @@ pub fn validate(fields: &[Field], config: &Value) -> Result<Value, Vec<(String, 
         Value::Null => &empty,
         _ => return Err(vec![(String::new(), "expected a record".into())]),
     };
+    validate_record(fields, input, "")
+}
+
+/// Validates one record; `prefix` is the path of a nested record (`"redis."`).
+fn validate_record(
+    fields: &[Field],
+    input: &Map<String, Value>,
+    prefix: &str,
+) -> Result<Value, Vec<(String, String)>> {
     let mut errs = Vec::new();
     let mut out = Map::new();
     for k in input.keys() {
         if !fields.iter().any(|f| f.name == k) {
-            errs.push((k.clone(), "unknown field".into()));
+            errs.push((format!("{prefix}{k}"), "unknown field".into()));
         }
     }
     for f in fields {
+        if let Type::Record(inner) = f.ty {
+            let empty = Map::new();
+            let sub = match input.get(f.name) {
+                None | Some(Value::Null) => &empty,
+                Some(Value::Object(m)) => m,
+                Some(_) => {
+                    errs.push((format!("{prefix}{}", f.name), "expected a record".into()));
+                    continue;
+                }
+            };
+            match validate_record(inner, sub, &format!("{prefix}{}.", f.name)) {
+                Ok(v) => {
+                    out.insert(f.name.into(), v);
+                }
+                Err(e) => errs.extend(e),
+            }
+            continue;
+        }
         let v = match input.get(f.name) {
             None | Some(Value::Null) => match f.default {
                 Some(d) => d.to_value(),
                 None if f.required => {
-                    errs.push((f.name.into(), "required field missing".into()));
+                    errs.push((
+                        format!("{prefix}{}", f.name),
+                        "required field missing".into(),
+                    ));
                     continue;
                 }
                 None => Value::Null,
@@ -101,7 +134,7 @@ pub fn validate(fields: &[Field], config: &Value) -> Result<Value, Vec<(String, 
         };
         if !v.is_null() {
             if let Err(m) = check_type(f.ty, &v) {
-                errs.push((f.name.into(), m));
+                errs.push((format!("{prefix}{}", f.name), m));
                 continue;
             }
         }
@@ -145,12 +178,27 @@ fn check_type(ty: Type, v: &Value) -> Result<(), String> {
             Some(_) => Err("expected an array of strings".into()),
             None => Err("expected an array".into()),
         },
+        // Records are validated field by field in `validate_record`.
+        Type::Record(_) => Ok(()),
     }
 }
 
 /// Kong's schema JSON for a plugin: the common plugin fields and `config` as a record.
 pub fn kong_json(fields: &[Field]) -> Value {
-    let config_fields: Vec<Value> = fields
+    json!({
+        "fields": [
+            {"protocols": {"type": "set", "default": ["grpc", "grpcs", "http", "https"], "elements": {"type": "string", "one_of": ["grpc", "grpcs", "http", "https", "tcp", "tls", "udp", "ws", "wss"]}}},
+            {"consumer": {"type": "foreign", "reference": "consumers"}},
+            {"service": {"type": "foreign", "reference": "services"}},
+            {"route": {"type": "foreign", "reference": "routes"}},
+            {"config": {"type": "record", "required": true, "fields": record_fields_json(fields)}},
+        ]
+    })
+}
+
+/// A record's fields in Kong's schema JSON shape: `[{name: {type, default, ...}}, ...]`.
+fn record_fields_json(fields: &[Field]) -> Vec<Value> {
+    fields
         .iter()
         .map(|f| {
             let mut d = Map::new();
@@ -161,6 +209,9 @@ pub fn kong_json(fields: &[Field]) -> Value {
                 Type::Boolean => ("boolean", None),
                 Type::OneOf(c) => ("string", Some(("one_of", json!(c)))),
                 Type::StringArray => ("array", Some(("elements", json!({"type": "string"})))),
+                Type::Record(inner) => {
+                    ("record", Some(("fields", json!(record_fields_json(inner)))))
+                }
             };
             d.insert("type".into(), json!(ty));
             if let Some((k, v)) = extra {
@@ -174,16 +225,7 @@ pub fn kong_json(fields: &[Field]) -> Value {
             }
             json!({ f.name: Value::Object(d) })
         })
-        .collect();
-    json!({
-        "fields": [
-            {"protocols": {"type": "set", "default": ["grpc", "grpcs", "http", "https"], "elements": {"type": "string", "one_of": ["grpc", "grpcs", "http", "https", "tcp", "tls", "udp", "ws", "wss"]}}},
-            {"consumer": {"type": "foreign", "reference": "consumers"}},
-            {"service": {"type": "foreign", "reference": "services"}},
-            {"route": {"type": "foreign", "reference": "routes"}},
-            {"config": {"type": "record", "required": true, "fields": config_fields}},
-        ]
-    })
+        .collect()
 }
 
 #[cfg(test)]
@@ -207,6 +249,26 @@ mod tests {
         )));
         assert!(e.contains(&("extra".into(), "unknown field".into())));
         assert!(e.contains(&("mode".into(), "required field missing".into())));
+        const INNER: &[Field] = &[
+            Field::new("port", Type::Integer { min: 0, max: 65535 }).default(Default::Int(6379)),
+            Field::new("host", Type::String),
+        ];
+        const OUTER: &[Field] = &[Field::new("redis", Type::Record(INNER))];
+        assert_eq!(
+            validate(OUTER, &json!({})).unwrap(),
+            json!({"redis": {"port": 6379, "host": null}})
+        );
+        let e = validate(OUTER, &json!({"redis": {"port": 70000, "x": 1}})).unwrap_err();
+        assert!(e.contains(&(
+            "redis.port".into(),
+            "value should be between 0 and 65535".into()
+        )));
+        assert!(e.contains(&("redis.x".into(), "unknown field".into())));
+        assert_eq!(
+            kong_json(OUTER)["fields"][4]["config"]["fields"][0]["redis"]["fields"][0]["port"]
+                ["default"],
+            6379
+        );
         let s = kong_json(FIELDS);
         assert_eq!(
             s["fields"][4]["config"]["fields"][0]["status_code"]["default"],

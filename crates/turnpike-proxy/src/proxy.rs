@@ -285,7 +285,15 @@ async fn route_and_proxy(
                 .map(|i| snap.config.services[i].id.as_str()),
         };
         for plugin in chain.iter() {
-            if let Access::Exit(e) = plugin.access(&mut access) {
+            let exit = match plugin.access(&mut access) {
+                Access::Continue => None,
+                Access::Exit(e) => Some(e),
+                // Only a plugin that has to wait pays for the future.
+                wait @ Access::Wait(_) => {
+                    turnpike_plugins::run_access_from(wait, &mut access).await
+                }
+            };
+            if let Some(e) = exit {
                 let mut r = Response::new(ProxyBody::full(e.body));
                 *r.status_mut() = e.status;
                 for (k, v) in e.headers {

@@ -623,7 +623,6 @@ async fn rate_limiting_configs_are_checked() {
         (json!({}), "@entity"),
         (json!({"minute": 10, "second": 20}), "@entity"),
         (json!({"minute": 10, "limit_by": "header"}), "header_name"),
-        (json!({"minute": 10, "policy": "redis"}), "policy"),
         (json!({"minute": -1}), "minute"),
     ] {
         let r = gw

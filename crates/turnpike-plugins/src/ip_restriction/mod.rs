@@ -95,6 +95,7 @@ mod tests {
         match t.run(h.as_ref()) {
             Access::Continue => None,
             Access::Exit(e) => Some(e.status.as_u16()),
+            Access::Wait(_) => unreachable!("TestRequest::run waits"),
         }
     }
 

@@ -1,14 +1,17 @@
-//! rate-limiting (PRIORITY 910), `local` policy: fixed calendar windows (second to year)
-//! counted per node, shared by all workers.
+//! rate-limiting (PRIORITY 910): fixed calendar windows (second to year).
 //!
-//! Exact where Kong is not: Kong checks the count, lets the request through and increments
-//! afterwards, so concurrent requests overshoot the limit. Here taking a slot is one atomic
-//! compare-and-swap per window; a request that gets a slot in one window but not in a longer
-//! one gives the first back. The allowed count never exceeds the limit.
-//!
-//! Counters live outside the config snapshot (like Kong's shared dict), keyed like Kong's
-//! (`route:service:identifier:window start:period`), so config changes do not reset them.
+//! Policies:
+//! - `local`: counted per node, shared by all workers. Exact where Kong is not: Kong checks the
+//!   count, lets the request through and increments afterwards, so concurrent requests
+//!   overshoot the limit. Here taking a slot is one atomic compare-and-swap per window; a
+//!   request that gets a slot in one window but not in a longer one gives the first back. The
+//!   allowed count never exceeds the limit. Counters live outside the config snapshot (like
+//!   Kong's shared dict), keyed like Kong's (`route:service:identifier:window start:period`),
+//!   so config changes do not reset them.
+//! - `redis`: counted in one Redis for all nodes, exactly (see `redis.rs`). When Redis fails and
+//!   `fault_tolerant` is on, each node counts locally until Redis answers again.
 
+mod redis;
 mod schema;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -136,7 +139,18 @@ enum LimitBy {
     Path,
 }
 
+/// Where the counters are.
+enum Policy {
+    Local,
+    Redis(Arc<redis::RedisTarget>),
+}
+
+/// The handler: its settings are shared with the continuation of a request waiting on Redis.
+struct Limiter(Arc<Configured>);
+
 struct Configured {
+    policy: Policy,
+    fault_tolerant: bool,
     /// (period, limit, its X-RateLimit-Limit-* header and value, X-RateLimit-Remaining-*).
     limits: Vec<(Period, u64, HeaderName, HeaderValue, HeaderName)>,
     limit_by: LimitBy,
@@ -161,48 +175,63 @@ impl PluginSpec for RateLimiting {
         schema::entity_checks(config)
     }
     fn build(&self, config: &Value, _ctx: &BuildContext) -> Result<Arc<dyn Handler>, String> {
-        let limits = Period::ALL
-            .iter()
-            .filter_map(|p| {
-                let v = config[p.name()].as_f64()?;
-                let limit = v.floor().max(0.0) as u64;
-                Some((
-                    *p,
-                    limit,
-                    HeaderName::from_bytes(format!("x-ratelimit-limit-{}", p.name()).as_bytes())
-                        .ok()?,
-                    HeaderValue::from(limit),
-                    HeaderName::from_bytes(
-                        format!("x-ratelimit-remaining-{}", p.name()).as_bytes(),
-                    )
-                    .ok()?,
-                ))
-            })
-            .collect();
-        let limit_by = match config["limit_by"].as_str() {
-            Some("credential") => LimitBy::Credential,
-            Some("ip") => LimitBy::Ip,
-            Some("service") => LimitBy::Service,
-            Some("header") => LimitBy::Header,
-            Some("path") => LimitBy::Path,
-            _ => LimitBy::Consumer,
-        };
-        Ok(Arc::new(Configured {
-            limits,
-            limit_by,
-            header_name: config["header_name"]
-                .as_str()
-                .and_then(|h| HeaderName::from_bytes(h.as_bytes()).ok()),
-            path: config["path"].as_str().map(String::from),
-            hide_headers: config["hide_client_headers"].as_bool().unwrap_or(false),
-            error_code: StatusCode::from_u16(config["error_code"].as_u64().unwrap_or(429) as u16)
-                .map_err(|e| e.to_string())?,
-            error_message: config["error_message"]
-                .as_str()
-                .unwrap_or("API rate limit exceeded")
-                .to_string(),
-        }))
+        Ok(Arc::new(Limiter(Arc::new(configure(config)?))))
     }
+
+    fn shorthands(&self, config: &mut Value) {
+        schema::shorthands(config)
+    }
+}
+
+/// Precomputes a validated config: header names and values, the policy's target.
+fn configure(config: &Value) -> Result<Configured, String> {
+    let limits = Period::ALL
+        .iter()
+        .filter_map(|p| {
+            let v = config[p.name()].as_f64()?;
+            let limit = v.floor().max(0.0) as u64;
+            Some((
+                *p,
+                limit,
+                HeaderName::from_bytes(format!("x-ratelimit-limit-{}", p.name()).as_bytes())
+                    .ok()?,
+                HeaderValue::from(limit),
+                HeaderName::from_bytes(format!("x-ratelimit-remaining-{}", p.name()).as_bytes())
+                    .ok()?,
+            ))
+        })
+        .collect();
+    let limit_by = match config["limit_by"].as_str() {
+        Some("credential") => LimitBy::Credential,
+        Some("ip") => LimitBy::Ip,
+        Some("service") => LimitBy::Service,
+        Some("header") => LimitBy::Header,
+        Some("path") => LimitBy::Path,
+        _ => LimitBy::Consumer,
+    };
+    let policy = match config["policy"].as_str() {
+        Some("redis") => {
+            Policy::Redis(Arc::new(redis::RedisTarget::from_config(&config["redis"])?))
+        }
+        _ => Policy::Local,
+    };
+    Ok(Configured {
+        policy,
+        fault_tolerant: config["fault_tolerant"].as_bool().unwrap_or(true),
+        limits,
+        limit_by,
+        header_name: config["header_name"]
+            .as_str()
+            .and_then(|h| HeaderName::from_bytes(h.as_bytes()).ok()),
+        path: config["path"].as_str().map(String::from),
+        hide_headers: config["hide_client_headers"].as_bool().unwrap_or(false),
+        error_code: StatusCode::from_u16(config["error_code"].as_u64().unwrap_or(429) as u16)
+            .map_err(|e| e.to_string())?,
+        error_message: config["error_message"]
+            .as_str()
+            .unwrap_or("API rate limit exceeded")
+            .to_string(),
+    })
 }
 
 impl Configured {
@@ -241,18 +270,37 @@ fn take(counter: &AtomicU64, limit: u64) -> bool {
         .is_ok()
 }
 
-impl Handler for Configured {
-    fn access(&self, req: &mut AccessRequest<'_>) -> Access {
-        use std::fmt::Write;
-        if let (LimitBy::Path, Some(p)) = (self.limit_by, &self.path) {
-            if req.path != p {
-                return Access::Continue;
-            }
+/// What the counters said about a request.
+struct Decision {
+    /// How many configured windows were looked at (all, or up to the one that blocked).
+    seen: usize,
+    /// Remaining count per configured window, for the response headers.
+    remaining: [u64; 6],
+    /// Seconds until the blocking window ends, when one did.
+    blocked: Option<u64>,
+    /// (limit, remaining, reset) of the most constraining window, for RateLimit-*.
+    tightest: Option<(u64, u64, u64)>,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Configured {
+    /// Whether this config applies to the request (`limit_by = path` limits one path).
+    fn applies(&self, req: &AccessRequest<'_>) -> bool {
+        match (self.limit_by, &self.path) {
+            (LimitBy::Path, Some(p)) => req.path == p,
+            _ => true,
         }
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
+    }
+
+    /// Counts the request in this node's counters.
+    fn decide_local(&self, req: &AccessRequest<'_>, now: u64) -> Decision {
+        use std::fmt::Write;
         // Ended windows are dropped at most once a minute.
         let last = LAST_SWEEP.load(Ordering::Relaxed);
         if now >= last + 60
@@ -264,12 +312,12 @@ impl Handler for Configured {
         }
         const NONE: Option<Arc<AtomicU64>> = None;
         let mut taken = [NONE; 6];
-        // Remaining count per configured window, for the response headers.
-        let mut remaining = [0u64; 6];
-        let mut blocked: Option<u64> = None;
-        // (limit, remaining, reset) of the most constraining window, for RateLimit-*.
-        let mut tightest: Option<(u64, u64, u64)> = None;
-        let mut seen = 0;
+        let mut d = Decision {
+            seen: 0,
+            remaining: [0; 6],
+            blocked: None,
+            tightest: None,
+        };
         KEY.with_borrow_mut(|key| {
             key.clear();
             let _ = write!(key, "{}:{}:", req.route_id, req.service_id.unwrap_or(""));
@@ -285,45 +333,140 @@ impl Handler for Configured {
                     Some(c) => c.clone(),
                     None => COUNTERS.entry(key.clone()).or_default().clone(),
                 };
-                seen = i + 1;
+                d.seen = i + 1;
                 if take(&counter, *limit) {
-                    remaining[i] = limit - counter.load(Ordering::Acquire).min(*limit);
-                    if tightest.is_none_or(|t| remaining[i] < t.1) {
-                        tightest = Some((*limit, remaining[i], end - now));
+                    d.remaining[i] = limit - counter.load(Ordering::Acquire).min(*limit);
+                    if d.tightest.is_none_or(|t| d.remaining[i] < t.1) {
+                        d.tightest = Some((*limit, d.remaining[i], end - now));
                     }
                     taken[i] = Some(counter);
                 } else {
-                    blocked = Some(end - now);
-                    tightest = Some((*limit, 0, end - now));
+                    d.blocked = Some(end - now);
+                    d.tightest = Some((*limit, 0, end - now));
                     break;
                 }
             }
         });
-        if blocked.is_some() {
+        if d.blocked.is_some() {
             // Give back what this request took in the other windows.
             for c in taken.iter().flatten() {
                 c.fetch_sub(1, Ordering::AcqRel);
             }
         }
+        d
+    }
+
+    /// The Redis keys (Kong's) and script arguments (limit, expiry per window) for a request.
+    fn redis_keys(&self, req: &AccessRequest<'_>, now: u64) -> (Vec<String>, Vec<u64>) {
+        let mut id = String::new();
+        self.identifier(req, &mut id);
+        let mut keys = Vec::with_capacity(self.limits.len());
+        let mut args = Vec::with_capacity(self.limits.len() * 2);
+        for (period, limit, _, _, _) in &self.limits {
+            let (start, end) = period.window(now);
+            keys.push(format!(
+                "ratelimit:{}:{}:{id}:{}:{}",
+                req.route_id,
+                req.service_id.unwrap_or(""),
+                start * 1000,
+                period.name()
+            ));
+            // A second past the window's end: clocks of nodes and Redis differ a little.
+            args.extend([*limit, end + 1]);
+        }
+        (keys, args)
+    }
+
+    /// Turns the script's answer into a decision.
+    fn decide_from_redis(&self, answer: &[i64], now: u64) -> Decision {
+        let blocked_at = answer[0] as usize;
+        let mut d = Decision {
+            seen: 0,
+            remaining: [0; 6],
+            blocked: None,
+            tightest: None,
+        };
+        for (i, (period, limit, _, _, _)) in self.limits.iter().enumerate() {
+            let (_, end) = period.window(now);
+            let count = answer[i + 1].max(0) as u64;
+            d.seen = i + 1;
+            if blocked_at == i + 1 {
+                d.blocked = Some(end - now);
+                d.tightest = Some((*limit, 0, end - now));
+                break;
+            }
+            // Allowed: the count includes this request. Blocked later: it was not counted.
+            let used = if blocked_at == 0 { count } else { count + 1 };
+            d.remaining[i] = limit.saturating_sub(used);
+            if d.tightest.is_none_or(|t| d.remaining[i] < t.1) {
+                d.tightest = Some((*limit, d.remaining[i], end - now));
+            }
+        }
+        d
+    }
+
+    /// Writes the headers and answers as the decision says.
+    fn respond(&self, req: &mut AccessRequest<'_>, d: Decision) -> Access {
         if !self.hide_headers {
             let out = &mut *req.response_headers;
-            for (i, (_, _, lh, lv, rh)) in self.limits.iter().enumerate().take(seen) {
+            for (i, (_, _, lh, lv, rh)) in self.limits.iter().enumerate().take(d.seen) {
                 out.push((lh.clone(), lv.clone()));
-                out.push((rh.clone(), HeaderValue::from(remaining[i])));
+                out.push((rh.clone(), HeaderValue::from(d.remaining[i])));
             }
-            if let Some((limit, left, reset)) = tightest {
+            if let Some((limit, left, reset)) = d.tightest {
                 out.push((RATELIMIT_LIMIT.clone(), HeaderValue::from(limit)));
                 out.push((RATELIMIT_REMAINING.clone(), HeaderValue::from(left)));
                 out.push((RATELIMIT_RESET.clone(), HeaderValue::from(reset)));
             }
         }
-        match blocked {
+        match d.blocked {
             None => Access::Continue,
             Some(retry) => {
                 let mut e = Exit::message(self.error_code, &self.error_message);
                 e.headers
                     .push((http::header::RETRY_AFTER, HeaderValue::from(retry)));
                 Access::Exit(e)
+            }
+        }
+    }
+}
+
+impl Handler for Limiter {
+    fn access(&self, req: &mut AccessRequest<'_>) -> Access {
+        let conf = &self.0;
+        if !conf.applies(req) {
+            return Access::Continue;
+        }
+        let now = now_secs();
+        match &conf.policy {
+            Policy::Local => {
+                let d = conf.decide_local(req, now);
+                conf.respond(req, d)
+            }
+            Policy::Redis(target) => {
+                let (keys, args) = conf.redis_keys(req, now);
+                let conf = self.0.clone();
+                let target = target.clone();
+                Access::Wait(Box::pin(async move {
+                    let answer = redis::count(&target, &keys, &args).await;
+                    let resume: crate::Resume = Box::new(move |req| match answer {
+                        Ok(a) => {
+                            let d = conf.decide_from_redis(&a, now);
+                            conf.respond(req, d)
+                        }
+                        // Kong's fault_tolerant: the store failing must not stop traffic; we
+                        // still limit, per node.
+                        Err(_) if conf.fault_tolerant => {
+                            let d = conf.decide_local(req, now);
+                            conf.respond(req, d)
+                        }
+                        Err(_) => Access::Exit(Exit::message(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "An unexpected error occurred",
+                        )),
+                    });
+                    resume
+                }))
             }
         }
     }
@@ -348,6 +491,28 @@ mod tests {
         assert_eq!(month_start(1970, 1), 0);
         assert_eq!(month_start(2000, 3), 951_868_800);
         assert_eq!(Period::Minute.window(t), (t - 59, t + 1));
+    }
+
+    #[test]
+    fn redis_answers_become_headers_and_decisions() {
+        let full = crate::schema::validate(
+            schema::FIELDS,
+            &serde_json::json!({"second": 5, "minute": 10, "policy": "redis", "redis": {"host": "h"}}),
+        )
+        .unwrap();
+        let conf = configure(&full).unwrap();
+        assert!(matches!(&conf.policy, Policy::Redis(t) if t.host == "h" && t.port == 6379));
+        let t = 1_795_305_599;
+        // Allowed: counts include the request.
+        let d = conf.decide_from_redis(&[0, 2, 7], t);
+        assert_eq!((d.seen, d.blocked), (2, None));
+        assert_eq!(&d.remaining[..2], &[3, 3]);
+        assert_eq!(d.tightest, Some((5, 3, 1)));
+        // Blocked by the minute window: the second's count was read, not incremented.
+        let d = conf.decide_from_redis(&[2, 1, 10], t);
+        assert_eq!((d.seen, d.blocked), (2, Some(1)));
+        assert_eq!(d.remaining[0], 3);
+        assert_eq!(d.tightest, Some((10, 0, 1)));
     }
 
     #[test]

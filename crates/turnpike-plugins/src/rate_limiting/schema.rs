@@ -27,7 +27,69 @@ pub const FIELDS: &[Field] = &[
     Field::new("error_code", Type::Integer { min: 0, max: 999 }).default(Default::Int(429)),
     Field::new("error_message", Type::String).default(Default::Str("API rate limit exceeded")),
     Field::new("sync_rate", Type::Number).default(Default::Int(-1)),
+    Field::new("redis", Type::Record(REDIS)),
 ];
+
+/// Kong's shared Redis record (`kong/tools/redis/schema.lua`).
+pub const REDIS: &[Field] = &[
+    Field::new("host", Type::String),
+    Field::new("port", Type::Integer { min: 0, max: 65535 }).default(Default::Int(6379)),
+    Field::new(
+        "timeout",
+        Type::Integer {
+            min: 0,
+            max: 2_147_483_646,
+        },
+    )
+    .default(Default::Int(2000)),
+    Field::new("username", Type::String),
+    Field::new("password", Type::String),
+    Field::new(
+        "database",
+        Type::Integer {
+            min: 0,
+            max: 2_147_483_646,
+        },
+    )
+    .default(Default::Int(0)),
+    Field::new("ssl", Type::Boolean).default(Default::Bool(false)),
+    Field::new("ssl_verify", Type::Boolean).default(Default::Bool(false)),
+    Field::new("server_name", Type::String),
+];
+
+/// The flat `redis_*` fields Kong still accepts (deprecated, to go in 4.0): moved into `redis`.
+pub fn shorthands(config: &mut Value) {
+    let Some(obj) = config.as_object_mut() else {
+        return;
+    };
+    for name in [
+        "host",
+        "port",
+        "timeout",
+        "username",
+        "password",
+        "database",
+        "ssl",
+        "ssl_verify",
+        "server_name",
+    ] {
+        let Some(v) = obj.remove(&format!("redis_{name}")) else {
+            continue;
+        };
+        if v.is_null() {
+            continue;
+        }
+        let redis = obj
+            .entry("redis")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if redis.is_null() {
+            *redis = Value::Object(serde_json::Map::new());
+        }
+        if let Some(r) = redis.as_object_mut() {
+            r.entry(name).or_insert(v);
+        }
+    }
+}
 
 /// Kong's entity checks, and what this build does not do yet.
 pub fn entity_checks(config: &Value) -> Vec<(String, String)> {
@@ -69,11 +131,44 @@ pub fn entity_checks(config: &Value) -> Vec<(String, String)> {
         _ => {}
     }
     match config["policy"].as_str() {
-        Some("local") | None => {}
-        Some(other) => errs.push((
+        Some("redis") => {
+            if config["redis"]["host"].is_null() {
+                errs.push(("redis.host".into(), "required field missing".into()));
+            }
+            if config["redis"]["ssl"].as_bool() == Some(true) {
+                errs.push((
+                    "redis.ssl".into(),
+                    "TLS to Redis is not available in this build yet".into(),
+                ));
+            }
+        }
+        Some("cluster") => errs.push((
             "policy".into(),
-            format!("policy '{other}' is not available in this build yet; use 'local'"),
+            "policy 'cluster' is not available in this build yet; use 'local' or 'redis'".into(),
         )),
+        _ => {}
+    }
+    // sync_rate: -1 (synchronous, the default) or a period of at least 0.02 s, redis only.
+    if let Some(rate) = config["sync_rate"].as_f64() {
+        if rate != -1.0 {
+            if config["policy"].as_str() != Some("redis") {
+                errs.push((
+                    "sync_rate".into(),
+                    "sync_rate is only supported with the redis policy".into(),
+                ));
+            } else if rate < 0.02 {
+                errs.push((
+                    "sync_rate".into(),
+                    "value must be -1 or at least 0.02".into(),
+                ));
+            } else {
+                errs.push((
+                    "sync_rate".into(),
+                    "batched counting (sync_rate > 0) is not available in this build yet; use -1"
+                        .into(),
+                ));
+            }
+        }
     }
     errs
 }

@@ -164,6 +164,7 @@ mod tests {
         match t.run(h.as_ref()) {
             Access::Continue => None,
             Access::Exit(e) => Some(e),
+            Access::Wait(_) => unreachable!("TestRequest::run waits"),
         }
     }
 

@@ -1,0 +1,82 @@
+//! A real Redis for tests: `redis-server` from the system's packages, in a temp dir, on a free
+//! port, with persistence off. Stopped on drop; can be killed and restarted on the same port.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Redis {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        let mut r = Redis {
+            port: super::free_port(),
+            dir: tempfile::tempdir().unwrap(),
+            child: None,
+        };
+        r.resume();
+        r
+    }
+
+    /// Starts (again) the server on the same port (empty: nothing is persisted).
+    pub fn resume(&mut self) {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self.dir.path().to_str().unwrap(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server (install the redis-server package)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if self.command(&["PING"]).is_some_and(|r| r.contains("PONG")) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        panic!("redis-server did not start");
+    }
+
+    /// Kills the server at once (SIGKILL: connections drop without goodbye).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Runs one command (inline protocol) and returns the raw reply.
+    pub fn command(&self, args: &[&str]) -> Option<String> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        let mut req = format!("*{}\r\n", args.len());
+        for a in args {
+            req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        s.write_all(req.as_bytes()).ok()?;
+        let mut buf = [0u8; 4096];
+        let n = s.read(&mut buf).ok()?;
+        Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
