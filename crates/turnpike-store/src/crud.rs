@@ -621,7 +621,9 @@ impl Store {
             sni_names,
         } = entity::check(spec, body, id, now, self.plugins.as_ref())
             .map_err(StoreError::Schema)?;
-        if old.is_some() {
+        // Only entities that have the field (credentials have none: writing one made the
+        // stored entity unreadable for the config sync).
+        if old.is_some() && value.contains_key("updated_at") {
             value.insert("updated_at".into(), json!(now));
             if spec.table == "targets" {
                 value.insert("updated_at".into(), json!(now as f64 * 1000.0));
