@@ -8,6 +8,7 @@
 //! chain. A route without plugins pays one empty-slice check.
 
 pub mod acl;
+pub mod basic_auth;
 pub mod correlation_id;
 pub mod cors;
 pub mod ip_restriction;
@@ -119,6 +120,7 @@ pub struct BuildContext<'a> {
     pub config: &'a turnpike_config::Config,
     consumers: std::sync::OnceLock<Arc<ConsumerIndex>>,
     key_auth: std::sync::OnceLock<Arc<KeyIndex>>,
+    basic_auth: std::sync::OnceLock<Arc<basic_auth::CredentialIndex>>,
     acl_groups: std::sync::OnceLock<Arc<acl::GroupIndex>>,
 }
 
@@ -134,6 +136,7 @@ impl<'a> BuildContext<'a> {
             config,
             consumers: std::sync::OnceLock::new(),
             key_auth: std::sync::OnceLock::new(),
+            basic_auth: std::sync::OnceLock::new(),
             acl_groups: std::sync::OnceLock::new(),
         }
     }
@@ -181,6 +184,45 @@ impl<'a> BuildContext<'a> {
                 }
                 for (groups, header) in m.values_mut() {
                     *header = HeaderValue::from_str(&groups.join(", ")).ok();
+                }
+                Arc::new(m)
+            })
+            .clone()
+    }
+
+    /// Every basic-auth credential by username, with the consumer it authenticates.
+    pub fn basic_auth(&self) -> Arc<basic_auth::CredentialIndex> {
+        self.basic_auth
+            .get_or_init(|| {
+                let mut m = basic_auth::CredentialIndex::default();
+                for cred in
+                    self.config.credentials.iter().filter(|c| {
+                        c.kind == turnpike_config::declarative::CredentialKind::BasicAuth
+                    })
+                {
+                    let (Some(username), Some(stored), Some(who)) = (
+                        cred.fields.get("username").and_then(|v| v.as_str()),
+                        cred.fields.get("password").and_then(|v| v.as_str()),
+                        self.consumer(&cred.consumer.id),
+                    ) else {
+                        continue;
+                    };
+                    m.insert(
+                        username.into(),
+                        Arc::new(basic_auth::Credential {
+                            who: Arc::new(Identity::new(
+                                who.consumer_id.clone(),
+                                who.username.clone(),
+                                who.custom_id.clone(),
+                                Some(cred.id.clone()),
+                            )),
+                            secret: basic_auth::password::Secret::from_stored(
+                                stored,
+                                &cred.consumer.id,
+                            ),
+                            stored: stored.into(),
+                        }),
+                    );
                 }
                 Arc::new(m)
             })
@@ -332,6 +374,7 @@ pub fn bundled() -> Registry {
     Registry {
         plugins: vec![
             &acl::Acl,
+            &basic_auth::BasicAuth,
             &correlation_id::CorrelationId,
             &cors::Cors,
             &ip_restriction::IpRestriction,
@@ -369,6 +412,23 @@ impl PluginRegistry for Registry {
 
     fn schema_json(&self, name: &str) -> Option<Value> {
         self.get(name).map(|p| schema::kong_json(p.fields()))
+    }
+
+    fn prepare_credential(
+        &self,
+        table: &str,
+        value: &mut serde_json::Map<String, Value>,
+    ) -> Result<(), (String, String)> {
+        if table == "basicauth_credentials" {
+            if let Some(Value::String(p)) = value.get("password") {
+                if !basic_auth::password::is_hashed(p) {
+                    let hashed =
+                        basic_auth::password::hash(p).map_err(|e| ("password".into(), e))?;
+                    value.insert("password".into(), Value::String(hashed));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn available(&self) -> Vec<(String, String, i32)> {

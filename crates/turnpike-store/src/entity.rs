@@ -104,6 +104,11 @@ pub fn check(
     let Ok(Value::Object(mut value)) = value else {
         return Err(vec![("@entity".into(), "cannot encode the entity".into())]);
     };
+    if errs.is_empty() && CREDENTIALS.iter().any(|c| c.table == spec.table) {
+        if let Err(e) = plugins.prepare_credential(spec.table, &mut value) {
+            errs.push(e);
+        }
+    }
     // Foreign keys the entity reader kept as they were written (service, client_certificate).
     for f in spec.foreign {
         if refs.iter().any(|(r, _)| *r == f.field) {

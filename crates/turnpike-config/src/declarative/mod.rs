@@ -33,6 +33,16 @@ pub trait PluginRegistry: Send + Sync {
     fn available(&self) -> Vec<(String, String, i32)> {
         Vec::new()
     }
+
+    /// Turns a credential written to a store into its stored form (Kong's DAO transformations:
+    /// basic-auth hashes the password); violations as (field, message).
+    fn prepare_credential(
+        &self,
+        _table: &str,
+        _value: &mut Map<String, Value>,
+    ) -> Result<(), (String, String)> {
+        Ok(())
+    }
 }
 
 /// The registry before any plugin is compiled in: every plugin name is unknown.

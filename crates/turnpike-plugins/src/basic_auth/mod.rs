@@ -1,0 +1,256 @@
+//! basic-auth (PRIORITY 1100): authenticates `Authorization: Basic` (or
+//! `Proxy-Authorization`) against the consumers' basicauth_credentials.
+//!
+//! Passwords at rest are argon2id hashes (`password.rs`), deliberately slow to verify. So that
+//! the steady state costs a hash-map look-up and not a hash computation per request, a
+//! verified-credential cache maps a SHA-256 digest of the header value to the stored hash it
+//! was checked against (and whether it matched): a cached answer is used only while the
+//! credential still holds that same hash, so a changed password or a deleted credential takes
+//! effect at once, with no invalidation to miss. Failures are cached too, so retrying one wrong
+//! password costs nothing either.
+//!
+//! Slow verifications run on the blocking pool, at most [`slow_permits`] at a time; a request
+//! that waits too long for a turn gets 503 rather than queueing without bound, so a flood of
+//! random passwords cannot take the CPU from proxying.
+
+pub mod password;
+mod schema;
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use base64::Engine;
+use http::{HeaderValue, StatusCode};
+use serde_json::Value;
+use sha2::Digest;
+
+use crate::{Access, AccessRequest, BuildContext, Exit, Handler, Identity, PluginSpec};
+use password::Secret;
+
+pub struct BasicAuth;
+
+/// A credential as the plugin checks it.
+pub struct Credential {
+    pub who: Arc<Identity>,
+    pub secret: Secret,
+    /// The stored form, which the cache compares against.
+    pub stored: Arc<str>,
+}
+
+/// basicauth_credentials by username (FxHash: only the config inserts usernames).
+pub type CredentialIndex = rustc_hash::FxHashMap<Box<str>, Arc<Credential>>;
+
+struct Configured {
+    credentials: Arc<CredentialIndex>,
+    hide_credentials: bool,
+    www_authenticate: HeaderValue,
+    anonymous: Option<Result<Arc<Identity>, String>>,
+}
+
+/// A verification's outcome, remembered by the digest of the header that carried it.
+#[derive(Clone)]
+struct Verified {
+    stored: Arc<str>,
+    ok: bool,
+}
+
+/// Bounded (entries) and timed: an entry lives an hour at most.
+static VERIFIED: LazyLock<moka::sync::Cache<[u8; 32], Verified>> = LazyLock::new(|| {
+    moka::sync::Cache::builder()
+        .max_capacity(100_000)
+        .time_to_live(Duration::from_secs(3600))
+        .build()
+});
+
+/// Concurrent slow verifications: half the cores (at least one), leaving the rest to proxying.
+pub fn slow_permits() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get() / 2)
+        .unwrap_or(1)
+        .max(1)
+}
+
+static SLOW: LazyLock<tokio::sync::Semaphore> =
+    LazyLock::new(|| tokio::sync::Semaphore::new(slow_permits()));
+
+/// How long a request waits for a turn to verify before it is told to come back.
+const SLOW_WAIT: Duration = Duration::from_secs(2);
+
+const UNAUTHORIZED: &str = "Unauthorized";
+const BUSY: &str = "Too many password verifications in progress, try again later";
+
+impl PluginSpec for BasicAuth {
+    fn name(&self) -> &'static str {
+        "basic-auth"
+    }
+    fn priority(&self) -> i32 {
+        1100
+    }
+    fn fields(&self) -> &'static [crate::schema::Field] {
+        schema::FIELDS
+    }
+    fn build(&self, config: &Value, ctx: &BuildContext) -> Result<Arc<dyn Handler>, String> {
+        let realm = config["realm"].as_str().unwrap_or("service");
+        let anonymous = config["anonymous"].as_str().map(|a| {
+            ctx.consumer(a)
+                .ok_or_else(|| format!("anonymous consumer {a} is configured but doesn't exist"))
+        });
+        Ok(Arc::new(Authenticator(Arc::new(Configured {
+            credentials: ctx.basic_auth(),
+            hide_credentials: config["hide_credentials"].as_bool().unwrap_or(false),
+            www_authenticate: HeaderValue::from_str(&format!("Basic realm=\"{realm}\""))
+                .map_err(|_| "invalid realm".to_string())?,
+            anonymous,
+        }))))
+    }
+}
+
+/// Kong's parsing: `Basic <base64 of username:password>`, scheme case-insensitive.
+fn parse(value: &[u8]) -> Option<(String, Vec<u8>)> {
+    let s = std::str::from_utf8(value).ok()?.trim_start();
+    let (scheme, rest) = s.split_once(|c: char| c.is_ascii_whitespace())?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(rest.trim())
+        .ok()?;
+    let colon = decoded.iter().position(|&b| b == b':')?;
+    let username = String::from_utf8(decoded[..colon].to_vec()).ok()?;
+    Some((username, decoded[colon + 1..].to_vec()))
+}
+
+impl Configured {
+    fn fail(&self, req: &mut AccessRequest<'_>, status: StatusCode, message: &str) -> Access {
+        match &self.anonymous {
+            Some(Ok(who)) => {
+                req.set_consumer(who.clone());
+                Access::Continue
+            }
+            Some(Err(e)) => Access::Exit(Exit::message(StatusCode::INTERNAL_SERVER_ERROR, e)),
+            None => {
+                let mut e = Exit::message(status, message);
+                if status == StatusCode::UNAUTHORIZED {
+                    e.headers.push((
+                        http::header::WWW_AUTHENTICATE,
+                        self.www_authenticate.clone(),
+                    ));
+                } else {
+                    e.headers
+                        .push((http::header::RETRY_AFTER, HeaderValue::from_static("1")));
+                }
+                Access::Exit(e)
+            }
+        }
+    }
+
+    fn succeed(&self, req: &mut AccessRequest<'_>, cred: &Credential) -> Access {
+        if self.hide_credentials {
+            req.headers.remove(http::header::AUTHORIZATION);
+            req.headers.remove(http::header::PROXY_AUTHORIZATION);
+        }
+        req.set_consumer(cred.who.clone());
+        Access::Continue
+    }
+}
+
+/// The handler; its settings are shared with requests waiting for a slow verification.
+struct Authenticator(Arc<Configured>);
+
+impl Handler for Authenticator {
+    fn access(&self, req: &mut AccessRequest<'_>) -> Access {
+        let conf = &self.0;
+        // With `anonymous`, auth plugins form a logical OR: one that already found a real
+        // consumer settles it.
+        if conf.anonymous.is_some()
+            && req
+                .consumer
+                .as_ref()
+                .is_some_and(|c| c.credential_id.is_some())
+        {
+            return Access::Continue;
+        }
+        // Kong reads Proxy-Authorization first.
+        let header = req
+            .headers
+            .get(http::header::PROXY_AUTHORIZATION)
+            .or_else(|| req.headers.get(http::header::AUTHORIZATION));
+        let Some(value) = header else {
+            return conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED);
+        };
+        let digest: [u8; 32] = sha2::Sha256::digest(value.as_bytes()).into();
+        let Some((username, password)) = parse(value.as_bytes()) else {
+            return conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED);
+        };
+        let Some(cred) = conf.credentials.get(username.as_str()).cloned() else {
+            return conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED);
+        };
+        if !cred.secret.is_slow() {
+            return if cred.secret.verify(&password) {
+                conf.succeed(req, &cred)
+            } else {
+                conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED)
+            };
+        }
+        if let Some(v) = VERIFIED.get(&digest) {
+            if Arc::ptr_eq(&v.stored, &cred.stored) || v.stored == cred.stored {
+                return if v.ok {
+                    conf.succeed(req, &cred)
+                } else {
+                    conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED)
+                };
+            }
+        }
+        // Not seen with this stored hash: verify on the blocking pool, in turn.
+        let conf = self.0.clone();
+        Access::Wait(Box::pin(async move {
+            let outcome = match tokio::time::timeout(SLOW_WAIT, SLOW.acquire()).await {
+                Ok(Ok(permit)) => {
+                    let c = cred.clone();
+                    let ok = tokio::task::spawn_blocking(move || c.secret.verify(&password))
+                        .await
+                        .unwrap_or(false);
+                    drop(permit);
+                    VERIFIED.insert(
+                        digest,
+                        Verified {
+                            stored: cred.stored.clone(),
+                            ok,
+                        },
+                    );
+                    Some(ok)
+                }
+                _ => None,
+            };
+            let resume: crate::Resume = Box::new(move |req| match outcome {
+                Some(true) => conf.succeed(req, &cred),
+                Some(false) => conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED),
+                None => conf.fail(req, StatusCode::SERVICE_UNAVAILABLE, BUSY),
+            });
+            resume
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_like_kong() {
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        assert_eq!(
+            parse(format!("Basic {}", b64("al:pa:ss")).as_bytes()),
+            Some(("al".into(), b"pa:ss".to_vec()))
+        );
+        assert_eq!(
+            parse(format!("  basic   {}", b64("al:")).as_bytes()),
+            Some(("al".into(), Vec::new()))
+        );
+        assert_eq!(parse(format!("Bearer {}", b64("a:b")).as_bytes()), None);
+        assert_eq!(parse(b"Basic !!!"), None);
+        assert_eq!(parse(format!("Basic {}", b64("nocolon")).as_bytes()), None);
+        assert_eq!(parse(b"Basic"), None);
+        assert_eq!(parse(&[0xff, 0xfe]), None);
+    }
+}
