@@ -358,6 +358,11 @@ pub trait PluginSpec: Send + Sync {
     fn entity_checks(&self, _config: &Value) -> Vec<(String, String)> {
         Vec::new()
     }
+    /// Whether the plugin may be scoped to a consumer. Kong's authentication plugins (and acl,
+    /// cors) may not: they run before the consumer is known, or decide who it is.
+    fn allows_consumer(&self) -> bool {
+        true
+    }
     /// Rewrites deprecated field names into their current place (Kong's `shorthand_fields`),
     /// before validation.
     fn shorthands(&self, _config: &mut Value) {}
@@ -412,6 +417,10 @@ impl PluginRegistry for Registry {
 
     fn schema_json(&self, name: &str) -> Option<Value> {
         self.get(name).map(|p| schema::kong_json(p.fields()))
+    }
+
+    fn allows_consumer(&self, name: &str) -> bool {
+        self.get(name).is_none_or(|p| p.allows_consumer())
     }
 
     fn prepare_credential(

@@ -284,7 +284,11 @@ async fn route_and_proxy(
                 .service_index
                 .map(|i| snap.config.services[i].id.as_str()),
         };
-        for plugin in chain.iter() {
+        for slot in chain.iter() {
+            let consumer = access.consumer.as_deref().map(|c| c.consumer_id.as_str());
+            let Some(plugin) = slot.handler_for(consumer) else {
+                continue;
+            };
             let exit = match plugin.access(&mut access) {
                 Access::Continue => None,
                 Access::Exit(e) => Some(e),

@@ -27,44 +27,95 @@ pub struct Snapshot {
 }
 
 /// A route's compiled plugin chain (shared: most routes have the same, often empty, one).
-pub type Chain = Arc<[Arc<dyn Handler>]>;
+pub type Chain = Arc<[Slot]>;
 
-/// Per route, the most specific config of each plugin (Kong's precedence without consumers:
-/// Route+Service > Route > Service > Global), built into handlers, in PRIORITY order.
-/// Consumer-scoped plugins need an authenticated consumer and are not compiled here. Plugins are
-/// indexed by scope first, so the cost is per route times the plugins that apply to it.
+/// One plugin in a route's chain: the config that applies without a consumer, and the
+/// consumer-scoped configs that replace it once authentication has named the consumer.
+pub struct Slot {
+    pub handler: Option<Arc<dyn Handler>>,
+    pub by_consumer: Option<Arc<ConsumerHandlers>>,
+}
+
+/// Consumer-scoped configs of one plugin on one route, by consumer id.
+pub type ConsumerHandlers = FxHashMap<String, Arc<dyn Handler>>;
+
+impl Slot {
+    /// The config that applies to a request, given the consumer known at this point.
+    #[inline]
+    pub fn handler_for(&self, consumer: Option<&str>) -> Option<&Arc<dyn Handler>> {
+        if let (Some(map), Some(c)) = (&self.by_consumer, consumer) {
+            if let Some(h) = map.get(c) {
+                return Some(h);
+            }
+        }
+        self.handler.as_ref()
+    }
+}
+
+/// Per route, the most specific enabled config of each plugin, in Kong's precedence:
+/// Route+Service+Consumer > Route+Consumer > Service+Consumer > Route+Service > Consumer >
+/// Route > Service > Global. The consumer-free part is resolved here; the consumer-scoped
+/// part becomes a per-slot map looked up, per request, with the consumer authentication found
+/// (plugins run in PRIORITY order, so the auth plugins have run by then). Plugins are indexed
+/// by scope first, so the cost is per route times the plugins that apply to it.
 fn compile_chains(config: &Config) -> Result<Vec<Chain>, String> {
-    type Entry<'a> = (i32, &'static str, Arc<dyn Handler>);
+    type Entry = (i32, &'static str, Arc<dyn Handler>);
+    type Chosen = (&'static str, Option<Arc<dyn Handler>>, bool);
+    type ByConsumer<'a> = FxHashMap<&'static str, FxHashMap<&'a str, Arc<dyn Handler>>>;
     let registry = turnpike_plugins::bundled();
     let build_ctx = turnpike_plugins::BuildContext::new(config);
     let mut global: Vec<Entry> = Vec::new();
     let mut by_service: FxHashMap<&str, Vec<Entry>> = FxHashMap::default();
     let mut by_route: FxHashMap<&str, Vec<Entry>> = FxHashMap::default();
     let mut by_both: FxHashMap<(&str, &str), Vec<Entry>> = FxHashMap::default();
-    for p in config
-        .plugins
-        .iter()
-        .filter(|p| p.enabled && p.consumer.is_none())
-    {
+    // Consumer-scoped: consumer only (shared by every route), and with a route and/or service.
+    let mut consumer_only: ByConsumer = FxHashMap::default();
+    let mut consumer_scoped: FxHashMap<(Option<&str>, Option<&str>), ByConsumer> =
+        FxHashMap::default();
+    let mut priorities: FxHashMap<&'static str, i32> = FxHashMap::default();
+    for p in config.plugins.iter().filter(|p| p.enabled) {
         let spec = registry
             .get(&p.name)
             .ok_or_else(|| format!("plugin {}: '{}' is not available", p.id, p.name))?;
         let handler = spec
             .build(&p.config, &build_ctx)
             .map_err(|e| format!("plugin {} ({}): {e}", p.id, p.name))?;
+        priorities.insert(spec.name(), spec.priority());
+        let route = p.route.as_ref().map(|r| r.id.as_str());
+        let service = p.service.as_ref().map(|s| s.id.as_str());
+        if let Some(c) = &p.consumer {
+            let target = match (route, service) {
+                (None, None) => &mut consumer_only,
+                key => consumer_scoped.entry(key).or_default(),
+            };
+            target
+                .entry(spec.name())
+                .or_default()
+                .insert(c.id.as_str(), handler);
+            continue;
+        }
         let entry = (spec.priority(), spec.name(), handler);
-        match (&p.route, &p.service) {
-            (Some(r), Some(s)) => by_both.entry((&r.id, &s.id)).or_default().push(entry),
-            (Some(r), None) => by_route.entry(&r.id).or_default().push(entry),
-            (None, Some(s)) => by_service.entry(&s.id).or_default().push(entry),
+        match (route, service) {
+            (Some(r), Some(s)) => by_both.entry((r, s)).or_default().push(entry),
+            (Some(r), None) => by_route.entry(r).or_default().push(entry),
+            (None, Some(s)) => by_service.entry(s).or_default().push(entry),
             (None, None) => global.push(entry),
         }
     }
-    let empty: Chain = Arc::from(Vec::<Arc<dyn Handler>>::new());
+    let consumer_only: FxHashMap<&'static str, Arc<ConsumerHandlers>> = consumer_only
+        .into_iter()
+        .map(|(name, m)| {
+            let owned: ConsumerHandlers = m.into_iter().map(|(c, h)| (c.to_string(), h)).collect();
+            (name, Arc::new(owned))
+        })
+        .collect();
+    let empty: Chain = Arc::from(Vec::<Slot>::new());
     let nothing: &[Entry] = &[];
+    let no_scoped: ByConsumer = FxHashMap::default();
     let mut chains = Vec::with_capacity(config.routes.len());
     for r in &config.routes {
         let sid = r.service.as_ref().map(|s| s.id.as_str());
+        let rid = Some(r.id.as_str());
         let both = sid
             .and_then(|s| by_both.get(&(r.id.as_str(), s)))
             .map_or(nothing, |v| v.as_slice());
@@ -75,18 +126,82 @@ fn compile_chains(config: &Config) -> Result<Vec<Chain>, String> {
             .and_then(|s| by_service.get(s))
             .map_or(nothing, |v| v.as_slice());
         // Most specific first: the first config seen for a plugin name wins.
-        let mut chosen: Vec<&Entry> = Vec::new();
-        for e in both.iter().chain(route).chain(service).chain(&global) {
-            if !chosen.iter().any(|c| c.1 == e.1) {
-                chosen.push(e);
+        // (plugin, its consumer-free config, whether that is a Route+Service one)
+        let mut chosen: Vec<Chosen> = Vec::new();
+        for (i, e) in both
+            .iter()
+            .chain(route)
+            .chain(service)
+            .chain(&global)
+            .enumerate()
+        {
+            if !chosen.iter().any(|c| c.0 == e.1) {
+                // Whether this is a Route+Service config, which outranks Consumer-only ones.
+                chosen.push((e.1, Some(e.2.clone()), i < both.len()));
             }
         }
-        if chosen.is_empty() {
+        let crs = match sid {
+            Some(_) => consumer_scoped.get(&(rid, sid)).unwrap_or(&no_scoped),
+            None => &no_scoped,
+        };
+        let cr = consumer_scoped.get(&(rid, None)).unwrap_or(&no_scoped);
+        let cs = match sid {
+            Some(_) => consumer_scoped.get(&(None, sid)).unwrap_or(&no_scoped),
+            None => &no_scoped,
+        };
+        let mut names: Vec<&'static str> = chosen.iter().map(|c| c.0).collect();
+        for n in crs
+            .keys()
+            .chain(cr.keys())
+            .chain(cs.keys())
+            .chain(consumer_only.keys())
+        {
+            if !names.contains(n) {
+                names.push(n);
+            }
+        }
+        if names.is_empty() {
             chains.push(empty.clone());
             continue;
         }
-        chosen.sort_by_key(|c| std::cmp::Reverse(c.0));
-        chains.push(chosen.into_iter().map(|c| c.2.clone()).collect());
+        let mut slots: Vec<(i32, Slot)> = Vec::with_capacity(names.len());
+        for name in names {
+            let (handler, route_and_service) = chosen
+                .iter()
+                .find(|c| c.0 == name)
+                .map_or((None, false), |c| (c.1.clone(), c.2));
+            let specific: Vec<&FxHashMap<&str, Arc<dyn Handler>>> =
+                [crs, cr, cs].iter().filter_map(|m| m.get(name)).collect();
+            // A Route+Service config outranks Consumer-only configs.
+            let general = (!route_and_service)
+                .then(|| consumer_only.get(name))
+                .flatten();
+            let by_consumer = if specific.is_empty() {
+                general.cloned()
+            } else {
+                let mut m: ConsumerHandlers = FxHashMap::default();
+                // Least specific first, so that more specific configs overwrite.
+                if let Some(g) = general {
+                    m.extend(g.iter().map(|(c, h)| (c.clone(), h.clone())));
+                }
+                for level in specific.iter().rev() {
+                    m.extend(level.iter().map(|(c, h)| (c.to_string(), h.clone())));
+                }
+                Some(Arc::new(m))
+            };
+            if handler.is_none() && by_consumer.is_none() {
+                continue;
+            }
+            slots.push((
+                priorities.get(name).copied().unwrap_or(0),
+                Slot {
+                    handler,
+                    by_consumer,
+                },
+            ));
+        }
+        slots.sort_by_key(|s| std::cmp::Reverse(s.0));
+        chains.push(slots.into_iter().map(|s| s.1).collect());
     }
     Ok(chains)
 }

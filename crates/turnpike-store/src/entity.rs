@@ -60,8 +60,8 @@ pub fn check(
         "plugins" => {
             let (mut p, r, mut e) = decl::plugin(map, id, now);
             e.extend(decl::check_plugin_config(plugins, &mut p));
-            if r.consumer.is_some() {
-                e.push(("consumer".into(), decl::CONSUMER_SCOPED_UNSUPPORTED.into()));
+            if r.consumer.is_some() && !plugins.allows_consumer(&p.name) {
+                e.push(("consumer".into(), decl::NO_CONSUMER.into()));
             }
             for (field, v) in [
                 ("route", r.route),

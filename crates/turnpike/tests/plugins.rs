@@ -641,40 +641,166 @@ async fn rate_limiting_configs_are_checked() {
     }
 }
 
-/// Consumer-scoped plugins are refused, not silently skipped: a skipped one would fail open.
+/// Consumer-scoped configs, in Kong's precedence: Route+Service+Consumer > Route+Consumer >
+/// Service+Consumer > Route+Service > Consumer > Route > Service > Global.
 #[tokio::test]
-async fn consumer_scoped_plugins_are_refused_until_supported() {
+async fn consumer_scoped_plugins_follow_kong_precedence() {
+    let up = Upstream::start("consumer-scoped");
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
+consumers:
+- username: alice
+  keyauth_credentials: [{{key: ka}}]
+  plugins:
+  - name: rate-limiting
+    service: svc
+    config: {{year: 1}}
+- username: bob
+  keyauth_credentials: [{{key: kb}}]
+- username: carol
+  keyauth_credentials: [{{key: kc}}]
+  plugins:
+  - name: request-termination
+    config: {{status_code: 403, message: "carol is blocked"}}
+- username: guest
+  plugins:
+  - name: request-termination
+    config: {{status_code: 401, message: "please log in"}}
+services:
+- name: svc
+  url: {url}
+  plugins:
+  - name: rate-limiting
+    config: {{year: 100}}
+  routes:
+  - name: r1
+    paths: [/r1]
+  - name: r2
+    paths: [/r2]
+  - name: r3
+    paths: [/r3]
+- name: other
+  url: {url}
+  routes:
+  - name: o
+    paths: [/o]
+plugins:
+- name: key-auth
+  config: {{anonymous: guest}}
+- name: rate-limiting
+  route: r2
+  consumer: bob
+  config: {{year: 2}}
+- name: rate-limiting
+  route: r2
+  service: svc
+  consumer: alice
+  config: {{year: 3}}
+- name: rate-limiting
+  route: r2
+  service: svc
+  config: {{year: 50}}
+- name: request-termination
+  route: r3
+  service: svc
+  config: {{trigger: x-never}}
+"#,
+        url = up.url()
+    ))
+    .start();
+    let p = gw.proxy;
+    let limit = |r: &Reply| r.header("x-ratelimit-limit-year").map(String::from);
+    // Service+Consumer beats Service.
+    let r = call(p, "GET", "/r1", &[("apikey", "ka")]).await;
+    assert_eq!((r.status, limit(&r).as_deref()), (200, Some("1")));
+    assert_eq!(call(p, "GET", "/r1", &[("apikey", "ka")]).await.status, 429);
+    let r = call(p, "GET", "/r1", &[("apikey", "kb")]).await;
+    assert_eq!(limit(&r).as_deref(), Some("100"));
+    // Route+Consumer beats Route+Service; Route+Service+Consumer beats them all.
+    let r = call(p, "GET", "/r2", &[("apikey", "kb")]).await;
+    assert_eq!(limit(&r).as_deref(), Some("2"));
+    let r = call(p, "GET", "/r2", &[("apikey", "ka")]).await;
+    assert_eq!(limit(&r).as_deref(), Some("3"));
+    // Without a consumer-scoped config, Route+Service applies.
+    let r = call(p, "GET", "/r2", &[]).await;
+    assert_eq!(limit(&r).as_deref(), Some("50"));
+    // A Consumer-only config applies everywhere...
+    let r = call(p, "GET", "/r1", &[("apikey", "kc")]).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (403, json!({"message": "carol is blocked"}))
+    );
+    assert_eq!(call(p, "GET", "/o", &[("apikey", "kc")]).await.status, 403);
+    // ...but a Route+Service config of the same plugin outranks it.
+    assert_eq!(call(p, "GET", "/r3", &[("apikey", "kc")]).await.status, 200);
+    // The anonymous consumer is a consumer too.
+    let r = call(p, "GET", "/o", &[]).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (401, json!({"message": "please log in"}))
+    );
+    assert_eq!(call(p, "GET", "/o", &[("apikey", "kb")]).await.status, 200);
+}
+
+/// Plugins that decide who the consumer is cannot be scoped to one (Kong's `no_consumer`).
+#[tokio::test]
+async fn auth_plugins_cannot_be_scoped_to_a_consumer() {
     let dir = tempfile::tempdir().unwrap();
     let f = write(
         dir.path(),
         "k.yml",
-        "_format_version: '3.0'\nconsumers:\n- username: a\n  plugins:\n  - name: request-termination\n",
+        "_format_version: '3.0'\nconsumers:\n- username: a\n  plugins:\n  - name: key-auth\n",
     );
     let (ok, out) = run(&["config", "parse", f.to_str().unwrap()], &[]);
     assert!(!ok);
-    assert!(
-        out.contains("consumer: plugins scoped to a consumer are not supported yet"),
-        "{out}"
-    );
+    assert!(out.contains("consumer: value must be null"), "{out}");
+    let up = Upstream::start("consumer-admin");
     let gw = Gateway::sqlite().start();
-    assert_eq!(
-        gw.admin("POST", "/consumers", Some(json!({"username": "a"})))
-            .await
-            .status,
-        201
-    );
+    gw.add_service_route(&up.url(), "/c").await;
     let r = gw
-        .admin(
-            "POST",
-            "/consumers/a/plugins",
-            Some(json!({"name": "request-termination"})),
-        )
+        .admin("POST", "/consumers", Some(json!({"username": "a"})))
         .await;
-    assert_eq!(r.status, 400);
-    assert!(r.json()["fields"]["consumer"]
-        .as_str()
-        .unwrap()
-        .contains("not supported yet"));
+    assert_eq!(r.status, 201);
+    for (name, config) in [
+        ("key-auth", json!({})),
+        ("basic-auth", json!({})),
+        ("acl", json!({"allow": ["x"]})),
+        ("cors", json!({})),
+    ] {
+        let body = json!({"name": name, "config": config});
+        let r = gw.admin("POST", "/consumers/a/plugins", Some(body)).await;
+        assert_eq!(r.status, 400, "{name}");
+        assert_eq!(
+            r.json()["fields"]["consumer"],
+            "value must be null",
+            "{name}"
+        );
+    }
+    // Through the Admin API, a consumer-scoped plugin takes effect for that consumer only.
+    for (path, body) in [
+        ("/services/s/plugins", json!({"name": "key-auth"})),
+        ("/consumers/a/key-auth", json!({"key": "ka"})),
+        ("/consumers", json!({"username": "b"})),
+        ("/consumers/b/key-auth", json!({"key": "kb"})),
+        (
+            "/consumers/a/plugins",
+            json!({"name": "request-termination", "config": {"status_code": 451}}),
+        ),
+    ] {
+        let r = gw.admin("POST", path, Some(body)).await;
+        assert_eq!(r.status, 201, "{path}: {}", r.json());
+    }
+    let proxy = gw.proxy;
+    assert!(
+        eventually(std::time::Duration::from_secs(10), async || {
+            call(proxy, "GET", "/c", &[("apikey", "ka")]).await.status == 451
+        })
+        .await
+    );
+    assert_eq!(
+        call(proxy, "GET", "/c", &[("apikey", "kb")]).await.status,
+        200
+    );
 }
 
 #[tokio::test]

@@ -34,6 +34,12 @@ pub trait PluginRegistry: Send + Sync {
         Vec::new()
     }
 
+    /// Whether a plugin may be scoped to a consumer (Kong: not when its schema says
+    /// `consumer = typedefs.no_consumer`).
+    fn allows_consumer(&self, _name: &str) -> bool {
+        true
+    }
+
     /// Turns a credential written to a store into its stored form (Kong's DAO transformations:
     /// basic-auth hashes the password); violations as (field, message).
     fn prepare_credential(
@@ -162,10 +168,15 @@ pub fn check_plugin_config(plugins: &dyn PluginRegistry, p: &mut Plugin) -> Vec<
     }
 }
 
-/// Plugins scoped to a consumer run once authentication has named the consumer; this build
-/// does not run them yet.
-pub const CONSUMER_SCOPED_UNSUPPORTED: &str =
-    "plugins scoped to a consumer are not supported yet in this build";
+/// Kong's message for a plugin that may not be scoped to a consumer (`typedefs.no_consumer`:
+/// the authentication plugins, which run before a consumer is known, and a few others).
+pub const NO_CONSUMER: &str = "value must be null";
+
+/// The violation, if any, of scoping plugin `p` to a consumer.
+pub fn check_plugin_scope(plugins: &dyn PluginRegistry, p: &Plugin) -> Option<(String, String)> {
+    (p.consumer.is_some() && !plugins.allows_consumer(&p.name))
+        .then(|| ("consumer".to_string(), NO_CONSUMER.to_string()))
+}
 
 /// Reads a stored foreign key (`{"id": ...}`) of an entity that the store has already checked.
 fn stored_fk(map: &Map<String, Value>, field: &str) -> Option<ForeignKey> {
@@ -642,10 +653,10 @@ fn load_inner(
             Kind::Credential(_) if cfg.credentials[slot[i]].consumer.id.is_empty() => {
                 errs[i].push(("consumer".into(), fields::REQUIRED.into()))
             }
-            // Refused rather than ignored: a consumer-scoped plugin that silently did not run
-            // (say, a request-termination blocking one consumer) would fail open.
-            Kind::Plugin if cfg.plugins[slot[i]].consumer.is_some() => {
-                errs[i].push(("consumer".into(), CONSUMER_SCOPED_UNSUPPORTED.into()))
+            Kind::Plugin => {
+                if let Some(e) = check_plugin_scope(plugins, &cfg.plugins[slot[i]]) {
+                    errs[i].push(e)
+                }
             }
             _ => {}
         }

@@ -34,6 +34,9 @@ impl PluginSpec for Acl {
     fn priority(&self) -> i32 {
         950
     }
+    fn allows_consumer(&self) -> bool {
+        false
+    }
     fn fields(&self) -> &'static [crate::schema::Field] {
         schema::FIELDS
     }

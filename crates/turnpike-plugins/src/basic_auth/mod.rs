@@ -86,6 +86,9 @@ impl PluginSpec for BasicAuth {
     fn priority(&self) -> i32 {
         1100
     }
+    fn allows_consumer(&self) -> bool {
+        false
+    }
     fn fields(&self) -> &'static [crate::schema::Field] {
         schema::FIELDS
     }

@@ -65,6 +65,9 @@ impl PluginSpec for Cors {
     fn priority(&self) -> i32 {
         2000
     }
+    fn allows_consumer(&self) -> bool {
+        false
+    }
     fn fields(&self) -> &'static [crate::schema::Field] {
         schema::FIELDS
     }

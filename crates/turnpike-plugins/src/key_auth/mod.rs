@@ -37,6 +37,9 @@ impl PluginSpec for KeyAuth {
     fn priority(&self) -> i32 {
         1250
     }
+    fn allows_consumer(&self) -> bool {
+        false
+    }
     fn fields(&self) -> &'static [crate::schema::Field] {
         schema::FIELDS
     }
