@@ -14,6 +14,7 @@ pub mod cors;
 pub mod ip_restriction;
 pub mod key_auth;
 pub mod rate_limiting;
+pub mod request_size_limiting;
 pub mod request_termination;
 pub mod schema;
 
@@ -42,6 +43,9 @@ pub struct AccessRequest<'a> {
     pub consumer: Option<Arc<Identity>>,
     /// A replacement for the query string sent upstream (e.g. a credential removed from it).
     pub upstream_query: Option<String>,
+    /// The most body bytes the upstream may receive (request-size-limiting): a body without a
+    /// Content-Length is counted as it streams and cut, with a 413, when it passes this.
+    pub body_limit: Option<u64>,
     /// The matched route's id and its service's.
     pub route_id: &'a str,
     pub service_id: Option<&'a str>,
@@ -385,6 +389,7 @@ pub fn bundled() -> Registry {
             &ip_restriction::IpRestriction,
             &key_auth::KeyAuth,
             &rate_limiting::RateLimiting,
+            &request_size_limiting::RequestSizeLimiting,
             &request_termination::RequestTermination,
         ],
     }
@@ -487,6 +492,7 @@ impl TestRequest {
             client_ip: self.client_ip,
             consumer: None,
             upstream_query: None,
+            body_limit: None,
             route_id: "r",
             service_id: None,
         };

@@ -15,6 +15,8 @@ pub const NAME_RESOLUTION: &str = "name resolution failed";
 pub const UNEXPECTED: &str = "An unexpected error occurred";
 pub const NO_SERVICE: &str = "no Service found with those values";
 pub const USE_HTTPS: &str = "Please use HTTPS protocol";
+/// request-size-limiting's message, for a body found too large while it streams.
+pub const BODY_TOO_LARGE: &str = "Request size limit exceeded";
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Format {

@@ -90,6 +90,26 @@ pub enum SendError {
     Retry(Option<Incoming>),
     Timeout,
     Failed(io::Error),
+    /// The client's body passed the size limit a plugin set (request-size-limiting): the
+    /// upstream got an incomplete request (the stream was cut), and the client gets 413.
+    BodyTooLarge,
+}
+
+/// Reads and discards what is left of a refused client body, within bounds, so the client
+/// (still sending) can read the error instead of meeting a reset: nginx's lingering close.
+async fn drain(body: &mut Incoming) {
+    const MAX_BYTES: usize = 4 << 20;
+    const MAX_TIME: Duration = Duration::from_secs(2);
+    let _ = tokio::time::timeout(MAX_TIME, async {
+        let mut seen = 0;
+        while let Some(Ok(frame)) = body.frame().await {
+            seen += frame.data_ref().map_or(0, |d| d.len());
+            if seen > MAX_BYTES {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 fn other(msg: &str) -> io::Error {
@@ -160,6 +180,7 @@ impl Conn {
         &mut self,
         req: &http::request::Parts,
         body: Option<Incoming>,
+        body_limit: Option<u64>,
         overrides: &[(HeaderName, Option<HeaderValue>)],
         write_timeout: Duration,
         read_timeout: Duration,
@@ -213,6 +234,7 @@ impl Conn {
         }
         let had_body = body.is_some();
         if let Some(mut body) = body {
+            let mut sent: u64 = 0;
             while let Some(frame) = body.frame().await {
                 let frame =
                     frame.map_err(|e| SendError::Failed(other(&format!("client body: {e}"))))?;
@@ -221,6 +243,14 @@ impl Conn {
                 };
                 if data.is_empty() {
                     continue;
+                }
+                // Checked before the bytes go out, so the upstream never sees more than the
+                // limit; a chunked body is cut before its terminating chunk, so the upstream
+                // never takes it for a complete request.
+                sent += data.len() as u64;
+                if body_limit.is_some_and(|l| sent > l) {
+                    drain(&mut body).await;
+                    return Err(SendError::BodyTooLarge);
                 }
                 if chunked {
                     let size = format!("{:x}\r\n", data.len());

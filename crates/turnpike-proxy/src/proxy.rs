@@ -267,6 +267,7 @@ async fn route_and_proxy(
     // The access phase of the route's plugins; one of them may answer instead of the upstream.
     let chain = &snap.chains[route.route_index];
     let mut upstream_query: Option<String> = None;
+    let mut body_limit: Option<u64> = None;
     if !chain.is_empty() {
         let client_ip = client_ip(conn, &parts.headers);
         let mut access = AccessRequest {
@@ -279,6 +280,7 @@ async fn route_and_proxy(
             client_ip,
             consumer: None,
             upstream_query: None,
+            body_limit: None,
             route_id: &snap.config.routes[route.route_index].id,
             service_id: route
                 .service_index
@@ -307,6 +309,7 @@ async fn route_and_proxy(
             }
         }
         upstream_query = access.upstream_query;
+        body_limit = access.body_limit;
     }
 
     let Some(si) = route.service_index else {
@@ -390,6 +393,7 @@ async fn route_and_proxy(
         service,
         parts,
         body,
+        body_limit,
         overrides,
         preserved_host,
         upgrade,
@@ -420,6 +424,9 @@ async fn route_and_proxy(
         }
         Err(e) => {
             let (status, msg) = match e {
+                UpstreamError::BodyTooLarge => {
+                    (StatusCode::PAYLOAD_TOO_LARGE, errors::BODY_TOO_LARGE)
+                }
                 UpstreamError::Timeout => (StatusCode::GATEWAY_TIMEOUT, errors::TIMED_OUT),
                 UpstreamError::NoPeer => (StatusCode::SERVICE_UNAVAILABLE, errors::NO_PEER),
                 UpstreamError::NameResolution => {
@@ -562,6 +569,8 @@ fn forwarded_headers(
 }
 
 enum UpstreamError {
+    /// The client's body passed a plugin's size limit.
+    BodyTooLarge,
     Timeout,
     Failed,
     NoPeer,
@@ -595,6 +604,7 @@ async fn send_upstream(
     service: &ServiceInfo,
     mut parts: http::request::Parts,
     body: Incoming,
+    body_limit: Option<u64>,
     mut overrides: Overrides,
     preserved_host: Option<HeaderValue>,
     upgrade: bool,
@@ -696,6 +706,7 @@ async fn send_upstream(
             .send(
                 &parts,
                 body.take(),
+                body_limit,
                 &overrides,
                 service.write_timeout,
                 service.read_timeout,
@@ -717,6 +728,7 @@ async fn send_upstream(
             }
             Err(SendError::Retry(b)) => body = b,
             Err(SendError::Timeout) => return Err(UpstreamError::Timeout),
+            Err(SendError::BodyTooLarge) => return Err(UpstreamError::BodyTooLarge),
             Err(SendError::Failed(e)) => {
                 tracing::debug!("upstream {}:{} failed: {e}", peer.host, peer.port);
                 return Err(UpstreamError::Failed);
