@@ -87,12 +87,20 @@ pub struct Conn {
 pub enum SendError {
     /// Nothing of the request reached a live upstream (a pooled connection was already
     /// closed): the request can go on another connection. The body is handed back.
-    Retry(Option<Incoming>),
+    Retry(Option<ClientBody>),
     Timeout,
     Failed(io::Error),
     /// The client's body passed the size limit a plugin set (request-size-limiting): the
     /// upstream got an incomplete request (the stream was cut), and the client gets 413.
     BodyTooLarge,
+}
+
+/// A client's request body on its way upstream, with the most bytes it may carry (set by
+/// request-size-limiting; checked as it streams).
+#[derive(Debug)]
+pub struct ClientBody {
+    pub stream: Incoming,
+    pub limit: Option<u64>,
 }
 
 /// Reads and discards what is left of a refused client body, within bounds, so the client
@@ -179,8 +187,7 @@ impl Conn {
     pub async fn send(
         &mut self,
         req: &http::request::Parts,
-        body: Option<Incoming>,
-        body_limit: Option<u64>,
+        body: Option<ClientBody>,
         overrides: &[(HeaderName, Option<HeaderValue>)],
         write_timeout: Duration,
         read_timeout: Duration,
@@ -233,7 +240,11 @@ impl Conn {
             });
         }
         let had_body = body.is_some();
-        if let Some(mut body) = body {
+        if let Some(ClientBody {
+            stream: mut body,
+            limit: body_limit,
+        }) = body
+        {
             let mut sent: u64 = 0;
             while let Some(frame) = body.frame().await {
                 let frame =

@@ -17,7 +17,7 @@ use turnpike_router::{normalize_path, upstream_uri, RequestView};
 
 use crate::body::{BodyKind, ProxyBody, RequestGuard};
 use crate::errors::{self, error_response};
-use crate::h1::{SendError, UpstreamBody};
+use crate::h1::{ClientBody, SendError, UpstreamBody};
 use crate::pool::{ConnectError, PeerKey};
 use crate::server::{ConnInfo, WorkerCtx};
 use crate::snapshot::{Destination, Peer, ServiceInfo};
@@ -392,8 +392,10 @@ async fn route_and_proxy(
         ctx,
         service,
         parts,
-        body,
-        body_limit,
+        ClientBody {
+            stream: body,
+            limit: body_limit,
+        },
         overrides,
         preserved_host,
         upgrade,
@@ -603,14 +605,13 @@ async fn send_upstream(
     ctx: &Rc<WorkerCtx>,
     service: &ServiceInfo,
     mut parts: http::request::Parts,
-    body: Incoming,
-    body_limit: Option<u64>,
+    body: ClientBody,
     mut overrides: Overrides,
     preserved_host: Option<HeaderValue>,
     upgrade: bool,
 ) -> Result<Upstreamed, UpstreamError> {
     // Upgrades keep their body for hyper's client; our exchange takes `None` for no body.
-    let mut body = if !upgrade && body.is_end_stream() {
+    let mut body = if !upgrade && body.stream.is_end_stream() {
         None
     } else {
         Some(body)
@@ -669,7 +670,9 @@ async fn send_upstream(
             apply_overrides(&mut parts.headers, &overrides);
             let req = Request::from_parts(
                 parts,
-                body.take().expect("upgrade requests keep their body"),
+                body.take()
+                    .expect("upgrade requests keep their body")
+                    .stream,
             );
             return match tokio::time::timeout(service.read_timeout, sender.send_request(req)).await
             {
@@ -706,7 +709,6 @@ async fn send_upstream(
             .send(
                 &parts,
                 body.take(),
-                body_limit,
                 &overrides,
                 service.write_timeout,
                 service.read_timeout,
