@@ -141,6 +141,8 @@ pub struct Conf {
     /// How often a node polls the store's config version (Kong's `db_update_frequency`); with
     /// PostgreSQL, LISTEN/NOTIFY normally brings changes long before that.
     pub db_update_frequency: Duration,
+    /// Which plugins this node loads (Kong's `plugins`: `bundled`, names, or `off`).
+    pub plugins: Vec<String>,
     /// Bearer token the Admin API requires when set (mandatory on a non-loopback admin_listen).
     pub admin_auth_token: Option<String>,
     pub declarative_config: Option<PathBuf>,
@@ -184,6 +186,7 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("pg_ssl_verify", "off"),
     ("pg_pool_size", "10"),
     ("db_update_frequency", "5"),
+    ("plugins", "bundled"),
     ("admin_auth_token", ""),
     ("declarative_config", ""),
     ("nginx_worker_processes", "auto"),
@@ -393,6 +396,19 @@ impl Conf {
                     "must be a positive number of seconds".into(),
                 )
             })?;
+        // Kong's `plugins`: `bundled`, plugin names, or `off`; which names exist is the plugin
+        // registry's to check.
+        let plugins: Vec<String> = get("plugins")
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if plugins.iter().any(|p| p == "off") && plugins.len() > 1 {
+            return Err(invalid(
+                "plugins",
+                "'off' cannot be combined with other values".into(),
+            ));
+        }
         let admin_auth_token = match get("admin_auth_token") {
             "" => None,
             t => Some(t.to_string()),
@@ -532,6 +548,7 @@ impl Conf {
             database,
             pg,
             db_update_frequency,
+            plugins,
             admin_auth_token,
             declarative_config,
             worker_processes,
@@ -588,6 +605,7 @@ impl Conf {
             "pg_timeout": self.pg.timeout.as_millis() as u64,
             "pg_pool_size": self.pg.pool_size,
             "db_update_frequency": self.db_update_frequency.as_secs_f64(),
+            "plugins": self.plugins,
             "admin_auth_token": self.admin_auth_token.as_ref().map(|_| "******"),
             "declarative_config": self.declarative_config.as_ref().map(|p| p.display().to_string()),
             "nginx_worker_processes": self.worker_processes,

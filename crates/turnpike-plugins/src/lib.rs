@@ -395,6 +395,45 @@ pub fn bundled() -> Registry {
     }
 }
 
+/// The plugins a node loads, from Kong's `plugins` property: `bundled` (every plugin compiled
+/// in), plugin names, both mixed, or `off` (none).
+pub fn enabled(names: &[String]) -> Result<Registry, String> {
+    let all = bundled();
+    let mut plugins: Vec<&'static dyn PluginSpec> = Vec::new();
+    for name in names {
+        match name.as_str() {
+            "off" => {
+                return Ok(Registry {
+                    plugins: Vec::new(),
+                })
+            }
+            "bundled" => {
+                for p in all.all() {
+                    if !plugins.iter().any(|q| q.name() == p.name()) {
+                        plugins.push(p);
+                    }
+                }
+            }
+            other => match all.get(other) {
+                Some(p) => {
+                    if !plugins.iter().any(|q| q.name() == p.name()) {
+                        plugins.push(p);
+                    }
+                }
+                None => {
+                    let names: Vec<&str> = all.all().map(|p| p.name()).collect();
+                    return Err(format!(
+                        "plugins: '{other}' is not a plugin this build carries (it has: {})",
+                        names.join(", ")
+                    ));
+                }
+            },
+        }
+    }
+    plugins.sort_by_key(|p| p.name());
+    Ok(Registry { plugins })
+}
+
 impl Registry {
     pub fn get(&self, name: &str) -> Option<&'static dyn PluginSpec> {
         self.plugins.iter().copied().find(|p| p.name() == name)

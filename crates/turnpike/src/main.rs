@@ -108,9 +108,11 @@ fn load_conf(path: Option<&Path>) -> Result<(Conf, Vec<String>), String> {
     Ok((conf, warnings))
 }
 
-fn plugin_registry() -> Arc<dyn PluginRegistry> {
-    // Kong's `plugins = bundled`: every plugin compiled in.
-    Arc::new(turnpike_plugins::bundled())
+/// The plugins this node loads (Kong's `plugins` property; `bundled` by default).
+fn plugin_registry(conf: &Conf) -> Result<Arc<dyn PluginRegistry>, String> {
+    turnpike_plugins::enabled(&conf.plugins)
+        .map(|r| Arc::new(r) as Arc<dyn PluginRegistry>)
+        .map_err(|e| format!("invalid configuration: {e}"))
 }
 
 fn main() -> ExitCode {
@@ -123,11 +125,14 @@ fn main() -> ExitCode {
         Command::Config {
             command: ConfigCommand::Parse { file, conf },
         } => {
-            if let Err(e) = load_conf(conf.as_deref()) {
-                eprintln!("Error: {e}");
-                return ExitCode::FAILURE;
-            }
-            match parse_file(&file, plugin_registry().as_ref()) {
+            let plugins = match load_conf(conf.as_deref()).and_then(|(c, _)| plugin_registry(&c)) {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("Error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match parse_file(&file, plugins.as_ref()) {
                 Ok(cfg) => {
                     println!(
                         "parse successful: {} services, {} routes, {} upstreams, {} consumers, {} plugins",
@@ -166,18 +171,10 @@ fn main() -> ExitCode {
         }
         Command::Config {
             command: ConfigCommand::DbImport { file, conf },
-        } => {
-            let cfg = match parse_file(&file, plugin_registry().as_ref()) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("Error: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            run_db_command(conf.as_deref(), |conf, plugins| async move {
-                db::db_import(&conf, plugins, cfg).await
-            })
-        }
+        } => run_db_command(conf.as_deref(), |conf, plugins| async move {
+            let cfg = parse_file(&file, plugins.as_ref())?;
+            db::db_import(&conf, plugins, cfg).await
+        }),
         Command::Config {
             command: ConfigCommand::DbExport { file, conf },
         } => run_db_command(conf.as_deref(), |conf, plugins| async move {
@@ -216,7 +213,14 @@ where
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(f(conf, plugin_registry())) {
+    let plugins = match plugin_registry(&conf) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("Error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(f(conf, plugins)) {
         Ok(msg) => {
             println!("{msg}");
             ExitCode::SUCCESS
@@ -316,6 +320,7 @@ fn node_id(prefix: &Path) -> String {
 
 fn start(conf_path: Option<&Path>) -> Result<(), String> {
     let (conf, warnings) = load_conf(conf_path)?;
+    let plugins = plugin_registry(&conf)?;
     init_logging(&conf.log_level);
     for w in &warnings {
         tracing::warn!("{w}");
@@ -351,7 +356,6 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
         conf.ssl_cert.first().map(String::as_str),
         conf.ssl_cert_key.first().map(String::as_str),
     )?;
-    let plugins = plugin_registry();
     let gateway = Arc::new(Gateway::new(
         Settings::from_conf(&conf),
         conf.worker_processes,

@@ -932,3 +932,61 @@ services:
     let r = call(p, "GET", "/api", &[("origin", "https://evil.test")]).await;
     assert!(r.header("access-control-allow-origin").is_none());
 }
+
+/// Kong's `plugins` property: which plugins a node loads.
+#[tokio::test]
+async fn the_plugins_property_chooses_what_loads() {
+    let gw = Gateway::sqlite()
+        .env("TURNPIKE_PLUGINS", "key-auth, rate-limiting")
+        .start();
+    let r = gw.admin("GET", "/plugins/enabled", None).await;
+    assert_eq!(
+        r.json(),
+        json!({"enabled_plugins": ["key-auth", "rate-limiting"]})
+    );
+    let r = gw
+        .admin(
+            "POST",
+            "/plugins",
+            Some(json!({"name": "acl", "config": {"allow": ["a"]}})),
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.json()["fields"]["name"],
+        "plugin 'acl' not enabled; add it to the 'plugins' configuration property"
+    );
+    let r = gw
+        .admin("POST", "/plugins", Some(json!({"name": "key-auth"})))
+        .await;
+    assert_eq!(r.status, 201);
+
+    // `bundled` mixed with names; `off`; an unknown name stops the start with a clear error.
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(
+        dir.path(),
+        "k.yml",
+        "_format_version: '3.0'\nplugins:\n- name: cors\n",
+    );
+    let file = f.to_str().unwrap();
+    let (ok, _) = run(
+        &["config", "parse", file],
+        &[("TURNPIKE_PLUGINS", "bundled,cors")],
+    );
+    assert!(ok);
+    let (ok, out) = run(&["config", "parse", file], &[("TURNPIKE_PLUGINS", "off")]);
+    assert!(!ok);
+    assert!(out.contains("plugin 'cors' not enabled"), "{out}");
+    let (ok, out) = run(
+        &["config", "parse", file],
+        &[("TURNPIKE_PLUGINS", "cors,nope")],
+    );
+    assert!(!ok);
+    assert!(
+        out.contains("plugins: 'nope' is not a plugin this build carries"),
+        "{out}"
+    );
+    let (ok, out) = run(&["start"], &[("TURNPIKE_PLUGINS", "nope")]);
+    assert!(!ok);
+    assert!(out.contains("'nope' is not a plugin"), "{out}");
+}
