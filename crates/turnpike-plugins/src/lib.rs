@@ -130,9 +130,9 @@ pub struct BuildContext<'a> {
 
 /// Consumers by id and by username.
 pub type ConsumerIndex = std::collections::HashMap<String, Arc<Identity>>;
-/// key-auth credentials by key. FxHash: only the config inserts keys, so a client's keys can
-/// only be looked up, never used to build colliding chains.
-pub type KeyIndex = rustc_hash::FxHashMap<Box<str>, Arc<Identity>>;
+/// key-auth credentials by the SHA-256 digest of the key. FxHash: the digests are uniformly
+/// spread, and a client cannot choose keys whose digests collide.
+pub type KeyIndex = rustc_hash::FxHashMap<[u8; 32], Arc<Identity>>;
 
 impl<'a> BuildContext<'a> {
     pub fn new(config: &'a turnpike_config::Config) -> Self {
@@ -260,7 +260,7 @@ impl<'a> BuildContext<'a> {
                         continue;
                     };
                     m.insert(
-                        key.into(),
+                        key_auth::digest_of(key),
                         Arc::new(Identity::new(
                             c.id.clone(),
                             c.username.clone(),
@@ -471,17 +471,36 @@ impl PluginRegistry for Registry {
         &self,
         table: &str,
         value: &mut serde_json::Map<String, Value>,
-    ) -> Result<(), (String, String)> {
-        if table == "basicauth_credentials" {
-            if let Some(Value::String(p)) = value.get("password") {
-                if !basic_auth::password::is_hashed(p) {
-                    let hashed =
-                        basic_auth::password::hash(p).map_err(|e| ("password".into(), e))?;
-                    value.insert("password".into(), Value::String(hashed));
+    ) -> Result<Option<(String, Value)>, (String, String)> {
+        match table {
+            "basicauth_credentials" => {
+                if let Some(Value::String(p)) = value.get("password") {
+                    if !basic_auth::password::is_hashed(p) {
+                        let hashed =
+                            basic_auth::password::hash(p).map_err(|e| ("password".into(), e))?;
+                        value.insert("password".into(), Value::String(hashed));
+                    }
                 }
+                Ok(None)
             }
+            "keyauth_credentials" => match value.get("key") {
+                Some(Value::String(k)) if !k.starts_with(key_auth::DIGEST_PREFIX) => {
+                    let plain = k.clone();
+                    value.insert("key".into(), Value::String(key_auth::stored_form(&plain)));
+                    Ok(Some(("key".into(), Value::String(plain))))
+                }
+                _ => Ok(None),
+            },
+            _ => Ok(None),
         }
-        Ok(())
+    }
+
+    fn stored_key(&self, table: &str, key: &str) -> String {
+        if table == "keyauth_credentials" && !key.starts_with(key_auth::DIGEST_PREFIX) {
+            key_auth::stored_form(key)
+        } else {
+            key.to_string()
+        }
     }
 
     fn available(&self) -> Vec<(String, String, i32)> {

@@ -169,7 +169,7 @@ impl Store {
                 spec.table,
                 quote(ek)
             ))
-            .bind(key)
+            .bind(self.plugins.stored_key(spec.table, key))
             .fetch_optional(&mut *conn)
             .await?
         } else {
@@ -579,7 +579,7 @@ impl Store {
                 spec.table,
                 quote(ek)
             ))
-            .bind(key)
+            .bind(self.plugins.stored_key(spec.table, key))
             .fetch_optional(&mut **tx)
             .await?
         } else {
@@ -619,6 +619,7 @@ impl Store {
             mut value,
             refs,
             sni_names,
+            reveal,
         } = entity::check(spec, body, id, now, self.plugins.as_ref())
             .map_err(StoreError::Schema)?;
         // Only entities that have the field (credentials have none: writing one made the
@@ -800,6 +801,9 @@ impl Store {
                     })?;
             }
             value.insert("snis".into(), json!(names));
+        }
+        if let Some((field, shown)) = reveal {
+            value.insert(field, shown);
         }
         Ok(value)
     }

@@ -16,6 +16,8 @@ pub struct Checked {
     pub refs: Vec<(&'static str, String)>,
     /// A certificate's transient `snis`: names that become sni rows.
     pub sni_names: Option<Vec<String>>,
+    /// A field the write's answer shows instead of its stored form (a new key-auth key).
+    pub reveal: Option<(String, Value)>,
 }
 
 pub type Violations = Vec<(String, String)>;
@@ -104,9 +106,11 @@ pub fn check(
     let Ok(Value::Object(mut value)) = value else {
         return Err(vec![("@entity".into(), "cannot encode the entity".into())]);
     };
+    let mut reveal = None;
     if errs.is_empty() && CREDENTIALS.iter().any(|c| c.table == spec.table) {
-        if let Err(e) = plugins.prepare_credential(spec.table, &mut value) {
-            errs.push(e);
+        match plugins.prepare_credential(spec.table, &mut value) {
+            Ok(r) => reveal = r,
+            Err(e) => errs.push(e),
         }
     }
     // Foreign keys the entity reader kept as they were written (service, client_certificate).
@@ -148,6 +152,7 @@ pub fn check(
             value,
             refs,
             sni_names,
+            reveal,
         })
     } else {
         Err(errs)

@@ -376,6 +376,9 @@ consumers:
   keyauth_credentials:
   - key: alice-key
 - username: guest
+- username: dora
+  keyauth_credentials:
+  - key: "{dora_digest}"
 services:
 - name: svc
   url: {url}
@@ -400,7 +403,12 @@ services:
     - name: key-auth
       config: {{anonymous: nobody}}
 "#,
-        url = up.url()
+        url = up.url(),
+        // A key stored as its digest (a Turnpike export): the key itself still works.
+        dora_digest = {
+            use sha2::Digest;
+            format!("$sha256${}", hex::encode(sha2::Sha256::digest(b"dora-key")))
+        }
     ))
     .start();
     let p = gw.proxy;
@@ -439,6 +447,8 @@ services:
     assert!(h["x-consumer-id"].is_string() && h["x-credential-identifier"].is_string());
     assert!(h["x-anonymous-consumer"].is_null());
     assert_eq!(h["apikey"], "alice-key");
+    let r = call(p, "GET", "/plain", &[("apikey", "dora-key")]).await;
+    assert_eq!(r.json()["headers"]["x-consumer-username"], "dora");
     let r = call(p, "GET", "/plain?apikey=alice-key&x=1", &[]).await;
     assert_eq!(r.status, 200);
     // strip_path (default on) leaves "/" of the path.
@@ -493,7 +503,39 @@ async fn key_auth_credentials_through_the_admin_api() {
     );
     let k = gw.admin("POST", "/consumers/bob/key-auth", None).await;
     assert_eq!(k.status, 201);
+    // The generated key is shown once, in this answer; the store keeps only its digest.
     let key = k.json()["key"].as_str().unwrap().to_string();
+    assert_eq!(key.len(), 32, "{key}");
+    let id = k.json()["id"].as_str().unwrap().to_string();
+    let stored = gw.admin("GET", &format!("/key-auths/{id}"), None).await;
+    let digest = stored.json()["key"].as_str().unwrap().to_string();
+    assert!(
+        digest.starts_with("$sha256$") && digest.len() == 8 + 64,
+        "{digest}"
+    );
+    let db = std::fs::read(gw.dir.path().join("prefix/turnpike.db")).unwrap_or_default();
+    assert!(!db.windows(key.len()).any(|w| w == key.as_bytes()));
+    // Found by the key itself, as Kong's endpoint key allows; a second copy is a conflict.
+    let r = gw.admin("GET", &format!("/key-auths/{key}"), None).await;
+    assert_eq!(
+        (r.status, r.json()["id"].as_str()),
+        (200, Some(id.as_str()))
+    );
+    let r = gw
+        .admin("POST", "/consumers/bob/key-auth", Some(json!({"key": key})))
+        .await;
+    assert_eq!(r.status, 409, "{}", r.json());
+    let r = gw
+        .admin(
+            "POST",
+            "/consumers/bob/key-auth",
+            Some(json!({"key": "chosen-key"})),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.json()["key"].as_str()),
+        (201, Some("chosen-key"))
+    );
     let proxy = gw.proxy;
     assert!(
         eventually(std::time::Duration::from_secs(10), async || {

@@ -41,13 +41,21 @@ pub trait PluginRegistry: Send + Sync {
     }
 
     /// Turns a credential written to a store into its stored form (Kong's DAO transformations:
-    /// basic-auth hashes the password); violations as (field, message).
+    /// basic-auth hashes the password, key-auth keeps only a digest of the key). Returns a
+    /// field to show in the write's answer instead of its stored form (the new key, which is
+    /// never shown again); violations as (field, message).
     fn prepare_credential(
         &self,
         _table: &str,
         _value: &mut Map<String, Value>,
-    ) -> Result<(), (String, String)> {
-        Ok(())
+    ) -> Result<Option<(String, Value)>, (String, String)> {
+        Ok(None)
+    }
+
+    /// The stored form of an endpoint key used to find a credential (`/key-auths/{key}`
+    /// finds the row holding the key's digest).
+    fn stored_key(&self, _table: &str, key: &str) -> String {
+        key.to_string()
     }
 }
 
