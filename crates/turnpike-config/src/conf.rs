@@ -143,6 +143,11 @@ pub struct Conf {
     pub db_update_frequency: Duration,
     /// Which plugins this node loads (Kong's `plugins`: `bundled`, names, or `off`).
     pub plugins: Vec<String>,
+    /// How long cached credentials and misses live (`None`: until they change).
+    pub db_cache_ttl: Option<Duration>,
+    pub db_cache_neg_ttl: Option<Duration>,
+    /// Bound on the credential cache, in bytes (Kong's `mem_cache_size`).
+    pub mem_cache_size: u64,
     /// Bearer token the Admin API requires when set (mandatory on a non-loopback admin_listen).
     pub admin_auth_token: Option<String>,
     pub declarative_config: Option<PathBuf>,
@@ -187,6 +192,9 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("pg_pool_size", "10"),
     ("db_update_frequency", "5"),
     ("plugins", "bundled"),
+    ("db_cache_ttl", "0"),
+    ("db_cache_neg_ttl", ""),
+    ("mem_cache_size", "128m"),
     ("admin_auth_token", ""),
     ("declarative_config", ""),
     ("nginx_worker_processes", "auto"),
@@ -409,6 +417,33 @@ impl Conf {
                 "'off' cannot be combined with other values".into(),
             ));
         }
+        // Kong's entity cache: time-to-live of found entities and of misses (0: until the
+        // store says they changed), and its size.
+        let secs = |name: &str, v: &str| -> Result<Option<Duration>, ConfError> {
+            let n = v
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|n| *n >= 0.0 && *n <= 1e9)
+                .ok_or_else(|| {
+                    invalid(name, "must be a number of seconds, 0 for no expiry".into())
+                })?;
+            Ok((n > 0.0).then(|| Duration::from_secs_f64(n)))
+        };
+        let db_cache_ttl = secs("db_cache_ttl", get("db_cache_ttl"))?;
+        let db_cache_neg_ttl = match get("db_cache_neg_ttl").trim() {
+            "" => db_cache_ttl,
+            v => secs("db_cache_neg_ttl", v)?,
+        };
+        let mem_cache_size = parse_size(get("mem_cache_size"))
+            .map(|n| n as u64)
+            .filter(|n| *n >= 1 << 20)
+            .ok_or_else(|| {
+                invalid(
+                    "mem_cache_size",
+                    "must be a size of at least 1m (e.g. 128m, 1g)".into(),
+                )
+            })?;
         let admin_auth_token = match get("admin_auth_token") {
             "" => None,
             t => Some(t.to_string()),
@@ -549,6 +584,9 @@ impl Conf {
             pg,
             db_update_frequency,
             plugins,
+            db_cache_ttl,
+            db_cache_neg_ttl,
+            mem_cache_size,
             admin_auth_token,
             declarative_config,
             worker_processes,
@@ -606,6 +644,9 @@ impl Conf {
             "pg_pool_size": self.pg.pool_size,
             "db_update_frequency": self.db_update_frequency.as_secs_f64(),
             "plugins": self.plugins,
+            "db_cache_ttl": self.db_cache_ttl.map_or(0.0, |d| d.as_secs_f64()),
+            "db_cache_neg_ttl": self.db_cache_neg_ttl.map_or(0.0, |d| d.as_secs_f64()),
+            "mem_cache_size": self.mem_cache_size,
             "admin_auth_token": self.admin_auth_token.as_ref().map(|_| "******"),
             "declarative_config": self.declarative_config.as_ref().map(|p| p.display().to_string()),
             "nginx_worker_processes": self.worker_processes,
@@ -660,6 +701,8 @@ pub fn parse_size(v: &str) -> Option<usize> {
         (n, 1024)
     } else if let Some(n) = v.strip_suffix('m') {
         (n, 1024 * 1024)
+    } else if let Some(n) = v.strip_suffix('g') {
+        (n, 1024 * 1024 * 1024)
     } else {
         (v.as_str(), 1)
     };

@@ -11,6 +11,7 @@ pub mod acl;
 pub mod basic_auth;
 pub mod correlation_id;
 pub mod cors;
+pub mod credentials;
 pub mod ip_restriction;
 pub mod key_auth;
 pub mod rate_limiting;
@@ -493,6 +494,36 @@ impl PluginRegistry for Registry {
             },
             _ => Ok(None),
         }
+    }
+
+    fn cached_tables(&self) -> &'static [&'static str] {
+        if credentials::installed() {
+            &["keyauth_credentials", "basicauth_credentials"]
+        } else {
+            &[]
+        }
+    }
+
+    fn invalidate(&self, table: &str, id: &str, entity: Option<&serde_json::Map<String, Value>>) {
+        if !credentials::installed() {
+            return;
+        }
+        let field = |f: &str| entity.and_then(|e| e.get(f)).and_then(|v| v.as_str());
+        match table {
+            "keyauth_credentials" => key_auth::invalidate(id, field("key")),
+            "basicauth_credentials" => basic_auth::invalidate(id, field("username")),
+            // A consumer's identity is part of every cached credential of it.
+            "consumers" => {
+                key_auth::invalidate(id, None);
+                basic_auth::invalidate(id, None);
+            }
+            _ => {}
+        }
+    }
+
+    fn invalidate_all(&self) {
+        key_auth::invalidate_all();
+        basic_auth::invalidate_all();
     }
 
     fn stored_key(&self, table: &str, key: &str) -> String {

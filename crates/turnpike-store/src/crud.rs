@@ -179,6 +179,47 @@ impl Store {
             .transpose()
     }
 
+    /// A credential by one of its unique columns, with its consumer's entity: the data
+    /// plane's look-up for credentials it caches (two primary/unique-key reads).
+    pub async fn find_credential(
+        &self,
+        table: &str,
+        field: &str,
+        value: &str,
+    ) -> Result<Option<(Map<String, Value>, Map<String, Value>)>, StoreError> {
+        let spec = schema::by_table(table).ok_or(StoreError::NotFound)?;
+        if !spec.unique.contains(&field) {
+            return Err(StoreError::Database(format!(
+                "{table}.{field} is not unique"
+            )));
+        }
+        let mut conn = self.pool.acquire().await?;
+        let Some(row) = sqlx::query(&format!(
+            "SELECT entity, consumer_id FROM {} WHERE {} = $1",
+            spec.table,
+            quote(field)
+        ))
+        .bind(value)
+        .fetch_optional(&mut *conn)
+        .await?
+        else {
+            return Ok(None);
+        };
+        let credential = parse_entity(&row.try_get::<String, _>(0)?)?;
+        let consumer_id: String = row.try_get(1)?;
+        let Some(c) = sqlx::query("SELECT entity FROM consumers WHERE id = $1")
+            .bind(&consumer_id)
+            .fetch_optional(&mut *conn)
+            .await?
+        else {
+            return Ok(None);
+        };
+        Ok(Some((
+            credential,
+            parse_entity(&c.try_get::<String, _>(0)?)?,
+        )))
+    }
+
     /// A target inside its upstream, by id or by `host:port`.
     pub async fn get_in_parent(
         &self,

@@ -105,7 +105,18 @@ impl ConfigSync {
         if applied >= 0 {
             match self.store.changes_since(applied).await? {
                 Some((version, _)) if version == applied => return Ok(version),
-                Some((version, delta)) if delta.len() <= MAX_DELTA => {
+                Some((version, mut delta)) if delta.len() <= MAX_DELTA => {
+                    // Credentials the data plane caches: drop what changed, keep them out of
+                    // the config.
+                    let plugins = self.store.plugins.clone();
+                    let cached = plugins.cached_tables();
+                    for (table, id, entity) in &delta {
+                        let parsed = entity
+                            .as_deref()
+                            .and_then(|t| serde_json::from_str::<Value>(t).ok());
+                        plugins.invalidate(table, id, parsed.as_ref().and_then(|v| v.as_object()));
+                    }
+                    delta.retain(|(table, _, _)| !cached.contains(table));
                     let job = Job::Delta {
                         from: applied,
                         version,
@@ -124,9 +135,14 @@ impl ConfigSync {
                 _ => {}
             }
         }
-        let (version, raw) = self.store.export_raw().await?;
+        let (version, mut raw) = self.store.export_raw().await?;
         if version == self.applied_version() {
             return Ok(version);
+        }
+        let cached = self.store.plugins.cached_tables();
+        if !cached.is_empty() {
+            self.store.plugins.invalidate_all();
+            raw.retain(|(table, _)| !cached.contains(table));
         }
         self.run_job(Job::Full { version, raw })
             .await

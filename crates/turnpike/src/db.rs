@@ -170,6 +170,18 @@ pub async fn start(
     gateway: Arc<Gateway>,
 ) -> Result<(Arc<Store>, Arc<ConfigSync>), String> {
     let store = Arc::new(open(conf, plugins).await?);
+    // Credentials come from the store, through the data plane's cache (not with the config).
+    turnpike_plugins::credentials::install(
+        Arc::new(StoreCredentials {
+            store: store.clone(),
+            runtime: tokio::runtime::Handle::current(),
+        }),
+        turnpike_plugins::credentials::CacheSettings {
+            ttl: conf.db_cache_ttl,
+            neg_ttl: conf.db_cache_neg_ttl,
+            max_bytes: conf.mem_cache_size,
+        },
+    );
     let gw = gateway.clone();
     let sync = ConfigSync::new(
         store.clone(),
@@ -201,4 +213,43 @@ pub async fn start(
     tokio::spawn(sync.clone().run());
     tokio::spawn(sync.clone().listen());
     Ok((store, sync))
+}
+
+/// The store as the data plane's credential source. Look-ups run on the control plane's
+/// runtime, where the store's connections live; a proxy worker only awaits the answer.
+struct StoreCredentials {
+    store: Arc<Store>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl turnpike_plugins::credentials::CredentialSource for StoreCredentials {
+    fn find(
+        &self,
+        table: &'static str,
+        field: &'static str,
+        value: String,
+    ) -> turnpike_plugins::credentials::Lookup {
+        let store = self.store.clone();
+        let task = self
+            .runtime
+            .spawn(async move { store.find_credential(table, field, &value).await });
+        Box::pin(async move {
+            let found = task
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+            Ok(found.map(|(credential, consumer)| {
+                let s = |m: &serde_json::Map<String, serde_json::Value>, f: &str| {
+                    m.get(f).and_then(|v| v.as_str()).map(String::from)
+                };
+                turnpike_plugins::credentials::Found {
+                    id: s(&credential, "id").unwrap_or_default(),
+                    consumer_id: s(&consumer, "id").unwrap_or_default(),
+                    username: s(&consumer, "username"),
+                    custom_id: s(&consumer, "custom_id"),
+                    fields: credential,
+                }
+            }))
+        })
+    }
 }

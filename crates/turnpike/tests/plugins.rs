@@ -525,6 +525,12 @@ async fn key_auth_credentials_through_the_admin_api() {
         .admin("POST", "/consumers/bob/key-auth", Some(json!({"key": key})))
         .await;
     assert_eq!(r.status, 409, "{}", r.json());
+    let proxy = gw.proxy;
+    // A key asked for before it exists is cached as missing; creating it ends that at once.
+    for _ in 0..2 {
+        let r = call(proxy, "GET", "/k", &[("apikey", "chosen-key")]).await;
+        assert_eq!(r.status, 401);
+    }
     let r = gw
         .admin(
             "POST",
@@ -536,7 +542,33 @@ async fn key_auth_credentials_through_the_admin_api() {
         (r.status, r.json()["key"].as_str()),
         (201, Some("chosen-key"))
     );
-    let proxy = gw.proxy;
+    assert!(
+        eventually(std::time::Duration::from_secs(10), async || {
+            call(proxy, "GET", "/k", &[("apikey", "chosen-key")])
+                .await
+                .status
+                == 200
+        })
+        .await
+    );
+    // Renaming the consumer reaches the identity cached with its key.
+    let r = gw
+        .admin(
+            "PATCH",
+            "/consumers/bob",
+            Some(json!({"username": "robert"})),
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    assert!(
+        eventually(std::time::Duration::from_secs(10), async || {
+            call(proxy, "GET", "/k", &[("apikey", "chosen-key")])
+                .await
+                .json()["headers"]["x-consumer-username"]
+                == "robert"
+        })
+        .await
+    );
     assert!(
         eventually(std::time::Duration::from_secs(10), async || {
             call(proxy, "GET", "/k", &[("apikey", key.as_str())])
@@ -547,7 +579,10 @@ async fn key_auth_credentials_through_the_admin_api() {
         .await
     );
     // Deleting the consumer revokes the key.
-    assert_eq!(gw.admin("DELETE", "/consumers/bob", None).await.status, 204);
+    assert_eq!(
+        gw.admin("DELETE", "/consumers/robert", None).await.status,
+        204
+    );
     assert!(
         eventually(std::time::Duration::from_secs(10), async || {
             call(proxy, "GET", "/k", &[("apikey", key.as_str())])

@@ -52,6 +52,19 @@ pub trait PluginRegistry: Send + Sync {
         Ok(None)
     }
 
+    /// Credential tables the data plane looks up in the store itself (through its cache)
+    /// rather than receiving with the config: a database node's config leaves them out.
+    fn cached_tables(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// A row of a table changed in the store (`entity`: its new contents, `None` when
+    /// deleted): drops what the data plane cached about it.
+    fn invalidate(&self, _table: &str, _id: &str, _entity: Option<&Map<String, Value>>) {}
+
+    /// The store changed in ways not itemised (a full rebuild): drops every cached credential.
+    fn invalidate_all(&self) {}
+
     /// The stored form of an endpoint key used to find a credential (`/key-auths/{key}`
     /// finds the row holding the key's digest).
     fn stored_key(&self, _table: &str, key: &str) -> String {

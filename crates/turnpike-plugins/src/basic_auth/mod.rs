@@ -24,6 +24,7 @@ use http::{HeaderValue, StatusCode};
 use serde_json::Value;
 use sha2::Digest;
 
+use crate::credentials::Outcome;
 use crate::{Access, AccessRequest, BuildContext, Exit, Handler, Identity, PluginSpec};
 use password::Secret;
 
@@ -40,8 +41,22 @@ pub struct Credential {
 /// basicauth_credentials by username (FxHash: only the config inserts usernames).
 pub type CredentialIndex = rustc_hash::FxHashMap<Box<str>, Arc<Credential>>;
 
+/// Credentials found in a store (database nodes), by username; see `crate::credentials`.
+static STORED: crate::credentials::Cache<String, Arc<Credential>> =
+    crate::credentials::Cache::new("basicauth_credentials", "username");
+
+/// Drops cached credentials of a credential or consumer that changed.
+pub fn invalidate(id: &str, username: Option<&str>) {
+    STORED.invalidate(id, username.map(String::from));
+}
+
+pub fn invalidate_all() {
+    STORED.invalidate_all();
+}
+
 struct Configured {
-    credentials: Arc<CredentialIndex>,
+    /// The snapshot's credentials (DB-less); `None` on a database node.
+    credentials: Option<Arc<CredentialIndex>>,
     hide_credentials: bool,
     www_authenticate: HeaderValue,
     anonymous: Option<Result<Arc<Identity>, String>>,
@@ -99,7 +114,7 @@ impl PluginSpec for BasicAuth {
                 .ok_or_else(|| format!("anonymous consumer {a} is configured but doesn't exist"))
         });
         Ok(Arc::new(Authenticator(Arc::new(Configured {
-            credentials: ctx.basic_auth(),
+            credentials: (!crate::credentials::installed()).then(|| ctx.basic_auth()),
             hide_credentials: config["hide_credentials"].as_bool().unwrap_or(false),
             www_authenticate: HeaderValue::from_str(&format!("Basic realm=\"{realm}\""))
                 .map_err(|_| "invalid realm".to_string())?,
@@ -185,54 +200,104 @@ impl Handler for Authenticator {
         let Some((username, password)) = parse(value.as_bytes()) else {
             return conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED);
         };
-        let Some(cred) = conf.credentials.get(username.as_str()).cloned() else {
+        let Some(credentials) = &conf.credentials else {
+            // A database node: the credential comes from the store, through the cache.
+            if let Some(e) = STORED.get(&username) {
+                return match e.value {
+                    Some(cred) => verify(&self.0, req, cred, digest, password),
+                    None => conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED),
+                };
+            }
+            let conf = self.0.clone();
+            return Access::Wait(Box::pin(async move {
+                let outcome = STORED
+                    .load(username.clone(), username, |f| {
+                        let stored = f.fields.get("password")?.as_str()?;
+                        Some(Arc::new(Credential {
+                            who: Arc::new(Identity::new(
+                                f.consumer_id.clone(),
+                                f.username.clone(),
+                                f.custom_id.clone(),
+                                Some(f.id.clone()),
+                            )),
+                            secret: Secret::from_stored(stored, &f.consumer_id),
+                            stored: stored.into(),
+                        }))
+                    })
+                    .await;
+                let resume: crate::Resume = Box::new(move |req| match outcome {
+                    Outcome::Found(cred) => verify(&conf, req, cred, digest, password),
+                    Outcome::Missing => conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED),
+                    Outcome::Failed(e) => {
+                        tracing::error!("basic-auth: credential look-up failed: {e}");
+                        Access::Exit(Exit::message(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "An unexpected error occurred",
+                        ))
+                    }
+                });
+                resume
+            }));
+        };
+        let Some(cred) = credentials.get(username.as_str()).cloned() else {
             return conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED);
         };
-        if !cred.secret.is_slow() {
-            return if cred.secret.verify(&password) {
+        verify(&self.0, req, cred, digest, password)
+    }
+}
+
+/// Checks the password against the credential: at once for cheap forms or a cached
+/// verification, else on the blocking pool, in turn.
+fn verify(
+    conf: &Arc<Configured>,
+    req: &mut AccessRequest<'_>,
+    cred: Arc<Credential>,
+    digest: [u8; 32],
+    password: Vec<u8>,
+) -> Access {
+    if !cred.secret.is_slow() {
+        return if cred.secret.verify(&password) {
+            conf.succeed(req, &cred)
+        } else {
+            conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED)
+        };
+    }
+    if let Some(v) = VERIFIED.get(&digest) {
+        if Arc::ptr_eq(&v.stored, &cred.stored) || v.stored == cred.stored {
+            return if v.ok {
                 conf.succeed(req, &cred)
             } else {
                 conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED)
             };
         }
-        if let Some(v) = VERIFIED.get(&digest) {
-            if Arc::ptr_eq(&v.stored, &cred.stored) || v.stored == cred.stored {
-                return if v.ok {
-                    conf.succeed(req, &cred)
-                } else {
-                    conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED)
-                };
-            }
-        }
-        // Not seen with this stored hash: verify on the blocking pool, in turn.
-        let conf = self.0.clone();
-        Access::Wait(Box::pin(async move {
-            let outcome = match tokio::time::timeout(SLOW_WAIT, SLOW.acquire()).await {
-                Ok(Ok(permit)) => {
-                    let c = cred.clone();
-                    let ok = tokio::task::spawn_blocking(move || c.secret.verify(&password))
-                        .await
-                        .unwrap_or(false);
-                    drop(permit);
-                    VERIFIED.insert(
-                        digest,
-                        Verified {
-                            stored: cred.stored.clone(),
-                            ok,
-                        },
-                    );
-                    Some(ok)
-                }
-                _ => None,
-            };
-            let resume: crate::Resume = Box::new(move |req| match outcome {
-                Some(true) => conf.succeed(req, &cred),
-                Some(false) => conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED),
-                None => conf.fail(req, StatusCode::SERVICE_UNAVAILABLE, BUSY),
-            });
-            resume
-        }))
     }
+    let conf = conf.clone();
+    Access::Wait(Box::pin(async move {
+        let outcome = match tokio::time::timeout(SLOW_WAIT, SLOW.acquire()).await {
+            Ok(Ok(permit)) => {
+                let c = cred.clone();
+                let ok = tokio::task::spawn_blocking(move || c.secret.verify(&password))
+                    .await
+                    .unwrap_or(false);
+                drop(permit);
+                VERIFIED.insert(
+                    digest,
+                    Verified {
+                        stored: cred.stored.clone(),
+                        ok,
+                    },
+                );
+                Some(ok)
+            }
+            _ => None,
+        };
+        let resume: crate::Resume = Box::new(move |req| match outcome {
+            Some(true) => conf.succeed(req, &cred),
+            Some(false) => conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED),
+            None => conf.fail(req, StatusCode::SERVICE_UNAVAILABLE, BUSY),
+        });
+        resume
+    }))
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use http::{HeaderName, HeaderValue, StatusCode};
 use serde_json::Value;
 
+use crate::credentials::Outcome;
 use crate::{Access, AccessRequest, BuildContext, Exit, Handler, Identity, KeyIndex, PluginSpec};
 
 pub struct KeyAuth;
@@ -48,8 +49,37 @@ const NO_KEY: &str = "No API key found in request";
 const INVALID: &str = "Unauthorized";
 const DUPLICATE: &str = "Duplicate API key found";
 
+/// Keys found in a store (database nodes), by digest; see `crate::credentials`.
+static STORED_KEYS: crate::credentials::Cache<[u8; 32], Arc<Identity>> =
+    crate::credentials::Cache::new("keyauth_credentials", "key");
+
+/// Drops cached keys of a credential or consumer that changed (`key`: a stored digest).
+pub fn invalidate(id: &str, key: Option<&str>) {
+    STORED_KEYS.invalidate(id, key.map(digest_of));
+}
+
+pub fn invalidate_all() {
+    STORED_KEYS.invalidate_all();
+}
+
+/// Cached keys (for tests and status).
+pub fn cached_keys() -> u64 {
+    STORED_KEYS.len()
+}
+
+/// Where keys are looked up.
+enum Keys {
+    /// The snapshot's index (DB-less).
+    Snapshot(Arc<KeyIndex>),
+    /// The store, through the cache.
+    Store,
+}
+
+/// The handler; its settings are shared with requests waiting for a store look-up.
+struct Authenticator(Arc<Configured>);
+
 struct Configured {
-    keys: Arc<KeyIndex>,
+    keys: Keys,
     /// (header name, query argument name) per configured key name.
     names: Vec<(HeaderName, String)>,
     in_header: bool,
@@ -93,8 +123,12 @@ impl PluginSpec for KeyAuth {
             ctx.consumer(a)
                 .ok_or_else(|| format!("anonymous consumer {a} is configured but doesn't exist"))
         });
-        Ok(Arc::new(Configured {
-            keys: ctx.key_auth(),
+        Ok(Arc::new(Authenticator(Arc::new(Configured {
+            keys: if crate::credentials::installed() {
+                Keys::Store
+            } else {
+                Keys::Snapshot(ctx.key_auth())
+            },
             names,
             in_header: config["key_in_header"].as_bool().unwrap_or(true),
             in_query: config["key_in_query"].as_bool().unwrap_or(true),
@@ -103,7 +137,7 @@ impl PluginSpec for KeyAuth {
             www_authenticate: HeaderValue::from_str(&realm)
                 .map_err(|_| "invalid realm".to_string())?,
             anonymous,
-        }))
+        }))))
     }
 }
 
@@ -136,10 +170,89 @@ impl Configured {
     }
 }
 
-impl Handler for Configured {
+impl Handler for Authenticator {
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {
+        let conf = &self.0;
+        let (key, header, arg, in_header) = match conf.find_key(req) {
+            Ok(Some(found)) => found,
+            Ok(None) => return Access::Continue,
+            Err(exit) => return exit,
+        };
+        let d = digest(key.as_bytes());
+        match &conf.keys {
+            Keys::Snapshot(index) => match index.get(&d).cloned() {
+                Some(who) => conf.succeed(req, who, &header, &arg, in_header),
+                None => conf.fail(req, INVALID),
+            },
+            Keys::Store => match STORED_KEYS.get(&d) {
+                Some(e) => match e.value {
+                    Some(who) => conf.succeed(req, who, &header, &arg, in_header),
+                    None => conf.fail(req, INVALID),
+                },
+                None => {
+                    let conf = self.0.clone();
+                    Access::Wait(Box::pin(async move {
+                        let stored = format!("{DIGEST_PREFIX}{}", hex::encode(d));
+                        let outcome = STORED_KEYS
+                            .load(d, stored, |f| {
+                                Some(Arc::new(Identity::new(
+                                    f.consumer_id.clone(),
+                                    f.username.clone(),
+                                    f.custom_id.clone(),
+                                    Some(f.id.clone()),
+                                )))
+                            })
+                            .await;
+                        let resume: crate::Resume = Box::new(move |req| match outcome {
+                            Outcome::Found(who) => conf.succeed(req, who, &header, &arg, in_header),
+                            Outcome::Missing => conf.fail(req, INVALID),
+                            Outcome::Failed(e) => {
+                                tracing::error!("key-auth: credential look-up failed: {e}");
+                                Access::Exit(Exit::message(
+                                    StatusCode::INTERNAL_SERVER_ERROR,
+                                    "An unexpected error occurred",
+                                ))
+                            }
+                        });
+                        resume
+                    }))
+                }
+            },
+        }
+    }
+}
+
+impl Configured {
+    /// Authenticated: hides the key if asked and names the consumer.
+    fn succeed(
+        &self,
+        req: &mut AccessRequest<'_>,
+        who: Arc<Identity>,
+        header: &HeaderName,
+        arg: &str,
+        in_header: bool,
+    ) -> Access {
+        if self.hide_credentials {
+            if in_header {
+                req.headers.remove(header);
+            } else if let Some(q) = req.upstream_query.clone().or(req.query.map(String::from)) {
+                req.upstream_query = Some(without_arg(&q, arg));
+            }
+        }
+        req.set_consumer(who);
+        Access::Continue
+    }
+
+    /// The key the request presents: `Ok(None)` when this plugin has nothing to do (a
+    /// preflight, a consumer already authenticated with `anonymous` set); `Err` with the
+    /// answer when the request cannot be authenticated.
+    #[allow(clippy::type_complexity)]
+    fn find_key(
+        &self,
+        req: &mut AccessRequest<'_>,
+    ) -> Result<Option<(String, HeaderName, String, bool)>, Access> {
         if !self.run_on_preflight && req.method == "OPTIONS" {
-            return Access::Continue;
+            return Ok(None);
         }
         // With `anonymous`, auth plugins form a logical OR: one that already found a real
         // consumer settles it.
@@ -149,7 +262,7 @@ impl Handler for Configured {
                 .as_ref()
                 .is_some_and(|c| c.credential_id.is_some())
         {
-            return Access::Continue;
+            return Ok(None);
         }
         // (key, its header, its query argument, found in the header)
         let mut found: Option<(&str, &HeaderName, &str, bool)> = None;
@@ -158,7 +271,7 @@ impl Handler for Configured {
                 let mut values = req.headers.get_all(header).iter();
                 if let Some(v) = values.next() {
                     if values.next().is_some() {
-                        return self.fail(req, DUPLICATE);
+                        return Err(self.fail(req, DUPLICATE));
                     }
                     if let Ok(s) = v.to_str() {
                         found = Some((s, header, arg, true));
@@ -174,20 +287,14 @@ impl Handler for Configured {
             }
         }
         let Some((key, header, arg, in_header)) = found.filter(|f| !f.0.is_empty()) else {
-            return self.fail(req, NO_KEY);
+            return Err(self.fail(req, NO_KEY));
         };
-        let Some(who) = self.keys.get(&digest(key.as_bytes())).cloned() else {
-            return self.fail(req, INVALID);
-        };
-        if self.hide_credentials {
-            if in_header {
-                req.headers.remove(header);
-            } else if let Some(q) = req.upstream_query.clone().or(req.query.map(String::from)) {
-                req.upstream_query = Some(without_arg(&q, arg));
-            }
-        }
-        req.set_consumer(who);
-        Access::Continue
+        Ok(Some((
+            key.to_string(),
+            header.clone(),
+            arg.to_string(),
+            in_header,
+        )))
     }
 }
 

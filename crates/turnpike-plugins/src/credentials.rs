@@ -1,0 +1,275 @@
+//! Credentials of a database node: looked up by unique key in the store on first use and kept
+//! in a bounded cache, so that a credential table of any size costs neither snapshot memory
+//! nor rebuild time, and the steady state never waits on the database.
+//!
+//! Kong's lesson (token look-ups through a general data layer took sites down): one look-up
+//! by a unique column per credential, then memory. Misses are cached too (negative entries:
+//! a client repeating a wrong key costs one query, not one per request). Entries are dropped
+//! exactly when the store says their row or their consumer changed (the config sync's change
+//! log, through [`crate::Registry`]'s `invalidate`), and can also be refreshed after
+//! `db_cache_ttl`/`db_cache_neg_ttl` (Kong's properties; 0, the default, never). When the
+//! database is down, cached entries keep serving, stale ones included; a credential never seen
+//! before gets Kong's 500.
+//!
+//! DB-less nodes do not use this: their credentials come with the declarative file, in the
+//! snapshot.
+
+use std::future::Future;
+use std::hash::Hash;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value};
+
+/// A credential row found in the store, with its consumer's identity fields.
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub id: String,
+    pub fields: Map<String, Value>,
+    pub consumer_id: String,
+    pub username: Option<String>,
+    pub custom_id: Option<String>,
+}
+
+pub type Lookup = Pin<Box<dyn Future<Output = Result<Option<Found>, String>> + Send>>;
+
+/// The store, as the data plane sees it: a look-up by one unique column.
+pub trait CredentialSource: Send + Sync {
+    fn find(&self, table: &'static str, field: &'static str, value: String) -> Lookup;
+}
+
+/// Cache settings (Kong's `db_cache_ttl`, `db_cache_neg_ttl`, `mem_cache_size`).
+#[derive(Debug, Clone, Copy)]
+pub struct CacheSettings {
+    /// Refresh found entries after this; `None`: never (invalidation keeps them right).
+    pub ttl: Option<Duration>,
+    /// Refresh negative entries after this; `None`: never.
+    pub neg_ttl: Option<Duration>,
+    /// Bound on the cache's approximate size in bytes.
+    pub max_bytes: u64,
+}
+
+struct Installed {
+    source: Arc<dyn CredentialSource>,
+    settings: CacheSettings,
+}
+
+static INSTALLED: OnceLock<Installed> = OnceLock::new();
+
+/// Makes this node look credentials up in `source` (a database node, at start).
+pub fn install(source: Arc<dyn CredentialSource>, settings: CacheSettings) {
+    let _ = INSTALLED.set(Installed { source, settings });
+}
+
+/// Whether credentials come from a store (and so not from the snapshot).
+pub fn installed() -> bool {
+    INSTALLED.get().is_some()
+}
+
+/// Bumped by every invalidation: a look-up that started before one does not cache its
+/// answer, which may predate the change.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// A cached answer: the value (`None`: no such credential) and when it was fetched.
+#[derive(Clone)]
+pub struct Entry<V> {
+    pub value: Option<V>,
+    fetched: Instant,
+    /// The credential's and its consumer's ids, for invalidation.
+    credential_id: Option<Arc<str>>,
+    consumer_id: Option<Arc<str>>,
+}
+
+/// One credential table's cache.
+pub struct Cache<K, V> {
+    table: &'static str,
+    field: &'static str,
+    entries: OnceLock<moka::sync::Cache<K, Entry<V>>>,
+}
+
+/// What a look-up found.
+pub enum Outcome<V> {
+    Found(V),
+    Missing,
+    /// The store failed and nothing was cached.
+    Failed(String),
+}
+
+impl<K, V> Cache<K, V>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    pub const fn new(table: &'static str, field: &'static str) -> Cache<K, V> {
+        Cache {
+            table,
+            field,
+            entries: OnceLock::new(),
+        }
+    }
+
+    fn entries(&self) -> &moka::sync::Cache<K, Entry<V>> {
+        self.entries.get_or_init(|| {
+            let max = INSTALLED
+                .get()
+                .map_or(16 << 20, |i| i.settings.max_bytes)
+                .max(1 << 20);
+            moka::sync::Cache::builder()
+                // Approximate bytes per entry: the key, the identity, the map's overhead.
+                .weigher(|_, e: &Entry<V>| if e.value.is_some() { 512 } else { 96 })
+                .max_capacity(max)
+                .support_invalidation_closures()
+                .build()
+        })
+    }
+
+    /// The cached answer, if any and still fresh.
+    pub fn get(&self, key: &K) -> Option<Entry<V>> {
+        let e = self.entries().get(key)?;
+        let ttl = INSTALLED.get().and_then(|i| {
+            if e.value.is_some() {
+                i.settings.ttl
+            } else {
+                i.settings.neg_ttl
+            }
+        });
+        match ttl {
+            Some(t) if e.fetched.elapsed() > t => None,
+            _ => Some(e),
+        }
+    }
+
+    /// Looks `value` up in the store (for `key`), caches the answer and returns it; `build`
+    /// turns a found row into what the plugin keeps. A failed look-up serves a stale cached
+    /// answer when there is one.
+    pub async fn load(
+        &'static self,
+        key: K,
+        value: String,
+        build: impl FnOnce(&Found) -> Option<V>,
+    ) -> Outcome<V> {
+        let Some(installed) = INSTALLED.get() else {
+            return Outcome::Failed("no credential store".into());
+        };
+        let generation = GENERATION.load(Ordering::Acquire);
+        match installed.source.find(self.table, self.field, value).await {
+            Ok(found) => {
+                let (value, credential_id, consumer_id) = match &found {
+                    Some(f) => (
+                        build(f),
+                        Some(Arc::from(f.id.as_str())),
+                        Some(Arc::from(f.consumer_id.as_str())),
+                    ),
+                    None => (None, None, None),
+                };
+                if GENERATION.load(Ordering::Acquire) == generation {
+                    self.entries().insert(
+                        key,
+                        Entry {
+                            value: value.clone(),
+                            fetched: Instant::now(),
+                            credential_id,
+                            consumer_id,
+                        },
+                    );
+                }
+                match value {
+                    Some(v) => Outcome::Found(v),
+                    None => Outcome::Missing,
+                }
+            }
+            Err(e) => match self.entries().get(&key) {
+                Some(Entry { value: Some(v), .. }) => Outcome::Found(v),
+                Some(Entry { value: None, .. }) => Outcome::Missing,
+                None => Outcome::Failed(e),
+            },
+        }
+    }
+
+    /// Drops entries of a credential or consumer that changed, and the entry for `key` (a
+    /// negative answer for a key that now exists).
+    pub fn invalidate(&self, id: &str, key: Option<K>) {
+        GENERATION.fetch_add(1, Ordering::AcqRel);
+        let Some(entries) = self.entries.get() else {
+            return;
+        };
+        if let Some(k) = key {
+            entries.invalidate(&k);
+        }
+        let id: Arc<str> = Arc::from(id);
+        let _ = entries.invalidate_entries_if(move |_, e| {
+            e.credential_id.as_deref() == Some(&*id) || e.consumer_id.as_deref() == Some(&*id)
+        });
+    }
+
+    pub fn invalidate_all(&self) {
+        GENERATION.fetch_add(1, Ordering::AcqRel);
+        if let Some(entries) = self.entries.get() {
+            entries.invalidate_all();
+        }
+    }
+
+    /// Entries held (for tests and status).
+    pub fn len(&self) -> u64 {
+        self.entries.get().map_or(0, |e| {
+            e.run_pending_tasks();
+            e.entry_count()
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_is_bounded() {
+        static C: Cache<u32, String> = Cache::new("t", "f");
+        for k in 0..50_000u32 {
+            C.entries().insert(
+                k,
+                Entry {
+                    value: Some(String::new()),
+                    fetched: Instant::now(),
+                    credential_id: None,
+                    consumer_id: None,
+                },
+            );
+        }
+        // 16 MiB (the default bound here) at 512 bytes per found entry: 32768 entries.
+        let n = C.len();
+        assert!(n > 0 && n <= 32_768, "{n} entries");
+    }
+
+    #[test]
+    fn invalidation_by_credential_consumer_and_key() {
+        static C: Cache<u32, String> = Cache::new("t", "f");
+        let put = |k: u32, v: Option<&str>, cred: &str, consumer: &str| {
+            C.entries().insert(
+                k,
+                Entry {
+                    value: v.map(String::from),
+                    fetched: Instant::now(),
+                    credential_id: Some(Arc::from(cred)),
+                    consumer_id: Some(Arc::from(consumer)),
+                },
+            );
+        };
+        put(1, Some("a"), "cred-1", "alice");
+        put(2, Some("b"), "cred-2", "bob");
+        put(3, None, "", "");
+        assert_eq!(C.get(&1).unwrap().value.as_deref(), Some("a"));
+        C.invalidate("cred-1", None);
+        C.entries().run_pending_tasks();
+        assert!(C.get(&1).is_none() && C.get(&2).is_some());
+        C.invalidate("bob", Some(3));
+        C.entries().run_pending_tasks();
+        assert!(C.get(&2).is_none() && C.get(&3).is_none());
+    }
+}
