@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Plugin cost, Kong's benchmark cases on one pinned core: plain proxy, key-auth, and
-# key-auth + rate-limiting (limit high enough never to block), each with 1 route / 1 consumer,
-# and key-auth + rate-limiting with 100 routes / 100 consumers (requests spread over them by
-# wrk's script). Same layout as plain-proxy.sh: Turnpike (1 worker) on CPU 0, upstream nginx
+# Plugin cost, Kong's benchmark cases on one pinned core: plain proxy, key-auth, key-auth +
+# rate-limiting and basic-auth + rate-limiting (limit high enough never to block), with 1 route
+# / 1 consumer and with 100 routes / 100 consumers (requests spread over them by wrk's script);
+# and the two auth + rate-limiting cases again on a SQLite node (credentials through the cache,
+# basic-auth passwords stored as argon2id). Same layout as plain-proxy.sh: Turnpike (1 worker) on CPU 0, upstream nginx
 # and wrk on CPU 1; RUNS runs of DUR per case, interleaved, median RPS.
 # Usage: bench/plugins.sh [RUNS] [DUR]   (needs nginx, wrk)
 set -euo pipefail
@@ -29,6 +30,18 @@ rl = "    - name: rate-limiting\n      config: {year: 1000000000000, limit_by: c
 routes = "".join(f"  - name: r{i}\n    paths: [/r{i}]\n    plugins:\n    - name: key-auth\n" + rl for i in range(100))
 consumers = "consumers:\n" + "".join(f"- username: c{i}\n  keyauth_credentials: [{{key: key-{i}}}]\n" for i in range(100))
 (out / "key-auth-rl-100.yml").write_text(head + svc + routes + consumers)
+# basic-auth + rate-limiting (Kong's other auth case): password "pw-<i>" for user "u<i>".
+bconsumers = lambda n: "consumers:\n" + "".join(
+    f"- username: c{i}\n  basicauth_credentials: [{{username: u{i}, password: pw-{i}}}]\n" for i in range(n))
+(out / "basic-auth-rl.yml").write_text(head + svc + "  - name: r\n    paths: [/]\n    plugins:\n    - name: basic-auth\n" + rl + bconsumers(1))
+broutes = "".join(f"  - name: r{i}\n    paths: [/r{i}]\n    plugins:\n    - name: basic-auth\n" + rl for i in range(100))
+(out / "basic-auth-rl-100.yml").write_text(head + svc + broutes + bconsumers(100))
+import base64
+(out / "spread-basic.lua").write_text(
+    'local creds = {}\nfor i = 0, 99 do creds[i] = "Basic " .. ({' +
+    ",".join(f'"{base64.b64encode(f"u{i}:pw-{i}".encode()).decode()}"' for i in range(100)) +
+    '})[i + 1] end\nlocal i = 0\nrequest = function()\n  i = (i + 1) % 100\n'
+    '  return wrk.format("GET", "/r" .. i, {["authorization"] = creds[i]})\nend\n')
 (out / "spread.lua").write_text(
     'local i = 0\nrequest = function()\n  i = (i + 1) % 100\n'
     '  return wrk.format("GET", "/r" .. i, {["apikey"] = "key-" .. i})\nend\n')
@@ -36,11 +49,15 @@ PY
 
 PREFIXES=$(mktemp -d)
 BENCH_TMP+=("$PREFIXES")
-run_case() { # name config wrk-args...
+run_case() { # name config wrk-args...   (DB=sqlite: run on a SQLite store holding config)
   local name=$1 cfg=$2; shift 2
   # The prefix (generated certificate and key included) stays out of the results.
   turnpike_env "$PREFIXES/tp-$name"
   export TURNPIKE_DECLARATIVE_CONFIG=$cfg
+  if [ "${DB:-off}" = sqlite ]; then
+    export TURNPIKE_DATABASE=sqlite
+    "$BIN" config db_import "$cfg" > /dev/null
+  fi
   taskset -c 0 "$BIN" start > "$OUT/$name.log" 2>&1 &
   local pid=$!
   wait_port 8000
@@ -53,6 +70,13 @@ for run in $(seq 1 "$RUNS"); do
   run_case key-auth "$OUT/key-auth.yml" -H "apikey: key-0" http://127.0.0.1:8000/
   run_case key-auth-rl "$OUT/key-auth-rl.yml" -H "apikey: key-0" http://127.0.0.1:8000/
   run_case key-auth-rl-100 "$OUT/key-auth-rl-100.yml" -s "$OUT/spread.lua" http://127.0.0.1:8000/
+  B0="Basic $(printf 'u0:pw-0' | base64)"
+  run_case basic-auth-rl "$OUT/basic-auth-rl.yml" -H "authorization: $B0" http://127.0.0.1:8000/
+  run_case basic-auth-rl-100 "$OUT/basic-auth-rl-100.yml" -s "$OUT/spread-basic.lua" http://127.0.0.1:8000/
+  # The same two auth cases on a database node: credentials through the cache, passwords
+  # stored as argon2id (verified once, then the verified-credential cache).
+  DB=sqlite run_case key-auth-rl-db "$OUT/key-auth-rl.yml" -H "apikey: key-0" http://127.0.0.1:8000/
+  DB=sqlite run_case basic-auth-rl-db "$OUT/basic-auth-rl.yml" -H "authorization: $B0" http://127.0.0.1:8000/
 done
 
 python3 - "$OUT" "$RUNS" <<'PY' | tee "$OUT/summary.md"
@@ -68,7 +92,8 @@ def parse(p):
     return float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1)), pct(50), pct(99), int(errs.group(1)) if errs else 0
 print("| case | RPS (median) | runs | vs plain | p50 ms | p99 ms | non-2xx |\n|---|---:|---|---:|---:|---:|---:|")
 base = None
-for name in ["plain", "key-auth", "key-auth-rl", "key-auth-rl-100"]:
+for name in ["plain", "key-auth", "key-auth-rl", "key-auth-rl-100", "basic-auth-rl",
+             "basic-auth-rl-100", "key-auth-rl-db", "basic-auth-rl-db"]:
     vals = [parse(out / f"{name}-run{i}.txt") for i in range(1, runs + 1)]
     med = sorted(vals)[len(vals) // 2]
     base = base or med[0]

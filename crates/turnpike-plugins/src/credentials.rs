@@ -77,9 +77,11 @@ static GENERATION: AtomicU64 = AtomicU64::new(0);
 pub struct Entry<V> {
     pub value: Option<V>,
     fetched: Instant,
-    /// The credential's and its consumer's ids, for invalidation.
+    /// The credential's and its consumer's ids, and the stored value looked up (a key's
+    /// digest, a username), for invalidation.
     credential_id: Option<Arc<str>>,
     consumer_id: Option<Arc<str>>,
+    lookup: Arc<str>,
 }
 
 /// One credential table's cache.
@@ -126,7 +128,11 @@ where
     }
 
     /// The cached answer, if any and still fresh.
-    pub fn get(&self, key: &K) -> Option<Entry<V>> {
+    pub fn get<Q>(&self, key: &Q) -> Option<Entry<V>>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let e = self.entries().get(key)?;
         let ttl = INSTALLED.get().and_then(|i| {
             if e.value.is_some() {
@@ -154,6 +160,7 @@ where
             return Outcome::Failed("no credential store".into());
         };
         let generation = GENERATION.load(Ordering::Acquire);
+        let lookup: Arc<str> = Arc::from(value.as_str());
         match installed.source.find(self.table, self.field, value).await {
             Ok(found) => {
                 let (value, credential_id, consumer_id) = match &found {
@@ -172,6 +179,7 @@ where
                             fetched: Instant::now(),
                             credential_id,
                             consumer_id,
+                            lookup,
                         },
                     );
                 }
@@ -188,19 +196,19 @@ where
         }
     }
 
-    /// Drops entries of a credential or consumer that changed, and the entry for `key` (a
-    /// negative answer for a key that now exists).
-    pub fn invalidate(&self, id: &str, key: Option<K>) {
+    /// Drops entries of a credential or consumer that changed, and those looked up by
+    /// `lookup` (a negative answer for a key that now exists).
+    pub fn invalidate(&self, id: &str, lookup: Option<&str>) {
         GENERATION.fetch_add(1, Ordering::AcqRel);
         let Some(entries) = self.entries.get() else {
             return;
         };
-        if let Some(k) = key {
-            entries.invalidate(&k);
-        }
         let id: Arc<str> = Arc::from(id);
+        let lookup: Option<Arc<str>> = lookup.map(Arc::from);
         let _ = entries.invalidate_entries_if(move |_, e| {
-            e.credential_id.as_deref() == Some(&*id) || e.consumer_id.as_deref() == Some(&*id)
+            e.credential_id.as_deref() == Some(&*id)
+                || e.consumer_id.as_deref() == Some(&*id)
+                || lookup.as_deref() == Some(&*e.lookup)
         });
     }
 
@@ -239,6 +247,7 @@ mod tests {
                     fetched: Instant::now(),
                     credential_id: None,
                     consumer_id: None,
+                    lookup: Arc::from(""),
                 },
             );
         }
@@ -258,6 +267,7 @@ mod tests {
                     fetched: Instant::now(),
                     credential_id: Some(Arc::from(cred)),
                     consumer_id: Some(Arc::from(consumer)),
+                    lookup: Arc::from(format!("lookup-{k}")),
                 },
             );
         };
@@ -268,7 +278,7 @@ mod tests {
         C.invalidate("cred-1", None);
         C.entries().run_pending_tasks();
         assert!(C.get(&1).is_none() && C.get(&2).is_some());
-        C.invalidate("bob", Some(3));
+        C.invalidate("bob", Some("lookup-3"));
         C.entries().run_pending_tasks();
         assert!(C.get(&2).is_none() && C.get(&3).is_none());
     }

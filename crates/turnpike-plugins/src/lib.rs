@@ -131,9 +131,35 @@ pub struct BuildContext<'a> {
 
 /// Consumers by id and by username.
 pub type ConsumerIndex = std::collections::HashMap<String, Arc<Identity>>;
-/// key-auth credentials by the SHA-256 digest of the key. FxHash: the digests are uniformly
-/// spread, and a client cannot choose keys whose digests collide.
-pub type KeyIndex = rustc_hash::FxHashMap<[u8; 32], Arc<Identity>>;
+/// key-auth credentials of a snapshot: keys written in clear (a declarative file, which holds
+/// them in clear anyway) by key, and keys written as digests (an export) by digest, so that a
+/// request hashes its key only when some keys are digests. FxHash: only the config inserts
+/// entries; a client's keys are only looked up and cannot build colliding chains.
+#[derive(Default)]
+pub struct KeyIndex {
+    plain: rustc_hash::FxHashMap<Box<str>, Arc<Identity>>,
+    digests: rustc_hash::FxHashMap<[u8; 32], Arc<Identity>>,
+}
+
+impl KeyIndex {
+    pub fn insert(&mut self, stored: &str, who: Arc<Identity>) {
+        if stored.starts_with(key_auth::DIGEST_PREFIX) {
+            self.digests.insert(key_auth::digest_of(stored), who);
+        } else {
+            self.plain.insert(stored.into(), who);
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Arc<Identity>> {
+        self.plain.get(key).or_else(|| {
+            if self.digests.is_empty() {
+                None
+            } else {
+                self.digests.get(&key_auth::digest(key.as_bytes()))
+            }
+        })
+    }
+}
 
 impl<'a> BuildContext<'a> {
     pub fn new(config: &'a turnpike_config::Config) -> Self {
@@ -261,7 +287,7 @@ impl<'a> BuildContext<'a> {
                         continue;
                     };
                     m.insert(
-                        key_auth::digest_of(key),
+                        key,
                         Arc::new(Identity::new(
                             c.id.clone(),
                             c.username.clone(),

@@ -447,6 +447,33 @@ services:
     assert!(h["x-consumer-id"].is_string() && h["x-credential-identifier"].is_string());
     assert!(h["x-anonymous-consumer"].is_null());
     assert_eq!(h["apikey"], "alice-key");
+    // Huge and non-ASCII keys: Kong's 401, nothing worse.
+    let huge = "k".repeat(6000);
+    let r = call(p, "GET", "/plain", &[("apikey", huge.as_str())]).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (401, json!({"message": "Unauthorized"}))
+    );
+    let r = call(p, "GET", &format!("/plain?apikey={huge}"), &[]).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (401, json!({"message": "Unauthorized"}))
+    );
+    let r = send(
+        p,
+        req("GET", "/plain")
+            .header(
+                "apikey",
+                http::HeaderValue::from_bytes(&[0xff, 0xfe, b'k']).unwrap(),
+            )
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.json()),
+        (401, json!({"message": "Unauthorized"}))
+    );
     let r = call(p, "GET", "/plain", &[("apikey", "dora-key")]).await;
     assert_eq!(r.json()["headers"]["x-consumer-username"], "dora");
     let r = call(p, "GET", "/plain?apikey=alice-key&x=1", &[]).await;

@@ -47,7 +47,7 @@ static STORED: crate::credentials::Cache<String, Arc<Credential>> =
 
 /// Drops cached credentials of a credential or consumer that changed.
 pub fn invalidate(id: &str, username: Option<&str>) {
-    STORED.invalidate(id, username.map(String::from));
+    STORED.invalidate(id, username);
 }
 
 pub fn invalidate_all() {

@@ -49,13 +49,14 @@ const NO_KEY: &str = "No API key found in request";
 const INVALID: &str = "Unauthorized";
 const DUPLICATE: &str = "Duplicate API key found";
 
-/// Keys found in a store (database nodes), by digest; see `crate::credentials`.
-static STORED_KEYS: crate::credentials::Cache<[u8; 32], Arc<Identity>> =
+/// Keys found in a store (database nodes), by the key presented: the digest is computed only
+/// to look a key up in the store, not per request. See `crate::credentials`.
+static STORED_KEYS: crate::credentials::Cache<Box<str>, Arc<Identity>> =
     crate::credentials::Cache::new("keyauth_credentials", "key");
 
-/// Drops cached keys of a credential or consumer that changed (`key`: a stored digest).
+/// Drops cached keys of a credential or consumer that changed (`key`: its stored form).
 pub fn invalidate(id: &str, key: Option<&str>) {
-    STORED_KEYS.invalidate(id, key.map(digest_of));
+    STORED_KEYS.invalidate(id, key);
 }
 
 pub fn invalidate_all() {
@@ -178,13 +179,12 @@ impl Handler for Authenticator {
             Ok(None) => return Access::Continue,
             Err(exit) => return exit,
         };
-        let d = digest(key.as_bytes());
         match &conf.keys {
-            Keys::Snapshot(index) => match index.get(&d).cloned() {
+            Keys::Snapshot(index) => match index.get(&key).cloned() {
                 Some(who) => conf.succeed(req, who, &header, &arg, in_header),
                 None => conf.fail(req, INVALID),
             },
-            Keys::Store => match STORED_KEYS.get(&d) {
+            Keys::Store => match STORED_KEYS.get(key.as_str()) {
                 Some(e) => match e.value {
                     Some(who) => conf.succeed(req, who, &header, &arg, in_header),
                     None => conf.fail(req, INVALID),
@@ -192,9 +192,9 @@ impl Handler for Authenticator {
                 None => {
                     let conf = self.0.clone();
                     Access::Wait(Box::pin(async move {
-                        let stored = format!("{DIGEST_PREFIX}{}", hex::encode(d));
+                        let stored = stored_form(&key);
                         let outcome = STORED_KEYS
-                            .load(d, stored, |f| {
+                            .load(key.into_boxed_str(), stored, |f| {
                                 Some(Arc::new(Identity::new(
                                     f.consumer_id.clone(),
                                     f.username.clone(),
@@ -273,10 +273,13 @@ impl Configured {
                     if values.next().is_some() {
                         return Err(self.fail(req, DUPLICATE));
                     }
-                    if let Ok(s) = v.to_str() {
-                        found = Some((s, header, arg, true));
-                        break;
-                    }
+                    // A key that is not visible ASCII matches no stored key (Kong compares
+                    // the bytes and finds none).
+                    let Ok(s) = v.to_str() else {
+                        return Err(self.fail(req, INVALID));
+                    };
+                    found = Some((s, header, arg, true));
+                    break;
                 }
             }
             if self.in_query {
