@@ -39,3 +39,18 @@ turnpike_env() {
     TURNPIKE_NGINX_WORKER_PROCESSES=1 TURNPIKE_LOG_LEVEL=warn \
     TURNPIKE_UPSTREAM_KEEPALIVE_MAX_REQUESTS=1000000 TURNPIKE_NGINX_HTTP_KEEPALIVE_REQUESTS=1000000
 }
+
+# ngx_lua_conf DIR PORT: the nginx + Lua reference of ../shared/bench-reference/ (Kong's key-auth
+# + rate-limiting emulated in an access phase: keys key1..key100, a per-second counter per
+# consumer in a shared dict; key100 is limited to 3, the others to 10^9), written to DIR.
+ngx_lua_conf() {
+  mkdir -p "$1"/{cbt,pt,ft,ut,st}
+  local shared
+  shared=$(cd "$SHARED" && pwd)
+  sed -e "s|@NAME@|$(basename "$1")|g" -e "s|/tmp/bench/$(basename "$1")|$1|g" -e "s/@PORT@/$2/" \
+      -e 's/@UPKA@/keepalive 64; keepalive_requests 1000000;/' \
+      -e "s|@ACCESS@|access_by_lua_file $shared/kong_emul.lua;|" \
+      -e 's|@EXTRA_HTTP@|lua_shared_dict ratelimit 10m; init_by_lua_block { keys_table = {} for i = 1, 100 do keys_table["key" .. i] = {id = "c" .. i, limit = (i == 100) and 3 or 1000000000} end }|' \
+      -e 's|@EXTRA_MAIN@|load_module /usr/lib/nginx/modules/ndk_http_module.so; load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;|' \
+      "$SHARED/nginx_proxy.conf.tmpl" > "$1/nginx.conf"
+}

@@ -42,6 +42,9 @@ import base64
     ",".join(f'"{base64.b64encode(f"u{i}:pw-{i}".encode()).decode()}"' for i in range(100)) +
     '})[i + 1] end\nlocal i = 0\nrequest = function()\n  i = (i + 1) % 100\n'
     '  return wrk.format("GET", "/r" .. i, {["authorization"] = creds[i]})\nend\n')
+(out / "spread-ngxlua.lua").write_text(
+    'local i = 0\nrequest = function()\n  i = (i + 1) % 99\n'
+    '  return wrk.format("GET", "/r" .. i, {["apikey"] = "key" .. (i + 1)})\nend\n')
 (out / "spread.lua").write_text(
     'local i = 0\nrequest = function()\n  i = (i + 1) % 100\n'
     '  return wrk.format("GET", "/r" .. i, {["apikey"] = "key-" .. i})\nend\n')
@@ -65,7 +68,21 @@ run_case() { # name config wrk-args...   (DB=sqlite: run on a SQLite store holdi
   taskset -c 1 wrk -t1 -c50 -d"$DUR" --latency "$@" > "$OUT/$name-run$run.txt"
   kill "$pid"; wait "$pid" 2>/dev/null || true
 }
+# The nginx + Lua reference (Kong's key-auth + rate-limiting emulated in an access phase).
+ngx_lua_conf "$PREFIXES/ngxlua" 8000
+run_ngxlua() { # name wrk-args...
+  local name=$1; shift
+  taskset -c 0 nginx -c "$PREFIXES/ngxlua/nginx.conf" -p "$PREFIXES/ngxlua" \
+    -e "$PREFIXES/ngxlua/error.log" -g 'daemon off;' &
+  local pid=$!
+  wait_port 8000
+  taskset -c 1 wrk -t1 -c50 -d2s "$@" > /dev/null
+  taskset -c 1 wrk -t1 -c50 -d"$DUR" --latency "$@" > "$OUT/$name-run$run.txt"
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+}
 for run in $(seq 1 "$RUNS"); do
+  run_ngxlua nginx-lua-karl -H "apikey: key1" http://127.0.0.1:8000/
+  run_ngxlua nginx-lua-karl-100 -s "$OUT/spread-ngxlua.lua" http://127.0.0.1:8000/
   run_case plain "$OUT/plain.yml" http://127.0.0.1:8000/
   run_case key-auth "$OUT/key-auth.yml" -H "apikey: key-0" http://127.0.0.1:8000/
   run_case key-auth-rl "$OUT/key-auth-rl.yml" -H "apikey: key-0" http://127.0.0.1:8000/
@@ -93,7 +110,8 @@ def parse(p):
 print("| case | RPS (median) | runs | vs plain | p50 ms | p99 ms | non-2xx |\n|---|---:|---|---:|---:|---:|---:|")
 base = None
 for name in ["plain", "key-auth", "key-auth-rl", "key-auth-rl-100", "basic-auth-rl",
-             "basic-auth-rl-100", "key-auth-rl-db", "basic-auth-rl-db"]:
+             "basic-auth-rl-100", "key-auth-rl-db", "basic-auth-rl-db",
+             "nginx-lua-karl", "nginx-lua-karl-100"]:
     vals = [parse(out / f"{name}-run{i}.txt") for i in range(1, runs + 1)]
     med = sorted(vals)[len(vals) // 2]
     base = base or med[0]

@@ -106,7 +106,9 @@ fn year_month(now: u64) -> (i64, u64) {
 /// The node's counters: Kong's `kong_rate_limiting_counters` shared dict.
 /// FxHash: the keys are ours (ids and window numbers), not attacker-chosen bulk input, and
 /// SipHash over ~120 bytes per request showed in the profile.
-type Counters = DashMap<String, Arc<AtomicU64>, rustc_hash::FxBuildHasher>;
+/// Keys are bytes: route id, service id and identifier (separated by 0x1f), then the window's
+/// end (8 bytes) and its period (1 byte) — built without formatting numbers.
+type Counters = DashMap<Box<[u8]>, Arc<AtomicU64>, rustc_hash::FxBuildHasher>;
 static COUNTERS: LazyLock<Counters> = LazyLock::new(Counters::default);
 
 static LAST_SWEEP: AtomicU64 = AtomicU64::new(0);
@@ -117,15 +119,16 @@ static RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
 
 thread_local! {
     /// The counter key being built, reused by each worker thread.
-    static KEY: std::cell::RefCell<String> = std::cell::RefCell::new(String::with_capacity(192));
+    static KEY: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(192));
 }
 
 /// Drops counters of windows that have ended (called now and then, not per request).
 fn sweep(now: u64) {
     COUNTERS.retain(|k, _| {
-        k.rsplit_once(':')
-            .and_then(|(_, end)| end.parse::<u64>().ok())
-            .is_none_or(|end| end > now)
+        k.len() < 9 || {
+            let end = &k[k.len() - 9..k.len() - 1];
+            u64::from_le_bytes(end.try_into().unwrap_or([0; 8])) > now
+        }
     });
 }
 
@@ -237,10 +240,21 @@ fn configure(config: &Value) -> Result<Configured, String> {
 impl Configured {
     /// Kong's identifier: the chosen entity's id, falling back to the client IP. Written into
     /// `out` (no allocation in the common case).
-    fn identifier(&self, req: &AccessRequest<'_>, out: &mut String) {
-        use std::fmt::Write;
+    /// The identifier as bytes, for this node's counters (an IP as its 4 or 16 bytes).
+    fn identifier_bytes(&self, req: &AccessRequest<'_>, out: &mut Vec<u8>) {
+        match self.identifier_str(req) {
+            Some(s) => out.extend_from_slice(s.as_bytes()),
+            None => match req.client_ip {
+                std::net::IpAddr::V4(a) => out.extend_from_slice(&a.octets()),
+                std::net::IpAddr::V6(a) => out.extend_from_slice(&a.octets()),
+            },
+        }
+    }
+
+    /// The chosen entity's id; `None`: the client IP.
+    fn identifier_str<'r>(&self, req: &'r AccessRequest<'_>) -> Option<&'r str> {
         let who = req.consumer.as_deref();
-        let by: Option<&str> = match self.limit_by {
+        match self.limit_by {
             LimitBy::Consumer => who.map(|c| c.consumer_id.as_str()),
             LimitBy::Credential => who.and_then(|c| c.credential_id.as_deref()),
             LimitBy::Ip => None,
@@ -251,14 +265,36 @@ impl Configured {
                 .and_then(|h| req.headers.get(h))
                 .and_then(|v| v.to_str().ok()),
             LimitBy::Path => Some(req.path),
-        };
-        match by {
+        }
+    }
+
+    /// The identifier as Kong writes it in its counter keys (the client IP in text).
+    fn identifier(&self, req: &AccessRequest<'_>, out: &mut String) {
+        use std::fmt::Write;
+        match self.identifier_str(req) {
             Some(s) => out.push_str(s),
             None => {
                 let _ = write!(out, "{}", req.client_ip);
             }
         }
     }
+}
+
+thread_local! {
+    /// The last RateLimit-Reset value formatted by this worker.
+    static RESET: std::cell::RefCell<(u64, HeaderValue)> =
+        std::cell::RefCell::new((0, HeaderValue::from_static("0")));
+}
+
+/// RateLimit-Reset's value, formatted again only when it changes.
+fn reset_value(reset: u64) -> HeaderValue {
+    RESET.with_borrow_mut(|(n, v)| {
+        if *n != reset {
+            *n = reset;
+            *v = HeaderValue::from(reset);
+        }
+        v.clone()
+    })
 }
 
 /// Takes one slot of `limit` in `counter`; false when the window is full.
@@ -300,7 +336,6 @@ impl Configured {
 
     /// Counts the request in this node's counters.
     fn decide_local(&self, req: &AccessRequest<'_>, now: u64) -> Decision {
-        use std::fmt::Write;
         // Ended windows are dropped at most once a minute.
         let last = LAST_SWEEP.load(Ordering::Relaxed);
         if now >= last + 60
@@ -320,18 +355,26 @@ impl Configured {
         };
         KEY.with_borrow_mut(|key| {
             key.clear();
-            let _ = write!(key, "{}:{}:", req.route_id, req.service_id.unwrap_or(""));
-            self.identifier(req, key);
+            key.extend_from_slice(req.route_id.as_bytes());
+            key.push(0x1f);
+            key.extend_from_slice(req.service_id.unwrap_or("").as_bytes());
+            key.push(0x1f);
+            self.identifier_bytes(req, key);
+            key.push(0x1f);
             let base = key.len();
             for (i, (period, limit, _, _, _)) in self.limits.iter().enumerate() {
-                let (start, end) = period.window(now);
+                let (_, end) = period.window(now);
                 key.truncate(base);
-                let _ = write!(key, ":{start}:{}:{end}", period.name());
+                key.extend_from_slice(&end.to_le_bytes());
+                key.push(*period as u8);
                 // A shared read lock on one shard in the common case; the write lock (and the
                 // key's allocation) only for a window's first request.
-                let counter = match COUNTERS.get(key.as_str()) {
+                let counter = match COUNTERS.get(key.as_slice()) {
                     Some(c) => c.clone(),
-                    None => COUNTERS.entry(key.clone()).or_default().clone(),
+                    None => COUNTERS
+                        .entry(key.clone().into_boxed_slice())
+                        .or_default()
+                        .clone(),
                 };
                 d.seen = i + 1;
                 if take(&counter, *limit) {
@@ -409,14 +452,27 @@ impl Configured {
     fn respond(&self, req: &mut AccessRequest<'_>, d: Decision) -> Access {
         if !self.hide_headers {
             let out = &mut *req.response_headers;
-            for (i, (_, _, lh, lv, rh)) in self.limits.iter().enumerate().take(d.seen) {
+            out.reserve(d.seen * 2 + 3);
+            // Each number is formatted (and allocated) once: RateLimit-Limit and -Remaining
+            // repeat a window's values, and the reset only changes once a second.
+            let mut tight_values: Option<(HeaderValue, HeaderValue)> = None;
+            for (i, (_, limit, lh, lv, rh)) in self.limits.iter().enumerate().take(d.seen) {
+                let left = HeaderValue::from(d.remaining[i]);
+                if tight_values.is_none()
+                    && d.tightest
+                        .is_some_and(|t| t.0 == *limit && t.1 == d.remaining[i])
+                {
+                    tight_values = Some((lv.clone(), left.clone()));
+                }
                 out.push((lh.clone(), lv.clone()));
-                out.push((rh.clone(), HeaderValue::from(d.remaining[i])));
+                out.push((rh.clone(), left));
             }
             if let Some((limit, left, reset)) = d.tightest {
-                out.push((RATELIMIT_LIMIT.clone(), HeaderValue::from(limit)));
-                out.push((RATELIMIT_REMAINING.clone(), HeaderValue::from(left)));
-                out.push((RATELIMIT_RESET.clone(), HeaderValue::from(reset)));
+                let (lv, rv) = tight_values
+                    .unwrap_or_else(|| (HeaderValue::from(limit), HeaderValue::from(left)));
+                out.push((RATELIMIT_LIMIT.clone(), lv));
+                out.push((RATELIMIT_REMAINING.clone(), rv));
+                out.push((RATELIMIT_RESET.clone(), reset_value(reset)));
             }
         }
         match d.blocked {
