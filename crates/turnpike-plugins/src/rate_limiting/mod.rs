@@ -283,7 +283,7 @@ impl Configured {
 thread_local! {
     /// The last RateLimit-Reset value formatted by this worker.
     static RESET: std::cell::RefCell<(u64, HeaderValue)> =
-        std::cell::RefCell::new((0, HeaderValue::from_static("0")));
+        const { std::cell::RefCell::new((0, HeaderValue::from_static("0"))) };
 }
 
 /// RateLimit-Reset's value, formatted again only when it changes.
