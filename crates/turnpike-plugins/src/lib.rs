@@ -404,6 +404,10 @@ pub trait PluginSpec: Send + Sync {
     fn allows_consumer(&self) -> bool {
         true
     }
+    /// Why this config cannot run without a database (checked on DB-less nodes).
+    fn needs_database(&self, _config: &Value) -> Option<(String, String)> {
+        None
+    }
     /// Rewrites deprecated field names into their current place (Kong's `shorthand_fields`),
     /// before validation.
     fn shorthands(&self, _config: &mut Value) {}
@@ -413,11 +417,14 @@ pub trait PluginSpec: Send + Sync {
 /// The plugins this build carries.
 pub struct Registry {
     plugins: Vec<&'static dyn PluginSpec>,
+    /// A DB-less node: configs that need a database are refused.
+    database_off: bool,
 }
 
 /// Every plugin compiled in (Kong's `plugins = bundled`).
 pub fn bundled() -> Registry {
     Registry {
+        database_off: false,
         plugins: vec![
             &acl::Acl,
             &basic_auth::BasicAuth,
@@ -434,7 +441,7 @@ pub fn bundled() -> Registry {
 
 /// The plugins a node loads, from Kong's `plugins` property: `bundled` (every plugin compiled
 /// in), plugin names, both mixed, or `off` (none).
-pub fn enabled(names: &[String]) -> Result<Registry, String> {
+pub fn enabled(names: &[String], database_off: bool) -> Result<Registry, String> {
     let all = bundled();
     let mut plugins: Vec<&'static dyn PluginSpec> = Vec::new();
     for name in names {
@@ -442,6 +449,7 @@ pub fn enabled(names: &[String]) -> Result<Registry, String> {
             "off" => {
                 return Ok(Registry {
                     plugins: Vec::new(),
+                    database_off,
                 })
             }
             "bundled" => {
@@ -468,7 +476,10 @@ pub fn enabled(names: &[String]) -> Result<Registry, String> {
         }
     }
     plugins.sort_by_key(|p| p.name());
-    Ok(Registry { plugins })
+    Ok(Registry {
+        plugins,
+        database_off,
+    })
 }
 
 impl Registry {
@@ -487,7 +498,10 @@ impl PluginRegistry for Registry {
         let mut config = config.clone();
         p.shorthands(&mut config);
         Some(schema::validate(p.fields(), &config).and_then(|full| {
-            let errs = p.entity_checks(&full);
+            let mut errs = p.entity_checks(&full);
+            if self.database_off {
+                errs.extend(p.needs_database(&full));
+            }
             if errs.is_empty() {
                 Ok(full)
             } else {

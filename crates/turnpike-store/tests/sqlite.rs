@@ -250,3 +250,54 @@ async fn change_log_names_every_touched_row() {
     let _ = svc;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_are_exact_under_concurrency() {
+    let (s, dir) = store().await;
+    let s = Arc::new(s);
+    let window = |period: &'static str, limit: i64| turnpike_store::CounterWindow {
+        route_id: "r".into(),
+        service_id: "s".into(),
+        identifier: "1.2.3.4".into(),
+        period,
+        period_date: 1000,
+        limit,
+        expire_at: 2000,
+    };
+    assert_eq!(
+        s.count_request(&[window("minute", 3), window("hour", 5)])
+            .await
+            .unwrap(),
+        vec![0, 1, 1]
+    );
+    // Blocked by the tighter window: nothing is counted.
+    assert_eq!(
+        s.count_request(&[window("minute", 3), window("hour", 1)])
+            .await
+            .unwrap()[0],
+        2
+    );
+    assert_eq!(
+        s.count_request(&[window("minute", 3), window("hour", 5)])
+            .await
+            .unwrap(),
+        vec![0, 2, 2]
+    );
+    let mut tasks = Vec::new();
+    for _ in 0..50 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            s.count_request(&[window("day", 20)]).await.unwrap()[0] == 0
+        }));
+    }
+    let mut allowed = 0;
+    for t in tasks {
+        if t.await.unwrap() {
+            allowed += 1;
+        }
+    }
+    assert_eq!(allowed, 20);
+    assert_eq!(s.purge_counters(1999).await.unwrap(), 0);
+    assert_eq!(s.purge_counters(2001).await.unwrap(), 3);
+    let _ = std::fs::remove_dir_all(dir);
+}

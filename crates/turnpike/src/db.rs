@@ -182,6 +182,27 @@ pub async fn start(
             max_bytes: conf.mem_cache_size,
         },
     );
+    // rate-limiting's cluster policy counts in this store; ended windows are purged now and
+    // then (as Kong's timer does).
+    turnpike_plugins::rate_limiting::cluster::install(Arc::new(StoreCounters {
+        store: store.clone(),
+        runtime: tokio::runtime::Handle::current(),
+    }));
+    {
+        let store = store.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs() as i64)
+                    .unwrap_or(0);
+                if let Err(e) = store.purge_counters(now).await {
+                    tracing::debug!("rate-limiting counters: purge failed: {e}");
+                }
+            }
+        });
+    }
     let gw = gateway.clone();
     let sync = ConfigSync::new(
         store.clone(),
@@ -250,6 +271,42 @@ impl turnpike_plugins::credentials::CredentialSource for StoreCredentials {
                     fields: credential,
                 }
             }))
+        })
+    }
+}
+
+/// The store as the cluster policy's counter store; like credential look-ups, the queries run
+/// on the control plane's runtime.
+struct StoreCounters {
+    store: Arc<Store>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl turnpike_plugins::rate_limiting::cluster::CounterStore for StoreCounters {
+    fn count(
+        &self,
+        windows: Vec<turnpike_plugins::rate_limiting::cluster::Window>,
+    ) -> turnpike_plugins::rate_limiting::cluster::Counted {
+        let store = self.store.clone();
+        let task = self.runtime.spawn(async move {
+            let windows: Vec<turnpike_store::CounterWindow> = windows
+                .into_iter()
+                .map(|w| turnpike_store::CounterWindow {
+                    route_id: w.route_id,
+                    service_id: w.service_id,
+                    identifier: w.identifier,
+                    period: w.period,
+                    period_date: w.period_date,
+                    limit: w.limit,
+                    expire_at: w.expire_at,
+                })
+                .collect();
+            store.count_request(&windows).await
+        });
+        Box::pin(async move {
+            task.await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())
         })
     }
 }

@@ -110,7 +110,7 @@ fn load_conf(path: Option<&Path>) -> Result<(Conf, Vec<String>), String> {
 
 /// The plugins this node loads (Kong's `plugins` property; `bundled` by default).
 fn plugin_registry(conf: &Conf) -> Result<Arc<dyn PluginRegistry>, String> {
-    turnpike_plugins::enabled(&conf.plugins)
+    turnpike_plugins::enabled(&conf.plugins, conf.database == Database::Off)
         .map(|r| Arc::new(r) as Arc<dyn PluginRegistry>)
         .map_err(|e| format!("invalid configuration: {e}"))
 }

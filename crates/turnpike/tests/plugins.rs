@@ -1094,3 +1094,59 @@ async fn the_plugins_property_chooses_what_loads() {
     assert!(!ok);
     assert!(out.contains("'nope' is not a plugin"), "{out}");
 }
+
+/// rate-limiting's cluster policy on the embedded store: exact under concurrency; refused on a
+/// DB-less node, as Kong refuses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_policy_counts_in_the_database() {
+    let up = Upstream::start("rl-cluster");
+    let gw = Gateway::sqlite().start();
+    gw.add_service_route(&up.url(), "/c").await;
+    let r = gw
+        .admin(
+            "POST",
+            "/services/s/plugins",
+            Some(json!({"name": "rate-limiting", "config": {"year": 100, "hour": 100, "policy": "cluster", "limit_by": "ip"}})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.json());
+    let p = gw.proxy;
+    assert!(
+        eventually(std::time::Duration::from_secs(10), async || {
+            call(p, "GET", "/c", &[])
+                .await
+                .header("x-ratelimit-limit-year")
+                .is_some()
+        })
+        .await
+    );
+    let r = call(p, "GET", "/c", &[]).await;
+    assert_eq!(r.header("x-ratelimit-remaining-year"), Some("98"));
+    assert_eq!(r.header("x-ratelimit-remaining-hour"), Some("98"));
+    let mut tasks = Vec::new();
+    for _ in 0..200 {
+        tasks.push(tokio::spawn(async move {
+            call(p, "GET", "/c", &[]).await.status
+        }));
+    }
+    let (mut ok, mut limited) = (0, 0);
+    for t in tasks {
+        match t.await.unwrap() {
+            200 => ok += 1,
+            429 => limited += 1,
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!((ok, limited), (98, 102), "{}", gw.log_text());
+
+    // DB-less: refused with a clear message.
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(
+        dir.path(),
+        "k.yml",
+        "_format_version: '3.0'\nplugins:\n- name: rate-limiting\n  config: {minute: 5, policy: cluster}\n",
+    );
+    let (ok, out) = run(&["config", "parse", f.to_str().unwrap()], &[]);
+    assert!(!ok);
+    assert!(out.contains("policy 'cluster' needs a database"), "{out}");
+}

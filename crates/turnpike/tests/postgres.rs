@@ -346,3 +346,49 @@ async fn cached_credentials_survive_an_outage() {
     );
     assert_eq!(with_key("known").await.status, 200);
 }
+
+/// rate-limiting's cluster policy on PostgreSQL: two nodes count in one table, exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_policy_is_shared_by_nodes() {
+    let up = Upstream::start("pg-cluster-rl");
+    let pg = Postgres::start();
+    bootstrap(&pg);
+    let a = node(&pg, &[]);
+    let b = node(&pg, &[]);
+    a.add_service_route(&up.url(), "/rl").await;
+    let r = a
+        .admin(
+            "POST",
+            "/services/s/plugins",
+            Some(json!({"name": "rate-limiting", "config": {"year": 30, "policy": "cluster", "limit_by": "ip"}})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    for n in [&a, &b] {
+        let proxy = n.proxy;
+        assert!(
+            eventually(Duration::from_secs(10), async || get(proxy, "x", "/rl")
+                .await
+                .header("x-ratelimit-limit-year")
+                .is_some())
+            .await
+        );
+    }
+    // Two requests counted so far; 60 more spread over both nodes: exactly 28 pass.
+    let mut tasks = Vec::new();
+    for i in 0..60 {
+        let addr = if i % 2 == 0 { a.proxy } else { b.proxy };
+        tasks.push(tokio::spawn(
+            async move { get(addr, "x", "/rl").await.status },
+        ));
+    }
+    let (mut ok, mut limited) = (0, 0);
+    for t in tasks {
+        match t.await.unwrap() {
+            200 => ok += 1,
+            429 => limited += 1,
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!((ok, limited), (28, 32), "{}", a.log_text());
+}

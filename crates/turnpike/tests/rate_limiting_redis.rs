@@ -37,6 +37,16 @@ services:
         fault_tolerant: false
         redis_host: 127.0.0.1
         redis_port: {port}
+  - name: two
+    paths: [/two]
+    plugins:
+    - name: rate-limiting
+      config:
+        hour: 2
+        year: 100
+        limit_by: ip
+        policy: redis
+        redis: {{host: 127.0.0.1, port: {port}}}
   - name: tolerant
     paths: [/tolerant]
     plugins:
@@ -108,6 +118,23 @@ async fn three_nodes_share_an_exact_limit() {
         "{keys}"
     );
     assert!(redis.command(&["FLUSHALL"]).unwrap().contains("OK"));
+
+    // Several windows: the first one blocks, in Redis (a local fallback would let more by).
+    for (i, node) in nodes.iter().enumerate() {
+        let r = get(node.proxy, "x", "/two").await;
+        if i < 2 {
+            assert_eq!(r.status, 200);
+            assert_eq!(
+                r.header("x-ratelimit-remaining-year"),
+                Some(if i == 0 { "99" } else { "98" })
+            );
+        } else {
+            assert_eq!(r.status, 429, "{}", node.log_text());
+            assert_eq!(r.header("x-ratelimit-remaining-hour"), Some("0"));
+        }
+    }
+    assert_eq!(get(nodes[0].proxy, "x", "/two").await.status, 429);
+    assert!(!nodes[0].log_text().contains("rate-limiting: redis at"));
 
     let addrs: Vec<_> = nodes.iter().map(|n| n.proxy).collect();
     let mut tasks = Vec::new();
@@ -209,7 +236,6 @@ async fn redis_configs_are_checked() {
             "redis",
         ),
         (json!({"minute": 10, "sync_rate": 1}), "sync_rate"),
-        (json!({"minute": 10, "policy": "cluster"}), "policy"),
     ] {
         let r = gw
             .admin(

@@ -10,7 +10,9 @@
 //!   so config changes do not reset them.
 //! - `redis`: counted in one Redis for all nodes, exactly (see `redis.rs`). When Redis fails and
 //!   `fault_tolerant` is on, each node counts locally until Redis answers again.
+//! - `cluster`: counted in the node's database, exactly (see `cluster.rs`); the same fallback.
 
+pub mod cluster;
 mod redis;
 mod schema;
 
@@ -146,6 +148,7 @@ enum LimitBy {
 enum Policy {
     Local,
     Redis(Arc<redis::RedisTarget>),
+    Cluster,
 }
 
 /// The handler: its settings are shared with the continuation of a request waiting on Redis.
@@ -184,6 +187,17 @@ impl PluginSpec for RateLimiting {
     fn shorthands(&self, config: &mut Value) {
         schema::shorthands(config)
     }
+
+    fn needs_database(&self, config: &Value) -> Option<(String, String)> {
+        (config["policy"].as_str() == Some("cluster")).then(|| {
+            (
+                "policy".to_string(),
+                "policy 'cluster' needs a database and is not supported in DB-less mode; use \
+                 'local' or 'redis'"
+                    .to_string(),
+            )
+        })
+    }
 }
 
 /// Precomputes a validated config: header names and values, the policy's target.
@@ -216,6 +230,7 @@ fn configure(config: &Value) -> Result<Configured, String> {
         Some("redis") => {
             Policy::Redis(Arc::new(redis::RedisTarget::from_config(&config["redis"])?))
         }
+        Some("cluster") => Policy::Cluster,
         _ => Policy::Local,
     };
     Ok(Configured {
@@ -277,6 +292,16 @@ impl Configured {
                 let _ = write!(out, "{}", req.client_ip);
             }
         }
+    }
+}
+
+/// Whether a shared store's answer for `windows` windows is well formed: `[0, one count per
+/// window]` when allowed, `[b, counts up to window b]` when window `b` blocked.
+pub(crate) fn answer_is_complete(a: &[i64], windows: usize) -> bool {
+    match a.first() {
+        Some(0) => a.len() == windows + 1,
+        Some(&b) => b >= 1 && (b as usize) <= windows && a.len() > b as usize,
+        None => false,
     }
 }
 
@@ -420,6 +445,27 @@ impl Configured {
         (keys, args)
     }
 
+    /// The windows of a request for the cluster policy (Kong's `ratelimiting_metrics` rows).
+    fn cluster_windows(&self, req: &AccessRequest<'_>, now: u64) -> Vec<cluster::Window> {
+        let mut id = String::new();
+        self.identifier(req, &mut id);
+        self.limits
+            .iter()
+            .map(|(period, limit, _, _, _)| {
+                let (start, end) = period.window(now);
+                cluster::Window {
+                    route_id: req.route_id.to_string(),
+                    service_id: req.service_id.unwrap_or("").to_string(),
+                    identifier: id.clone(),
+                    period: period.name(),
+                    period_date: (start * 1000) as i64,
+                    limit: (*limit).min(i64::MAX as u64) as i64,
+                    expire_at: end as i64,
+                }
+            })
+            .collect()
+    }
+
     /// Turns the script's answer into a decision.
     fn decide_from_redis(&self, answer: &[i64], now: u64) -> Decision {
         let blocked_at = answer[0] as usize;
@@ -487,6 +533,37 @@ impl Configured {
     }
 }
 
+impl Limiter {
+    /// Waits for a shared store's answer (`[blocked window or 0, counts...]`), then decides;
+    /// a failed store falls back to this node's counters when `fault_tolerant`.
+    fn wait_for(
+        conf: Arc<Configured>,
+        now: u64,
+        answer: impl std::future::Future<Output = Result<Vec<i64>, String>> + 'static,
+    ) -> Access {
+        Access::Wait(Box::pin(async move {
+            let answer = answer.await;
+            let resume: crate::Resume = Box::new(move |req| match answer {
+                Ok(a) if answer_is_complete(&a, conf.limits.len()) => {
+                    let d = conf.decide_from_redis(&a, now);
+                    conf.respond(req, d)
+                }
+                // Kong's fault_tolerant: the store failing must not stop traffic; we still
+                // limit, per node.
+                _ if conf.fault_tolerant => {
+                    let d = conf.decide_local(req, now);
+                    conf.respond(req, d)
+                }
+                _ => Access::Exit(Exit::message(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "An unexpected error occurred",
+                )),
+            });
+            resume
+        }))
+    }
+}
+
 impl Handler for Limiter {
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {
         let conf = &self.0;
@@ -501,28 +578,14 @@ impl Handler for Limiter {
             }
             Policy::Redis(target) => {
                 let (keys, args) = conf.redis_keys(req, now);
-                let conf = self.0.clone();
                 let target = target.clone();
-                Access::Wait(Box::pin(async move {
-                    let answer = redis::count(&target, &keys, &args).await;
-                    let resume: crate::Resume = Box::new(move |req| match answer {
-                        Ok(a) => {
-                            let d = conf.decide_from_redis(&a, now);
-                            conf.respond(req, d)
-                        }
-                        // Kong's fault_tolerant: the store failing must not stop traffic; we
-                        // still limit, per node.
-                        Err(_) if conf.fault_tolerant => {
-                            let d = conf.decide_local(req, now);
-                            conf.respond(req, d)
-                        }
-                        Err(_) => Access::Exit(Exit::message(
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            "An unexpected error occurred",
-                        )),
-                    });
-                    resume
-                }))
+                Self::wait_for(self.0.clone(), now, async move {
+                    redis::count(&target, &keys, &args).await
+                })
+            }
+            Policy::Cluster => {
+                let windows = conf.cluster_windows(req, now);
+                Self::wait_for(self.0.clone(), now, cluster::count(windows))
             }
         }
     }
@@ -569,6 +632,14 @@ mod tests {
         assert_eq!((d.seen, d.blocked), (2, Some(1)));
         assert_eq!(d.remaining[0], 3);
         assert_eq!(d.tightest, Some((10, 0, 1)));
+        // Blocked by the first window: the answer stops there.
+        assert!(answer_is_complete(&[1, 5], 2));
+        assert!(answer_is_complete(&[0, 1, 1], 2));
+        assert!(!answer_is_complete(&[0, 1], 2));
+        assert!(!answer_is_complete(&[3, 1, 1], 2));
+        assert!(!answer_is_complete(&[], 2));
+        let d = conf.decide_from_redis(&[1, 5], t);
+        assert_eq!((d.seen, d.blocked), (1, Some(1)));
     }
 
     #[test]

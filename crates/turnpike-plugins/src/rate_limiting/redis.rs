@@ -200,7 +200,7 @@ pub async fn count(
             )
             .await
             {
-                Ok(Ok(v)) if v.len() == keys.len() + 1 => return Ok(v),
+                Ok(Ok(v)) if super::answer_is_complete(&v, keys.len()) => return Ok(v),
                 Ok(Ok(v)) => return Err(format!("unexpected script answer {v:?}")),
                 Ok(Err(e)) => {
                     forget(target);

@@ -130,23 +130,16 @@ pub fn entity_checks(config: &Value) -> Vec<(String, String)> {
         }
         _ => {}
     }
-    match config["policy"].as_str() {
-        Some("redis") => {
-            if config["redis"]["host"].is_null() {
-                errs.push(("redis.host".into(), "required field missing".into()));
-            }
-            if config["redis"]["ssl"].as_bool() == Some(true) {
-                errs.push((
-                    "redis.ssl".into(),
-                    "TLS to Redis is not available in this build yet".into(),
-                ));
-            }
+    if config["policy"].as_str() == Some("redis") {
+        if config["redis"]["host"].is_null() {
+            errs.push(("redis.host".into(), "required field missing".into()));
         }
-        Some("cluster") => errs.push((
-            "policy".into(),
-            "policy 'cluster' is not available in this build yet; use 'local' or 'redis'".into(),
-        )),
-        _ => {}
+        if config["redis"]["ssl"].as_bool() == Some(true) {
+            errs.push((
+                "redis.ssl".into(),
+                "TLS to Redis is not available in this build yet".into(),
+            ));
+        }
     }
     // sync_rate: -1 (synchronous, the default) or a period of at least 0.02 s, redis only.
     if let Some(rate) = config["sync_rate"].as_f64() {
