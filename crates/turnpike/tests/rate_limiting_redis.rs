@@ -266,3 +266,74 @@ async fn redis_configs_are_checked() {
                "database": 0, "ssl": false, "ssl_verify": false, "server_name": null})
     );
 }
+
+/// sync_rate > 0: counted on each node and pushed to Redis periodically. Within the documented
+/// bound (limit + (nodes - 1) × what was left at the last sync), no admitted request missing
+/// from Redis's count, and once synced every node refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_counts_reach_redis_within_the_bound() {
+    let up = Upstream::start("rl-batched");
+    let redis = Redis::start();
+    let yaml = format!(
+        r#"_format_version: "3.0"
+services:
+- name: svc
+  url: {url}
+  routes:
+  - name: batched
+    paths: [/batched]
+    plugins:
+    - name: rate-limiting
+      config:
+        year: 40
+        limit_by: ip
+        policy: redis
+        sync_rate: 0.2
+        redis: {{host: 127.0.0.1, port: {port}}}
+"#,
+        url = up.url(),
+        port = redis.port
+    );
+    let nodes = [
+        Gateway::with_config(&yaml).start(),
+        Gateway::with_config(&yaml).start(),
+    ];
+    let addrs: Vec<_> = nodes.iter().map(|n| n.proxy).collect();
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let addr = addrs[i % 2];
+        tasks.push(tokio::spawn(
+            async move { get_status(addr, "/batched").await },
+        ));
+    }
+    let mut ok = 0u64;
+    for t in tasks {
+        match t.await.unwrap() {
+            200 => ok += 1,
+            429 => {}
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert!((40..=80).contains(&ok), "{ok} admitted");
+    // Every admitted request reaches Redis's count.
+    let count = || {
+        redis
+            .command(&["KEYS", "ratelimit:*:year"])
+            .and_then(|k| k.lines().nth(2).map(String::from))
+            .and_then(|key| redis.command(&["GET", &key]))
+            .and_then(|v| v.lines().nth(1).and_then(|n| n.parse::<u64>().ok()))
+    };
+    assert!(
+        eventually(Duration::from_secs(10), async || count() == Some(ok)).await,
+        "redis holds {:?}, {ok} admitted",
+        count()
+    );
+    // Synced: both nodes know the window is full.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for addr in &addrs {
+        for _ in 0..5 {
+            assert_eq!(get_status(*addr, "/batched").await, 429);
+        }
+    }
+    assert_eq!(count(), Some(ok));
+}

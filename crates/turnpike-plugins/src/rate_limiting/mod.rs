@@ -10,8 +10,11 @@
 //!   so config changes do not reset them.
 //! - `redis`: counted in one Redis for all nodes, exactly (see `redis.rs`). When Redis fails and
 //!   `fault_tolerant` is on, each node counts locally until Redis answers again.
+//!   With `sync_rate > 0`, counted on the node and pushed to Redis periodically, with a
+//!   documented overshoot bound (see `batched.rs`).
 //! - `cluster`: counted in the node's database, exactly (see `cluster.rs`); the same fallback.
 
+mod batched;
 pub mod cluster;
 mod redis;
 mod schema;
@@ -148,6 +151,8 @@ enum LimitBy {
 enum Policy {
     Local,
     Redis(Arc<redis::RedisTarget>),
+    /// Redis with `sync_rate > 0`.
+    Batched(Arc<redis::RedisTarget>, std::time::Duration),
     Cluster,
 }
 
@@ -228,7 +233,13 @@ fn configure(config: &Value) -> Result<Configured, String> {
     };
     let policy = match config["policy"].as_str() {
         Some("redis") => {
-            Policy::Redis(Arc::new(redis::RedisTarget::from_config(&config["redis"])?))
+            let target = Arc::new(redis::RedisTarget::from_config(&config["redis"])?);
+            match config["sync_rate"].as_f64() {
+                Some(r) if r > 0.0 => {
+                    Policy::Batched(target, std::time::Duration::from_secs_f64(r))
+                }
+                _ => Policy::Redis(target),
+            }
         }
         Some("cluster") => Policy::Cluster,
         _ => Policy::Local,
@@ -445,6 +456,46 @@ impl Configured {
         (keys, args)
     }
 
+    /// Counts the request on this node's batched counters (pushed to Redis periodically).
+    fn decide_batched(
+        &self,
+        req: &AccessRequest<'_>,
+        now: u64,
+        target: &Arc<redis::RedisTarget>,
+        rate: std::time::Duration,
+    ) -> Decision {
+        let (keys, _) = self.redis_keys(req, now);
+        let mut d = Decision {
+            seen: 0,
+            remaining: [0; 6],
+            blocked: None,
+            tightest: None,
+        };
+        let mut taken = Vec::with_capacity(keys.len());
+        for (i, ((period, limit, _, _, _), key)) in self.limits.iter().zip(&keys).enumerate() {
+            let (_, end) = period.window(now);
+            let c = batched::counter(key, *limit, end, target, rate);
+            d.seen = i + 1;
+            if c.take() {
+                d.remaining[i] = limit.saturating_sub(c.used());
+                if d.tightest.is_none_or(|t| d.remaining[i] < t.1) {
+                    d.tightest = Some((*limit, d.remaining[i], end - now));
+                }
+                taken.push(c);
+            } else {
+                d.blocked = Some(end - now);
+                d.tightest = Some((*limit, 0, end - now));
+                break;
+            }
+        }
+        if d.blocked.is_some() {
+            for c in taken {
+                c.give_back();
+            }
+        }
+        d
+    }
+
     /// The windows of a request for the cluster policy (Kong's `ratelimiting_metrics` rows).
     fn cluster_windows(&self, req: &AccessRequest<'_>, now: u64) -> Vec<cluster::Window> {
         let mut id = String::new();
@@ -586,6 +637,10 @@ impl Handler for Limiter {
             Policy::Cluster => {
                 let windows = conf.cluster_windows(req, now);
                 Self::wait_for(self.0.clone(), now, cluster::count(windows))
+            }
+            Policy::Batched(target, rate) => {
+                let d = conf.decide_batched(req, now, target, *rate);
+                conf.respond(req, d)
             }
         }
     }

@@ -240,3 +240,34 @@ pub async fn count(
     }
     result
 }
+
+/// Adds `n` to a counter and returns its new total (the batched policy's push): INCRBY and
+/// EXPIREAT in one round trip.
+pub async fn add(
+    target: &Arc<RedisTarget>,
+    key: &str,
+    n: u64,
+    expire_at: u64,
+) -> Result<i64, String> {
+    let mut conn = connection(target).await?;
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .cmd("INCRBY")
+        .arg(key)
+        .arg(n)
+        .cmd("EXPIREAT")
+        .arg(key)
+        .arg(expire_at)
+        .ignore();
+    match tokio::time::timeout(target.timeout, pipe.query_async::<(i64,)>(&mut conn)).await {
+        Ok(Ok((total,))) => Ok(total),
+        Ok(Err(e)) => {
+            forget(target);
+            Err(e.to_string())
+        }
+        Err(_) => {
+            forget(target);
+            Err(format!("timed out after {:?}", target.timeout))
+        }
+    }
+}

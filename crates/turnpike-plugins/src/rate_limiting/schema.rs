@@ -154,12 +154,6 @@ pub fn entity_checks(config: &Value) -> Vec<(String, String)> {
                     "sync_rate".into(),
                     "value must be -1 or at least 0.02".into(),
                 ));
-            } else {
-                errs.push((
-                    "sync_rate".into(),
-                    "batched counting (sync_rate > 0) is not available in this build yet; use -1"
-                        .into(),
-                ));
             }
         }
     }
