@@ -47,6 +47,9 @@ pub struct AccessRequest<'a> {
     /// The most body bytes the upstream may receive (request-size-limiting): a body without a
     /// Content-Length is counted as it streams and cut, with a 413, when it passes this.
     pub body_limit: Option<u64>,
+    /// The whole request body, read before the chain runs when one of the route's plugins
+    /// wants it ([`Handler::wants_body`]); a plugin may replace it (what goes upstream).
+    pub body: Option<Bytes>,
     /// The matched route's id and its service's.
     pub route_id: &'a str,
     pub service_id: Option<&'a str>,
@@ -384,6 +387,11 @@ pub async fn run_access_from(mut outcome: Access, req: &mut AccessRequest<'_>) -
 /// A configured plugin instance.
 pub trait Handler: Send + Sync {
     fn access(&self, req: &mut AccessRequest<'_>) -> Access;
+    /// Whether this config reads the request body (key-auth's `key_in_body`): the proxy then
+    /// reads the body before the route's chain runs. Costs nothing to routes that do not.
+    fn wants_body(&self) -> bool {
+        false
+    }
 }
 
 /// A plugin: its identity, its config schema and how it turns a config into a handler.
@@ -600,6 +608,7 @@ pub(crate) struct TestRequest {
     pub headers: HeaderMap,
     pub response_headers: Vec<(HeaderName, HeaderValue)>,
     pub client_ip: std::net::IpAddr,
+    pub body: Option<Bytes>,
 }
 
 #[cfg(test)]
@@ -611,6 +620,7 @@ impl TestRequest {
             headers: HeaderMap::new(),
             response_headers: Vec::new(),
             client_ip: "127.0.0.1".parse().unwrap(),
+            body: None,
         }
     }
 
@@ -632,6 +642,7 @@ impl TestRequest {
             consumer: None,
             upstream_query: None,
             body_limit: None,
+            body: self.body.clone(),
             route_id: "r",
             service_id: None,
         };

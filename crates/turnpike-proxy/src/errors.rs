@@ -17,6 +17,8 @@ pub const NO_SERVICE: &str = "no Service found with those values";
 pub const USE_HTTPS: &str = "Please use HTTPS protocol";
 /// request-size-limiting's message, for a body found too large while it streams.
 pub const BODY_TOO_LARGE: &str = "Request size limit exceeded";
+/// A request body that could not be read whole for a plugin.
+pub const BAD_BODY: &str = "Bad request: the request body could not be read";
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Format {

@@ -99,8 +99,25 @@ pub enum SendError {
 /// request-size-limiting; checked as it streams).
 #[derive(Debug)]
 pub struct ClientBody {
-    pub stream: Incoming,
+    pub source: BodySource,
     pub limit: Option<u64>,
+}
+
+/// Where the body comes from: streamed from the client, or read whole already (a plugin
+/// needed it; it goes with its Content-Length).
+#[derive(Debug)]
+pub enum BodySource {
+    Stream(Incoming),
+    Buffered(bytes::Bytes),
+}
+
+impl ClientBody {
+    pub fn is_empty(&self) -> bool {
+        match &self.source {
+            BodySource::Stream(s) => s.is_end_stream(),
+            BodySource::Buffered(b) => b.is_empty(),
+        }
+    }
 }
 
 /// Reads and discards what is left of a refused client body, within bounds, so the client
@@ -241,7 +258,18 @@ impl Conn {
         }
         let had_body = body.is_some();
         if let Some(ClientBody {
-            stream: mut body,
+            source: BodySource::Buffered(data),
+            limit,
+        }) = &body
+        {
+            if limit.is_some_and(|l| data.len() as u64 > l) {
+                return Err(SendError::BodyTooLarge);
+            }
+            self.write_all(data, write_timeout)
+                .await
+                .map_err(SendError::Failed)?;
+        } else if let Some(ClientBody {
+            source: BodySource::Stream(mut body),
             limit: body_limit,
         }) = body
         {

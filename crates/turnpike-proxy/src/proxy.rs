@@ -10,17 +10,20 @@ use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
-use http_body::Body;
 use hyper::body::Incoming;
 use turnpike_plugins::{Access, AccessRequest};
 use turnpike_router::{normalize_path, upstream_uri, RequestView};
 
 use crate::body::{BodyKind, ProxyBody, RequestGuard};
 use crate::errors::{self, error_response};
-use crate::h1::{ClientBody, SendError, UpstreamBody};
+use crate::h1::{BodySource, ClientBody, SendError, UpstreamBody};
 use crate::pool::{ConnectError, PeerKey};
 use crate::server::{ConnInfo, WorkerCtx};
 use crate::snapshot::{Destination, Peer, ServiceInfo};
+
+/// The most a request body read whole for a plugin may hold (Kong buffers to disk beyond its
+/// client_body_buffer_size; we refuse instead of holding unbounded bodies in memory).
+const PLUGIN_BODY_MAX: usize = 8 << 20;
 
 static X_KONG_REQUEST_ID: HeaderName = HeaderName::from_static("x-kong-request-id");
 static X_KONG_PROXY_LATENCY: HeaderName = HeaderName::from_static("x-kong-proxy-latency");
@@ -268,7 +271,42 @@ async fn route_and_proxy(
     let chain = &snap.chains[route.route_index];
     let mut upstream_query: Option<String> = None;
     let mut body_limit: Option<u64> = None;
+    let mut body = BodySource::Stream(body);
     if !chain.is_empty() {
+        // A plugin that reads the body (key-auth's key_in_body) gets it whole, read here
+        // within a bound; the upstream then gets those bytes.
+        let mut buffered = None;
+        if snap.chains_want_body[route.route_index] && !upgrade {
+            if let BodySource::Stream(stream) = body {
+                use http_body_util::BodyExt;
+                match http_body_util::Limited::new(stream, PLUGIN_BODY_MAX)
+                    .collect()
+                    .await
+                {
+                    Ok(b) => buffered = Some(b.to_bytes()),
+                    Err(e) => {
+                        let too_large = e.is::<http_body_util::LengthLimitError>();
+                        return kong_error(
+                            ctx,
+                            if too_large {
+                                StatusCode::PAYLOAD_TOO_LARGE
+                            } else {
+                                StatusCode::BAD_REQUEST
+                            },
+                            if too_large {
+                                errors::BODY_TOO_LARGE
+                            } else {
+                                errors::BAD_BODY
+                            },
+                            rid,
+                            accept,
+                            start,
+                        );
+                    }
+                }
+                body = BodySource::Buffered(bytes::Bytes::new());
+            }
+        }
         let client_ip = client_ip(conn, &parts.headers);
         let mut access = AccessRequest {
             method: parts.method.as_str(),
@@ -281,6 +319,7 @@ async fn route_and_proxy(
             consumer: None,
             upstream_query: None,
             body_limit: None,
+            body: buffered,
             route_id: &snap.config.routes[route.route_index].id,
             service_id: route
                 .service_index
@@ -310,6 +349,15 @@ async fn route_and_proxy(
         }
         upstream_query = access.upstream_query;
         body_limit = access.body_limit;
+        if matches!(body, BodySource::Buffered(_)) {
+            // What the plugins leave is what goes upstream, with its length.
+            let b = access.body.unwrap_or_default();
+            parts.headers.remove(header::TRANSFER_ENCODING);
+            parts
+                .headers
+                .insert(header::CONTENT_LENGTH, HeaderValue::from(b.len()));
+            body = BodySource::Buffered(b);
+        }
     }
 
     let Some(si) = route.service_index else {
@@ -393,7 +441,7 @@ async fn route_and_proxy(
         service,
         parts,
         ClientBody {
-            stream: body,
+            source: body,
             limit: body_limit,
         },
         overrides,
@@ -611,7 +659,7 @@ async fn send_upstream(
     upgrade: bool,
 ) -> Result<Upstreamed, UpstreamError> {
     // Upgrades keep their body for hyper's client; our exchange takes `None` for no body.
-    let mut body = if !upgrade && body.stream.is_end_stream() {
+    let mut body = if !upgrade && body.is_empty() {
         None
     } else {
         Some(body)
@@ -668,12 +716,15 @@ async fn send_upstream(
             };
             ctx.stats.upstream_requests.inc();
             apply_overrides(&mut parts.headers, &overrides);
-            let req = Request::from_parts(
-                parts,
-                body.take()
-                    .expect("upgrade requests keep their body")
-                    .stream,
-            );
+            // Upgrades never have their body read by a plugin (see `route_and_proxy`).
+            let Some(ClientBody {
+                source: BodySource::Stream(stream),
+                ..
+            }) = body.take()
+            else {
+                return Err(UpstreamError::Failed);
+            };
+            let req = Request::from_parts(parts, stream);
             return match tokio::time::timeout(service.read_timeout, sender.send_request(req)).await
             {
                 Err(_) => Err(UpstreamError::Timeout),

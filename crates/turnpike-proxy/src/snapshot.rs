@@ -24,6 +24,8 @@ pub struct Snapshot {
     pub certs: CertStore,
     /// Aligned with `config.routes`: the plugins that run on each route, highest PRIORITY first.
     pub chains: Vec<Chain>,
+    /// Aligned with `config.routes`: whether a plugin of the route reads the request body.
+    pub chains_want_body: Vec<bool>,
 }
 
 /// A route's compiled plugin chain (shared: most routes have the same, often empty, one).
@@ -428,12 +430,24 @@ impl Snapshot {
             });
         }
         let chains = compile_chains(&config)?;
+        let chains_want_body = chains
+            .iter()
+            .map(|c| {
+                c.iter().any(|s| {
+                    s.handler.as_ref().is_some_and(|h| h.wants_body())
+                        || s.by_consumer
+                            .as_ref()
+                            .is_some_and(|m| m.values().any(|h| h.wants_body()))
+                })
+            })
+            .collect();
         Ok(Snapshot {
             config,
             router,
             services,
             certs,
             chains,
+            chains_want_body,
         })
     }
 }

@@ -1,5 +1,5 @@
-//! key-auth (PRIORITY 1250): authenticates a request by an API key sent in a header or a query
-//! argument, and tells the upstream which consumer it is. Keys are looked up in an index built
+//! key-auth (PRIORITY 1250): authenticates a request by an API key sent in a header, a query
+//! argument or (with `key_in_body`) a body field, and tells the upstream which consumer it is. Keys are looked up in an index built
 //! with the config snapshot: a request costs one hash-map look-up and never a store round trip.
 //!
 //! Keys are kept as SHA-256 digests: a store holds `$sha256$<hex>` (the key itself is shown
@@ -7,6 +7,7 @@
 //! neither a database dump nor the gateway's memory gives the keys away. A request hashes the
 //! key it presents (SHA-256 of a short string: well under a microsecond).
 
+mod body;
 mod schema;
 
 use std::sync::Arc;
@@ -85,6 +86,7 @@ struct Configured {
     names: Vec<(HeaderName, String)>,
     in_header: bool,
     in_query: bool,
+    in_body: bool,
     hide_credentials: bool,
     run_on_preflight: bool,
     www_authenticate: HeaderValue,
@@ -133,6 +135,7 @@ impl PluginSpec for KeyAuth {
             names,
             in_header: config["key_in_header"].as_bool().unwrap_or(true),
             in_query: config["key_in_query"].as_bool().unwrap_or(true),
+            in_body: config["key_in_body"].as_bool().unwrap_or(false),
             hide_credentials: config["hide_credentials"].as_bool().unwrap_or(false),
             run_on_preflight: config["run_on_preflight"].as_bool().unwrap_or(true),
             www_authenticate: HeaderValue::from_str(&realm)
@@ -140,6 +143,21 @@ impl PluginSpec for KeyAuth {
             anonymous,
         }))))
     }
+}
+
+/// Where a request carried its key.
+#[derive(Clone, Copy)]
+enum Location {
+    Header,
+    Query,
+    Body,
+}
+
+fn content_type(req: &AccessRequest<'_>) -> Option<String> {
+    req.headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(String::from)
 }
 
 /// Removes one argument from a query string.
@@ -172,21 +190,25 @@ impl Configured {
 }
 
 impl Handler for Authenticator {
+    fn wants_body(&self) -> bool {
+        self.0.in_body
+    }
+
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {
         let conf = &self.0;
-        let (key, header, arg, in_header) = match conf.find_key(req) {
+        let (key, header, arg, location) = match conf.find_key(req) {
             Ok(Some(found)) => found,
             Ok(None) => return Access::Continue,
             Err(exit) => return exit,
         };
         match &conf.keys {
             Keys::Snapshot(index) => match index.get(&key).cloned() {
-                Some(who) => conf.succeed(req, who, &header, &arg, in_header),
+                Some(who) => conf.succeed(req, who, &header, &arg, location),
                 None => conf.fail(req, INVALID),
             },
             Keys::Store => match STORED_KEYS.get(key.as_str()) {
                 Some(e) => match e.value {
-                    Some(who) => conf.succeed(req, who, &header, &arg, in_header),
+                    Some(who) => conf.succeed(req, who, &header, &arg, location),
                     None => conf.fail(req, INVALID),
                 },
                 None => {
@@ -204,7 +226,7 @@ impl Handler for Authenticator {
                             })
                             .await;
                         let resume: crate::Resume = Box::new(move |req| match outcome {
-                            Outcome::Found(who) => conf.succeed(req, who, &header, &arg, in_header),
+                            Outcome::Found(who) => conf.succeed(req, who, &header, &arg, location),
                             Outcome::Missing => conf.fail(req, INVALID),
                             Outcome::Failed(e) => {
                                 tracing::error!("key-auth: credential look-up failed: {e}");
@@ -230,13 +252,28 @@ impl Configured {
         who: Arc<Identity>,
         header: &HeaderName,
         arg: &str,
-        in_header: bool,
+        location: Location,
     ) -> Access {
         if self.hide_credentials {
-            if in_header {
-                req.headers.remove(header);
-            } else if let Some(q) = req.upstream_query.clone().or(req.query.map(String::from)) {
-                req.upstream_query = Some(without_arg(&q, arg));
+            match location {
+                Location::Header => {
+                    req.headers.remove(header);
+                }
+                Location::Query => {
+                    if let Some(q) = req.upstream_query.clone().or(req.query.map(String::from)) {
+                        req.upstream_query = Some(without_arg(&q, arg));
+                    }
+                }
+                Location::Body => {
+                    let stripped = req
+                        .body
+                        .as_ref()
+                        .zip(content_type(req))
+                        .and_then(|(b, ct)| body::without(&ct, b, arg));
+                    if let Some(b) = stripped {
+                        req.body = Some(b);
+                    }
+                }
             }
         }
         req.set_consumer(who);
@@ -250,7 +287,7 @@ impl Configured {
     fn find_key(
         &self,
         req: &mut AccessRequest<'_>,
-    ) -> Result<Option<(String, HeaderName, String, bool)>, Access> {
+    ) -> Result<Option<(String, HeaderName, String, Location)>, Access> {
         if !self.run_on_preflight && req.method == "OPTIONS" {
             return Ok(None);
         }
@@ -264,8 +301,13 @@ impl Configured {
         {
             return Ok(None);
         }
-        // (key, its header, its query argument, found in the header)
-        let mut found: Option<(&str, &HeaderName, &str, bool)> = None;
+        // (key, its header, its query argument and body field, where it was found)
+        let mut found: Option<(String, &HeaderName, &str, Location)> = None;
+        let ct = if self.in_body {
+            content_type(req)
+        } else {
+            None
+        };
         for (header, arg) in &self.names {
             if self.in_header {
                 let mut values = req.headers.get_all(header).iter();
@@ -278,26 +320,27 @@ impl Configured {
                     let Ok(s) = v.to_str() else {
                         return Err(self.fail(req, INVALID));
                     };
-                    found = Some((s, header, arg, true));
+                    found = Some((s.to_string(), header, arg, Location::Header));
                     break;
                 }
             }
             if self.in_query {
                 if let Some(v) = req.query_arg(arg) {
-                    found = Some((v, header, arg, false));
+                    found = Some((v.to_string(), header, arg, Location::Query));
+                    break;
+                }
+            }
+            if let (Some(ct), Some(b)) = (&ct, &req.body) {
+                if let Some(v) = body::key(ct, b, arg) {
+                    found = Some((v, header, arg, Location::Body));
                     break;
                 }
             }
         }
-        let Some((key, header, arg, in_header)) = found.filter(|f| !f.0.is_empty()) else {
+        let Some((key, header, arg, location)) = found.filter(|f| !f.0.is_empty()) else {
             return Err(self.fail(req, NO_KEY));
         };
-        Ok(Some((
-            key.to_string(),
-            header.clone(),
-            arg.to_string(),
-            in_header,
-        )))
+        Ok(Some((key, header.clone(), arg.to_string(), location)))
     }
 }
 
