@@ -48,8 +48,11 @@ fn url_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// A multipart body's parts: (the raw part with its headers, the field name, its content).
-fn parts<'a>(body: &'a [u8], boundary: &str) -> Option<Vec<(&'a [u8], String, &'a [u8])>> {
+/// One part of a multipart body: the raw part with its headers, the field name, its content.
+type Part<'a> = (&'a [u8], String, &'a [u8]);
+
+/// A multipart body's parts.
+fn parts<'a>(body: &'a [u8], boundary: &str) -> Option<Vec<Part<'a>>> {
     let delimiter = format!("--{boundary}");
     let d = delimiter.as_bytes();
     let mut out = Vec::new();
