@@ -58,6 +58,9 @@ run_case() { # name config wrk-args...   (DB=sqlite: run on a SQLite store holdi
   turnpike_env "$PREFIXES/tp-$name"
   export TURNPIKE_DECLARATIVE_CONFIG=$cfg
   if [ "${DB:-off}" = sqlite ]; then
+    # A fresh store each run: the credentials' ids are random (Kong's rule for entities whose
+    # key is generated), so importing twice would collide on their keys.
+    rm -rf "$TURNPIKE_PREFIX"
     export TURNPIKE_DATABASE=sqlite
     "$BIN" config db_import "$cfg" > /dev/null
   fi

@@ -325,9 +325,14 @@ async fn route_and_proxy(
                 .service_index
                 .map(|i| snap.config.services[i].id.as_str()),
         };
+        let protocol = if conn.tls {
+            crate::snapshot::PROTO_HTTPS
+        } else {
+            crate::snapshot::PROTO_HTTP
+        };
         for slot in chain.iter() {
             let consumer = access.consumer.as_deref().map(|c| c.consumer_id.as_str());
-            let Some(plugin) = slot.handler_for(consumer) else {
+            let Some(plugin) = slot.handler_for(consumer, protocol) else {
                 continue;
             };
             let exit = match plugin.access(&mut access) {

@@ -34,23 +34,43 @@ pub type Chain = Arc<[Slot]>;
 /// One plugin in a route's chain: the config that applies without a consumer, and the
 /// consumer-scoped configs that replace it once authentication has named the consumer.
 pub struct Slot {
-    pub handler: Option<Arc<dyn Handler>>,
+    pub handler: Option<Bound>,
     pub by_consumer: Option<Arc<ConsumerHandlers>>,
 }
 
+/// A configured plugin with the request protocols it runs for (its `protocols` field).
+#[derive(Clone)]
+pub struct Bound {
+    pub handler: Arc<dyn Handler>,
+    pub protocols: u8,
+}
+
+/// Request protocols as bits, for a plugin's `protocols`.
+pub const PROTO_HTTP: u8 = 1;
+pub const PROTO_HTTPS: u8 = 2;
+
+fn protocol_mask(protocols: &[String]) -> u8 {
+    protocols.iter().fold(0, |m, p| match p.as_str() {
+        "http" | "grpc" | "ws" => m | PROTO_HTTP,
+        "https" | "grpcs" | "wss" => m | PROTO_HTTPS,
+        _ => m,
+    })
+}
+
 /// Consumer-scoped configs of one plugin on one route, by consumer id.
-pub type ConsumerHandlers = FxHashMap<String, Arc<dyn Handler>>;
+pub type ConsumerHandlers = FxHashMap<String, Bound>;
 
 impl Slot {
-    /// The config that applies to a request, given the consumer known at this point.
+    /// The config that applies to a request, given the consumer known at this point and the
+    /// request's protocol (`PROTO_*`): a config whose `protocols` leave the request out does
+    /// not run (and does not hand over to a less specific one).
     #[inline]
-    pub fn handler_for(&self, consumer: Option<&str>) -> Option<&Arc<dyn Handler>> {
-        if let (Some(map), Some(c)) = (&self.by_consumer, consumer) {
-            if let Some(h) = map.get(c) {
-                return Some(h);
-            }
-        }
-        self.handler.as_ref()
+    pub fn handler_for(&self, consumer: Option<&str>, protocol: u8) -> Option<&Arc<dyn Handler>> {
+        let bound = match (&self.by_consumer, consumer) {
+            (Some(map), Some(c)) => map.get(c).or(self.handler.as_ref()),
+            _ => self.handler.as_ref(),
+        }?;
+        (bound.protocols & protocol != 0).then_some(&bound.handler)
     }
 }
 
@@ -61,9 +81,9 @@ impl Slot {
 /// (plugins run in PRIORITY order, so the auth plugins have run by then). Plugins are indexed
 /// by scope first, so the cost is per route times the plugins that apply to it.
 fn compile_chains(config: &Config) -> Result<Vec<Chain>, String> {
-    type Entry = (i32, &'static str, Arc<dyn Handler>);
-    type Chosen = (&'static str, Option<Arc<dyn Handler>>, bool);
-    type ByConsumer<'a> = FxHashMap<&'static str, FxHashMap<&'a str, Arc<dyn Handler>>>;
+    type Entry = (i32, &'static str, Bound);
+    type Chosen = (&'static str, Option<Bound>, bool);
+    type ByConsumer<'a> = FxHashMap<&'static str, FxHashMap<&'a str, Bound>>;
     let registry = turnpike_plugins::bundled();
     let build_ctx = turnpike_plugins::BuildContext::new(config);
     let mut global: Vec<Entry> = Vec::new();
@@ -79,9 +99,12 @@ fn compile_chains(config: &Config) -> Result<Vec<Chain>, String> {
         let spec = registry
             .get(&p.name)
             .ok_or_else(|| format!("plugin {}: '{}' is not available", p.id, p.name))?;
-        let handler = spec
-            .build(&p.config, &build_ctx)
-            .map_err(|e| format!("plugin {} ({}): {e}", p.id, p.name))?;
+        let handler = Bound {
+            handler: spec
+                .build(&p.config, &build_ctx)
+                .map_err(|e| format!("plugin {} ({}): {e}", p.id, p.name))?,
+            protocols: protocol_mask(&p.protocols),
+        };
         priorities.insert(spec.name(), spec.priority());
         let route = p.route.as_ref().map(|r| r.id.as_str());
         let service = p.service.as_ref().map(|s| s.id.as_str());
@@ -172,7 +195,7 @@ fn compile_chains(config: &Config) -> Result<Vec<Chain>, String> {
                 .iter()
                 .find(|c| c.0 == name)
                 .map_or((None, false), |c| (c.1.clone(), c.2));
-            let specific: Vec<&FxHashMap<&str, Arc<dyn Handler>>> =
+            let specific: Vec<&FxHashMap<&str, Bound>> =
                 [crs, cr, cs].iter().filter_map(|m| m.get(name)).collect();
             // A Route+Service config outranks Consumer-only configs.
             let general = (!route_and_service)
@@ -434,10 +457,10 @@ impl Snapshot {
             .iter()
             .map(|c| {
                 c.iter().any(|s| {
-                    s.handler.as_ref().is_some_and(|h| h.wants_body())
+                    s.handler.as_ref().is_some_and(|h| h.handler.wants_body())
                         || s.by_consumer
                             .as_ref()
-                            .is_some_and(|m| m.values().any(|h| h.wants_body()))
+                            .is_some_and(|m| m.values().any(|h| h.handler.wants_body()))
                 })
             })
             .collect();

@@ -929,8 +929,9 @@ impl Store {
         Ok(Some((version, delta)))
     }
 
-    /// Replaces the whole store with a validated declarative config (`config db_import`), in
-    /// one transaction.
+    /// Writes a validated declarative config into the store (`config db_import`): each entity
+    /// upserted by its id, as Kong's `load_into_db` does, all in one transaction (entities
+    /// already stored and absent from the file stay).
     pub async fn import(&self, cfg: &turnpike_config::Config) -> Result<usize, StoreError> {
         let v = cfg.to_json();
         let mut tx = self.begin_write().await?;

@@ -1253,3 +1253,28 @@ services:
     .await;
     assert_eq!(r.status, 413);
 }
+
+/// A plugin's `protocols` say which requests it runs for.
+#[tokio::test]
+async fn plugins_run_only_for_their_protocols() {
+    let up = Upstream::start("protocols");
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
+services:
+- name: svc
+  url: {url}
+  routes:
+  - name: r
+    paths: [/p]
+    plugins:
+    - name: request-termination
+      protocols: [https]
+      config: {{status_code: 418}}
+"#,
+        url = up.url()
+    ))
+    .start();
+    assert_eq!(get(gw.proxy, "x", "/p").await.status, 200);
+    let (r, _, _) = get_tls(gw.proxy_tls, "localhost", "/p", false).await;
+    assert_eq!(r.status, 418);
+}
