@@ -337,3 +337,49 @@ services:
     }
     assert_eq!(count(), Some(ok));
 }
+
+/// TLS to Redis (`redis.ssl`): counted over TLS; with `ssl_verify` a certificate the system
+/// does not trust is refused (a store error: 500 when not fault-tolerant).
+#[tokio::test]
+async fn redis_over_tls() {
+    let up = Upstream::start("rl-redis-tls");
+    let redis = Redis::start_tls();
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
+services:
+- name: svc
+  url: {url}
+  routes:
+  - name: tls
+    paths: [/tls]
+    plugins:
+    - name: rate-limiting
+      config:
+        hour: 2
+        limit_by: ip
+        policy: redis
+        fault_tolerant: false
+        redis: {{host: localhost, port: {port}, ssl: true, ssl_verify: false}}
+  - name: verified
+    paths: [/verified]
+    plugins:
+    - name: rate-limiting
+      config:
+        hour: 2
+        limit_by: ip
+        policy: redis
+        fault_tolerant: false
+        redis: {{host: localhost, port: {port}, ssl: true, ssl_verify: true}}
+"#,
+        url = up.url(),
+        port = redis.port
+    ))
+    .start();
+    let statuses = [
+        get_status(gw.proxy, "/tls").await,
+        get_status(gw.proxy, "/tls").await,
+        get_status(gw.proxy, "/tls").await,
+    ];
+    assert_eq!(statuses, [200, 200, 429], "{}", gw.log_text());
+    assert_eq!(get_status(gw.proxy, "/verified").await, 500);
+}

@@ -31,6 +31,9 @@ pub struct RedisTarget {
     pub password: Option<String>,
     pub database: i64,
     pub timeout: Duration,
+    /// TLS to Redis; `ssl_verify` checks its certificate against the system's roots.
+    pub ssl: bool,
+    pub ssl_verify: bool,
 }
 
 impl RedisTarget {
@@ -45,12 +48,25 @@ impl RedisTarget {
             password: redis["password"].as_str().map(String::from),
             database: redis["database"].as_i64().unwrap_or(0),
             timeout: Duration::from_millis(redis["timeout"].as_u64().unwrap_or(2000)),
+            ssl: redis["ssl"].as_bool().unwrap_or(false),
+            ssl_verify: redis["ssl_verify"].as_bool().unwrap_or(false),
         })
     }
 
     fn client(&self) -> redis::RedisResult<redis::Client> {
+        let addr = if self.ssl {
+            redis::ConnectionAddr::TcpTls {
+                host: self.host.clone(),
+                port: self.port,
+                // Kong's ssl_verify = false: any certificate (as lua-resty-redis does).
+                insecure: !self.ssl_verify,
+                tls_params: None,
+            }
+        } else {
+            redis::ConnectionAddr::Tcp(self.host.clone(), self.port)
+        };
         redis::Client::open(redis::ConnectionInfo {
-            addr: redis::ConnectionAddr::Tcp(self.host.clone(), self.port),
+            addr,
             redis: redis::RedisConnectionInfo {
                 db: self.database,
                 username: self.username.clone(),

@@ -134,11 +134,14 @@ pub fn entity_checks(config: &Value) -> Vec<(String, String)> {
         if config["redis"]["host"].is_null() {
             errs.push(("redis.host".into(), "required field missing".into()));
         }
-        if config["redis"]["ssl"].as_bool() == Some(true) {
-            errs.push((
-                "redis.ssl".into(),
-                "TLS to Redis is not available in this build yet".into(),
-            ));
+        // The TLS client names the server by `host`; a different SNI is not supported.
+        if let Some(sni) = config["redis"]["server_name"].as_str() {
+            if Some(sni) != config["redis"]["host"].as_str() {
+                errs.push((
+                    "redis.server_name".into(),
+                    "a server name other than redis.host is not supported in this build".into(),
+                ));
+            }
         }
     }
     // sync_rate: -1 (synchronous, the default) or a period of at least 0.02 s, redis only.

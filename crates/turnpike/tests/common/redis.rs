@@ -8,6 +8,8 @@ pub struct Redis {
     pub port: u16,
     dir: tempfile::TempDir,
     child: Option<Child>,
+    /// Serve TLS only (a self-signed certificate for `localhost`) instead of plain TCP.
+    tls: bool,
 }
 
 impl Redis {
@@ -16,6 +18,23 @@ impl Redis {
             port: super::free_port(),
             dir: tempfile::tempdir().unwrap(),
             child: None,
+            tls: false,
+        };
+        r.resume();
+        r
+    }
+
+    /// A Redis that only speaks TLS, with a self-signed certificate for `localhost`.
+    pub fn start_tls() -> Redis {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = super::cert_for("localhost");
+        std::fs::write(dir.path().join("cert.pem"), cert).unwrap();
+        std::fs::write(dir.path().join("key.pem"), key).unwrap();
+        let mut r = Redis {
+            port: super::free_port(),
+            dir,
+            child: None,
+            tls: true,
         };
         r.resume();
         r
@@ -23,12 +42,31 @@ impl Redis {
 
     /// Starts (again) the server on the same port (empty: nothing is persisted).
     pub fn resume(&mut self) {
-        let child = Command::new("redis-server")
-            .args([
+        let port = self.port.to_string();
+        let d = self.dir.path();
+        let (cert, key) = (d.join("cert.pem"), d.join("key.pem"));
+        let mut args: Vec<&str> = if self.tls {
+            vec![
                 "--port",
-                &self.port.to_string(),
-                "--bind",
-                "127.0.0.1",
+                "0",
+                "--tls-port",
+                &port,
+                "--tls-cert-file",
+                cert.to_str().unwrap(),
+                "--tls-key-file",
+                key.to_str().unwrap(),
+                "--tls-ca-cert-file",
+                cert.to_str().unwrap(),
+                "--tls-auth-clients",
+                "no",
+            ]
+        } else {
+            vec!["--port", &port]
+        };
+        args.extend(["--bind", "127.0.0.1"]);
+        let child = Command::new("redis-server")
+            .args(args)
+            .args([
                 "--save",
                 "",
                 "--appendonly",
@@ -43,7 +81,12 @@ impl Redis {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            if self.command(&["PING"]).is_some_and(|r| r.contains("PONG")) {
+            let up = if self.tls {
+                std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+            } else {
+                self.command(&["PING"]).is_some_and(|r| r.contains("PONG"))
+            };
+            if up {
                 return;
             }
             std::thread::sleep(Duration::from_millis(30));
