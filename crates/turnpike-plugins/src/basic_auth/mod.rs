@@ -196,7 +196,9 @@ impl Handler for Authenticator {
         let Some(value) = header else {
             return conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED);
         };
-        let digest: [u8; 32] = sha2::Sha256::digest(value.as_bytes()).into();
+        // The header's digest keys the verified-credential cache: computed only for slow
+        // (argon2) secrets, the ones that cache serves.
+        let header = value.clone();
         let Some((username, password)) = parse(value.as_bytes()) else {
             return conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED);
         };
@@ -204,7 +206,7 @@ impl Handler for Authenticator {
             // A database node: the credential comes from the store, through the cache.
             if let Some(e) = STORED.get(&username) {
                 return match e.value {
-                    Some(cred) => verify(&self.0, req, cred, digest, password),
+                    Some(cred) => verify(&self.0, req, cred, &header, password),
                     None => conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED),
                 };
             }
@@ -226,7 +228,7 @@ impl Handler for Authenticator {
                     })
                     .await;
                 let resume: crate::Resume = Box::new(move |req| match outcome {
-                    Outcome::Found(cred) => verify(&conf, req, cred, digest, password),
+                    Outcome::Found(cred) => verify(&conf, req, cred, &header, password),
                     Outcome::Missing => conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED),
                     Outcome::Failed(e) => {
                         tracing::error!("basic-auth: credential look-up failed: {e}");
@@ -242,7 +244,7 @@ impl Handler for Authenticator {
         let Some(cred) = credentials.get(username.as_str()).cloned() else {
             return conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED);
         };
-        verify(&self.0, req, cred, digest, password)
+        verify(&self.0, req, cred, &header, password)
     }
 }
 
@@ -252,7 +254,7 @@ fn verify(
     conf: &Arc<Configured>,
     req: &mut AccessRequest<'_>,
     cred: Arc<Credential>,
-    digest: [u8; 32],
+    header: &HeaderValue,
     password: Vec<u8>,
 ) -> Access {
     if !cred.secret.is_slow() {
@@ -262,6 +264,7 @@ fn verify(
             conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED)
         };
     }
+    let digest: [u8; 32] = sha2::Sha256::digest(header.as_bytes()).into();
     if let Some(v) = VERIFIED.get(&digest) {
         if Arc::ptr_eq(&v.stored, &cred.stored) || v.stored == cred.stored {
             return if v.ok {
