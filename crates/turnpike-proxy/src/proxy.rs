@@ -271,6 +271,7 @@ async fn route_and_proxy(
     let chain = &snap.chains[route.route_index];
     let mut upstream_query: Option<String> = None;
     let mut body_limit: Option<u64> = None;
+    let mut consumer: Option<Arc<turnpike_plugins::Identity>> = None;
     let mut body = BodySource::Stream(body);
     if !chain.is_empty() {
         // A plugin that reads the body (key-auth's key_in_body) gets it whole, read here
@@ -354,6 +355,7 @@ async fn route_and_proxy(
         }
         upstream_query = access.upstream_query;
         body_limit = access.body_limit;
+        consumer = access.consumer;
         if matches!(body, BodySource::Buffered(_)) {
             // What the plugins leave is what goes upstream, with its length.
             let b = access.body.unwrap_or_default();
@@ -441,6 +443,20 @@ async fn route_and_proxy(
     };
     let up_start = Instant::now();
     let proxy_latency = up_start - start;
+    // What a balancer may hash on; the client address only when a balancer may need it.
+    let call = Call {
+        preserved_host,
+        upgrade,
+        consumer_id: consumer.as_deref().map(|c| c.consumer_id.as_str()),
+        client_ip: match service.destination {
+            Destination::Balanced(_) => Some(client_ip(conn, &parts.headers)),
+            _ => None,
+        },
+        path: &path,
+        query: orig_uri.query(),
+        captures: m.captures.as_deref(),
+        set_cookie: std::cell::Cell::new(None),
+    };
     let sent = send_upstream(
         ctx,
         service,
@@ -450,8 +466,7 @@ async fn route_and_proxy(
             limit: body_limit,
         },
         overrides,
-        preserved_host,
-        upgrade,
+        &call,
     )
     .await;
     let (mut parts, body) = match sent {
@@ -494,6 +509,9 @@ async fn route_and_proxy(
     };
     let upstream_latency = up_start.elapsed();
     parts.version = client_version;
+    if let Some(c) = call.set_cookie.take() {
+        parts.headers.append(header::SET_COOKIE, c);
+    }
     let s = &ctx.gateway.settings;
     if s.headers.via {
         parts.headers.append(header::VIA, s.via_value.clone());
@@ -623,6 +641,19 @@ fn forwarded_headers(
     }
 }
 
+/// What the upstream exchange needs to know of the request besides its head and body.
+struct Call<'a> {
+    preserved_host: Option<HeaderValue>,
+    upgrade: bool,
+    consumer_id: Option<&'a str>,
+    client_ip: Option<std::net::IpAddr>,
+    path: &'a str,
+    query: Option<&'a str>,
+    captures: Option<&'a [(Option<String>, String)]>,
+    /// A cookie the balancer wants set on the response (hash_on = cookie).
+    set_cookie: std::cell::Cell<Option<HeaderValue>>,
+}
+
 enum UpstreamError {
     /// The client's body passed a plugin's size limit.
     BodyTooLarge,
@@ -660,9 +691,9 @@ async fn send_upstream(
     mut parts: http::request::Parts,
     body: ClientBody,
     mut overrides: Overrides,
-    preserved_host: Option<HeaderValue>,
-    upgrade: bool,
+    call: &Call<'_>,
 ) -> Result<Upstreamed, UpstreamError> {
+    let upgrade = call.upgrade;
     // Upgrades keep their body for hyper's client; our exchange takes `None` for no body.
     let mut body = if !upgrade && body.is_empty() {
         None
@@ -670,19 +701,48 @@ async fn send_upstream(
         Some(body)
     };
     let mut failures = 0u32;
+    // Balanced targets tried so far (a retry goes to another one where there is one).
+    let mut tried: smallvec::SmallVec<[usize; 4]> = smallvec::SmallVec::new();
     loop {
-        let (peer, balancer_host) = match &service.destination {
-            Destination::Direct(p) => (p, None),
-            Destination::Balanced(b) => match b.next() {
-                Some(p) => (p, b.host_header.clone()),
-                None => return Err(UpstreamError::NoPeer),
-            },
+        let (peer, balancer_host, picked) = match &service.destination {
+            Destination::Direct(p) => (p, None, None),
+            Destination::Balanced(b) => {
+                let req = crate::balancer::Request {
+                    consumer_id: call.consumer_id,
+                    client_ip: call
+                        .client_ip
+                        .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)),
+                    headers: &parts.headers,
+                    path: call.path,
+                    query: call.query,
+                    captures: call.captures,
+                };
+                match b.pick(&req, failures, &tried) {
+                    Some(p) => {
+                        if let Some(c) = p.set_cookie {
+                            call.set_cookie.set(Some(c));
+                        }
+                        tried.push(p.index);
+                        (p.peer, b.host_header.clone(), Some((b, p.index)))
+                    }
+                    None => return Err(UpstreamError::NoPeer),
+                }
+            }
             Destination::Unsupported(proto) => {
                 tracing::error!("service protocol '{proto}' is not proxied over HTTP");
                 return Err(UpstreamError::Failed);
             }
         };
-        let host_value = preserved_host
+        // Counted as done (for least-connections and latency) when the response head arrives
+        // or the attempt fails.
+        let started = Instant::now();
+        let finish = |ok: bool| {
+            if let Some((b, i)) = picked {
+                b.done(i, ok.then(|| started.elapsed()));
+            }
+        };
+        let host_value = call
+            .preserved_host
             .clone()
             .or(balancer_host)
             .unwrap_or_else(|| peer.host_header.clone());
@@ -714,10 +774,13 @@ async fn send_upstream(
                 .await
             {
                 Ok(s) => s,
-                Err(e) => match connect_failed(e, &mut failures) {
-                    Some(err) => return Err(err),
-                    None => continue,
-                },
+                Err(e) => {
+                    finish(false);
+                    match connect_failed(e, &mut failures) {
+                        Some(err) => return Err(err),
+                        None => continue,
+                    }
+                }
             };
             ctx.stats.upstream_requests.inc();
             apply_overrides(&mut parts.headers, &overrides);
@@ -730,8 +793,9 @@ async fn send_upstream(
                 return Err(UpstreamError::Failed);
             };
             let req = Request::from_parts(parts, stream);
-            return match tokio::time::timeout(service.read_timeout, sender.send_request(req)).await
-            {
+            let sent = tokio::time::timeout(service.read_timeout, sender.send_request(req)).await;
+            finish(matches!(sent, Ok(Ok(_))));
+            return match sent {
                 Err(_) => Err(UpstreamError::Timeout),
                 Ok(Ok(resp)) => Ok(Upstreamed::Hyper(resp)),
                 Ok(Err(e)) => {
@@ -754,10 +818,13 @@ async fn send_upstream(
                 .await
             {
                 Ok(c) => c,
-                Err(e) => match connect_failed(e, &mut failures) {
-                    Some(err) => return Err(err),
-                    None => continue,
-                },
+                Err(e) => {
+                    finish(false);
+                    match connect_failed(e, &mut failures) {
+                        Some(err) => return Err(err),
+                        None => continue,
+                    }
+                }
             },
         };
         ctx.stats.upstream_requests.inc();
@@ -773,6 +840,7 @@ async fn send_upstream(
             .await
         {
             Ok((rparts, framing)) => {
+                finish(true);
                 return Ok(Upstreamed::H1(
                     rparts,
                     UpstreamBody::new(
@@ -782,12 +850,24 @@ async fn send_upstream(
                         service.read_timeout,
                         ctx.deadlines.clone(),
                     ),
-                ))
+                ));
             }
-            Err(SendError::Retry(b)) => body = b,
-            Err(SendError::Timeout) => return Err(UpstreamError::Timeout),
-            Err(SendError::BodyTooLarge) => return Err(UpstreamError::BodyTooLarge),
+            Err(SendError::Retry(b)) => {
+                finish(false);
+                // Not a failure of the target (a pooled connection had closed): same target.
+                tried.pop();
+                body = b
+            }
+            Err(SendError::Timeout) => {
+                finish(false);
+                return Err(UpstreamError::Timeout);
+            }
+            Err(SendError::BodyTooLarge) => {
+                finish(false);
+                return Err(UpstreamError::BodyTooLarge);
+            }
             Err(SendError::Failed(e)) => {
+                finish(false);
                 tracing::debug!("upstream {}:{} failed: {e}", peer.host, peer.port);
                 return Err(UpstreamError::Failed);
             }

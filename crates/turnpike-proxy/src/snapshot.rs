@@ -3,7 +3,6 @@
 //! plane swaps a whole new one in.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +13,8 @@ use turnpike_router::Router;
 
 use turnpike_plugins::Handler;
 
+pub use crate::balancer::Balancer;
+use crate::balancer::HashOn;
 use crate::tls::{self, CertStore};
 
 pub struct Snapshot {
@@ -266,67 +267,6 @@ pub struct ServiceInfo {
     pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
-/// Smooth weighted round-robin over an upstream's targets (weight 0 takes a target out).
-pub struct Balancer {
-    pub peers: Vec<Peer>,
-    /// One period of the smooth weighted round-robin sequence, as indices into `peers`.
-    schedule: Vec<u32>,
-    cursor: AtomicUsize,
-    pub host_header: Option<HeaderValue>,
-}
-
-impl Balancer {
-    fn new(peers: Vec<(Peer, u32)>, host_header: Option<HeaderValue>) -> Balancer {
-        let weights: Vec<i64> = peers.iter().map(|(_, w)| *w as i64).collect();
-        let total: i64 = weights.iter().sum();
-        let mut schedule = Vec::new();
-        if total > 0 {
-            // One full period of nginx's smooth weighted round-robin, reduced by the gcd so it
-            // stays short (at most 10k entries: long enough to keep the weights' ratios).
-            let g = weights
-                .iter()
-                .filter(|w| **w > 0)
-                .fold(0i64, |a, b| gcd(a, *b));
-            let period = (total / g).min(10_000);
-            let mut current = vec![0i64; weights.len()];
-            for _ in 0..period {
-                let mut best = 0;
-                for i in 0..weights.len() {
-                    current[i] += weights[i];
-                    if current[i] > current[best] {
-                        best = i;
-                    }
-                }
-                current[best] -= total;
-                schedule.push(best as u32);
-            }
-        }
-        Balancer {
-            peers: peers.into_iter().map(|(p, _)| p).collect(),
-            schedule,
-            cursor: AtomicUsize::new(0),
-            host_header,
-        }
-    }
-
-    /// The next peer; `None` when every target has weight 0.
-    pub fn next(&self) -> Option<&Peer> {
-        if self.schedule.is_empty() {
-            return None;
-        }
-        let i = self.cursor.fetch_add(1, Ordering::Relaxed) % self.schedule.len();
-        Some(&self.peers[self.schedule[i] as usize])
-    }
-}
-
-fn gcd(a: i64, b: i64) -> i64 {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
-}
-
 fn host_header(host: &str, port: u16, https: bool) -> HeaderValue {
     let default = if https { 443 } else { 80 };
     let v = if port == default {
@@ -350,7 +290,32 @@ fn peer_id(host: &str, port: u16) -> u64 {
     *ids.entry((host.to_ascii_lowercase(), port)).or_insert(next)
 }
 
-fn peer(host: &str, port: u16, https: bool) -> Peer {
+/// Kong's `hash_on` / `hash_fallback` with their companion fields.
+fn hash_on(
+    on: &str,
+    header: Option<&str>,
+    cookie: Option<&str>,
+    cookie_path: &str,
+    query_arg: Option<&str>,
+    uri_capture: Option<&str>,
+) -> HashOn {
+    match on {
+        "consumer" => HashOn::Consumer,
+        "ip" => HashOn::Ip,
+        "header" => header
+            .and_then(|h| http::HeaderName::from_bytes(h.as_bytes()).ok())
+            .map_or(HashOn::None, HashOn::Header),
+        "cookie" => cookie.map_or(HashOn::None, |c| {
+            HashOn::Cookie(c.to_string(), cookie_path.to_string())
+        }),
+        "path" => HashOn::Path,
+        "query_arg" => query_arg.map_or(HashOn::None, |q| HashOn::QueryArg(q.to_string())),
+        "uri_capture" => uri_capture.map_or(HashOn::None, |c| HashOn::UriCapture(c.to_string())),
+        _ => HashOn::None,
+    }
+}
+
+pub(crate) fn peer(host: &str, port: u16, https: bool) -> Peer {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     let addr = bare
         .parse::<IpAddr>()
@@ -404,7 +369,30 @@ impl Snapshot {
                 .host_header
                 .as_deref()
                 .and_then(|h| HeaderValue::from_str(h).ok());
-            balancers.insert(u.name.as_str(), Arc::new(Balancer::new(peers, hh)));
+            let settings = crate::balancer::Settings {
+                algorithm: u.algorithm.clone(),
+                hash_on: hash_on(
+                    &u.hash_on,
+                    u.hash_on_header.as_deref(),
+                    u.hash_on_cookie.as_deref(),
+                    &u.hash_on_cookie_path,
+                    u.hash_on_query_arg.as_deref(),
+                    u.hash_on_uri_capture.as_deref(),
+                ),
+                hash_fallback: hash_on(
+                    &u.hash_fallback,
+                    u.hash_fallback_header.as_deref(),
+                    u.hash_on_cookie.as_deref(),
+                    &u.hash_on_cookie_path,
+                    u.hash_fallback_query_arg.as_deref(),
+                    u.hash_fallback_uri_capture.as_deref(),
+                ),
+                slots: u.slots,
+            };
+            balancers.insert(
+                u.name.as_str(),
+                Arc::new(Balancer::new(peers, hh, &settings)),
+            );
         }
 
         let mut services = Vec::with_capacity(config.services.len());
@@ -478,38 +466,6 @@ impl Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn peers(n: usize) -> Vec<(Peer, u32)> {
-        (0..n)
-            .map(|i| (peer(&format!("10.0.0.{i}"), 80, false), 0))
-            .collect()
-    }
-
-    #[test]
-    fn smooth_weighted_round_robin_respects_weights() {
-        let mut p = peers(3);
-        p[0].1 = 5;
-        p[1].1 = 1;
-        p[2].1 = 1;
-        let b = Balancer::new(p, None);
-        let mut counts = [0; 3];
-        for _ in 0..700 {
-            let n = b.next().unwrap();
-            let i: usize = n.host.rsplit('.').next().unwrap().parse().unwrap();
-            counts[i] += 1;
-        }
-        assert_eq!(counts, [500, 100, 100]);
-        // Smooth: the heavy target is never picked more than 5 times in a row... and the light
-        // ones are interleaved (nginx's sequence for 5,1,1 is a a b a c a a).
-        let seq: Vec<u32> = b.schedule.clone();
-        assert_eq!(seq, vec![0, 0, 1, 0, 2, 0, 0]);
-    }
-
-    #[test]
-    fn zero_weight_takes_targets_out() {
-        let b = Balancer::new(peers(2), None);
-        assert!(b.next().is_none());
-    }
 
     #[test]
     fn host_header_has_port_only_when_not_default() {

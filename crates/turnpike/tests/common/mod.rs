@@ -55,6 +55,15 @@ impl Upstream {
     }
 
     pub fn start_on(name: &str, port: u16) -> Upstream {
+        Self::start_with(name, port, Duration::ZERO)
+    }
+
+    /// An upstream that waits `delay` before answering every request (a slow target).
+    pub fn start_with_delay(name: &str, delay: Duration) -> Upstream {
+        Self::start_with(name, 0, delay)
+    }
+
+    fn start_with(name: &str, port: u16, delay: Duration) -> Upstream {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -75,7 +84,15 @@ impl Upstream {
                 conns.fetch_add(1, Ordering::SeqCst);
                 let name = name_owned.clone();
                 tokio::spawn(async move {
-                    let svc = service_fn(move |req| upstream_handler(name.clone(), req));
+                    let svc = service_fn(move |req| {
+                        let name = name.clone();
+                        async move {
+                            if !delay.is_zero() {
+                                tokio::time::sleep(delay).await;
+                            }
+                            upstream_handler(name, req).await
+                        }
+                    });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), svc)
                         .with_upgrades()
