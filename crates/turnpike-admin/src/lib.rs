@@ -2,6 +2,7 @@
 //! ([`entities`]), `GET /tags/{tag}`, schemas, and `GET`/`POST /config` in DB-less mode.
 
 mod entities;
+mod health;
 mod schemas;
 
 use std::convert::Infallible;
@@ -183,6 +184,12 @@ impl Admin {
         };
         if let Some(rest) = path.strip_prefix("/schemas/") {
             return self.schemas(&method, rest, &body, content_type.as_deref());
+        }
+        {
+            let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+            if let Some(r) = self.health(&method, &segments) {
+                return r;
+            }
         }
         match self
             .entities(&method, &path, &query, &body, content_type.as_deref())

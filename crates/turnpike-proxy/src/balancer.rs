@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
+use crate::health::{Checks, Outcome, TargetHealth};
 use crate::snapshot::Peer;
+use std::sync::Arc;
 
 /// What a consistent-hashing key is taken from (Kong's `hash_on` / `hash_fallback`).
 #[derive(Debug, Clone)]
@@ -61,6 +63,11 @@ pub struct Balancer {
     ewma_us: Vec<AtomicU64>,
     /// Round-robin cursor for ties and for the fallback when a key is missing.
     cursor: AtomicUsize,
+    /// Each peer's health (shared with the other snapshots and the active checker).
+    health: Vec<Arc<TargetHealth>>,
+    checks: Arc<Checks>,
+    /// The upstream's name, for logs.
+    name: String,
 }
 
 /// What the balancer may read of a request.
@@ -116,6 +123,26 @@ impl Balancer {
         host_header: Option<HeaderValue>,
         settings: &Settings,
     ) -> Balancer {
+        let health = peers.iter().map(|_| Arc::default()).collect();
+        Self::with_health(
+            peers,
+            host_header,
+            settings,
+            health,
+            Arc::new(Checks::from_config(&serde_json::Value::Null)),
+            String::new(),
+        )
+    }
+
+    /// A balancer whose peers' health is tracked (`health` aligned with `peers`).
+    pub fn with_health(
+        peers: Vec<(Peer, u32)>,
+        host_header: Option<HeaderValue>,
+        settings: &Settings,
+        health: Vec<Arc<TargetHealth>>,
+        checks: Arc<Checks>,
+        name: String,
+    ) -> Balancer {
         let weights: Vec<u32> = peers.iter().map(|(_, w)| *w).collect();
         let algorithm = match settings.algorithm.as_str() {
             "consistent-hashing" if !matches!(settings.hash_on, HashOn::None) => {
@@ -141,7 +168,29 @@ impl Balancer {
             active: (0..n).map(|_| AtomicU32::new(0)).collect(),
             ewma_us: (0..n).map(|_| AtomicU64::new(0)).collect(),
             cursor: AtomicUsize::new(0),
+            health,
+            checks,
+            name,
         }
+    }
+
+    /// Whether a peer may be chosen: it has a weight and is healthy.
+    fn usable(&self, i: usize) -> bool {
+        self.weights[i] > 0 && self.health[i].healthy()
+    }
+
+    /// Kong's `healthchecks.threshold`: under this percentage of healthy weight the whole
+    /// upstream counts as down.
+    fn over_threshold(&self) -> bool {
+        if self.checks.threshold <= 0.0 {
+            return true;
+        }
+        let total: u64 = self.weights.iter().map(|w| *w as u64).sum();
+        let healthy: u64 = (0..self.peers.len())
+            .filter(|i| self.usable(*i))
+            .map(|i| self.weights[i] as u64)
+            .sum();
+        total > 0 && (healthy as f64) * 100.0 / (total as f64) >= self.checks.threshold
     }
 
     /// Round-robin only: the next peer (kept for callers without a request).
@@ -153,11 +202,15 @@ impl Balancer {
     fn round_robin(&self) -> Option<usize> {
         match &self.algorithm {
             Algorithm::RoundRobin { schedule, cursor } => {
-                if schedule.is_empty() {
-                    return None;
+                // Unhealthy targets are stepped over (at most one period).
+                for _ in 0..schedule.len() {
+                    let i = cursor.fetch_add(1, Ordering::Relaxed) % schedule.len();
+                    let p = schedule[i] as usize;
+                    if self.health[p].healthy() {
+                        return Some(p);
+                    }
                 }
-                let i = cursor.fetch_add(1, Ordering::Relaxed) % schedule.len();
-                Some(schedule[i] as usize)
+                None
             }
             _ => self.weighted_rotation(),
         }
@@ -165,9 +218,7 @@ impl Balancer {
 
     /// Any target with a weight, in turn (hashing's fallback when a request has no key).
     fn weighted_rotation(&self) -> Option<usize> {
-        let live: Vec<usize> = (0..self.peers.len())
-            .filter(|i| self.weights[*i] > 0)
-            .collect();
+        let live: Vec<usize> = (0..self.peers.len()).filter(|i| self.usable(*i)).collect();
         if live.is_empty() {
             return None;
         }
@@ -177,6 +228,9 @@ impl Balancer {
     /// Chooses a peer for a request; `attempt` > 0 for retries, which avoid the peers in
     /// `tried` when another has a weight.
     pub fn pick(&self, req: &Request<'_>, attempt: u32, tried: &[usize]) -> Option<Pick<'_>> {
+        if !self.over_threshold() {
+            return None;
+        }
         let mut set_cookie = None;
         let index = match &self.algorithm {
             Algorithm::RoundRobin { .. } => {
@@ -225,6 +279,11 @@ impl Balancer {
                         for step in 0..continuum.len() {
                             let (_, peer) = continuum[(start + step) % continuum.len()];
                             let peer = peer as usize;
+                            // The next point of a healthy target (its keys come back when it
+                            // recovers).
+                            if !self.health[peer].healthy() {
+                                continue;
+                            }
                             if attempt == 0 || !tried.contains(&peer) {
                                 chosen = Some(peer);
                                 break;
@@ -270,7 +329,7 @@ impl Balancer {
         let mut best: Option<(f64, usize)> = None;
         for k in 0..n {
             let i = (offset + k) % n;
-            if self.weights[i] == 0 || (attempt > 0 && tried.contains(&i) && n > 1) {
+            if !self.usable(i) || (attempt > 0 && tried.contains(&i) && n > 1) {
                 continue;
             }
             let s = score(i);
@@ -279,6 +338,21 @@ impl Balancer {
             }
         }
         best.map(|(_, i)| i).or_else(|| self.weighted_rotation())
+    }
+
+    /// What a request to `index` showed, for passive health checks; then `done`.
+    pub fn report(&self, index: usize, outcome: Outcome, elapsed: Option<Duration>) {
+        if let Some(healthy) = self.health[index].record(outcome, &self.checks.passive) {
+            let p = &self.peers[index];
+            tracing::warn!(
+                "health checks: target {}:{} of upstream {} is now {} (passive: {outcome:?})",
+                p.host,
+                p.port,
+                self.name,
+                if healthy { "healthy" } else { "unhealthy" }
+            );
+        }
+        self.done(index, elapsed);
     }
 
     /// The request to `index` got its response head after `elapsed` (or failed: `None`).

@@ -7,6 +7,7 @@ pub mod body;
 pub mod deadline;
 pub mod errors;
 pub mod h1;
+pub mod health;
 pub mod pool;
 pub mod proxy;
 pub mod server;

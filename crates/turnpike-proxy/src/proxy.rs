@@ -17,6 +17,7 @@ use turnpike_router::{normalize_path, upstream_uri, RequestView};
 use crate::body::{BodyKind, ProxyBody, RequestGuard};
 use crate::errors::{self, error_response};
 use crate::h1::{BodySource, ClientBody, SendError, UpstreamBody};
+use crate::health::Outcome;
 use crate::pool::{ConnectError, PeerKey};
 use crate::server::{ConnInfo, WorkerCtx};
 use crate::snapshot::{Destination, Peer, ServiceInfo};
@@ -654,6 +655,14 @@ struct Call<'a> {
     set_cookie: std::cell::Cell<Option<HeaderValue>>,
 }
 
+/// A failed connection attempt, as health checks count it.
+fn connect_outcome(e: &ConnectError) -> Outcome {
+    match e {
+        ConnectError::Timeout => Outcome::Timeout,
+        _ => Outcome::TcpFailure,
+    }
+}
+
 enum UpstreamError {
     /// The client's body passed a plugin's size limit.
     BodyTooLarge,
@@ -736,9 +745,15 @@ async fn send_upstream(
         // Counted as done (for least-connections and latency) when the response head arrives
         // or the attempt fails.
         let started = Instant::now();
-        let finish = |ok: bool| {
+        // `None`: not the target's doing (a pooled connection found closed, a body too large).
+        let finish = |outcome: Option<Outcome>| {
             if let Some((b, i)) = picked {
-                b.done(i, ok.then(|| started.elapsed()));
+                let elapsed =
+                    matches!(outcome, Some(Outcome::Status(_))).then(|| started.elapsed());
+                match outcome {
+                    Some(o) => b.report(i, o, elapsed),
+                    None => b.done(i, None),
+                }
             }
         };
         let host_value = call
@@ -775,7 +790,7 @@ async fn send_upstream(
             {
                 Ok(s) => s,
                 Err(e) => {
-                    finish(false);
+                    finish(Some(connect_outcome(&e)));
                     match connect_failed(e, &mut failures) {
                         Some(err) => return Err(err),
                         None => continue,
@@ -794,7 +809,11 @@ async fn send_upstream(
             };
             let req = Request::from_parts(parts, stream);
             let sent = tokio::time::timeout(service.read_timeout, sender.send_request(req)).await;
-            finish(matches!(sent, Ok(Ok(_))));
+            finish(Some(match &sent {
+                Ok(Ok(resp)) => Outcome::Status(resp.status().as_u16()),
+                Ok(Err(_)) => Outcome::TcpFailure,
+                Err(_) => Outcome::Timeout,
+            }));
             return match sent {
                 Err(_) => Err(UpstreamError::Timeout),
                 Ok(Ok(resp)) => Ok(Upstreamed::Hyper(resp)),
@@ -819,7 +838,7 @@ async fn send_upstream(
             {
                 Ok(c) => c,
                 Err(e) => {
-                    finish(false);
+                    finish(Some(connect_outcome(&e)));
                     match connect_failed(e, &mut failures) {
                         Some(err) => return Err(err),
                         None => continue,
@@ -840,7 +859,7 @@ async fn send_upstream(
             .await
         {
             Ok((rparts, framing)) => {
-                finish(true);
+                finish(Some(Outcome::Status(rparts.status.as_u16())));
                 return Ok(Upstreamed::H1(
                     rparts,
                     UpstreamBody::new(
@@ -853,21 +872,21 @@ async fn send_upstream(
                 ));
             }
             Err(SendError::Retry(b)) => {
-                finish(false);
+                finish(None);
                 // Not a failure of the target (a pooled connection had closed): same target.
                 tried.pop();
                 body = b
             }
             Err(SendError::Timeout) => {
-                finish(false);
+                finish(Some(Outcome::Timeout));
                 return Err(UpstreamError::Timeout);
             }
             Err(SendError::BodyTooLarge) => {
-                finish(false);
+                finish(None);
                 return Err(UpstreamError::BodyTooLarge);
             }
             Err(SendError::Failed(e)) => {
-                finish(false);
+                finish(Some(Outcome::TcpFailure));
                 tracing::debug!("upstream {}:{} failed: {e}", peer.host, peer.port);
                 return Err(UpstreamError::Failed);
             }

@@ -27,6 +27,8 @@ pub struct Snapshot {
     pub chains: Vec<Chain>,
     /// Aligned with `config.routes`: whether a plugin of the route reads the request body.
     pub chains_want_body: Vec<bool>,
+    /// The targets active health checks probe while this config runs.
+    pub probes: Vec<Arc<crate::health::Probe>>,
 }
 
 /// A route's compiled plugin chain (shared: most routes have the same, often empty, one).
@@ -355,16 +357,27 @@ impl Snapshot {
             .collect();
 
         let mut balancers: FxHashMap<&str, Arc<Balancer>> = FxHashMap::default();
+        let mut probes = Vec::new();
         for u in &config.upstreams {
-            let peers = config
-                .targets
-                .iter()
-                .filter(|t| t.upstream.id == u.id)
-                .map(|t| {
-                    let (h, p) = t.target.rsplit_once(':').unwrap_or((&t.target, "8000"));
-                    (peer(h, p.parse().unwrap_or(8000), false), t.weight)
-                })
-                .collect();
+            let checks = Arc::new(crate::health::Checks::from_config(&u.healthchecks));
+            let mut peers = Vec::new();
+            let mut health = Vec::new();
+            for t in config.targets.iter().filter(|t| t.upstream.id == u.id) {
+                let (h, p) = t.target.rsplit_once(':').unwrap_or((&t.target, "8000"));
+                let port = p.parse().unwrap_or(8000);
+                let state = crate::health::target(&u.id, &t.target);
+                if checks.active_enabled() && t.weight > 0 {
+                    probes.push(Arc::new(crate::health::Probe {
+                        upstream: u.name.clone(),
+                        host: h.trim_matches(|c| c == '[' || c == ']').to_string(),
+                        port,
+                        health: state.clone(),
+                        checks: checks.clone(),
+                    }));
+                }
+                peers.push((peer(h, port, false), t.weight));
+                health.push(state);
+            }
             let hh = u
                 .host_header
                 .as_deref()
@@ -391,7 +404,14 @@ impl Snapshot {
             };
             balancers.insert(
                 u.name.as_str(),
-                Arc::new(Balancer::new(peers, hh, &settings)),
+                Arc::new(Balancer::with_health(
+                    peers,
+                    hh,
+                    &settings,
+                    health,
+                    checks,
+                    u.name.clone(),
+                )),
             );
         }
 
@@ -459,6 +479,7 @@ impl Snapshot {
             certs,
             chains,
             chains_want_body,
+            probes,
         })
     }
 }

@@ -117,7 +117,9 @@ impl Gateway {
     pub fn apply(&self, config: Config) -> Result<(), String> {
         let _guard = self.reload_lock.lock().unwrap_or_else(|e| e.into_inner());
         let snap = Snapshot::compile(config)?;
+        let probes = snap.probes.clone();
         let old = self.snapshot.swap(Arc::new(snap));
+        crate::health::watch(probes);
         self.generation.fetch_add(1, Ordering::Release);
         self.reloads.fetch_add(1, Ordering::Relaxed);
         let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
