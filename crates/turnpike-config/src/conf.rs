@@ -865,8 +865,10 @@ mod tests {
             .map(|(a, b)| (a.to_string(), b.to_string()))
             .collect();
         let mut w = Vec::new();
-        let c = Conf::load(Some(&f), &env, &mut w)?;
-        Ok((c, w))
+        let c = Conf::load(Some(&f), &env, &mut w);
+        // Every test run used to leave one folder per call behind.
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok((c?, w))
     }
 
     #[test]
