@@ -11,16 +11,7 @@ use common::*;
 use serde_json::json;
 
 async fn upstream_of(addr: std::net::SocketAddr, path: &str, headers: &[(&str, &str)]) -> Reply {
-    let mut b = req("GET", path);
-    for (k, v) in headers {
-        b = b.header(*k, *v);
-    }
-    send(
-        addr,
-        b.body(http_body_util::Full::new(bytes::Bytes::new()))
-            .unwrap(),
-    )
-    .await
+    call(addr, "GET", path, headers).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

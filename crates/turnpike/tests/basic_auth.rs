@@ -10,24 +10,16 @@ use base64::Engine;
 use common::*;
 use serde_json::json;
 
+/// A GET with these headers (raw bytes: some tests send values that are not text).
+async fn get_with(addr: std::net::SocketAddr, path: &str, headers: &[(&str, &[u8])]) -> Reply {
+    call_raw(addr, "GET", path, headers).await
+}
+
 fn basic(user: &str, pass: &str) -> String {
     format!(
         "Basic {}",
         base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"))
     )
-}
-
-async fn call(addr: std::net::SocketAddr, path: &str, headers: &[(&str, &[u8])]) -> Reply {
-    let mut b = req("GET", path);
-    for (k, v) in headers {
-        b = b.header(*k, http::HeaderValue::from_bytes(v).unwrap());
-    }
-    send(
-        addr,
-        b.body(http_body_util::Full::new(bytes::Bytes::new()))
-            .unwrap(),
-    )
-    .await
 }
 
 #[tokio::test]
@@ -100,7 +92,7 @@ services:
         )],
     ] {
         let h: Vec<(&str, &[u8])> = headers.iter().map(|(k, v)| (*k, v.as_slice())).collect();
-        let r = call(p, "/plain", &h).await;
+        let r = get_with(p, "/plain", &h).await;
         assert_eq!(
             (r.status, r.json()),
             (401, unauthorized.clone()),
@@ -111,7 +103,7 @@ services:
             Some("Basic realm=\"service\"")
         );
     }
-    let r = call(p, "/plain", &[("authorization", good.as_bytes())]).await;
+    let r = get_with(p, "/plain", &[("authorization", good.as_bytes())]).await;
     assert_eq!(r.status, 200);
     let h = r.json()["headers"].clone();
     assert_eq!(h["x-consumer-username"], "alice");
@@ -119,7 +111,7 @@ services:
     assert!(h["x-credential-identifier"].is_string());
     assert_eq!(h["authorization"], good.as_str());
     // Proxy-Authorization is read first, as Kong does.
-    let r = call(
+    let r = get_with(
         p,
         "/plain",
         &[
@@ -131,20 +123,20 @@ services:
     assert_eq!(r.status, 200);
 
     // hide_credentials; realm.
-    let r = call(p, "/hidden", &[("authorization", good.as_bytes())]).await;
+    let r = get_with(p, "/hidden", &[("authorization", good.as_bytes())]).await;
     assert_eq!(r.status, 200);
     assert!(r.json()["headers"]["authorization"].is_null());
-    let r = call(p, "/hidden", &[]).await;
+    let r = get_with(p, "/hidden", &[]).await;
     assert_eq!(r.header("www-authenticate"), Some("Basic realm=\"api\""));
 
     // anonymous on both: a logical OR of key-auth and basic-auth.
-    let r = call(p, "/either", &[]).await;
+    let r = get_with(p, "/either", &[]).await;
     assert_eq!(r.json()["headers"]["x-consumer-username"], "guest");
     assert_eq!(r.json()["headers"]["x-anonymous-consumer"], "true");
-    let r = call(p, "/either", &[("authorization", good.as_bytes())]).await;
+    let r = get_with(p, "/either", &[("authorization", good.as_bytes())]).await;
     assert_eq!(r.json()["headers"]["x-consumer-username"], "alice");
     assert!(r.json()["headers"]["x-anonymous-consumer"].is_null());
-    let r = call(p, "/either", &[("apikey", b"alice-key")]).await;
+    let r = get_with(p, "/either", &[("apikey", b"alice-key")]).await;
     assert_eq!(r.json()["headers"]["x-consumer-username"], "alice");
 }
 
@@ -185,7 +177,7 @@ async fn passwords_are_hashed_at_rest_and_verified_once() {
     let good = basic("carol", "hunter2");
     assert!(
         eventually(Duration::from_secs(10), async || {
-            call(proxy, "/b", &[("authorization", good.as_bytes())])
+            get_with(proxy, "/b", &[("authorization", good.as_bytes())])
                 .await
                 .status
                 == 200
@@ -197,7 +189,7 @@ async fn passwords_are_hashed_at_rest_and_verified_once() {
     for _ in 0..50 {
         let good = good.clone();
         tasks.push(tokio::spawn(async move {
-            call(proxy, "/b", &[("authorization", good.as_bytes())])
+            get_with(proxy, "/b", &[("authorization", good.as_bytes())])
                 .await
                 .status
         }));
@@ -218,7 +210,7 @@ async fn passwords_are_hashed_at_rest_and_verified_once() {
     assert_ne!(r.json()["password"], stored.as_str());
     assert!(
         eventually(Duration::from_secs(10), async || {
-            call(proxy, "/b", &[("authorization", good.as_bytes())])
+            get_with(proxy, "/b", &[("authorization", good.as_bytes())])
                 .await
                 .status
                 == 401
@@ -229,7 +221,7 @@ async fn passwords_are_hashed_at_rest_and_verified_once() {
     );
     let new = basic("carol", "correct horse");
     assert_eq!(
-        call(proxy, "/b", &[("authorization", new.as_bytes())])
+        get_with(proxy, "/b", &[("authorization", new.as_bytes())])
             .await
             .status,
         200
@@ -251,7 +243,7 @@ async fn passwords_are_hashed_at_rest_and_verified_once() {
     let legacy = basic("carol-old", "legacy-pw");
     assert!(
         eventually(Duration::from_secs(10), async || {
-            call(proxy, "/b", &[("authorization", legacy.as_bytes())])
+            get_with(proxy, "/b", &[("authorization", legacy.as_bytes())])
                 .await
                 .status
                 == 200
@@ -265,11 +257,11 @@ async fn passwords_are_hashed_at_rest_and_verified_once() {
     for i in 0..40 {
         let bad = basic("carol", &format!("guess-{i}"));
         tasks.push(tokio::spawn(async move {
-            let r = call(proxy, "/b", &[("authorization", bad.as_bytes())]).await;
+            let r = get_with(proxy, "/b", &[("authorization", bad.as_bytes())]).await;
             (r.status, r.header("retry-after").map(String::from))
         }));
     }
-    let r = call(proxy, "/b", &[("authorization", new.as_bytes())]).await;
+    let r = get_with(proxy, "/b", &[("authorization", new.as_bytes())]).await;
     assert_eq!(r.status, 200);
     for t in tasks {
         match t.await.unwrap() {

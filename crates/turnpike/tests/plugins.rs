@@ -347,24 +347,6 @@ plugins:
         .is_none());
 }
 
-async fn call(
-    addr: std::net::SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-) -> Reply {
-    let mut b = req(method, path);
-    for (k, v) in headers {
-        b = b.header(*k, *v);
-    }
-    send(
-        addr,
-        b.body(http_body_util::Full::new(bytes::Bytes::new()))
-            .unwrap(),
-    )
-    .await
-}
-
 #[tokio::test]
 async fn key_auth_identifies_consumers() {
     let up = Upstream::start("keys");

@@ -75,14 +75,7 @@ async fn away_from_minute_end(margin: u64) {
 }
 
 async fn get_status(addr: std::net::SocketAddr, path: &str) -> u16 {
-    send(
-        addr,
-        req("GET", path)
-            .body(http_body_util::Full::new(bytes::Bytes::new()))
-            .unwrap(),
-    )
-    .await
-    .status
+    call(addr, "GET", path, &[]).await.status
 }
 
 /// Three nodes, one Redis, limit 100 per minute: 1000 concurrent requests spread over the

@@ -409,6 +409,26 @@ pub async fn collect(resp: Response<Incoming>) -> Reply {
     }
 }
 
+/// A request without a body, with these headers.
+pub async fn call(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
+    let raw: Vec<(&str, &[u8])> = headers.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
+    call_raw(addr, method, path, &raw).await
+}
+
+/// Like `call`, with header values as raw bytes (some tests send values that are not text).
+pub async fn call_raw(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &[u8])],
+) -> Reply {
+    let mut b = req(method, path);
+    for (k, v) in headers {
+        b = b.header(*k, http::HeaderValue::from_bytes(v).unwrap());
+    }
+    send(addr, b.body(Full::new(Bytes::new())).unwrap()).await
+}
+
 pub async fn get(addr: SocketAddr, host: &str, path: &str) -> Reply {
     send(
         addr,
