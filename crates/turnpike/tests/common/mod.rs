@@ -242,6 +242,20 @@ impl GatewayBuilder {
     }
 
     fn start_with(self, h2c: bool) -> Gateway {
+        // A port picked free can be taken by another test before the gateway binds it: start
+        // again on other ports when that is why it stopped.
+        for attempt in 0.. {
+            let mut gw = self.spawn(h2c);
+            match gw.wait_ready() {
+                Ok(()) => return gw,
+                Err(log) if attempt < 3 && log.contains("cannot bind") => continue,
+                Err(log) => panic!("gateway did not start:\n{log}"),
+            }
+        }
+        unreachable!()
+    }
+
+    fn spawn(&self, h2c: bool) -> Gateway {
         let dir = tempfile::tempdir().unwrap();
         let config_file = dir.path().join("kong.yml");
         std::fs::write(&config_file, &self.yaml).unwrap();
@@ -271,7 +285,7 @@ impl GatewayBuilder {
             cmd.env(k, v);
         }
         let child = cmd.spawn().expect("start turnpike");
-        let gw = Gateway {
+        Gateway {
             child,
             proxy: format!("127.0.0.1:{p}").parse().unwrap(),
             proxy_tls: format!("127.0.0.1:{t}").parse().unwrap(),
@@ -279,9 +293,7 @@ impl GatewayBuilder {
             dir,
             log,
             config_file,
-        };
-        gw.wait_ready();
-        gw
+        }
     }
 }
 
@@ -293,17 +305,21 @@ impl Gateway {
         }
     }
 
-    fn wait_ready(&self) {
+    /// Until both listeners answer; `Err(log)` when the process stopped or took too long.
+    fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if std::net::TcpStream::connect(self.admin).is_ok()
                 && std::net::TcpStream::connect(self.proxy).is_ok()
             {
-                return;
+                return Ok(());
+            }
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return Err(self.log_text());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!("gateway did not start:\n{}", self.log_text());
+        Err(self.log_text())
     }
 
     pub fn log_text(&self) -> String {
