@@ -12,7 +12,9 @@ mod schema;
 
 use std::sync::Arc;
 
-use http::{HeaderName, HeaderValue, StatusCode};
+use std::borrow::Cow;
+
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use serde_json::Value;
 
 use crate::credentials::Outcome;
@@ -196,51 +198,65 @@ impl Handler for Authenticator {
 
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {
         let conf = &self.0;
-        let (key, header, arg, location) = match conf.find_key(req) {
-            Ok(Some(found)) => found,
-            Ok(None) => return Access::Continue,
-            Err(exit) => return exit,
-        };
-        match &conf.keys {
-            Keys::Snapshot(index) => match index.get(&key).cloned() {
-                Some(who) => conf.succeed(req, who, &header, &arg, location),
-                None => conf.fail(req, INVALID),
-            },
-            Keys::Store => match STORED_KEYS.get(key.as_str()) {
-                Some(e) => match e.value {
-                    Some(who) => conf.succeed(req, who, &header, &arg, location),
-                    None => conf.fail(req, INVALID),
+        // The key is borrowed from the request while it is looked up; only a store look-up
+        // (a cache miss) takes a copy.
+        let (who, name, location) = match conf.find_key(req) {
+            Found::Nothing => return Access::Continue,
+            Found::Fail(message) => return conf.fail(req, message),
+            Found::Key(key, name, location) => match &conf.keys {
+                Keys::Snapshot(index) => (index.get(&key).cloned(), name, location),
+                Keys::Store => match STORED_KEYS.get(key.as_ref()) {
+                    Some(e) => (e.value, name, location),
+                    None => return self.load(key.into_owned(), name, location),
                 },
-                None => {
-                    let conf = self.0.clone();
-                    Access::Wait(Box::pin(async move {
-                        let stored = stored_form(&key);
-                        let outcome = STORED_KEYS
-                            .load(key.into_boxed_str(), stored, |f| {
-                                Some(Arc::new(Identity::new(
-                                    f.consumer_id.clone(),
-                                    f.username.clone(),
-                                    f.custom_id.clone(),
-                                    Some(f.id.clone()),
-                                )))
-                            })
-                            .await;
-                        let resume: crate::Resume = Box::new(move |req| match outcome {
-                            Outcome::Found(who) => conf.succeed(req, who, &header, &arg, location),
-                            Outcome::Missing => conf.fail(req, INVALID),
-                            Outcome::Failed(e) => {
-                                tracing::error!("key-auth: credential look-up failed: {e}");
-                                Access::Exit(Exit::message(
-                                    StatusCode::INTERNAL_SERVER_ERROR,
-                                    "An unexpected error occurred",
-                                ))
-                            }
-                        });
-                        resume
-                    }))
-                }
             },
+        };
+        match who {
+            Some(who) => conf.succeed(req, who, name, location),
+            None => conf.fail(req, INVALID),
         }
+    }
+}
+
+/// What a request presents.
+enum Found<'r> {
+    /// Nothing for this plugin to do (a preflight, a consumer already authenticated).
+    Nothing,
+    /// Kong's 401 with this message (or the anonymous consumer).
+    Fail(&'static str),
+    /// A key, the index of its configured name, and where it was.
+    Key(std::borrow::Cow<'r, str>, usize, Location),
+}
+
+impl Authenticator {
+    /// A key not cached yet: looked up in the store, then the request goes on.
+    fn load(&self, key: String, name: usize, location: Location) -> Access {
+        let conf = self.0.clone();
+        Access::Wait(Box::pin(async move {
+            let stored = stored_form(&key);
+            let outcome = STORED_KEYS
+                .load(key.into_boxed_str(), stored, |f| {
+                    Some(Arc::new(Identity::new(
+                        f.consumer_id.clone(),
+                        f.username.clone(),
+                        f.custom_id.clone(),
+                        Some(f.id.clone()),
+                    )))
+                })
+                .await;
+            let resume: crate::Resume = Box::new(move |req| match outcome {
+                Outcome::Found(who) => conf.succeed(req, who, name, location),
+                Outcome::Missing => conf.fail(req, INVALID),
+                Outcome::Failed(e) => {
+                    tracing::error!("key-auth: credential look-up failed: {e}");
+                    Access::Exit(Exit::message(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "An unexpected error occurred",
+                    ))
+                }
+            });
+            resume
+        }))
     }
 }
 
@@ -250,11 +266,11 @@ impl Configured {
         &self,
         req: &mut AccessRequest<'_>,
         who: Arc<Identity>,
-        header: &HeaderName,
-        arg: &str,
+        name: usize,
         location: Location,
     ) -> Access {
         if self.hide_credentials {
+            let (header, arg) = &self.names[name];
             match location {
                 Location::Header => {
                     req.headers.remove(header);
@@ -280,16 +296,10 @@ impl Configured {
         Access::Continue
     }
 
-    /// The key the request presents: `Ok(None)` when this plugin has nothing to do (a
-    /// preflight, a consumer already authenticated with `anonymous` set); `Err` with the
-    /// answer when the request cannot be authenticated.
-    #[allow(clippy::type_complexity)]
-    fn find_key(
-        &self,
-        req: &mut AccessRequest<'_>,
-    ) -> Result<Option<(String, HeaderName, String, Location)>, Access> {
+    /// The key the request presents, borrowed from it (header, query) or read from its body.
+    fn find_key<'r>(&self, req: &'r AccessRequest<'_>) -> Found<'r> {
         if !self.run_on_preflight && req.method == "OPTIONS" {
-            return Ok(None);
+            return Found::Nothing;
         }
         // With `anonymous`, auth plugins form a logical OR: one that already found a real
         // consumer settles it.
@@ -299,48 +309,49 @@ impl Configured {
                 .as_ref()
                 .is_some_and(|c| c.credential_id.is_some())
         {
-            return Ok(None);
+            return Found::Nothing;
         }
-        // (key, its header, its query argument and body field, where it was found)
-        let mut found: Option<(String, &HeaderName, &str, Location)> = None;
         let ct = if self.in_body {
             content_type(req)
         } else {
             None
         };
-        for (header, arg) in &self.names {
-            if self.in_header {
-                let mut values = req.headers.get_all(header).iter();
-                if let Some(v) = values.next() {
-                    if values.next().is_some() {
-                        return Err(self.fail(req, DUPLICATE));
-                    }
+        let headers: &'r HeaderMap = req.headers;
+        for (i, (header, arg)) in self.names.iter().enumerate() {
+            let found = if self.in_header {
+                let mut values = headers.get_all(header).iter();
+                match values.next() {
+                    Some(_) if values.next().is_some() => return Found::Fail(DUPLICATE),
                     // A key that is not visible ASCII matches no stored key (Kong compares
                     // the bytes and finds none).
-                    let Ok(s) = v.to_str() else {
-                        return Err(self.fail(req, INVALID));
-                    };
-                    found = Some((s.to_string(), header, arg, Location::Header));
+                    Some(v) => match v.to_str() {
+                        Ok(s) => Some((Cow::Borrowed(s), Location::Header)),
+                        Err(_) => return Found::Fail(INVALID),
+                    },
+                    None => None,
+                }
+            } else {
+                None
+            };
+            let found = found
+                .or_else(|| {
+                    self.in_query
+                        .then(|| req.query_arg(arg))
+                        .flatten()
+                        .map(|v| (Cow::Borrowed(v), Location::Query))
+                })
+                .or_else(|| {
+                    let (ct, b) = (ct.as_ref()?, req.body.as_ref()?);
+                    body::key(ct, b, arg).map(|v| (Cow::Owned(v), Location::Body))
+                });
+            if let Some((key, location)) = found {
+                if key.is_empty() {
                     break;
                 }
-            }
-            if self.in_query {
-                if let Some(v) = req.query_arg(arg) {
-                    found = Some((v.to_string(), header, arg, Location::Query));
-                    break;
-                }
-            }
-            if let (Some(ct), Some(b)) = (&ct, &req.body) {
-                if let Some(v) = body::key(ct, b, arg) {
-                    found = Some((v, header, arg, Location::Body));
-                    break;
-                }
+                return Found::Key(key, i, location);
             }
         }
-        let Some((key, header, arg, location)) = found.filter(|f| !f.0.is_empty()) else {
-            return Err(self.fail(req, NO_KEY));
-        };
-        Ok(Some((key, header.clone(), arg.to_string(), location)))
+        Found::Fail(NO_KEY)
     }
 }
 
