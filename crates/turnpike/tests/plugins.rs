@@ -684,22 +684,8 @@ services:
         .is_none());
 
     // 200 concurrent requests against a limit of 100 (both workers): exactly 100 pass.
-    let mut tasks = Vec::new();
-    for _ in 0..200 {
-        tasks.push(tokio::spawn(async move {
-            call(p, "GET", "/burst", &[]).await.status
-        }));
-    }
-    let mut ok = 0;
-    let mut refused = 0;
-    for t in tasks {
-        match t.await.unwrap() {
-            200 => ok += 1,
-            403 => refused += 1,
-            other => panic!("unexpected status {other}"),
-        }
-    }
-    assert_eq!((ok, refused), (100, 100));
+    let counts = concurrent_statuses(&[p], "/burst", 200).await;
+    assert_eq!(counts, [(200, 100), (403, 100)].into());
 }
 
 #[tokio::test]
@@ -1105,21 +1091,8 @@ async fn cluster_policy_counts_in_the_database() {
     let r = call(p, "GET", "/c", &[]).await;
     assert_eq!(r.header("x-ratelimit-remaining-year"), Some("98"));
     assert_eq!(r.header("x-ratelimit-remaining-hour"), Some("98"));
-    let mut tasks = Vec::new();
-    for _ in 0..200 {
-        tasks.push(tokio::spawn(async move {
-            call(p, "GET", "/c", &[]).await.status
-        }));
-    }
-    let (mut ok, mut limited) = (0, 0);
-    for t in tasks {
-        match t.await.unwrap() {
-            200 => ok += 1,
-            429 => limited += 1,
-            other => panic!("unexpected status {other}"),
-        }
-    }
-    assert_eq!((ok, limited), (98, 102), "{}", gw.log_text());
+    let counts = concurrent_statuses(&[p], "/c", 200).await;
+    assert_eq!(counts, [(200, 98), (429, 102)].into(), "{}", gw.log_text());
 
     // DB-less: refused with a clear message.
     let dir = tempfile::tempdir().unwrap();

@@ -375,20 +375,6 @@ async fn cluster_policy_is_shared_by_nodes() {
         );
     }
     // Two requests counted so far; 60 more spread over both nodes: exactly 28 pass.
-    let mut tasks = Vec::new();
-    for i in 0..60 {
-        let addr = if i % 2 == 0 { a.proxy } else { b.proxy };
-        tasks.push(tokio::spawn(
-            async move { get(addr, "x", "/rl").await.status },
-        ));
-    }
-    let (mut ok, mut limited) = (0, 0);
-    for t in tasks {
-        match t.await.unwrap() {
-            200 => ok += 1,
-            429 => limited += 1,
-            other => panic!("unexpected status {other}"),
-        }
-    }
-    assert_eq!((ok, limited), (28, 32), "{}", a.log_text());
+    let counts = concurrent_statuses(&[a.proxy, b.proxy], "/rl", 60).await;
+    assert_eq!(counts, [(200, 28), (429, 32)].into(), "{}", a.log_text());
 }

@@ -130,22 +130,8 @@ async fn three_nodes_share_an_exact_limit() {
     assert!(!nodes[0].log_text().contains("rate-limiting: redis at"));
 
     let addrs: Vec<_> = nodes.iter().map(|n| n.proxy).collect();
-    let mut tasks = Vec::new();
-    for i in 0..1000 {
-        let addr = addrs[i % 3];
-        tasks.push(tokio::spawn(
-            async move { get_status(addr, "/shared").await },
-        ));
-    }
-    let (mut ok, mut limited) = (0, 0);
-    for t in tasks {
-        match t.await.unwrap() {
-            200 => ok += 1,
-            429 => limited += 1,
-            other => panic!("unexpected status {other}"),
-        }
-    }
-    assert_eq!((ok, limited), (100, 900));
+    let counts = concurrent_statuses(&addrs, "/shared", 1000).await;
+    assert_eq!(counts, [(200, 100), (429, 900)].into());
     let r = get(nodes[1].proxy, "x", "/shared").await;
     assert_eq!(r.status, 429);
     assert_eq!(r.json(), json!({"message": "API rate limit exceeded"}));
@@ -292,21 +278,9 @@ services:
         Gateway::with_config(&yaml).start(),
     ];
     let addrs: Vec<_> = nodes.iter().map(|n| n.proxy).collect();
-    let mut tasks = Vec::new();
-    for i in 0..200 {
-        let addr = addrs[i % 2];
-        tasks.push(tokio::spawn(
-            async move { get_status(addr, "/batched").await },
-        ));
-    }
-    let mut ok = 0u64;
-    for t in tasks {
-        match t.await.unwrap() {
-            200 => ok += 1,
-            429 => {}
-            other => panic!("unexpected status {other}"),
-        }
-    }
+    let counts = concurrent_statuses(&addrs, "/batched", 200).await;
+    assert!(counts.keys().all(|s| [200, 429].contains(s)), "{counts:?}");
+    let ok = counts.get(&200).copied().unwrap_or(0) as u64;
     assert!((40..=80).contains(&ok), "{ok} admitted");
     // Every admitted request reaches Redis's count.
     let count = || {

@@ -425,6 +425,25 @@ pub async fn collect(resp: Response<Incoming>) -> Reply {
     }
 }
 
+/// `n` concurrent GETs of `path`, spread in turn over `addrs`: how many got each status.
+pub async fn concurrent_statuses(
+    addrs: &[SocketAddr],
+    path: &str,
+    n: usize,
+) -> BTreeMap<u16, usize> {
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let (addr, path) = (addrs[i % addrs.len()], path.to_string());
+            tokio::spawn(async move { call(addr, "GET", &path, &[]).await.status })
+        })
+        .collect();
+    let mut counts = BTreeMap::new();
+    for t in tasks {
+        *counts.entry(t.await.unwrap()).or_default() += 1;
+    }
+    counts
+}
+
 /// A request without a body, with these headers.
 pub async fn call(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
     let raw: Vec<(&str, &[u8])> = headers.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
