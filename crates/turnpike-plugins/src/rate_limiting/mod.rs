@@ -123,6 +123,8 @@ static RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-rema
 static RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
 
 thread_local! {
+    /// A Redis key being built (batched policy), reused by each worker thread.
+    static KEY_TEXT: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
     /// The counter key being built, reused by each worker thread.
     static KEY: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(192));
 }
@@ -437,23 +439,30 @@ impl Configured {
 
     /// The Redis keys (Kong's) and script arguments (limit, expiry per window) for a request.
     fn redis_keys(&self, req: &AccessRequest<'_>, now: u64) -> (Vec<String>, Vec<u64>) {
-        let mut id = String::new();
-        self.identifier(req, &mut id);
         let mut keys = Vec::with_capacity(self.limits.len());
         let mut args = Vec::with_capacity(self.limits.len() * 2);
         for (period, limit, _, _, _) in &self.limits {
-            let (start, end) = period.window(now);
-            keys.push(format!(
-                "ratelimit:{}:{}:{id}:{}:{}",
-                req.route_id,
-                req.service_id.unwrap_or(""),
-                start * 1000,
-                period.name()
-            ));
+            let mut key = String::new();
+            self.redis_key(req, now, *period, &mut key);
+            keys.push(key);
             // A second past the window's end: clocks of nodes and Redis differ a little.
-            args.extend([*limit, end + 1]);
+            args.extend([*limit, period.window(now).1 + 1]);
         }
         (keys, args)
+    }
+
+    /// Kong's Redis key of one window, written into `out`.
+    fn redis_key(&self, req: &AccessRequest<'_>, now: u64, period: Period, out: &mut String) {
+        use std::fmt::Write;
+        out.clear();
+        let _ = write!(
+            out,
+            "ratelimit:{}:{}:",
+            req.route_id,
+            req.service_id.unwrap_or("")
+        );
+        self.identifier(req, out);
+        let _ = write!(out, ":{}:{}", period.window(now).0 * 1000, period.name());
     }
 
     /// Counts the request on this node's batched counters (pushed to Redis periodically).
@@ -464,17 +473,21 @@ impl Configured {
         target: &Arc<redis::RedisTarget>,
         rate: std::time::Duration,
     ) -> Decision {
-        let (keys, _) = self.redis_keys(req, now);
         let mut d = Decision {
             seen: 0,
             remaining: [0; 6],
             blocked: None,
             tightest: None,
         };
-        let mut taken = Vec::with_capacity(keys.len());
-        for (i, ((period, limit, _, _, _), key)) in self.limits.iter().zip(&keys).enumerate() {
+        let mut taken = Vec::with_capacity(self.limits.len());
+        // The key is written into this worker's buffer: a counter's key is only copied when
+        // its window is first seen.
+        let mut key = String::new();
+        KEY_TEXT.with_borrow_mut(|buf| std::mem::swap(buf, &mut key));
+        for (i, (period, limit, _, _, _)) in self.limits.iter().enumerate() {
             let (_, end) = period.window(now);
-            let c = batched::counter(key, *limit, end, target, rate);
+            self.redis_key(req, now, *period, &mut key);
+            let c = batched::counter(&key, *limit, end, target, rate);
             d.seen = i + 1;
             if c.take() {
                 d.remaining[i] = limit.saturating_sub(c.used());
@@ -493,6 +506,7 @@ impl Configured {
                 c.give_back();
             }
         }
+        KEY_TEXT.with_borrow_mut(|buf| *buf = key);
         d
     }
 
