@@ -7,8 +7,10 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
-# postgresql, redis-server: the test harness starts its own throw-away servers from these binaries.
-$SUDO apt-get install -y -qq build-essential pkg-config curl ca-certificates postgresql redis-server
+# postgresql, redis-server, dnsmasq-base: the test harness starts its own throw-away servers
+# from these binaries.
+$SUDO apt-get install -y -qq build-essential pkg-config curl ca-certificates postgresql redis-server \
+  dnsmasq-base
 if [ "${TURNPIKE_SETUP_BENCH:-0}" = 1 ]; then
   $SUDO apt-get install -y -qq nginx wrk valgrind
 fi

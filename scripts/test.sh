@@ -5,9 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 # On a fresh machine, install what the tests need first (Rust; PostgreSQL's binaries, which the
-# harness uses to start its own servers; redis-server, likewise).
+# harness uses to start its own servers; redis-server and dnsmasq, likewise).
 if ! command -v cargo >/dev/null 2>&1 || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
-  || ! command -v redis-server >/dev/null 2>&1; then
+  || ! command -v redis-server >/dev/null 2>&1 \
+  || ! { command -v dnsmasq || test -x /usr/sbin/dnsmasq; } >/dev/null 2>&1; then
   bash scripts/setup.sh
 fi
 cargo test --workspace --locked

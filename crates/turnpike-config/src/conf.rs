@@ -166,8 +166,141 @@ pub struct Conf {
     /// Maximum size of the request line plus headers (nginx's large_client_header_buffers
     /// count x size); above it the client gets 431.
     pub max_header_size: usize,
+    /// How upstream host names are resolved (Kong's `dns_*` properties).
+    pub dns: DnsConf,
     /// Where each value came from, for `GET /` and for start-up logging.
     pub sources: BTreeMap<String, String>,
+}
+
+/// A record type `dns_order` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DnsRecord {
+    /// The type of the last successful look-up of the name.
+    Last,
+    Srv,
+    A,
+    Aaaa,
+    /// Accepted as Kong spells it; CNAME chains are followed by the A and AAAA look-ups.
+    Cname,
+}
+
+/// Kong's `dns_*` properties.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DnsConf {
+    /// `dns_resolver`: name servers (port 53 when omitted); empty: those of /etc/resolv.conf.
+    pub resolver: Vec<std::net::SocketAddr>,
+    /// `dns_hostsfile`, read once at start.
+    pub hostsfile: PathBuf,
+    pub order: Vec<DnsRecord>,
+    /// `dns_valid_ttl`: replaces the TTL of every answer when set.
+    pub valid_ttl: Option<Duration>,
+    /// How long an answer is still used past its TTL while it cannot be refreshed.
+    pub stale_ttl: Duration,
+    pub not_found_ttl: Duration,
+    pub error_ttl: Duration,
+    /// Most names kept (the names of the running config are always kept).
+    pub cache_size: usize,
+}
+
+impl Default for DnsConf {
+    fn default() -> Self {
+        DnsConf {
+            resolver: Vec::new(),
+            hostsfile: PathBuf::from("/etc/hosts"),
+            order: vec![
+                DnsRecord::Last,
+                DnsRecord::Srv,
+                DnsRecord::A,
+                DnsRecord::Cname,
+            ],
+            valid_ttl: None,
+            stale_ttl: Duration::from_secs(3600),
+            not_found_ttl: Duration::from_secs(30),
+            error_ttl: Duration::from_secs(1),
+            cache_size: 10000,
+        }
+    }
+}
+
+fn invalid(name: &str, msg: String) -> ConfError {
+    ConfError::Invalid(format!("{name}: {msg}"))
+}
+
+/// Parses Kong's `dns_*` properties.
+fn dns_conf(get: &dyn Fn(&str) -> String) -> Result<DnsConf, ConfError> {
+    let seconds = |name: &str, allow_empty: bool| -> Result<Option<Duration>, ConfError> {
+        let v = get(name);
+        let v = v.trim();
+        if v.is_empty() && allow_empty {
+            return Ok(None);
+        }
+        v.parse::<f64>()
+            .ok()
+            .filter(|n| *n >= 0.0 && *n <= 1e9)
+            .map(|n| Some(Duration::from_secs_f64(n)))
+            .ok_or_else(|| invalid(name, "must be a number of seconds".into()))
+    };
+    let mut resolver = Vec::new();
+    for entry in split_list(&get("dns_resolver")) {
+        let addr = entry
+            .parse::<std::net::SocketAddr>()
+            .ok()
+            .or_else(|| {
+                let bare = entry.trim_start_matches('[').trim_end_matches(']');
+                bare.parse::<std::net::IpAddr>()
+                    .ok()
+                    .map(|ip| std::net::SocketAddr::new(ip, 53))
+            })
+            .ok_or_else(|| {
+                invalid(
+                    "dns_resolver",
+                    format!("'{entry}' is not an ip[:port] address"),
+                )
+            })?;
+        resolver.push(addr);
+    }
+    let mut order = Vec::new();
+    for t in split_list(&get("dns_order")) {
+        order.push(match t.to_ascii_uppercase().as_str() {
+            "LAST" => DnsRecord::Last,
+            "SRV" => DnsRecord::Srv,
+            "A" => DnsRecord::A,
+            "AAAA" => DnsRecord::Aaaa,
+            "CNAME" => DnsRecord::Cname,
+            _ => {
+                return Err(invalid(
+                    "dns_order",
+                    format!("invalid entry '{t}' (one of LAST, SRV, A, AAAA, CNAME)"),
+                ))
+            }
+        });
+    }
+    if !order
+        .iter()
+        .any(|t| matches!(t, DnsRecord::Srv | DnsRecord::A | DnsRecord::Aaaa))
+    {
+        return Err(invalid(
+            "dns_order",
+            "must name at least one of SRV, A or AAAA".into(),
+        ));
+    }
+    let cache_size = parse_num::<usize>(&get("dns_cache_size"))
+        .filter(|n| *n > 0)
+        .ok_or_else(|| invalid("dns_cache_size", "must be a positive integer".into()))?;
+    match get("dns_no_sync").trim() {
+        "on" | "off" => {}
+        _ => return Err(invalid("dns_no_sync", "must be 'on' or 'off'".into())),
+    }
+    Ok(DnsConf {
+        resolver,
+        hostsfile: PathBuf::from(get("dns_hostsfile").trim()),
+        order,
+        valid_ttl: seconds("dns_valid_ttl", true)?.filter(|d| !d.is_zero()),
+        stale_ttl: seconds("dns_stale_ttl", false)?.unwrap_or_default(),
+        not_found_ttl: seconds("dns_not_found_ttl", false)?.unwrap_or_default(),
+        error_ttl: seconds("dns_error_ttl", false)?.unwrap_or_default(),
+        cache_size,
+    })
 }
 
 /// Properties Turnpike implements, with their defaults (as text, parsed like file values).
@@ -214,6 +347,16 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("real_ip_header", "X-Real-IP"),
     ("nginx_http_large_client_header_buffers", "4 8k"),
     ("router_flavor", "traditional_compatible"),
+    ("dns_resolver", ""),
+    ("dns_hostsfile", "/etc/hosts"),
+    ("dns_order", "LAST,SRV,A,CNAME"),
+    ("dns_valid_ttl", ""),
+    ("dns_stale_ttl", "3600"),
+    ("dns_not_found_ttl", "30"),
+    ("dns_error_ttl", "1"),
+    ("dns_cache_size", "10000"),
+    // Look-ups of one name are always shared; `on` is accepted for Kong's sake.
+    ("dns_no_sync", "off"),
 ];
 
 /// Aliases: Turnpike's shorter names for Kong's nginx_* properties.
@@ -328,7 +471,6 @@ impl Conf {
         }
 
         let get = |name: &str| values.get(name).map(|(v, _)| v.as_str()).unwrap_or("");
-        let invalid = |name: &str, msg: String| ConfError::Invalid(format!("{name}: {msg}"));
 
         let prefix = PathBuf::from(get("prefix"));
         if prefix.as_os_str().is_empty() {
@@ -570,6 +712,7 @@ impl Conf {
                 database.name()
             ));
         }
+        let dns = dns_conf(&|name: &str| get(name).to_string())?;
         let sources = values
             .iter()
             .map(|(k, (_, s))| (k.clone(), s.clone()))
@@ -602,6 +745,7 @@ impl Conf {
             trusted_ips,
             real_ip_header,
             max_header_size,
+            dns,
             sources,
         })
     }
@@ -661,6 +805,14 @@ impl Conf {
             "trusted_ips": self.trusted_ips,
             "real_ip_header": self.real_ip_header,
             "router_flavor": "traditional_compatible",
+            "dns_resolver": self.dns.resolver.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+            "dns_hostsfile": self.dns.hostsfile.display().to_string(),
+            "dns_order": self.dns.order.iter().map(|t| format!("{t:?}").to_ascii_uppercase()).collect::<Vec<_>>(),
+            "dns_valid_ttl": self.dns.valid_ttl.map(|d| d.as_secs_f64()),
+            "dns_stale_ttl": self.dns.stale_ttl.as_secs_f64(),
+            "dns_not_found_ttl": self.dns.not_found_ttl.as_secs_f64(),
+            "dns_error_ttl": self.dns.error_ttl.as_secs_f64(),
+            "dns_cache_size": self.dns.cache_size,
         })
     }
 }
@@ -907,6 +1059,48 @@ mod tests {
             c.sources["nginx_worker_processes"],
             "env TURNPIKE_NGINX_WORKER_PROCESSES"
         );
+    }
+
+    #[test]
+    fn dns_properties_are_kongs() {
+        let (c, w) = load("", &[]).unwrap();
+        assert_eq!(c.dns, DnsConf::default());
+        assert!(w.is_empty(), "{w:?}");
+        let (c, _) = load(
+            "dns_resolver = 127.0.0.1:5353, ::1, 10.0.0.2\ndns_order = srv,aaaa,a\ndns_valid_ttl = 5\ndns_stale_ttl = 0\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            c.dns.resolver,
+            vec![
+                "127.0.0.1:5353".parse().unwrap(),
+                "[::1]:53".parse().unwrap(),
+                "10.0.0.2:53".parse().unwrap()
+            ]
+        );
+        assert_eq!(
+            c.dns.order,
+            vec![DnsRecord::Srv, DnsRecord::Aaaa, DnsRecord::A]
+        );
+        assert_eq!(c.dns.valid_ttl, Some(Duration::from_secs(5)));
+        assert_eq!(c.dns.stale_ttl, Duration::ZERO);
+        for (bad, says) in [
+            (
+                "dns_resolver = dns.example.com",
+                "dns_resolver: 'dns.example.com'",
+            ),
+            ("dns_order = LAST,MX", "dns_order: invalid entry 'MX'"),
+            (
+                "dns_order = LAST,CNAME",
+                "dns_order: must name at least one",
+            ),
+            ("dns_stale_ttl = -1", "dns_stale_ttl: must be a number"),
+            ("dns_no_sync = maybe", "dns_no_sync"),
+        ] {
+            let err = load(bad, &[]).unwrap_err().to_string();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -921,7 +921,11 @@ mod tests {
             },
             stats,
         );
-        let key = PeerKey { peer: 0, tls: None };
+        let key = PeerKey {
+            peer: 0,
+            tls: None,
+            dns: 0,
+        };
         let mut conn = pool
             .connect(key, addr, None, Duration::from_secs(1))
             .await

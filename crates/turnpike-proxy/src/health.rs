@@ -337,7 +337,10 @@ async fn probe(p: &Probe) -> Outcome {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let a = &p.checks.active;
     let work = async {
-        let stream = tokio::net::TcpStream::connect((p.host.as_str(), p.port))
+        let addr = crate::dns::lookup(&p.host, p.port)
+            .await
+            .map_err(|_| Outcome::TcpFailure)?;
+        let stream = tokio::net::TcpStream::connect(addr)
             .await
             .map_err(|_| Outcome::TcpFailure)?;
         if a.kind == ProbeKind::Tcp {

@@ -5,6 +5,7 @@
 pub mod balancer;
 pub mod body;
 pub mod deadline;
+pub mod dns;
 pub mod errors;
 pub mod h1;
 pub mod health;

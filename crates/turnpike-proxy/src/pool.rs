@@ -19,11 +19,15 @@ use crate::stats::WorkerStats;
 
 /// Where a pooled connection goes: the peer (host:port, see `snapshot::Peer::id`) and, for
 /// TLS, the client configuration it was made with (a connection is only reused for the same).
-/// Host names are resolved when a connection is opened, never per request.
+/// Host names are resolved when a connection is opened (from the `dns` cache), never per
+/// request.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct PeerKey {
     pub peer: u64,
     pub tls: Option<usize>,
+    /// The generation of the peer's DNS answer (see `dns::Name::generation`): once the name's
+    /// addresses change, connections opened before are no longer picked (they idle out).
+    pub dns: u64,
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -672,13 +672,17 @@ enum UpstreamError {
     NameResolution,
 }
 
+/// The address a new connection to `peer` goes to (from the DNS cache for host names).
 async fn resolve(peer: &Peer) -> Result<SocketAddr, UpstreamError> {
     if let Some(a) = peer.addr {
         return Ok(a);
     }
-    match tokio::net::lookup_host((&*peer.host, peer.port)).await {
-        Ok(mut it) => it.next().ok_or(UpstreamError::NameResolution),
-        Err(_) => Err(UpstreamError::NameResolution),
+    match &peer.dns {
+        Some(name) => name.address(peer.port).await.map_err(|e| {
+            tracing::debug!("dns: no address for {}: {e:?}", peer.host);
+            UpstreamError::NameResolution
+        }),
+        None => Err(UpstreamError::NameResolution),
     }
 }
 
@@ -765,6 +769,7 @@ async fn send_upstream(
         let key = PeerKey {
             peer: peer.id,
             tls: service.tls.as_ref().map(|cfg| Arc::as_ptr(cfg) as usize),
+            dns: peer.dns.as_ref().map_or(0, |n| n.generation()),
         };
         // TLS parameters are only needed to open a connection: built there, not per request.
         let tls = || {

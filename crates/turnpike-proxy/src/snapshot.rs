@@ -254,6 +254,8 @@ pub struct Peer {
     pub server_name: rustls::pki_types::ServerName<'static>,
     /// Known at compile time when the host is an IP address.
     pub addr: Option<SocketAddr>,
+    /// The resolver's entry for a host name (`None` for an IP address).
+    pub dns: Option<Arc<crate::dns::Name>>,
     /// The Host header for this peer (`host` or `host:port` when the port is not the default).
     pub host_header: HeaderValue,
 }
@@ -332,6 +334,11 @@ pub(crate) fn peer(host: &str, port: u16, https: bool) -> Peer {
         port,
         id: peer_id(host, port),
         server_name,
+        dns: if addr.is_none() {
+            crate::dns::name(bare)
+        } else {
+            None
+        },
         addr,
         host_header: host_header(host, port, https),
     }

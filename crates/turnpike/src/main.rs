@@ -351,6 +351,11 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
 
     std::fs::create_dir_all(&conf.prefix)
         .map_err(|e| format!("cannot create prefix {}: {e}", conf.prefix.display()))?;
+    // Before the first config compiles: its host names are resolved with these settings.
+    // No name servers is not fatal (IP targets need none): names then fail to resolve.
+    if let Err(e) = turnpike_proxy::dns::install(&conf.dns) {
+        tracing::warn!("dns: {e}");
+    }
     let default_cert = tls::default_certificate(
         &conf.prefix,
         conf.ssl_cert.first().map(String::as_str),

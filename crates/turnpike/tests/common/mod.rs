@@ -19,6 +19,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::{TcpListener, TcpStream};
 
+pub mod dns;
 pub mod pg;
 pub mod redis;
 
@@ -55,21 +56,30 @@ impl Upstream {
     }
 
     pub fn start_on(name: &str, port: u16) -> Upstream {
-        Self::start_with(name, port, Duration::ZERO)
+        Self::start_with(
+            name,
+            SocketAddr::from(([127, 0, 0, 1], port)),
+            Duration::ZERO,
+        )
+    }
+
+    /// An upstream on another address (127.0.0.2 is loopback too on Linux).
+    pub fn start_at(name: &str, addr: SocketAddr) -> Upstream {
+        Self::start_with(name, addr, Duration::ZERO)
     }
 
     /// An upstream that waits `delay` before answering every request (a slow target).
     pub fn start_with_delay(name: &str, delay: Duration) -> Upstream {
-        Self::start_with(name, 0, delay)
+        Self::start_with(name, SocketAddr::from(([127, 0, 0, 1], 0)), delay)
     }
 
-    fn start_with(name: &str, port: u16, delay: Duration) -> Upstream {
+    fn start_with(name: &str, addr: SocketAddr, delay: Duration) -> Upstream {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .unwrap();
-        let std_listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        let std_listener = std::net::TcpListener::bind(addr).unwrap();
         std_listener.set_nonblocking(true).unwrap();
         let addr = std_listener.local_addr().unwrap();
         let connections = Arc::new(AtomicUsize::new(0));

@@ -1,0 +1,97 @@
+//! A real DNS server for tests: dnsmasq (the `dnsmasq-base` package) on a free UDP port in a
+//! temp dir, authoritative for `.test`, answering from a hosts file the test rewrites (read
+//! again on SIGHUP) with a TTL of 1 s, plus fixed SRV records. Can be killed (a resolver outage).
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Dnsmasq {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl Drop for Dnsmasq {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Dnsmasq {
+    /// `hosts`: hosts-file lines; `srv`: dnsmasq `srv-host` values
+    /// (`_service._proto.name,target,port,priority,weight`).
+    pub fn start(hosts: &str, srv: &[&str]) -> Dnsmasq {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("hosts"), hosts).unwrap();
+        let port = free_udp_port();
+        let mut args = vec![
+            "--keep-in-foreground".to_string(),
+            "--conf-file=/dev/null".into(),
+            "--no-resolv".into(),
+            "--no-hosts".into(),
+            "--local=/test/".into(),
+            format!("--addn-hosts={}", dir.path().join("hosts").display()),
+            "--local-ttl=1".into(),
+            format!("--port={port}"),
+            "--listen-address=127.0.0.1".into(),
+            "--bind-interfaces".into(),
+            "--pid-file=".into(),
+            "--log-facility=-".into(),
+        ];
+        // As root dnsmasq would switch to `nobody`, who cannot read the temp dir.
+        if unsafe { libc::geteuid() } == 0 {
+            args.push("--user=root".into());
+        }
+        args.extend(srv.iter().map(|s| format!("--srv-host={s}")));
+        // /usr/sbin is not on every user's PATH.
+        let program = if std::path::Path::new("/usr/sbin/dnsmasq").exists() {
+            "/usr/sbin/dnsmasq"
+        } else {
+            "dnsmasq"
+        };
+        let child = Command::new(program)
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start dnsmasq (install the dnsmasq-base package)");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // Up once it holds its port.
+        while std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            assert!(Instant::now() < deadline, "dnsmasq did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Dnsmasq {
+            port,
+            dir,
+            child: Some(child),
+        }
+    }
+
+    /// Replaces the hosts file and makes dnsmasq read it again.
+    pub fn set_hosts(&self, hosts: &str) {
+        std::fs::write(self.dir.path().join("hosts"), hosts).unwrap();
+        let pid = self.child.as_ref().expect("running").id();
+        let ok = Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+
+    /// Stops the server at once: queries go unanswered.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
