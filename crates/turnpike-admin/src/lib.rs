@@ -293,6 +293,8 @@ impl Admin {
                 "upstream": {
                     "connections_opened": t.upstream_connections_opened,
                     "requests": t.upstream_requests,
+                    "reuse_ratio": reuse_ratio(t.upstream_connections_opened, t.upstream_requests),
+                    "peers": peer_stats(&self.gateway),
                 },
                 "configuration_hash": self.gateway.config_hash(),
                 "config_reloads": self.gateway.reloads.load(std::sync::atomic::Ordering::Relaxed),
@@ -408,4 +410,34 @@ mod tests {
         assert_eq!(form_field("a=1", "config"), None);
         assert_eq!(percent_decode("%zz%41"), "%zzA");
     }
+}
+
+/// The share of upstream requests that went on a reused connection (Pingora's figure):
+/// 1 - connections opened / requests; `null` before any request.
+fn reuse_ratio(opened: u64, requests: u64) -> Value {
+    if requests == 0 {
+        return Value::Null;
+    }
+    json!(1.0 - (opened.min(requests) as f64 / requests as f64))
+}
+
+/// Connections opened and requests sent per upstream peer (host:port; a balanced service's
+/// targets are peers), as the workers last published them (at most a second old).
+fn peer_stats(gateway: &turnpike_proxy::Gateway) -> Value {
+    let tallies = gateway.stats.peer_totals();
+    let peers: Vec<Value> = tallies
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.requests > 0 || t.connections_opened > 0)
+        .filter_map(|(id, t)| {
+            let (host, port) = turnpike_proxy::snapshot::peer_address(id as u64)?;
+            Some(json!({
+                "peer": format!("{host}:{port}"),
+                "connections_opened": t.connections_opened,
+                "requests": t.requests,
+                "reuse_ratio": reuse_ratio(t.connections_opened, t.requests),
+            }))
+        })
+        .collect();
+    Value::Array(peers)
 }

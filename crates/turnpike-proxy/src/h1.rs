@@ -88,6 +88,14 @@ pub enum SendError {
     /// Nothing of the request reached a live upstream (a pooled connection was already
     /// closed): the request can go on another connection. The body is handed back.
     Retry(Option<ClientBody>),
+    /// The request went out but no byte of a response came back: the read timed out or the
+    /// connection failed first. `resend` holds what sending it again takes (no body, or the
+    /// buffered body) or `None` when a streamed body is gone.
+    Unanswered {
+        timed_out: bool,
+        resend: Option<Option<ClientBody>>,
+    },
+    /// The response head started but did not finish in time.
     Timeout,
     Failed(io::Error),
     /// The client's body passed the size limit a plugin set (request-size-limiting): the
@@ -257,6 +265,18 @@ impl Conn {
             });
         }
         let had_body = body.is_some();
+        // What a retry needs, kept before the body is consumed (a streamed body cannot be).
+        let resend = match &body {
+            None => Some(None),
+            Some(ClientBody {
+                source: BodySource::Buffered(data),
+                limit,
+            }) => Some(Some(ClientBody {
+                source: BodySource::Buffered(data.clone()),
+                limit: *limit,
+            })),
+            Some(_) => None,
+        };
         if let Some(ClientBody {
             source: BodySource::Buffered(data),
             limit,
@@ -318,6 +338,10 @@ impl Conn {
             .timeout(read_timeout, self.read_head(&req.method))
             .await
         {
+            Err(_) if self.buf.is_empty() => Err(SendError::Unanswered {
+                timed_out: true,
+                resend,
+            }),
             Err(_) => Err(SendError::Timeout),
             Ok(Ok(r)) => Ok(r),
             // A pooled connection closed by the upstream before any response byte: a request
@@ -325,9 +349,10 @@ impl Conn {
             Ok(Err(HeadError::ClosedBeforeResponse)) if reused && !had_body => {
                 Err(SendError::Retry(None))
             }
-            Ok(Err(HeadError::ClosedBeforeResponse)) => {
-                Err(SendError::Failed(other("upstream closed the connection")))
-            }
+            Ok(Err(HeadError::ClosedBeforeResponse)) => Err(SendError::Unanswered {
+                timed_out: false,
+                resend,
+            }),
             Ok(Err(HeadError::Io(e))) => Err(SendError::Failed(e)),
         }
     }

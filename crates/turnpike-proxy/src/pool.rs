@@ -15,7 +15,7 @@ use rustc_hash::FxHashMap;
 use tokio::net::TcpStream;
 
 use crate::h1::{Conn, Stream};
-use crate::stats::WorkerStats;
+use crate::stats::{PeerTallies, WorkerStats};
 
 /// Where a pooled connection goes: the peer (host:port, see `snapshot::Peer::id`) and, for
 /// TLS, the client configuration it was made with (a connection is only reused for the same).
@@ -46,6 +46,8 @@ pub struct Pool {
     idle: RefCell<FxHashMap<PeerKey, Vec<Idle>>>,
     settings: PoolSettings,
     stats: Arc<WorkerStats>,
+    /// Connections opened and requests sent per peer (the reuse ratio per target).
+    pub tallies: PeerTallies,
 }
 
 #[derive(Debug)]
@@ -68,6 +70,7 @@ impl Pool {
             idle: RefCell::new(FxHashMap::default()),
             settings,
             stats,
+            tallies: PeerTallies::default(),
         })
     }
 
@@ -105,6 +108,7 @@ impl Pool {
     /// Closes idle connections past the idle timeout or closed by the upstream (run
     /// periodically by the worker).
     pub fn sweep(&self) {
+        self.tallies.publish(&self.stats);
         let timeout = self.settings.idle_timeout;
         self.idle.borrow_mut().retain(|_, list| {
             list.retain_mut(|c| c.since.elapsed() <= timeout && c.conn.idle_alive());
@@ -151,22 +155,23 @@ impl Pool {
         tls: TlsParams<'_>,
         connect_timeout: Duration,
     ) -> Result<Box<Conn>, ConnectError> {
+        let stream = self.open(addr, tls, connect_timeout).await?;
+        self.tallies.opened(key.peer);
         // Boxed once per connection: the request path moves it around by pointer.
-        Ok(Box::new(Conn::new(
-            self.open(addr, tls, connect_timeout).await?,
-            key,
-        )))
+        Ok(Box::new(Conn::new(stream, key)))
     }
 
     /// A new connection driven by hyper's client, for requests that upgrade (WebSocket); it
     /// is never pooled.
     pub async fn connect_hyper(
         &self,
+        peer: u64,
         addr: SocketAddr,
         tls: TlsParams<'_>,
         connect_timeout: Duration,
     ) -> Result<SendRequest<Incoming>, ConnectError> {
         let stream = self.open(addr, tls, connect_timeout).await?;
+        self.tallies.opened(peer);
         let (sender, conn) = hyper::client::conn::http1::Builder::new()
             .handshake(TokioIo::new(stream))
             .await

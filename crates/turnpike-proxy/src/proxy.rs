@@ -655,6 +655,20 @@ struct Call<'a> {
     set_cookie: std::cell::Cell<Option<HeaderValue>>,
 }
 
+/// Methods that may be sent again after the upstream got them without answering (RFC 9110
+/// §9.2.2; POST and PATCH are not).
+fn idempotent(m: &http::Method) -> bool {
+    matches!(
+        *m,
+        http::Method::GET
+            | http::Method::HEAD
+            | http::Method::PUT
+            | http::Method::DELETE
+            | http::Method::OPTIONS
+            | http::Method::TRACE
+    )
+}
+
 /// A failed connection attempt, as health checks count it.
 fn connect_outcome(e: &ConnectError) -> Outcome {
     match e {
@@ -693,11 +707,12 @@ enum Upstreamed {
     Hyper(Response<Incoming>),
 }
 
-/// Sends the request to the service's upstream, retrying on connection failures (before any
-/// byte of the request was sent) up to `service.retries` times, on the next target when the
-/// service is balanced. A pooled connection found closed is replaced without counting a
-/// failure, and a request without a body is sent again when a reused connection closed
-/// before answering.
+/// Sends the request to the service's upstream, retrying up to `service.retries` times, on
+/// the next target when the service is balanced: on connection failures (nothing was sent),
+/// and on timeouts or closed connections before any response byte when the request is
+/// idempotent and its body (if any) is still at hand. A pooled connection found closed is
+/// replaced without counting a failure, and a request without a body is sent again when a
+/// reused connection closed before answering.
 async fn send_upstream(
     ctx: &Rc<WorkerCtx>,
     service: &ServiceInfo,
@@ -790,7 +805,12 @@ async fn send_upstream(
         if upgrade {
             let mut sender = match ctx
                 .pool
-                .connect_hyper(resolve(peer).await?, tls(), service.connect_timeout)
+                .connect_hyper(
+                    peer.id,
+                    resolve(peer).await?,
+                    tls(),
+                    service.connect_timeout,
+                )
                 .await
             {
                 Ok(s) => s,
@@ -803,6 +823,7 @@ async fn send_upstream(
                 }
             };
             ctx.stats.upstream_requests.inc();
+            ctx.pool.tallies.request(peer.id);
             apply_overrides(&mut parts.headers, &overrides);
             // Upgrades never have their body read by a plugin (see `route_and_proxy`).
             let Some(ClientBody {
@@ -852,6 +873,7 @@ async fn send_upstream(
             },
         };
         ctx.stats.upstream_requests.inc();
+        ctx.pool.tallies.request(peer.id);
         match conn
             .send(
                 &parts,
@@ -881,6 +903,28 @@ async fn send_upstream(
                 // Not a failure of the target (a pooled connection had closed): same target.
                 tried.pop();
                 body = b
+            }
+            // nginx's `proxy_next_upstream error timeout` as Kong runs it: no response byte
+            // came back, so the request may go to the next target, unless it is not
+            // idempotent (it may have taken effect) or its streamed body is gone.
+            Err(SendError::Unanswered { timed_out, resend }) => {
+                finish(Some(if timed_out {
+                    Outcome::Timeout
+                } else {
+                    Outcome::TcpFailure
+                }));
+                failures += 1;
+                tracing::debug!(
+                    "upstream {}:{} gave no response ({})",
+                    peer.host,
+                    peer.port,
+                    if timed_out { "timeout" } else { "closed" }
+                );
+                match resend {
+                    Some(b) if idempotent(&parts.method) && failures <= service.retries => body = b,
+                    _ if timed_out => return Err(UpstreamError::Timeout),
+                    _ => return Err(UpstreamError::Failed),
+                }
             }
             Err(SendError::Timeout) => {
                 finish(Some(Outcome::Timeout));

@@ -283,15 +283,33 @@ fn host_header(host: &str, port: u16, https: bool) -> HeaderValue {
 
 /// A process-wide number per host:port, handed out at config compile time: pool keys stay
 /// valid across reloads and cost a u64 compare on the request path.
+/// The ids are dense (0, 1, 2, ...): per-peer counters are vectors indexed by them.
 fn peer_id(host: &str, port: u16) -> u64 {
-    static IDS: std::sync::OnceLock<std::sync::Mutex<FxHashMap<(String, u16), u64>>> =
-        std::sync::OnceLock::new();
-    let mut ids = IDS
-        .get_or_init(Default::default)
+    let mut ids = PEER_IDS.lock().unwrap_or_else(|e| e.into_inner());
+    let key = (host.to_ascii_lowercase(), port);
+    if let Some(id) = ids.0.get(&key) {
+        return *id;
+    }
+    let id = ids.1.len() as u64;
+    ids.1.push(key.clone());
+    ids.0.insert(key, id);
+    id
+}
+
+type PeerIds = (FxHashMap<(String, u16), u64>, Vec<(String, u16)>);
+static PEER_IDS: std::sync::Mutex<PeerIds> = std::sync::Mutex::new((
+    FxHashMap::with_hasher(rustc_hash::FxBuildHasher),
+    Vec::new(),
+));
+
+/// The host and port a peer id stands for.
+pub fn peer_address(id: u64) -> Option<(String, u16)> {
+    PEER_IDS
         .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    let next = ids.len() as u64;
-    *ids.entry((host.to_ascii_lowercase(), port)).or_insert(next)
+        .unwrap_or_else(|e| e.into_inner())
+        .1
+        .get(id as usize)
+        .cloned()
 }
 
 /// Kong's `hash_on` / `hash_fallback` with their companion fields.

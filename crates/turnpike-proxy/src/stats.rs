@@ -21,6 +21,51 @@ impl Counter {
     }
 }
 
+/// Upstream connections opened and requests sent to one peer (host:port).
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerTally {
+    pub connections_opened: u64,
+    pub requests: u64,
+}
+
+/// A worker's per-peer tallies, indexed by peer id (ids are dense, see `snapshot::peer_id`):
+/// counting is an index and an add. Published to readers once a second.
+#[derive(Default, Debug)]
+pub struct PeerTallies {
+    counts: std::cell::RefCell<Vec<PeerTally>>,
+    changed: std::cell::Cell<bool>,
+}
+
+impl PeerTallies {
+    #[inline]
+    fn slot(&self, peer: u64, f: impl FnOnce(&mut PeerTally)) {
+        let mut counts = self.counts.borrow_mut();
+        let i = peer as usize;
+        if i >= counts.len() {
+            counts.resize(i + 1, PeerTally::default());
+        }
+        self.changed.set(true);
+        f(&mut counts[i])
+    }
+
+    #[inline]
+    pub fn opened(&self, peer: u64) {
+        self.slot(peer, |t| t.connections_opened += 1)
+    }
+
+    #[inline]
+    pub fn request(&self, peer: u64) {
+        self.slot(peer, |t| t.requests += 1)
+    }
+
+    /// Copies the tallies where readers see them, when they changed.
+    pub fn publish(&self, to: &WorkerStats) {
+        if self.changed.replace(false) {
+            *to.peers.lock().unwrap_or_else(|e| e.into_inner()) = self.counts.borrow().clone();
+        }
+    }
+}
+
 #[derive(Default, Debug)]
 pub struct WorkerStats {
     pub connections_accepted: Counter,
@@ -29,6 +74,8 @@ pub struct WorkerStats {
     pub upstream_requests: Counter,
     /// Open client connections (incremented and decremented by the owner only).
     pub connections_active: AtomicI64,
+    /// The worker's per-peer tallies as last published (at most a second old).
+    pub peers: std::sync::Mutex<Vec<PeerTally>>,
 }
 
 #[derive(Default, Debug)]
@@ -52,6 +99,22 @@ impl Stats {
                 .map(|_| Arc::new(WorkerStats::default()))
                 .collect(),
         }
+    }
+
+    /// Per-peer tallies summed over the workers, indexed by peer id.
+    pub fn peer_totals(&self) -> Vec<PeerTally> {
+        let mut sum: Vec<PeerTally> = Vec::new();
+        for w in &self.workers {
+            let peers = w.peers.lock().unwrap_or_else(|e| e.into_inner());
+            if sum.len() < peers.len() {
+                sum.resize(peers.len(), PeerTally::default());
+            }
+            for (s, p) in sum.iter_mut().zip(peers.iter()) {
+                s.connections_opened += p.connections_opened;
+                s.requests += p.requests;
+            }
+        }
+        sum
     }
 
     pub fn totals(&self) -> StatsTotals {

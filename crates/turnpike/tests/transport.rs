@@ -181,6 +181,26 @@ async fn upstream_connections_are_reused() {
         up.connections.load(std::sync::atomic::Ordering::SeqCst) as u64,
         opened
     );
+    // The same per peer (published by the workers once a second).
+    let peer = up.addr.to_string();
+    let mut seen = serde_json::Value::Null;
+    assert!(
+        eventually(std::time::Duration::from_secs(5), async || {
+            let st = gw.status().await;
+            seen = st["upstream"]["peers"].clone();
+            seen.as_array().is_some_and(|a| {
+                a.iter().any(|p| {
+                    p["peer"] == peer.as_str()
+                        && p["requests"] == 200
+                        && p["connections_opened"] == opened
+                })
+            })
+        })
+        .await,
+        "per-peer figures for {peer}: {seen}"
+    );
+    let ratio = st["upstream"]["reuse_ratio"].as_f64().unwrap();
+    assert!(ratio >= 0.99, "reuse ratio {ratio}");
     drop(gw);
 
     // With the pool disabled every request opens a connection: what the default saves.
