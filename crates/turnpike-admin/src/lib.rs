@@ -397,21 +397,6 @@ fn form_field(body: &str, name: &str) -> Option<String> {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn form_bodies() {
-        assert_eq!(
-            form_field("a=1&config=_format_version%3A+%223.0%22", "config").unwrap(),
-            "_format_version: \"3.0\""
-        );
-        assert_eq!(form_field("a=1", "config"), None);
-        assert_eq!(percent_decode("%zz%41"), "%zzA");
-    }
-}
-
 /// The share of upstream requests that went on a reused connection (Pingora's figure):
 /// 1 - connections opened / requests; `null` before any request.
 fn reuse_ratio(opened: u64, requests: u64) -> Value {
@@ -440,4 +425,19 @@ fn peer_stats(gateway: &turnpike_proxy::Gateway) -> Value {
         })
         .collect();
     Value::Array(peers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn form_bodies() {
+        assert_eq!(
+            form_field("a=1&config=_format_version%3A+%223.0%22", "config").unwrap(),
+            "_format_version: \"3.0\""
+        );
+        assert_eq!(form_field("a=1", "config"), None);
+        assert_eq!(percent_decode("%zz%41"), "%zzA");
+    }
 }
