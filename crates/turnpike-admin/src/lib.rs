@@ -3,6 +3,7 @@
 
 mod entities;
 mod health;
+mod metrics;
 mod schemas;
 
 use std::convert::Infallible;
@@ -69,7 +70,26 @@ pub(crate) fn message(status: StatusCode, msg: &str) -> Resp {
 }
 
 /// Serves the Admin API on `listener` until `shutdown` turns true.
-pub async fn serve(admin: Arc<Admin>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve(admin: Arc<Admin>, listener: TcpListener, shutdown: watch::Receiver<bool>) {
+    serve_as(admin, listener, shutdown, false).await
+}
+
+/// Serves Kong's Status API (`status_listen`): `GET /status`, `/status/ready` and `/metrics`
+/// only, without the admin token (it changes nothing and shows no secret).
+pub async fn serve_status(
+    admin: Arc<Admin>,
+    listener: TcpListener,
+    shutdown: watch::Receiver<bool>,
+) {
+    serve_as(admin, listener, shutdown, true).await
+}
+
+async fn serve_as(
+    admin: Arc<Admin>,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+    status_only: bool,
+) {
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -82,7 +102,13 @@ pub async fn serve(admin: Arc<Admin>, listener: TcpListener, mut shutdown: watch
         tokio::spawn(async move {
             let svc = service_fn(move |req| {
                 let admin = admin.clone();
-                async move { Ok::<_, Infallible>(admin.handle(req, peer).await) }
+                async move {
+                    Ok::<_, Infallible>(if status_only {
+                        admin.handle_status(req).await
+                    } else {
+                        admin.handle(req, peer).await
+                    })
+                }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -122,6 +148,40 @@ impl Admin {
         resp
     }
 
+    /// The Status API's paths; the rest is 404.
+    pub async fn handle_status(&self, req: Request<Incoming>) -> Resp {
+        let path = req.uri().path().trim_end_matches('/');
+        let mut resp = match (req.method(), path) {
+            (&Method::GET, "/status") => self.status().await,
+            (&Method::GET, "/metrics") => self.metrics().await,
+            // Kong's readiness probe: ready once a configuration is loaded.
+            (&Method::GET, "/status/ready") => {
+                if self
+                    .gateway
+                    .reloads
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    > 0
+                {
+                    json_response(StatusCode::OK, &json!({ "message": "ready" }))
+                } else {
+                    message(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "no configuration available (empty configuration present)",
+                    )
+                }
+            }
+            (_, "/status" | "/metrics" | "/status/ready") => {
+                message(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed")
+            }
+            _ => message(StatusCode::NOT_FOUND, "Not found"),
+        };
+        resp.headers_mut().insert(
+            header::SERVER,
+            HeaderValue::from_str(&format!("turnpike/{VERSION}")).unwrap(),
+        );
+        resp
+    }
+
     /// With `admin_auth_token` set, every call carries it as a bearer token (or in
     /// `Kong-Admin-Token`); compared in constant time.
     fn authorized(&self, req: &Request<Incoming>) -> bool {
@@ -155,6 +215,7 @@ impl Admin {
         match (method.clone(), path.as_str()) {
             (Method::GET, "") => return self.root(),
             (Method::GET, "/status") => return self.status().await,
+            (Method::GET, "/metrics") => return self.metrics().await,
             (Method::GET, "/config") => return self.get_config(),
             (Method::POST, "/config") => return self.post_config(req, &query).await,
             (Method::GET, "/plugins/enabled") => {
@@ -162,7 +223,7 @@ impl Admin {
                     self.plugins.available().into_iter().map(|p| p.0).collect();
                 return json_response(StatusCode::OK, &json!({ "enabled_plugins": names }));
             }
-            (_, "" | "/status" | "/config" | "/plugins/enabled") => {
+            (_, "" | "/status" | "/metrics" | "/config" | "/plugins/enabled") => {
                 return message(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed")
             }
             _ => {}

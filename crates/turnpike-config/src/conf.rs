@@ -136,6 +136,8 @@ pub struct Conf {
     pub proxy_access_log: Option<String>,
     pub proxy_listen: Vec<ListenAddr>,
     pub admin_listen: Vec<ListenAddr>,
+    /// Kong's Status API: `/status`, `/status/ready` and `/metrics`, read-only.
+    pub status_listen: Vec<ListenAddr>,
     pub database: Database,
     pub pg: PgConf,
     /// How often a node polls the store's config version (Kong's `db_update_frequency`); with
@@ -313,6 +315,9 @@ const DEFAULTS: &[(&str, &str)] = &[
         "0.0.0.0:8000 reuseport backlog=16384, 0.0.0.0:8443 http2 ssl reuseport backlog=16384",
     ),
     ("admin_listen", "127.0.0.1:8001 reuseport backlog=16384"),
+    // Kong 3 listens on 127.0.0.1:8007 by default; off here unless asked for, so that
+    // several nodes on one host do not collide.
+    ("status_listen", "off"),
     ("database", "sqlite"),
     ("pg_host", "127.0.0.1"),
     ("pg_port", "5432"),
@@ -498,6 +503,7 @@ impl Conf {
             ));
         }
         let admin_listen = parse_listen("admin_listen", get("admin_listen"))?;
+        let status_listen = parse_listen("status_listen", get("status_listen"))?;
         let database = match get("database") {
             "off" => Database::Off,
             "sqlite" => Database::Sqlite,
@@ -723,6 +729,7 @@ impl Conf {
             proxy_access_log,
             proxy_listen,
             admin_listen,
+            status_listen,
             database,
             pg,
             db_update_frequency,
@@ -770,12 +777,13 @@ impl Conf {
                 })
                 .collect()
         };
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "prefix": self.prefix.display().to_string(),
             "log_level": self.log_level,
             "proxy_access_log": self.proxy_access_log.clone().unwrap_or_else(|| "off".into()),
             "proxy_listen": listen(&self.proxy_listen),
             "admin_listen": listen(&self.admin_listen),
+            "status_listen": listen(&self.status_listen),
             "database": self.database.name(),
             "pg_host": self.pg.host,
             "pg_port": self.pg.port,
@@ -805,6 +813,9 @@ impl Conf {
             "trusted_ips": self.trusted_ips,
             "real_ip_header": self.real_ip_header,
             "router_flavor": "traditional_compatible",
+        });
+        // Apart: one json! this large passes the macro's recursion limit.
+        let dns = serde_json::json!({
             "dns_resolver": self.dns.resolver.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
             "dns_hostsfile": self.dns.hostsfile.display().to_string(),
             "dns_order": self.dns.order.iter().map(|t| format!("{t:?}").to_ascii_uppercase()).collect::<Vec<_>>(),
@@ -813,7 +824,11 @@ impl Conf {
             "dns_not_found_ttl": self.dns.not_found_ttl.as_secs_f64(),
             "dns_error_ttl": self.dns.error_ttl.as_secs_f64(),
             "dns_cache_size": self.dns.cache_size,
-        })
+        });
+        if let (Some(all), Some(dns)) = (v.as_object_mut(), dns.as_object()) {
+            all.extend(dns.clone());
+        }
+        v
     }
 }
 

@@ -12,8 +12,11 @@ pub mod basic_auth;
 pub mod correlation_id;
 pub mod cors;
 pub mod credentials;
+pub mod file_log;
 pub mod ip_restriction;
 pub mod key_auth;
+pub mod log;
+pub mod prometheus;
 pub mod rate_limiting;
 pub mod request_size_limiting;
 pub mod request_termination;
@@ -392,6 +395,17 @@ pub trait Handler: Send + Sync {
     fn wants_body(&self) -> bool {
         false
     }
+    /// Kong's log phase, after the response went to the client. Must not block: a plugin
+    /// that ships entries elsewhere queues them.
+    fn log(&self, _entry: &log::LogEntry<'_>) {}
+    /// Whether this config has a log phase: routes without one build no log entry.
+    fn logs(&self) -> bool {
+        false
+    }
+    /// Whether its log phase reads request and response headers (copied only then).
+    fn log_headers(&self) -> bool {
+        false
+    }
 }
 
 /// A plugin: its identity, its config schema and how it turns a config into a handler.
@@ -438,8 +452,10 @@ pub fn bundled() -> Registry {
             &basic_auth::BasicAuth,
             &correlation_id::CorrelationId,
             &cors::Cors,
+            &file_log::FileLog,
             &ip_restriction::IpRestriction,
             &key_auth::KeyAuth,
+            &prometheus::Prometheus,
             &rate_limiting::RateLimiting,
             &request_size_limiting::RequestSizeLimiting,
             &request_termination::RequestTermination,

@@ -20,6 +20,8 @@ pub enum Type {
     OneOf(&'static [&'static str]),
     /// An array of strings.
     StringArray,
+    /// A map of string keys to string values (Kong's `map` type, e.g. http-log's `headers`).
+    Map,
     /// A nested record with its own fields (e.g. rate-limiting's `redis`); defaults apply inside
     /// it, and an absent record is filled with its defaults.
     Record(&'static [Field]),
@@ -178,6 +180,11 @@ fn check_type(ty: Type, v: &Value) -> Result<(), String> {
             Some(_) => Err("expected an array of strings".into()),
             None => Err("expected an array".into()),
         },
+        Type::Map => match v.as_object() {
+            Some(m) if m.values().all(|x| x.is_string()) => Ok(()),
+            Some(_) => Err("expected a map of strings".into()),
+            None => Err("expected a map".into()),
+        },
         // Records are validated field by field in `validate_record`.
         Type::Record(_) => Ok(()),
     }
@@ -209,6 +216,7 @@ fn record_fields_json(fields: &[Field]) -> Vec<Value> {
                 Type::Boolean => ("boolean", None),
                 Type::OneOf(c) => ("string", Some(("one_of", json!(c)))),
                 Type::StringArray => ("array", Some(("elements", json!({"type": "string"})))),
+                Type::Map => ("map", Some(("keys", json!({"type": "string"})))),
                 Type::Record(inner) => {
                     ("record", Some(("fields", json!(record_fields_json(inner)))))
                 }

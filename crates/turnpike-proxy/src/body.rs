@@ -13,6 +13,7 @@ use std::rc::Rc;
 
 use crate::deadline::Deadlines;
 use crate::h1::UpstreamBody;
+use crate::log::LogState;
 use crate::server::ConnInfo;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -31,15 +32,21 @@ pub struct ProxyBody {
 
 /// Counts a request as in flight on its connection until its response body is dropped; then
 /// records the time, from which the connection's keepalive timeout counts.
+/// It also carries the request's log phase, if its route has one: run when the body is done.
 pub struct RequestGuard {
     conn: Rc<ConnInfo>,
     deadlines: Rc<Deadlines>,
+    pub log: Option<Box<LogState>>,
 }
 
 impl RequestGuard {
     pub fn new(conn: Rc<ConnInfo>, deadlines: Rc<Deadlines>) -> Self {
         conn.in_flight.set(conn.in_flight.get() + 1);
-        RequestGuard { conn, deadlines }
+        RequestGuard {
+            conn,
+            deadlines,
+            log: None,
+        }
     }
 }
 
@@ -49,6 +56,9 @@ impl Drop for RequestGuard {
             .in_flight
             .set(self.conn.in_flight.get().saturating_sub(1));
         self.conn.last_active.set(self.deadlines.coarse_now());
+        if let Some(log) = self.log.take() {
+            log.finish();
+        }
     }
 }
 
@@ -78,7 +88,8 @@ impl Body for ProxyBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match &mut self.get_mut().kind {
+        let this = self.get_mut();
+        let polled = match &mut this.kind {
             BodyKind::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             BodyKind::Upstream(u) => Pin::new(u)
                 .poll_frame(cx)
@@ -86,7 +97,16 @@ impl Body for ProxyBody {
             BodyKind::Hyper(i) => Pin::new(i)
                 .poll_frame(cx)
                 .map(|o| o.map(|r| r.map_err(Into::into))),
+        };
+        // Bytes sent, for the log phase (only followed requests pay for the look).
+        if let (Poll::Ready(Some(Ok(frame))), Some(RequestGuard { log: Some(log), .. })) =
+            (&polled, &mut this.guard)
+        {
+            if let Some(data) = frame.data_ref() {
+                log.response_size += data.len() as u64;
+            }
         }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {

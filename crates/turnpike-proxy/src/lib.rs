@@ -9,6 +9,7 @@ pub mod dns;
 pub mod errors;
 pub mod h1;
 pub mod health;
+pub mod log;
 pub mod pool;
 pub mod proxy;
 pub mod server;

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
+use turnpike_plugins::log::Source;
 use turnpike_plugins::{Access, AccessRequest};
 use turnpike_router::{normalize_path, upstream_uri, RequestView};
 
@@ -18,6 +19,7 @@ use crate::body::{BodyKind, ProxyBody, RequestGuard};
 use crate::errors::{self, error_response};
 use crate::h1::{BodySource, ClientBody, SendError, UpstreamBody};
 use crate::health::Outcome;
+use crate::log::LogState;
 use crate::pool::{ConnectError, PeerKey};
 use crate::server::{ConnInfo, WorkerCtx};
 use crate::snapshot::{Destination, Peer, ServiceInfo};
@@ -137,8 +139,17 @@ pub async fn handle(
     let settings = &ctx.gateway.settings;
     // Response headers the route's plugins asked for (their header_filter phase).
     let mut plugin_headers = Vec::new();
-    let mut resp = route_and_proxy(&ctx, &conn, req, &request_id, start, &mut plugin_headers).await;
-    resp.body_mut().set_guard(guard);
+    let mut log: Option<Box<LogState>> = None;
+    let mut resp = route_and_proxy(
+        &ctx,
+        &conn,
+        req,
+        &request_id,
+        start,
+        &mut plugin_headers,
+        &mut log,
+    )
+    .await;
     let h = resp.headers_mut();
     for (k, v) in plugin_headers {
         h.insert(k, v);
@@ -152,6 +163,17 @@ pub async fn handle(
     if conn.http1 && settings.keepalive_requests > 0 && n >= settings.keepalive_requests {
         h.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
+    let mut guard = guard;
+    if let Some(mut l) = log {
+        // The response as it leaves: its status, head and (counted as it streams) body.
+        l.status = resp.status().as_u16();
+        if l.wants_headers() {
+            l.response_headers = Some(resp.headers().clone());
+        }
+        l.response_size = crate::log::head_size(12, resp.headers());
+        guard.log = Some(l);
+    }
+    resp.body_mut().set_guard(guard);
     Ok(resp)
 }
 
@@ -196,6 +218,7 @@ async fn route_and_proxy(
     rid: &HeaderValue,
     start: Instant,
     plugin_headers: &mut Vec<(HeaderName, HeaderValue)>,
+    log: &mut Option<Box<LogState>>,
 ) -> Response<ProxyBody> {
     let snap = ctx.snapshot();
     let upgrade = is_upgrade(&req);
@@ -238,6 +261,44 @@ async fn route_and_proxy(
         );
     };
     let route = m.route;
+    if snap.chains_log[route.route_index] != 0 {
+        let content_length = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        let start_line = parts.method.as_str().len()
+            + orig_uri.path_and_query().map_or(1, |p| p.as_str().len())
+            + 10;
+        *log = Some(Box::new(LogState {
+            snap: snap.clone(),
+            route: route.route_index,
+            service: route.service_index,
+            protocol: if conn.tls {
+                crate::snapshot::PROTO_HTTPS
+            } else {
+                crate::snapshot::PROTO_HTTP
+            },
+            started_at: std::time::SystemTime::now() - start.elapsed(),
+            start,
+            client_ip: client_ip(conn, &parts.headers),
+            method: parts.method.clone(),
+            uri: orig_uri.clone(),
+            host: host.to_string(),
+            tls: conn.tls,
+            request_headers: None,
+            request_size: crate::log::head_size(start_line, &parts.headers) + content_length,
+            consumer: None,
+            upstream_uri: None,
+            upstream_latency: None,
+            source: Source::Error,
+            status: 0,
+            response_headers: None,
+            response_size: 0,
+            tries: 0,
+        }));
+    }
 
     // A plain-HTTP request on an HTTPS-only route: Kong's 426 or the configured redirect.
     if !conn.tls && !route.accepts_http {
@@ -346,6 +407,13 @@ async fn route_and_proxy(
                 }
             };
             if let Some(e) = exit {
+                if let Some(l) = log.as_deref_mut() {
+                    l.source = Source::Exit;
+                    l.consumer = access.consumer.clone();
+                    if l.wants_headers() {
+                        l.request_headers = Some(access.headers.clone());
+                    }
+                }
                 let mut r = Response::new(ProxyBody::full(e.body));
                 *r.status_mut() = e.status;
                 for (k, v) in e.headers {
@@ -365,6 +433,13 @@ async fn route_and_proxy(
                 .headers
                 .insert(header::CONTENT_LENGTH, HeaderValue::from(b.len()));
             body = BodySource::Buffered(b);
+        }
+        if let Some(l) = log.as_deref_mut() {
+            l.consumer = consumer.clone();
+            // As the plugins left them (a hidden credential is not logged).
+            if l.wants_headers() {
+                l.request_headers = Some(parts.headers.clone());
+            }
         }
     }
 
@@ -458,6 +533,9 @@ async fn route_and_proxy(
         captures: m.captures.as_deref(),
         set_cookie: std::cell::Cell::new(None),
     };
+    if let Some(l) = log.as_deref_mut() {
+        l.upstream_uri = Some(parts.uri.clone());
+    }
     let sent = send_upstream(
         ctx,
         service,
@@ -509,6 +587,11 @@ async fn route_and_proxy(
         }
     };
     let upstream_latency = up_start.elapsed();
+    if let Some(l) = log.as_deref_mut() {
+        l.source = Source::Service;
+        l.upstream_latency = Some(upstream_latency);
+        l.tries = 1;
+    }
     parts.version = client_version;
     if let Some(c) = call.set_cookie.take() {
         parts.headers.append(header::SET_COOKIE, c);

@@ -27,6 +27,9 @@ pub struct Snapshot {
     pub chains: Vec<Chain>,
     /// Aligned with `config.routes`: whether a plugin of the route reads the request body.
     pub chains_want_body: Vec<bool>,
+    /// Aligned with `config.routes`: whether plugins of the route have a log phase
+    /// (`log::LOGS`) and read headers there (`log::LOG_HEADERS`).
+    pub chains_log: Vec<u8>,
     /// The targets active health checks probe while this config runs.
     pub probes: Vec<Arc<crate::health::Probe>>,
 }
@@ -497,6 +500,27 @@ impl Snapshot {
                 })
             })
             .collect();
+        let chains_log = chains
+            .iter()
+            .map(|c| {
+                let mut flags = 0;
+                for s in c.iter() {
+                    let handlers = s
+                        .handler
+                        .iter()
+                        .chain(s.by_consumer.iter().flat_map(|m| m.values()));
+                    for h in handlers {
+                        if h.handler.logs() {
+                            flags |= crate::log::LOGS;
+                            if h.handler.log_headers() {
+                                flags |= crate::log::LOG_HEADERS;
+                            }
+                        }
+                    }
+                }
+                flags
+            })
+            .collect();
         Ok(Snapshot {
             config,
             router,
@@ -504,6 +528,7 @@ impl Snapshot {
             certs,
             chains,
             chains_want_body,
+            chains_log,
             probes,
         })
     }

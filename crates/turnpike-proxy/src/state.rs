@@ -83,6 +83,9 @@ pub struct Gateway {
     pub stats: Stats,
     pub default_cert: Arc<CertifiedKey>,
     pub reloads: AtomicU64,
+    /// Time spent applying configs (compile and swap), in microseconds: total and last.
+    pub reload_micros_total: AtomicU64,
+    pub reload_micros_last: AtomicU64,
     /// Serialises reloads (SIGHUP and `POST /config`); never taken on the request path.
     reload_lock: Mutex<()>,
     /// Replaced snapshots, kept until no worker holds them so that the reloading thread, not
@@ -107,6 +110,8 @@ impl Gateway {
             stats: Stats::new(workers),
             default_cert,
             reloads: AtomicU64::new(0),
+            reload_micros_total: AtomicU64::new(0),
+            reload_micros_last: AtomicU64::new(0),
             reload_lock: Mutex::new(()),
             retired: Mutex::new(Vec::new()),
         }
@@ -116,12 +121,16 @@ impl Gateway {
     /// In-flight requests finish on the snapshot they started with.
     pub fn apply(&self, config: Config) -> Result<(), String> {
         let _guard = self.reload_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let started = std::time::Instant::now();
         let snap = Snapshot::compile(config)?;
         let probes = snap.probes.clone();
         let old = self.snapshot.swap(Arc::new(snap));
         crate::health::watch(probes);
         self.generation.fetch_add(1, Ordering::Release);
         self.reloads.fetch_add(1, Ordering::Relaxed);
+        let took = started.elapsed().as_micros() as u64;
+        self.reload_micros_total.fetch_add(took, Ordering::Relaxed);
+        self.reload_micros_last.store(took, Ordering::Relaxed);
         let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
         retired.push(old);
         self.reap(&mut retired);

@@ -399,6 +399,8 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
     .map_err(|e| format!("cannot bind proxy_listen: {e}"))?;
     let admin_listeners = server::bind(&conf.admin_listen, 1, &mut bind_warnings)
         .map_err(|e| format!("cannot bind admin_listen: {e}"))?;
+    let status_listeners = server::bind(&conf.status_listen, 1, &mut bind_warnings)
+        .map_err(|e| format!("cannot bind status_listen: {e}"))?;
     for w in &bind_warnings {
         tracing::warn!("{w}");
     }
@@ -411,6 +413,9 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
     }
     for l in &admin_listeners {
         tracing::info!("admin API listening on {}", l.spec.addr);
+    }
+    for l in &status_listeners {
+        tracing::info!("status API listening on {}", l.spec.addr);
     }
     let pid_dir = conf.prefix.join("pids");
     let _ = std::fs::create_dir_all(&pid_dir);
@@ -438,6 +443,16 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
             for s in l.sockets {
                 let listener = tokio::net::TcpListener::from_std(s).expect("admin listener");
                 tokio::spawn(turnpike_admin::serve(
+                    admin.clone(),
+                    listener,
+                    shutdown_rx.clone(),
+                ));
+            }
+        }
+        for l in status_listeners {
+            for s in l.sockets {
+                let listener = tokio::net::TcpListener::from_std(s).expect("status listener");
+                tokio::spawn(turnpike_admin::serve_status(
                     admin.clone(),
                     listener,
                     shutdown_rx.clone(),

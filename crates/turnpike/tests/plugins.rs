@@ -535,6 +535,9 @@ async fn key_auth_credentials_through_the_admin_api() {
         .await;
     assert_eq!(r.status, 409, "{}", r.json());
     let proxy = gw.proxy;
+    // The node applies Admin API writes through its config sync: wait for key-auth to be on
+    // (a loaded machine can take longer than the calls above).
+    until_status(proxy, "/k", 401).await;
     // A key asked for before it exists is cached as missing; creating it ends that at once.
     for _ in 0..2 {
         let r = call(proxy, "GET", "/k", &[("apikey", "chosen-key")]).await;

@@ -1,0 +1,175 @@
+//! file-log (PRIORITY 9): each request's log entry, as Kong serializes it, appended as one
+//! JSON line to `path`. The request path only queues the line (bounded); a writer thread per
+//! file appends them, so a slow disk never holds a request. Lines that do not fit in the queue
+//! are dropped and counted (`dropped_lines`), and the drop is logged once per burst.
+
+mod schema;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use serde_json::Value;
+
+use crate::log::LogEntry;
+use crate::{Access, AccessRequest, Handler, PluginSpec};
+
+pub struct FileLog;
+
+/// Lines waiting for a file's writer.
+const QUEUE: usize = 10_000;
+
+/// A file's writer: its queue and what was dropped.
+struct Writer {
+    queue: SyncSender<String>,
+    dropped: AtomicU64,
+}
+
+/// One writer per (path, reopen), shared by every config naming the file.
+fn writer(path: &str, reopen: bool) -> Result<Arc<Writer>, String> {
+    type Writers = Mutex<HashMap<(String, bool), Arc<Writer>>>;
+    static WRITERS: OnceLock<Writers> = OnceLock::new();
+    let mut writers = WRITERS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(w) = writers.get(&(path.to_string(), reopen)) {
+        return Ok(w.clone());
+    }
+    let (tx, rx) = sync_channel(QUEUE);
+    let file = path.to_string();
+    std::thread::Builder::new()
+        .name("file-log".into())
+        .spawn(move || write_lines(&file, reopen, rx))
+        .map_err(|e| format!("cannot start the file-log writer: {e}"))?;
+    let w = Arc::new(Writer {
+        queue: tx,
+        dropped: AtomicU64::new(0),
+    });
+    writers.insert((path.to_string(), reopen), w.clone());
+    Ok(w)
+}
+
+fn open(path: &str) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+}
+
+/// The writer thread: appends what is queued, in batches; with `reopen`, the file is opened
+/// again for every batch (a rotated file is followed).
+fn write_lines(path: &str, reopen: bool, rx: Receiver<String>) {
+    let mut file: Option<std::fs::File> = None;
+    let mut failing = false;
+    while let Ok(first) = rx.recv() {
+        let mut batch = first;
+        batch.push('\n');
+        while let Ok(more) = rx.try_recv() {
+            batch.push_str(&more);
+            batch.push('\n');
+            if batch.len() > 1 << 20 {
+                break;
+            }
+        }
+        if reopen || file.is_none() {
+            file = match open(path) {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    if !failing {
+                        tracing::error!("file-log: cannot open {path}: {e}");
+                        failing = true;
+                    }
+                    None
+                }
+            };
+        }
+        if let Some(f) = file.as_mut() {
+            match f.write_all(batch.as_bytes()) {
+                Ok(()) => failing = false,
+                Err(e) => {
+                    if !failing {
+                        tracing::error!("file-log: cannot write {path}: {e}");
+                        failing = true;
+                    }
+                    file = None;
+                }
+            }
+        }
+    }
+}
+
+struct Configured {
+    writer: Arc<Writer>,
+}
+
+impl PluginSpec for FileLog {
+    fn name(&self) -> &'static str {
+        "file-log"
+    }
+    fn priority(&self) -> i32 {
+        9
+    }
+    fn fields(&self) -> &'static [crate::schema::Field] {
+        schema::FIELDS
+    }
+    fn entity_checks(&self, config: &Value) -> Vec<(String, String)> {
+        let mut errs = Vec::new();
+        let path = config["path"].as_str().unwrap_or_default();
+        // Kong's rule for the path: no characters a shell would act on.
+        if path.is_empty()
+            || path
+                .chars()
+                .any(|c| !(c.is_alphanumeric() || "/\\._- ".contains(c)))
+        {
+            errs.push(("path".into(), "not a valid filename".into()));
+        }
+        if config["custom_fields_by_lua"]
+            .as_object()
+            .is_some_and(|m| !m.is_empty())
+        {
+            errs.push((
+                "custom_fields_by_lua".into(),
+                "Turnpike does not run Lua: custom_fields_by_lua must be empty".into(),
+            ));
+        }
+        errs
+    }
+    fn build(
+        &self,
+        config: &Value,
+        _ctx: &crate::BuildContext,
+    ) -> Result<Arc<dyn Handler>, String> {
+        let path = config["path"].as_str().unwrap_or_default();
+        let reopen = config["reopen"].as_bool().unwrap_or(false);
+        Ok(Arc::new(Configured {
+            writer: writer(path, reopen)?,
+        }))
+    }
+}
+
+impl Handler for Configured {
+    fn access(&self, _req: &mut AccessRequest<'_>) -> Access {
+        Access::Continue
+    }
+    fn logs(&self) -> bool {
+        true
+    }
+    fn log_headers(&self) -> bool {
+        true
+    }
+    fn log(&self, entry: &LogEntry<'_>) {
+        let line = entry.to_json().to_string();
+        match self.writer.queue.try_send(line) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                let dropped = self.writer.dropped.fetch_add(1, Ordering::Relaxed);
+                if dropped.is_multiple_of(10_000) {
+                    tracing::warn!("file-log: the writer is behind; log lines dropped");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! prometheus (PRIORITY 13): Kong's metrics, recorded in the log phase into per-worker
+//! shards (`metrics.rs`) and served at `/metrics` on the Admin API and `status_listen`, with
+//! Kong's metric names, labels and buckets so that existing dashboards work. As in Kong 3, each
+//! per-request family is off until its flag is set; node-wide metrics are always served.
+
+pub mod metrics;
+mod schema;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::log::LogEntry;
+use crate::{Access, AccessRequest, Handler, PluginSpec};
+
+pub struct Prometheus;
+
+/// Set once a config turns `upstream_health_metrics` on (Kong keeps exporting them until a
+/// restart after that, and so do we).
+static UPSTREAM_HEALTH: AtomicBool = AtomicBool::new(false);
+
+/// Whether `kong_upstream_target_health` is exported.
+pub fn upstream_health_metrics() -> bool {
+    UPSTREAM_HEALTH.load(Ordering::Relaxed)
+}
+
+struct Configured {
+    families: metrics::Families,
+}
+
+impl PluginSpec for Prometheus {
+    fn name(&self) -> &'static str {
+        "prometheus"
+    }
+    fn priority(&self) -> i32 {
+        13
+    }
+    fn fields(&self) -> &'static [crate::schema::Field] {
+        schema::FIELDS
+    }
+    fn build(
+        &self,
+        config: &Value,
+        _ctx: &crate::BuildContext,
+    ) -> Result<Arc<dyn Handler>, String> {
+        let flag = |name: &str| config[name].as_bool().unwrap_or(false);
+        if flag("upstream_health_metrics") {
+            UPSTREAM_HEALTH.store(true, Ordering::Relaxed);
+        }
+        Ok(Arc::new(Configured {
+            families: metrics::Families {
+                per_consumer: flag("per_consumer"),
+                status_code: flag("status_code_metrics"),
+                latency: flag("latency_metrics"),
+                bandwidth: flag("bandwidth_metrics"),
+            },
+        }))
+    }
+}
+
+impl Handler for Configured {
+    fn access(&self, _req: &mut AccessRequest<'_>) -> Access {
+        Access::Continue
+    }
+    fn logs(&self) -> bool {
+        let f = self.families;
+        f.status_code || f.latency || f.bandwidth
+    }
+    fn log(&self, entry: &LogEntry<'_>) {
+        metrics::record(self.families, entry);
+    }
+}

@@ -1,0 +1,100 @@
+//! The log phase on the request path: what is gathered about a request whose route has a
+//! plugin with a log phase, and running those plugins once the response body is done (when
+//! the request's guard drops). Routes without such a plugin gather nothing.
+
+use std::net::IpAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use http::{HeaderMap, Method, Uri};
+use turnpike_plugins::log::{LogEntry, Source};
+use turnpike_plugins::Identity;
+
+use crate::snapshot::Snapshot;
+
+/// Per-route log flags, compiled with the snapshot.
+pub const LOGS: u8 = 1;
+/// A log plugin of the route reads headers.
+pub const LOG_HEADERS: u8 = 2;
+
+/// A request being followed for the log phase.
+pub struct LogState {
+    pub snap: Rc<Arc<Snapshot>>,
+    pub route: usize,
+    pub service: Option<usize>,
+    pub protocol: u8,
+    pub started_at: SystemTime,
+    pub start: Instant,
+    pub client_ip: IpAddr,
+    pub method: Method,
+    pub uri: Uri,
+    pub host: String,
+    pub tls: bool,
+    pub request_headers: Option<HeaderMap>,
+    pub request_size: u64,
+    pub consumer: Option<Arc<Identity>>,
+    pub upstream_uri: Option<Uri>,
+    pub upstream_latency: Option<Duration>,
+    pub source: Source,
+    pub status: u16,
+    pub response_headers: Option<HeaderMap>,
+    pub response_size: u64,
+    pub tries: u32,
+}
+
+/// Bytes of a message head on the wire: start line and headers.
+pub fn head_size(start_line: usize, headers: &HeaderMap) -> u64 {
+    let fields: usize = headers
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 4)
+        .sum();
+    (start_line + 2 + fields + 2) as u64
+}
+
+impl LogState {
+    pub fn wants_headers(&self) -> bool {
+        self.snap.chains_log[self.route] & LOG_HEADERS != 0
+    }
+
+    /// Runs the log phase of the route's plugins (the consumer's configs where they have one).
+    pub fn finish(self) {
+        let snap = &self.snap;
+        let request_ms = self.start.elapsed().as_millis() as u64;
+        let proxy_ms = self.upstream_latency.map(|d| d.as_millis() as u64);
+        let entry = LogEntry {
+            started_at: self.started_at,
+            client_ip: self.client_ip,
+            method: &self.method,
+            uri: &self.uri,
+            host: &self.host,
+            tls: self.tls,
+            request_headers: self.request_headers.as_ref(),
+            response_headers: self.response_headers.as_ref(),
+            request_size: self.request_size,
+            status: self.status,
+            response_size: self.response_size,
+            source: self.source,
+            latency_request_ms: request_ms,
+            latency_proxy_ms: proxy_ms,
+            latency_kong_ms: request_ms.saturating_sub(proxy_ms.unwrap_or(0)),
+            route: &snap.config.routes[self.route],
+            service: self.service.map(|i| &snap.config.services[i]),
+            consumer: self.consumer.as_deref(),
+            upstream_uri: self
+                .upstream_uri
+                .as_ref()
+                .and_then(|u| u.path_and_query())
+                .map(|p| p.as_str()),
+            tries: self.tries,
+        };
+        let consumer = self.consumer.as_deref().map(|c| c.consumer_id.as_str());
+        for slot in snap.chains[self.route].iter() {
+            if let Some(h) = slot.handler_for(consumer, self.protocol) {
+                if h.logs() {
+                    h.log(&entry);
+                }
+            }
+        }
+    }
+}

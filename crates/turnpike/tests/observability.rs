@@ -1,0 +1,218 @@
+//! What operators see, on the real binary: the prometheus plugin's metrics after a known mix
+//! of requests (Kong's names, labels and buckets), node-wide metrics, the Status API on
+//! `status_listen`, and file-log's JSON lines (Kong's serializer, credentials redacted).
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+/// The value of the series whose line starts with `series` (name and labels, exactly).
+fn value(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l[series.len()..].trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_logs_describe_a_known_request_mix() {
+    let up = Upstream::start("observed");
+    let status_port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("requests.log");
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
+services:
+- name: open
+  url: {url}
+  routes: [{{name: open-route, paths: [/open]}}]
+- name: guarded
+  url: {url}
+  routes:
+  - name: guarded-route
+    paths: [/guarded]
+    plugins: [{{name: key-auth}}]
+upstreams:
+- name: pool
+  healthchecks: {{passive: {{unhealthy: {{tcp_failures: 1}}}}}}
+  targets: [{{target: "{addr}"}}]
+consumers:
+- username: alice
+  keyauth_credentials: [{{key: alice-key}}]
+plugins:
+- name: prometheus
+  config:
+    per_consumer: true
+    status_code_metrics: true
+    latency_metrics: true
+    bandwidth_metrics: true
+    upstream_health_metrics: true
+- name: file-log
+  config: {{path: "{log}"}}
+"#,
+        url = up.url(),
+        addr = up.addr,
+        log = log_path.display()
+    ))
+    .env(
+        "TURNPIKE_STATUS_LISTEN",
+        &format!("127.0.0.1:{status_port}"),
+    )
+    .start();
+
+    for _ in 0..3 {
+        assert_eq!(call(gw.proxy, "GET", "/open", &[]).await.status, 200);
+    }
+    for _ in 0..2 {
+        assert_eq!(
+            call(gw.proxy, "GET", "/open/status/503", &[]).await.status,
+            503
+        );
+    }
+    for _ in 0..2 {
+        let r = call(gw.proxy, "GET", "/guarded", &[("apikey", "alice-key")]).await;
+        assert_eq!(r.status, 200);
+    }
+    let r = call(
+        gw.proxy,
+        "GET",
+        "/guarded",
+        &[("apikey", "wrong"), ("authorization", "Basic c2VjcmV0")],
+    )
+    .await;
+    assert_eq!(r.status, 401);
+    // No route: no service, nothing recorded per service (as Kong).
+    assert_eq!(call(gw.proxy, "GET", "/nowhere", &[]).await.status, 404);
+
+    let status = std::net::SocketAddr::from(([127, 0, 0, 1], status_port));
+    let mut metrics = String::new();
+    let complete = eventually(Duration::from_secs(5), async || {
+        let r = call(status, "GET", "/metrics", &[]).await;
+        metrics = String::from_utf8_lossy(&r.body).into_owned();
+        value(&metrics, r#"kong_http_requests_total{service="guarded",route="guarded-route",code="401",source="kong",consumer=""}"#) == Some(1.0)
+    })
+    .await;
+    assert!(complete, "{metrics}");
+    let expect = [
+        (
+            r#"kong_http_requests_total{service="open",route="open-route",code="200",source="service",consumer=""}"#,
+            3.0,
+        ),
+        (
+            r#"kong_http_requests_total{service="open",route="open-route",code="503",source="service",consumer=""}"#,
+            2.0,
+        ),
+        (
+            r#"kong_http_requests_total{service="guarded",route="guarded-route",code="200",source="service",consumer="alice"}"#,
+            2.0,
+        ),
+        (
+            r#"kong_request_latency_ms_count{service="open",route="open-route"}"#,
+            5.0,
+        ),
+        (
+            r#"kong_request_latency_ms_bucket{service="open",route="open-route",le="+Inf"}"#,
+            5.0,
+        ),
+        (
+            r#"kong_upstream_latency_ms_count{service="open",route="open-route"}"#,
+            5.0,
+        ),
+        (
+            r#"kong_kong_latency_ms_count{service="guarded",route="guarded-route"}"#,
+            3.0,
+        ),
+        // The 401 never reached the upstream.
+        (
+            r#"kong_upstream_latency_ms_count{service="guarded",route="guarded-route"}"#,
+            2.0,
+        ),
+        (
+            r#"kong_upstream_target_health{upstream="pool",target=""#,
+            f64::NAN,
+        ),
+        ("kong_nginx_requests_total{", f64::NAN),
+        ("kong_node_info{", f64::NAN),
+        ("turnpike_config_reloads_total", 1.0),
+        (
+            &format!(r#"turnpike_upstream_requests_total{{peer="{}"}}"#, up.addr),
+            f64::NAN,
+        ),
+    ];
+    for (series, want) in expect {
+        if want.is_nan() {
+            assert!(metrics.contains(series), "no {series} in\n{metrics}");
+        } else {
+            assert_eq!(
+                value(&metrics, series),
+                Some(want),
+                "{series} in\n{metrics}"
+            );
+        }
+    }
+    // Buckets are cumulative: everything on loopback is under Kong's first upstream bucket
+    // (25 ms) or at least under the last.
+    assert_eq!(
+        value(
+            &metrics,
+            r#"kong_request_latency_ms_bucket{service="open",route="open-route",le="60000.0"}"#
+        ),
+        Some(5.0)
+    );
+    let egress = value(
+        &metrics,
+        r#"kong_bandwidth_bytes{service="open",route="open-route",direction="egress",consumer=""}"#,
+    )
+    .unwrap();
+    assert!(egress > 5.0 * 100.0, "egress {egress}");
+    assert!(value(&metrics, r#"kong_bandwidth_bytes{service="guarded",route="guarded-route",direction="ingress",consumer="alice"}"#).unwrap() > 0.0);
+    // The same on the Admin API.
+    let admin = call(gw.admin, "GET", "/metrics", &[]).await;
+    assert_eq!(admin.status, 200);
+    assert!(admin
+        .header("content-type")
+        .is_some_and(|c| c.starts_with("text/plain; version=0.0.4")));
+
+    // The Status API is read-only and small.
+    assert_eq!(call(status, "GET", "/status/ready", &[]).await.status, 200);
+    assert_eq!(call(status, "GET", "/status", &[]).await.status, 200);
+    assert_eq!(call(status, "GET", "/services", &[]).await.status, 404);
+    assert_eq!(call(status, "POST", "/metrics", &[]).await.status, 405);
+
+    // file-log: one JSON line per routed request, Kong's fields, credentials redacted.
+    let mut lines: Vec<serde_json::Value> = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(5), async || {
+            lines = std::fs::read_to_string(&log_path)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect();
+            lines.len() == 8
+        })
+        .await,
+        "{} lines: {lines:?}",
+        lines.len()
+    );
+    let alice = lines
+        .iter()
+        .find(|l| l["consumer"]["username"] == "alice")
+        .expect("a line for alice");
+    assert_eq!(alice["request"]["method"], "GET");
+    assert_eq!(alice["request"]["uri"], "/guarded");
+    assert_eq!(alice["response"]["status"], 200);
+    assert_eq!(alice["route"]["name"], "guarded-route");
+    assert_eq!(alice["service"]["name"], "guarded");
+    assert_eq!(alice["upstream_uri"], "/");
+    assert!(alice["latencies"]["request"].is_u64());
+    assert!(alice["response"]["size"].as_u64().unwrap() > 0);
+    let refused = lines
+        .iter()
+        .find(|l| l["response"]["status"] == 401)
+        .expect("a line for the 401");
+    assert_eq!(refused["request"]["headers"]["authorization"], "REDACTED");
+    assert_eq!(refused["source"], "exit");
+    assert_eq!(refused["latencies"]["proxy"], -1);
+}
