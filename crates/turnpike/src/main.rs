@@ -1,6 +1,7 @@
 //! `turnpike`: the gateway binary and its command line.
 
 mod db;
+mod doctor;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -43,6 +44,14 @@ enum Command {
     },
     /// Print the version and build profile.
     Version,
+    /// Check the machine and the configuration for what operators forget (open-file limit,
+    /// listen backlog, ephemeral ports, workers, keepalive, access log, build). Exits 1 when
+    /// something needs attention.
+    Doctor {
+        /// Configuration file (kong.conf format).
+        #[arg(short = 'c', long = "conf")]
+        conf: Option<PathBuf>,
+    },
     /// Database schema: bootstrap, up, status, reset (as `kong migrations`).
     Migrations {
         #[command(subcommand)]
@@ -180,6 +189,25 @@ fn main() -> ExitCode {
         } => run_db_command(conf.as_deref(), |conf, plugins| async move {
             db::db_export(&conf, plugins, &file).await
         }),
+        Command::Doctor { conf } => {
+            let conf = match load_conf(conf.as_deref()) {
+                Ok((c, _)) => c,
+                Err(e) => {
+                    eprintln!("Error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let findings = doctor::check(&conf, &doctor::Machine::inspect());
+            if findings.is_empty() {
+                println!("turnpike doctor: nothing needs attention");
+                return ExitCode::SUCCESS;
+            }
+            println!("turnpike doctor: {} finding(s)\n", findings.len());
+            for f in &findings {
+                println!("- {f}\n");
+            }
+            ExitCode::FAILURE
+        }
         Command::Start { conf } => match start(conf.as_deref()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -345,8 +373,9 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
     }
     let (soft, hard) = raise_nofile();
     tracing::info!("open files limit: soft {soft}, hard {hard}");
-    if soft < 16384 {
-        tracing::warn!("open files limit {soft} is low for a gateway; raise it (ulimit -n 65536)");
+    // `turnpike doctor`'s checks, as warnings (after the limit was raised as far as allowed).
+    for f in doctor::check(&conf, &doctor::Machine::inspect()) {
+        tracing::warn!("doctor: {f}");
     }
 
     std::fs::create_dir_all(&conf.prefix)
