@@ -3,6 +3,7 @@
 
 mod entities;
 mod health;
+pub mod log_level;
 mod metrics;
 mod schemas;
 
@@ -49,6 +50,8 @@ pub struct Admin {
     /// The entity store; `None` in DB-less mode.
     pub store: Option<Arc<turnpike_store::Store>>,
     pub sync: Option<Arc<turnpike_store::sync::ConfigSync>>,
+    /// Changes the log level at run time (`/debug/node/log-level`).
+    pub log_levels: Option<Arc<log_level::LevelState>>,
 }
 
 pub(crate) type Resp = Response<Full<Bytes>>;
@@ -227,6 +230,9 @@ impl Admin {
                 return message(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed")
             }
             _ => {}
+        }
+        if let Some(r) = self.log_level(&method, &path, &query) {
+            return r;
         }
         if let Some(tag) = path.strip_prefix("/tags/") {
             return self.tags(&method, tag, &path, &query).await;

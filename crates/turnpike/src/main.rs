@@ -284,22 +284,47 @@ fn parse_file(
     Ok(cfg)
 }
 
-fn init_logging(level: &str) {
-    // Kong's levels onto tracing's.
-    let filter = match level {
+/// Kong's levels onto tracing's.
+fn tracing_filter(level: &str) -> &'static str {
+    match level {
         "debug" => "debug",
         "info" | "notice" => "info",
         "warn" => "warn",
         _ => "error",
-    };
-    let _ = tracing_subscriber::fmt()
+    }
+}
+
+/// The log filter, changeable at run time through the Admin API.
+struct ReloadableFilter(
+    tracing_subscriber::reload::Handle<
+        tracing_subscriber::EnvFilter,
+        tracing_subscriber::fmt::Formatter<
+            tracing_subscriber::fmt::format::DefaultFields,
+            tracing_subscriber::fmt::format::Format<tracing_subscriber::fmt::format::Full>,
+            fn() -> std::io::Stderr,
+        >,
+    >,
+);
+
+impl turnpike_admin::log_level::LogLevels for ReloadableFilter {
+    fn apply(&self, level: &str) -> Result<(), String> {
+        self.0
+            .reload(tracing_subscriber::EnvFilter::new(tracing_filter(level)))
+            .map_err(|e| e.to_string())
+    }
+}
+
+fn init_logging(level: &str) -> Option<ReloadableFilter> {
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("TURNPIKE_LOG")
-                .unwrap_or_else(|_| filter.into()),
+                .unwrap_or_else(|_| tracing_filter(level).into()),
         )
         .with_target(false)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr as fn() -> std::io::Stderr)
+        .with_filter_reloading();
+    let handle = builder.reload_handle();
+    builder.try_init().ok().map(|_| ReloadableFilter(handle))
 }
 
 /// Raises the open-file soft limit to the hard limit and reports both.
@@ -349,7 +374,7 @@ fn node_id(prefix: &Path) -> String {
 fn start(conf_path: Option<&Path>) -> Result<(), String> {
     let (conf, warnings) = load_conf(conf_path)?;
     let plugins = plugin_registry(&conf)?;
-    init_logging(&conf.log_level);
+    let log_filter = init_logging(&conf.log_level);
     for w in &warnings {
         tracing::warn!("{w}");
     }
@@ -466,6 +491,12 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
         conf: conf.clone(),
         store,
         sync,
+        log_levels: log_filter.map(|f| {
+            Arc::new(turnpike_admin::log_level::LevelState::new(
+                Arc::new(f),
+                &conf.log_level,
+            ))
+        }),
     });
     rt.block_on(async {
         for l in admin_listeners {

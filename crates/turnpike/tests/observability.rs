@@ -91,7 +91,9 @@ plugins:
     let complete = eventually(Duration::from_secs(5), async || {
         let r = call(status, "GET", "/metrics", &[]).await;
         metrics = String::from_utf8_lossy(&r.body).into_owned();
+        // Per-peer counters are published by the workers once a second.
         value(&metrics, r#"kong_http_requests_total{service="guarded",route="guarded-route",code="401",source="kong",consumer=""}"#) == Some(1.0)
+            && metrics.contains("turnpike_upstream_requests_total{")
     })
     .await;
     assert!(complete, "{metrics}");
@@ -215,4 +217,57 @@ plugins:
     assert_eq!(refused["request"]["headers"]["authorization"], "REDACTED");
     assert_eq!(refused["source"], "exit");
     assert_eq!(refused["latencies"]["proxy"], -1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_level_changes_at_run_time_and_reverts() {
+    let dead = free_port();
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
+services:
+- name: dead
+  url: http://127.0.0.1:{dead}
+  retries: 0
+  routes: [{{paths: [/dead]}}]
+"#
+    ))
+    .start();
+    let level = async || {
+        gw.admin("GET", "/debug/node/log-level", None).await.json()["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    // The harness runs gateways at `info`.
+    let configured = level().await;
+    assert_eq!(configured, "log level: info");
+    // At info, a refused upstream connection is not logged (it is a debug message).
+    assert_eq!(call(gw.proxy, "GET", "/dead", &[]).await.status, 502);
+    let needle = format!("connect to 127.0.0.1:{dead} failed");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!gw.log_text().contains(&needle));
+
+    let r = gw
+        .admin("PUT", "/debug/node/log-level/debug?timeout=2", None)
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["message"], "log level changed to debug");
+    assert_eq!(level().await, "log level: debug");
+    assert_eq!(call(gw.proxy, "GET", "/dead", &[]).await.status, 502);
+    assert!(
+        eventually(Duration::from_secs(3), async || gw
+            .log_text()
+            .contains(&needle))
+        .await,
+        "{}",
+        gw.log_text()
+    );
+    // After the timeout the configured level is back.
+    assert!(eventually(Duration::from_secs(5), async || level().await == configured).await);
+
+    let r = gw.admin("PUT", "/debug/node/log-level/loud", None).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["message"], "unknown log level: loud");
+    let r = gw.admin("POST", "/debug/node/log-level/debug", None).await;
+    assert_eq!(r.status, 405);
 }
