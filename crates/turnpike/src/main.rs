@@ -294,16 +294,16 @@ fn tracing_filter(level: &str) -> &'static str {
     }
 }
 
+/// The subscriber `init_logging` builds (stderr, default format).
+type LogFormatter = tracing_subscriber::fmt::Formatter<
+    tracing_subscriber::fmt::format::DefaultFields,
+    tracing_subscriber::fmt::format::Format<tracing_subscriber::fmt::format::Full>,
+    fn() -> std::io::Stderr,
+>;
+
 /// The log filter, changeable at run time through the Admin API.
 struct ReloadableFilter(
-    tracing_subscriber::reload::Handle<
-        tracing_subscriber::EnvFilter,
-        tracing_subscriber::fmt::Formatter<
-            tracing_subscriber::fmt::format::DefaultFields,
-            tracing_subscriber::fmt::format::Format<tracing_subscriber::fmt::format::Full>,
-            fn() -> std::io::Stderr,
-        >,
-    >,
+    tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, LogFormatter>,
 );
 
 impl turnpike_admin::log_level::LogLevels for ReloadableFilter {
