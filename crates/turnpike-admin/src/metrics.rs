@@ -181,6 +181,33 @@ impl Admin {
         use std::sync::atomic::Ordering::Relaxed;
         family(
             &mut out,
+            "turnpike_log_entries_dropped_total",
+            "counter",
+            "Log entries a logging plugin dropped (queue full, or not delivered within max_retry_time)",
+        );
+        for (plugin, n) in [
+            ("file-log", &turnpike_plugins::file_log::DROPPED),
+            ("http-log", &turnpike_plugins::http_log::DROPPED),
+        ] {
+            let _ = writeln!(
+                out,
+                "turnpike_log_entries_dropped_total{{plugin=\"{plugin}\"}} {}",
+                n.load(Relaxed)
+            );
+        }
+        family(
+            &mut out,
+            "turnpike_log_entries_sent_total",
+            "counter",
+            "Log entries http-log delivered",
+        );
+        let _ = writeln!(
+            out,
+            "turnpike_log_entries_sent_total{{plugin=\"http-log\"}} {}",
+            turnpike_plugins::http_log::SENT.load(Relaxed)
+        );
+        family(
+            &mut out,
             "turnpike_config_reloads_total",
             "counter",
             "Configurations applied (compiled and swapped in)",

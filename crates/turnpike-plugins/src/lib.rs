@@ -13,6 +13,7 @@ pub mod correlation_id;
 pub mod cors;
 pub mod credentials;
 pub mod file_log;
+pub mod http_log;
 pub mod ip_restriction;
 pub mod key_auth;
 pub mod log;
@@ -453,6 +454,7 @@ pub fn bundled() -> Registry {
             &correlation_id::CorrelationId,
             &cors::Cors,
             &file_log::FileLog,
+            &http_log::HttpLog,
             &ip_restriction::IpRestriction,
             &key_auth::KeyAuth,
             &prometheus::Prometheus,

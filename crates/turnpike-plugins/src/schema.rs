@@ -40,6 +40,7 @@ pub struct Field {
 pub enum Default {
     Str(&'static str),
     Int(i64),
+    Float(f64),
     Bool(bool),
     EmptyArray,
     StrArray(&'static [&'static str]),
@@ -50,6 +51,7 @@ impl Default {
         match self {
             Default::Str(s) => Value::String(s.into()),
             Default::Int(i) => Value::from(i),
+            Default::Float(f) => Value::from(f),
             Default::Bool(b) => Value::Bool(b),
             Default::EmptyArray => Value::Array(Vec::new()),
             Default::StrArray(a) => Value::from(a.to_vec()),

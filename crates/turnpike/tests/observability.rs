@@ -271,3 +271,140 @@ services:
     let r = gw.admin("POST", "/debug/node/log-level/debug", None).await;
     assert_eq!(r.status, 405);
 }
+
+/// A log receiver: an HTTP server on `port` that keeps every JSON entry it is sent (a body is
+/// one entry or an array of them). Stops when dropped.
+struct Receiver {
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+fn receiver(port: u16, got: std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>) -> Receiver {
+    use http_body_util::BodyExt;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    rt.spawn(async move {
+        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let got = got.clone();
+            tokio::spawn(async move {
+                let svc =
+                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        let got = got.clone();
+                        async move {
+                            let body = req.into_body().collect().await?.to_bytes();
+                            let v: serde_json::Value =
+                                serde_json::from_slice(&body).unwrap_or_default();
+                            let mut got = got.lock().unwrap();
+                            match v {
+                                serde_json::Value::Array(a) => got.extend(a),
+                                v => got.push(v),
+                            }
+                            Ok::<_, hyper::Error>(http::Response::new(http_body_util::Full::new(
+                                bytes::Bytes::from_static(b"ok"),
+                            )))
+                        }
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    Receiver { rt: Some(rt) }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_log_never_blocks_and_counts_what_it_drops() {
+    let up = Upstream::start("logged");
+    let port = free_port();
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut rx = Some(receiver(port, got.clone()));
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
+services:
+- name: s
+  url: {url}
+  routes: [{{name: r, paths: [/]}}]
+plugins:
+- name: http-log
+  config:
+    http_endpoint: http://127.0.0.1:{port}/logs
+    headers: {{x-log-source: turnpike}}
+    queue:
+      max_batch_size: 5
+      max_coalescing_delay: 0.05
+      max_entries: 10
+      initial_retry_delay: 0.05
+      max_retry_delay: 0.2
+      max_retry_time: 120
+"#,
+        url = up.url()
+    ))
+    .start();
+    let received = || got.lock().unwrap().len();
+    for _ in 0..5 {
+        assert_eq!(call(gw.proxy, "GET", "/a", &[]).await.status, 200);
+    }
+    assert!(eventually(Duration::from_secs(10), async || received() == 5).await);
+    assert_eq!(got.lock().unwrap()[0]["request"]["uri"], "/a");
+
+    // The receiver goes away: requests go on unhindered (a request that waited on the log
+    // would hang here), the queue fills, and what does not fit is dropped and counted.
+    drop(rx.take());
+    for _ in 0..40 {
+        let r = tokio::time::timeout(Duration::from_secs(5), call(gw.proxy, "GET", "/b", &[]))
+            .await
+            .expect("a request waited on http-log");
+        assert_eq!(r.status, 200);
+    }
+    let metric = async |name: &str| -> u64 {
+        let m = call(gw.admin, "GET", "/metrics", &[]).await;
+        let text = String::from_utf8_lossy(&m.body).into_owned();
+        let series = format!("{name}{{plugin=\"http-log\"}}");
+        value(&text, &series).unwrap_or(-1.0) as u64
+    };
+    let dropped = metric("turnpike_log_entries_dropped_total").await;
+    assert!(dropped >= 25, "dropped {dropped}");
+
+    // Back: the queued entries are delivered by the retries; nothing is lost silently.
+    rx = Some(receiver(port, got.clone()));
+    let mut seen = (0, 0);
+    assert!(
+        eventually(Duration::from_secs(20), async || {
+            seen = (
+                received(),
+                metric("turnpike_log_entries_dropped_total").await as usize,
+            );
+            seen.0 + seen.1 == 45
+        })
+        .await,
+        "received {} + dropped {} != 45",
+        seen.0,
+        seen.1
+    );
+    assert!(
+        seen.0 > 5,
+        "nothing queued was delivered after the receiver came back"
+    );
+    assert_eq!(
+        metric("turnpike_log_entries_sent_total").await as usize,
+        seen.0
+    );
+    drop(rx);
+}

@@ -18,6 +18,9 @@ use crate::{Access, AccessRequest, Handler, PluginSpec};
 
 pub struct FileLog;
 
+/// Lines dropped because a writer was behind, over every file.
+pub static DROPPED: AtomicU64 = AtomicU64::new(0);
+
 /// Lines waiting for a file's writer.
 const QUEUE: usize = 10_000;
 
@@ -165,6 +168,7 @@ impl Handler for Configured {
         match self.writer.queue.try_send(line) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                DROPPED.fetch_add(1, Ordering::Relaxed);
                 let dropped = self.writer.dropped.fetch_add(1, Ordering::Relaxed);
                 if dropped.is_multiple_of(10_000) {
                     tracing::warn!("file-log: the writer is behind; log lines dropped");

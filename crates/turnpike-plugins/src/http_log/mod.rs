@@ -1,0 +1,366 @@
+//! http-log (PRIORITY 12): each request's log entry, as Kong serializes it, sent to an HTTP
+//! endpoint through Kong's queue semantics. The request path only offers the entry to a
+//! bounded queue (`queue.max_entries`) and never waits: when the queue is full the entry is
+//! dropped and counted (`turnpike_log_entries_dropped_total{plugin="http-log"}`). A sender
+//! thread per queue batches entries (`max_batch_size`, `max_coalescing_delay`), sends them on a
+//! kept-alive connection and retries a failed batch with exponential back-off
+//! (`initial_retry_delay` doubling up to `max_retry_delay`) for up to `max_retry_time`, after
+//! which the batch is dropped and counted.
+
+mod schema;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{header, HeaderName, HeaderValue, Method, Request, Uri};
+use http_body_util::{BodyExt, Full};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::log::LogEntry;
+use crate::{Access, AccessRequest, Handler, PluginSpec};
+
+pub struct HttpLog;
+
+/// Entries dropped (queue full, or a batch that could not be delivered in time) and sent,
+/// over every http-log queue of the process.
+pub static DROPPED: AtomicU64 = AtomicU64::new(0);
+pub static SENT: AtomicU64 = AtomicU64::new(0);
+
+/// Where and how a queue sends.
+#[derive(Clone, Debug)]
+struct Target {
+    uri: Uri,
+    method: Method,
+    content_type: HeaderValue,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    timeout: Duration,
+    batch: usize,
+    coalescing: Duration,
+    max_retry_time: Duration,
+    initial_retry_delay: Duration,
+    max_retry_delay: Duration,
+}
+
+struct Queue {
+    tx: mpsc::Sender<String>,
+}
+
+fn seconds(v: &Value, default: f64) -> Duration {
+    Duration::from_secs_f64(v.as_f64().unwrap_or(default).clamp(0.0, 1e6))
+}
+
+fn target(config: &Value) -> Result<(Target, usize), String> {
+    let uri: Uri = config["http_endpoint"]
+        .as_str()
+        .unwrap_or_default()
+        .parse()
+        .map_err(|e| format!("http_endpoint: {e}"))?;
+    let mut headers = Vec::new();
+    // Credentials in the URL become Basic authentication (Kong's rule).
+    if let Some(authority) = uri.authority() {
+        if let Some((userinfo, _)) = authority.as_str().rsplit_once('@') {
+            use base64::Engine;
+            let token = base64::engine::general_purpose::STANDARD.encode(userinfo);
+            if let Ok(v) = HeaderValue::from_str(&format!("Basic {token}")) {
+                headers.push((header::AUTHORIZATION, v));
+            }
+        }
+    }
+    if let Some(map) = config["headers"].as_object() {
+        for (k, v) in map {
+            let name = HeaderName::from_bytes(k.as_bytes())
+                .map_err(|_| format!("headers: invalid header name '{k}'"))?;
+            let value = HeaderValue::from_str(v.as_str().unwrap_or_default())
+                .map_err(|_| format!("headers: invalid value for '{k}'"))?;
+            headers.push((name, value));
+        }
+    }
+    let q = &config["queue"];
+    let max_entries = q["max_entries"]
+        .as_u64()
+        .or(config["queue_size"].as_u64())
+        .unwrap_or(10000) as usize;
+    Ok((
+        Target {
+            method: config["method"]
+                .as_str()
+                .unwrap_or("POST")
+                .parse()
+                .unwrap_or(Method::POST),
+            content_type: HeaderValue::from_str(
+                config["content_type"]
+                    .as_str()
+                    .unwrap_or("application/json"),
+            )
+            .unwrap_or(HeaderValue::from_static("application/json")),
+            headers,
+            timeout: Duration::from_millis(config["timeout"].as_f64().unwrap_or(10000.0) as u64),
+            batch: q["max_batch_size"].as_u64().unwrap_or(1).max(1) as usize,
+            coalescing: seconds(&q["max_coalescing_delay"], 1.0),
+            max_retry_time: seconds(&q["max_retry_time"], 60.0),
+            initial_retry_delay: seconds(&q["initial_retry_delay"], 0.01),
+            max_retry_delay: seconds(&q["max_retry_delay"], 60.0),
+            uri,
+        },
+        max_entries,
+    ))
+}
+
+/// One queue per distinct sending config, shared by the plugin instances that have it, and
+/// kept across reloads (queued entries survive a config change).
+fn queue(config: &Value) -> Result<Arc<Queue>, String> {
+    type Queues = Mutex<HashMap<String, Arc<Queue>>>;
+    static QUEUES: OnceLock<Queues> = OnceLock::new();
+    let key = config.to_string();
+    let mut queues = QUEUES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(q) = queues.get(&key) {
+        return Ok(q.clone());
+    }
+    let (target, max_entries) = target(config)?;
+    let (tx, rx) = mpsc::channel(max_entries);
+    std::thread::Builder::new()
+        .name("http-log".into())
+        .spawn(move || {
+            match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt.block_on(send_loop(target, rx)),
+                Err(e) => tracing::error!("http-log: cannot start its sender: {e}"),
+            }
+        })
+        .map_err(|e| format!("cannot start the http-log sender: {e}"))?;
+    let q = Arc::new(Queue { tx });
+    queues.insert(key, q.clone());
+    Ok(q)
+}
+
+/// A kept-alive connection to the endpoint.
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+
+async fn connect(t: &Target) -> Result<Sender, String> {
+    let https = t.uri.scheme_str() == Some("https");
+    let host = t.uri.host().unwrap_or("localhost").to_string();
+    let port = t.uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+    let tcp = tokio::net::TcpStream::connect((host.trim_matches(['[', ']']), port))
+        .await
+        .map_err(|e| e.to_string())?;
+    let _ = tcp.set_nodelay(true);
+    macro_rules! handshake {
+        ($io:expr) => {{
+            let (sender, conn) =
+                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new($io))
+                    .await
+                    .map_err(|e| e.to_string())?;
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            Ok(sender)
+        }};
+    }
+    if https {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls_native_certs::load_native_certs().certs {
+            let _ = roots.add(cert);
+        }
+        let config = rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name =
+            rustls::pki_types::ServerName::try_from(host.trim_matches(['[', ']']).to_string())
+                .map_err(|e| e.to_string())?;
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(name, tcp)
+            .await
+            .map_err(|e| e.to_string())?;
+        handshake!(tls)
+    } else {
+        handshake!(tcp)
+    }
+}
+
+/// Sends one batch once; `Err` says why it did not get a 2xx.
+async fn send(t: &Target, conn: &mut Option<Sender>, body: Bytes) -> Result<(), String> {
+    if conn.as_ref().is_none_or(|c| c.is_closed()) {
+        *conn = Some(
+            tokio::time::timeout(t.timeout, connect(t))
+                .await
+                .map_err(|_| "connect timeout".to_string())??,
+        );
+    }
+    let sender = conn.as_mut().expect("connected above");
+    let path = t.uri.path_and_query().map_or("/", |p| p.as_str());
+    let host = t.uri.authority().map_or("", |a| {
+        a.as_str().rsplit_once('@').map_or(a.as_str(), |(_, h)| h)
+    });
+    let mut req = Request::builder()
+        .method(t.method.clone())
+        .uri(path)
+        .header(header::HOST, host)
+        .header(header::CONTENT_TYPE, t.content_type.clone())
+        .body(Full::new(body))
+        .map_err(|e| e.to_string())?;
+    for (k, v) in &t.headers {
+        req.headers_mut().insert(k.clone(), v.clone());
+    }
+    let sent = tokio::time::timeout(t.timeout, async {
+        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let _ = resp.into_body().collect().await;
+        Ok::<_, String>(status)
+    })
+    .await;
+    match sent {
+        Ok(Ok(s)) if s.is_success() => Ok(()),
+        Ok(Ok(s)) => Err(format!("status {s}")),
+        Ok(Err(e)) => {
+            *conn = None;
+            Err(e)
+        }
+        Err(_) => {
+            *conn = None;
+            Err("timeout".into())
+        }
+    }
+}
+
+/// The sender: batches, sends, retries with back-off, drops what could not go in time.
+async fn send_loop(t: Target, mut rx: mpsc::Receiver<String>) {
+    let mut conn: Option<Sender> = None;
+    let mut failing = false;
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        let until = Instant::now() + t.coalescing;
+        while batch.len() < t.batch {
+            match tokio::time::timeout_at(until.into(), rx.recv()).await {
+                Ok(Some(e)) => batch.push(e),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        // One entry: the object itself; several: a JSON array (Kong's body shapes).
+        let body = if batch.len() == 1 {
+            Bytes::from(batch[0].clone())
+        } else {
+            Bytes::from(format!("[{}]", batch.join(",")))
+        };
+        let started = Instant::now();
+        let mut delay = t.initial_retry_delay;
+        loop {
+            match send(&t, &mut conn, body.clone()).await {
+                Ok(()) => {
+                    SENT.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    if failing {
+                        tracing::warn!("http-log: {} reachable again", t.uri);
+                        failing = false;
+                    }
+                    break;
+                }
+                Err(e) => {
+                    if !failing {
+                        tracing::warn!("http-log: cannot send to {}: {e}; retrying", t.uri);
+                        failing = true;
+                    }
+                    if started.elapsed() + delay > t.max_retry_time {
+                        DROPPED.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                        tracing::error!(
+                            "http-log: {} entries dropped after {:?} of retries to {}",
+                            batch.len(),
+                            t.max_retry_time,
+                            t.uri
+                        );
+                        break;
+                    }
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(t.max_retry_delay);
+                }
+            }
+        }
+    }
+}
+
+struct Configured {
+    queue: Arc<Queue>,
+}
+
+impl PluginSpec for HttpLog {
+    fn name(&self) -> &'static str {
+        "http-log"
+    }
+    fn priority(&self) -> i32 {
+        12
+    }
+    fn fields(&self) -> &'static [crate::schema::Field] {
+        schema::FIELDS
+    }
+    fn entity_checks(&self, config: &Value) -> Vec<(String, String)> {
+        let mut errs = Vec::new();
+        match config["http_endpoint"].as_str().map(str::parse::<Uri>) {
+            Some(Ok(u))
+                if matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some() => {}
+            _ => errs.push((
+                "http_endpoint".into(),
+                "missing host in url or unsupported scheme (http, https)".into(),
+            )),
+        }
+        if config["queue"]["concurrency_limit"].as_i64() == Some(0) {
+            errs.push((
+                "queue.concurrency_limit".into(),
+                "expected one of: -1, 1".into(),
+            ));
+        }
+        if config["custom_fields_by_lua"]
+            .as_object()
+            .is_some_and(|m| !m.is_empty())
+        {
+            errs.push((
+                "custom_fields_by_lua".into(),
+                "Turnpike does not run Lua: custom_fields_by_lua must be empty".into(),
+            ));
+        }
+        if let Some(map) = config["headers"].as_object() {
+            for k in map.keys() {
+                if HeaderName::from_bytes(k.as_bytes()).is_err() {
+                    errs.push(("headers".into(), format!("invalid header name '{k}'")));
+                }
+            }
+        }
+        errs
+    }
+    fn build(
+        &self,
+        config: &Value,
+        _ctx: &crate::BuildContext,
+    ) -> Result<Arc<dyn Handler>, String> {
+        Ok(Arc::new(Configured {
+            queue: queue(config)?,
+        }))
+    }
+}
+
+impl Handler for Configured {
+    fn access(&self, _req: &mut AccessRequest<'_>) -> Access {
+        Access::Continue
+    }
+    fn logs(&self) -> bool {
+        true
+    }
+    fn log_headers(&self) -> bool {
+        true
+    }
+    fn log(&self, entry: &LogEntry<'_>) {
+        let line = entry.to_json().to_string();
+        if self.queue.tx.try_send(line).is_err() {
+            let n = DROPPED.fetch_add(1, Ordering::Relaxed);
+            if n.is_multiple_of(1000) {
+                tracing::warn!("http-log: queue full; entries dropped ({} so far)", n + 1);
+            }
+        }
+    }
+}

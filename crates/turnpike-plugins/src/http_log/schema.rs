@@ -1,0 +1,68 @@
+//! http-log's config (Kong `kong/plugins/http-log/schema.lua` and the shared queue record of
+//! `kong/tools/queue_schema.lua`). The deprecated `retry_count`, `queue_size` and
+//! `flush_timeout` are accepted; `queue` is what counts. `custom_fields_by_lua` holds Lua,
+//! which Turnpike does not run: a config that sets it is refused.
+
+use crate::schema::{Default, Field, Type};
+
+pub const QUEUE: &[Field] = &[
+    Field::new(
+        "max_batch_size",
+        Type::Integer {
+            min: 1,
+            max: 1_000_000,
+        },
+    )
+    .default(Default::Int(1)),
+    Field::new("max_coalescing_delay", Type::Number).default(Default::Int(1)),
+    Field::new(
+        "max_entries",
+        Type::Integer {
+            min: 1,
+            max: 1_000_000,
+        },
+    )
+    .default(Default::Int(10000)),
+    Field::new(
+        "max_bytes",
+        Type::Integer {
+            min: 1,
+            max: i64::MAX,
+        },
+    ),
+    Field::new("max_retry_time", Type::Number).default(Default::Int(60)),
+    Field::new("initial_retry_delay", Type::Number).default(Default::Float(0.01)),
+    Field::new("max_retry_delay", Type::Number).default(Default::Int(60)),
+    // Kong allows 1 (one batch in flight) or -1 (no limit); 0 is refused in `entity_checks`.
+    Field::new("concurrency_limit", Type::Integer { min: -1, max: 1 }).default(Default::Int(1)),
+];
+
+pub const FIELDS: &[Field] = &[
+    Field::new("http_endpoint", Type::String).required(),
+    Field::new("method", Type::OneOf(&["POST", "PUT", "PATCH"])).default(Default::Str("POST")),
+    Field::new(
+        "content_type",
+        Type::OneOf(&["application/json", "application/json; charset=utf-8"]),
+    )
+    .default(Default::Str("application/json")),
+    Field::new("timeout", Type::Number).default(Default::Int(10000)),
+    Field::new("keepalive", Type::Number).default(Default::Int(60000)),
+    Field::new(
+        "retry_count",
+        Type::Integer {
+            min: 0,
+            max: 1_000_000,
+        },
+    ),
+    Field::new(
+        "queue_size",
+        Type::Integer {
+            min: 1,
+            max: 1_000_000,
+        },
+    ),
+    Field::new("flush_timeout", Type::Number),
+    Field::new("headers", Type::Map),
+    Field::new("queue", Type::Record(QUEUE)),
+    Field::new("custom_fields_by_lua", Type::Map),
+];
