@@ -355,12 +355,23 @@ impl Admin {
                     "connections_accepted": t.connections_accepted,
                     "connections_handled": t.connections_accepted,
                     "connections_active": active,
+                    // hyper reads request heads internally: a connection reading one counts
+                    // as waiting.
+                    "connections_reading": 0,
+                    "connections_writing": t.connections_writing.clamp(0, active),
+                    "connections_waiting": (active - t.connections_writing.max(0)).max(0),
                     "total_requests": t.requests,
                 },
                 "upstream": {
                     "connections_opened": t.upstream_connections_opened,
                     "requests": t.upstream_requests,
                     "reuse_ratio": reuse_ratio(t.upstream_connections_opened, t.upstream_requests),
+                    "pool": {
+                        "idle_connections": t.pool_idle,
+                        "size_per_peer_per_worker": self.conf.upstream_keepalive_pool_size,
+                        "max_requests": self.conf.upstream_keepalive_max_requests,
+                        "idle_timeout": self.conf.upstream_keepalive_idle_timeout.as_secs(),
+                    },
                     "peers": peer_stats(&self.gateway),
                 },
                 "configuration_hash": self.gateway.config_hash(),

@@ -33,7 +33,10 @@ impl Admin {
             ("accepted", t.connections_accepted as i64),
             ("active", active),
             ("handled", t.connections_accepted as i64),
+            ("reading", 0),
             ("total", t.requests as i64),
+            ("waiting", (active - t.connections_writing.max(0)).max(0)),
+            ("writing", t.connections_writing.clamp(0, active)),
         ] {
             let _ = writeln!(
                 out,

@@ -11,10 +11,10 @@ use hyper::body::Incoming;
 
 use std::rc::Rc;
 
-use crate::deadline::Deadlines;
 use crate::h1::UpstreamBody;
 use crate::log::LogState;
-use crate::server::ConnInfo;
+use crate::server::{ConnInfo, WorkerCtx};
+use std::sync::atomic::Ordering;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -35,16 +35,26 @@ pub struct ProxyBody {
 /// It also carries the request's log phase, if its route has one: run when the body is done.
 pub struct RequestGuard {
     conn: Rc<ConnInfo>,
-    deadlines: Rc<Deadlines>,
+    ctx: Rc<WorkerCtx>,
     pub log: Option<Box<LogState>>,
 }
 
+/// Adds to the worker's count of connections being served (owner-written: load and store).
+fn writing(ctx: &WorkerCtx, by: i64) {
+    let w = &ctx.stats.connections_writing;
+    w.store(w.load(Ordering::Relaxed) + by, Ordering::Relaxed);
+}
+
 impl RequestGuard {
-    pub fn new(conn: Rc<ConnInfo>, deadlines: Rc<Deadlines>) -> Self {
-        conn.in_flight.set(conn.in_flight.get() + 1);
+    pub fn new(conn: Rc<ConnInfo>, ctx: Rc<WorkerCtx>) -> Self {
+        let n = conn.in_flight.get();
+        if n == 0 {
+            writing(&ctx, 1);
+        }
+        conn.in_flight.set(n + 1);
         RequestGuard {
             conn,
-            deadlines,
+            ctx,
             log: None,
         }
     }
@@ -52,10 +62,12 @@ impl RequestGuard {
 
 impl Drop for RequestGuard {
     fn drop(&mut self) {
-        self.conn
-            .in_flight
-            .set(self.conn.in_flight.get().saturating_sub(1));
-        self.conn.last_active.set(self.deadlines.coarse_now());
+        let n = self.conn.in_flight.get().saturating_sub(1);
+        self.conn.in_flight.set(n);
+        if n == 0 {
+            writing(&self.ctx, -1);
+        }
+        self.conn.last_active.set(self.ctx.deadlines.coarse_now());
         if let Some(log) = self.log.take() {
             log.finish();
         }

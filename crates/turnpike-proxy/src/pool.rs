@@ -114,6 +114,10 @@ impl Pool {
             list.retain_mut(|c| c.since.elapsed() <= timeout && c.conn.idle_alive());
             !list.is_empty()
         });
+        self.stats.pool_idle.store(
+            self.idle_count() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     pub fn idle_count(&self) -> usize {

@@ -134,7 +134,7 @@ pub async fn handle(
     let start = Instant::now();
     ctx.stats.requests.inc();
     // In flight until the response body is done: the keepalive timeout does not run meanwhile.
-    let guard = RequestGuard::new(conn.clone(), ctx.deadlines.clone());
+    let guard = RequestGuard::new(conn.clone(), ctx.clone());
     let request_id = ctx.request_id();
     let settings = &ctx.gateway.settings;
     // Response headers the route's plugins asked for (their header_filter phase).

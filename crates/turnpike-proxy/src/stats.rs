@@ -74,6 +74,10 @@ pub struct WorkerStats {
     pub upstream_requests: Counter,
     /// Open client connections (incremented and decremented by the owner only).
     pub connections_active: AtomicI64,
+    /// Client connections with a request being handled (nginx's "writing"); owner-written.
+    pub connections_writing: AtomicI64,
+    /// Idle upstream connections in the worker's pool (published once a second).
+    pub pool_idle: AtomicU64,
     /// The worker's per-peer tallies as last published (at most a second old).
     pub peers: std::sync::Mutex<Vec<PeerTally>>,
 }
@@ -87,6 +91,8 @@ pub struct Stats {
 pub struct StatsTotals {
     pub connections_accepted: u64,
     pub connections_active: i64,
+    pub connections_writing: i64,
+    pub pool_idle: u64,
     pub requests: u64,
     pub upstream_connections_opened: u64,
     pub upstream_requests: u64,
@@ -122,6 +128,8 @@ impl Stats {
         for w in &self.workers {
             t.connections_accepted += w.connections_accepted.get();
             t.connections_active += w.connections_active.load(Ordering::Relaxed);
+            t.connections_writing += w.connections_writing.load(Ordering::Relaxed);
+            t.pool_idle += w.pool_idle.load(Ordering::Relaxed);
             t.requests += w.requests.get();
             t.upstream_connections_opened += w.upstream_connections_opened.get();
             t.upstream_requests += w.upstream_requests.get();

@@ -408,3 +408,40 @@ plugins:
     );
     drop(rx);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_counts_connections_being_served_and_the_pool() {
+    let slow = Upstream::start_with_delay("slow", Duration::from_millis(800));
+    let gw = Gateway::with_config(&format!(
+        "_format_version: '3.0'\nservices: [{{name: s, url: '{}', routes: [{{paths: [/]}}]}}]\n",
+        slow.url()
+    ))
+    .start();
+    let proxy = gw.proxy;
+    let in_flight = tokio::spawn(async move { call(proxy, "GET", "/", &[]).await.status });
+    let mut server = serde_json::Value::Null;
+    assert!(
+        eventually(Duration::from_secs(5), async || {
+            server = gw.status().await["server"].clone();
+            server["connections_writing"] == 1
+        })
+        .await,
+        "{server}"
+    );
+    assert!(server["connections_active"].as_i64().unwrap() >= 1);
+    assert_eq!(in_flight.await.unwrap(), 200);
+    let mut st = serde_json::Value::Null;
+    assert!(
+        eventually(Duration::from_secs(5), async || {
+            st = gw.status().await;
+            st["server"]["connections_writing"] == 0
+                && st["upstream"]["pool"]["idle_connections"] == 1
+        })
+        .await,
+        "{st}"
+    );
+    assert_eq!(st["upstream"]["pool"]["size_per_peer_per_worker"], 512);
+    assert!(st["configuration_hash"]
+        .as_str()
+        .is_some_and(|h| h.len() == 32));
+}
