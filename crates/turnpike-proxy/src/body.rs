@@ -11,6 +11,7 @@ use hyper::body::Incoming;
 
 use std::rc::Rc;
 
+use crate::access_log::AccessRecord;
 use crate::h1::UpstreamBody;
 use crate::log::LogState;
 use crate::server::{ConnInfo, WorkerCtx};
@@ -37,6 +38,10 @@ pub struct RequestGuard {
     conn: Rc<ConnInfo>,
     ctx: Rc<WorkerCtx>,
     pub log: Option<Box<LogState>>,
+    /// The access-log line's data, when the access log is on.
+    pub access: Option<Box<AccessRecord>>,
+    /// Response body bytes sent (counted only when a log reads them).
+    sent: u64,
 }
 
 /// Adds to the worker's count of connections being served (owner-written: load and store).
@@ -56,6 +61,8 @@ impl RequestGuard {
             conn,
             ctx,
             log: None,
+            access: None,
+            sent: 0,
         }
     }
 }
@@ -68,7 +75,11 @@ impl Drop for RequestGuard {
             writing(&self.ctx, -1);
         }
         self.conn.last_active.set(self.ctx.deadlines.coarse_now());
-        if let Some(log) = self.log.take() {
+        if let (Some(record), Some(writer)) = (self.access.take(), &self.ctx.access_log) {
+            writer.record(&record, self.sent);
+        }
+        if let Some(mut log) = self.log.take() {
+            log.response_size += self.sent;
             log.finish();
         }
     }
@@ -110,12 +121,12 @@ impl Body for ProxyBody {
                 .poll_frame(cx)
                 .map(|o| o.map(|r| r.map_err(Into::into))),
         };
-        // Bytes sent, for the log phase (only followed requests pay for the look).
-        if let (Poll::Ready(Some(Ok(frame))), Some(RequestGuard { log: Some(log), .. })) =
-            (&polled, &mut this.guard)
-        {
-            if let Some(data) = frame.data_ref() {
-                log.response_size += data.len() as u64;
+        // Bytes sent, for the log phase and the access log (only logged requests count).
+        if let (Poll::Ready(Some(Ok(frame))), Some(g)) = (&polled, &mut this.guard) {
+            if g.log.is_some() || g.access.is_some() {
+                if let Some(data) = frame.data_ref() {
+                    g.sent += data.len() as u64;
+                }
             }
         }
         polled

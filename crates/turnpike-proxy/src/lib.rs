@@ -2,6 +2,7 @@
 //! with their compiled router and balancers ([`snapshot`]), upstream keepalive pools
 //! ([`pool`]) and the request path ([`proxy`]).
 
+pub mod access_log;
 pub mod balancer;
 pub mod body;
 pub mod deadline;

@@ -138,6 +138,14 @@ pub async fn handle(
     let request_id = ctx.request_id();
     let settings = &ctx.gateway.settings;
     // Response headers the route's plugins asked for (their header_filter phase).
+    let access = ctx.access_log.as_ref().map(|_| {
+        Box::new(crate::access_log::AccessRecord::new(
+            start,
+            client_ip(&conn, req.headers()),
+            &req,
+            &request_id,
+        ))
+    });
     let mut plugin_headers = Vec::new();
     let mut log: Option<Box<LogState>> = None;
     let mut resp = route_and_proxy(
@@ -164,6 +172,10 @@ pub async fn handle(
         h.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     let mut guard = guard;
+    if let Some(mut a) = access {
+        a.status = resp.status().as_u16();
+        guard.access = Some(a);
+    }
     if let Some(mut l) = log {
         // The response as it leaves: its status, head and (counted as it streams) body.
         l.status = resp.status().as_u16();

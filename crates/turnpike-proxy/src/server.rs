@@ -44,6 +44,8 @@ pub struct WorkerCtx {
     pub stats: Arc<WorkerStats>,
     /// Coarse timeouts for the request path (upstream read timeouts).
     pub deadlines: Rc<crate::deadline::Deadlines>,
+    /// The worker's access-log buffer, when `proxy_access_log` is on.
+    pub access_log: Option<crate::access_log::Writer>,
     snapshot: RefCell<(u64, Rc<Arc<Snapshot>>)>,
     rng: Cell<u64>,
 }
@@ -265,6 +267,7 @@ async fn worker_main(
         .unwrap_or(1)
         ^ ((index as u64 + 1) << 48)
         ^ std::process::id() as u64;
+    let access_log = gateway.settings.access_log.clone();
     let ctx = Rc::new(WorkerCtx {
         pool: Pool::new(gateway.settings.pool, stats.clone()),
         snapshot: RefCell::new((u64::MAX, Rc::new(gateway.snapshot.load_full()))),
@@ -272,6 +275,7 @@ async fn worker_main(
         stats,
         rng: Cell::new(seed),
         deadlines: crate::deadline::Deadlines::new(),
+        access_log: access_log.map(crate::access_log::Writer::new),
     });
     let ticker = tokio::task::spawn_local(ctx.deadlines.clone().run());
     // Idle upstream connections past their timeout are closed even when no request comes.
@@ -282,6 +286,9 @@ async fn worker_main(
             loop {
                 tick.tick().await;
                 ctx.pool.sweep();
+                if let Some(log) = &ctx.access_log {
+                    log.flush();
+                }
             }
         })
     };
@@ -312,6 +319,9 @@ async fn worker_main(
     }
     sweeper.abort();
     ticker.abort();
+    if let Some(log) = &ctx.access_log {
+        log.flush();
+    }
 }
 
 async fn accept_loop(

@@ -37,6 +37,8 @@ pub struct Settings {
     /// `turnpike/<version>` for Server and `1.1 turnpike/<version>` for Via, prebuilt header values (static bytes: cloning them touches no shared counter).
     pub server_value: http::HeaderValue,
     pub via_value: http::HeaderValue,
+    /// `proxy_access_log`, opened by the caller (`None`: off).
+    pub access_log: Option<Arc<crate::access_log::AccessLog>>,
 }
 
 impl Settings {
@@ -65,6 +67,7 @@ impl Settings {
                 "1.1 turnpike/",
                 env!("CARGO_PKG_VERSION")
             )),
+            access_log: None,
         }
     }
 

@@ -415,11 +415,15 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
         conf.ssl_cert.first().map(String::as_str),
         conf.ssl_cert_key.first().map(String::as_str),
     )?;
-    let gateway = Arc::new(Gateway::new(
-        Settings::from_conf(&conf),
-        conf.worker_processes,
-        default_cert,
-    ));
+    let mut settings = Settings::from_conf(&conf);
+    settings.access_log = turnpike_proxy::access_log::AccessLog::open(
+        conf.proxy_access_log.as_deref(),
+        &conf.prefix,
+    )?;
+    if let Some(log) = &settings.access_log {
+        tracing::info!("access log: {} ({:?})", log.path.display(), log.format);
+    }
+    let gateway = Arc::new(Gateway::new(settings, conf.worker_processes, default_cert));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

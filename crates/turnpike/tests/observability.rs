@@ -445,3 +445,56 @@ async fn status_counts_connections_being_served_and_the_pool() {
         .as_str()
         .is_some_and(|h| h.len() == 32));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_log_is_off_by_default_and_writes_combined_or_json() {
+    let up = Upstream::start("access");
+    let yaml = format!(
+        "_format_version: '3.0'\nservices: [{{name: s, url: '{}', routes: [{{paths: [/in]}}]}}]\n",
+        up.url()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    for format in ["combined", "json"] {
+        let path = dir.path().join(format!("access-{format}.log"));
+        let gw = Gateway::with_config(&yaml)
+            .env(
+                "TURNPIKE_PROXY_ACCESS_LOG",
+                &format!("{} {format}", path.display()),
+            )
+            .start();
+        assert_eq!(
+            call(gw.proxy, "GET", "/in/x?q=1", &[("user-agent", "probe/1.0")])
+                .await
+                .status,
+            200
+        );
+        assert_eq!(call(gw.proxy, "GET", "/missing", &[]).await.status, 404);
+        // Buffered per worker, written at least once a second.
+        let mut text = String::new();
+        assert!(
+            eventually(Duration::from_secs(5), async || {
+                text = std::fs::read_to_string(&path).unwrap_or_default();
+                text.lines().count() == 2
+            })
+            .await,
+            "{text}"
+        );
+        let first = text.lines().find(|l| l.contains("/in/x")).unwrap();
+        if format == "json" {
+            let v: serde_json::Value = serde_json::from_str(first).unwrap();
+            assert_eq!(v["request"], "GET /in/x?q=1 HTTP/1.1");
+            assert_eq!(v["status"], 200);
+            assert_eq!(v["user_agent"], "probe/1.0");
+            assert!(v["body_bytes_sent"].as_u64().unwrap() > 0);
+        } else {
+            assert!(first.starts_with("127.0.0.1 - - ["), "{first}");
+            assert!(first.contains("\"GET /in/x?q=1 HTTP/1.1\" 200 "), "{first}");
+            assert!(first.ends_with(" \"-\" \"probe/1.0\""), "{first}");
+            assert!(text.contains("\"GET /missing HTTP/1.1\" 404 "), "{text}");
+        }
+    }
+    // Off by default: nothing under the prefix's logs.
+    let gw = Gateway::with_config(&yaml).start();
+    assert_eq!(call(gw.proxy, "GET", "/in", &[]).await.status, 200);
+    assert!(!gw.log_text().contains("access log:"));
+}
