@@ -5,6 +5,7 @@ mod entities;
 mod health;
 pub mod log_level;
 mod metrics;
+mod profile;
 mod schemas;
 
 use std::convert::Infallible;
@@ -74,7 +75,25 @@ pub(crate) fn message(status: StatusCode, msg: &str) -> Resp {
 
 /// Serves the Admin API on `listener` until `shutdown` turns true.
 pub async fn serve(admin: Arc<Admin>, listener: TcpListener, shutdown: watch::Receiver<bool>) {
-    serve_as(admin, listener, shutdown, false).await
+    serve_as(admin, listener, shutdown, Mode::Admin).await
+}
+
+/// Serves the debug listener (`debug_listen`): `GET /debug/profile?seconds=N` (a CPU flame
+/// graph), `/status` and `/metrics`. Off by default; bind it to a private address.
+pub async fn serve_debug(
+    admin: Arc<Admin>,
+    listener: TcpListener,
+    shutdown: watch::Receiver<bool>,
+) {
+    serve_as(admin, listener, shutdown, Mode::Debug).await
+}
+
+/// Which API a listener serves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Admin,
+    Status,
+    Debug,
 }
 
 /// Serves Kong's Status API (`status_listen`): `GET /status`, `/status/ready` and `/metrics`
@@ -84,14 +103,14 @@ pub async fn serve_status(
     listener: TcpListener,
     shutdown: watch::Receiver<bool>,
 ) {
-    serve_as(admin, listener, shutdown, true).await
+    serve_as(admin, listener, shutdown, Mode::Status).await
 }
 
 async fn serve_as(
     admin: Arc<Admin>,
     listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,
-    status_only: bool,
+    mode: Mode,
 ) {
     loop {
         let (stream, peer) = tokio::select! {
@@ -106,10 +125,10 @@ async fn serve_as(
             let svc = service_fn(move |req| {
                 let admin = admin.clone();
                 async move {
-                    Ok::<_, Infallible>(if status_only {
-                        admin.handle_status(req).await
-                    } else {
-                        admin.handle(req, peer).await
+                    Ok::<_, Infallible>(match mode {
+                        Mode::Admin => admin.handle(req, peer).await,
+                        Mode::Status => admin.handle_status(req, false).await,
+                        Mode::Debug => admin.handle_status(req, true).await,
                     })
                 }
             });
@@ -152,9 +171,12 @@ impl Admin {
     }
 
     /// The Status API's paths; the rest is 404.
-    pub async fn handle_status(&self, req: Request<Incoming>) -> Resp {
+    pub async fn handle_status(&self, req: Request<Incoming>, debug: bool) -> Resp {
         let path = req.uri().path().trim_end_matches('/');
         let mut resp = match (req.method(), path) {
+            (&Method::GET, "/debug/profile") if debug => {
+                profile::profile(req.uri().query().unwrap_or("")).await
+            }
             (&Method::GET, "/status") => self.status().await,
             (&Method::GET, "/metrics") => self.metrics().await,
             // Kong's readiness probe: ready once a configuration is loaded.

@@ -138,6 +138,8 @@ pub struct Conf {
     pub admin_listen: Vec<ListenAddr>,
     /// Kong's Status API: `/status`, `/status/ready` and `/metrics`, read-only.
     pub status_listen: Vec<ListenAddr>,
+    /// `GET /debug/profile?seconds=N` (a CPU flame graph), `/status` and `/metrics`.
+    pub debug_listen: Vec<ListenAddr>,
     pub database: Database,
     pub pg: PgConf,
     /// How often a node polls the store's config version (Kong's `db_update_frequency`); with
@@ -318,6 +320,8 @@ const DEFAULTS: &[(&str, &str)] = &[
     // Kong 3 listens on 127.0.0.1:8007 by default; off here unless asked for, so that
     // several nodes on one host do not collide.
     ("status_listen", "off"),
+    // Serves /debug/profile (CPU flame graphs); off unless set.
+    ("debug_listen", "off"),
     ("database", "sqlite"),
     ("pg_host", "127.0.0.1"),
     ("pg_port", "5432"),
@@ -504,6 +508,7 @@ impl Conf {
         }
         let admin_listen = parse_listen("admin_listen", get("admin_listen"))?;
         let status_listen = parse_listen("status_listen", get("status_listen"))?;
+        let debug_listen = parse_listen("debug_listen", get("debug_listen"))?;
         let database = match get("database") {
             "off" => Database::Off,
             "sqlite" => Database::Sqlite,
@@ -730,6 +735,7 @@ impl Conf {
             proxy_listen,
             admin_listen,
             status_listen,
+            debug_listen,
             database,
             pg,
             db_update_frequency,
@@ -784,6 +790,7 @@ impl Conf {
             "proxy_listen": listen(&self.proxy_listen),
             "admin_listen": listen(&self.admin_listen),
             "status_listen": listen(&self.status_listen),
+            "debug_listen": listen(&self.debug_listen),
             "database": self.database.name(),
             "pg_host": self.pg.host,
             "pg_port": self.pg.port,

@@ -459,6 +459,8 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
         .map_err(|e| format!("cannot bind admin_listen: {e}"))?;
     let status_listeners = server::bind(&conf.status_listen, 1, &mut bind_warnings)
         .map_err(|e| format!("cannot bind status_listen: {e}"))?;
+    let debug_listeners = server::bind(&conf.debug_listen, 1, &mut bind_warnings)
+        .map_err(|e| format!("cannot bind debug_listen: {e}"))?;
     for w in &bind_warnings {
         tracing::warn!("{w}");
     }
@@ -474,6 +476,12 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
     }
     for l in &status_listeners {
         tracing::info!("status API listening on {}", l.spec.addr);
+    }
+    for l in &debug_listeners {
+        tracing::warn!(
+            "debug listener (CPU profiles) on {}: keep it private",
+            l.spec.addr
+        );
     }
     let pid_dir = conf.prefix.join("pids");
     let _ = std::fs::create_dir_all(&pid_dir);
@@ -517,6 +525,16 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
             for s in l.sockets {
                 let listener = tokio::net::TcpListener::from_std(s).expect("status listener");
                 tokio::spawn(turnpike_admin::serve_status(
+                    admin.clone(),
+                    listener,
+                    shutdown_rx.clone(),
+                ));
+            }
+        }
+        for l in debug_listeners {
+            for s in l.sockets {
+                let listener = tokio::net::TcpListener::from_std(s).expect("debug listener");
+                tokio::spawn(turnpike_admin::serve_debug(
                     admin.clone(),
                     listener,
                     shutdown_rx.clone(),

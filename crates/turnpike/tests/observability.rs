@@ -498,3 +498,49 @@ async fn access_log_is_off_by_default_and_writes_combined_or_json() {
     assert_eq!(call(gw.proxy, "GET", "/in", &[]).await.status, 200);
     assert!(!gw.log_text().contains("access log:"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debug_listen_serves_a_cpu_flame_graph_of_the_gateway() {
+    let up = Upstream::start("profiled");
+    let debug_port = free_port();
+    let gw = Gateway::with_config(&format!(
+        "_format_version: '3.0'\nservices: [{{name: s, url: '{}', routes: [{{paths: [/]}}]}}]\n",
+        up.url()
+    ))
+    .env("TURNPIKE_DEBUG_LISTEN", &format!("127.0.0.1:{debug_port}"))
+    .start();
+    let debug = std::net::SocketAddr::from(([127, 0, 0, 1], debug_port));
+    // Not on the Admin API.
+    assert_eq!(
+        call(gw.admin, "GET", "/debug/profile", &[]).await.status,
+        404
+    );
+    assert_eq!(
+        call(debug, "GET", "/debug/profile?seconds=0", &[])
+            .await
+            .status,
+        400
+    );
+    // Traffic while the profile is taken, so that the request path shows.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let proxy = gw.proxy;
+    let load = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                call(proxy, "GET", "/", &[]).await;
+            }
+        })
+    };
+    let r = call(debug, "GET", "/debug/profile?seconds=2", &[]).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    load.await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("image/svg+xml"));
+    let svg = String::from_utf8_lossy(&r.body);
+    assert!(svg.contains("<svg"), "{}", &svg[..svg.len().min(300)]);
+    assert!(
+        svg.contains("turnpike_proxy"),
+        "no frame of ours in the graph"
+    );
+}
