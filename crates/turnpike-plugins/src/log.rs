@@ -30,19 +30,28 @@ impl Source {
     }
 }
 
-/// One finished request, as Kong's `kong.log.serialize()` describes it.
-pub struct LogEntry<'a> {
+/// What a request looked like, gathered only for plugins that log it in full (file-log,
+/// http-log: see `Handler::log_headers`); metrics need none of it.
+pub struct RequestDetails {
     pub started_at: SystemTime,
     pub client_ip: IpAddr,
-    pub method: &'a Method,
+    pub method: Method,
     /// The URI as the client sent it.
-    pub uri: &'a Uri,
+    pub uri: Uri,
     /// The host the client asked for (Host header or authority).
-    pub host: &'a str,
+    pub host: String,
     pub tls: bool,
-    /// Present when a plugin of the chain asked for headers (see `Handler::log_headers`).
-    pub request_headers: Option<&'a HeaderMap>,
-    pub response_headers: Option<&'a HeaderMap>,
+    /// As the plugins left them (a hidden credential is not there).
+    pub request_headers: HeaderMap,
+    pub response_headers: HeaderMap,
+    /// The URI sent upstream (path and query), when the request went there.
+    pub upstream_uri: Option<Uri>,
+}
+
+/// One finished request, as Kong's `kong.log.serialize()` describes it.
+pub struct LogEntry<'a> {
+    /// Present when a plugin of the chain asked for it.
+    pub details: Option<&'a RequestDetails>,
     /// Bytes received: request head and body as framed on the wire (estimated for HTTP/2).
     pub request_size: u64,
     pub status: u16,
@@ -57,8 +66,7 @@ pub struct LogEntry<'a> {
     pub route: &'a Route,
     pub service: Option<&'a Service>,
     pub consumer: Option<&'a Identity>,
-    pub upstream_uri: Option<&'a str>,
-    /// Upstream attempts (`tries`): the targets tried, in order.
+    /// Upstream attempts (`tries`).
     pub tries: u32,
 }
 
@@ -84,10 +92,42 @@ impl LogEntry<'_> {
     /// Kong's serialized log message (the JSON file-log writes and http-log sends), with
     /// credentials' headers redacted as Kong does (`authorization`, `proxy-authorization`).
     pub fn to_json(&self) -> Value {
-        let scheme = if self.tls { "https" } else { "http" };
-        let path_query = self.uri.path_and_query().map_or("/", |p| p.as_str());
+        let empty = HeaderMap::new();
+        let (
+            method,
+            uri,
+            host,
+            tls,
+            request_headers,
+            response_headers,
+            upstream_uri,
+            client_ip,
+            started_at,
+        ) = match self.details {
+            Some(d) => (
+                d.method.as_str(),
+                Some(&d.uri),
+                d.host.as_str(),
+                d.tls,
+                &d.request_headers,
+                &d.response_headers,
+                d.upstream_uri
+                    .as_ref()
+                    .and_then(|u| u.path_and_query())
+                    .map(|p| p.as_str()),
+                d.client_ip.to_string(),
+                d.started_at
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64),
+            ),
+            None => ("", None, "", false, &empty, &empty, None, String::new(), 0),
+        };
+        let scheme = if tls { "https" } else { "http" };
+        let path_query = uri
+            .and_then(|u| u.path_and_query())
+            .map_or("/", |p| p.as_str());
         let mut query = Map::new();
-        if let Some(q) = self.uri.query() {
+        if let Some(q) = uri.and_then(|u| u.query()) {
             for pair in q.split('&').filter(|p| !p.is_empty()) {
                 let (k, v) = match pair.split_once('=') {
                     Some((k, v)) => (k, Value::from(v)),
@@ -96,7 +136,7 @@ impl LogEntry<'_> {
                 query.insert(k.to_string(), v);
             }
         }
-        let mut request_headers = self.request_headers.map(headers_json).unwrap_or(json!({}));
+        let mut request_headers = headers_json(request_headers);
         for secret in ["authorization", "proxy-authorization"] {
             if let Some(v) = request_headers.get_mut(secret) {
                 *v = Value::from("REDACTED");
@@ -109,22 +149,18 @@ impl LogEntry<'_> {
                 "custom_id": c.custom_id,
             })
         });
-        let started_at = self
-            .started_at
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
         json!({
             "request": {
-                "method": self.method.as_str(),
+                "method": method,
                 "uri": path_query,
-                "url": format!("{scheme}://{}{path_query}", self.host),
+                "url": format!("{scheme}://{host}{path_query}"),
                 "querystring": query,
                 "headers": request_headers,
                 "size": self.request_size,
             },
             "response": {
                 "status": self.status,
-                "headers": self.response_headers.map(headers_json).unwrap_or(json!({})),
+                "headers": headers_json(response_headers),
                 "size": self.response_size,
             },
             "latencies": {
@@ -134,9 +170,9 @@ impl LogEntry<'_> {
                 "receive": 0,
             },
             "tries": self.tries,
-            "client_ip": self.client_ip.to_string(),
+            "client_ip": client_ip,
             "started_at": started_at,
-            "upstream_uri": self.upstream_uri.unwrap_or(""),
+            "upstream_uri": upstream_uri.unwrap_or(""),
             "source": self.source.as_str(),
             "route": self.route,
             "service": self.service,

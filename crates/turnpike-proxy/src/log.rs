@@ -2,13 +2,12 @@
 //! plugin with a log phase, and running those plugins once the response body is done (when
 //! the request's guard drops). Routes without such a plugin gather nothing.
 
-use std::net::IpAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use http::{HeaderMap, Method, Uri};
-use turnpike_plugins::log::{LogEntry, Source};
+use http::HeaderMap;
+use turnpike_plugins::log::{LogEntry, RequestDetails, Source};
 use turnpike_plugins::Identity;
 
 use crate::snapshot::Snapshot;
@@ -24,21 +23,14 @@ pub struct LogState {
     pub route: usize,
     pub service: Option<usize>,
     pub protocol: u8,
-    pub started_at: SystemTime,
     pub start: Instant,
-    pub client_ip: IpAddr,
-    pub method: Method,
-    pub uri: Uri,
-    pub host: String,
-    pub tls: bool,
-    pub request_headers: Option<HeaderMap>,
+    /// Only for chains whose log plugins want the full entry (`LOG_HEADERS`).
+    pub details: Option<Box<RequestDetails>>,
     pub request_size: u64,
     pub consumer: Option<Arc<Identity>>,
-    pub upstream_uri: Option<Uri>,
     pub upstream_latency: Option<Duration>,
     pub source: Source,
     pub status: u16,
-    pub response_headers: Option<HeaderMap>,
     pub response_size: u64,
     pub tries: u32,
 }
@@ -53,24 +45,13 @@ pub fn head_size(start_line: usize, headers: &HeaderMap) -> u64 {
 }
 
 impl LogState {
-    pub fn wants_headers(&self) -> bool {
-        self.snap.chains_log[self.route] & LOG_HEADERS != 0
-    }
-
     /// Runs the log phase of the route's plugins (the consumer's configs where they have one).
     pub fn finish(self) {
         let snap = &self.snap;
         let request_ms = self.start.elapsed().as_millis() as u64;
         let proxy_ms = self.upstream_latency.map(|d| d.as_millis() as u64);
         let entry = LogEntry {
-            started_at: self.started_at,
-            client_ip: self.client_ip,
-            method: &self.method,
-            uri: &self.uri,
-            host: &self.host,
-            tls: self.tls,
-            request_headers: self.request_headers.as_ref(),
-            response_headers: self.response_headers.as_ref(),
+            details: self.details.as_deref(),
             request_size: self.request_size,
             status: self.status,
             response_size: self.response_size,
@@ -81,11 +62,6 @@ impl LogState {
             route: &snap.config.routes[self.route],
             service: self.service.map(|i| &snap.config.services[i]),
             consumer: self.consumer.as_deref(),
-            upstream_uri: self
-                .upstream_uri
-                .as_ref()
-                .and_then(|u| u.path_and_query())
-                .map(|p| p.as_str()),
             tries: self.tries,
         };
         let consumer = self.consumer.as_deref().map(|c| c.consumer_id.as_str());

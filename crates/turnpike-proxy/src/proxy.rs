@@ -179,8 +179,8 @@ pub async fn handle(
     if let Some(mut l) = log {
         // The response as it leaves: its status, head and (counted as it streams) body.
         l.status = resp.status().as_u16();
-        if l.wants_headers() {
-            l.response_headers = Some(resp.headers().clone());
+        if let Some(d) = l.details.as_deref_mut() {
+            d.response_headers = resp.headers().clone();
         }
         l.response_size = crate::log::head_size(12, resp.headers());
         guard.log = Some(l);
@@ -283,6 +283,20 @@ async fn route_and_proxy(
         let start_line = parts.method.as_str().len()
             + orig_uri.path_and_query().map_or(1, |p| p.as_str().len())
             + 10;
+        let details =
+            (snap.chains_log[route.route_index] & crate::log::LOG_HEADERS != 0).then(|| {
+                Box::new(turnpike_plugins::log::RequestDetails {
+                    started_at: std::time::SystemTime::now() - start.elapsed(),
+                    client_ip: client_ip(conn, &parts.headers),
+                    method: parts.method.clone(),
+                    uri: orig_uri.clone(),
+                    host: host.to_string(),
+                    tls: conn.tls,
+                    request_headers: HeaderMap::new(),
+                    response_headers: HeaderMap::new(),
+                    upstream_uri: None,
+                })
+            });
         *log = Some(Box::new(LogState {
             snap: snap.clone(),
             route: route.route_index,
@@ -292,21 +306,13 @@ async fn route_and_proxy(
             } else {
                 crate::snapshot::PROTO_HTTP
             },
-            started_at: std::time::SystemTime::now() - start.elapsed(),
             start,
-            client_ip: client_ip(conn, &parts.headers),
-            method: parts.method.clone(),
-            uri: orig_uri.clone(),
-            host: host.to_string(),
-            tls: conn.tls,
-            request_headers: None,
+            details,
             request_size: crate::log::head_size(start_line, &parts.headers) + content_length,
             consumer: None,
-            upstream_uri: None,
             upstream_latency: None,
             source: Source::Error,
             status: 0,
-            response_headers: None,
             response_size: 0,
             tries: 0,
         }));
@@ -422,8 +428,8 @@ async fn route_and_proxy(
                 if let Some(l) = log.as_deref_mut() {
                     l.source = Source::Exit;
                     l.consumer = access.consumer.clone();
-                    if l.wants_headers() {
-                        l.request_headers = Some(access.headers.clone());
+                    if let Some(d) = l.details.as_deref_mut() {
+                        d.request_headers = access.headers.clone();
                     }
                 }
                 let mut r = Response::new(ProxyBody::full(e.body));
@@ -449,8 +455,8 @@ async fn route_and_proxy(
         if let Some(l) = log.as_deref_mut() {
             l.consumer = consumer.clone();
             // As the plugins left them (a hidden credential is not logged).
-            if l.wants_headers() {
-                l.request_headers = Some(parts.headers.clone());
+            if let Some(d) = l.details.as_deref_mut() {
+                d.request_headers = parts.headers.clone();
             }
         }
     }
@@ -545,8 +551,8 @@ async fn route_and_proxy(
         captures: m.captures.as_deref(),
         set_cookie: std::cell::Cell::new(None),
     };
-    if let Some(l) = log.as_deref_mut() {
-        l.upstream_uri = Some(parts.uri.clone());
+    if let Some(d) = log.as_deref_mut().and_then(|l| l.details.as_deref_mut()) {
+        d.upstream_uri = Some(parts.uri.clone());
     }
     let sent = send_upstream(
         ctx,

@@ -71,14 +71,20 @@ struct Latency {
     request: Histogram<13>,
 }
 
+/// Everything recorded for one (service, route, consumer).
+#[derive(Default)]
+struct Series {
+    /// (status code, answered by the service?) → requests; a handful per series, scanned.
+    statuses: Vec<(u16, bool, u64)>,
+    latency: Latency,
+    /// [ingress, egress] bytes.
+    bandwidth: [u64; 2],
+}
+
 #[derive(Default)]
 struct Shard {
-    /// service, route, code, source, consumer → requests.
-    requests: FxHashMap<String, u64>,
-    /// service, route → latency histograms.
-    latency: FxHashMap<String, Latency>,
-    /// service, route, consumer → [ingress, egress] bytes.
-    bandwidth: FxHashMap<String, [u64; 2]>,
+    /// Keyed by service, route and consumer label values (one look-up per request).
+    series: FxHashMap<String, Series>,
 }
 
 static SHARDS: Mutex<Vec<Arc<Mutex<Shard>>>> = Mutex::new(Vec::new());
@@ -100,14 +106,6 @@ pub struct Families {
     pub bandwidth: bool,
 }
 
-fn bump<'m, V: Default>(map: &'m mut FxHashMap<String, V>, key: &str) -> &'m mut V {
-    // Looked up by the borrowed key: the key string is only copied for a new series.
-    if !map.contains_key(key) {
-        map.insert(key.to_string(), V::default());
-    }
-    map.get_mut(key).expect("just inserted")
-}
-
 /// Records one request (the plugin's log phase). Kong records nothing for requests without
 /// a service.
 pub fn record(f: Families, e: &LogEntry<'_>) {
@@ -119,26 +117,32 @@ pub fn record(f: Families, e: &LogEntry<'_>) {
         _ => "",
     };
     LOCAL.with(|(shard, key)| {
-        let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
         let mut key = key.borrow_mut();
+        key.clear();
+        key.push_str(service);
+        key.push(SEP);
+        key.push_str(route);
+        key.push(SEP);
+        key.push_str(consumer);
+        let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+        // Looked up by the borrowed key: the key is only copied for a new series.
+        let series = match shard.series.get_mut(key.as_str()) {
+            Some(s) => s,
+            None => shard.series.entry(key.clone()).or_default(),
+        };
         if f.status_code {
-            key.clear();
-            let source = if e.source == Source::Service {
-                "service"
-            } else {
-                "kong"
-            };
-            let _ = write!(
-                key,
-                "{service}{SEP}{route}{SEP}{}{SEP}{source}{SEP}{consumer}",
-                e.status
-            );
-            *bump(&mut shard.requests, &key) += 1;
+            let from_service = e.source == Source::Service;
+            match series
+                .statuses
+                .iter_mut()
+                .find(|(c, s, _)| *c == e.status && *s == from_service)
+            {
+                Some(entry) => entry.2 += 1,
+                None => series.statuses.push((e.status, from_service, 1)),
+            }
         }
         if f.latency {
-            key.clear();
-            let _ = write!(key, "{service}{SEP}{route}");
-            let l = bump(&mut shard.latency, &key);
+            let l = &mut series.latency;
             l.kong.observe(e.latency_kong_ms, &KONG_LATENCY_BUCKETS);
             l.request
                 .observe(e.latency_request_ms, &UPSTREAM_LATENCY_BUCKETS);
@@ -147,11 +151,8 @@ pub fn record(f: Families, e: &LogEntry<'_>) {
             }
         }
         if f.bandwidth {
-            key.clear();
-            let _ = write!(key, "{service}{SEP}{route}{SEP}{consumer}");
-            let b = bump(&mut shard.bandwidth, &key);
-            b[0] += e.request_size;
-            b[1] += e.response_size;
+            series.bandwidth[0] += e.request_size;
+            series.bandwidth[1] += e.response_size;
         }
     });
 }
@@ -211,43 +212,79 @@ fn histogram<const N: usize>(
 /// Writes the recorded families in the Prometheus text format (Kong's names, labels and
 /// help texts), the workers' shards merged.
 pub fn render(out: &mut String) {
-    let mut requests: FxHashMap<String, u64> = FxHashMap::default();
-    let mut latency: FxHashMap<String, Latency> = FxHashMap::default();
-    let mut bandwidth: FxHashMap<String, [u64; 2]> = FxHashMap::default();
+    // Merged by (service, route, consumer).
+    let mut merged: FxHashMap<String, Series> = FxHashMap::default();
     let shards: Vec<_> = SHARDS.lock().unwrap_or_else(|e| e.into_inner()).clone();
     for shard in shards {
         let s = shard.lock().unwrap_or_else(|e| e.into_inner());
-        for (k, v) in &s.requests {
-            *requests.entry(k.clone()).or_default() += v;
-        }
-        for (k, v) in &s.latency {
-            let l = latency.entry(k.clone()).or_default();
-            l.kong.merge(&v.kong);
-            l.upstream.merge(&v.upstream);
-            l.request.merge(&v.request);
-        }
-        for (k, v) in &s.bandwidth {
-            let b = bandwidth.entry(k.clone()).or_default();
-            b[0] += v[0];
-            b[1] += v[1];
+        for (k, v) in &s.series {
+            let m = merged.entry(k.clone()).or_default();
+            for (code, from_service, n) in &v.statuses {
+                match m
+                    .statuses
+                    .iter_mut()
+                    .find(|(c, f, _)| c == code && f == from_service)
+                {
+                    Some(e) => e.2 += n,
+                    None => m.statuses.push((*code, *from_service, *n)),
+                }
+            }
+            m.latency.kong.merge(&v.latency.kong);
+            m.latency.upstream.merge(&v.latency.upstream);
+            m.latency.request.merge(&v.latency.request);
+            m.bandwidth[0] += v.bandwidth[0];
+            m.bandwidth[1] += v.bandwidth[1];
         }
     }
-    let mut requests: Vec<_> = requests.into_iter().collect();
-    requests.sort();
-    let mut latency: Vec<_> = latency.into_iter().collect();
-    latency.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut bandwidth: Vec<_> = bandwidth.into_iter().collect();
-    bandwidth.sort();
+    let mut series: Vec<(String, Series)> = merged.into_iter().collect();
+    series.sort_by(|a, b| a.0.cmp(&b.0));
+    let split = |k: &str| -> (String, String, String) {
+        let mut p = k.split(SEP);
+        let mut next = || escape(p.next().unwrap_or(""));
+        (next(), next(), next())
+    };
 
+    let mut requests = Vec::new();
+    for (k, s) in &series {
+        let (service, route, consumer) = split(k);
+        let mut statuses = s.statuses.clone();
+        statuses.sort();
+        for (code, from_service, n) in statuses {
+            let source = if from_service { "service" } else { "kong" };
+            requests.push(format!(
+                "kong_http_requests_total{{service=\"{service}\",route=\"{route}\",code=\"{code}\",source=\"{source}\",consumer=\"{consumer}\"}} {n}"
+            ));
+        }
+    }
     if !requests.is_empty() {
         out.push_str("# HELP kong_http_requests_total HTTP status codes per consumer/service/route in Kong\n# TYPE kong_http_requests_total counter\n");
-        for (k, n) in &requests {
-            let l = labels(&["service", "route", "code", "source", "consumer"], k);
-            let _ = writeln!(out, "kong_http_requests_total{{{l}}} {n}");
+        for line in requests {
+            out.push_str(&line);
+            out.push('\n');
         }
     }
-    if !latency.is_empty() {
-        let kong: Vec<_> = latency.iter().map(|(k, l)| (k.clone(), l.kong)).collect();
+
+    // Latency is per (service, route): series of several consumers are summed.
+    let mut by_route: Vec<(String, Latency)> = Vec::new();
+    for (k, s) in &series {
+        if s.latency.request.count == 0 {
+            continue;
+        }
+        let route_key = k
+            .rsplit_once(SEP)
+            .map_or(k.as_str(), |(r, _)| r)
+            .to_string();
+        match by_route.iter_mut().find(|(r, _)| *r == route_key) {
+            Some((_, l)) => {
+                l.kong.merge(&s.latency.kong);
+                l.upstream.merge(&s.latency.upstream);
+                l.request.merge(&s.latency.request);
+            }
+            None => by_route.push((route_key, s.latency)),
+        }
+    }
+    if !by_route.is_empty() {
+        let kong: Vec<_> = by_route.iter().map(|(k, l)| (k.clone(), l.kong)).collect();
         histogram(
             out,
             "kong_kong_latency_ms",
@@ -255,7 +292,7 @@ pub fn render(out: &mut String) {
             &KONG_LATENCY_BUCKETS,
             &kong,
         );
-        let upstream: Vec<_> = latency
+        let upstream: Vec<_> = by_route
             .iter()
             .map(|(k, l)| (k.clone(), l.upstream))
             .collect();
@@ -266,7 +303,7 @@ pub fn render(out: &mut String) {
             &UPSTREAM_LATENCY_BUCKETS,
             &upstream,
         );
-        let request: Vec<_> = latency
+        let request: Vec<_> = by_route
             .iter()
             .map(|(k, l)| (k.clone(), l.request))
             .collect();
@@ -278,22 +315,19 @@ pub fn render(out: &mut String) {
             &request,
         );
     }
+
+    let bandwidth: Vec<_> = series
+        .iter()
+        .filter(|(_, s)| s.bandwidth != [0, 0])
+        .collect();
     if !bandwidth.is_empty() {
         out.push_str("# HELP kong_bandwidth_bytes Total bandwidth (ingress/egress) throughput in bytes\n# TYPE kong_bandwidth_bytes counter\n");
-        for (k, [ingress, egress]) in &bandwidth {
-            let mut parts = k.split(SEP);
-            let (service, route, consumer) = (
-                parts.next().unwrap_or(""),
-                parts.next().unwrap_or(""),
-                parts.next().unwrap_or(""),
-            );
-            for (direction, n) in [("egress", egress), ("ingress", ingress)] {
+        for (k, s) in bandwidth {
+            let (service, route, consumer) = split(k);
+            for (direction, n) in [("egress", s.bandwidth[1]), ("ingress", s.bandwidth[0])] {
                 let _ = writeln!(
                     out,
-                    "kong_bandwidth_bytes{{service=\"{}\",route=\"{}\",direction=\"{direction}\",consumer=\"{}\"}} {n}",
-                    escape(service),
-                    escape(route),
-                    escape(consumer)
+                    "kong_bandwidth_bytes{{service=\"{service}\",route=\"{route}\",direction=\"{direction}\",consumer=\"{consumer}\"}} {n}"
                 );
             }
         }
