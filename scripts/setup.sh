@@ -8,11 +8,12 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 # postgresql, redis-server, dnsmasq-base: the test harness starts its own throw-away servers
-# from these binaries.
+# from these binaries. nginx and valgrind: the instructions-per-request regression gate the test
+# command ends with (bench/instructions-gate.sh).
 $SUDO apt-get install -y -qq build-essential pkg-config curl ca-certificates postgresql redis-server \
-  dnsmasq-base
+  dnsmasq-base nginx valgrind
 if [ "${TURNPIKE_SETUP_BENCH:-0}" = 1 ]; then
-  $SUDO apt-get install -y -qq nginx wrk valgrind
+  $SUDO apt-get install -y -qq wrk libnginx-mod-http-lua haproxy
 fi
 if ! command -v cargo >/dev/null 2>&1; then
   if [ -x "$HOME/.cargo/bin/cargo" ]; then

@@ -8,7 +8,13 @@ export PATH="$HOME/.cargo/bin:$PATH"
 # harness uses to start its own servers; redis-server and dnsmasq, likewise).
 if ! command -v cargo >/dev/null 2>&1 || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
   || ! command -v redis-server >/dev/null 2>&1 \
-  || ! { command -v dnsmasq || test -x /usr/sbin/dnsmasq; } >/dev/null 2>&1; then
+  || ! { command -v dnsmasq || test -x /usr/sbin/dnsmasq; } >/dev/null 2>&1 \
+  || ! command -v valgrind >/dev/null 2>&1 \
+  || ! { command -v nginx || test -x /usr/sbin/nginx; } >/dev/null 2>&1; then
   bash scripts/setup.sh
 fi
+export PATH="$PATH:/usr/sbin"
 cargo test --workspace --locked
+# Performance is tested like a feature: instructions per request of the plain-proxy and
+# key-auth + rate-limiting cases must stay within 5% of bench/instructions-baseline.json.
+bench/instructions-gate.sh
