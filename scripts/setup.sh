@@ -13,7 +13,7 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq build-essential pkg-config curl ca-certificates postgresql redis-server \
   dnsmasq-base nginx valgrind
 if [ "${TURNPIKE_SETUP_BENCH:-0}" = 1 ]; then
-  $SUDO apt-get install -y -qq wrk libnginx-mod-http-lua haproxy
+  $SUDO apt-get install -y -qq wrk libnginx-mod-http-lua haproxy openssl python3-matplotlib
 fi
 if ! command -v cargo >/dev/null 2>&1; then
   if [ -x "$HOME/.cargo/bin/cargo" ]; then

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Kong's eight published performance cases, over HTTP and HTTPS, Turnpike beside the reference
+# proxies of ../shared/bench-reference/ measured in the same run on the same machine:
+#   plain proxy | rate limiting | key-auth + rate limiting | basic-auth + rate limiting,
+#   each with 1 route / 1 consumer and with 100 routes / 100 consumers.
+# Rate limits are yearly and high enough never to refuse (the cost of counting, not refusing).
+# In the 100-route cases every request picks its route (and consumer) from a normal
+# distribution over the 100 (mean 49.5, standard deviation 20, clamped), as Kong's k6 script
+# spreads its traffic; wrk draws it in its Lua `request()`.
+# References: nginx as a plain reverse proxy for every case (the floor any gateway pays), and
+# nginx + Lua emulating key-auth + rate-limiting (kong_emul.lua) for the key-auth cases.
+#
+# Layout (../shared/bench-reference/README.md): the proxy under test pinned to CPU 0 with one
+# worker; the upstream (nginx) and `wrk -t1 -c50` on CPU 1; 2 s warm-up, RUNS runs of DURATION
+# per case and proxy, interleaved; the median run by RPS. wrk's Lua `done()` prints the latency
+# percentiles (50 … 99.99) that make the table and the percentile-spectrum plots.
+#
+# Usage: bench/kong-cases.sh [RUNS] [DURATION] [PROTOCOLS]   e.g. bench/kong-cases.sh 3 10s "http https"
+# Needs nginx, libnginx-mod-http-lua, wrk, openssl, python3 (+ python3-matplotlib for the plots):
+# TURNPIKE_SETUP_BENCH=1 scripts/setup.sh installs them.
+# Results: bench/results/kong-cases-<date>/ (every run's raw wrk output, summary.md, plots).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/lib.sh
+RUNS=${1:-3}
+DUR=${2:-10s}
+PROTOCOLS=${3:-http https}
+OUT=$ROOT/bench/results/kong-cases-$(date -u +%Y%m%d-%H%M%S)
+W=$(mktemp -d /tmp/kong-cases.XXXX)
+BENCH_TMP+=("$W")
+mkdir -p "$OUT/raw"
+git rev-parse --short HEAD > "$OUT/commit" 2>/dev/null || true
+
+cargo build --release --locked -p turnpike >&2
+BIN=$ROOT/target/release/turnpike
+start_upstream 1
+
+# A self-signed certificate for both proxies' HTTPS listeners.
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost \
+  -keyout "$W/key.pem" -out "$W/cert.pem" 2>/dev/null
+
+python3 - "$W" <<'PY'
+import base64, pathlib, sys
+w = pathlib.Path(sys.argv[1])
+head = '_format_version: "3.0"\nservices:\n- name: s\n  url: http://127.0.0.1:9001\n  routes:\n'
+rl = "    - name: rate-limiting\n      config: {year: 1000000000000, limit_by: consumer}\n"
+auth = {"plain": "", "rl": "", "ka-rl": "    - name: key-auth\n", "ba-rl": "    - name: basic-auth\n"}
+def consumers(kind, n):
+    if kind == "ka-rl":
+        return "consumers:\n" + "".join(f"- username: c{i}\n  keyauth_credentials: [{{key: key-{i}}}]\n" for i in range(n))
+    if kind == "ba-rl":
+        return "consumers:\n" + "".join(f"- username: u{i}\n  basicauth_credentials: [{{username: u{i}, password: pw-{i}}}]\n" for i in range(n))
+    return ""
+for kind in auth:
+    plugins = auth[kind] + (rl if kind != "plain" else "")
+    pl = ("    plugins:\n" + plugins) if plugins else ""
+    (w / f"{kind}-1.yml").write_text(head + "  - name: r\n    paths: [/]\n" + pl + consumers(kind, 1))
+    routes = "".join(f"  - name: r{i}\n    paths: [/r{i}]\n" + pl for i in range(100))
+    (w / f"{kind}-100.yml").write_text(head + routes + consumers(kind, 100))
+
+# wrk scripts: the request of each case, and the percentiles printed at the end.
+done = '''
+done = function(summary, latency, requests)
+  for _, p in ipairs({50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99}) do
+    io.write(string.format("PCTL %g %d\\n", p, latency:percentile(p)))
+  end
+  io.write(string.format("PCTL 100 %d\\n", latency.max))
+end
+'''
+normal = '''
+local function pick()
+  -- Box-Muller: a normal draw around the middle of the 100 routes, clamped.
+  local u1, u2 = math.random(), math.random()
+  local z = math.sqrt(-2 * math.log(u1 + 1e-12)) * math.cos(2 * math.pi * u2)
+  local i = math.floor(49.5 + 20 * z + 0.5)
+  if i < 0 then i = 0 elseif i > 99 then i = 99 end
+  return i
+end
+'''
+basic = "local creds = {" + ",".join(f'"Basic {base64.b64encode(f"u{i}:pw-{i}".encode()).decode()}"' for i in range(100)) + "}\n"
+scripts = {
+    "plain-1": 'request = function() return wrk.format("GET", "/") end\n',
+    "rl-1": 'request = function() return wrk.format("GET", "/") end\n',
+    "ka-rl-1": 'request = function() return wrk.format("GET", "/", {apikey = "key-0"}) end\n',
+    "ba-rl-1": basic + 'request = function() return wrk.format("GET", "/", {authorization = creds[1]}) end\n',
+    "plain-100": normal + 'request = function() return wrk.format("GET", "/r" .. pick()) end\n',
+    "rl-100": normal + 'request = function() return wrk.format("GET", "/r" .. pick()) end\n',
+    "ka-rl-100": normal + 'request = function() local i = pick() return wrk.format("GET", "/r" .. i, {apikey = "key-" .. i}) end\n',
+    "ba-rl-100": normal + basic + 'request = function() local i = pick() return wrk.format("GET", "/r" .. i, {authorization = creds[i + 1]}) end\n',
+    # The nginx + Lua emulation knows keys key1..key99 (key100 is its 429 probe).
+    "ngxlua-1": 'request = function() return wrk.format("GET", "/", {apikey = "key1"}) end\n',
+    "ngxlua-100": normal + 'request = function() local i = pick() if i > 98 then i = 98 end return wrk.format("GET", "/r" .. i, {apikey = "key" .. (i + 1)}) end\n',
+    "nginx-1": 'request = function() return wrk.format("GET", "/") end\n',
+    "nginx-100": normal + 'request = function() return wrk.format("GET", "/r" .. pick()) end\n',
+}
+for name, body in scripts.items():
+    (w / f"{name}.lua").write_text(body + done)
+PY
+
+# The references: nginx, and nginx + Lua, each with an HTTP and an HTTPS listener.
+ngx_conf() { # dir http-port https-port with-lua
+  mkdir -p "$1"/{cbt,pt,ft,ut,st}
+  if [ "$4" = lua ]; then ngx_lua_conf "$1" "$2"; else
+    sed -e "s|/tmp/bench/@NAME@|$1|g" -e "s/@NAME@/$(basename "$1")/g" -e "s/@PORT@/$2/" \
+        -e 's/@UPKA@/keepalive 64; keepalive_requests 1000000;/' \
+        -e 's/@ACCESS@//' -e 's/@EXTRA_HTTP@//' -e 's/@EXTRA_MAIN@//' \
+        "$SHARED/nginx_proxy.conf.tmpl" > "$1/nginx.conf"
+  fi
+  # The same server again on the HTTPS port.
+  sed -i "s|listen 127.0.0.1:$2 backlog=4096;|listen 127.0.0.1:$2 backlog=4096; listen 127.0.0.1:$3 ssl backlog=4096; ssl_certificate $W/cert.pem; ssl_certificate_key $W/key.pem;|" "$1/nginx.conf"
+}
+ngx_conf "$W/nginx" 8002 8445 plain
+ngx_conf "$W/ngxlua" 8003 8446 lua
+start_ngx() { # dir
+  taskset -c 0 nginx -c "$1/nginx.conf" -p "$1" -e "$1/error.log" -g 'daemon off;' &
+  NGX_PID=$!
+  BENCH_PIDS+=($NGX_PID)
+}
+
+run_wrk() { # label url script run
+  local scheme_url=$2
+  taskset -c 1 wrk -t1 -c50 -d2s -s "$3" "$scheme_url" > /dev/null
+  taskset -c 1 wrk -t1 -c50 -d"$DUR" --latency -s "$3" "$scheme_url" > "$OUT/raw/$1-run$4.txt"
+}
+
+CASES="plain-1 plain-100 rl-1 rl-100 ka-rl-1 ka-rl-100 ba-rl-1 ba-rl-100"
+for proto in $PROTOCOLS; do
+  if [ "$proto" = https ]; then TP_PORT=8443; NGX_PORT=8445; LUA_PORT=8446; else TP_PORT=8000; NGX_PORT=8002; LUA_PORT=8003; fi
+  for case in $CASES; do
+    n=${case##*-}
+    turnpike_env "$W/tp-$case"
+    export TURNPIKE_DECLARATIVE_CONFIG=$W/$case.yml
+    export TURNPIKE_PROXY_LISTEN="127.0.0.1:8000 reuseport backlog=4096, 127.0.0.1:8443 ssl reuseport backlog=4096"
+    export TURNPIKE_SSL_CERT=$W/cert.pem TURNPIKE_SSL_CERT_KEY=$W/key.pem
+    taskset -c 0 "$BIN" start > "$W/tp-$case.log" 2>&1 &
+    TP=$!
+    wait_port 8000
+    for i in $(seq 1 "$RUNS"); do
+      run_wrk "$proto-$case-turnpike" "$proto://127.0.0.1:$TP_PORT/" "$W/$case.lua" "$i"
+    done
+    kill $TP; wait $TP 2>/dev/null || true
+    # References of this case: nginx always, nginx + Lua for the key-auth cases.
+    start_ngx "$W/nginx"; wait_port $NGX_PORT
+    for i in $(seq 1 "$RUNS"); do
+      run_wrk "$proto-$case-nginx" "$proto://127.0.0.1:$NGX_PORT/" "$W/nginx-$n.lua" "$i"
+    done
+    kill $NGX_PID; wait $NGX_PID 2>/dev/null || true
+    if [[ $case == ka-rl-* ]]; then
+      start_ngx "$W/ngxlua"; wait_port $LUA_PORT
+      for i in $(seq 1 "$RUNS"); do
+        run_wrk "$proto-$case-nginx-lua" "$proto://127.0.0.1:$LUA_PORT/" "$W/ngxlua-$n.lua" "$i"
+      done
+      kill $NGX_PID; wait $NGX_PID 2>/dev/null || true
+    fi
+  done
+done
+
+# Debian's python3-matplotlib lives with /usr/bin/python3 (a pyenv python3 may come first).
+REPORT_PY=python3
+if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then REPORT_PY=/usr/bin/python3; fi
+"$REPORT_PY" bench/kong_cases_report.py "$OUT" "$RUNS" "$PROTOCOLS"
+echo "results: $OUT"

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Latency at a given rate, corrected for coordinated omission, beside nginx: the sweep ingress
+# tuning guides use. For each concurrency (connections) and each offered rate, `oha` sends at
+# that constant rate for DURATION with `--latency-correction` (latency counted from when a
+# request was due, not from when a busy connection could send it: wrk2's method) and reports
+# p50/p99/p99.9 and the share of requests that succeeded. One line per concurrency in the plot.
+#
+# Layout as the other benchmarks: the proxy pinned to CPU 0 with one worker, the upstream and
+# the load generator on CPU 1. Case: plain proxy (1 route), HTTP.
+#
+# Usage: bench/latency-sweep.sh [DURATION] ["CONCURRENCIES"] ["RATES"]
+#   e.g. bench/latency-sweep.sh 5s "100 250 500 1000" "5000 10000 20000 30000 40000"
+# Needs nginx, oha (`cargo install oha`), python3 (+ python3-matplotlib for the plot).
+# Results: bench/results/latency-sweep-<date>/ (every point's raw oha JSON, summary.md, plot).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/lib.sh
+DUR=${1:-5s}
+CONCURRENCIES=${2:-100 250 500 1000}
+RATES=${3:-5000 10000 20000 30000 40000}
+OHA=${OHA:-$(command -v oha || echo "$HOME/.cargo/bin/oha")}
+OUT=$ROOT/bench/results/latency-sweep-$(date -u +%Y%m%d-%H%M%S)
+W=$(mktemp -d /tmp/latency-sweep.XXXX)
+BENCH_TMP+=("$W")
+mkdir -p "$OUT/raw"
+git rev-parse --short HEAD > "$OUT/commit" 2>/dev/null || true
+
+cargo build --release --locked -p turnpike >&2
+BIN=$ROOT/target/release/turnpike
+start_upstream 1
+
+mkdir -p "$W/nginx"/{cbt,pt,ft,ut,st}
+sed -e "s|/tmp/bench/@NAME@|$W/nginx|g" -e "s/@NAME@/nginx/g" -e "s/@PORT@/8002/" \
+    -e 's/@UPKA@/keepalive 64; keepalive_requests 1000000;/' \
+    -e 's/@ACCESS@//' -e 's/@EXTRA_HTTP@//' -e 's/@EXTRA_MAIN@//' \
+    "$SHARED/nginx_proxy.conf.tmpl" > "$W/nginx/nginx.conf"
+
+sweep() { # name port
+  for c in $CONCURRENCIES; do
+    for r in $RATES; do
+      taskset -c 1 "$OHA" --no-tui --output-format json --latency-correction \
+        -c "$c" -q "$r" -z "$DUR" "http://127.0.0.1:$2/" > "$OUT/raw/$1-c$c-r$r.json" 2>/dev/null || true
+    done
+  done
+}
+
+turnpike_env "$W/tp"
+taskset -c 0 "$BIN" start > "$W/tp.log" 2>&1 &
+TP=$!
+wait_port 8000
+sweep turnpike 8000
+kill $TP; wait $TP 2>/dev/null || true
+
+taskset -c 0 nginx -c "$W/nginx/nginx.conf" -p "$W/nginx" -e "$W/nginx/error.log" -g 'daemon off;' &
+NGX=$!
+BENCH_PIDS+=($NGX)
+wait_port 8002
+sweep nginx 8002
+kill $NGX; wait $NGX 2>/dev/null || true
+
+REPORT_PY=python3
+if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then REPORT_PY=/usr/bin/python3; fi
+"$REPORT_PY" - "$OUT" "$CONCURRENCIES" "$RATES" "$DUR" <<'PY'
+import json, pathlib, sys
+out, cs, rs, dur = pathlib.Path(sys.argv[1]), sys.argv[2].split(), sys.argv[3].split(), sys.argv[4]
+def point(name, c, r):
+    p = out / "raw" / f"{name}-c{c}-r{r}.json"
+    try:
+        j = json.loads(p.read_text())
+    except Exception:
+        return None
+    s, pct = j["summary"], j["latencyPercentiles"]
+    return {"rps": s["requestsPerSec"], "success": s["successRate"],
+            "p50": pct["p50"] * 1000, "p99": pct["p99"] * 1000, "p999": pct["p99.9"] * 1000}
+lines = [f"commit {(out / 'commit').read_text().strip()}; {dur} per point; oha --latency-correction (constant rate)", "",
+         "| proxy | connections | offered rate | achieved RPS | success | p50 ms | p99 ms | p99.9 ms |",
+         "|---|---:|---:|---:|---:|---:|---:|---:|"]
+data = {}
+for name in ["turnpike", "nginx"]:
+    for c in cs:
+        for r in rs:
+            pt = point(name, c, r)
+            data[(name, c, r)] = pt
+            if pt:
+                lines.append(f"| {name} | {c} | {int(r):,} | {pt['rps']:,.0f} | {pt['success']:.2%} | {pt['p50']:.2f} | {pt['p99']:.2f} | {pt['p999']:.2f} |")
+try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(14, 5), sharey=True)
+    for ax, name in zip(axes, ["turnpike", "nginx"]):
+        for c in cs:
+            xs = [int(r) for r in rs if data.get((name, c, r))]
+            ys = [data[(name, c, r)]["p99"] for r in rs if data.get((name, c, r))]
+            ax.plot(xs, ys, marker="o", label=f"{c} connections")
+        ax.set_yscale("log")
+        ax.set_xlabel("offered rate (requests/s)")
+        ax.set_title(f"{name}: p99 latency at a constant rate")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    axes[0].set_ylabel("p99 ms (coordinated-omission corrected)")
+    fig.tight_layout()
+    fig.savefig(out / "sweep-p99.svg")
+    lines += ["", "Plot: `sweep-p99.svg`"]
+except ImportError:
+    lines += ["", "(no plot: python3-matplotlib is not installed)"]
+(out / "summary.md").write_text("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY
+echo "results: $OUT"
