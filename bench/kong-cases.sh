@@ -15,7 +15,8 @@
 # per case and proxy, interleaved; the median run by RPS. wrk's Lua `done()` prints the latency
 # percentiles (50 … 99.99) that make the table and the percentile-spectrum plots.
 #
-# Usage: bench/kong-cases.sh [RUNS] [DURATION] [PROTOCOLS]   e.g. bench/kong-cases.sh 3 10s "http https"
+# Usage: [INSTRUCTIONS=N] bench/kong-cases.sh [RUNS] [DURATION] [PROTOCOLS]
+#   e.g. INSTRUCTIONS=5000 bench/kong-cases.sh 3 10s "http https"
 # Needs nginx, libnginx-mod-http-lua, wrk, openssl, python3 (+ python3-matplotlib for the plots):
 # TURNPIKE_SETUP_BENCH=1 scripts/setup.sh installs them.
 # Results: bench/results/kong-cases-<date>/ (every run's raw wrk output, summary.md, plots).
@@ -154,6 +155,66 @@ for proto in $PROTOCOLS; do
     fi
   done
 done
+
+# Instructions per request of each case under callgrind (INSTRUCTIONS=N requests; 0 skips):
+# Turnpike, nginx, and nginx + Lua for the key-auth cases, HTTP, one keep-alive connection,
+# (Ir(N) - Ir(0)) / N; the 100-route cases cycle over the routes and consumers.
+INSTRUCTIONS=${INSTRUCTIONS:-0}
+client() { # port kind routes n
+  python3 - "$@" <<'PY'
+import base64, http.client, sys
+port, kind, routes, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+c = http.client.HTTPConnection("127.0.0.1", port)
+for k in range(n):
+    i = k % routes
+    path = "/" if routes == 1 else f"/r{i}"
+    h = {}
+    if kind == "ka-rl":
+        h["apikey"] = f"key-{i}"
+    elif kind == "ba-rl":
+        h["authorization"] = "Basic " + base64.b64encode(f"u{i}:pw-{i}".encode()).decode()
+    elif kind == "ngxlua":
+        h["apikey"] = f"key{min(i, 98) + 1}"
+    c.request("GET", path, headers=h); r = c.getresponse(); r.read(); assert r.status == 200, (r.status, path)
+PY
+}
+ir_of() { # file
+  grep -E '^(summary|totals):' "$1" | head -1 | awk '{print $2}'
+}
+callgrind_tp() { # case n
+  turnpike_env "$W/cg-tp"
+  export TURNPIKE_DECLARATIVE_CONFIG=$W/$1.yml TURNPIKE_PROXY_LISTEN="127.0.0.1:8000 reuseport backlog=4096"
+  valgrind --tool=callgrind --collect-atstart=yes --callgrind-out-file="$W/cg.tp.$1.$2" "$BIN" start > /dev/null 2>&1 &
+  local vp=$!
+  for _ in $(seq 1 600); do (echo >/dev/tcp/127.0.0.1/8000) 2>/dev/null && break; sleep 0.1; done
+  local kind=${1%-*} routes=${1##*-}
+  [ "$2" -gt 0 ] && client 8000 "$kind" "$routes" "$2"
+  kill -TERM $vp; wait $vp 2>/dev/null || true
+  ir_of "$W/cg.tp.$1.$2"
+}
+callgrind_ngx() { # dir port kind routes n
+  valgrind --tool=callgrind --collect-atstart=yes --callgrind-out-file="$W/cg.ngx.$3.$4.$5" \
+    nginx -c "$1/nginx.conf" -p "$1" -e "$1/error.log" -g 'daemon off; master_process off;' > /dev/null 2>&1 &
+  local vp=$!
+  for _ in $(seq 1 600); do (echo >/dev/tcp/127.0.0.1/$2) 2>/dev/null && break; sleep 0.1; done
+  [ "$5" -gt 0 ] && client "$2" "$3" "$4" "$5"
+  kill -QUIT $vp; wait $vp 2>/dev/null || true
+  ir_of "$W/cg.ngx.$3.$4.$5"
+}
+if [ "$INSTRUCTIONS" -gt 0 ]; then
+  : > "$OUT/instructions.txt"
+  for case in $CASES; do
+    n=${case##*-}
+    a=$(callgrind_tp "$case" 0); b=$(callgrind_tp "$case" "$INSTRUCTIONS")
+    echo "$case turnpike $(( (b - a) / INSTRUCTIONS ))" >> "$OUT/instructions.txt"
+  done
+  for n in 1 100; do
+    a=$(callgrind_ngx "$W/nginx" 8002 plain "$n" 0); b=$(callgrind_ngx "$W/nginx" 8002 plain "$n" "$INSTRUCTIONS")
+    echo "nginx-$n nginx $(( (b - a) / INSTRUCTIONS ))" >> "$OUT/instructions.txt"
+    a=$(callgrind_ngx "$W/ngxlua" 8003 ngxlua "$n" 0); b=$(callgrind_ngx "$W/ngxlua" 8003 ngxlua "$n" "$INSTRUCTIONS")
+    echo "ngxlua-$n nginx-lua $(( (b - a) / INSTRUCTIONS ))" >> "$OUT/instructions.txt"
+  done
+fi
 
 # Debian's python3-matplotlib lives with /usr/bin/python3 (a pyenv python3 may come first).
 REPORT_PY=python3

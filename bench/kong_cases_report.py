@@ -86,6 +86,23 @@ for proto in PROTOCOLS:
             f"{p.get(99.9, 0):.2f} | {tp['non2xx']} | {ng['rps']:,.0f} | {ng['pct'].get(99, 0):.2f} | "
             f"{tp['rps'] / ng['rps']:.2f}x | {lua} | {lua_ratio} | {k[0]:,} / {k[1]} |")
     lines.append("")
+ipr_file = OUT / "instructions.txt"
+if ipr_file.exists():
+    ipr = {}
+    for line in ipr_file.read_text().split("\n"):
+        parts = line.split()
+        if len(parts) == 3:
+            ipr[(parts[0], parts[1])] = int(parts[2])
+    lines += ["### Instructions per request (callgrind, HTTP, one keep-alive connection)", "",
+              "| case | Turnpike | nginx (plain proxy) | Turnpike / nginx | nginx + Lua (key-auth + rate-limiting emulation) |",
+              "|---|---:|---:|---:|---:|"]
+    for case in CASES:
+        n = case.split("-")[-1]
+        tp, ng = ipr.get((case, "turnpike")), ipr.get((f"nginx-{n}", "nginx"))
+        lua = ipr.get((f"ngxlua-{n}", "nginx-lua")) if case.startswith("ka-rl") else None
+        if tp and ng:
+            lines.append(f"| {TITLES[case]} | {tp:,} | {ng:,} | {tp / ng:.2f}x | {f'{lua:,}' if lua else '—'} |")
+    lines.append("")
 lines += ["Kong's figures come from a 16-vCPU c5.4xlarge with 16 workers and k6 on separate machines;",
           "ours from one worker on one core with the load generator on the other core of a 2-vCPU VM.",
           "They are context, not a comparison; the ratios to the references measured in the same run are."]
