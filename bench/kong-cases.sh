@@ -15,7 +15,7 @@
 # per case and proxy, interleaved; the median run by RPS. wrk's Lua `done()` prints the latency
 # percentiles (50 … 99.99) that make the table and the percentile-spectrum plots.
 #
-# Usage: [INSTRUCTIONS=N] bench/kong-cases.sh [RUNS] [DURATION] [PROTOCOLS]
+# Usage: [INSTRUCTIONS=N] [EXTRA=1] [CASES="..."] bench/kong-cases.sh [RUNS] [DURATION] [PROTOCOLS]
 #   e.g. INSTRUCTIONS=5000 bench/kong-cases.sh 3 10s "http https"
 # Needs nginx, libnginx-mod-http-lua, wrk, openssl, python3 (+ python3-matplotlib for the plots):
 # TURNPIKE_SETUP_BENCH=1 scripts/setup.sh installs them.
@@ -59,6 +59,9 @@ for kind in auth:
     routes = "".join(f"  - name: r{i}\n    paths: [/r{i}]\n" + pl for i in range(100))
     (w / f"{kind}-100.yml").write_text(head + routes + consumers(kind, 100))
 
+# The extra cases' configs: 10k plain routes.
+(w / "plain-10k.yml").write_text(head + "".join(f"  - name: r{i}\n    paths: [/r{i}]\n" for i in range(10000)))
+
 # wrk scripts: the request of each case, and the percentiles printed at the end.
 done = '''
 done = function(summary, latency, requests)
@@ -93,6 +96,9 @@ scripts = {
     "ngxlua-100": normal + 'request = function() local i = pick() if i > 98 then i = 98 end return wrk.format("GET", "/r" .. i, {apikey = "key" .. (i + 1)}) end\n',
     "nginx-1": 'request = function() return wrk.format("GET", "/") end\n',
     "nginx-100": normal + 'request = function() return wrk.format("GET", "/r" .. pick()) end\n',
+    # 10k routes: the same normal draw, scaled (mean 4999.5, sd 2000).
+    "plain-10k": normal.replace("49.5 + 20 * z", "4999.5 + 2000 * z").replace("i > 99 then i = 99", "i > 9999 then i = 9999")
+        + 'request = function() return wrk.format("GET", "/r" .. pick()) end\n',
 }
 for name, body in scripts.items():
     (w / f"{name}.lua").write_text(body + done)
@@ -108,10 +114,13 @@ ngx_conf() { # dir http-port https-port with-lua
         "$SHARED/nginx_proxy.conf.tmpl" > "$1/nginx.conf"
   fi
   # The same server again on the HTTPS port.
-  sed -i "s|listen 127.0.0.1:$2 backlog=4096;|listen 127.0.0.1:$2 backlog=4096; listen 127.0.0.1:$3 ssl backlog=4096; ssl_certificate $W/cert.pem; ssl_certificate_key $W/key.pem;|" "$1/nginx.conf"
+  sed -i "s|listen 127.0.0.1:$2 backlog=4096;|listen 127.0.0.1:$2 backlog=4096; listen 127.0.0.1:$3 ssl http2 backlog=4096; ssl_certificate $W/cert.pem; ssl_certificate_key $W/key.pem;|" "$1/nginx.conf"
 }
 ngx_conf "$W/nginx" 8002 8445 plain
 ngx_conf "$W/ngxlua" 8003 8446 lua
+# nginx without upstream keepalive, for the connection-storm case.
+ngx_conf "$W/nginx-noka" 8004 8447 plain
+sed -i 's/keepalive 64; keepalive_requests 1000000;//' "$W/nginx-noka/nginx.conf"
 start_ngx() { # dir
   taskset -c 0 nginx -c "$1/nginx.conf" -p "$1" -e "$1/error.log" -g 'daemon off;' &
   NGX_PID=$!
@@ -124,14 +133,14 @@ run_wrk() { # label url script run
   taskset -c 1 wrk -t1 -c50 -d"$DUR" --latency -s "$3" "$scheme_url" > "$OUT/raw/$1-run$4.txt"
 }
 
-CASES="plain-1 plain-100 rl-1 rl-100 ka-rl-1 ka-rl-100 ba-rl-1 ba-rl-100"
+CASES=${CASES-plain-1 plain-100 rl-1 rl-100 ka-rl-1 ka-rl-100 ba-rl-1 ba-rl-100}
 for proto in $PROTOCOLS; do
   if [ "$proto" = https ]; then TP_PORT=8443; NGX_PORT=8445; LUA_PORT=8446; else TP_PORT=8000; NGX_PORT=8002; LUA_PORT=8003; fi
   for case in $CASES; do
     n=${case##*-}
     turnpike_env "$W/tp-$case"
     export TURNPIKE_DECLARATIVE_CONFIG=$W/$case.yml
-    export TURNPIKE_PROXY_LISTEN="127.0.0.1:8000 reuseport backlog=4096, 127.0.0.1:8443 ssl reuseport backlog=4096"
+    export TURNPIKE_PROXY_LISTEN="127.0.0.1:8000 reuseport backlog=4096, 127.0.0.1:8443 ssl http2 reuseport backlog=4096"
     export TURNPIKE_SSL_CERT=$W/cert.pem TURNPIKE_SSL_CERT_KEY=$W/key.pem
     taskset -c 0 "$BIN" start > "$W/tp-$case.log" 2>&1 &
     TP=$!
@@ -155,6 +164,47 @@ for proto in $PROTOCOLS; do
     fi
   done
 done
+
+# The extra cases (EXTRA=1): 10k routes, upstream keepalive off (what the default saves: the
+# connection storm), HTTP/2 over TLS (oha, 50 connections, one stream each, JSON percentiles).
+tp_start() { # config [env...]
+  turnpike_env "$W/tp-extra"
+  export TURNPIKE_DECLARATIVE_CONFIG=$1
+  export TURNPIKE_PROXY_LISTEN="127.0.0.1:8000 reuseport backlog=4096, 127.0.0.1:8443 ssl http2 reuseport backlog=4096"
+  export TURNPIKE_SSL_CERT=$W/cert.pem TURNPIKE_SSL_CERT_KEY=$W/key.pem
+  shift
+  env "$@" taskset -c 0 "$BIN" start > "$W/tp-extra.log" 2>&1 &
+  TP=$!
+  wait_port 8000
+}
+if [ "${EXTRA:-0}" = 1 ]; then
+  for proto in $PROTOCOLS; do
+    if [ "$proto" = https ]; then TP_PORT=8443; NGX_PORT=8445; NOKA_PORT=8447; else TP_PORT=8000; NGX_PORT=8002; NOKA_PORT=8004; fi
+    tp_start "$W/plain-10k.yml"
+    for i in $(seq 1 "$RUNS"); do run_wrk "$proto-plain-10k-turnpike" "$proto://127.0.0.1:$TP_PORT/" "$W/plain-10k.lua" "$i"; done
+    kill $TP; wait $TP 2>/dev/null || true
+    start_ngx "$W/nginx"; wait_port $NGX_PORT
+    for i in $(seq 1 "$RUNS"); do run_wrk "$proto-plain-10k-nginx" "$proto://127.0.0.1:$NGX_PORT/" "$W/plain-10k.lua" "$i"; done
+    kill $NGX_PID; wait $NGX_PID 2>/dev/null || true
+    tp_start "$W/plain-1.yml" TURNPIKE_UPSTREAM_KEEPALIVE_POOL_SIZE=0
+    for i in $(seq 1 "$RUNS"); do run_wrk "$proto-keepalive-off-turnpike" "$proto://127.0.0.1:$TP_PORT/" "$W/plain-1.lua" "$i"; done
+    kill $TP; wait $TP 2>/dev/null || true
+    start_ngx "$W/nginx-noka"; wait_port $NOKA_PORT
+    for i in $(seq 1 "$RUNS"); do run_wrk "$proto-keepalive-off-nginx" "$proto://127.0.0.1:$NOKA_PORT/" "$W/plain-1.lua" "$i"; done
+    kill $NGX_PID; wait $NGX_PID 2>/dev/null || true
+  done
+  OHA=${OHA:-$(command -v oha || echo "$HOME/.cargo/bin/oha")}
+  h2() { # label port run
+    taskset -c 1 "$OHA" --no-tui --http2 --insecure -c 50 -p 1 -z 2s "https://127.0.0.1:$2/" > /dev/null 2>&1 || true
+    taskset -c 1 "$OHA" --no-tui --http2 --insecure --output-format json -c 50 -p 1 -z "$DUR" "https://127.0.0.1:$2/" > "$OUT/raw/$1-run$3.json" 2>/dev/null || true
+  }
+  tp_start "$W/plain-1.yml"
+  for i in $(seq 1 "$RUNS"); do h2 h2-plain-1-turnpike 8443 "$i"; done
+  kill $TP; wait $TP 2>/dev/null || true
+  start_ngx "$W/nginx"; wait_port 8445
+  for i in $(seq 1 "$RUNS"); do h2 h2-plain-1-nginx 8445 "$i"; done
+  kill $NGX_PID; wait $NGX_PID 2>/dev/null || true
+fi
 
 # Instructions per request of each case under callgrind (INSTRUCTIONS=N requests; 0 skips):
 # Turnpike, nginx, and nginx + Lua for the key-auth cases, HTTP, one keep-alive connection,

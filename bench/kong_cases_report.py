@@ -86,6 +86,38 @@ for proto in PROTOCOLS:
             f"{p.get(99.9, 0):.2f} | {tp['non2xx']} | {ng['rps']:,.0f} | {ng['pct'].get(99, 0):.2f} | "
             f"{tp['rps'] / ng['rps']:.2f}x | {lua} | {lua_ratio} | {k[0]:,} / {k[1]} |")
     lines.append("")
+# The extra cases, when run.
+extra = []
+for proto in PROTOCOLS:
+    for case, title in [("plain-10k", "proxy, no plugins (10k routes)"),
+                        ("keepalive-off", "proxy, upstream keepalive off (1 route)")]:
+        tp, ng = median_run(f"{proto}-{case}-turnpike"), median_run(f"{proto}-{case}-nginx")
+        if tp and ng:
+            extra.append(f"| {proto.upper()} | {title} | {tp['rps']:,.0f} | {tp['pct'].get(50, 0):.2f} | {tp['pct'].get(99, 0):.2f} | "
+                         f"{ng['rps']:,.0f} | {ng['pct'].get(99, 0):.2f} | {tp['rps'] / ng['rps']:.2f}x |")
+import json as _json
+def oha_median(label):
+    runs = []
+    for i in range(1, RUNS + 1):
+        p = OUT / "raw" / f"{label}-run{i}.json"
+        try:
+            j = _json.loads(p.read_text())
+            runs.append((j["summary"]["requestsPerSec"], j["latencyPercentiles"]["p50"] * 1000,
+                         j["latencyPercentiles"]["p99"] * 1000))
+        except Exception:
+            pass
+    runs.sort()
+    return runs[len(runs) // 2] if runs else None
+tp, ng = oha_median("h2-plain-1-turnpike"), oha_median("h2-plain-1-nginx")
+if tp and ng:
+    extra.append(f"| HTTP/2 over TLS (oha, 50 connections) | proxy, no plugins (1 route) | {tp[0]:,.0f} | {tp[1]:.2f} | {tp[2]:.2f} | "
+                 f"{ng[0]:,.0f} | {ng[2]:.2f} | {tp[0] / ng[0]:.2f}x |")
+if extra:
+    lines += ["### Extra cases", "",
+              "| protocol | case | Turnpike RPS | p50 ms | p99 ms | nginx RPS | nginx p99 ms | Turnpike / nginx |",
+              "|---|---|---:|---:|---:|---:|---:|---:|"] + extra + [
+              "", "Keepalive off: Turnpike with `upstream_keepalive_pool_size = 0`, nginx without `keepalive` in its upstream block.", ""]
+
 ipr_file = OUT / "instructions.txt"
 if ipr_file.exists():
     ipr = {}
