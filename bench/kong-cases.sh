@@ -266,8 +266,5 @@ if [ "$INSTRUCTIONS" -gt 0 ]; then
   done
 fi
 
-# Debian's python3-matplotlib lives with /usr/bin/python3 (a pyenv python3 may come first).
-REPORT_PY=python3
-if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then REPORT_PY=/usr/bin/python3; fi
-"$REPORT_PY" bench/kong_cases_report.py "$OUT" "$RUNS" "$PROTOCOLS"
+"$(report_python)" bench/kong_cases_report.py "$OUT" "$RUNS" "$PROTOCOLS"
 echo "results: $OUT"

@@ -58,9 +58,7 @@ wait_port 8002
 sweep nginx 8002
 kill $NGX; wait $NGX 2>/dev/null || true
 
-REPORT_PY=python3
-if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then REPORT_PY=/usr/bin/python3; fi
-"$REPORT_PY" - "$OUT" "$CONCURRENCIES" "$RATES" "$DUR" <<'PY'
+"$(report_python)" - "$OUT" "$CONCURRENCIES" "$RATES" "$DUR" <<'PY'
 import json, pathlib, sys
 out, cs, rs, dur = pathlib.Path(sys.argv[1]), sys.argv[2].split(), sys.argv[3].split(), sys.argv[4]
 def point(name, c, r):

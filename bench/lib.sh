@@ -54,3 +54,13 @@ ngx_lua_conf() {
       -e 's|@EXTRA_MAIN@|load_module /usr/lib/nginx/modules/ndk_http_module.so; load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;|' \
       "$SHARED/nginx_proxy.conf.tmpl" > "$1/nginx.conf"
 }
+
+# report_python: a python3 that has matplotlib (Debian's python3-matplotlib lives with
+# /usr/bin/python3, and a pyenv python3 may come first on PATH); plain python3 otherwise.
+report_python() {
+  if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+    echo /usr/bin/python3
+  else
+    echo python3
+  fi
+}

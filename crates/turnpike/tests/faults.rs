@@ -15,19 +15,6 @@ use bytes::Bytes;
 use common::*;
 use http_body_util::Full;
 
-async fn health_of(gw: &Gateway, upstream: &str, target: &str) -> String {
-    let r = gw
-        .admin("GET", &format!("/upstreams/{upstream}/health"), None)
-        .await;
-    r.json()["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["target"] == target)
-        .map(|t| t["health"].as_str().unwrap().to_string())
-        .unwrap_or_default()
-}
-
 /// A load loop: `clients` tasks sending GETs on their own keep-alive connections until
 /// `stop`, tallying statuses (0: the request failed at the client).
 fn load(
@@ -89,7 +76,7 @@ services:
     ups[1] = None;
     assert!(
         eventually(Duration::from_secs(10), async || {
-            health_of(&gw, "trio", &targets[1]).await == "UNHEALTHY"
+            gw.health_of("trio", &targets[1]).await == "UNHEALTHY"
         })
         .await,
         "the dead target was not marked unhealthy"
@@ -100,7 +87,7 @@ services:
     ups[1] = Some(Upstream::start_on("back", ports[1]));
     assert!(
         eventually(Duration::from_secs(10), async || {
-            health_of(&gw, "trio", &targets[1]).await == "HEALTHY"
+            gw.health_of("trio", &targets[1]).await == "HEALTHY"
         })
         .await,
         "the target that came back stayed unhealthy"

@@ -9,19 +9,6 @@ use std::time::Duration;
 use common::*;
 use serde_json::json;
 
-async fn health_of(gw: &Gateway, upstream: &str, target: &str) -> String {
-    let r = gw
-        .admin("GET", &format!("/upstreams/{upstream}/health"), None)
-        .await;
-    r.json()["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["target"] == target)
-        .map(|t| t["health"].as_str().unwrap().to_string())
-        .unwrap_or_default()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_targets_leave_and_come_back() {
     let good = Upstream::start("good");
@@ -65,26 +52,21 @@ services:
         assert_eq!(r.header("x-upstream"), Some("good"));
     }
     assert!(
-        eventually(Duration::from_secs(10), async || health_of(
-            &gw, "hc", &later
-        )
-        .await
+        eventually(Duration::from_secs(10), async || gw
+            .health_of("hc", &later)
+            .await
             == "UNHEALTHY")
         .await,
         "{}",
         gw.log_text()
     );
-    assert_eq!(
-        health_of(&gw, "hc", &good.addr.to_string()).await,
-        "HEALTHY"
-    );
+    assert_eq!(gw.health_of("hc", &good.addr.to_string()).await, "HEALTHY");
     // It starts: active checks bring it back, and traffic reaches it.
     let _later = Upstream::start_on("later", later_port);
     assert!(
-        eventually(Duration::from_secs(10), async || health_of(
-            &gw, "hc", &later
-        )
-        .await
+        eventually(Duration::from_secs(10), async || gw
+            .health_of("hc", &later)
+            .await
             == "HEALTHY")
         .await,
         "{}",
@@ -102,7 +84,7 @@ services:
     // By hand, DB-less included (Kong answers 500 there): no checks configured.
     let a = manual_a.addr.to_string();
     let b = manual_b.addr.to_string();
-    assert_eq!(health_of(&gw, "manual", &a).await, "HEALTHCHECKS_OFF");
+    assert_eq!(gw.health_of("manual", &a).await, "HEALTHCHECKS_OFF");
     let r = gw
         .admin(
             "POST",

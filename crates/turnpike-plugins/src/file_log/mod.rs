@@ -129,15 +129,7 @@ impl PluginSpec for FileLog {
         {
             errs.push(("path".into(), "not a valid filename".into()));
         }
-        if config["custom_fields_by_lua"]
-            .as_object()
-            .is_some_and(|m| !m.is_empty())
-        {
-            errs.push((
-                "custom_fields_by_lua".into(),
-                "Turnpike does not run Lua: custom_fields_by_lua must be empty".into(),
-            ));
-        }
+        errs.extend(crate::log::refuse_lua_fields(config));
         errs
     }
     fn build(

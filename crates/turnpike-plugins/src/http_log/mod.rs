@@ -315,15 +315,7 @@ impl PluginSpec for HttpLog {
                 "expected one of: -1, 1".into(),
             ));
         }
-        if config["custom_fields_by_lua"]
-            .as_object()
-            .is_some_and(|m| !m.is_empty())
-        {
-            errs.push((
-                "custom_fields_by_lua".into(),
-                "Turnpike does not run Lua: custom_fields_by_lua must be empty".into(),
-            ));
-        }
+        errs.extend(crate::log::refuse_lua_fields(config));
         if let Some(map) = config["headers"].as_object() {
             for k in map.keys() {
                 if HeaderName::from_bytes(k.as_bytes()).is_err() {

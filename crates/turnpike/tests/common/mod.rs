@@ -651,6 +651,20 @@ pub async fn until_status(proxy: SocketAddr, path: &str, status: u16) -> Reply {
 }
 
 impl Gateway {
+    /// A target's health as `GET /upstreams/{upstream}/health` reports it ("" when absent).
+    pub async fn health_of(&self, upstream: &str, target: &str) -> String {
+        let r = self
+            .admin("GET", &format!("/upstreams/{upstream}/health"), None)
+            .await;
+        r.json()["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["target"] == target)
+            .map(|t| t["health"].as_str().unwrap().to_string())
+            .unwrap_or_default()
+    }
+
     /// Creates service `s` (to `url`) and its route `r` on `path` through the Admin API.
     pub async fn add_service_route(&self, url: &str, path: &str) {
         let r = self
