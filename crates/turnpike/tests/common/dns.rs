@@ -29,6 +29,19 @@ impl Dnsmasq {
     /// `hosts`: hosts-file lines; `srv`: dnsmasq `srv-host` values
     /// (`_service._proto.name,target,port,priority,weight`).
     pub fn start(hosts: &str, srv: &[&str]) -> Dnsmasq {
+        // Picked free, then bound by dnsmasq: another process can take it between the two;
+        // a second port is tried then.
+        for attempt in 0..3 {
+            match Self::try_start(hosts, srv) {
+                Ok(d) => return d,
+                Err(e) if attempt < 2 => eprintln!("dnsmasq: {e}; trying another port"),
+                Err(e) => panic!("dnsmasq did not start: {e}"),
+            }
+        }
+        unreachable!()
+    }
+
+    fn try_start(hosts: &str, srv: &[&str]) -> Result<Dnsmasq, String> {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("hosts"), hosts).unwrap();
         let port = free_udp_port();
@@ -63,16 +76,39 @@ impl Dnsmasq {
             .stderr(Stdio::null())
             .spawn()
             .expect("start dnsmasq (install the dnsmasq-base package)");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        // Up once it holds its port.
-        while std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
-            assert!(Instant::now() < deadline, "dnsmasq did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Dnsmasq {
+        let mut d = Dnsmasq {
             port,
             dir,
             child: Some(child),
+        };
+        // Up once it answers a query. (Probing by binding its port would race with dnsmasq
+        // binding it.)
+        let probe = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        probe
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        // A query for `probe.test` A (id 0x1234, recursion desired).
+        let mut query = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+        for label in ["probe", "test"] {
+            query.push(label.len() as u8);
+            query.extend_from_slice(label.as_bytes());
+        }
+        query.extend_from_slice(&[0, 0, 1, 0, 1]);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut buf = [0u8; 512];
+        loop {
+            let _ = probe.send_to(&query, ("127.0.0.1", port));
+            if matches!(probe.recv_from(&mut buf), Ok((n, _)) if n >= 12 && buf[..2] == [0x12, 0x34])
+            {
+                return Ok(d);
+            }
+            if let Some(status) = d.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                d.child = None;
+                return Err(format!("it exited at start ({status}), port {port}"));
+            }
+            if Instant::now() > deadline {
+                return Err(format!("no answer on port {port} within 20 s"));
+            }
         }
     }
 
