@@ -99,6 +99,19 @@ pub enum ResolveError {
 }
 
 impl Name {
+    /// A name not resolved yet.
+    fn new(host: Box<str>) -> Name {
+        Name {
+            host,
+            answer: ArcSwap::from_pointee(Answer::unresolved()),
+            generation: AtomicU64::new(0),
+            refreshing: AtomicBool::new(false),
+            refreshed: tokio::sync::Notify::new(),
+            next: AtomicUsize::new(0),
+            last_type: AtomicU8::new(0),
+        }
+    }
+
     pub fn host(&self) -> &str {
         &self.host
     }
@@ -287,15 +300,7 @@ pub fn name(host: &str) -> Option<Arc<Name>> {
     if let Some(n) = names.get(key.as_str()) {
         return Some(n.clone());
     }
-    let n = Arc::new(Name {
-        host: key.clone().into(),
-        answer: ArcSwap::from_pointee(Answer::unresolved()),
-        generation: AtomicU64::new(0),
-        refreshing: AtomicBool::new(false),
-        refreshed: tokio::sync::Notify::new(),
-        next: AtomicUsize::new(0),
-        last_type: AtomicU8::new(0),
-    });
+    let n = Arc::new(Name::new(key.clone().into()));
     names.insert(key.into(), n.clone());
     drop(names);
     n.refresh();
@@ -632,15 +637,7 @@ mod tests {
     }
 
     fn entry() -> Name {
-        Name {
-            host: "svc.test".into(),
-            answer: ArcSwap::from_pointee(Answer::unresolved()),
-            generation: AtomicU64::new(0),
-            refreshing: AtomicBool::new(false),
-            refreshed: tokio::sync::Notify::new(),
-            next: AtomicUsize::new(0),
-            last_type: AtomicU8::new(0),
-        }
+        Name::new("svc.test".into())
     }
 
     #[test]
