@@ -267,3 +267,30 @@ async fn client_keepalive_requests_limit_closes_the_connection() {
         .unwrap()
         .unwrap();
 }
+
+fn thp_enabled(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("THP_enabled:"))
+        .expect("the kernel reports THP_enabled in /proc/PID/status")
+        .trim()
+        .to_string()
+}
+
+/// Huge pages zeroed on allocation bursts held new connections for 100-200 ms (BENCHMARKS.md):
+/// the gateway turns them off for itself unless the operator asks for them.
+#[test]
+fn transparent_huge_pages_are_off_unless_asked_for() {
+    let up = Upstream::start("one");
+    let yaml = format!(
+        "_format_version: '3.0'\nservices: [{{name: s, url: '{}', routes: [{{paths: [/]}}]}}]\n",
+        up.url()
+    );
+    let gw = Gateway::with_config(&yaml).start();
+    assert_eq!(thp_enabled(gw.pid()), "0");
+    let gw = Gateway::with_config(&yaml)
+        .env("MIMALLOC_ALLOW_THP", "1")
+        .start();
+    assert_eq!(thp_enabled(gw.pid()), "1");
+}
