@@ -108,31 +108,40 @@ pub static X_CONSUMER_USERNAME: HeaderName = HeaderName::from_static("x-consumer
 pub static X_CREDENTIAL_IDENTIFIER: HeaderName = HeaderName::from_static("x-credential-identifier");
 pub static X_ANONYMOUS_CONSUMER: HeaderName = HeaderName::from_static("x-anonymous-consumer");
 
+impl Identity {
+    /// The upstream headers for this identity: (name, value, or `None` to drop what the
+    /// client sent). The proxy writes them into the upstream request head, replacing any the
+    /// client sent under those names.
+    pub fn upstream_headers(&self) -> &[(&'static HeaderName, Option<HeaderValue>)] {
+        &self.headers
+    }
+
+    /// `Some(value or None)` when `name` is one of the identity's headers.
+    fn header(&self, name: &HeaderName) -> Option<Option<&HeaderValue>> {
+        self.headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_ref())
+    }
+}
+
 impl AccessRequest<'_> {
-    /// Kong's `set_consumer`: records the consumer and tells the upstream who it is (and
-    /// removes whatever a client sent in those headers).
+    /// Kong's `set_consumer`: records the consumer; the upstream is told who it is by the
+    /// identity's headers, which the proxy writes straight into the upstream request head
+    /// (replacing what a client sent under those names). Inserting them into the header map
+    /// instead cost ~1.5k instructions per request (three inserts and a map that grows:
+    /// BENCHMARKS.md); a later authentication plugin's identity simply replaces this one.
     pub fn set_consumer(&mut self, who: Arc<Identity>) {
-        // Removing what a client sent costs a look-up per header; most requests send none of
-        // these, which one pass over the request's few header names tells.
-        let spoofed = self
-            .headers
-            .keys()
-            .any(|k| who.headers.iter().any(|(name, _)| *name == k));
-        for (name, value) in &who.headers {
-            match value {
-                Some(v) if spoofed => {
-                    self.headers.insert(*name, v.clone());
-                }
-                Some(v) => {
-                    self.headers.append(*name, v.clone());
-                }
-                None if spoofed => {
-                    self.headers.remove(*name);
-                }
-                None => {}
-            }
-        }
         self.consumer = Some(who);
+    }
+
+    /// A request header as the upstream will see it: the consumer's identity headers (set by
+    /// an authentication plugin) over the client's.
+    pub fn header(&self, name: &HeaderName) -> Option<&HeaderValue> {
+        if let Some(v) = self.consumer.as_deref().and_then(|c| c.header(name)) {
+            return v;
+        }
+        self.headers.get(name)
     }
 }
 

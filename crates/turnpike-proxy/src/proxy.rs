@@ -429,7 +429,8 @@ async fn route_and_proxy(
                     l.source = Source::Exit;
                     l.consumer = access.consumer.clone();
                     if let Some(d) = l.details.as_deref_mut() {
-                        d.request_headers = access.headers.clone();
+                        d.request_headers =
+                            with_identity(access.headers, access.consumer.as_deref());
                     }
                 }
                 let mut r = Response::new(ProxyBody::full(e.body));
@@ -456,7 +457,7 @@ async fn route_and_proxy(
             l.consumer = consumer.clone();
             // As the plugins left them (a hidden credential is not logged).
             if let Some(d) = l.details.as_deref_mut() {
-                d.request_headers = parts.headers.clone();
+                d.request_headers = with_identity(&parts.headers, consumer.as_deref());
             }
         }
     }
@@ -526,6 +527,21 @@ async fn route_and_proxy(
     if ctx.gateway.settings.headers_upstream_request_id {
         overrides.push((X_KONG_REQUEST_ID.clone(), Some(rid.clone())));
     }
+    // Who the consumer is (X-Consumer-ID, ...), replacing what the client sent. The headers
+    // to drop are listed only when the client sent one of those names (one pass over its
+    // header names tells), which keeps `overrides` on the stack.
+    if let Some(who) = consumer.as_deref() {
+        let ids = who.upstream_headers();
+        let spoofed = parts
+            .headers
+            .keys()
+            .any(|k| ids.iter().any(|(name, _)| *name == k));
+        for (name, value) in ids {
+            if value.is_some() || spoofed {
+                overrides.push(((*name).clone(), value.clone()));
+            }
+        }
+    }
     let preserved_host = if route.preserve_host {
         host_value.or_else(|| {
             orig_uri
@@ -550,6 +566,7 @@ async fn route_and_proxy(
         query: orig_uri.query(),
         captures: m.captures.as_deref(),
         set_cookie: std::cell::Cell::new(None),
+        response_room: plugin_headers.len(),
     };
     if let Some(d) = log.as_deref_mut().and_then(|l| l.details.as_deref_mut()) {
         d.upstream_uri = Some(parts.uri.clone());
@@ -654,7 +671,24 @@ fn host_without_port(raw: &str) -> Cow<'_, str> {
 /// Headers the proxy sets on the upstream request, replacing the client's of the same name
 /// (`None`: the client's is dropped). Written straight into the request head by our HTTP/1.1
 /// exchange, which saves a header-map insert per header; merged into the map for upgrades.
-pub type Overrides = smallvec::SmallVec<[(HeaderName, Option<HeaderValue>); 10]>;
+pub type Overrides = smallvec::SmallVec<[(HeaderName, Option<HeaderValue>); 12]>;
+
+/// The request headers as the upstream gets them from the plugins, for log plugins (Kong logs
+/// what `set_header` left): the client's with the consumer's identity headers over them.
+fn with_identity(h: &HeaderMap, who: Option<&turnpike_plugins::Identity>) -> HeaderMap {
+    let mut h = h.clone();
+    for (name, value) in who.map(|w| w.upstream_headers()).unwrap_or_default() {
+        match value {
+            Some(v) => {
+                h.insert(*name, v.clone());
+            }
+            None => {
+                h.remove(*name);
+            }
+        }
+    }
+    h
+}
 
 fn apply_overrides(h: &mut HeaderMap, overrides: &Overrides) {
     for (name, value) in overrides {
@@ -754,6 +788,8 @@ struct Call<'a> {
     captures: Option<&'a [(Option<String>, String)]>,
     /// A cookie the balancer wants set on the response (hash_on = cookie).
     set_cookie: std::cell::Cell<Option<HeaderValue>>,
+    /// How many headers the plugins add to the response: room kept in its header map.
+    response_room: usize,
 }
 
 /// Methods that may be sent again after the upstream got them without answering (RFC 9110
@@ -980,9 +1016,12 @@ async fn send_upstream(
                 &parts,
                 body.take(),
                 &overrides,
-                service.write_timeout,
-                service.read_timeout,
+                crate::h1::Timeouts {
+                    write: service.write_timeout,
+                    read: service.read_timeout,
+                },
                 &ctx.deadlines,
+                call.response_room,
             )
             .await
         {

@@ -208,6 +208,9 @@ plugins:
     assert_eq!(alice["route"]["name"], "guarded-route");
     assert_eq!(alice["service"]["name"], "guarded");
     assert_eq!(alice["upstream_uri"], "/");
+    // The request headers as the plugins left them (Kong logs what set_header did): the
+    // consumer's identity as the upstream got it.
+    assert_eq!(alice["request"]["headers"]["x-consumer-username"], "alice");
     assert!(alice["latencies"]["request"].is_u64());
     assert!(alice["response"]["size"].as_u64().unwrap() > 0);
     let refused = lines

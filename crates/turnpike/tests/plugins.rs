@@ -419,7 +419,11 @@ services:
         p,
         "GET",
         "/plain",
-        &[("apikey", "alice-key"), ("x-consumer-username", "mallory")],
+        &[
+            ("apikey", "alice-key"),
+            ("x-consumer-username", "mallory"),
+            ("x-anonymous-consumer", "true"),
+        ],
     )
     .await;
     assert_eq!(r.status, 200, "{:?}", r.body);

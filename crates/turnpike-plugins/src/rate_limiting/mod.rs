@@ -62,6 +62,22 @@ impl Period {
             Period::Minute => (now - now % 60, now - now % 60 + 60),
             Period::Hour => (now - now % 3600, now - now % 3600 + 3600),
             Period::Day => (now - now % 86400, now - now % 86400 + 86400),
+            // Calendar windows cost date arithmetic: the last one is reused while it lasts.
+            Period::Month | Period::Year => CALENDAR_WINDOW.with(|cache| {
+                let slot = &cache[(self == Period::Year) as usize];
+                let (start, end) = slot.get();
+                if start <= now && now < end {
+                    return (start, end);
+                }
+                let w = self.calendar_window(now);
+                slot.set(w);
+                w
+            }),
+        }
+    }
+
+    fn calendar_window(self, now: u64) -> (u64, u64) {
+        match self {
             Period::Month => {
                 let (y, m) = year_month(now);
                 (
@@ -73,12 +89,18 @@ impl Period {
                     },
                 )
             }
-            Period::Year => {
+            _ => {
                 let (y, _) = year_month(now);
                 (month_start(y, 1), month_start(y + 1, 1))
             }
         }
     }
+}
+
+thread_local! {
+    /// This thread's last month and year windows (start, end).
+    static CALENDAR_WINDOW: [std::cell::Cell<(u64, u64)>; 2] =
+        const { [std::cell::Cell::new((0, 0)), std::cell::Cell::new((0, 0))] };
 }
 
 /// Days since the epoch for a civil date (Howard Hinnant's algorithm).
@@ -207,6 +229,26 @@ impl PluginSpec for RateLimiting {
     }
 }
 
+/// X-RateLimit-Limit-<period> and X-RateLimit-Remaining-<period>, by period. Static names:
+/// cloning one per response is a copy, where a name built at config time costs a reference
+/// count update on clone and on drop.
+static X_RATELIMIT_LIMIT: [HeaderName; 6] = [
+    HeaderName::from_static("x-ratelimit-limit-second"),
+    HeaderName::from_static("x-ratelimit-limit-minute"),
+    HeaderName::from_static("x-ratelimit-limit-hour"),
+    HeaderName::from_static("x-ratelimit-limit-day"),
+    HeaderName::from_static("x-ratelimit-limit-month"),
+    HeaderName::from_static("x-ratelimit-limit-year"),
+];
+static X_RATELIMIT_REMAINING: [HeaderName; 6] = [
+    HeaderName::from_static("x-ratelimit-remaining-second"),
+    HeaderName::from_static("x-ratelimit-remaining-minute"),
+    HeaderName::from_static("x-ratelimit-remaining-hour"),
+    HeaderName::from_static("x-ratelimit-remaining-day"),
+    HeaderName::from_static("x-ratelimit-remaining-month"),
+    HeaderName::from_static("x-ratelimit-remaining-year"),
+];
+
 /// Precomputes a validated config: header names and values, the policy's target.
 fn configure(config: &Value) -> Result<Configured, String> {
     let limits = Period::ALL
@@ -217,11 +259,9 @@ fn configure(config: &Value) -> Result<Configured, String> {
             Some((
                 *p,
                 limit,
-                HeaderName::from_bytes(format!("x-ratelimit-limit-{}", p.name()).as_bytes())
-                    .ok()?,
+                X_RATELIMIT_LIMIT[*p as usize].clone(),
                 HeaderValue::from(limit),
-                HeaderName::from_bytes(format!("x-ratelimit-remaining-{}", p.name()).as_bytes())
-                    .ok()?,
+                X_RATELIMIT_REMAINING[*p as usize].clone(),
             ))
         })
         .collect();
@@ -290,7 +330,7 @@ impl Configured {
             LimitBy::Header => self
                 .header_name
                 .as_ref()
-                .and_then(|h| req.headers.get(h))
+                .and_then(|h| req.header(h))
                 .and_then(|v| v.to_str().ok()),
             LimitBy::Path => Some(req.path),
         }
@@ -356,7 +396,18 @@ struct Decision {
     tightest: Option<(u64, u64, u64)>,
 }
 
+/// Seconds since the epoch from the kernel's coarse real-time clock: read from the vDSO
+/// without a time-stamp counter read or nanosecond arithmetic, a few ms behind at most, as
+/// Kong's `ngx.time()` (cached per event-loop turn) is. Only whole seconds matter here.
 fn now_secs() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } == 0 {
+        return ts.tv_sec as u64;
+    }
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -679,6 +730,62 @@ mod tests {
         assert_eq!(month_start(1970, 1), 0);
         assert_eq!(month_start(2000, 3), 951_868_800);
         assert_eq!(Period::Minute.window(t), (t - 59, t + 1));
+    }
+
+    #[test]
+    fn cached_calendar_windows_move_on_at_their_end() {
+        // The last second of 2026, then the first of 2027, then back (a clock set back).
+        let last = month_start(2027, 1) - 1;
+        for t in [
+            last,
+            last + 1,
+            last,
+            month_start(2026, 12),
+            last + 86_400 * 40,
+        ] {
+            assert_eq!(
+                Period::Month.window(t),
+                Period::Month.calendar_window(t),
+                "{t}"
+            );
+            assert_eq!(
+                Period::Year.window(t),
+                Period::Year.calendar_window(t),
+                "{t}"
+            );
+        }
+        assert_eq!(Period::Year.window(last + 1).0, month_start(2027, 1));
+        assert_eq!(
+            Period::Month.window(last + 86_400 * 40).0,
+            month_start(2027, 2)
+        );
+    }
+
+    #[test]
+    fn static_header_names_follow_the_period_order() {
+        for p in Period::ALL {
+            assert_eq!(
+                X_RATELIMIT_LIMIT[p as usize].as_str(),
+                format!("x-ratelimit-limit-{}", p.name())
+            );
+            assert_eq!(
+                X_RATELIMIT_REMAINING[p as usize].as_str(),
+                format!("x-ratelimit-remaining-{}", p.name())
+            );
+        }
+    }
+
+    #[test]
+    fn the_coarse_clock_is_the_real_time() {
+        let precise = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let coarse = now_secs();
+        assert!(
+            coarse + 1 >= precise && coarse <= precise + 1,
+            "{coarse} vs {precise}"
+        );
     }
 
     #[test]

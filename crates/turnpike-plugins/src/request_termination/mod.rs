@@ -100,7 +100,7 @@ impl Handler for Configured {
             let by_header = self
                 .trigger
                 .as_ref()
-                .is_some_and(|h| req.headers.contains_key(h));
+                .is_some_and(|h| req.header(h).is_some());
             if !by_header && req.query_arg(arg).is_none() {
                 return Access::Continue;
             }
