@@ -87,7 +87,9 @@ impl Deadlines {
     /// Arms a deadline for a hand-polled operation (see `Timeout` for futures): the slot to
     /// pass to `poll_expired` and `disarm`.
     pub fn arm(&self, after: Duration) -> usize {
-        self.insert(Instant::now() + after)
+        // From the coarse clock, which lags by up to a tick: one tick more never fires early,
+        // and saves a clock read per armed deadline.
+        self.insert(self.coarse_now() + after + TICK)
     }
 
     /// True once the slot's deadline has passed; otherwise registers the waker to be woken then.

@@ -963,6 +963,7 @@ mod tests {
                 idle_timeout: Duration::from_secs(60),
             },
             stats,
+            crate::deadline::Deadlines::new(),
         );
         let key = PeerKey {
             peer: 0,

@@ -14,6 +14,7 @@ use hyper_util::rt::TokioIo;
 use rustc_hash::FxHashMap;
 use tokio::net::TcpStream;
 
+use crate::deadline::Deadlines;
 use crate::h1::{Conn, Stream};
 use crate::stats::{PeerTallies, WorkerStats};
 
@@ -48,6 +49,9 @@ pub struct Pool {
     stats: Arc<WorkerStats>,
     /// Connections opened and requests sent per peer (the reuse ratio per target).
     pub tallies: PeerTallies,
+    /// The worker's coarse clock (one tick's precision): idle times are timed against a
+    /// timeout of seconds, and reading it is a load where `Instant::now` is a clock read.
+    clock: Rc<Deadlines>,
 }
 
 #[derive(Debug)]
@@ -65,12 +69,13 @@ pub type TlsParams<'a> = Option<(
 )>;
 
 impl Pool {
-    pub fn new(settings: PoolSettings, stats: Arc<WorkerStats>) -> Rc<Pool> {
+    pub fn new(settings: PoolSettings, stats: Arc<WorkerStats>, clock: Rc<Deadlines>) -> Rc<Pool> {
         Rc::new(Pool {
             idle: RefCell::new(FxHashMap::default()),
             settings,
             stats,
             tallies: PeerTallies::default(),
+            clock,
         })
     }
 
@@ -78,8 +83,11 @@ impl Pool {
     pub fn checkout(&self, key: &PeerKey) -> Option<Box<Conn>> {
         let mut idle = self.idle.borrow_mut();
         let list = idle.get_mut(key)?;
+        let now = self.clock.coarse_now();
         while let Some(mut c) = list.pop() {
-            if c.since.elapsed() > self.settings.idle_timeout || !c.conn.idle_alive() {
+            if now.saturating_duration_since(c.since) > self.settings.idle_timeout
+                || !c.conn.idle_alive()
+            {
                 continue;
             }
             c.conn.used += 1;
@@ -101,7 +109,7 @@ impl Pool {
         }
         list.push(Idle {
             conn,
-            since: Instant::now(),
+            since: self.clock.coarse_now(),
         });
     }
 

@@ -900,12 +900,13 @@ async fn send_upstream(
         };
         // Counted as done (for least-connections and latency) when the response head arrives
         // or the attempt fails.
-        let started = Instant::now();
+        let started = picked.is_some().then(Instant::now);
         // `None`: not the target's doing (a pooled connection found closed, a body too large).
         let finish = |outcome: Option<Outcome>| {
             if let Some((b, i)) = picked {
-                let elapsed =
-                    matches!(outcome, Some(Outcome::Status(_))).then(|| started.elapsed());
+                let elapsed = started
+                    .filter(|_| matches!(outcome, Some(Outcome::Status(_))))
+                    .map(|t| t.elapsed());
                 match outcome {
                     Some(o) => b.report(i, o, elapsed),
                     None => b.done(i, None),

@@ -268,13 +268,14 @@ async fn worker_main(
         ^ ((index as u64 + 1) << 48)
         ^ std::process::id() as u64;
     let access_log = gateway.settings.access_log.clone();
+    let deadlines = crate::deadline::Deadlines::new();
     let ctx = Rc::new(WorkerCtx {
-        pool: Pool::new(gateway.settings.pool, stats.clone()),
+        pool: Pool::new(gateway.settings.pool, stats.clone(), deadlines.clone()),
         snapshot: RefCell::new((u64::MAX, Rc::new(gateway.snapshot.load_full()))),
         gateway,
         stats,
         rng: Cell::new(seed),
-        deadlines: crate::deadline::Deadlines::new(),
+        deadlines,
         access_log: access_log.map(crate::access_log::Writer::new),
     });
     let ticker = tokio::task::spawn_local(ctx.deadlines.clone().run());
