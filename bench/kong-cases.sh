@@ -12,7 +12,9 @@
 #
 # Layout (../shared/bench-reference/README.md): the proxy under test pinned to CPU 0 with one
 # worker; the upstream (nginx) and `wrk -t1 -c50` on CPU 1; 2 s warm-up, RUNS runs of DURATION
-# per case and proxy, interleaved; the median run by RPS. wrk's Lua `done()` prints the latency
+# per case and proxy, interleaved; the median run by RPS. With more CPUs (bench/lib.sh) the
+# proxies get the first half with one worker per CPU, and the upstream and wrk (one thread
+# per CPU, 50 connections per proxy worker) the rest. Instruction counts always use one worker. wrk's Lua `done()` prints the latency
 # percentiles (50 … 99.99) that make the table and the percentile-spectrum plots.
 #
 # Usage: [INSTRUCTIONS=N] [EXTRA=1] [CASES="..."] bench/kong-cases.sh [RUNS] [DURATION] [PROTOCOLS]
@@ -34,7 +36,7 @@ git rev-parse --short HEAD > "$OUT/commit" 2>/dev/null || true
 
 cargo build --release --locked -p turnpike >&2
 BIN=$ROOT/target/release/turnpike
-start_upstream 1
+start_upstream "$LOAD_CPUS"
 
 # A self-signed certificate for both proxies' HTTPS listeners.
 openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost \
@@ -113,6 +115,8 @@ ngx_conf() { # dir http-port https-port with-lua
         -e 's/@ACCESS@//' -e 's/@EXTRA_HTTP@//' -e 's/@EXTRA_MAIN@//' \
         "$SHARED/nginx_proxy.conf.tmpl" > "$1/nginx.conf"
   fi
+  # One worker per proxy CPU (the reference's one on 2 CPUs).
+  sed -i "s/^worker_processes 1;/worker_processes $PROXY_N;/" "$1/nginx.conf"
   # The same server again on the HTTPS port.
   sed -i "s|listen 127.0.0.1:$2 backlog=4096;|listen 127.0.0.1:$2 backlog=4096; listen 127.0.0.1:$3 ssl http2 backlog=4096; ssl_certificate $W/cert.pem; ssl_certificate_key $W/key.pem;|" "$1/nginx.conf"
 }
@@ -122,15 +126,16 @@ ngx_conf "$W/ngxlua" 8003 8446 lua
 ngx_conf "$W/nginx-noka" 8004 8447 plain
 sed -i 's/keepalive 64; keepalive_requests 1000000;//' "$W/nginx-noka/nginx.conf"
 start_ngx() { # dir
-  taskset -c 0 nginx -c "$1/nginx.conf" -p "$1" -e "$1/error.log" -g 'daemon off;' &
+  taskset -c "$PROXY_CPUS" nginx -c "$1/nginx.conf" -p "$1" -e "$1/error.log" -g 'daemon off;' &
   NGX_PID=$!
   BENCH_PIDS+=($NGX_PID)
 }
 
 run_wrk() { # label url script run
   local scheme_url=$2
-  taskset -c 1 wrk -t1 -c50 -d2s -s "$3" "$scheme_url" > /dev/null
-  taskset -c 1 wrk -t1 -c50 -d"$DUR" --latency -s "$3" "$scheme_url" > "$OUT/raw/$1-run$4.txt"
+  local conns=$((50 * PROXY_N))
+  taskset -c "$LOAD_CPUS" wrk -t"$LOAD_N" -c"$conns" -d2s -s "$3" "$scheme_url" > /dev/null
+  taskset -c "$LOAD_CPUS" wrk -t"$LOAD_N" -c"$conns" -d"$DUR" --latency -s "$3" "$scheme_url" > "$OUT/raw/$1-run$4.txt"
 }
 
 CASES=${CASES-plain-1 plain-100 rl-1 rl-100 ka-rl-1 ka-rl-100 ba-rl-1 ba-rl-100}
@@ -142,7 +147,7 @@ for proto in $PROTOCOLS; do
     export TURNPIKE_DECLARATIVE_CONFIG=$W/$case.yml
     export TURNPIKE_PROXY_LISTEN="127.0.0.1:8000 reuseport backlog=4096, 127.0.0.1:8443 ssl http2 reuseport backlog=4096"
     export TURNPIKE_SSL_CERT=$W/cert.pem TURNPIKE_SSL_CERT_KEY=$W/key.pem
-    taskset -c 0 "$BIN" start > "$W/tp-$case.log" 2>&1 &
+    taskset -c "$PROXY_CPUS" "$BIN" start > "$W/tp-$case.log" 2>&1 &
     TP=$!
     wait_port 8000
     for i in $(seq 1 "$RUNS"); do
@@ -173,7 +178,7 @@ tp_start() { # config [env...]
   export TURNPIKE_PROXY_LISTEN="127.0.0.1:8000 reuseport backlog=4096, 127.0.0.1:8443 ssl http2 reuseport backlog=4096"
   export TURNPIKE_SSL_CERT=$W/cert.pem TURNPIKE_SSL_CERT_KEY=$W/key.pem
   shift
-  env "$@" taskset -c 0 "$BIN" start > "$W/tp-extra.log" 2>&1 &
+  env "$@" taskset -c "$PROXY_CPUS" "$BIN" start > "$W/tp-extra.log" 2>&1 &
   TP=$!
   wait_port 8000
 }
@@ -195,8 +200,8 @@ if [ "${EXTRA:-0}" = 1 ]; then
   done
   OHA=${OHA:-$(command -v oha || echo "$HOME/.cargo/bin/oha")}
   h2() { # label port run
-    taskset -c 1 "$OHA" --no-tui --http2 --insecure -c 50 -p 1 -z 2s "https://127.0.0.1:$2/" > /dev/null 2>&1 || true
-    taskset -c 1 "$OHA" --no-tui --http2 --insecure --output-format json -c 50 -p 1 -z "$DUR" "https://127.0.0.1:$2/" > "$OUT/raw/$1-run$3.json" 2>/dev/null || true
+    taskset -c "$LOAD_CPUS" "$OHA" --no-tui --http2 --insecure -c $((50 * PROXY_N)) -p 1 -z 2s "https://127.0.0.1:$2/" > /dev/null 2>&1 || true
+    taskset -c "$LOAD_CPUS" "$OHA" --no-tui --http2 --insecure --output-format json -c $((50 * PROXY_N)) -p 1 -z "$DUR" "https://127.0.0.1:$2/" > "$OUT/raw/$1-run$3.json" 2>/dev/null || true
   }
   tp_start "$W/plain-1.yml"
   for i in $(seq 1 "$RUNS"); do h2 h2-plain-1-turnpike 8443 "$i"; done
@@ -233,6 +238,7 @@ ir_of() { # file
 }
 callgrind_tp() { # case n
   turnpike_env "$W/cg-tp"
+  export TURNPIKE_NGINX_WORKER_PROCESSES=1
   export TURNPIKE_DECLARATIVE_CONFIG=$W/$1.yml TURNPIKE_PROXY_LISTEN="127.0.0.1:8000 reuseport backlog=4096"
   valgrind --tool=callgrind --collect-atstart=yes --callgrind-out-file="$W/cg.tp.$1.$2" "$BIN" start > /dev/null 2>&1 &
   local vp=$!

@@ -63,6 +63,10 @@ def median_run(label):
 cpu = subprocess.run("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2", shell=True,
                      capture_output=True, text=True).stdout.strip()
 commit = (OUT / "commit").read_text().strip() if (OUT / "commit").exists() else "?"
+# The layout of bench/lib.sh: the proxy gets half the CPUs (one worker each), at least one.
+NCPU = int(subprocess.run("nproc", capture_output=True, text=True).stdout.strip() or 1)
+PROXY_N = max(1, NCPU // 2)
+WORKERS = "one worker on one core" if PROXY_N == 1 else f"{PROXY_N} workers on {PROXY_N} cores"
 lines = [f"machine: {cpu}, {subprocess.run('nproc', capture_output=True, text=True).stdout.strip()} CPUs, "
          f"kernel {platform.release()}; commit {commit}; {RUNS} runs per case and proxy, median by RPS", ""]
 data = {}
@@ -136,7 +140,7 @@ if ipr_file.exists():
             lines.append(f"| {TITLES[case]} | {tp:,} | {ng:,} | {tp / ng:.2f}x | {f'{lua:,}' if lua else '—'} |")
     lines.append("")
 lines += ["Kong's figures come from a 16-vCPU c5.4xlarge with 16 workers and k6 on separate machines;",
-          "ours from one worker on one core with the load generator on the other core of a 2-vCPU VM.",
+          f"ours from {WORKERS} with the upstream and load generator on the other {NCPU - PROXY_N} of {NCPU} CPUs.",
           "They are context, not a comparison; the ratios to the references measured in the same run are."]
 
 try:
@@ -174,8 +178,8 @@ try:
             ax.bar([i + (j - 1) * width for i in range(len(CASES))], vals, width, label=name)
         ax.set_xticks(range(len(CASES)))
         ax.set_xticklabels([TITLES[c].replace(" (", "\n(") for c in CASES], fontsize=8)
-        ax.set_ylabel("requests / s (one core)")
-        ax.set_title(f"Kong's eight cases, {proto.upper()}, one worker on one core")
+        ax.set_ylabel(f"requests / s ({WORKERS})")
+        ax.set_title(f"Kong's eight cases, {proto.upper()}, {WORKERS}")
         ax.legend()
         ax.grid(True, axis="y", alpha=0.3)
         fig.tight_layout()

@@ -2,6 +2,19 @@
 # Sets ROOT and SHARED; provides wait_port, start_upstream and turnpike_env.
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SHARED=${SHARED:-$ROOT/../shared/bench-reference}
+# CPU layout (../shared/bench-reference/README.md on 2 CPUs: the proxy under test on CPU 0, the
+# upstream and the load generator on CPU 1). With more CPUs the proxy gets the first half (one
+# worker per CPU) and the upstream and load generator the rest, so that the proxy stays the
+# bottleneck. PROXY_CPUS/LOAD_CPUS are taskset lists; PROXY_N/LOAD_N their sizes.
+NCPU=${NCPU:-$(nproc)}
+if [ "$NCPU" -lt 2 ]; then
+  PROXY_N=1 LOAD_N=1 PROXY_CPUS=0 LOAD_CPUS=0
+else
+  PROXY_N=$((NCPU / 2))
+  LOAD_N=$((NCPU - PROXY_N))
+  PROXY_CPUS=0-$((PROXY_N - 1))
+  LOAD_CPUS=$PROXY_N-$((NCPU - 1))
+fi
 BENCH_PIDS=()   # processes to stop at exit
 BENCH_TMP=()    # folders to remove at exit
 bench_cleanup() {
@@ -24,19 +37,22 @@ start_upstream() {
   mkdir -p /tmp/bench/upstream/{cbt,pt,ft,ut,st}
   local pin=()
   [ -n "${1:-}" ] && pin=(taskset -c "$1")
-  "${pin[@]}" nginx -c "$SHARED/upstream.conf" -p /tmp/bench/upstream -e /tmp/bench/upstream/error.log &
+  # One upstream worker per load CPU (the reference's one on a 2-CPU machine).
+  sed "s/^worker_processes 1;/worker_processes $LOAD_N;/" "$SHARED/upstream.conf" > /tmp/bench/upstream/upstream.conf
+  "${pin[@]}" nginx -c /tmp/bench/upstream/upstream.conf -p /tmp/bench/upstream -e /tmp/bench/upstream/error.log &
   BENCH_PIDS+=($!)
   wait_port 9001
 }
 
 # turnpike_env DIR: a one-route config to the upstream, and the TURNPIKE_* settings of the
-# plain-proxy case (one worker, proxy on :8000, keepalive as tuned as the nginx reference).
+# plain-proxy case (one worker per proxy CPU: one on 2 CPUs; proxy on :8000, keepalive as
+# tuned as the nginx reference).
 turnpike_env() {
   mkdir -p "$1"
   printf '_format_version: "3.0"\nservices: [{name: u, url: "http://127.0.0.1:9001", routes: [{name: all, paths: [/]}]}]\n' > "$1/kong.yml"
   export TURNPIKE_PREFIX=$1/prefix TURNPIKE_PROXY_LISTEN="127.0.0.1:8000 reuseport backlog=4096" \
     TURNPIKE_ADMIN_LISTEN=127.0.0.1:8101 TURNPIKE_DATABASE=off TURNPIKE_DECLARATIVE_CONFIG=$1/kong.yml \
-    TURNPIKE_NGINX_WORKER_PROCESSES=1 TURNPIKE_LOG_LEVEL=warn \
+    TURNPIKE_NGINX_WORKER_PROCESSES=$PROXY_N TURNPIKE_LOG_LEVEL=warn \
     TURNPIKE_UPSTREAM_KEEPALIVE_MAX_REQUESTS=1000000 TURNPIKE_NGINX_HTTP_KEEPALIVE_REQUESTS=1000000
 }
 

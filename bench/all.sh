@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Every benchmark in one command: builds the release binary (each script does, --locked), then
+# runs Kong's eight cases over HTTP and HTTPS with the extra cases (10k routes, upstream
+# keepalive off, HTTP/2) and instruction counts, the plain-proxy table, the constant-rate latency
+# sweep, new-connection bursts, where slow requests fall, ten upstream targets, and the CI
+# instruction gate. Each writes its own folder under bench/results/ (raw outputs, summary.md,
+# plots); this script lists them at the end and keeps its whole output in
+# bench/results/all-<date>.log.
+#
+# CPU layout (bench/lib.sh): on 2 CPUs the proxy under test on CPU 0, the upstream and the load
+# generator on CPU 1, as ../shared/bench-reference/README.md says; with more CPUs the proxy gets
+# the first half (one worker per CPU) and load and upstream the rest.
+#
+# Usage: [RUNS=3] [DUR=10s] bench/all.sh      (about 45 minutes on a 2-CPU machine with the
+# defaults). Needs what `TURNPIKE_SETUP_BENCH=1 scripts/setup.sh` installs, and oha
+# (`cargo install oha`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-3}
+DUR=${DUR:-10s}
+OHA=${OHA:-$(command -v oha || echo "$HOME/.cargo/bin/oha")}
+missing=()
+for tool in nginx wrk valgrind openssl python3; do
+  command -v "$tool" > /dev/null || missing+=("$tool")
+done
+[ -x "$OHA" ] || missing+=(oha)
+[ -e /usr/lib/nginx/modules/ngx_http_lua_module.so ] || missing+=(libnginx-mod-http-lua)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "missing: ${missing[*]} (TURNPIKE_SETUP_BENCH=1 scripts/setup.sh; cargo install oha)" >&2
+  exit 1
+fi
+mkdir -p bench/results
+START=$(date -u +%Y%m%d-%H%M%S)
+LOG=bench/results/all-$START.log
+MARK=$(mktemp)
+trap 'rm -f "$MARK"' EXIT
+step() {
+  echo "== $* ($(date -u +%H:%M:%S) UTC)" | tee -a "$LOG"
+  "$@" >> "$LOG" 2>&1
+}
+step env INSTRUCTIONS=3000 EXTRA=1 bench/kong-cases.sh "$RUNS" "$DUR" "http https"
+step bench/plain-proxy.sh "$RUNS" "$DUR"
+step bench/latency-sweep.sh 5s "100 250 500 1000" "5000 10000 20000 30000 40000"
+step bench/connection-burst.sh 500 6
+step bench/startup-tail.sh 3 500 5000 5s
+step bench/upstream-targets.sh "$RUNS" "$DUR"
+step bench/instructions-gate.sh
+echo "results (each with summary.md):"
+find bench/results -mindepth 1 -maxdepth 1 -type d -newer "$MARK" | sort
+echo "log: $LOG"
