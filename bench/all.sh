@@ -2,7 +2,7 @@
 # Every benchmark in one command: builds the release binary (each script does, --locked), then
 # runs Kong's eight cases over HTTP and HTTPS with the extra cases (10k routes, upstream
 # keepalive off, HTTP/2) and instruction counts, the plain-proxy table, the constant-rate latency
-# sweep, new-connection bursts, where slow requests fall, ten upstream targets, and the CI
+# sweeps (plain, and key-auth + rate-limiting), new-connection bursts, where slow requests fall, ten upstream targets, and the CI
 # instruction gate. Each writes its own folder under bench/results/ (raw outputs, summary.md,
 # plots); this script lists them at the end and keeps its whole output in
 # bench/results/all-<date>.log.
@@ -11,13 +11,23 @@
 # generator on CPU 1, as ../shared/bench-reference/README.md says; with more CPUs the proxy gets
 # the first half (one worker per CPU) and load and upstream the rest.
 #
-# Usage: [RUNS=3] [DUR=10s] bench/all.sh      (about 45 minutes on a 2-CPU machine with the
-# defaults). Needs what `TURNPIKE_SETUP_BENCH=1 scripts/setup.sh` installs, and oha
+# Usage: [RUNS=3] [DUR=10s] bench/all.sh      (about 80 minutes on a 2-CPU machine with the
+# defaults; RUNS and DUR apply to the closed-loop cases; SWEEP_RUNS, SWEEP_DUR, SWEEP_CONNS,
+# SWEEP_RATES, INSTRUCTIONS and TAIL_ROUNDS size the rest). A quick check of the whole chain:
+#   RUNS=1 DUR=2s SWEEP_RUNS=1 SWEEP_DUR=1s SWEEP_CONNS=100 SWEEP_RATES=5000 INSTRUCTIONS=200 \
+#   TAIL_ROUNDS=1 bench/all.sh Needs what `TURNPIKE_SETUP_BENCH=1 scripts/setup.sh` installs, and oha
 # (`cargo install oha`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
 DUR=${DUR:-10s}
+# The sweeps' and counts' sizes (smaller ones make a quick check of the whole chain).
+SWEEP_RUNS=${SWEEP_RUNS:-3}
+SWEEP_DUR=${SWEEP_DUR:-5s}
+SWEEP_CONNS=${SWEEP_CONNS:-100 250 500 1000}
+SWEEP_RATES=${SWEEP_RATES:-5000 10000 20000 30000 40000}
+INSTRUCTIONS=${INSTRUCTIONS:-3000}
+TAIL_ROUNDS=${TAIL_ROUNDS:-3}
 OHA=${OHA:-$(command -v oha || echo "$HOME/.cargo/bin/oha")}
 missing=()
 for tool in nginx wrk valgrind openssl python3; do
@@ -38,11 +48,12 @@ step() {
   echo "== $* ($(date -u +%H:%M:%S) UTC)" | tee -a "$LOG"
   "$@" >> "$LOG" 2>&1
 }
-step env INSTRUCTIONS=3000 EXTRA=1 bench/kong-cases.sh "$RUNS" "$DUR" "http https"
-step bench/plain-proxy.sh "$RUNS" "$DUR"
-step bench/latency-sweep.sh 5s "100 250 500 1000" "5000 10000 20000 30000 40000"
+step env INSTRUCTIONS="$INSTRUCTIONS" EXTRA=1 bench/kong-cases.sh "$RUNS" "$DUR" "http https"
+step env CALLGRIND_N="$((INSTRUCTIONS * 5))" bench/plain-proxy.sh "$RUNS" "$DUR"
+step env RUNS="$SWEEP_RUNS" bench/latency-sweep.sh "$SWEEP_DUR" "$SWEEP_CONNS" "$SWEEP_RATES"
+step env CASE=ka-rl RUNS="$SWEEP_RUNS" bench/latency-sweep.sh "$SWEEP_DUR" "$SWEEP_CONNS" "$SWEEP_RATES"
 step bench/connection-burst.sh 500 6
-step bench/startup-tail.sh 3 500 5000 5s
+step bench/startup-tail.sh "$TAIL_ROUNDS" 500 5000 "$SWEEP_DUR"
 step bench/upstream-targets.sh "$RUNS" "$DUR"
 step bench/instructions-gate.sh
 echo "results (each with summary.md):"
