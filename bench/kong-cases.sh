@@ -107,23 +107,17 @@ for name, body in scripts.items():
 PY
 
 # The references: nginx, and nginx + Lua, each with an HTTP and an HTTPS listener.
-ngx_conf() { # dir http-port https-port with-lua
-  mkdir -p "$1"/{cbt,pt,ft,ut,st}
-  if [ "$4" = lua ]; then ngx_lua_conf "$1" "$2"; else
-    sed -e "s|/tmp/bench/@NAME@|$1|g" -e "s/@NAME@/$(basename "$1")/g" -e "s/@PORT@/$2/" \
-        -e 's/@UPKA@/keepalive 64; keepalive_requests 1000000;/' \
-        -e 's/@ACCESS@//' -e 's/@EXTRA_HTTP@//' -e 's/@EXTRA_MAIN@//' \
-        "$SHARED/nginx_proxy.conf.tmpl" > "$1/nginx.conf"
-  fi
+ngx_tls_conf() { # dir http-port https-port with-lua
+  if [ "$4" = lua ]; then ngx_lua_conf "$1" "$2"; else ngx_conf "$1" "$2"; fi
   # One worker per proxy CPU (the reference's one on 2 CPUs).
   sed -i "s/^worker_processes 1;/worker_processes $PROXY_N;/" "$1/nginx.conf"
   # The same server again on the HTTPS port.
   sed -i "s|listen 127.0.0.1:$2 backlog=4096;|listen 127.0.0.1:$2 backlog=4096; listen 127.0.0.1:$3 ssl http2 backlog=4096; ssl_certificate $W/cert.pem; ssl_certificate_key $W/key.pem;|" "$1/nginx.conf"
 }
-ngx_conf "$W/nginx" 8002 8445 plain
-ngx_conf "$W/ngxlua" 8003 8446 lua
+ngx_tls_conf "$W/nginx" 8002 8445 plain
+ngx_tls_conf "$W/ngxlua" 8003 8446 lua
 # nginx without upstream keepalive, for the connection-storm case.
-ngx_conf "$W/nginx-noka" 8004 8447 plain
+ngx_tls_conf "$W/nginx-noka" 8004 8447 plain
 sed -i 's/keepalive 64; keepalive_requests 1000000;//' "$W/nginx-noka/nginx.conf"
 start_ngx() { # dir
   taskset -c "$PROXY_CPUS" nginx -c "$1/nginx.conf" -p "$1" -e "$1/error.log" -g 'daemon off;' &

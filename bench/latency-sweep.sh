@@ -44,11 +44,7 @@ if [ "$CASE" = ka-rl ]; then
   printf '_format_version: "3.0"\nservices: [{name: u, url: "http://127.0.0.1:9001", routes: [{name: all, paths: [/], plugins: [{name: key-auth}, {name: rate-limiting, config: {year: 1000000000000, limit_by: consumer}}]}]}]\nconsumers: [{username: c0, keyauth_credentials: [{key: key-0}]}]\n' > "$W/ka-rl.yml"
 else
   REF=nginx
-  mkdir -p "$W/nginx"/{cbt,pt,ft,ut,st}
-  sed -e "s|/tmp/bench/@NAME@|$W/nginx|g" -e "s/@NAME@/nginx/g" -e "s/@PORT@/8002/" \
-      -e 's/@UPKA@/keepalive 64; keepalive_requests 1000000;/' \
-      -e 's/@ACCESS@//' -e 's/@EXTRA_HTTP@//' -e 's/@EXTRA_MAIN@//' \
-      "$SHARED/nginx_proxy.conf.tmpl" > "$W/nginx/nginx.conf"
+  ngx_conf "$W/nginx" 8002
   AUTH=()
   REF_AUTH=()
 fi

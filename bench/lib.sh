@@ -56,6 +56,16 @@ turnpike_env() {
     TURNPIKE_UPSTREAM_KEEPALIVE_MAX_REQUESTS=1000000 TURNPIKE_NGINX_HTTP_KEEPALIVE_REQUESTS=1000000
 }
 
+# ngx_conf DIR PORT: the plain nginx reverse proxy of ../shared/bench-reference/ with upstream
+# keepalive (as tuned as Turnpike's pool), written to DIR/nginx.conf.
+ngx_conf() {
+  mkdir -p "$1"/{cbt,pt,ft,ut,st}
+  sed -e "s|/tmp/bench/@NAME@|$1|g" -e "s/@NAME@/$(basename "$1")/g" -e "s/@PORT@/$2/" \
+      -e 's/@UPKA@/keepalive 64; keepalive_requests 1000000;/' \
+      -e 's/@ACCESS@//' -e 's/@EXTRA_HTTP@//' -e 's/@EXTRA_MAIN@//' \
+      "$SHARED/nginx_proxy.conf.tmpl" > "$1/nginx.conf"
+}
+
 # ngx_lua_conf DIR PORT: the nginx + Lua reference of ../shared/bench-reference/ (Kong's key-auth
 # + rate-limiting emulated in an access phase: keys key1..key100, a per-second counter per
 # consumer in a shared dict; key100 is limited to 3, the others to 10^9), written to DIR.

@@ -28,11 +28,7 @@ git rev-parse --short HEAD > "$OUT/commit" 2>/dev/null || true
 cargo build --release --locked -p turnpike >&2
 BIN=$ROOT/target/release/turnpike
 start_upstream 1
-mkdir -p "$W/nginx"/{cbt,pt,ft,ut,st}
-sed -e "s|/tmp/bench/@NAME@|$W/nginx|g" -e "s/@NAME@/nginx/g" -e "s/@PORT@/8002/" \
-    -e 's/@UPKA@/keepalive 64; keepalive_requests 1000000;/' \
-    -e 's/@ACCESS@//' -e 's/@EXTRA_HTTP@//' -e 's/@EXTRA_MAIN@//' \
-    "$SHARED/nginx_proxy.conf.tmpl" > "$W/nginx/nginx.conf"
+ngx_conf "$W/nginx" 8002
 
 cat > "$W/runstat.py" <<'PY'
 import sqlite3, sys
