@@ -15,14 +15,7 @@ cd "$(dirname "$0")/.."
 source bench/lib.sh
 N=${1:-500}
 BURSTS=${2:-6}
-OUT=$ROOT/bench/results/connection-burst-$(date -u +%Y%m%d-%H%M%S)
-W=$(mktemp -d /tmp/connection-burst.XXXX)
-BENCH_TMP+=("$W")
-mkdir -p "$OUT"
-git rev-parse --short HEAD > "$OUT/commit" 2>/dev/null || true
-
-cargo build --release --locked -p turnpike >&2
-BIN=$ROOT/target/release/turnpike
+bench_begin connection-burst
 start_upstream 1
 
 ngx_conf "$W/nginx" 8002
@@ -99,9 +92,9 @@ lines = [f"commit {(out / 'commit').read_text().strip()}; bursts of {n} new conn
 for name in ["turnpike", "turnpike-thp", "nginx"]:
     rows = [json.loads(l) for l in (out / f"{name}.jsonl").read_text().splitlines()]
     first, rest = rows[0], rows[1:]
-    med = lambda k: statistics.median(r[k] for r in rest)
+    med = lambda k, f: f.format(statistics.median(r[k] for r in rest)) if rest else "—"
     lines.append(f"| {name} | {first['cpu_us_per_conn']:.0f} | {first['p50_ms']:.1f} / {first['max_ms']:.1f} | "
-                 f"{med('cpu_us_per_conn'):.0f} | {med('p50_ms'):.1f} / {med('max_ms'):.1f} |")
+                 f"{med('cpu_us_per_conn', '{:.0f}')} | {med('p50_ms', '{:.1f}')} / {med('max_ms', '{:.1f}')} |")
 (out / "summary.md").write_text("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

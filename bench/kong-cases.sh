@@ -28,14 +28,7 @@ source bench/lib.sh
 RUNS=${1:-3}
 DUR=${2:-10s}
 PROTOCOLS=${3:-http https}
-OUT=$ROOT/bench/results/kong-cases-$(date -u +%Y%m%d-%H%M%S)
-W=$(mktemp -d /tmp/kong-cases.XXXX)
-BENCH_TMP+=("$W")
-mkdir -p "$OUT/raw"
-git rev-parse --short HEAD > "$OUT/commit" 2>/dev/null || true
-
-cargo build --release --locked -p turnpike >&2
-BIN=$ROOT/target/release/turnpike
+bench_begin kong-cases
 start_upstream "$LOAD_CPUS"
 
 # A self-signed certificate for both proxies' HTTPS listeners.

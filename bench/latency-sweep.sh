@@ -25,14 +25,7 @@ RATES=${3:-5000 10000 20000 30000 40000}
 OHA=${OHA:-$(command -v oha || echo "$HOME/.cargo/bin/oha")}
 CASE=${CASE:-plain}
 RUNS=${RUNS:-1}
-OUT=$ROOT/bench/results/latency-sweep-$(date -u +%Y%m%d-%H%M%S)
-W=$(mktemp -d /tmp/latency-sweep.XXXX)
-BENCH_TMP+=("$W")
-mkdir -p "$OUT/raw"
-git rev-parse --short HEAD > "$OUT/commit" 2>/dev/null || true
-
-cargo build --release --locked -p turnpike >&2
-BIN=$ROOT/target/release/turnpike
+bench_begin latency-sweep
 start_upstream 1
 
 # The reference: nginx for the plain case, the nginx + Lua emulation for key-auth + rate limiting.

@@ -23,6 +23,19 @@ bench_cleanup() {
 }
 trap bench_cleanup EXIT
 
+# bench_begin NAME: what every benchmark script starts with: OUT (bench/results/NAME-<date>/
+# with raw/ and the commit), W (a work folder removed at exit), and BIN (the release binary,
+# built --locked).
+bench_begin() {
+  OUT=$ROOT/bench/results/$1-$(date -u +%Y%m%d-%H%M%S)
+  W=$(mktemp -d "/tmp/$1.XXXX")
+  BENCH_TMP+=("$W")
+  mkdir -p "$OUT/raw"
+  git -C "$ROOT" rev-parse --short HEAD > "$OUT/commit" 2>/dev/null || true
+  cargo build --release --locked -p turnpike >&2
+  BIN=$ROOT/target/release/turnpike
+}
+
 # wait_port PORT: until something listens on 127.0.0.1:PORT (10 s at most).
 wait_port() {
   for _ in $(seq 1 200); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done

@@ -19,14 +19,7 @@ C=${2:-500}
 RATE=${3:-5000}
 DUR=${4:-5s}
 OHA=${OHA:-$(command -v oha || echo "$HOME/.cargo/bin/oha")}
-OUT=$ROOT/bench/results/startup-tail-$(date -u +%Y%m%d-%H%M%S)
-W=$(mktemp -d /tmp/startup-tail.XXXX)
-BENCH_TMP+=("$W")
-mkdir -p "$OUT"
-git rev-parse --short HEAD > "$OUT/commit" 2>/dev/null || true
-
-cargo build --release --locked -p turnpike >&2
-BIN=$ROOT/target/release/turnpike
+bench_begin startup-tail
 start_upstream 1
 ngx_conf "$W/nginx" 8002
 
