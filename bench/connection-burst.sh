@@ -6,8 +6,8 @@
 # one cold; Turnpike as shipped, Turnpike with transparent huge pages allowed
 # (MIMALLOC_ALLOW_THP=1, how it ran before they were turned off) and nginx.
 #
-# Layout as the other benchmarks: the proxy pinned to CPU 0 with one worker, the upstream and the
-# client on CPU 1; plain proxy, one route, HTTP.
+# Layout of bench/lib.sh: on 2 CPUs the proxy pinned to CPU 0 with one worker, the upstream and
+# the client on CPU 1 (with more CPUs, half for the proxy, one worker each); plain proxy, one route, HTTP.
 # Usage: bench/connection-burst.sh [N] [BURSTS]   (needs nginx, python3)
 # Results: bench/results/connection-burst-<date>/ (every burst's figures and summary.md).
 set -euo pipefail
@@ -16,7 +16,7 @@ source bench/lib.sh
 N=${1:-500}
 BURSTS=${2:-6}
 bench_begin connection-burst
-start_upstream 1
+start_upstream "$LOAD_CPUS"
 
 ngx_conf "$W/nginx" 8002
 
@@ -58,7 +58,7 @@ PY
 
 bursts() { # name port pid
   for i in $(seq 1 "$BURSTS"); do
-    taskset -c 1 python3 "$W/burst.py" "$2" "$N" "$3" >> "$OUT/$1.jsonl"
+    taskset -c "$LOAD_CPUS" python3 "$W/burst.py" "$2" "$N" "$3" >> "$OUT/$1.jsonl"
     sleep 0.5
   done
 }
@@ -66,22 +66,16 @@ bursts() { # name port pid
 turnpike_env "$W/tp"
 for variant in turnpike turnpike-thp; do
   if [ $variant = turnpike-thp ]; then export MIMALLOC_ALLOW_THP=1; else unset MIMALLOC_ALLOW_THP; fi
-  taskset -c 0 "$BIN" start > "$W/$variant.log" 2>&1 &
-  TP=$!
-  BENCH_PIDS+=($TP)
-  wait_port 8000
+  start_turnpike "$W/$variant.log"
   bursts $variant 8000 $TP
-  kill $TP; wait $TP 2>/dev/null || true
+  stop_pid $TP
 done
 unset MIMALLOC_ALLOW_THP
 
-taskset -c 0 nginx -c "$W/nginx/nginx.conf" -p "$W/nginx" -e "$W/nginx/error.log" -g 'daemon off;' &
-NGX=$!
-BENCH_PIDS+=($NGX)
-wait_port 8002
+start_nginx "$W/nginx" 8002
 sleep 0.2 # the worker process forks after the port opens
 bursts nginx 8002 $NGX
-kill $NGX; wait $NGX 2>/dev/null || true
+stop_pid $NGX
 
 python3 - "$OUT" "$N" <<'PY'
 import json, pathlib, statistics, sys

@@ -102,8 +102,6 @@ PY
 # The references: nginx, and nginx + Lua, each with an HTTP and an HTTPS listener.
 ngx_tls_conf() { # dir http-port https-port with-lua
   if [ "$4" = lua ]; then ngx_lua_conf "$1" "$2"; else ngx_conf "$1" "$2"; fi
-  # One worker per proxy CPU (the reference's one on 2 CPUs).
-  sed -i "s/^worker_processes 1;/worker_processes $PROXY_N;/" "$1/nginx.conf"
   # The same server again on the HTTPS port.
   sed -i "s|listen 127.0.0.1:$2 backlog=4096;|listen 127.0.0.1:$2 backlog=4096; listen 127.0.0.1:$3 ssl http2 backlog=4096; ssl_certificate $W/cert.pem; ssl_certificate_key $W/key.pem;|" "$1/nginx.conf"
 }

@@ -5,8 +5,8 @@
 # request was due, not from when a busy connection could send it: wrk2's method) and reports
 # p50/p99/p99.9 and the share of requests that succeeded. One line per concurrency in the plot.
 #
-# Layout as the other benchmarks: the proxy pinned to CPU 0 with one worker, the upstream and
-# the load generator on CPU 1. HTTP. CASE=plain (default): plain proxy, one route, beside nginx;
+# Layout of bench/lib.sh: on 2 CPUs the proxy pinned to CPU 0 with one worker, the upstream and
+# the load generator on CPU 1 (with more CPUs, half for the proxy, one worker each). HTTP. CASE=plain (default): plain proxy, one route, beside nginx;
 # CASE=ka-rl: key-auth + rate-limiting (one consumer, a yearly limit never reached), beside the
 # nginx + Lua emulation of ../shared/bench-reference/. RUNS (default 1) runs per point, the
 # proxies alternated run by run; the table and plot show each point's median run by p99.
@@ -26,7 +26,7 @@ OHA=${OHA:-$(command -v oha || echo "$HOME/.cargo/bin/oha")}
 CASE=${CASE:-plain}
 RUNS=${RUNS:-1}
 bench_begin latency-sweep
-start_upstream 1
+start_upstream "$LOAD_CPUS"
 
 # The reference: nginx for the plain case, the nginx + Lua emulation for key-auth + rate limiting.
 if [ "$CASE" = ka-rl ]; then
@@ -48,7 +48,7 @@ sweep() { # name port run header...
   shift 3
   for c in $CONCURRENCIES; do
     for r in $RATES; do
-      taskset -c 1 "$OHA" --no-tui --output-format json --latency-correction "$@" \
+      taskset -c "$LOAD_CPUS" "$OHA" --no-tui --output-format json --latency-correction "$@" \
         -c "$c" -q "$r" -z "$DUR" "http://127.0.0.1:$port/" > "$OUT/raw/$name-c$c-r$r-run$run.json" 2>/dev/null || true
     done
   done
@@ -57,19 +57,13 @@ sweep() { # name port run header...
 turnpike_env "$W/tp"
 [ "$CASE" = ka-rl ] && export TURNPIKE_DECLARATIVE_CONFIG=$W/ka-rl.yml
 for run in $(seq 1 "$RUNS"); do
-  taskset -c 0 "$BIN" start > "$W/tp.log" 2>&1 &
-  TP=$!
-  BENCH_PIDS+=($TP)
-  wait_port 8000
+  start_turnpike "$W/tp.log"
   sweep turnpike 8000 "$run" "${AUTH[@]}"
-  kill $TP; wait $TP 2>/dev/null || true
+  stop_pid $TP
 
-  taskset -c 0 nginx -c "$W/nginx/nginx.conf" -p "$W/nginx" -e "$W/nginx/error.log" -g 'daemon off;' &
-  NGX=$!
-  BENCH_PIDS+=($NGX)
-  wait_port 8002
+  start_nginx "$W/nginx" 8002
   sweep "$REF" 8002 "$run" "${REF_AUTH[@]}"
-  kill $NGX; wait $NGX 2>/dev/null || true
+  stop_pid $NGX
 done
 
 "$(report_python)" - "$OUT" "$CONCURRENCIES" "$RATES" "$DUR" "$RUNS" "$REF" <<'PY'

@@ -69,6 +69,30 @@ turnpike_env() {
     TURNPIKE_UPSTREAM_KEEPALIVE_MAX_REQUESTS=1000000 TURNPIKE_NGINX_HTTP_KEEPALIVE_REQUESTS=1000000
 }
 
+# start_turnpike LOG: Turnpike ($BIN, settings from turnpike_env and the environment) on the
+# proxy CPUs; TP is its pid once :8000 listens.
+start_turnpike() {
+  taskset -c "$PROXY_CPUS" "$BIN" start > "$1" 2>&1 &
+  TP=$!
+  BENCH_PIDS+=($TP)
+  wait_port 8000
+}
+
+# start_nginx DIR PORT: the nginx of DIR/nginx.conf on the proxy CPUs; NGX is its pid once PORT
+# listens.
+start_nginx() {
+  taskset -c "$PROXY_CPUS" nginx -c "$1/nginx.conf" -p "$1" -e "$1/error.log" -g 'daemon off;' &
+  NGX=$!
+  BENCH_PIDS+=($NGX)
+  wait_port "$2"
+}
+
+# stop_pid PID: stops a proxy started above and waits for it.
+stop_pid() {
+  kill "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}
+
 # ngx_conf DIR PORT: the plain nginx reverse proxy of ../shared/bench-reference/ with upstream
 # keepalive (as tuned as Turnpike's pool), written to DIR/nginx.conf.
 ngx_conf() {
@@ -77,6 +101,12 @@ ngx_conf() {
       -e 's/@UPKA@/keepalive 64; keepalive_requests 1000000;/' \
       -e 's/@ACCESS@//' -e 's/@EXTRA_HTTP@//' -e 's/@EXTRA_MAIN@//' \
       "$SHARED/nginx_proxy.conf.tmpl" > "$1/nginx.conf"
+  ngx_workers "$1"
+}
+
+# ngx_workers DIR: one nginx worker per proxy CPU (the reference's one on 2 CPUs).
+ngx_workers() {
+  sed -i "s/^worker_processes 1;/worker_processes $PROXY_N;/" "$1/nginx.conf"
 }
 
 # ngx_lua_conf DIR PORT: the nginx + Lua reference of ../shared/bench-reference/ (Kong's key-auth
@@ -92,6 +122,7 @@ ngx_lua_conf() {
       -e 's|@EXTRA_HTTP@|lua_shared_dict ratelimit 10m; init_by_lua_block { keys_table = {} for i = 1, 100 do keys_table["key" .. i] = {id = "c" .. i, limit = (i == 100) and 3 or 1000000000} end }|' \
       -e 's|@EXTRA_MAIN@|load_module /usr/lib/nginx/modules/ndk_http_module.so; load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;|' \
       "$SHARED/nginx_proxy.conf.tmpl" > "$1/nginx.conf"
+  ngx_workers "$1"
 }
 
 # report_python: a python3 that has matplotlib (Debian's python3-matplotlib lives with

@@ -20,7 +20,7 @@ RATE=${3:-5000}
 DUR=${4:-5s}
 OHA=${OHA:-$(command -v oha || echo "$HOME/.cargo/bin/oha")}
 bench_begin startup-tail
-start_upstream 1
+start_upstream "$LOAD_CPUS"
 ngx_conf "$W/nginx" 8002
 
 cat > "$W/runstat.py" <<'PY'
@@ -39,7 +39,7 @@ PY
 runs() { # name port
   for i in cold warm; do
     rm -f "$W/req.db"
-    taskset -c 1 "$OHA" --no-tui --output-format json --latency-correction -c "$C" -q "$RATE" -z "$DUR" \
+    taskset -c "$LOAD_CPUS" "$OHA" --no-tui --output-format json --latency-correction -c "$C" -q "$RATE" -z "$DUR" \
       --db-url "$W/req.db" "http://127.0.0.1:$2/" > /dev/null 2>&1 || true
     python3 "$W/runstat.py" "$W/req.db" "$1" $i | tee -a "$OUT/runs.txt"
   done
@@ -49,20 +49,14 @@ turnpike_env "$W/tp"
 for _ in $(seq 1 "$ROUNDS"); do
   for variant in turnpike turnpike-thp; do
     if [ $variant = turnpike-thp ]; then export MIMALLOC_ALLOW_THP=1; else unset MIMALLOC_ALLOW_THP; fi
-    taskset -c 0 "$BIN" start > "$W/tp.log" 2>&1 &
-    TP=$!
-    BENCH_PIDS+=($TP)
-    wait_port 8000
+    start_turnpike "$W/tp.log"
     runs $variant 8000
-    kill $TP; wait $TP 2>/dev/null || true
+    stop_pid $TP
   done
   unset MIMALLOC_ALLOW_THP
-  taskset -c 0 nginx -c "$W/nginx/nginx.conf" -p "$W/nginx" -e "$W/nginx/error.log" -g 'daemon off;' &
-  NGX=$!
-  BENCH_PIDS+=($NGX)
-  wait_port 8002
+  start_nginx "$W/nginx" 8002
   runs nginx 8002
-  kill $NGX; wait $NGX 2>/dev/null || true
+  stop_pid $NGX
 done
 
 python3 - "$OUT" "$C" "$RATE" "$DUR" <<'PY'
