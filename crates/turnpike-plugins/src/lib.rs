@@ -684,3 +684,50 @@ impl TestRequest {
         (outcome, req.consumer)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Plugins after authentication see the identity headers the upstream will get, over the
+    /// client's (rate-limiting's `limit_by = header`, request-termination's trigger).
+    #[test]
+    fn request_headers_show_the_consumer_over_the_client() {
+        let mut headers = HeaderMap::new();
+        headers.insert(&X_CONSUMER_ID, HeaderValue::from_static("spoofed"));
+        headers.insert(&X_ANONYMOUS_CONSUMER, HeaderValue::from_static("true"));
+        headers.insert("x-other", HeaderValue::from_static("kept"));
+        let mut response_headers = Vec::new();
+        let mut req = AccessRequest {
+            method: "GET",
+            path: "/",
+            query: None,
+            headers: &mut headers,
+            response_headers: &mut response_headers,
+            tls: false,
+            client_ip: "127.0.0.1".parse().unwrap(),
+            consumer: None,
+            upstream_query: None,
+            body_limit: None,
+            body: None,
+            route_id: "r",
+            service_id: None,
+        };
+        assert_eq!(req.header(&X_CONSUMER_ID).unwrap(), "spoofed");
+        req.set_consumer(Arc::new(Identity::new(
+            "c-1".into(),
+            Some("alice".into()),
+            None,
+            Some("cred-1".into()),
+        )));
+        assert_eq!(req.header(&X_CONSUMER_ID).unwrap(), "c-1");
+        assert_eq!(req.header(&X_CONSUMER_USERNAME).unwrap(), "alice");
+        // Not anonymous: the client's claim is dropped, as upstream.
+        assert!(req.header(&X_ANONYMOUS_CONSUMER).is_none());
+        assert!(req.header(&X_CONSUMER_CUSTOM_ID).is_none());
+        assert_eq!(
+            req.header(&HeaderName::from_static("x-other")).unwrap(),
+            "kept"
+        );
+    }
+}
