@@ -119,7 +119,7 @@ impl Name {
     /// The generation of the current answer (see the field).
     #[inline]
     pub fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Relaxed)
+        self.generation.load(Ordering::Acquire)
     }
 
     /// The address the next connection goes to: the answer's addresses in turn, weighted
@@ -210,8 +210,8 @@ impl Name {
             }
             _ => fresh,
         };
-        if next.state != old.state || next.addrs != old.addrs {
-            self.generation.fetch_add(1, Ordering::Relaxed);
+        let changed = next.state != old.state || next.addrs != old.addrs;
+        if changed {
             match next.state {
                 State::Found => tracing::info!(
                     "dns: '{}' resolves to {}",
@@ -230,6 +230,12 @@ impl Name {
             }
         }
         self.answer.store(Arc::new(next));
+        // Bumped only once the new answer is in place: a request that reads the new
+        // generation (its pool key) must also get an address from the new answer, or a
+        // connection to the old address would be pooled under the new key and reused.
+        if changed {
+            self.generation.fetch_add(1, Ordering::Release);
+        }
     }
 
     /// Whether the refresher should ask again now: found answers shortly before they expire
