@@ -70,10 +70,12 @@ impl Dnsmasq {
         } else {
             "dnsmasq"
         };
+        // Its log (stderr, --log-facility=-) says why it stopped when it exits at start.
+        let log = std::fs::File::create(dir.path().join("dnsmasq.log")).unwrap();
         let child = Command::new(program)
             .args(&args)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .expect("start dnsmasq (install the dnsmasq-base package)");
         let mut d = Dnsmasq {
@@ -104,7 +106,12 @@ impl Dnsmasq {
             }
             if let Some(status) = d.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 d.child = None;
-                return Err(format!("it exited at start ({status}), port {port}"));
+                let log =
+                    std::fs::read_to_string(d.dir.path().join("dnsmasq.log")).unwrap_or_default();
+                return Err(format!(
+                    "it exited at start ({status}), port {port}: {}",
+                    log.trim()
+                ));
             }
             if Instant::now() > deadline {
                 return Err(format!("no answer on port {port} within 20 s"));
