@@ -161,6 +161,8 @@ pub struct Conf {
     pub upstream_keepalive_idle_timeout: Duration,
     pub keepalive_requests: u64,
     pub keepalive_timeout: Duration,
+    /// nginx's client_body_timeout: the longest wait between two reads of a request body.
+    pub client_body_timeout: Duration,
     pub ssl_cert: Vec<String>,
     pub ssl_cert_key: Vec<String>,
     pub headers: HeaderSet,
@@ -345,6 +347,7 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("upstream_keepalive_idle_timeout", "60"),
     ("nginx_http_keepalive_requests", "10000"),
     ("nginx_http_keepalive_timeout", "60s"),
+    ("nginx_http_client_body_timeout", "60s"),
     ("ssl_cert", ""),
     ("ssl_cert_key", ""),
     (
@@ -373,6 +376,7 @@ const ALIASES: &[(&str, &str)] = &[
     ("worker_processes", "nginx_worker_processes"),
     ("keepalive_requests", "nginx_http_keepalive_requests"),
     ("keepalive_timeout", "nginx_http_keepalive_timeout"),
+    ("client_body_timeout", "nginx_http_client_body_timeout"),
 ];
 
 fn canonical(name: &str) -> &str {
@@ -656,6 +660,14 @@ impl Conf {
                     "must be a duration such as 60s, 500ms or 1m".into(),
                 )
             })?;
+        let client_body_timeout = parse_duration(get("nginx_http_client_body_timeout"))
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| {
+                invalid(
+                    "nginx_http_client_body_timeout",
+                    "must be a positive duration such as 60s or 500ms".into(),
+                )
+            })?;
         let ssl_cert = split_list(get("ssl_cert"));
         let ssl_cert_key = split_list(get("ssl_cert_key"));
         if ssl_cert.len() != ssl_cert_key.len() {
@@ -751,6 +763,7 @@ impl Conf {
             upstream_keepalive_idle_timeout,
             keepalive_requests,
             keepalive_timeout,
+            client_body_timeout,
             ssl_cert,
             ssl_cert_key,
             headers,
@@ -814,6 +827,7 @@ impl Conf {
             "upstream_keepalive_idle_timeout": self.upstream_keepalive_idle_timeout.as_secs(),
             "nginx_http_keepalive_requests": self.keepalive_requests,
             "nginx_http_keepalive_timeout": format!("{}ms", self.keepalive_timeout.as_millis()),
+            "nginx_http_client_body_timeout": format!("{}ms", self.client_body_timeout.as_millis()),
             // Certificate paths are not secret, keys are: show that one is set, never its value.
             "ssl_cert": self.ssl_cert,
             "ssl_cert_key": self.ssl_cert_key.iter().map(|_| "******").collect::<Vec<_>>(),

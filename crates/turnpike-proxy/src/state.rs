@@ -31,6 +31,7 @@ pub struct Settings {
     pub headers_upstream_request_id: bool,
     pub keepalive_requests: u64,
     pub keepalive_timeout: Duration,
+    pub client_body_timeout: Duration,
     pub pool: PoolSettings,
     pub trusted_ips: Vec<(IpAddr, u8)>,
     pub max_header_size: usize,
@@ -48,6 +49,7 @@ impl Settings {
             headers_upstream_request_id: conf.headers_upstream_request_id,
             keepalive_requests: conf.keepalive_requests,
             keepalive_timeout: conf.keepalive_timeout,
+            client_body_timeout: conf.client_body_timeout,
             pool: PoolSettings {
                 size: conf.upstream_keepalive_pool_size,
                 max_requests: conf.upstream_keepalive_max_requests,
