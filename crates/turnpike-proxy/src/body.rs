@@ -19,6 +19,46 @@ use std::sync::atomic::Ordering;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// A client's request body: read by our HTTP/1.1 server side, or by hyper's HTTP/2.
+#[derive(Debug)]
+pub enum RequestBody {
+    Http1(crate::h1_server::Http1Body),
+    Http2(Incoming),
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            RequestBody::Http1(b) => Pin::new(b)
+                .poll_frame(cx)
+                .map(|o| o.map(|r| r.map_err(Into::into))),
+            RequestBody::Http2(b) => Pin::new(b)
+                .poll_frame(cx)
+                .map(|o| o.map(|r| r.map_err(Into::into))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            RequestBody::Http1(b) => b.is_end_stream(),
+            RequestBody::Http2(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            RequestBody::Http1(b) => b.size_hint(),
+            RequestBody::Http2(b) => b.size_hint(),
+        }
+    }
+}
+
 pub enum BodyKind {
     Upstream(UpstreamBody),
     Hyper(Incoming),

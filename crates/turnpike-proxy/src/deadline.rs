@@ -17,6 +17,8 @@ struct Entry {
     deadline: Instant,
     waker: Option<Waker>,
     expired: bool,
+    /// A connection waiting for its next request (see `arm_idle`).
+    idle: bool,
 }
 
 pub struct Deadlines {
@@ -24,6 +26,9 @@ pub struct Deadlines {
     free: RefCell<Vec<usize>>,
     /// The time at the last tick: a clock that costs a load to read.
     now: std::cell::Cell<Instant>,
+    /// No armed deadline is earlier than this: the ticker skips its scan until then (idle
+    /// keep-alive connections hold long deadlines; scanning them every tick would cost).
+    earliest: std::cell::Cell<Option<Instant>>,
 }
 
 impl Default for Deadlines {
@@ -32,6 +37,7 @@ impl Default for Deadlines {
             slots: RefCell::default(),
             free: RefCell::default(),
             now: std::cell::Cell::new(Instant::now()),
+            earliest: std::cell::Cell::new(None),
         }
     }
 }
@@ -44,11 +50,15 @@ impl Deadlines {
         Rc::new(Deadlines::default())
     }
 
-    fn insert(&self, deadline: Instant) -> usize {
+    fn insert(&self, deadline: Instant, idle: bool) -> usize {
+        if self.earliest.get().is_none_or(|e| deadline < e) {
+            self.earliest.set(Some(deadline));
+        }
         let e = Entry {
             deadline,
             waker: None,
             expired: false,
+            idle,
         };
         let mut slots = self.slots.borrow_mut();
         match self.free.borrow_mut().pop() {
@@ -71,8 +81,32 @@ impl Deadlines {
     /// Marks and wakes every entry past its deadline; run by the worker's ticker.
     pub fn expire(&self, now: Instant) {
         let mut wake = Vec::new();
+        let mut earliest: Option<Instant> = None;
         for e in self.slots.borrow_mut().iter_mut().flatten() {
-            if !e.expired && e.deadline <= now {
+            if e.expired {
+                continue;
+            }
+            if e.deadline <= now {
+                e.expired = true;
+                if let Some(w) = e.waker.take() {
+                    wake.push(w);
+                }
+            } else if earliest.is_none_or(|t| e.deadline < t) {
+                earliest = Some(e.deadline);
+            }
+        }
+        self.earliest.set(earliest);
+        for w in wake {
+            w.wake();
+        }
+    }
+
+    /// Expires every idle-connection deadline now (the worker is shutting down: connections
+    /// waiting for a request close; those serving one finish it first).
+    pub fn expire_idle(&self) {
+        let mut wake = Vec::new();
+        for e in self.slots.borrow_mut().iter_mut().flatten() {
+            if e.idle && !e.expired {
                 e.expired = true;
                 if let Some(w) = e.waker.take() {
                     wake.push(w);
@@ -89,7 +123,13 @@ impl Deadlines {
     pub fn arm(&self, after: Duration) -> usize {
         // From the coarse clock, which lags by up to a tick: one tick more never fires early,
         // and saves a clock read per armed deadline.
-        self.insert(self.coarse_now() + after + TICK)
+        self.insert(self.coarse_now() + after + TICK, false)
+    }
+
+    /// Arms the deadline of a connection waiting for its next request; `expire_idle` ends
+    /// these early.
+    pub fn arm_idle(&self, after: Duration) -> usize {
+        self.insert(self.coarse_now() + after + TICK, true)
     }
 
     /// True once the slot's deadline has passed; otherwise registers the waker to be woken then.
@@ -137,9 +177,10 @@ impl Deadlines {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            self.now.set(Instant::now());
-            if self.slots.borrow().iter().any(|s| s.is_some()) {
-                self.expire(Instant::now());
+            let now = Instant::now();
+            self.now.set(now);
+            if self.earliest.get().is_some_and(|e| e <= now) {
+                self.expire(now);
             }
         }
     }

@@ -17,6 +17,12 @@ pub const NO_SERVICE: &str = "no Service found with those values";
 pub const USE_HTTPS: &str = "Please use HTTPS protocol";
 /// request-size-limiting's message, for a body found too large while it streams.
 pub const BODY_TOO_LARGE: &str = "Request size limit exceeded";
+/// A request head that could not be parsed (Kong's error handler for 400).
+pub const BAD_REQUEST: &str = "Bad request";
+/// A request body that stalled past client_body_timeout (Kong's error handler for 408).
+pub const REQUEST_TIMEOUT: &str = "Request timeout";
+/// A request head too large (nginx's 494, which Kong names so).
+pub const HEADER_TOO_LARGE: &str = "Request header or cookie too large";
 /// A request body that could not be read whole for a plugin.
 pub const BAD_BODY: &str = "Bad request: the request body could not be read";
 

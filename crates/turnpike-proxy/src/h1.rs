@@ -15,10 +15,11 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
+use crate::body::RequestBody;
+use crate::chunked::{self, Chunk, Decoded};
 use crate::deadline::Deadlines;
 use crate::pool::{PeerKey, Pool};
 
@@ -71,6 +72,49 @@ impl AsyncWrite for Stream {
     }
 }
 
+/// Headers the proxy sets on the upstream request, replacing the client's of the same name
+/// (`None`: the client's is dropped); the first is always Host. Written straight into the
+/// request head, which saves a header-map insert per header; merged into the map for upgrades.
+#[derive(Debug)]
+pub struct Overrides {
+    list: smallvec::SmallVec<[(HeaderName, Option<HeaderValue>); 12]>,
+    /// False when no client header can share a name with these but Host (the parser saw none
+    /// of the others' names): each client header is then compared with Host alone.
+    others_may_clash: bool,
+}
+
+impl Overrides {
+    pub fn new(others_may_clash: bool) -> Overrides {
+        Overrides {
+            list: smallvec::smallvec![(header::HOST, None)],
+            others_may_clash,
+        }
+    }
+
+    /// Whether the client's header `name` is replaced by one of these.
+    #[inline]
+    fn replaces(&self, name: &HeaderName) -> bool {
+        if self.others_may_clash {
+            self.list.iter().any(|(n, _)| n == name)
+        } else {
+            name == header::HOST
+        }
+    }
+}
+
+impl std::ops::Deref for Overrides {
+    type Target = smallvec::SmallVec<[(HeaderName, Option<HeaderValue>); 12]>;
+    fn deref(&self) -> &Self::Target {
+        &self.list
+    }
+}
+
+impl std::ops::DerefMut for Overrides {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.list
+    }
+}
+
 /// A service's write and read timeouts for one exchange.
 #[derive(Clone, Copy)]
 pub struct Timeouts {
@@ -105,6 +149,11 @@ pub enum SendError {
     /// The response head started but did not finish in time.
     Timeout,
     Failed(io::Error),
+    /// The client's body could not be read (it stalled past client_body_timeout, or the client
+    /// went away): the upstream got an incomplete request and the connection is dropped.
+    ClientBody {
+        timed_out: bool,
+    },
     /// The client's body passed the size limit a plugin set (request-size-limiting): the
     /// upstream got an incomplete request (the stream was cut), and the client gets 413.
     BodyTooLarge,
@@ -122,7 +171,7 @@ pub struct ClientBody {
 /// needed it; it goes with its Content-Length).
 #[derive(Debug)]
 pub enum BodySource {
-    Stream(Incoming),
+    Stream(RequestBody),
     Buffered(bytes::Bytes),
 }
 
@@ -137,7 +186,7 @@ impl ClientBody {
 
 /// Reads and discards what is left of a refused client body, within bounds, so the client
 /// (still sending) can read the error instead of meeting a reset: nginx's lingering close.
-async fn drain(body: &mut Incoming) {
+async fn drain(body: &mut RequestBody) {
     const MAX_BYTES: usize = 4 << 20;
     const MAX_TIME: Duration = Duration::from_secs(2);
     let _ = tokio::time::timeout(MAX_TIME, async {
@@ -220,7 +269,7 @@ impl Conn {
         &mut self,
         req: &http::request::Parts,
         body: Option<ClientBody>,
-        overrides: &[(HeaderName, Option<HeaderValue>)],
+        overrides: &Overrides,
         timeouts: Timeouts,
         deadlines: &Rc<Deadlines>,
         response_room: usize,
@@ -245,7 +294,7 @@ impl Conn {
         head.extend_from_slice(b" HTTP/1.1\r\n");
         for (name, value) in &req.headers {
             // A header the proxy sets replaces the client's.
-            if overrides.iter().any(|(n, _)| n == name) {
+            if overrides.replaces(name) {
                 continue;
             }
             head.extend_from_slice(name.as_str().as_bytes());
@@ -253,7 +302,7 @@ impl Conn {
             head.extend_from_slice(value.as_bytes());
             head.extend_from_slice(b"\r\n");
         }
-        for (name, value) in overrides {
+        for (name, value) in overrides.iter() {
             if let Some(value) = value {
                 head.extend_from_slice(name.as_str().as_bytes());
                 head.extend_from_slice(b": ");
@@ -306,8 +355,11 @@ impl Conn {
         {
             let mut sent: u64 = 0;
             while let Some(frame) = body.frame().await {
-                let frame =
-                    frame.map_err(|e| SendError::Failed(other(&format!("client body: {e}"))))?;
+                let frame = frame.map_err(|e| SendError::ClientBody {
+                    timed_out: e
+                        .downcast_ref::<io::Error>()
+                        .is_some_and(|e| e.kind() == io::ErrorKind::TimedOut),
+                })?;
                 let Ok(data) = frame.into_data() else {
                     continue;
                 };
@@ -432,6 +484,9 @@ enum Parsed {
 pub struct Framing {
     pub kind: FramingKind,
     pub keep_alive: bool,
+    /// The head had headers named like Kong's own (X-Kong-*): the proxy replaces them in the
+    /// header map instead of writing its own beside them.
+    pub named_kong_headers: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -497,9 +552,11 @@ fn parse_head(
     let mut length: Option<u64> = None;
     let mut conn_close = version == Version::HTTP_10;
     let mut named_by_connection: smallvec::SmallVec<[HeaderName; 2]> = smallvec::SmallVec::new();
+    let mut seen = 0u32;
     for (ns, ne, vs, ve) in ranges {
-        let name = HeaderName::from_bytes(&head[ns..ne])
+        let (name, bit) = crate::header_names::from_parsed(&head[ns..ne])
             .map_err(|_| HeadError::Io(other("invalid upstream header name")))?;
+        seen |= bit;
         let raw = &head[vs..ve];
         if name == header::TRANSFER_ENCODING {
             chunked = raw
@@ -574,7 +631,14 @@ fn parse_head(
     parts.status = status;
     parts.version = version;
     parts.headers = map;
-    Ok(Some(Parsed::Head(parts, Framing { kind, keep_alive })))
+    Ok(Some(Parsed::Head(
+        parts,
+        Framing {
+            kind,
+            keep_alive,
+            named_kong_headers: seen & crate::header_names::seen::KONG != 0,
+        },
+    )))
 }
 
 /// Reads more upstream bytes into the connection's buffer, or returns from `poll_next`.
@@ -594,18 +658,11 @@ macro_rules! fill_or_return {
     };
 }
 
-/// Where the chunked decoder stands.
-#[derive(Debug, Clone, Copy)]
-enum Chunk {
-    Size,
-    Data(u64),
-    DataEnd,
-    Trailers,
-}
-
 /// The response body, read from the upstream connection as the client pulls it. At its end
 /// the connection goes back to the worker's pool when it can be reused.
 pub struct UpstreamBody {
+    /// The response head had headers named like Kong's own (X-Kong-*).
+    pub named_kong_headers: bool,
     conn: Option<Box<Conn>>,
     pool: Rc<Pool>,
     /// The service's read timeout between two reads of the body, and its armed slot while a
@@ -628,6 +685,7 @@ impl UpstreamBody {
         deadlines: Rc<Deadlines>,
     ) -> UpstreamBody {
         let mut b = UpstreamBody {
+            named_kong_headers: framing.named_kong_headers,
             conn: Some(conn),
             pool,
             read_timeout,
@@ -728,79 +786,17 @@ impl UpstreamBody {
                     let data = conn.buf.split().freeze();
                     return Poll::Ready(Some(Ok(data)));
                 }
-                FramingKind::Chunked => match self.chunk {
-                    Chunk::Data(remaining) => {
-                        if conn.buf.is_empty() {
-                            match fill_or_return!(self, conn, cx) {
-                                0 => {
-                                    return Poll::Ready(Some(Err(other(
-                                        "upstream closed mid-chunk",
-                                    ))))
-                                }
-                                _ => continue,
-                            }
-                        }
-                        let n = remaining.min(conn.buf.len() as u64) as usize;
-                        let data = conn.buf.split_to(n).freeze();
-                        let left = remaining - n as u64;
-                        self.chunk = if left == 0 {
-                            Chunk::DataEnd
-                        } else {
-                            Chunk::Data(left)
-                        };
-                        return Poll::Ready(Some(Ok(data)));
+                FramingKind::Chunked => match chunked::decode(&mut conn.buf, &mut self.chunk) {
+                    Ok(Decoded::Data(data)) => return Poll::Ready(Some(Ok(data))),
+                    Ok(Decoded::End) => {
+                        self.finish();
+                        return Poll::Ready(None);
                     }
-                    Chunk::Size | Chunk::DataEnd | Chunk::Trailers => {
-                        // These states each consume one line.
-                        let Some(pos) = conn.buf.windows(2).position(|w| w == b"\r\n") else {
-                            if conn.buf.len() > 8 * 1024 {
-                                return Poll::Ready(Some(Err(other("invalid chunked encoding"))));
-                            }
-                            match fill_or_return!(self, conn, cx) {
-                                0 => {
-                                    return Poll::Ready(Some(Err(other(
-                                        "upstream closed mid-chunk",
-                                    ))))
-                                }
-                                _ => continue,
-                            }
-                        };
-                        let line = conn.buf.split_to(pos + 2);
-                        let line = &line[..pos];
-                        match self.chunk {
-                            Chunk::Size => {
-                                let hex = line
-                                    .split(|b| *b == b';')
-                                    .next()
-                                    .unwrap_or(b"")
-                                    .trim_ascii();
-                                let size = std::str::from_utf8(hex)
-                                    .ok()
-                                    .and_then(|s| u64::from_str_radix(s, 16).ok())
-                                    .ok_or_else(|| other("invalid chunk size"));
-                                match size {
-                                    Err(e) => return Poll::Ready(Some(Err(e))),
-                                    Ok(0) => self.chunk = Chunk::Trailers,
-                                    Ok(n) => self.chunk = Chunk::Data(n),
-                                }
-                            }
-                            Chunk::DataEnd => {
-                                if !line.is_empty() {
-                                    return Poll::Ready(Some(Err(other(
-                                        "invalid chunk terminator",
-                                    ))));
-                                }
-                                self.chunk = Chunk::Size;
-                            }
-                            _ => {
-                                // Trailer fields are dropped; the empty line ends the body.
-                                if line.is_empty() {
-                                    self.finish();
-                                    return Poll::Ready(None);
-                                }
-                            }
-                        }
-                    }
+                    Ok(Decoded::NeedMore) => match fill_or_return!(self, conn, cx) {
+                        0 => return Poll::Ready(Some(Err(other("upstream closed mid-chunk")))),
+                        _ => continue,
+                    },
+                    Err(e) => return Poll::Ready(Some(Err(e))),
                 },
             }
         }
@@ -984,7 +980,7 @@ mod tests {
             .send(
                 &req,
                 None,
-                &[],
+                &Overrides::new(true),
                 Timeouts {
                     write: Duration::from_secs(1),
                     read: Duration::from_secs(1),

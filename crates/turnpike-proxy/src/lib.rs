@@ -5,10 +5,13 @@
 pub mod access_log;
 pub mod balancer;
 pub mod body;
+pub mod chunked;
 pub mod deadline;
 pub mod dns;
 pub mod errors;
 pub mod h1;
+pub mod h1_server;
+pub mod header_names;
 pub mod health;
 pub mod log;
 pub mod pool;

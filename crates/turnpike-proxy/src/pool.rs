@@ -8,7 +8,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hyper::body::Incoming;
+use crate::body::RequestBody;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use rustc_hash::FxHashMap;
@@ -181,7 +181,7 @@ impl Pool {
         addr: SocketAddr,
         tls: TlsParams<'_>,
         connect_timeout: Duration,
-    ) -> Result<SendRequest<Incoming>, ConnectError> {
+    ) -> Result<SendRequest<RequestBody>, ConnectError> {
         let stream = self.open(addr, tls, connect_timeout).await?;
         self.tallies.opened(peer);
         let (sender, conn) = hyper::client::conn::http1::Builder::new()

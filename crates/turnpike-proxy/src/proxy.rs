@@ -15,9 +15,11 @@ use turnpike_plugins::log::Source;
 use turnpike_plugins::{Access, AccessRequest};
 use turnpike_router::{normalize_path, upstream_uri, RequestView};
 
-use crate::body::{BodyKind, ProxyBody, RequestGuard};
+use crate::body::{BodyKind, ProxyBody, RequestBody, RequestGuard};
 use crate::errors::{self, error_response};
 use crate::h1::{BodySource, ClientBody, SendError, UpstreamBody};
+use crate::h1_server::PendingUpgrade;
+use crate::header_names::seen;
 use crate::health::Outcome;
 use crate::log::LogState;
 use crate::pool::{ConnectError, PeerKey};
@@ -96,7 +98,7 @@ fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
     }
 }
 
-fn is_upgrade(req: &Request<Incoming>) -> bool {
+fn is_upgrade(req: &Request<RequestBody>) -> bool {
     req.version() == Version::HTTP_11
         && req.headers().contains_key(header::UPGRADE)
         && req
@@ -126,10 +128,12 @@ fn ms(d: Duration) -> HeaderValue {
 }
 
 /// Entry point for every request a worker receives.
+/// `upgrade`: where an HTTP/1.1 upgrade request's connection comes once a 101 is written.
 pub async fn handle(
     ctx: Rc<WorkerCtx>,
     conn: Rc<ConnInfo>,
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
+    upgrade: Option<PendingUpgrade>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let start = Instant::now();
     ctx.stats.requests.inc();
@@ -146,24 +150,49 @@ pub async fn handle(
             &request_id,
         ))
     });
-    let mut plugin_headers = Vec::new();
-    let mut log: Option<Box<LogState>> = None;
-    let mut resp = route_and_proxy(
-        &ctx,
-        &conn,
-        req,
-        &request_id,
-        start,
-        &mut plugin_headers,
-        &mut log,
-    )
-    .await;
-    let h = resp.headers_mut();
-    for (k, v) in plugin_headers {
-        h.insert(k, v);
-    }
+    let mut tail = Tail::default();
+    let mut resp =
+        route_and_proxy(&ctx, &conn, (req, upgrade), &request_id, start, &mut tail).await;
+    let Tail {
+        plugin_headers,
+        log,
+        mut kong,
+        upstream_named_kong,
+    } = tail;
     if settings.headers.request_id {
-        h.insert(X_KONG_REQUEST_ID.clone(), request_id);
+        kong.push((X_KONG_REQUEST_ID.clone(), request_id));
+    }
+    let h = resp.headers_mut();
+    // Kong's own headers go straight into an HTTP/1.1 response head (no header-map insert, no
+    // hash) unless something needs them in the map: HTTP/2, a log phase that reads the
+    // response headers, or an upstream or a plugin that set headers of those names.
+    let plugin_named_kong = plugin_headers
+        .iter()
+        .any(|(k, _)| k == header::VIA || k.as_str().starts_with("x-kong-"));
+    if conn.http1 && log.is_none() && !upstream_named_kong && !plugin_named_kong {
+        for (k, v) in plugin_headers {
+            h.insert(k, v);
+        }
+        *conn.response_extra.borrow_mut() = kong;
+    } else {
+        // In the map, in this order: Kong's proxy headers (Via appended, the others replacing
+        // an upstream's), the plugins' (replacing those), the request id last.
+        let mut rid = None;
+        for (k, v) in kong {
+            if k == X_KONG_REQUEST_ID {
+                rid = Some(v);
+            } else if k == header::VIA {
+                h.append(k, v);
+            } else {
+                h.insert(k, v);
+            }
+        }
+        for (k, v) in plugin_headers {
+            h.insert(k, v);
+        }
+        if let Some(v) = rid {
+            h.insert(X_KONG_REQUEST_ID.clone(), v);
+        }
     }
     // Client keepalive_requests: close the connection after that many requests (HTTP/1).
     let n = conn.requests.get() + 1;
@@ -223,25 +252,47 @@ fn kong_error(
     )
 }
 
+/// What the request path hands back besides the response.
+#[derive(Default)]
+struct Tail {
+    /// Response headers the route's plugins asked for (their header_filter phase).
+    plugin_headers: Vec<(HeaderName, HeaderValue)>,
+    /// The log phase's state, when the route has log plugins.
+    log: Option<Box<LogState>>,
+    /// Kong's own response headers (Via, X-Kong-*), in the order Kong sends them.
+    kong: KongHeaders,
+    /// The upstream's response had headers named like Kong's own (they are replaced).
+    upstream_named_kong: bool,
+}
+
+/// Kong's headers for one response; written into the HTTP/1.1 head by `h1_server`.
+pub type KongHeaders = smallvec::SmallVec<[(HeaderName, HeaderValue); 5]>;
+
 async fn route_and_proxy(
     ctx: &Rc<WorkerCtx>,
     conn: &ConnInfo,
-    mut req: Request<Incoming>,
+    // The request, and where its connection comes if it upgrades.
+    (req, client_upgrade): (Request<RequestBody>, Option<PendingUpgrade>),
     rid: &HeaderValue,
     start: Instant,
-    plugin_headers: &mut Vec<(HeaderName, HeaderValue)>,
-    log: &mut Option<Box<LogState>>,
+    tail: &mut Tail,
 ) -> Response<ProxyBody> {
+    let Tail {
+        plugin_headers,
+        log,
+        kong,
+        upstream_named_kong,
+    } = tail;
     let snap = ctx.snapshot();
-    let upgrade = is_upgrade(&req);
-    let client_upgrade = if upgrade {
-        Some(hyper::upgrade::on(&mut req))
+    let upgrade = client_upgrade.is_some() && is_upgrade(&req);
+    let client_version = req.version();
+    let (mut parts, body) = req.into_parts();
+    // Only for an error response; not looked up when the parser saw no Accept header.
+    let accept = if conn.headers_seen.get() & seen::ACCEPT != 0 {
+        parts.headers.get(header::ACCEPT).cloned()
     } else {
         None
     };
-    let client_version = req.version();
-    let (mut parts, body) = req.into_parts();
-    let accept = parts.headers.get(header::ACCEPT).cloned();
     let accept = accept.as_ref();
     // The original URI is kept aside: its path is borrowed while the upstream URI is built.
     let orig_uri = std::mem::take(&mut parts.uri);
@@ -366,23 +417,17 @@ async fn route_and_proxy(
                 {
                     Ok(b) => buffered = Some(b.to_bytes()),
                     Err(e) => {
-                        let too_large = e.is::<http_body_util::LengthLimitError>();
-                        return kong_error(
-                            ctx,
-                            if too_large {
-                                StatusCode::PAYLOAD_TOO_LARGE
-                            } else {
-                                StatusCode::BAD_REQUEST
-                            },
-                            if too_large {
-                                errors::BODY_TOO_LARGE
-                            } else {
-                                errors::BAD_BODY
-                            },
-                            rid,
-                            accept,
-                            start,
-                        );
+                        let timed_out = e
+                            .downcast_ref::<std::io::Error>()
+                            .is_some_and(|e| e.kind() == std::io::ErrorKind::TimedOut);
+                        let (status, msg) = if e.is::<http_body_util::LengthLimitError>() {
+                            (StatusCode::PAYLOAD_TOO_LARGE, errors::BODY_TOO_LARGE)
+                        } else if timed_out {
+                            (StatusCode::REQUEST_TIMEOUT, errors::REQUEST_TIMEOUT)
+                        } else {
+                            (StatusCode::BAD_REQUEST, errors::BAD_BODY)
+                        };
+                        return kong_error(ctx, status, msg, rid, accept, start);
                     }
                 }
                 body = BodySource::Buffered(bytes::Bytes::new());
@@ -508,16 +553,27 @@ async fn route_and_proxy(
     };
     parts.uri = uri;
     parts.version = Version::HTTP_11;
-    strip_hop_by_hop(&mut parts.headers, upgrade);
+    // What the parser saw of the request's names still holds unless a plugin ran (one may have
+    // set any header).
+    let headers_seen = if chain.is_empty() {
+        conn.headers_seen.get()
+    } else {
+        seen::ALL
+    };
+    if headers_seen & seen::HOP_BY_HOP != 0 {
+        strip_hop_by_hop(&mut parts.headers, upgrade);
+    }
     let prefix = m
         .matched_len
         .filter(|_| route.strip_path)
         .map(|n| &path[..n]);
-    // Slot 0 is the Host header, set per attempt by `send_upstream`.
-    let mut overrides: Overrides = smallvec::smallvec![(header::HOST, None)];
+    // Slot 0 is the Host header, set per attempt by `send_upstream`. Unless the client sent
+    // X-Forwarded-*, X-Real-IP or X-Kong-Request-Id (or a plugin ran, which may have set any
+    // header), Host is the only proxy-set name a client header can have.
+    let mut overrides = Overrides::new(headers_seen & (seen::FORWARDED | seen::KONG) != 0);
     forwarded_headers(
         conn,
-        &parts.headers,
+        (headers_seen & seen::FORWARDED != 0).then_some(&parts.headers),
         &host,
         host_value.as_ref(),
         &path,
@@ -585,15 +641,17 @@ async fn route_and_proxy(
     .await;
     let (mut parts, body) = match sent {
         // Our HTTP/1.1 exchange never stores hop-by-hop headers.
-        Ok(Upstreamed::H1(parts, body)) => (parts, ProxyBody::new(BodyKind::Upstream(body))),
+        Ok(Upstreamed::H1(parts, body)) => {
+            *upstream_named_kong = body.named_kong_headers;
+            (parts, ProxyBody::new(BodyKind::Upstream(body)))
+        }
         Ok(Upstreamed::Hyper(mut resp)) => {
             // WebSocket: splice the two upgraded connections together.
             if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
                 if let Some(client_upgrade) = client_upgrade {
                     let upstream_upgrade = hyper::upgrade::on(&mut resp);
                     tokio::task::spawn_local(async move {
-                        if let (Ok(c), Ok(u)) = (client_upgrade.await, upstream_upgrade.await) {
-                            let mut c = hyper_util::rt::TokioIo::new(c);
+                        if let (Ok(mut c), Ok(u)) = (client_upgrade.await, upstream_upgrade.await) {
                             let mut u = hyper_util::rt::TokioIo::new(u);
                             let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
                         }
@@ -604,6 +662,7 @@ async fn route_and_proxy(
             }
             let (mut parts, body) = resp.into_parts();
             strip_hop_by_hop(&mut parts.headers, false);
+            *upstream_named_kong = true;
             (parts, ProxyBody::new(BodyKind::Hyper(body)))
         }
         Err(e) => {
@@ -612,6 +671,12 @@ async fn route_and_proxy(
                     (StatusCode::PAYLOAD_TOO_LARGE, errors::BODY_TOO_LARGE)
                 }
                 UpstreamError::Timeout => (StatusCode::GATEWAY_TIMEOUT, errors::TIMED_OUT),
+                UpstreamError::ClientBody { timed_out: true } => {
+                    (StatusCode::REQUEST_TIMEOUT, errors::REQUEST_TIMEOUT)
+                }
+                UpstreamError::ClientBody { timed_out: false } => {
+                    (StatusCode::BAD_REQUEST, errors::BAD_REQUEST)
+                }
                 UpstreamError::NoPeer => (StatusCode::SERVICE_UNAVAILABLE, errors::NO_PEER),
                 UpstreamError::NameResolution => {
                     (StatusCode::SERVICE_UNAVAILABLE, errors::NAME_RESOLUTION)
@@ -633,23 +698,19 @@ async fn route_and_proxy(
     }
     let s = &ctx.gateway.settings;
     if s.headers.via {
-        parts.headers.append(header::VIA, s.via_value.clone());
+        kong.push((header::VIA, s.via_value.clone()));
     }
     if s.headers.upstream_latency {
-        parts
-            .headers
-            .insert(X_KONG_UPSTREAM_LATENCY.clone(), ms(upstream_latency));
+        kong.push((X_KONG_UPSTREAM_LATENCY.clone(), ms(upstream_latency)));
     }
     if s.headers.proxy_latency {
-        parts
-            .headers
-            .insert(X_KONG_PROXY_LATENCY.clone(), ms(proxy_latency));
+        kong.push((X_KONG_PROXY_LATENCY.clone(), ms(proxy_latency)));
     }
     if s.headers.upstream_status {
-        parts.headers.insert(
+        kong.push((
             X_KONG_UPSTREAM_STATUS.clone(),
             HeaderValue::from(parts.status.as_u16()),
-        );
+        ));
     }
     Response::from_parts(parts, body)
 }
@@ -668,10 +729,7 @@ fn host_without_port(raw: &str) -> Cow<'_, str> {
     }
 }
 
-/// Headers the proxy sets on the upstream request, replacing the client's of the same name
-/// (`None`: the client's is dropped). Written straight into the request head by our HTTP/1.1
-/// exchange, which saves a header-map insert per header; merged into the map for upgrades.
-pub type Overrides = smallvec::SmallVec<[(HeaderName, Option<HeaderValue>); 12]>;
+pub use crate::h1::Overrides;
 
 /// The request headers as the upstream gets them from the plugins, for log plugins (Kong logs
 /// what `set_header` left): the client's with the consumer's identity headers over them.
@@ -691,7 +749,7 @@ fn with_identity(h: &HeaderMap, who: Option<&turnpike_plugins::Identity>) -> Hea
 }
 
 fn apply_overrides(h: &mut HeaderMap, overrides: &Overrides) {
-    for (name, value) in overrides {
+    for (name, value) in overrides.iter() {
         match value {
             Some(v) => {
                 h.insert(name.clone(), v.clone());
@@ -722,14 +780,19 @@ fn client_ip(conn: &ConnInfo, h: &HeaderMap) -> std::net::IpAddr {
 /// `trusted_ips`, otherwise set from the connection (values computed once per connection).
 fn forwarded_headers(
     conn: &ConnInfo,
-    h: &HeaderMap,
+    // The client's headers; `None` when it sent no X-Forwarded-* or X-Real-IP (nothing to
+    // look up).
+    sent: Option<&HeaderMap>,
     host: &str,
     host_value: Option<&HeaderValue>,
     path: &str,
     prefix: Option<&str>,
     out: &mut Overrides,
 ) {
-    let xff = match h.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+    let xff = match sent
+        .and_then(|h| h.get(&X_FORWARDED_FOR))
+        .and_then(|v| v.to_str().ok())
+    {
         Some(prev) if !prev.is_empty() => {
             HeaderValue::from_str(&format!("{prev}, {}", conn.peer.ip())).ok()
         }
@@ -740,7 +803,7 @@ fn forwarded_headers(
     }
     let trusted = conn.trusted;
     // Only a trusted client's own values are kept; the map is not even consulted otherwise.
-    let keep = |name: &HeaderName| trusted && h.contains_key(name);
+    let keep = |name: &HeaderName| trusted && sent.is_some_and(|h| h.contains_key(name));
     if !keep(&X_FORWARDED_PROTO) {
         out.push((
             X_FORWARDED_PROTO.clone(),
@@ -817,6 +880,10 @@ fn connect_outcome(e: &ConnectError) -> Outcome {
 enum UpstreamError {
     /// The client's body passed a plugin's size limit.
     BodyTooLarge,
+    /// The client's body stalled (408) or broke off (400) on its way upstream.
+    ClientBody {
+        timed_out: bool,
+    },
     Timeout,
     Failed,
     NoPeer,
@@ -1074,6 +1141,10 @@ async fn send_upstream(
             Err(SendError::BodyTooLarge) => {
                 finish(None);
                 return Err(UpstreamError::BodyTooLarge);
+            }
+            Err(SendError::ClientBody { timed_out }) => {
+                finish(None);
+                return Err(UpstreamError::ClientBody { timed_out });
             }
             Err(SendError::Failed(e)) => {
                 finish(Some(Outcome::TcpFailure));

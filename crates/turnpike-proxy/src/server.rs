@@ -17,6 +17,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use turnpike_config::conf::ListenAddr;
 
+use crate::body::RequestBody;
+use crate::h1_server;
 use crate::pool::Pool;
 use crate::proxy;
 use crate::snapshot::Snapshot;
@@ -46,6 +48,8 @@ pub struct WorkerCtx {
     pub deadlines: Rc<crate::deadline::Deadlines>,
     /// The worker's access-log buffer, when `proxy_access_log` is on.
     pub access_log: Option<crate::access_log::Writer>,
+    /// The worker is shutting down: HTTP/1 connections close after their current request.
+    pub closing: Cell<bool>,
     snapshot: RefCell<(u64, Rc<Arc<Snapshot>>)>,
     rng: Cell<u64>,
 }
@@ -95,6 +99,11 @@ pub struct ConnInfo {
     /// When a request last ended or a response byte was last written (coarse clock): the
     /// keepalive/header timeout counts from there.
     pub last_active: Cell<std::time::Instant>,
+    /// Which groups of header names the current request carries (`header_names::seen`), as
+    /// the HTTP/1.1 parser saw them; `seen::ALL` (look everything up) for HTTP/2.
+    pub headers_seen: Cell<u32>,
+    /// Kong's headers for the HTTP/1.1 response being written (see `proxy::handle`).
+    pub response_extra: RefCell<crate::proxy::KongHeaders>,
     /// The client's IP and the local port as header values, built once per connection.
     pub ip_value: http::HeaderValue,
     pub port_value: http::HeaderValue,
@@ -119,6 +128,8 @@ impl ConnInfo {
             requests: Cell::new(0),
             in_flight: Cell::new(0),
             last_active: Cell::new(std::time::Instant::now()),
+            headers_seen: Cell::new(crate::header_names::seen::ALL),
+            response_extra: RefCell::new(smallvec::SmallVec::new()),
             ip_value: http::HeaderValue::from_str(&peer.ip().to_string())
                 .expect("an IP is a valid header value"),
             port_value: http::HeaderValue::from(local_port),
@@ -275,6 +286,7 @@ async fn worker_main(
         gateway,
         stats,
         rng: Cell::new(seed),
+        closing: Cell::new(false),
         deadlines,
         access_log: access_log.map(crate::access_log::Writer::new),
     });
@@ -314,6 +326,9 @@ async fn worker_main(
     for l in accept_loops {
         let _ = l.await;
     }
+    // HTTP/1 connections waiting for a request close now; those serving one close after it.
+    ctx.closing.set(true);
+    ctx.deadlines.expire_idle();
     // Stopped accepting: wait for this worker's open connections to finish.
     while ctx.stats.connections_active.load(Ordering::Relaxed) > 0 {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -359,6 +374,10 @@ async fn accept_loop(
             serve_connection(&ctx, stream, peer, local_port, acceptor, http2, shutdown).await;
             ctx.stats.connections_active.fetch_sub(1, Ordering::Relaxed);
         });
+        // One accept, then the connections already open get a turn (nginx's multi_accept off):
+        // in a burst of new connections the first ones are served while the rest are accepted,
+        // instead of all being accepted first and answered together at the end.
+        tokio::task::yield_now().await;
     }
 }
 
@@ -378,8 +397,12 @@ async fn serve_connection(
             // client's first bytes tell which.
             let h2c = http2
                 && starts_with_h2_preface(&stream, ctx.gateway.settings.keepalive_timeout).await;
-            let info = ConnInfo::new(peer, local_port, false, None, !h2c, trusted);
-            serve_http(ctx, TokioIo::new(stream), info, h2c, shutdown).await
+            let info = Rc::new(ConnInfo::new(peer, local_port, false, None, !h2c, trusted));
+            if h2c {
+                serve_h2(ctx, TokioIo::new(stream), info, shutdown).await
+            } else {
+                h1_server::serve(ctx, Box::new(stream), info).await
+            }
         }
         Some(acceptor) => {
             let tls = match tokio::time::timeout(Duration::from_secs(60), acceptor.accept(stream))
@@ -391,8 +414,12 @@ async fn serve_connection(
             let (_, session) = tls.get_ref();
             let sni = session.server_name().map(|s| s.to_ascii_lowercase());
             let h2 = session.alpn_protocol() == Some(b"h2");
-            let info = ConnInfo::new(peer, local_port, true, sni, !h2, trusted);
-            serve_http(ctx, TokioIo::new(tls), info, h2, shutdown).await
+            let info = Rc::new(ConnInfo::new(peer, local_port, true, sni, !h2, trusted));
+            if h2 {
+                serve_h2(ctx, TokioIo::new(tls), info, shutdown).await
+            } else {
+                h1_server::serve(ctx, Box::new(tls), info).await
+            }
         }
     }
 }
@@ -438,52 +465,32 @@ async fn starts_with_h2_preface(stream: &TcpStream, wait: Duration) -> bool {
     }
 }
 
-/// Drives a hyper connection until it ends or stays idle past the keepalive timeout; when the
-/// worker shuts down, lets it finish its in-flight requests (graceful shutdown) first.
-macro_rules! drive {
-    ($conn:expr, $info:expr, $ctx:expr, $timeout:expr, $shutdown:expr) => {{
-        let conn = $conn;
-        tokio::pin!(conn);
-        tokio::select! {
-            _ = conn.as_mut() => return,
-            _ = idle_watch($info, &$ctx.deadlines, $timeout) => return,
-            _ = $shutdown.wait_for(|s| *s) => conn.as_mut().graceful_shutdown(),
-        }
-        let _ = conn.await;
-    }};
-}
-
-async fn serve_http<I>(
+/// Serves HTTP/2 with hyper until the connection ends or stays idle past the keepalive
+/// timeout; when the worker shuts down, lets it finish its in-flight streams first.
+async fn serve_h2<I>(
     ctx: &Rc<WorkerCtx>,
     io: I,
-    info: ConnInfo,
-    h2: bool,
+    info: Rc<ConnInfo>,
     mut shutdown: watch::Receiver<bool>,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
-    let info = Rc::new(info);
     let svc = {
         let ctx = ctx.clone();
         let info = info.clone();
-        service_fn(move |req| proxy::handle(ctx.clone(), info.clone(), req))
+        service_fn(move |req: http::Request<hyper::body::Incoming>| {
+            proxy::handle(ctx.clone(), info.clone(), req.map(RequestBody::Http2), None)
+        })
     };
-    let settings = &ctx.gateway.settings;
-    // hyper's minimum read buffer is 8 KiB; a head larger than the buffer gets 431.
-    let max_buf = settings.max_header_size.max(8192);
-    if h2 {
-        let conn = hyper::server::conn::http2::Builder::new(LocalExec)
-            .timer(TokioTimer::new())
-            .serve_connection(io, svc);
-        drive!(conn, &info, ctx, settings.keepalive_timeout, shutdown);
-    } else {
-        // No hyper timer: its per-request header-read timer cost ~1.4k instructions per request
-        // (BENCHMARKS.md); `idle_watch` enforces the keepalive/header timeout instead.
-        let conn = hyper::server::conn::http1::Builder::new()
-            .header_read_timeout(None)
-            .max_buf_size(max_buf)
-            .serve_connection(io, svc)
-            .with_upgrades();
-        drive!(conn, &info, ctx, settings.keepalive_timeout, shutdown);
+    let timeout = ctx.gateway.settings.keepalive_timeout;
+    let conn = hyper::server::conn::http2::Builder::new(LocalExec)
+        .timer(TokioTimer::new())
+        .serve_connection(io, svc);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        _ = idle_watch(&info, &ctx.deadlines, timeout) => return,
+        _ = shutdown.wait_for(|s| *s) => conn.as_mut().graceful_shutdown(),
     }
+    let _ = conn.await;
 }

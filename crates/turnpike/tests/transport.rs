@@ -294,3 +294,322 @@ fn transparent_huge_pages_are_off_unless_asked_for() {
         .start();
     assert_eq!(thp_enabled(gw.pid()), "1");
 }
+
+/// One service with one route on `/api` (path kept) to `up`.
+fn api_route(up: &Upstream) -> String {
+    format!(
+        "_format_version: '3.0'\nservices: [{{name: s, url: '{}', routes: [{{paths: [/api], strip_path: false}}]}}]\n",
+        up.url()
+    )
+}
+
+/// The responses in what a connection returned, each from its status code on.
+fn responses_in(out: &str) -> Vec<&str> {
+    out.split("HTTP/1.1 ").skip(1).collect()
+}
+
+/// Writes `parts` to a new connection one by one (waiting `gap` between them) and returns
+/// everything read until the gateway closes it.
+async fn raw_exchange(addr: std::net::SocketAddr, parts: &[&[u8]]) -> String {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    for p in parts {
+        s.write_all(p).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let mut out = Vec::new();
+    tokio::time::timeout(std::time::Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .expect("the gateway closes the connection")
+        .unwrap();
+    String::from_utf8_lossy(&out).to_string()
+}
+
+/// The HTTP/1.1 server side's wire behaviour: pipelining, HEAD, HTTP/1.0 keep-alive, 100
+/// Continue, chunked uploads with trailers, request bodies left unread, and framing that
+/// cannot be trusted.
+#[tokio::test(flavor = "multi_thread")]
+async fn http1_wire_behaviour() {
+    let up = Upstream::start("one");
+    let gw = Gateway::with_config(&api_route(&up)).start();
+
+    // Three pipelined requests in one write, the middle one HEAD: answered in order, the HEAD
+    // response without its body (the next status line follows its head directly).
+    let out = raw_exchange(
+        gw.proxy,
+        &[b"GET /api/1 HTTP/1.1\r\nHost: x\r\n\r\nHEAD /api/2 HTTP/1.1\r\nHost: x\r\n\r\nGET /api/3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"],
+    )
+    .await;
+    let responses = responses_in(&out);
+    assert_eq!(responses.len(), 3, "{out}");
+    assert!(
+        responses[0].starts_with("200") && responses[0].contains("\"/api/1\""),
+        "{out}"
+    );
+    assert!(
+        responses[1].starts_with("200") && responses[1].ends_with("\r\n\r\n"),
+        "{out}"
+    );
+    assert!(
+        responses[2].starts_with("200") && responses[2].contains("\"/api/3\""),
+        "{out}"
+    );
+    assert!(
+        responses[2]
+            .to_ascii_lowercase()
+            .contains("connection: close"),
+        "{out}"
+    );
+
+    // HTTP/1.0 with keep-alive: confirmed when the length is known (the gateway's own 404),
+    // and the connection carries a second request; a body of unknown length (this upstream
+    // streams its answers) can only be delimited by closing the connection.
+    let out = raw_exchange(
+        gw.proxy,
+        &[
+            b"GET /nowhere HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+            b"GET /api/b HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+            b"GET /api/c HTTP/1.0\r\n\r\n",
+        ],
+    )
+    .await;
+    let responses = responses_in(&out);
+    assert_eq!(responses.len(), 2, "{out}");
+    let first = responses[0].to_ascii_lowercase();
+    assert!(
+        first.starts_with("404") && first.contains("connection: keep-alive"),
+        "{out}"
+    );
+    assert!(first.contains("content-length: "), "{out}");
+    let second = responses[1].to_ascii_lowercase();
+    assert!(
+        second.starts_with("200") && second.contains("connection: close"),
+        "{out}"
+    );
+    assert!(
+        second.contains("\"/api/b\"") && !second.contains("transfer-encoding"),
+        "{out}"
+    );
+
+    // Expect: 100-continue: the interim response comes before the body is sent.
+    let mut s = tokio::net::TcpStream::connect(gw.proxy).await.unwrap();
+    s.write_all(
+        b"POST /api/up HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut interim = [0u8; 25];
+    tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        s.read_exact(&mut interim),
+    )
+    .await
+    .expect("100 Continue before the body")
+    .unwrap();
+    assert_eq!(&interim, b"HTTP/1.1 100 Continue\r\n\r\n");
+    s.write_all(b"hello").await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = s.read(&mut buf).await.unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(
+        text.starts_with("HTTP/1.1 200") && text.contains("\"body_len\":5"),
+        "{text}"
+    );
+
+    // A chunked upload with a trailer field; then a POST to no route, whose body the gateway
+    // reads and discards so that the connection carries the next request.
+    let out = raw_exchange(
+        gw.proxy,
+        &[
+            b"POST /api/c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
+            b"lo\r\n6;ext=1\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n",
+            b"POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n0123456789",
+            b"GET /api/after HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        ],
+    )
+    .await;
+    let responses = responses_in(&out);
+    assert_eq!(responses.len(), 3, "{out}");
+    assert!(
+        responses[0].starts_with("200") && responses[0].contains("\"body_len\":11"),
+        "{out}"
+    );
+    assert!(
+        responses[1].starts_with("404") && responses[1].contains("no Route matched"),
+        "{out}"
+    );
+    assert!(
+        responses[2].starts_with("200") && responses[2].contains("\"/api/after\""),
+        "{out}"
+    );
+
+    // Framing that cannot be trusted (request smuggling): 400 in Kong's shape, then close.
+    for bad in [
+        &b"POST /api HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n0\r\n\r\n"[..],
+        &b"POST /api HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n"[..],
+    ] {
+        let out = raw_exchange(gw.proxy, &[bad]).await;
+        assert!(out.starts_with("HTTP/1.1 400"), "{out}");
+        assert!(out.contains("\"message\":\"Bad request\""), "{out}");
+        assert_eq!(out.matches("HTTP/1.1").count(), 1, "{out}");
+    }
+    assert!(!gw.log_text().contains("panicked"), "{}", gw.log_text());
+}
+
+/// A worker that stops closes its idle keep-alive connections at once instead of waiting
+/// for their keep-alive timeout.
+#[tokio::test(flavor = "multi_thread")]
+async fn shutdown_closes_idle_keepalive_connections() {
+    let up = Upstream::start("one");
+    let gw = Gateway::with_config(&format!(
+        "_format_version: '3.0'\nservices: [{{name: s, url: '{}', routes: [{{paths: [/]}}]}}]\n",
+        up.url()
+    ))
+    .start();
+    let mut s = tokio::net::TcpStream::connect(gw.proxy).await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = s.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    gw.signal("TERM");
+    let mut rest = Vec::new();
+    tokio::time::timeout(std::time::Duration::from_secs(10), s.read_to_end(&mut rest))
+        .await
+        .expect("closed well before the 60 s keep-alive timeout")
+        .unwrap();
+    assert!(rest.is_empty(), "no further bytes: {rest:?}");
+}
+
+/// A client that stops sending its request body gets 408 after `client_body_timeout`
+/// (nginx's client_body_timeout, Kong's message) instead of holding the upstream request open.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stalled_request_body_gets_408() {
+    let up = Upstream::start("one");
+    let gw = Gateway::with_config(&format!(
+        "_format_version: '3.0'\nservices: [{{name: s, url: '{}', routes: [{{paths: [/]}}]}}]\n",
+        up.url()
+    ))
+    .env("TURNPIKE_NGINX_HTTP_CLIENT_BODY_TIMEOUT", "2s")
+    .start();
+    let mut s = tokio::net::TcpStream::connect(gw.proxy).await.unwrap();
+    s.write_all(b"POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(std::time::Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .expect("answered and closed well within 10 s")
+        .unwrap();
+    let out = String::from_utf8_lossy(&out);
+    assert!(out.starts_with("HTTP/1.1 408"), "{out}");
+    assert!(out.contains("\"message\":\"Request timeout\""), "{out}");
+    // A body that keeps coming, however slowly, is not cut.
+    let mut s = tokio::net::TcpStream::connect(gw.proxy).await.unwrap();
+    s.write_all(b"POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    for b in [b"a", b"b", b"c", b"d"] {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        s.write_all(b).await.unwrap();
+    }
+    let mut out = Vec::new();
+    tokio::time::timeout(std::time::Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .unwrap()
+        .unwrap();
+    let out = String::from_utf8_lossy(&out);
+    assert!(
+        out.starts_with("HTTP/1.1 200") && out.contains("\"body_len\":4"),
+        "{out}"
+    );
+}
+
+/// Headers written as clients write them (any case) are recognised by the HTTP/1.1 parser's
+/// name table: hop-by-hop headers and those the Connection header names are stripped, the
+/// client's X-Forwarded-For is extended, and Accept picks the error format.
+#[tokio::test(flavor = "multi_thread")]
+async fn request_headers_in_any_case_are_recognised() {
+    let up = Upstream::start("one");
+    let gw = Gateway::with_config(&api_route(&up)).start();
+    let out = raw_exchange(
+        gw.proxy,
+        &[b"GET /api HTTP/1.1\r\nHost: x\r\nX-FORWARDED-FOR: 1.2.3.4\r\nX-Real-IP: 9.9.9.9\r\nX-Kong-Request-Id: client\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\nX-Secret: s\r\nConnection: X-Secret\r\n\r\nGET /nowhere HTTP/1.1\r\nHost: x\r\nACCEPT: text/html\r\nConnection: close\r\n\r\n"],
+    )
+    .await;
+    let responses = responses_in(&out);
+    assert_eq!(responses.len(), 2, "{out}");
+    let body = &responses[0][responses[0].find('{').unwrap()..];
+    let body = &body[..=body.rfind('}').unwrap()];
+    let j: serde_json::Value = serde_json::from_str(body).unwrap();
+    let h = &j["headers"];
+    assert_eq!(h["x-forwarded-for"], "1.2.3.4, 127.0.0.1", "{h}");
+    // An untrusted client's X-Real-IP and X-Kong-Request-Id are replaced, not passed along.
+    assert_eq!(h["x-real-ip"], "127.0.0.1", "{h}");
+    assert_eq!(h["x-kong-request-id"].as_str().unwrap().len(), 32, "{h}");
+    for gone in ["keep-alive", "te", "x-secret", "connection"] {
+        assert!(h.get(gone).is_none(), "{gone} forwarded: {h}");
+    }
+    assert!(responses[1].starts_with("404"), "{out}");
+    assert!(responses[1].contains("text/html"), "{out}");
+}
+
+/// Kong's own response headers are written once per response, and replace an upstream's
+/// headers of the same names, whether they go straight into the HTTP/1.1 head or through the
+/// header map (HTTP/2).
+#[tokio::test(flavor = "multi_thread")]
+async fn kong_response_headers_replace_the_upstreams() {
+    let up = Upstream::start("one");
+    let gw = Gateway::with_config(&format!(
+        "_format_version: '3.0'\nservices: [{{name: s, url: '{}', routes: [{{paths: [/]}}]}}]\n",
+        up.url()
+    ))
+    .start();
+    for path in ["/plain", "/kong-named"] {
+        let out = raw_exchange(
+            gw.proxy,
+            &[format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()],
+        )
+        .await
+        .to_ascii_lowercase();
+        for name in [
+            "via",
+            "x-kong-upstream-latency",
+            "x-kong-proxy-latency",
+            "x-kong-request-id",
+        ] {
+            assert_eq!(
+                out.matches(&format!("\r\n{name}: ")).count(),
+                1,
+                "{name} in {out}"
+            );
+        }
+        assert!(
+            !out.contains("from-upstream") && !out.contains(": 999\r\n"),
+            "{out}"
+        );
+    }
+    drop(gw);
+    // A plugin that sets a header of one of those names (correlation-id echoing its id as
+    // X-Kong-Proxy-Latency) replaces Kong's, as before: one such header, the plugin's value.
+    let gw = Gateway::with_config(&format!(
+        "_format_version: '3.0'\nservices: [{{name: s, url: '{}', routes: [{{paths: [/], plugins: [{{name: correlation-id, config: {{header_name: X-Kong-Proxy-Latency, echo_downstream: true}}}}]}}]}}]\n",
+        up.url()
+    ))
+    .start();
+    let out = raw_exchange(
+        gw.proxy,
+        &[b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"],
+    )
+    .await
+    .to_ascii_lowercase();
+    let values: Vec<&str> = out
+        .split("\r\n")
+        .filter_map(|l| l.strip_prefix("x-kong-proxy-latency: "))
+        .collect();
+    assert_eq!(values.len(), 1, "{out}");
+    assert!(
+        values[0].contains('-'),
+        "the plugin's id, not a latency: {out}"
+    );
+}

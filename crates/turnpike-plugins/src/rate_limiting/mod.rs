@@ -19,9 +19,9 @@ pub mod cluster;
 mod redis;
 mod schema;
 
+use crate::now_secs;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use dashmap::DashMap;
 use http::{HeaderName, HeaderValue, StatusCode};
@@ -396,24 +396,6 @@ struct Decision {
     tightest: Option<(u64, u64, u64)>,
 }
 
-/// Seconds since the epoch from the kernel's coarse real-time clock: read from the vDSO
-/// without a time-stamp counter read or nanosecond arithmetic, a few ms behind at most, as
-/// Kong's `ngx.time()` (cached per event-loop turn) is. Only whole seconds matter here.
-fn now_secs() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } == 0 {
-        return ts.tv_sec as u64;
-    }
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
 impl Configured {
     /// Whether this config applies to the request (`limit_by = path` limits one path).
     fn applies(&self, req: &AccessRequest<'_>) -> bool {
@@ -777,8 +759,8 @@ mod tests {
 
     #[test]
     fn the_coarse_clock_is_the_real_time() {
-        let precise = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
+        let precise = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_secs();
         let coarse = now_secs();

@@ -185,7 +185,14 @@ async fn upstream_handler(
         "upstream": name, "method": method, "uri": uri, "headers": headers,
         "body_len": body.len(), "body_sum": sum,
     });
-    let r = Response::builder()
+    let mut r = Response::builder();
+    if path.starts_with("/kong-named") {
+        // An upstream that sends headers named like Kong's own (the gateway replaces them).
+        r = r
+            .header("x-kong-upstream-latency", "999")
+            .header("x-kong-request-id", "from-upstream");
+    }
+    let r = r
         .status(status)
         .header("content-type", "application/json")
         .header("x-upstream", name)
