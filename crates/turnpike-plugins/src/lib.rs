@@ -21,6 +21,7 @@ pub mod prometheus;
 pub mod rate_limiting;
 pub mod request_size_limiting;
 pub mod request_termination;
+pub mod response_transformer;
 pub mod schema;
 
 use std::sync::Arc;
@@ -397,9 +398,40 @@ pub async fn run_access_from(mut outcome: Access, req: &mut AccessRequest<'_>) -
     }
 }
 
+/// What a plugin's header_filter phase sees of the response and may change: the upstream's
+/// response, or one the gateway or a plugin produced (an exit, an error), with Kong's own
+/// headers (Via, X-Kong-*) already in it, as Kong's runloop sets them before the plugins run.
+pub struct ResponseHead<'a> {
+    pub status: StatusCode,
+    pub headers: &'a mut HeaderMap,
+    /// The response is the upstream's (false: the gateway's or a plugin's own).
+    pub from_upstream: bool,
+}
+
+/// Kong's body_filter phase for one response: gets the body piece by piece and returns what
+/// the client gets in its place (empty to hold it back); `eof` is true once, with an empty
+/// piece, when the body has ended. A filter that rewrites the whole body gathers the pieces
+/// and answers at `eof`. Built per response by `Handler::header_filter`, so routes and
+/// responses that need none pay nothing.
+pub trait BodyFilter {
+    fn filter(&mut self, piece: Bytes, eof: bool) -> Bytes;
+}
+
 /// A configured plugin instance.
 pub trait Handler: Send + Sync {
     fn access(&self, req: &mut AccessRequest<'_>) -> Access;
+    /// Kong's header_filter phase, in PRIORITY order after the access phase, on every
+    /// response of a request the plugin's route served; returns the response's body filter
+    /// (Kong's body_filter phase) when the plugin changes the body. Only called for configs
+    /// whose `filters_response` is true.
+    fn header_filter(&self, _resp: &mut ResponseHead<'_>) -> Option<Box<dyn BodyFilter>> {
+        None
+    }
+    /// Whether this config has a header_filter (and so maybe a body_filter) phase: routes
+    /// without one never build the list of filters.
+    fn filters_response(&self) -> bool {
+        false
+    }
     /// Whether this config reads the request body (key-auth's `key_in_body`): the proxy then
     /// reads the body before the route's chain runs. Costs nothing to routes that do not.
     fn wants_body(&self) -> bool {
@@ -470,6 +502,7 @@ pub fn bundled() -> Registry {
             &rate_limiting::RateLimiting,
             &request_size_limiting::RequestSizeLimiting,
             &request_termination::RequestTermination,
+            &response_transformer::ResponseTransformer,
         ],
     }
 }

@@ -20,6 +20,11 @@ pub enum Type {
     OneOf(&'static [&'static str]),
     /// An array of strings.
     StringArray,
+    /// An array of `name:value` strings (Kong's `match = "^[^:]+:.*$"`, the transformer
+    /// plugins' headers and JSON fields).
+    ColonStringArray,
+    /// An array of strings, each one of these (e.g. response-transformer's `json_types`).
+    OneOfArray(&'static [&'static str]),
     /// A map of string keys to string values (Kong's `map` type, e.g. http-log's `headers`).
     Map,
     /// A nested record with its own fields (e.g. rate-limiting's `redis`); defaults apply inside
@@ -141,6 +146,13 @@ fn validate_record(
                 errs.push((format!("{prefix}{}", f.name), m));
                 continue;
             }
+            let bad = element_errors(f.ty, &v);
+            if !bad.is_empty() {
+                for (at, m) in bad {
+                    errs.push((format!("{prefix}{}.{at}", f.name), m));
+                }
+                continue;
+            }
         }
         out.insert(f.name.into(), v);
     }
@@ -149,6 +161,31 @@ fn validate_record(
     } else {
         Err(errs)
     }
+}
+
+/// The elements of an array of strings that break the type's rule, by Kong's 1-based position
+/// (Kong reports `fields.config.add.headers["2"]`).
+fn element_errors(ty: Type, v: &Value) -> Vec<(usize, String)> {
+    let broken = |s: &str| match ty {
+        // Kong's `match = "^[^:]+:.*$"`: a name before the first colon.
+        Type::ColonStringArray => s
+            .find(':')
+            .is_none_or(|at| at == 0)
+            .then(|| format!("invalid value: {s}")),
+        Type::OneOfArray(choices) => {
+            (!choices.contains(&s)).then(|| format!("expected one of: {}", choices.join(", ")))
+        }
+        _ => None,
+    };
+    if !matches!(ty, Type::ColonStringArray | Type::OneOfArray(_)) {
+        return Vec::new();
+    }
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(i, x)| broken(x.as_str().unwrap_or("")).map(|m| (i + 1, m)))
+        .collect()
 }
 
 fn check_type(ty: Type, v: &Value) -> Result<(), String> {
@@ -182,6 +219,8 @@ fn check_type(ty: Type, v: &Value) -> Result<(), String> {
             Some(_) => Err("expected an array of strings".into()),
             None => Err("expected an array".into()),
         },
+        // Their elements are checked one by one in `element_errors`.
+        Type::ColonStringArray | Type::OneOfArray(_) => check_type(Type::StringArray, v),
         Type::Map => match v.as_object() {
             Some(m) if m.values().all(|x| x.is_string()) => Ok(()),
             Some(_) => Err("expected a map of strings".into()),
@@ -218,6 +257,14 @@ fn record_fields_json(fields: &[Field]) -> Vec<Value> {
                 Type::Boolean => ("boolean", None),
                 Type::OneOf(c) => ("string", Some(("one_of", json!(c)))),
                 Type::StringArray => ("array", Some(("elements", json!({"type": "string"})))),
+                Type::ColonStringArray => (
+                    "array",
+                    Some(("elements", json!({"type": "string", "match": "^[^:]+:.*$"}))),
+                ),
+                Type::OneOfArray(c) => (
+                    "array",
+                    Some(("elements", json!({"type": "string", "one_of": c}))),
+                ),
                 Type::Map => ("map", Some(("keys", json!({"type": "string"})))),
                 Type::Record(inner) => {
                     ("record", Some(("fields", json!(record_fields_json(inner)))))
@@ -278,6 +325,31 @@ mod tests {
             kong_json(OUTER)["fields"][4]["config"]["fields"][0]["redis"]["fields"][0]["port"]
                 ["default"],
             6379
+        );
+        const ARRAYS: &[Field] = &[
+            Field::new("headers", Type::ColonStringArray).default(Default::EmptyArray),
+            Field::new("types", Type::OneOfArray(&["number", "string"])),
+        ];
+        assert!(validate(
+            ARRAYS,
+            &json!({"headers": ["a:1", "b:"], "types": ["number"]})
+        )
+        .is_ok());
+        let e = validate(
+            ARRAYS,
+            &json!({"headers": ["a:1", ":x"], "types": ["bool"]}),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains(&("headers.2".into(), "invalid value: :x".into())),
+            "{e:?}"
+        );
+        assert!(e.contains(&("types.1".into(), "expected one of: number, string".into())));
+        let e = validate(ARRAYS, &json!({"headers": ["no-colon"]})).unwrap_err();
+        assert!(e.contains(&("headers.1".into(), "invalid value: no-colon".into())));
+        assert_eq!(
+            kong_json(ARRAYS)["fields"][4]["config"]["fields"][0]["headers"]["elements"]["match"],
+            "^[^:]+:.*$"
         );
         let s = kong_json(FIELDS);
         assert_eq!(

@@ -63,6 +63,67 @@ pub enum BodyKind {
     Upstream(UpstreamBody),
     Hyper(Incoming),
     Full(Option<Bytes>),
+    /// A body passed through plugins' body_filter phases.
+    Filtered(Box<Filtered>),
+}
+
+/// A body and the body filters it goes through, in the plugins' PRIORITY order.
+pub struct Filtered {
+    inner: BodyKind,
+    filters: Vec<Box<dyn turnpike_plugins::BodyFilter>>,
+    ended: bool,
+}
+
+impl Filtered {
+    /// Each filter's output is the next one's input.
+    fn run(&mut self, mut piece: Bytes, eof: bool) -> Bytes {
+        for f in &mut self.filters {
+            piece = f.filter(piece, eof);
+        }
+        piece
+    }
+
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        loop {
+            if self.ended {
+                return Poll::Ready(None);
+            }
+            match std::task::ready!(poll_kind(&mut self.inner, cx)) {
+                Some(Ok(frame)) => {
+                    // Trailers pass as they are.
+                    let Ok(data) = frame.into_data() else {
+                        continue;
+                    };
+                    let out = self.run(data, false);
+                    if !out.is_empty() {
+                        return Poll::Ready(Some(Ok(Frame::data(out))));
+                    }
+                }
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => {
+                    self.ended = true;
+                    let out = self.run(Bytes::new(), true);
+                    return Poll::Ready((!out.is_empty()).then(|| Ok(Frame::data(out))));
+                }
+            }
+        }
+    }
+}
+
+fn poll_kind(
+    kind: &mut BodyKind,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    match kind {
+        BodyKind::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+        BodyKind::Upstream(u) => Pin::new(u)
+            .poll_frame(cx)
+            .map(|o| o.map(|r| r.map_err(Into::into))),
+        BodyKind::Hyper(i) => Pin::new(i)
+            .poll_frame(cx)
+            .map(|o| o.map(|r| r.map_err(Into::into))),
+        BodyKind::Filtered(f) => f.poll_frame(cx),
+    }
 }
 
 /// A response body, and the guard that marks its request finished when the body is done.
@@ -138,6 +199,17 @@ impl ProxyBody {
         ProxyBody::new(BodyKind::Full(None))
     }
 
+    /// Sends the body through these body filters (plugins' body_filter phases); its length
+    /// is not known any more.
+    pub fn filter(&mut self, filters: Vec<Box<dyn turnpike_plugins::BodyFilter>>) {
+        let inner = std::mem::replace(&mut self.kind, BodyKind::Full(None));
+        self.kind = BodyKind::Filtered(Box::new(Filtered {
+            inner,
+            filters,
+            ended: false,
+        }));
+    }
+
     pub fn set_guard(&mut self, guard: RequestGuard) {
         self.guard = Some(guard);
     }
@@ -152,15 +224,7 @@ impl Body for ProxyBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        let polled = match &mut this.kind {
-            BodyKind::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            BodyKind::Upstream(u) => Pin::new(u)
-                .poll_frame(cx)
-                .map(|o| o.map(|r| r.map_err(Into::into))),
-            BodyKind::Hyper(i) => Pin::new(i)
-                .poll_frame(cx)
-                .map(|o| o.map(|r| r.map_err(Into::into))),
-        };
+        let polled = poll_kind(&mut this.kind, cx);
         // Bytes sent, for the log phase and the access log (only logged requests count).
         if let (Poll::Ready(Some(Ok(frame))), Some(g)) = (&polled, &mut this.guard) {
             if g.log.is_some() || g.access.is_some() {
@@ -177,6 +241,7 @@ impl Body for ProxyBody {
             BodyKind::Full(b) => b.is_none(),
             BodyKind::Upstream(u) => u.is_end_stream(),
             BodyKind::Hyper(i) => i.is_end_stream(),
+            BodyKind::Filtered(f) => f.ended,
         }
     }
 
@@ -186,6 +251,7 @@ impl Body for ProxyBody {
             BodyKind::Full(None) => SizeHint::with_exact(0),
             BodyKind::Upstream(u) => u.size_hint(),
             BodyKind::Hyper(i) => i.size_hint(),
+            BodyKind::Filtered(_) => SizeHint::default(),
         }
     }
 }

@@ -158,6 +158,8 @@ pub async fn handle(
         log,
         mut kong,
         upstream_named_kong,
+        filters,
+        from_upstream,
     } = tail;
     if settings.headers.request_id {
         kong.push((X_KONG_REQUEST_ID.clone(), request_id));
@@ -165,11 +167,18 @@ pub async fn handle(
     let h = resp.headers_mut();
     // Kong's own headers go straight into an HTTP/1.1 response head (no header-map insert, no
     // hash) unless something needs them in the map: HTTP/2, a log phase that reads the
-    // response headers, or an upstream or a plugin that set headers of those names.
+    // response headers, a header_filter phase (plugins see and may change Kong's headers, as
+    // Kong sets them before its plugins' header_filter), or an upstream or a plugin that set
+    // headers of those names.
     let plugin_named_kong = plugin_headers
         .iter()
         .any(|(k, _)| k == header::VIA || k.as_str().starts_with("x-kong-"));
-    if conn.http1 && log.is_none() && !upstream_named_kong && !plugin_named_kong {
+    if conn.http1
+        && log.is_none()
+        && filters.is_empty()
+        && !upstream_named_kong
+        && !plugin_named_kong
+    {
         for (k, v) in plugin_headers {
             h.insert(k, v);
         }
@@ -194,6 +203,25 @@ pub async fn handle(
             h.insert(X_KONG_REQUEST_ID.clone(), v);
         }
     }
+    // The header_filter phase, in PRIORITY order; the body filters it asks for (the
+    // body_filter phase) wrap the body.
+    if !filters.is_empty() {
+        let (mut parts, mut body) = resp.into_parts();
+        let mut head = turnpike_plugins::ResponseHead {
+            status: parts.status,
+            headers: &mut parts.headers,
+            from_upstream,
+        };
+        let body_filters: Vec<_> = filters
+            .iter()
+            .filter_map(|f| f.header_filter(&mut head))
+            .collect();
+        if !body_filters.is_empty() {
+            body.filter(body_filters);
+        }
+        resp = Response::from_parts(parts, body);
+    }
+    let h = resp.headers_mut();
     // Client keepalive_requests: close the connection after that many requests (HTTP/1).
     let n = conn.requests.get() + 1;
     conn.requests.set(n);
@@ -263,6 +291,26 @@ struct Tail {
     kong: KongHeaders,
     /// The upstream's response had headers named like Kong's own (they are replaced).
     upstream_named_kong: bool,
+    /// The configs of the route's plugins with a header_filter phase, for the consumer the
+    /// access phase named (empty unless the route has such a plugin).
+    filters: Vec<Arc<dyn turnpike_plugins::Handler>>,
+    /// The response is the upstream's (not the gateway's or a plugin's own).
+    from_upstream: bool,
+}
+
+/// The configs of a chain that filter responses, as they apply to this consumer and protocol.
+fn response_filters(
+    chain: &[crate::snapshot::Slot],
+    consumer: Option<&turnpike_plugins::Identity>,
+    protocol: u8,
+) -> Vec<Arc<dyn turnpike_plugins::Handler>> {
+    let consumer = consumer.map(|c| c.consumer_id.as_str());
+    chain
+        .iter()
+        .filter_map(|s| s.handler_for(consumer, protocol))
+        .filter(|h| h.filters_response())
+        .cloned()
+        .collect()
 }
 
 /// Kong's headers for one response; written into the HTTP/1.1 head by `h1_server`.
@@ -282,6 +330,8 @@ async fn route_and_proxy(
         log,
         kong,
         upstream_named_kong,
+        filters,
+        from_upstream,
     } = tail;
     let snap = ctx.snapshot();
     let upgrade = client_upgrade.is_some() && is_upgrade(&req);
@@ -470,6 +520,9 @@ async fn route_and_proxy(
                 }
             };
             if let Some(e) = exit {
+                if snap.chains_filter[route.route_index] {
+                    *filters = response_filters(chain, access.consumer.as_deref(), protocol);
+                }
                 if let Some(l) = log.as_deref_mut() {
                     l.source = Source::Exit;
                     l.consumer = access.consumer.clone();
@@ -489,6 +542,9 @@ async fn route_and_proxy(
         upstream_query = access.upstream_query;
         body_limit = access.body_limit;
         consumer = access.consumer;
+        if snap.chains_filter[route.route_index] {
+            *filters = response_filters(chain, consumer.as_deref(), protocol);
+        }
         if matches!(body, BodySource::Buffered(_)) {
             // What the plugins leave is what goes upstream, with its length.
             let b = access.body.unwrap_or_default();
@@ -686,6 +742,7 @@ async fn route_and_proxy(
             return kong_error(ctx, status, msg, rid, accept, start);
         }
     };
+    *from_upstream = true;
     let upstream_latency = up_start.elapsed();
     if let Some(l) = log.as_deref_mut() {
         l.source = Source::Service;

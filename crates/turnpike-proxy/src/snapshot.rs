@@ -27,6 +27,8 @@ pub struct Snapshot {
     pub chains: Vec<Chain>,
     /// Aligned with `config.routes`: whether a plugin of the route reads the request body.
     pub chains_want_body: Vec<bool>,
+    /// Aligned with `config.routes`: whether a plugin of the route has a header_filter phase.
+    pub chains_filter: Vec<bool>,
     /// Aligned with `config.routes`: whether plugins of the route have a log phase
     /// (`log::LOGS`) and read headers there (`log::LOG_HEADERS`).
     pub chains_log: Vec<u8>,
@@ -489,17 +491,22 @@ impl Snapshot {
             });
         }
         let chains = compile_chains(&config)?;
-        let chains_want_body = chains
-            .iter()
-            .map(|c| {
-                c.iter().any(|s| {
-                    s.handler.as_ref().is_some_and(|h| h.handler.wants_body())
-                        || s.by_consumer
-                            .as_ref()
-                            .is_some_and(|m| m.values().any(|h| h.handler.wants_body()))
+        // Whether any config of a chain (consumer-scoped ones included) says `has`.
+        let any_config = |has: fn(&dyn Handler) -> bool| -> Vec<bool> {
+            chains
+                .iter()
+                .map(|c| {
+                    c.iter().any(|s| {
+                        s.handler.iter().any(|h| has(&*h.handler))
+                            || s.by_consumer
+                                .as_ref()
+                                .is_some_and(|m| m.values().any(|h| has(&*h.handler)))
+                    })
                 })
-            })
-            .collect();
+                .collect()
+        };
+        let chains_want_body = any_config(|h| h.wants_body());
+        let chains_filter = any_config(|h| h.filters_response());
         let chains_log = chains
             .iter()
             .map(|c| {
@@ -528,6 +535,7 @@ impl Snapshot {
             certs,
             chains,
             chains_want_body,
+            chains_filter,
             chains_log,
             probes,
         })

@@ -192,11 +192,16 @@ async fn upstream_handler(
             .header("x-kong-upstream-latency", "999")
             .header("x-kong-request-id", "from-upstream");
     }
+    let json = json.to_string();
+    if path.starts_with("/sized") {
+        // An upstream that announces its body's length (the others stream, chunked).
+        r = r.header("content-length", json.len());
+    }
     let r = r
         .status(status)
         .header("content-type", "application/json")
         .header("x-upstream", name)
-        .body(UpBody::Full(Full::new(Bytes::from(json.to_string()))))
+        .body(UpBody::Full(Full::new(Bytes::from(json))))
         .unwrap();
     Ok(r)
 }
