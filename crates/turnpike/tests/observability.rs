@@ -224,7 +224,7 @@ plugins:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn log_level_changes_at_run_time_and_reverts() {
-    let dead = free_port();
+    let (_dead_socket, dead) = dead_port();
     let gw = Gateway::with_config(&format!(
         r#"_format_version: "3.0"
 services:

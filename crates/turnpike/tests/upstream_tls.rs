@@ -207,7 +207,7 @@ services:
 #[tokio::test(flavor = "multi_thread")]
 async fn connection_failures_are_retried_on_another_target() {
     let up = Upstream::start("alive");
-    let dead = free_port();
+    let (_dead_socket, dead) = dead_port();
     let yaml = format!(
         "_format_version: '3.0'\nupstreams: [{{name: pair, targets: [{{target: '127.0.0.1:{dead}'}}, {{target: '{}'}}]}}]\nservices: [{{name: s, host: pair, retries: 1, routes: [{{paths: [/]}}]}}]\n",
         up.addr

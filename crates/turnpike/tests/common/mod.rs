@@ -31,6 +31,17 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A port that refuses connections for as long as the returned socket lives: bound, never
+/// listening, so no other server (another test's gateway or upstream picking a free port) can
+/// take it and answer where a test expects a dead target.
+pub fn dead_port() -> (socket2::Socket, u16) {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    let port = s.local_addr().unwrap().as_socket().unwrap().port();
+    (s, port)
+}
+
 /// A real upstream: echoes what it received as JSON; `/status/N` answers N; `/delay/MS`
 /// sleeps first; `/bytes/N` streams N bytes; `/ws` accepts a WebSocket-style upgrade and
 /// echoes raw bytes. Counts the TCP connections it accepted.
