@@ -19,6 +19,13 @@ use std::sync::atomic::Ordering;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// A polled frame with its error boxed (the bodies here differ in their error types).
+fn boxed<E: Into<BoxError>>(
+    p: Poll<Option<Result<Frame<Bytes>, E>>>,
+) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    p.map(|o| o.map(|r| r.map_err(Into::into)))
+}
+
 /// A client's request body: read by our HTTP/1.1 server side, or by hyper's HTTP/2.
 #[derive(Debug)]
 pub enum RequestBody {
@@ -35,12 +42,8 @@ impl Body for RequestBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
-            RequestBody::Http1(b) => Pin::new(b)
-                .poll_frame(cx)
-                .map(|o| o.map(|r| r.map_err(Into::into))),
-            RequestBody::Http2(b) => Pin::new(b)
-                .poll_frame(cx)
-                .map(|o| o.map(|r| r.map_err(Into::into))),
+            RequestBody::Http1(b) => boxed(Pin::new(b).poll_frame(cx)),
+            RequestBody::Http2(b) => boxed(Pin::new(b).poll_frame(cx)),
         }
     }
 
@@ -116,12 +119,8 @@ fn poll_kind(
 ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
     match kind {
         BodyKind::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-        BodyKind::Upstream(u) => Pin::new(u)
-            .poll_frame(cx)
-            .map(|o| o.map(|r| r.map_err(Into::into))),
-        BodyKind::Hyper(i) => Pin::new(i)
-            .poll_frame(cx)
-            .map(|o| o.map(|r| r.map_err(Into::into))),
+        BodyKind::Upstream(u) => boxed(Pin::new(u).poll_frame(cx)),
+        BodyKind::Hyper(i) => boxed(Pin::new(i).poll_frame(cx)),
         BodyKind::Filtered(f) => f.poll_frame(cx),
     }
 }
