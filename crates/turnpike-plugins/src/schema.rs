@@ -177,9 +177,6 @@ fn element_errors(ty: Type, v: &Value) -> Vec<(usize, String)> {
         }
         _ => None,
     };
-    if !matches!(ty, Type::ColonStringArray | Type::OneOfArray(_)) {
-        return Vec::new();
-    }
     v.as_array()
         .into_iter()
         .flatten()

@@ -93,7 +93,7 @@ impl Filtered {
             }
             match std::task::ready!(poll_kind(&mut self.inner, cx)) {
                 Some(Ok(frame)) => {
-                    // Trailers pass as they are.
+                    // Trailers are dropped: they described the body before it was filtered.
                     let Ok(data) = frame.into_data() else {
                         continue;
                     };
