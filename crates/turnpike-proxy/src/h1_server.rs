@@ -81,14 +81,77 @@ impl Drop for Shared {
 
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
+thread_local! {
+    /// The worker's read buffer for connections that hold none: an idle keep-alive connection
+    /// keeps no buffer of its own (as nginx frees its header buffer), and a request's bytes are
+    /// copied out of this one into a buffer of their size.
+    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0u8; READ_CHUNK].into_boxed_slice());
+    /// Response buffers lent to connections while they write (an idle connection holds none).
+    static OUT_POOL: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Buffers kept in a worker's pool; more are freed when returned.
+const OUT_POOL_MAX: usize = 256;
+/// A response buffer grown beyond this is freed instead of pooled.
+const OUT_KEEP_MAX: usize = 2 * WRITE_GATHER;
+
+/// A response buffer from the worker's pool, returned there when dropped.
+struct OutBuf(Vec<u8>);
+
+impl OutBuf {
+    fn take() -> OutBuf {
+        OutBuf(
+            OUT_POOL
+                .with(|p| p.borrow_mut().pop())
+                .unwrap_or_else(|| Vec::with_capacity(1024)),
+        )
+    }
+}
+
+impl Drop for OutBuf {
+    fn drop(&mut self) {
+        let mut v = std::mem::take(&mut self.0);
+        if v.capacity() <= OUT_KEEP_MAX {
+            v.clear();
+            // `try_with`: a connection dropped while the thread exits finds no pool.
+            let _ = OUT_POOL.try_with(|p| {
+                let mut p = p.borrow_mut();
+                if p.len() < OUT_POOL_MAX {
+                    p.push(v);
+                }
+            });
+        }
+    }
+}
+
 impl Shared {
     fn poll_fill(&self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         let mut io = self.io.borrow_mut();
         let mut rbuf = self.rbuf.borrow_mut();
+        if rbuf.capacity() == 0 && self.body.get() == BodyState::Done {
+            // Waiting for a request head without a buffer of its own (idle since its last
+            // request): read into the worker's, keep what came. Bodies read into their own.
+            return SCRATCH.with(|scratch| {
+                let mut scratch = scratch.borrow_mut();
+                let mut rb = tokio::io::ReadBuf::new(&mut scratch[..]);
+                std::task::ready!(Pin::new(&mut **io).poll_read(cx, &mut rb))?;
+                let got = rb.filled();
+                rbuf.extend_from_slice(got);
+                Poll::Ready(Ok(got.len()))
+            });
+        }
         if rbuf.capacity() - rbuf.len() < 1024 {
             rbuf.reserve(READ_CHUNK);
         }
         tokio_util::io::poll_read_buf(Pin::new(&mut **io), cx, &mut *rbuf)
+    }
+
+    /// Frees the read buffer of a connection that has no unread bytes (it is going idle).
+    fn release_rbuf(&self) {
+        let mut rbuf = self.rbuf.borrow_mut();
+        if rbuf.is_empty() && rbuf.capacity() != 0 {
+            *rbuf = BytesMut::new();
+        }
     }
 
     fn poll_write(&self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
@@ -440,54 +503,81 @@ fn parse_head(rbuf: &mut BytesMut, shared: &Rc<Shared>) -> Result<Option<Head>, 
     }))
 }
 
-/// The next request head; `Ok(None)` when the connection should just close (client gone,
-/// keep-alive timeout, worker shutting down, or a partial head cut off by the timeout).
+/// What waiting for the next request head gave.
+// Returned and taken apart at once, never stored: boxing the head would cost an allocation per
+// request.
+#[allow(clippy::large_enum_variant)]
+enum HeadRead {
+    Head(Head),
+    /// The connection should just close: client gone, keep-alive timeout, worker shutting
+    /// down, or a partial head cut off by the timeout.
+    Close,
+    /// No byte came within the linger asked for (the keep-alive timeout has not passed).
+    Quiet,
+    Refused(Refused),
+}
+
+/// The next request head. `linger`: give up after this long without a byte (`Quiet`), within
+/// the keep-alive timeout.
 async fn read_head(
     ctx: &WorkerCtx,
     shared: &Rc<Shared>,
     info: &ConnInfo,
     max_head: usize,
-) -> Result<Option<Head>, Refused> {
+    linger: Option<Duration>,
+) -> HeadRead {
     let deadlines = &ctx.deadlines;
     let timeout = ctx.gateway.settings.keepalive_timeout;
-    let mut slot: Option<usize> = None;
+    // The armed deadline, and whether it is the linger's (shorter than the timeout's).
+    let mut slot: Option<(usize, bool)> = None;
     let got = poll_fn(|cx| loop {
         {
             let mut rbuf = shared.rbuf.borrow_mut();
             if !rbuf.is_empty() {
                 match parse_head(&mut rbuf, shared) {
-                    Ok(Some(h)) => return Poll::Ready(Ok(Some(h))),
+                    Ok(Some(h)) => return Poll::Ready(HeadRead::Head(h)),
                     Ok(None) if rbuf.len() >= max_head => {
-                        return Poll::Ready(Err(Refused::TooLarge))
+                        return Poll::Ready(HeadRead::Refused(Refused::TooLarge))
                     }
                     Ok(None) => {}
-                    Err(e) => return Poll::Ready(Err(e)),
+                    Err(e) => return Poll::Ready(HeadRead::Refused(e)),
                 }
             } else if ctx.closing.get() {
-                return Poll::Ready(Ok(None));
+                return Poll::Ready(HeadRead::Close);
             }
         }
         match shared.poll_fill(cx) {
-            Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Ok(None)),
+            Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(HeadRead::Close),
             Poll::Ready(Ok(_)) => continue,
             Poll::Pending => {
                 // The timeout counts from the end of the last request (or the connection's
                 // start), as nginx's keepalive_timeout and client_header_timeout do.
-                let s = *slot.get_or_insert_with(|| {
+                let (s, lingering) = *slot.get_or_insert_with(|| {
                     let idle = deadlines
                         .coarse_now()
                         .saturating_duration_since(info.last_active.get());
-                    deadlines.arm_idle(timeout.saturating_sub(idle))
+                    let left = timeout.saturating_sub(idle);
+                    match linger {
+                        Some(l) if l < left => (deadlines.arm_idle(l), true),
+                        _ => (deadlines.arm_idle(left), false),
+                    }
                 });
                 if deadlines.poll_expired(s, cx) {
-                    return Poll::Ready(Ok(None));
+                    // The linger's end hands the connection back to `serve`, which waits out the
+                    // rest of the timeout (for a partial head too); a worker shutting down
+                    // (which expires idle deadlines early) closes.
+                    return Poll::Ready(if lingering && !ctx.closing.get() {
+                        HeadRead::Quiet
+                    } else {
+                        HeadRead::Close
+                    });
                 }
                 return Poll::Pending;
             }
         }
     })
     .await;
-    if let Some(s) = slot {
+    if let Some((s, _)) = slot {
         deadlines.disarm(s);
     }
     got
@@ -625,7 +715,6 @@ fn encode_head(
 /// whether the connection can carry another request.
 async fn write_response(
     shared: &Shared,
-    out: &mut Vec<u8>,
     resp: Response<ProxyBody>,
     // Headers for this response kept outside its map; emptied here.
     extra: &RefCell<crate::proxy::KongHeaders>,
@@ -634,7 +723,8 @@ async fn write_response(
     keep_alive: bool,
 ) -> io::Result<bool> {
     let (parts, mut body) = resp.into_parts();
-    out.clear();
+    let mut out = OutBuf::take();
+    let out = &mut out.0;
     let (framing, mut close) = {
         let mut extra = extra.borrow_mut();
         let encoded = encode_head(
@@ -797,14 +887,35 @@ fn refusal(ctx: &WorkerCtx, why: Refused) -> Response<ProxyBody> {
     r
 }
 
+/// How long a connection that has served a request keeps its request-path state (boxed, see
+/// `serve`) while waiting for the next one. A client sending back-to-back requests never gives
+/// it up; one that pauses longer gives it back and waits in the connection's small state.
+const ACTIVE_LINGER: Duration = Duration::from_secs(1);
+
+/// What ended a run of requests served by `serve_active`.
+enum Next {
+    /// No request for `ACTIVE_LINGER`: back to waiting in the small state.
+    Quiet,
+    Close,
+    /// The connection was handed to an upgrade (WebSocket); nothing more to do here.
+    Upgraded,
+}
+
 /// Serves HTTP/1.1 (and 1.0) requests on a connection until it closes.
+///
+/// Memory per idle connection is what an operator with many keep-alive clients pays for: a
+/// connection's task is as large as its largest state, and the request path's state (routing,
+/// plugins, the upstream exchange) is several KiB. So a connection waits for a request here,
+/// in a small state, and serves requests in a boxed future (`serve_active`) that it keeps
+/// while the client keeps sending; the box is built once per run of requests, not per request.
 pub async fn serve(ctx: &Rc<WorkerCtx>, io: Box<dyn Io>, info: Rc<ConnInfo>) {
     let settings = &ctx.gateway.settings;
     // A head larger than this gets 431 (hyper's buffer floor was 8 KiB; kept).
     let max_head = settings.max_header_size.max(8192);
     let shared = Rc::new(Shared {
         io: RefCell::new(io),
-        rbuf: RefCell::new(BytesMut::with_capacity(READ_CHUNK)),
+        // Allocated when the first bytes come (see `poll_fill`).
+        rbuf: RefCell::new(BytesMut::new()),
         body: Cell::new(BodyState::Done),
         expect_continue: Cell::new(false),
         continue_sent: Cell::new(0),
@@ -812,26 +923,50 @@ pub async fn serve(ctx: &Rc<WorkerCtx>, io: Box<dyn Io>, info: Rc<ConnInfo>) {
         body_slot: Cell::new(None),
         deadlines: ctx.deadlines.clone(),
     });
-    let mut out: Vec<u8> = Vec::with_capacity(1024);
     loop {
-        let head = match read_head(ctx, &shared, &info, max_head).await {
-            Ok(Some(h)) => h,
-            Ok(None) => break,
-            Err(why) => {
-                let r = refusal(ctx, why);
-                let _ = write_response(
-                    &shared,
-                    &mut out,
-                    r,
-                    &info.response_extra,
-                    false,
-                    Version::HTTP_11,
-                    false,
-                )
-                .await;
+        let head = match read_head(ctx, &shared, &info, max_head, None).await {
+            HeadRead::Head(h) => h,
+            HeadRead::Close | HeadRead::Quiet => break,
+            HeadRead::Refused(why) => {
+                refuse(ctx, &shared, &info, why).await;
                 break;
             }
         };
+        match Box::pin(serve_active(ctx, &shared, &info, max_head, head)).await {
+            Next::Quiet => continue,
+            Next::Close => break,
+            Next::Upgraded => return,
+        }
+    }
+    // Sends TLS close_notify, or FIN, after the last response.
+    let _ = poll_fn(|cx| Pin::new(&mut **shared.io.borrow_mut()).poll_shutdown(cx)).await;
+}
+
+/// Answers a refused request head with Kong's error; the connection then closes.
+async fn refuse(ctx: &WorkerCtx, shared: &Shared, info: &ConnInfo, why: Refused) {
+    let r = refusal(ctx, why);
+    let _ = write_response(
+        shared,
+        r,
+        &info.response_extra,
+        false,
+        Version::HTTP_11,
+        false,
+    )
+    .await;
+}
+
+/// Serves `head`'s request and those that follow it until the connection closes, upgrades, or
+/// has no request for `ACTIVE_LINGER`.
+async fn serve_active(
+    ctx: &Rc<WorkerCtx>,
+    shared: &Rc<Shared>,
+    info: &Rc<ConnInfo>,
+    max_head: usize,
+    head: Head,
+) -> Next {
+    let mut head = head;
+    loop {
         let Head {
             request,
             seen,
@@ -860,8 +995,7 @@ pub async fn serve(ctx: &Rc<WorkerCtx>, io: Box<dyn Io>, info: Rc<ConnInfo>) {
         };
         let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
         let reusable = match write_response(
-            &shared,
-            &mut out,
+            shared,
             resp,
             &info.response_extra,
             head_request,
@@ -871,7 +1005,7 @@ pub async fn serve(ctx: &Rc<WorkerCtx>, io: Box<dyn Io>, info: Rc<ConnInfo>) {
         .await
         {
             Ok(r) => r,
-            Err(_) => break,
+            Err(_) => return Next::Close,
         };
         if switching {
             if let Some(tx) = upgrade_tx {
@@ -880,17 +1014,25 @@ pub async fn serve(ctx: &Rc<WorkerCtx>, io: Box<dyn Io>, info: Rc<ConnInfo>) {
                 let pending = shared.rbuf.borrow_mut().split().freeze();
                 let _ = tx.send(Upgraded { io, pending });
             }
-            return;
+            return Next::Upgraded;
         }
         if !reusable || ctx.closing.get() {
-            break;
+            return Next::Close;
         }
-        if shared.body.get() != BodyState::Done && !drain_body(ctx, &shared).await {
-            break;
+        if shared.body.get() != BodyState::Done && !drain_body(ctx, shared).await {
+            return Next::Close;
         }
+        shared.release_rbuf();
+        head = match read_head(ctx, shared, info, max_head, Some(ACTIVE_LINGER)).await {
+            HeadRead::Head(h) => h,
+            HeadRead::Quiet => return Next::Quiet,
+            HeadRead::Close => return Next::Close,
+            HeadRead::Refused(why) => {
+                refuse(ctx, shared, info, why).await;
+                return Next::Close;
+            }
+        };
     }
-    // Sends TLS close_notify, or FIN, after the last response.
-    let _ = poll_fn(|cx| Pin::new(&mut **shared.io.borrow_mut()).poll_shutdown(cx)).await;
 }
 
 #[cfg(test)]

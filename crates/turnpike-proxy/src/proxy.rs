@@ -686,15 +686,17 @@ async fn route_and_proxy(
     let sent = send_upstream(
         ctx,
         service,
-        parts,
+        &mut parts,
         ClientBody {
             source: body,
             limit: body_limit,
         },
-        overrides,
+        &mut overrides,
         &call,
     )
     .await;
+    drop(parts);
+    drop(overrides);
     let (mut parts, body) = match sent {
         // Our HTTP/1.1 exchange never stores hop-by-hop headers.
         Ok(Upstreamed::H1(parts, body)) => {
@@ -968,6 +970,48 @@ enum Upstreamed {
     Hyper(Response<Incoming>),
 }
 
+/// Why an upgrade request did not get a response from hyper.
+enum Upgrade {
+    /// The connection could not be opened (counted, maybe retried, by the caller).
+    Connect(ConnectError),
+    Failed(UpstreamError),
+}
+
+type UpgradeSent = Result<Result<Response<Incoming>, hyper::Error>, tokio::time::error::Elapsed>;
+
+/// An upgrade request (WebSocket) goes through hyper's client, which hands over the upgraded
+/// connection after a 101.
+async fn send_upgrade(
+    ctx: &Rc<WorkerCtx>,
+    service: &ServiceInfo,
+    peer: &Peer,
+    tls: crate::pool::TlsParams<'_>,
+    parts: &mut http::request::Parts,
+    body: &mut Option<ClientBody>,
+    overrides: &Overrides,
+) -> Result<UpgradeSent, Upgrade> {
+    let addr = resolve(peer).await.map_err(Upgrade::Failed)?;
+    let mut sender = ctx
+        .pool
+        .connect_hyper(peer.id, addr, tls, service.connect_timeout)
+        .await
+        .map_err(Upgrade::Connect)?;
+    ctx.stats.upstream_requests.inc();
+    ctx.pool.tallies.request(peer.id);
+    apply_overrides(&mut parts.headers, overrides);
+    // Upgrades never have their body read by a plugin (see `route_and_proxy`).
+    let Some(ClientBody {
+        source: BodySource::Stream(stream),
+        ..
+    }) = body.take()
+    else {
+        return Err(Upgrade::Failed(UpstreamError::Failed));
+    };
+    let placeholder = Request::new(()).into_parts().0;
+    let req = Request::from_parts(std::mem::replace(parts, placeholder), stream);
+    Ok(tokio::time::timeout(service.read_timeout, sender.send_request(req)).await)
+}
+
 /// Sends the request to the service's upstream, retrying up to `service.retries` times, on
 /// the next target when the service is balanced: on connection failures (nothing was sent),
 /// and on timeouts or closed connections before any response byte when the request is
@@ -977,9 +1021,10 @@ enum Upstreamed {
 async fn send_upstream(
     ctx: &Rc<WorkerCtx>,
     service: &ServiceInfo,
-    mut parts: http::request::Parts,
+    // By reference (as `overrides`): moved in, they would be held twice in this future.
+    parts: &mut http::request::Parts,
     body: ClientBody,
-    mut overrides: Overrides,
+    overrides: &mut Overrides,
     call: &Call<'_>,
 ) -> Result<Upstreamed, UpstreamError> {
     let upgrade = call.upgrade;
@@ -1065,64 +1110,61 @@ async fn send_upstream(
         };
 
         if upgrade {
-            let mut sender = match ctx
-                .pool
-                .connect_hyper(
-                    peer.id,
-                    resolve(peer).await?,
-                    tls(),
-                    service.connect_timeout,
-                )
-                .await
-            {
-                Ok(s) => s,
-                Err(e) => {
+            // Boxed: hyper's handshake and exchange are large futures, and only upgrades
+            // (WebSocket) take this path; every other request's future stays small.
+            let sent = Box::pin(send_upgrade(
+                ctx,
+                service,
+                peer,
+                tls(),
+                parts,
+                &mut body,
+                overrides,
+            ))
+            .await;
+            match sent {
+                Err(Upgrade::Connect(e)) => {
                     finish(Some(connect_outcome(&e)));
                     match connect_failed(e, &mut failures) {
                         Some(err) => return Err(err),
                         None => continue,
                     }
                 }
-            };
-            ctx.stats.upstream_requests.inc();
-            ctx.pool.tallies.request(peer.id);
-            apply_overrides(&mut parts.headers, &overrides);
-            // Upgrades never have their body read by a plugin (see `route_and_proxy`).
-            let Some(ClientBody {
-                source: BodySource::Stream(stream),
-                ..
-            }) = body.take()
-            else {
-                return Err(UpstreamError::Failed);
-            };
-            let req = Request::from_parts(parts, stream);
-            let sent = tokio::time::timeout(service.read_timeout, sender.send_request(req)).await;
-            finish(Some(match &sent {
-                Ok(Ok(resp)) => Outcome::Status(resp.status().as_u16()),
-                Ok(Err(_)) => Outcome::TcpFailure,
-                Err(_) => Outcome::Timeout,
-            }));
-            return match sent {
-                Err(_) => Err(UpstreamError::Timeout),
-                Ok(Ok(resp)) => Ok(Upstreamed::Hyper(resp)),
-                Ok(Err(e)) => {
-                    tracing::debug!(
-                        "upstream {}:{} failed during upgrade: {e}",
-                        peer.host,
-                        peer.port
-                    );
-                    Err(UpstreamError::Failed)
+                Err(Upgrade::Failed(e)) => return Err(e),
+                Ok(sent) => {
+                    finish(Some(match &sent {
+                        Ok(Ok(resp)) => Outcome::Status(resp.status().as_u16()),
+                        Ok(Err(_)) => Outcome::TcpFailure,
+                        Err(_) => Outcome::Timeout,
+                    }));
+                    return match sent {
+                        Err(_) => Err(UpstreamError::Timeout),
+                        Ok(Ok(resp)) => Ok(Upstreamed::Hyper(resp)),
+                        Ok(Err(e)) => {
+                            tracing::debug!(
+                                "upstream {}:{} failed during upgrade: {e}",
+                                peer.host,
+                                peer.port
+                            );
+                            Err(UpstreamError::Failed)
+                        }
+                    };
                 }
-            };
+            }
         }
 
         let mut conn = match ctx.pool.checkout(&key) {
             Some(c) => c,
             // Only a new connection needs the address: resolve here, not per request.
-            None => match ctx
-                .pool
-                .connect(key, resolve(peer).await?, tls(), service.connect_timeout)
-                .await
+            // Boxed: opening a connection (TCP, maybe TLS) is a large future and rare with
+            // keep-alive; the request's own future stays small without it.
+            None => match Box::pin(ctx.pool.connect(
+                key,
+                resolve(peer).await?,
+                tls(),
+                service.connect_timeout,
+            ))
+            .await
             {
                 Ok(c) => c,
                 Err(e) => {
@@ -1138,9 +1180,9 @@ async fn send_upstream(
         ctx.pool.tallies.request(peer.id);
         match conn
             .send(
-                &parts,
+                parts,
                 body.take(),
-                &overrides,
+                overrides,
                 crate::h1::Timeouts {
                     write: service.write_timeout,
                     read: service.read_timeout,

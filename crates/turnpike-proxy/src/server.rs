@@ -398,15 +398,21 @@ async fn serve_connection(
             let h2c = http2
                 && starts_with_h2_preface(&stream, ctx.gateway.settings.keepalive_timeout).await;
             let info = Rc::new(ConnInfo::new(peer, local_port, false, None, !h2c, trusted));
+            // The HTTP/2 path's state is boxed: every connection's task is as large as its
+            // largest path, and most connections are HTTP/1.1 ones that sit idle.
             if h2c {
-                serve_h2(ctx, TokioIo::new(stream), info, shutdown).await
+                Box::pin(serve_h2(ctx, TokioIo::new(stream), info, shutdown)).await
             } else {
                 h1_server::serve(ctx, Box::new(stream), info).await
             }
         }
         Some(acceptor) => {
-            let tls = match tokio::time::timeout(Duration::from_secs(60), acceptor.accept(stream))
-                .await
+            // Boxed, as the HTTP/2 path: the handshake's state is needed only while it runs.
+            let tls = match Box::pin(tokio::time::timeout(
+                Duration::from_secs(60),
+                acceptor.accept(stream),
+            ))
+            .await
             {
                 Ok(Ok(s)) => s,
                 _ => return,
@@ -416,7 +422,7 @@ async fn serve_connection(
             let h2 = session.alpn_protocol() == Some(b"h2");
             let info = Rc::new(ConnInfo::new(peer, local_port, true, sni, !h2, trusted));
             if h2 {
-                serve_h2(ctx, TokioIo::new(tls), info, shutdown).await
+                Box::pin(serve_h2(ctx, TokioIo::new(tls), info, shutdown)).await
             } else {
                 h1_server::serve(ctx, Box::new(tls), info).await
             }
