@@ -25,12 +25,18 @@ trap bench_cleanup EXIT
 
 # bench_begin NAME: what every benchmark script starts with: OUT (bench/results/NAME-<date>/
 # with raw/ and the commit), W (a work folder removed at exit), and BIN (the release binary,
-# built --locked).
+# built --locked; BENCH_BIN=path measures a binary built elsewhere instead, e.g. an older
+# commit's from a git worktree, and the commit file then says so).
 bench_begin() {
   OUT=$ROOT/bench/results/$1-$(date -u +%Y%m%d-%H%M%S)
   W=$(mktemp -d "/tmp/$1.XXXX")
   BENCH_TMP+=("$W")
   mkdir -p "$OUT/raw"
+  if [ -n "${BENCH_BIN:-}" ]; then
+    BIN=$BENCH_BIN
+    echo "binary $BIN ($("$BIN" version 2>/dev/null | head -1))" > "$OUT/commit"
+    return
+  fi
   git -C "$ROOT" rev-parse --short HEAD > "$OUT/commit" 2>/dev/null || true
   cargo build --release --locked -p turnpike >&2
   BIN=$ROOT/target/release/turnpike

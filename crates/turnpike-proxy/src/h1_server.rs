@@ -136,6 +136,9 @@ impl Shared {
                 let mut rb = tokio::io::ReadBuf::new(&mut scratch[..]);
                 std::task::ready!(Pin::new(&mut **io).poll_read(cx, &mut rb))?;
                 let got = rb.filled();
+                // A whole buffer: the requests that follow while the connection is active are
+                // read straight into it (the space a request used is reclaimed once it is done).
+                rbuf.reserve(READ_CHUNK.max(got.len()));
                 rbuf.extend_from_slice(got);
                 Poll::Ready(Ok(got.len()))
             });
@@ -146,7 +149,7 @@ impl Shared {
         tokio_util::io::poll_read_buf(Pin::new(&mut **io), cx, &mut *rbuf)
     }
 
-    /// Frees the read buffer of a connection that has no unread bytes (it is going idle).
+    /// Frees the read buffer of a connection that has no unread bytes (it has gone idle).
     fn release_rbuf(&self) {
         let mut rbuf = self.rbuf.borrow_mut();
         if rbuf.is_empty() && rbuf.capacity() != 0 {
@@ -933,7 +936,7 @@ pub async fn serve(ctx: &Rc<WorkerCtx>, io: Box<dyn Io>, info: Rc<ConnInfo>) {
             }
         };
         match Box::pin(serve_active(ctx, &shared, &info, max_head, head)).await {
-            Next::Quiet => continue,
+            Next::Quiet => shared.release_rbuf(),
             Next::Close => break,
             Next::Upgraded => return,
         }
@@ -1022,7 +1025,6 @@ async fn serve_active(
         if shared.body.get() != BodyState::Done && !drain_body(ctx, shared).await {
             return Next::Close;
         }
-        shared.release_rbuf();
         head = match read_head(ctx, shared, info, max_head, Some(ACTIVE_LINGER)).await {
             HeadRead::Head(h) => h,
             HeadRead::Quiet => return Next::Quiet,
