@@ -5,7 +5,8 @@ use bytes::Bytes;
 use common::*;
 use http_body_util::Full;
 
-fn config(up: &Upstream, up2: &Upstream) -> String {
+// `dead`: a port that refuses connections (held by the caller, see `dead_port`).
+fn config(up: &Upstream, up2: &Upstream, dead: u16) -> String {
     format!(
         r#"
 _format_version: "3.0"
@@ -75,7 +76,6 @@ upstreams:
         u2 = up2.url(),
         a1 = up.addr,
         a2 = up2.addr,
-        dead = free_port(),
     )
 }
 
@@ -83,7 +83,8 @@ upstreams:
 async fn kong_routing_rules_end_to_end() {
     let up = Upstream::start("one");
     let up2 = Upstream::start("two");
-    let yaml = config(&up, &up2);
+    let (_dead, dead) = dead_port();
+    let yaml = config(&up, &up2, dead);
     let gw = Gateway::with_config(&yaml).start();
     let p = gw.proxy;
 
