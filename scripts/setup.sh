@@ -24,3 +24,8 @@ if ! command -v cargo >/dev/null 2>&1; then
   fi
 fi
 cargo --version
+if [ "${TURNPIKE_SETUP_BENCH:-0}" = 1 ] && ! command -v oha >/dev/null 2>&1; then
+  # The constant-rate load generator of bench/latency-sweep.sh (not packaged by Debian; a few
+  # minutes to build).
+  cargo install oha --locked
+fi
