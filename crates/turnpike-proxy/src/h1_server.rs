@@ -931,7 +931,8 @@ pub async fn serve(ctx: &Rc<WorkerCtx>, io: Box<dyn Io>, info: Rc<ConnInfo>) {
             HeadRead::Head(h) => h,
             HeadRead::Close | HeadRead::Quiet => break,
             HeadRead::Refused(why) => {
-                refuse(ctx, &shared, &info, why).await;
+                // Boxed: a refusal is rare, and its write would otherwise size the idle state.
+                Box::pin(refuse(ctx, &shared, &info, why)).await;
                 break;
             }
         };
