@@ -83,8 +83,8 @@ const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 thread_local! {
     /// The worker's read buffer for connections that hold none: an idle keep-alive connection
-    /// keeps no buffer of its own (as nginx frees its header buffer), and a request's bytes are
-    /// copied out of this one into a buffer of their size.
+    /// keeps no buffer of its own (as nginx frees its header buffer); the bytes that wake it are
+    /// read here and copied into a buffer it then keeps while it is active.
     static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0u8; READ_CHUNK].into_boxed_slice());
     /// Response buffers lent to connections while they write (an idle connection holds none).
     static OUT_POOL: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
@@ -136,10 +136,12 @@ impl Shared {
                 let mut rb = tokio::io::ReadBuf::new(&mut scratch[..]);
                 std::task::ready!(Pin::new(&mut **io).poll_read(cx, &mut rb))?;
                 let got = rb.filled();
-                // A whole buffer: the requests that follow while the connection is active are
-                // read straight into it (the space a request used is reclaimed once it is done).
-                rbuf.reserve(READ_CHUNK.max(got.len()));
-                rbuf.extend_from_slice(got);
+                if !got.is_empty() {
+                    // A whole buffer: the requests that follow while the connection is active
+                    // are read straight into it (a request's space is reclaimed once it is done).
+                    rbuf.reserve(READ_CHUNK.max(got.len()));
+                    rbuf.extend_from_slice(got);
+                }
                 Poll::Ready(Ok(got.len()))
             });
         }
