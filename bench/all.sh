@@ -53,6 +53,7 @@ step env CALLGRIND_N="$((INSTRUCTIONS * 5))" bench/plain-proxy.sh "$RUNS" "$DUR"
 step env RUNS="$SWEEP_RUNS" bench/latency-sweep.sh "$SWEEP_DUR" "$SWEEP_CONNS" "$SWEEP_RATES"
 step env CASE=ka-rl RUNS="$SWEEP_RUNS" bench/latency-sweep.sh "$SWEEP_DUR" "$SWEEP_CONNS" "$SWEEP_RATES"
 step bench/connection-burst.sh 500 6
+step bench/idle-connections.sh 5000 3
 step bench/startup-tail.sh "$TAIL_ROUNDS" 500 5000 "$SWEEP_DUR"
 step bench/upstream-targets.sh "$RUNS" "$DUR"
 step bench/instructions-gate.sh
