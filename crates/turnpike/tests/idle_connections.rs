@@ -59,7 +59,7 @@ fn rss_kib(pid: u32) -> u64 {
 /// A thousand keep-alive connections that each made a request and then went quiet cost the
 /// gateway under 8 KiB each (measured ~4.6 KiB in this debug build; nginx: ~1 KiB). Before the
 /// request path's state was boxed and the read and write buffers were freed or pooled while
-/// idle: ~19 KiB in this debug build, ~40 KiB in a release build.
+/// idle: ~19 KiB in this debug build, ~18.7 KiB in a release build (`bench/idle-connections.sh`).
 /// Freed memory is returned to the system at once (`MIMALLOC_PURGE_DELAY=0`), so RSS shows
 /// what the idle connections hold, not what the allocator keeps for later.
 #[tokio::test(flavor = "multi_thread")]
