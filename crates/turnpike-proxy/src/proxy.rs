@@ -695,8 +695,6 @@ async fn route_and_proxy(
         &call,
     )
     .await;
-    drop(parts);
-    drop(overrides);
     let (mut parts, body) = match sent {
         // Our HTTP/1.1 exchange never stores hop-by-hop headers.
         Ok(Upstreamed::H1(parts, body)) => {
