@@ -201,12 +201,51 @@ impl ProxyBody {
     /// Sends the body through these body filters (plugins' body_filter phases); its length
     /// is not known any more.
     pub fn filter(&mut self, filters: Vec<Box<dyn turnpike_plugins::BodyFilter>>) {
+        debug_assert!(
+            self.raw_head().is_none(),
+            "raw upstream headers are merged into the map before the body is filtered"
+        );
         let inner = std::mem::replace(&mut self.kind, BodyKind::Full(None));
         self.kind = BodyKind::Filtered(Box::new(Filtered {
             inner,
             filters,
             ended: false,
         }));
+    }
+
+    /// The upstream's end-to-end headers still kept as it sent them (`h1::RawHead`): the
+    /// HTTP/1.1 client side writes them before the response's header map.
+    pub fn raw_head(&self) -> Option<&crate::h1::RawHead> {
+        match &self.kind {
+            BodyKind::Upstream(u) => u.raw_head().filter(|r| !r.lines.is_empty()),
+            _ => None,
+        }
+    }
+
+    /// Moves the upstream's raw headers into `map`, ahead of what the map holds: for anything
+    /// that reads or changes the response's headers (HTTP/2, plugins, log phases).
+    pub fn merge_raw_head(&mut self, map: &mut http::HeaderMap) {
+        let BodyKind::Upstream(u) = &mut self.kind else {
+            return;
+        };
+        let Some(raw) = u.raw_head_mut().filter(|r| !r.lines.is_empty()) else {
+            return;
+        };
+        // Room for the headers the proxy adds (Via, latencies, request id).
+        let added = std::mem::replace(
+            map,
+            http::HeaderMap::with_capacity(raw.lines.len() + map.len() + 5),
+        );
+        raw.merge_into(map);
+        let mut last = None;
+        for (name, value) in added {
+            if let Some(n) = name {
+                last = Some(n);
+            }
+            if let Some(n) = &last {
+                map.append(n.clone(), value);
+            }
+        }
     }
 
     pub fn set_guard(&mut self, guard: RequestGuard) {

@@ -129,6 +129,8 @@ pub struct Conn {
     buf: BytesMut,
     /// The request head being written; kept to reuse its allocation.
     head: Vec<u8>,
+    /// The end-to-end headers of the response being read (until its body is done).
+    pub raw: RawHead,
     pub key: PeerKey,
     /// Requests carried, including the current one.
     pub used: u64,
@@ -211,6 +213,7 @@ impl Conn {
             stream,
             buf: BytesMut::with_capacity(READ_CHUNK),
             head: Vec::with_capacity(1024),
+            raw: RawHead::default(),
             key,
             used: 1,
         }
@@ -437,7 +440,9 @@ impl Conn {
         loop {
             if !self.buf.is_empty() {
                 seen_bytes = true;
-                if let Some(parsed) = parse_head(&mut self.buf, method, response_room)? {
+                if let Some(parsed) =
+                    parse_head(&mut self.buf, method, response_room, &mut self.raw)?
+                {
                     match parsed {
                         Parsed::Informational => continue,
                         Parsed::Head(parts, framing) => return Ok((parts, framing)),
@@ -479,6 +484,80 @@ enum Parsed {
     Head(http::response::Parts, Framing),
 }
 
+/// An upstream response's end-to-end headers as they came: ranges into the head's bytes.
+/// Kept on the connection (its line list reuses its allocation) until the body is done.
+#[derive(Default)]
+pub struct RawHead {
+    /// The whole response head.
+    pub bytes: Bytes,
+    /// Each header kept, in order: name start, name end, value start, value end.
+    pub lines: Vec<[u32; 4]>,
+    /// The Content-Length among them.
+    pub content_length: Option<u64>,
+    /// A Date header is among them.
+    pub has_date: bool,
+}
+
+impl RawHead {
+    fn clear(&mut self) {
+        self.bytes = Bytes::new();
+        self.lines.clear();
+        self.content_length = None;
+        self.has_date = false;
+    }
+
+    /// The name of each kept header, in order.
+    pub fn names(&self) -> impl Iterator<Item = &[u8]> {
+        self.lines
+            .iter()
+            .map(|l| &self.bytes[l[0] as usize..l[1] as usize])
+    }
+
+    /// Appends the kept headers to `map` and forgets them (they then live in the map only).
+    /// Values share the head's bytes: no copy.
+    pub fn merge_into(&mut self, map: &mut HeaderMap) {
+        map.reserve(self.lines.len());
+        for l in self.lines.drain(..) {
+            let name = &self.bytes[l[0] as usize..l[1] as usize];
+            // httparse checked the name's and the value's bytes by the rules `HeaderName`
+            // and `HeaderValue` apply; a failure here would be a parser disagreement.
+            let Ok((name, _)) = crate::header_names::from_parsed(name) else {
+                tracing::debug!("upstream header name refused: {name:?}");
+                continue;
+            };
+            match HeaderValue::from_maybe_shared(self.bytes.slice(l[2] as usize..l[3] as usize)) {
+                Ok(v) => {
+                    map.append(name, v);
+                }
+                Err(_) => tracing::debug!("upstream header value refused for {name}"),
+            }
+        }
+        self.content_length = None;
+        self.has_date = false;
+    }
+
+    /// Writes the kept headers as `name: value` lines. Lines that followed each other in the
+    /// upstream's head go out in one copy.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let b = &self.bytes[..];
+        let mut i = 0;
+        while i < self.lines.len() {
+            let start = self.lines[i][0] as usize;
+            let mut end = self.lines[i][3] as usize;
+            i += 1;
+            while i < self.lines.len()
+                && self.lines[i][0] as usize == end + 2
+                && &b[end..end + 2] == b"\r\n"
+            {
+                end = self.lines[i][3] as usize;
+                i += 1;
+            }
+            out.extend_from_slice(&b[start..end]);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+}
+
 /// How a response body is delimited, and whether the connection can be reused after it.
 #[derive(Debug, Clone, Copy)]
 pub struct Framing {
@@ -504,6 +583,7 @@ fn parse_head(
     buf: &mut BytesMut,
     method: &Method,
     response_room: usize,
+    raw: &mut RawHead,
 ) -> Result<Option<Parsed>, HeadError> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut headers);
@@ -544,72 +624,79 @@ fn parse_head(
     if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
         return Ok(Some(Parsed::Informational));
     }
-    // Hop-by-hop headers (RFC 9110 §7.6.1) are consumed here, never stored: the response
-    // handed to the client side carries only end-to-end headers.
-    // Room for the headers the proxy adds (Via, latencies, request id): no regrowth.
-    let mut map = HeaderMap::with_capacity(ranges.len() + 5 + response_room);
+    // Hop-by-hop headers (RFC 9110 §7.6.1) are consumed here, never kept: the response
+    // handed to the client side carries only end-to-end headers. Those are kept as ranges
+    // into the head's bytes (`RawHead`), not in a header map: the HTTP/1.1 client side writes
+    // them out as they came (no hash, no value objects), and a map is built from them only
+    // when something needs one (`RawHead::merge_into`).
+    raw.clear();
+    raw.bytes = head;
     let mut chunked = false;
     let mut length: Option<u64> = None;
     let mut conn_close = version == Version::HTTP_10;
-    let mut named_by_connection: smallvec::SmallVec<[HeaderName; 2]> = smallvec::SmallVec::new();
+    let mut named_by_connection: smallvec::SmallVec<[(usize, usize); 2]> =
+        smallvec::SmallVec::new();
     let mut seen = 0u32;
     for (ns, ne, vs, ve) in ranges {
-        let (name, bit) = crate::header_names::from_parsed(&head[ns..ne])
-            .map_err(|_| HeadError::Io(other("invalid upstream header name")))?;
-        seen |= bit;
-        let raw = &head[vs..ve];
-        if name == header::TRANSFER_ENCODING {
-            chunked = raw
-                .rsplit(|b| *b == b',')
-                .next()
-                .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-            continue;
-        } else if name == header::CONNECTION {
-            for t in raw.split(|b| *b == b',') {
-                let t = t.trim_ascii();
-                if t.eq_ignore_ascii_case(b"close") {
-                    conn_close = true;
-                } else if t.eq_ignore_ascii_case(b"keep-alive") {
-                    if version == Version::HTTP_10 {
-                        conn_close = false;
-                    }
-                } else if !t.is_empty() && !t.eq_ignore_ascii_case(b"upgrade") {
-                    if let Ok(n) = HeaderName::from_bytes(t) {
-                        named_by_connection.push(n);
+        let name = &raw.bytes[ns..ne];
+        let value = &raw.bytes[vs..ve];
+        if let Some((_, known, bit)) = crate::header_names::known_name(name) {
+            seen |= bit;
+            if bit & crate::header_names::seen::HOP_BY_HOP != 0 {
+                if *known == header::TRANSFER_ENCODING {
+                    chunked = value
+                        .rsplit(|b| *b == b',')
+                        .next()
+                        .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+                } else if *known == header::CONNECTION {
+                    for t in value.split(|b| *b == b',') {
+                        let t = t.trim_ascii();
+                        if t.eq_ignore_ascii_case(b"close") {
+                            conn_close = true;
+                        } else if t.eq_ignore_ascii_case(b"keep-alive") {
+                            if version == Version::HTTP_10 {
+                                conn_close = false;
+                            }
+                        } else if !t.is_empty() && !t.eq_ignore_ascii_case(b"upgrade") {
+                            let at = t.as_ptr() as usize - raw.bytes.as_ptr() as usize;
+                            named_by_connection.push((at, at + t.len()));
+                        }
                     }
                 }
-            }
-            continue;
-        } else if name == header::TE
-            || name == header::TRAILER
-            || name == header::UPGRADE
-            || name == header::PROXY_AUTHENTICATE
-            || name.as_str() == "keep-alive"
-            || name.as_str() == "proxy-connection"
-        {
-            continue;
-        } else if name == header::CONTENT_LENGTH {
-            let n = std::str::from_utf8(raw)
-                .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok());
-            match (n, length) {
-                (Some(n), None) => length = Some(n),
-                (Some(n), Some(prev)) if n == prev => {}
-                _ => return Err(HeadError::Io(other("invalid upstream content-length"))),
+                continue;
+            } else if *known == header::CONTENT_LENGTH {
+                let n = std::str::from_utf8(value)
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u64>().ok());
+                match (n, length) {
+                    (Some(n), None) => length = Some(n),
+                    (Some(n), Some(prev)) if n == prev => {}
+                    _ => return Err(HeadError::Io(other("invalid upstream content-length"))),
+                }
+            } else if *known == header::DATE {
+                raw.has_date = true;
             }
         }
-        let value = HeaderValue::from_maybe_shared(head.slice(vs..ve))
-            .map_err(|_| HeadError::Io(other("invalid upstream header value")))?;
-        map.append(name, value);
+        raw.lines.push([ns as u32, ne as u32, vs as u32, ve as u32]);
     }
-    for n in named_by_connection {
-        map.remove(&n);
+    if !named_by_connection.is_empty() {
+        let bytes = &raw.bytes;
+        raw.lines.retain(|l| {
+            let name = &bytes[l[0] as usize..l[1] as usize];
+            !named_by_connection
+                .iter()
+                .any(|&(s, e)| bytes[s..e].eq_ignore_ascii_case(name))
+        });
     }
     // A body framed by transfer-encoding has no content-length (RFC 9112 §6.3).
-    if chunked {
-        map.remove(header::CONTENT_LENGTH);
+    if chunked && length.is_some() {
+        let bytes = &raw.bytes;
+        raw.lines.retain(|l| {
+            !bytes[l[0] as usize..l[1] as usize].eq_ignore_ascii_case(b"content-length")
+        });
         length = None;
     }
+    raw.content_length = length;
     let kind = if *method == Method::HEAD
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED
@@ -630,7 +717,10 @@ fn parse_head(
     let mut parts = http::Response::new(()).into_parts().0;
     parts.status = status;
     parts.version = version;
-    parts.headers = map;
+    // Room for the headers the plugins add (no regrowth); none allocated without plugins.
+    if response_room > 0 {
+        parts.headers = HeaderMap::with_capacity(response_room);
+    }
     Ok(Some(Parsed::Head(
         parts,
         Framing {
@@ -696,19 +786,31 @@ impl UpstreamBody {
             keep_alive: framing.keep_alive,
             done: false,
         };
+        // An empty body is done at once, but the connection stays until the body is polled
+        // or dropped: it holds the response's headers (`raw_head`) until they are written.
         if matches!(framing.kind, FramingKind::Empty) {
-            b.finish();
+            b.done = true;
         }
         b
     }
 
     fn finish(&mut self) {
         self.done = true;
-        if let Some(conn) = self.conn.take() {
+        if let Some(mut conn) = self.conn.take() {
             if self.keep_alive {
+                conn.raw.clear();
                 self.pool.put(conn);
             }
         }
+    }
+
+    /// The response's end-to-end headers as the upstream sent them, until the body is read.
+    pub fn raw_head(&self) -> Option<&RawHead> {
+        self.conn.as_deref().map(|c| &c.raw)
+    }
+
+    pub fn raw_head_mut(&mut self) -> Option<&mut RawHead> {
+        self.conn.as_deref_mut().map(|c| &mut c.raw)
     }
 
     /// Reads more of the body into the connection's buffer; a read that waits longer than the
@@ -746,6 +848,10 @@ impl UpstreamBody {
     fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Bytes>>> {
         loop {
             if self.done {
+                if self.conn.is_some() {
+                    // An empty body (see `new`): its connection goes back now.
+                    self.finish();
+                }
                 return Poll::Ready(None);
             }
             let Some(conn) = self.conn.as_mut() else {
@@ -835,6 +941,10 @@ impl Drop for UpstreamBody {
         if let Some(s) = self.slot.take() {
             self.deadlines.disarm(s);
         }
+        if self.done {
+            // An empty body never polled: its connection is reusable.
+            self.finish();
+        }
         // Dropped before its end (client gone): the connection is in an unknown state and is
         // closed with it rather than pooled.
         self.conn.take();
@@ -850,14 +960,54 @@ mod tests {
 
     fn head(text: &str, method: &Method) -> Result<Option<Parsed>, HeadError> {
         let mut buf = BytesMut::from(text.as_bytes());
-        parse_head(&mut buf, method, 0)
+        parse_head(&mut buf, method, 0, &mut RawHead::default())
     }
 
+    /// The head parsed, its kept headers merged into the map; and the raw head as encoded.
     fn parts(text: &str) -> (http::response::Parts, Framing) {
-        match head(text, &Method::GET) {
-            Ok(Some(Parsed::Head(p, f))) => (p, f),
+        parts_and_encoded(text).0
+    }
+
+    fn parts_and_encoded(text: &str) -> ((http::response::Parts, Framing), String) {
+        let mut buf = BytesMut::from(text.as_bytes());
+        let mut raw = RawHead::default();
+        match parse_head(&mut buf, &Method::GET, 0, &mut raw) {
+            Ok(Some(Parsed::Head(mut p, f))) => {
+                let mut encoded = Vec::new();
+                raw.encode(&mut encoded);
+                raw.merge_into(&mut p.headers);
+                assert!(raw.lines.is_empty());
+                ((p, f), String::from_utf8(encoded).unwrap())
+            }
             _ => panic!("expected a complete head"),
         }
+    }
+
+    #[test]
+    fn raw_heads_are_written_as_they_came_without_hop_by_hop_headers() {
+        let (_, encoded) = parts_and_encoded(
+            "HTTP/1.1 200 OK\r\nServer: up\r\nDate: x\r\nConnection: keep-alive, X-Secret\r\nX-Secret: 1\r\nContent-Type: text/plain\r\nContent-Length: 5\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\n\r\n",
+        );
+        assert_eq!(
+            encoded,
+            "Server: up\r\nDate: x\r\nContent-Type: text/plain\r\nContent-Length: 5\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\n"
+        );
+        // Bare LF line ends, trailing blanks and a chunked body's Content-Length.
+        let (_, encoded) = parts_and_encoded(
+            "HTTP/1.1 200 OK\nA:1\nB:  2  \r\nTransfer-Encoding: chunked\r\nContent-Length: 9\r\nC: 3\r\n\r\n",
+        );
+        assert_eq!(encoded, "A:1\r\nB:  2\r\nC: 3\r\n");
+        let mut raw = RawHead::default();
+        let mut buf = BytesMut::from(
+            &b"HTTP/1.1 304 Not Modified\r\nDate: d\r\nContent-Length: 7\r\n\r\n"[..],
+        );
+        assert!(parse_head(&mut buf, &Method::GET, 0, &mut raw).is_ok());
+        assert_eq!(raw.content_length, Some(7));
+        assert!(raw.has_date);
+        assert_eq!(
+            raw.names().collect::<Vec<_>>(),
+            [&b"Date"[..], b"Content-Length"]
+        );
     }
 
     #[test]

@@ -635,13 +635,21 @@ enum Framing {
     Close,
 }
 
+/// A response's headers kept outside its header map (no hash, no insert), written around
+/// the map's.
+struct Unmapped<'a> {
+    /// The upstream's end-to-end headers as it sent them, written before the map's.
+    upstream: Option<&'a crate::h1::RawHead>,
+    /// Kong's own (see `proxy::handle`), written after the map's.
+    kong: &'a [(HeaderName, HeaderValue)],
+}
+
 /// Encodes a response head into `out`; returns the body's framing and whether the connection
 /// must close after this response.
 fn encode_head(
     out: &mut Vec<u8>,
     parts: &http::response::Parts,
-    // Headers written after the map's (Kong's own, see `proxy::handle`).
-    extra: &[(HeaderName, HeaderValue)],
+    unmapped: Unmapped<'_>,
     hint: &SizeHint,
     head_request: bool,
     client_version: Version,
@@ -657,6 +665,12 @@ fn encode_head(
     let mut length: Option<u64> = None;
     let mut has_date = false;
     let mut has_connection = false;
+    // The upstream's headers as it sent them, first (never hop-by-hop ones).
+    if let Some(raw) = unmapped.upstream {
+        raw.encode(out);
+        length = raw.content_length;
+        has_date = raw.has_date;
+    }
     for (name, value) in &parts.headers {
         if name == header::TRANSFER_ENCODING {
             // The body is framed here, whatever the handler's headers said.
@@ -676,7 +690,7 @@ fn encode_head(
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    for (name, value) in extra {
+    for (name, value) in unmapped.kong {
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
@@ -735,7 +749,10 @@ async fn write_response(
         let encoded = encode_head(
             out,
             &parts,
-            &extra,
+            Unmapped {
+                upstream: body.raw_head(),
+                kong: &extra,
+            },
             &body.size_hint(),
             head_request,
             client_version,
@@ -1139,7 +1156,18 @@ mod tests {
     ) -> (String, Framing, bool) {
         let (parts, _) = resp.into_parts();
         let mut out = Vec::new();
-        let (f, close) = encode_head(&mut out, &parts, &[], &hint, head_request, v, true);
+        let (f, close) = encode_head(
+            &mut out,
+            &parts,
+            Unmapped {
+                upstream: None,
+                kong: &[],
+            },
+            &hint,
+            head_request,
+            v,
+            true,
+        );
         (String::from_utf8(out).unwrap(), f, close)
     }
 

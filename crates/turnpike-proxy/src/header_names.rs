@@ -24,7 +24,7 @@ pub mod seen {
 }
 
 /// A known name: its lower-case bytes (the form `HeaderName` keeps), the name, its `seen` bit.
-type Known = (&'static [u8], HeaderName, u32);
+pub type Known = (&'static [u8], HeaderName, u32);
 
 static LEN2: [Known; 1] = [(b"te", header::TE, seen::HOP_BY_HOP)];
 static LEN3: [Known; 2] = [(b"via", header::VIA, 0), (b"age", header::AGE, 0)];
@@ -230,16 +230,23 @@ fn folded_eq(name: &[u8], lower: &[u8]) -> bool {
     }
 }
 
+/// The table's entry for a name a parser (httparse) accepted, if the name is known: its
+/// lower-case bytes, the name and its `seen` bit; nothing is built.
+#[inline]
+pub fn known_name(name: &[u8]) -> Option<&'static Known> {
+    known(name.len())
+        .iter()
+        .find(|(lower, _, _)| folded_eq(name, lower))
+}
+
 /// The header name for bytes a parser (httparse) accepted as a field name, and its `seen` bit
 /// (0 for names no look-up depends on).
 #[inline]
 pub fn from_parsed(name: &[u8]) -> Result<(HeaderName, u32), InvalidHeaderName> {
-    for (lower, name_known, bit) in known(name.len()) {
-        if folded_eq(name, lower) {
-            return Ok((name_known.clone(), *bit));
-        }
+    match known_name(name) {
+        Some((_, name_known, bit)) => Ok((name_known.clone(), *bit)),
+        None => HeaderName::from_bytes(name).map(|n| (n, 0)),
     }
-    HeaderName::from_bytes(name).map(|n| (n, 0))
 }
 
 #[cfg(test)]

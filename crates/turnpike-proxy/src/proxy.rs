@@ -164,7 +164,6 @@ pub async fn handle(
     if settings.headers.request_id {
         kong.push((X_KONG_REQUEST_ID.clone(), request_id));
     }
-    let h = resp.headers_mut();
     // Kong's own headers go straight into an HTTP/1.1 response head (no header-map insert, no
     // hash) unless something needs them in the map: HTTP/2, a log phase that reads the
     // response headers, a header_filter phase (plugins see and may change Kong's headers, as
@@ -173,12 +172,30 @@ pub async fn handle(
     let plugin_named_kong = plugin_headers
         .iter()
         .any(|(k, _)| k == header::VIA || k.as_str().starts_with("x-kong-"));
-    if conn.http1
+    let head_direct = conn.http1
         && log.is_none()
         && filters.is_empty()
         && !upstream_named_kong
-        && !plugin_named_kong
-    {
+        && !plugin_named_kong;
+    // The same holds for the upstream's headers, which are also kept out of the map (as it
+    // sent them) unless a plugin sets one of their names: a plugin's header replaces the
+    // upstream's, which takes the map.
+    let plugin_replaces_upstream = || {
+        resp.body().raw_head().is_some_and(|raw| {
+            raw.names().any(|n| {
+                plugin_headers
+                    .iter()
+                    .any(|(k, _)| n.eq_ignore_ascii_case(k.as_str().as_bytes()))
+            })
+        })
+    };
+    if !head_direct || (!plugin_headers.is_empty() && plugin_replaces_upstream()) {
+        let (mut parts, mut body) = resp.into_parts();
+        body.merge_raw_head(&mut parts.headers);
+        resp = Response::from_parts(parts, body);
+    }
+    let h = resp.headers_mut();
+    if head_direct {
         for (k, v) in plugin_headers {
             h.insert(k, v);
         }

@@ -58,6 +58,8 @@ async fn http2_over_tls_alpn_and_h2c_prior_knowledge() {
     let (r, _, alpn) = get_tls(gw.proxy_tls, "localhost", "/over-h2", true).await;
     assert_eq!(alpn.as_deref(), Some(&b"h2"[..]));
     assert_eq!(r.status, 200);
+    // The upstream's headers, which an HTTP/1.1 client gets as they came, are in the map.
+    assert_eq!(r.header("x-upstream"), Some("one"));
     let j = r.json();
     assert_eq!(j["uri"], "/over-h2");
     assert_eq!(j["headers"]["x-forwarded-host"], "localhost");
@@ -79,6 +81,8 @@ async fn http2_over_tls_alpn_and_h2c_prior_knowledge() {
         .await
         .unwrap();
     assert_eq!(resp.version(), http::Version::HTTP_2);
+    assert_eq!(resp.headers()["x-upstream"], "one");
+    assert_eq!(resp.headers()["content-type"], "application/json");
     assert_eq!(collect(resp).await.json()["uri"], "/h2c");
     // The same listener still speaks HTTP/1.1.
     assert_eq!(get(gw.proxy, "localhost", "/h1").await.json()["uri"], "/h1");
@@ -611,5 +615,48 @@ async fn kong_response_headers_replace_the_upstreams() {
     assert!(
         values[0].contains('-'),
         "the plugin's id, not a latency: {out}"
+    );
+}
+
+/// The upstream's headers go to an HTTP/1.1 client as the upstream sent them, except that a
+/// plugin's response header replaces the upstream's of the same name (Kong's
+/// `kong.response.set_header`).
+#[tokio::test(flavor = "multi_thread")]
+async fn plugin_response_headers_replace_the_upstreams() {
+    let up = Upstream::start("from-upstream");
+    let gw = Gateway::with_config(&format!(
+        "_format_version: '3.0'\nservices: [{{name: s, url: '{}', routes: [{{paths: [/echo], plugins: [{{name: correlation-id, config: {{header_name: X-Upstream, echo_downstream: true}}}}]}}, {{paths: [/]}}]}}]\n",
+        up.url()
+    ))
+    .start();
+    let out = raw_exchange(
+        gw.proxy,
+        &[b"GET /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"],
+    )
+    .await
+    .to_ascii_lowercase();
+    let values: Vec<&str> = out
+        .split("\r\n")
+        .filter_map(|l| l.strip_prefix("x-upstream: "))
+        .collect();
+    assert_eq!(values.len(), 1, "{out}");
+    assert_ne!(values[0], "from-upstream", "the plugin's id: {out}");
+    // Without the plugin: the upstream's own header, once, and its content type.
+    let out = raw_exchange(
+        gw.proxy,
+        &[b"GET /other HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"],
+    )
+    .await
+    .to_ascii_lowercase();
+    assert_eq!(
+        out.matches("\r\nx-upstream: from-upstream\r\n").count(),
+        1,
+        "{out}"
+    );
+    assert_eq!(
+        out.matches("\r\ncontent-type: application/json\r\n")
+            .count(),
+        1,
+        "{out}"
     );
 }
