@@ -640,8 +640,8 @@ enum Framing {
 struct Unmapped<'a> {
     /// The upstream's end-to-end headers as it sent them, written before the map's.
     upstream: Option<&'a crate::h1::RawHead>,
-    /// Kong's own (see `proxy::handle`), written after the map's.
-    kong: &'a [(HeaderName, HeaderValue)],
+    /// The plugins' and Kong's own (see `proxy::handle`), written after the map's.
+    outside: &'a crate::proxy::OutsideHeaders,
 }
 
 /// Encodes a response head into `out`; returns the body's framing and whether the connection
@@ -690,7 +690,8 @@ fn encode_head(
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    for (name, value) in unmapped.kong {
+    let outside = unmapped.outside;
+    for (name, value) in outside.plugins.iter().chain(outside.kong.iter()) {
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
@@ -736,7 +737,7 @@ async fn write_response(
     shared: &Shared,
     resp: Response<ProxyBody>,
     // Headers for this response kept outside its map; emptied here.
-    extra: &RefCell<crate::proxy::KongHeaders>,
+    extra: &RefCell<crate::proxy::OutsideHeaders>,
     head_request: bool,
     client_version: Version,
     keep_alive: bool,
@@ -751,7 +752,7 @@ async fn write_response(
             &parts,
             Unmapped {
                 upstream: body.raw_head(),
-                kong: &extra,
+                outside: &extra,
             },
             &body.size_hint(),
             head_request,
@@ -1161,7 +1162,7 @@ mod tests {
             &parts,
             Unmapped {
                 upstream: None,
-                kong: &[],
+                outside: &Default::default(),
             },
             &hint,
             head_request,

@@ -196,10 +196,23 @@ pub async fn handle(
     }
     let h = resp.headers_mut();
     if head_direct {
-        for (k, v) in plugin_headers {
-            h.insert(k, v);
+        let mut outside = conn.response_extra.borrow_mut();
+        // The plugins' headers too, unless the map holds one of their names (a plugin's
+        // header replaces it) or a plugin set a name twice (the last one counts).
+        let distinct = || {
+            plugin_headers
+                .iter()
+                .enumerate()
+                .all(|(i, (k, _))| plugin_headers[i + 1..].iter().all(|(o, _)| o != k))
+        };
+        if h.is_empty() && distinct() {
+            outside.plugins = plugin_headers;
+        } else {
+            for (k, v) in plugin_headers {
+                h.insert(k, v);
+            }
         }
-        *conn.response_extra.borrow_mut() = kong;
+        outside.kong = kong;
     } else {
         // In the map, in this order: Kong's proxy headers (Via appended, the others replacing
         // an upstream's), the plugins' (replacing those), the request id last.
@@ -332,6 +345,25 @@ fn response_filters(
 
 /// Kong's headers for one response; written into the HTTP/1.1 head by `h1_server`.
 pub type KongHeaders = smallvec::SmallVec<[(HeaderName, HeaderValue); 5]>;
+
+/// A response's headers that go straight into its HTTP/1.1 head, after the map's: no hash,
+/// no insert (see `handle`).
+#[derive(Default)]
+pub struct OutsideHeaders {
+    /// The plugins' (their header_filter phase), no two of the same name, none named like
+    /// the upstream's or the map's.
+    pub plugins: Vec<(HeaderName, HeaderValue)>,
+    /// Kong's own (Via, X-Kong-*).
+    pub kong: KongHeaders,
+}
+
+impl OutsideHeaders {
+    pub fn clear(&mut self) {
+        // Freed, not kept: an idle connection holds no plugin headers' room.
+        self.plugins = Vec::new();
+        self.kong.clear();
+    }
+}
 
 async fn route_and_proxy(
     ctx: &Rc<WorkerCtx>,

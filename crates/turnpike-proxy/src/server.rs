@@ -146,8 +146,9 @@ pub struct ConnInfo {
     /// Which groups of header names the current request carries (`header_names::seen`), as
     /// the HTTP/1.1 parser saw them; `seen::ALL` (look everything up) for HTTP/2.
     pub headers_seen: Cell<u32>,
-    /// Kong's headers for the HTTP/1.1 response being written (see `proxy::handle`).
-    pub response_extra: RefCell<crate::proxy::KongHeaders>,
+    /// Headers of the HTTP/1.1 response being written kept outside its map (see
+    /// `proxy::handle`).
+    pub response_extra: RefCell<crate::proxy::OutsideHeaders>,
     /// The client's IP and the local port as header values, built once per connection.
     pub ip_value: http::HeaderValue,
     pub port_value: http::HeaderValue,
@@ -173,7 +174,7 @@ impl ConnInfo {
             in_flight: Cell::new(0),
             last_active: Cell::new(std::time::Instant::now()),
             headers_seen: Cell::new(crate::header_names::seen::ALL),
-            response_extra: RefCell::new(smallvec::SmallVec::new()),
+            response_extra: RefCell::default(),
             ip_value: http::HeaderValue::from_str(&peer.ip().to_string())
                 .expect("an IP is a valid header value"),
             port_value: http::HeaderValue::from(local_port),

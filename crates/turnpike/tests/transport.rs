@@ -660,3 +660,26 @@ async fn plugin_response_headers_replace_the_upstreams() {
         "{out}"
     );
 }
+
+/// Two plugins setting a response header of the same name: the client gets one, the last
+/// one set (correlation-id runs first, at its higher priority, then rate-limiting).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_response_header_set_by_two_plugins_is_sent_once() {
+    let up = Upstream::start("one");
+    let gw = Gateway::with_config(&format!(
+        "_format_version: '3.0'\nservices: [{{name: s, url: '{}', routes: [{{paths: [/], plugins: [{{name: correlation-id, config: {{header_name: X-RateLimit-Limit-Minute, echo_downstream: true}}}}, {{name: rate-limiting, config: {{minute: 7}}}}]}}]}}]\n",
+        up.url()
+    ))
+    .start();
+    let out = raw_exchange(
+        gw.proxy,
+        &[b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"],
+    )
+    .await
+    .to_ascii_lowercase();
+    let values: Vec<&str> = out
+        .split("\r\n")
+        .filter_map(|l| l.strip_prefix("x-ratelimit-limit-minute: "))
+        .collect();
+    assert_eq!(values, ["7"], "{out}");
+}
