@@ -4,8 +4,9 @@
 # and go do) and keep the connection open; after WAIT seconds (past Turnpike's 1 s linger, when
 # every connection is idle) the growth of the worker's resident memory is divided by N.
 # Turnpike is measured twice: with mimalloc's defaults (freed memory is kept for reuse until
-# later allocations purge it) and with MIMALLOC_PURGE_DELAY=0 (freed memory goes back at once:
-# what the idle connections themselves hold).
+# later allocations purge it, or until the worker, quiet for two 1 s ticks, hands it back:
+# server::QuietWatch) and with MIMALLOC_PURGE_DELAY=0 (freed memory goes back at once: what
+# the idle connections themselves hold). WAIT should be 3 s or more for the first to settle.
 # Usage: bench/idle-connections.sh [N] [WAIT]   (needs nginx, python3)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"

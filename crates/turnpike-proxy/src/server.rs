@@ -268,11 +268,14 @@ pub fn bind(
 
 /// Starts the workers; each serves every listener until `shutdown` turns true, then stops
 /// accepting, lets open connections finish (graceful HTTP/1 and HTTP/2 shutdown) and exits.
+/// `release_memory`: hands the calling thread's freed memory back to the system (the
+/// allocator's collect); a worker calls it once it has gone quiet after serving requests.
 pub fn start_workers(
     gateway: Arc<Gateway>,
     listeners: Vec<BoundListener>,
     workers: usize,
     shutdown: watch::Receiver<bool>,
+    release_memory: fn(),
 ) -> Vec<std::thread::JoinHandle<()>> {
     let mut per_worker: Vec<Vec<(ListenAddr, std::net::TcpListener)>> =
         (0..workers).map(|_| Vec::new()).collect();
@@ -300,7 +303,14 @@ pub fn start_workers(
                     let local = tokio::task::LocalSet::new();
                     local.block_on(
                         &rt,
-                        worker_main(i, gateway, socks, shutdown, tls_h1, tls_h2),
+                        worker_main(
+                            i,
+                            gateway,
+                            socks,
+                            shutdown,
+                            (tls_h1, tls_h2),
+                            release_memory,
+                        ),
                     );
                 })
                 .expect("spawn worker thread")
@@ -308,13 +318,46 @@ pub fn start_workers(
         .collect()
 }
 
+/// When a worker has gone quiet: what a burst of traffic freed (the buffers and request
+/// states of connections that have gone idle) goes back to the system two sweeper ticks (1 s)
+/// after the last request, past the connections' linger (`h1_server::ACTIVE_LINGER`).
+/// mimalloc returns freed pages only from later allocations, which a quiet worker does not
+/// make: without this its memory stays near the burst's peak (measured, BENCHMARKS.md).
+struct QuietWatch {
+    requests: u64,
+    quiet_ticks: u32,
+}
+
+impl QuietWatch {
+    const TICKS: u32 = 2;
+
+    fn new(requests: u64) -> QuietWatch {
+        QuietWatch {
+            requests,
+            quiet_ticks: 0,
+        }
+    }
+
+    /// One tick with the worker's request count so far; true once per quiet spell, on its
+    /// `TICKS`th tick without a request.
+    fn tick(&mut self, requests: u64) -> bool {
+        if requests != self.requests {
+            self.requests = requests;
+            self.quiet_ticks = 0;
+            return false;
+        }
+        self.quiet_ticks = self.quiet_ticks.saturating_add(1);
+        self.quiet_ticks == Self::TICKS
+    }
+}
+
 async fn worker_main(
     index: usize,
     gateway: Arc<Gateway>,
     sockets: Vec<(ListenAddr, std::net::TcpListener)>,
     shutdown: watch::Receiver<bool>,
-    tls_h1: Arc<rustls::ServerConfig>,
-    tls_h2: Arc<rustls::ServerConfig>,
+    (tls_h1, tls_h2): (Arc<rustls::ServerConfig>, Arc<rustls::ServerConfig>),
+    release_memory: fn(),
 ) {
     let stats = gateway.stats.workers[index].clone();
     let seed = std::time::SystemTime::now()
@@ -341,11 +384,15 @@ async fn worker_main(
         let ctx = ctx.clone();
         tokio::task::spawn_local(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
+            let mut quiet = QuietWatch::new(ctx.stats.requests.get());
             loop {
                 tick.tick().await;
                 ctx.pool.sweep();
                 if let Some(log) = &ctx.access_log {
                     log.flush();
+                }
+                if quiet.tick(ctx.stats.requests.get()) {
+                    release_memory();
                 }
             }
         })
@@ -566,5 +613,22 @@ mod tests {
         assert_eq!(distinct.len(), all.len());
         // Another worker's seed gives other ids.
         assert_ne!(RequestIds::new(43).next(), RequestIds::new(42).next());
+    }
+
+    #[test]
+    fn memory_is_released_once_per_quiet_spell() {
+        let mut w = QuietWatch::new(0);
+        // Quiet from the start (no traffic yet): released once, on the second tick.
+        let fired: Vec<bool> = [0, 0, 0, 0].iter().map(|&n| w.tick(n)).collect();
+        assert_eq!(fired, [false, true, false, false]);
+        // Traffic, then quiet: once more, two ticks after the last request.
+        let fired: Vec<bool> = [5, 9, 9, 9, 9, 12, 12, 12]
+            .iter()
+            .map(|&n| w.tick(n))
+            .collect();
+        assert_eq!(
+            fired,
+            [false, false, false, true, false, false, false, true]
+        );
     }
 }

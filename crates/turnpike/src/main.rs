@@ -21,6 +21,22 @@ use turnpike_proxy::{server, tls, Gateway, Settings, BUILD_PROFILE, VERSION};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Hands the calling thread's freed memory back to the system: mimalloc frees the thread's
+/// empty pages and purges what it had kept for reuse (a worker calls this once it has gone
+/// quiet, see `server::start_workers`).
+fn release_memory() {
+    #[cfg(not(feature = "system-allocator"))]
+    // SAFETY: mi_collect only walks the calling thread's heap and the shared arenas.
+    unsafe {
+        libmimalloc_sys::mi_collect(false);
+    }
+    #[cfg(feature = "system-allocator")]
+    // SAFETY: malloc_trim takes an integer and walks glibc's own arenas.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Turns transparent huge pages off for this process unless `MIMALLOC_ALLOW_THP` asks for
 /// them. mimalloc marks its arenas MADV_HUGEPAGE, so the first touch of each 2 MiB region
 /// (and every touch after a purge) zeroes a whole huge page in the page-fault handler:
@@ -511,6 +527,7 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
         proxy,
         conf.worker_processes,
         shutdown_rx.clone(),
+        release_memory,
     );
 
     let admin = Arc::new(Admin {
