@@ -952,7 +952,7 @@ pub async fn serve(ctx: &Rc<WorkerCtx>, io: Box<dyn Io>, info: Rc<ConnInfo>) {
             HeadRead::Close | HeadRead::Quiet => break,
             HeadRead::Refused(why) => {
                 // Boxed: a refusal is rare, and its write would otherwise size the idle state.
-                Box::pin(refuse(ctx, &shared, &info, why)).await;
+                Box::pin(refuse(ctx, &shared, why)).await;
                 break;
             }
         };
@@ -967,12 +967,13 @@ pub async fn serve(ctx: &Rc<WorkerCtx>, io: Box<dyn Io>, info: Rc<ConnInfo>) {
 }
 
 /// Answers a refused request head with Kong's error; the connection then closes.
-async fn refuse(ctx: &WorkerCtx, shared: &Shared, info: &ConnInfo, why: Refused) {
+async fn refuse(ctx: &WorkerCtx, shared: &Shared, why: Refused) {
     let r = refusal(ctx, why);
     let _ = write_response(
         shared,
         r,
-        &info.response_extra,
+        // Not the worker's slot: a refusal never went through `proxy::handle`.
+        &RefCell::default(),
         false,
         Version::HTTP_11,
         false,
@@ -1021,7 +1022,7 @@ async fn serve_active(
         let reusable = match write_response(
             shared,
             resp,
-            &info.response_extra,
+            &ctx.response_extra,
             head_request,
             version,
             keep_alive && !ctx.closing.get(),
@@ -1051,7 +1052,7 @@ async fn serve_active(
             HeadRead::Quiet => return Next::Quiet,
             HeadRead::Close => return Next::Close,
             HeadRead::Refused(why) => {
-                refuse(ctx, shared, info, why).await;
+                refuse(ctx, shared, why).await;
                 return Next::Close;
             }
         };

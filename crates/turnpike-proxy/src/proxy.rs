@@ -195,8 +195,9 @@ pub async fn handle(
         resp = Response::from_parts(parts, body);
     }
     let h = resp.headers_mut();
+    // Set for every request, so that nothing of an earlier one's is left in the slot.
+    let mut outside = ctx.response_extra.borrow_mut();
     if head_direct {
-        let mut outside = conn.response_extra.borrow_mut();
         // The plugins' headers too, unless the map holds one of their names (a plugin's
         // header replaces it) or a plugin set a name twice (the last one counts).
         let distinct = || {
@@ -208,12 +209,14 @@ pub async fn handle(
         if h.is_empty() && distinct() {
             outside.plugins = plugin_headers;
         } else {
+            outside.plugins = Vec::new();
             for (k, v) in plugin_headers {
                 h.insert(k, v);
             }
         }
         outside.kong = kong;
     } else {
+        outside.clear();
         // In the map, in this order: Kong's proxy headers (Via appended, the others replacing
         // an upstream's), the plugins' (replacing those), the request id last.
         let mut rid = None;

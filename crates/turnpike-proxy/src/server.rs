@@ -50,6 +50,11 @@ pub struct WorkerCtx {
     pub access_log: Option<crate::access_log::Writer>,
     /// The worker is shutting down: HTTP/1 connections close after their current request.
     pub closing: Cell<bool>,
+    /// Headers of an HTTP/1.1 response kept outside its map (see `proxy::handle`): set as
+    /// `handle` returns and taken as the response head is encoded, with no await between
+    /// (`h1_server::serve_active`), so one slot per worker serves all its connections; held
+    /// per connection, its ~400 bytes would stay with every idle one.
+    pub response_extra: RefCell<crate::proxy::OutsideHeaders>,
     snapshot: RefCell<(u64, Rc<Arc<Snapshot>>)>,
     ids: RequestIds,
 }
@@ -146,9 +151,6 @@ pub struct ConnInfo {
     /// Which groups of header names the current request carries (`header_names::seen`), as
     /// the HTTP/1.1 parser saw them; `seen::ALL` (look everything up) for HTTP/2.
     pub headers_seen: Cell<u32>,
-    /// Headers of the HTTP/1.1 response being written kept outside its map (see
-    /// `proxy::handle`).
-    pub response_extra: RefCell<crate::proxy::OutsideHeaders>,
     /// The client's IP and the local port as header values, built once per connection.
     pub ip_value: http::HeaderValue,
     pub port_value: http::HeaderValue,
@@ -174,7 +176,6 @@ impl ConnInfo {
             in_flight: Cell::new(0),
             last_active: Cell::new(std::time::Instant::now()),
             headers_seen: Cell::new(crate::header_names::seen::ALL),
-            response_extra: RefCell::default(),
             ip_value: http::HeaderValue::from_str(&peer.ip().to_string())
                 .expect("an IP is a valid header value"),
             port_value: http::HeaderValue::from(local_port),
@@ -375,6 +376,7 @@ async fn worker_main(
         stats,
         ids: RequestIds::new(seed),
         closing: Cell::new(false),
+        response_extra: RefCell::default(),
         deadlines,
         access_log: access_log.map(crate::access_log::Writer::new),
     });
@@ -500,13 +502,16 @@ async fn serve_connection(
         }
         Some(acceptor) => {
             // Boxed, as the HTTP/2 path: the handshake's state is needed only while it runs.
+            // The stream is boxed as it comes out of the handshake: held by value in this
+            // future, its 1.2 KiB would stay in every connection's task even after it moved
+            // on (a moved-from local keeps its room in the future), plain ones included.
             let tls = match Box::pin(tokio::time::timeout(
                 Duration::from_secs(60),
                 acceptor.accept(stream),
             ))
             .await
             {
-                Ok(Ok(s)) => s,
+                Ok(Ok(s)) => Box::new(s),
                 _ => return,
             };
             let (_, session) = tls.get_ref();
@@ -514,9 +519,9 @@ async fn serve_connection(
             let h2 = session.alpn_protocol() == Some(b"h2");
             let info = Rc::new(ConnInfo::new(peer, local_port, true, sni, !h2, trusted));
             if h2 {
-                Box::pin(serve_h2(ctx, TokioIo::new(tls), info, shutdown)).await
+                Box::pin(serve_h2(ctx, TokioIo::new(*tls), info, shutdown)).await
             } else {
-                h1_server::serve(ctx, Box::new(tls), info).await
+                h1_server::serve(ctx, tls, info).await
             }
         }
     }
