@@ -924,6 +924,12 @@ enum Next {
     Upgraded,
 }
 
+/// What a connection does with the head it waited for: each boxed (see `serve`).
+enum Step<A, R> {
+    Serve(Pin<Box<A>>),
+    Refuse(Pin<Box<R>>),
+}
+
 /// Serves HTTP/1.1 (and 1.0) requests on a connection until it closes.
 ///
 /// Memory per idle connection is what an operator with many keep-alive clients pays for: a
@@ -947,19 +953,26 @@ pub async fn serve(ctx: &Rc<WorkerCtx>, io: Box<dyn Io>, info: Rc<ConnInfo>) {
         deadlines: ctx.deadlines.clone(),
     });
     loop {
-        let head = match read_head(ctx, &shared, &info, max_head, None).await {
-            HeadRead::Head(h) => h,
+        // The head goes into its box within the match arm: bound to a local of this function
+        // instead, it would keep its ~300 bytes of room in this (idle) state after it moved.
+        let step = match read_head(ctx, &shared, &info, max_head, None).await {
+            HeadRead::Head(h) => {
+                Step::Serve(Box::pin(serve_active(ctx, &shared, &info, max_head, h)))
+            }
             HeadRead::Close | HeadRead::Quiet => break,
-            HeadRead::Refused(why) => {
-                // Boxed: a refusal is rare, and its write would otherwise size the idle state.
-                Box::pin(refuse(ctx, &shared, why)).await;
+            // Boxed: a refusal is rare, and its write would otherwise size the idle state.
+            HeadRead::Refused(why) => Step::Refuse(Box::pin(refuse(ctx, &shared, why))),
+        };
+        match step {
+            Step::Serve(active) => match active.await {
+                Next::Quiet => shared.release_rbuf(),
+                Next::Close => break,
+                Next::Upgraded => return,
+            },
+            Step::Refuse(refusal) => {
+                refusal.await;
                 break;
             }
-        };
-        match Box::pin(serve_active(ctx, &shared, &info, max_head, head)).await {
-            Next::Quiet => shared.release_rbuf(),
-            Next::Close => break,
-            Next::Upgraded => return,
         }
     }
     // Sends TLS close_notify, or FIN, after the last response.

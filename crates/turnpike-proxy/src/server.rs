@@ -464,10 +464,9 @@ async fn accept_loop(
         let shutdown = shutdown.clone();
         let http2 = spec.http2;
         let local_port = spec.addr.port();
-        tokio::task::spawn_local(async move {
-            serve_connection(&ctx, stream, peer, local_port, acceptor, http2, shutdown).await;
-            ctx.stats.connections_active.fetch_sub(1, Ordering::Relaxed);
-        });
+        tokio::task::spawn_local(serve_connection(
+            ctx, stream, peer, local_port, acceptor, http2, shutdown,
+        ));
         // One accept, then the connections already open get a turn (nginx's multi_accept off):
         // in a burst of new connections the first ones are served while the rest are accepted,
         // instead of all being accepted first and answered together at the end.
@@ -475,53 +474,79 @@ async fn accept_loop(
     }
 }
 
-async fn serve_connection(
-    ctx: &Rc<WorkerCtx>,
+/// Counts a connection as active (`connections_active`) until it is dropped, however its
+/// task ends.
+struct Active(Rc<WorkerCtx>);
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0
+            .stats
+            .connections_active
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A connection's task. Not an `async fn`: one of those keeps its arguments twice in its
+/// future (as passed and as moved into its body), and every connection's task is as large as
+/// its future while the connection sits idle; an `async move` block keeps them once.
+#[allow(clippy::manual_async_fn)]
+fn serve_connection(
+    ctx: Rc<WorkerCtx>,
     stream: TcpStream,
     peer: SocketAddr,
     local_port: u16,
     acceptor: Option<tokio_rustls::TlsAcceptor>,
     http2: bool,
     shutdown: watch::Receiver<bool>,
-) {
-    let trusted = ctx.gateway.settings.is_trusted(peer.ip());
-    match acceptor {
-        None => {
-            // With the http2 flag a plain listener also speaks h2c with prior knowledge: the
-            // client's first bytes tell which.
-            let h2c = http2
-                && starts_with_h2_preface(&stream, ctx.gateway.settings.keepalive_timeout).await;
-            let info = Rc::new(ConnInfo::new(peer, local_port, false, None, !h2c, trusted));
-            // The HTTP/2 path's state is boxed: every connection's task is as large as its
-            // largest path, and most connections are HTTP/1.1 ones that sit idle.
-            if h2c {
-                Box::pin(serve_h2(ctx, TokioIo::new(stream), info, shutdown)).await
-            } else {
-                h1_server::serve(ctx, Box::new(stream), info).await
+) -> impl std::future::Future<Output = ()> {
+    async move {
+        let active = Active(ctx);
+        let ctx = &active.0;
+        let trusted = ctx.gateway.settings.is_trusted(peer.ip());
+        match acceptor {
+            None => {
+                // With the http2 flag a plain listener also speaks h2c with prior knowledge: the
+                // client's first bytes tell which.
+                // Boxed: its timer would otherwise set the size of every connection's task.
+                let h2c = http2
+                    && Box::pin(starts_with_h2_preface(
+                        &stream,
+                        ctx.gateway.settings.keepalive_timeout,
+                    ))
+                    .await;
+                let info = Rc::new(ConnInfo::new(peer, local_port, false, None, !h2c, trusted));
+                // The HTTP/2 path's state is boxed: every connection's task is as large as its
+                // largest path, and most connections are HTTP/1.1 ones that sit idle.
+                if h2c {
+                    Box::pin(serve_h2(ctx, TokioIo::new(stream), info, shutdown)).await
+                } else {
+                    h1_server::serve(ctx, Box::new(stream), info).await
+                }
             }
-        }
-        Some(acceptor) => {
-            // Boxed, as the HTTP/2 path: the handshake's state is needed only while it runs.
-            // The stream is boxed as it comes out of the handshake: held by value in this
-            // future, its 1.2 KiB would stay in every connection's task even after it moved
-            // on (a moved-from local keeps its room in the future), plain ones included.
-            let tls = match Box::pin(tokio::time::timeout(
-                Duration::from_secs(60),
-                acceptor.accept(stream),
-            ))
-            .await
-            {
-                Ok(Ok(s)) => Box::new(s),
-                _ => return,
-            };
-            let (_, session) = tls.get_ref();
-            let sni = session.server_name().map(|s| s.to_ascii_lowercase());
-            let h2 = session.alpn_protocol() == Some(b"h2");
-            let info = Rc::new(ConnInfo::new(peer, local_port, true, sni, !h2, trusted));
-            if h2 {
-                Box::pin(serve_h2(ctx, TokioIo::new(*tls), info, shutdown)).await
-            } else {
-                h1_server::serve(ctx, tls, info).await
+            Some(acceptor) => {
+                // Boxed, as the HTTP/2 path: the handshake's state is needed only while it runs.
+                // The stream is boxed as it comes out of the handshake: held by value in this
+                // future, its 1.2 KiB would stay in every connection's task even after it moved
+                // on (a moved-from local keeps its room in the future), plain ones included.
+                let tls = match Box::pin(tokio::time::timeout(
+                    Duration::from_secs(60),
+                    acceptor.accept(stream),
+                ))
+                .await
+                {
+                    Ok(Ok(s)) => Box::new(s),
+                    _ => return,
+                };
+                let (_, session) = tls.get_ref();
+                let sni = session.server_name().map(|s| s.to_ascii_lowercase());
+                let h2 = session.alpn_protocol() == Some(b"h2");
+                let info = Rc::new(ConnInfo::new(peer, local_port, true, sni, !h2, trusted));
+                if h2 {
+                    Box::pin(serve_h2(ctx, TokioIo::new(*tls), info, shutdown)).await
+                } else {
+                    h1_server::serve(ctx, tls, info).await
+                }
             }
         }
     }

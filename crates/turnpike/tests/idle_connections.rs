@@ -57,10 +57,10 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 /// A thousand keep-alive connections that each made a request and then went quiet cost the
-/// gateway under 3 KiB each (measured ~2.0 KiB in this debug build; nginx: ~0.5 KiB in a
-/// release build). Before the connection's task stopped keeping a TLS stream's room and the
-/// Kong headers' slot moved from the connection to the worker: ~4.2 KiB in this debug build,
-/// 3.9 KiB in a release build; before the request path's state was boxed and the read and
+/// gateway under 3 KiB each (measured ~1.8 KiB in this debug build, 1.3 KiB in a release
+/// build; nginx: ~0.5 KiB). Before the connection's task stopped keeping room for a TLS stream,
+/// a request head and its own arguments twice, and the Kong headers' slot moved from the
+/// connection to the worker: ~4.2 KiB in this debug build, 3.9 KiB in a release build; before the request path's state was boxed and the read and
 /// write buffers were freed or pooled while idle: ~19 KiB in this debug build, ~18.7 KiB in a
 /// release build (`bench/idle-connections.sh`). Freed memory is returned to the system at once
 /// (`MIMALLOC_PURGE_DELAY=0`), so RSS shows what the idle connections hold, not what the
