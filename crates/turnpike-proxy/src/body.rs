@@ -224,7 +224,8 @@ impl ProxyBody {
 
     /// Moves the upstream's raw headers into `map`, ahead of what the map holds: for anything
     /// that reads or changes the response's headers (HTTP/2, plugins, log phases).
-    pub fn merge_raw_head(&mut self, map: &mut http::HeaderMap) {
+    /// `room`: headers to be added after (beside the proxy's own).
+    pub fn merge_raw_head(&mut self, map: &mut http::HeaderMap, room: usize) {
         let BodyKind::Upstream(u) = &mut self.kind else {
             return;
         };
@@ -234,7 +235,7 @@ impl ProxyBody {
         // Room for the headers the proxy adds (Via, latencies, request id).
         let added = std::mem::replace(
             map,
-            http::HeaderMap::with_capacity(raw.lines.len() + map.len() + 5),
+            http::HeaderMap::with_capacity(raw.lines.len() + map.len() + 5 + room),
         );
         raw.merge_into(map);
         let mut last = None;

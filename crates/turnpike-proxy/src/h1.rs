@@ -275,7 +275,6 @@ impl Conn {
         overrides: &Overrides,
         timeouts: Timeouts,
         deadlines: &Rc<Deadlines>,
-        response_room: usize,
     ) -> Result<(http::response::Parts, Framing), SendError> {
         let Timeouts {
             write: write_timeout,
@@ -401,7 +400,7 @@ impl Conn {
             }
         }
         match deadlines
-            .timeout(read_timeout, self.read_head(&req.method, response_room))
+            .timeout(read_timeout, self.read_head(&req.method))
             .await
         {
             Err(_) if self.buf.is_empty() => Err(SendError::Unanswered {
@@ -434,15 +433,12 @@ impl Conn {
     async fn read_head(
         &mut self,
         method: &Method,
-        response_room: usize,
     ) -> Result<(http::response::Parts, Framing), HeadError> {
         let mut seen_bytes = !self.buf.is_empty();
         loop {
             if !self.buf.is_empty() {
                 seen_bytes = true;
-                if let Some(parsed) =
-                    parse_head(&mut self.buf, method, response_room, &mut self.raw)?
-                {
+                if let Some(parsed) = parse_head(&mut self.buf, method, &mut self.raw)? {
                     match parsed {
                         Parsed::Informational => continue,
                         Parsed::Head(parts, framing) => return Ok((parts, framing)),
@@ -577,12 +573,9 @@ pub enum FramingKind {
 }
 
 /// Parses a response head from the front of `buf`; `None` when it is not complete yet.
-/// `response_room`: how many headers the plugins will add to the response (the map is sized
-/// for them, so that it never grows: a regrowth cost ~900 instructions).
 fn parse_head(
     buf: &mut BytesMut,
     method: &Method,
-    response_room: usize,
     raw: &mut RawHead,
 ) -> Result<Option<Parsed>, HeadError> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
@@ -717,10 +710,6 @@ fn parse_head(
     let mut parts = http::Response::new(()).into_parts().0;
     parts.status = status;
     parts.version = version;
-    // Room for the headers the plugins add (no regrowth); none allocated without plugins.
-    if response_room > 0 {
-        parts.headers = HeaderMap::with_capacity(response_room);
-    }
     Ok(Some(Parsed::Head(
         parts,
         Framing {
@@ -960,7 +949,7 @@ mod tests {
 
     fn head(text: &str, method: &Method) -> Result<Option<Parsed>, HeadError> {
         let mut buf = BytesMut::from(text.as_bytes());
-        parse_head(&mut buf, method, 0, &mut RawHead::default())
+        parse_head(&mut buf, method, &mut RawHead::default())
     }
 
     /// The head parsed, its kept headers merged into the map; and the raw head as encoded.
@@ -971,7 +960,7 @@ mod tests {
     fn parts_and_encoded(text: &str) -> ((http::response::Parts, Framing), String) {
         let mut buf = BytesMut::from(text.as_bytes());
         let mut raw = RawHead::default();
-        match parse_head(&mut buf, &Method::GET, 0, &mut raw) {
+        match parse_head(&mut buf, &Method::GET, &mut raw) {
             Ok(Some(Parsed::Head(mut p, f))) => {
                 let mut encoded = Vec::new();
                 raw.encode(&mut encoded);
@@ -1001,7 +990,7 @@ mod tests {
         let mut buf = BytesMut::from(
             &b"HTTP/1.1 304 Not Modified\r\nDate: d\r\nContent-Length: 7\r\n\r\n"[..],
         );
-        assert!(parse_head(&mut buf, &Method::GET, 0, &mut raw).is_ok());
+        assert!(parse_head(&mut buf, &Method::GET, &mut raw).is_ok());
         assert_eq!(raw.content_length, Some(7));
         assert!(raw.has_date);
         assert_eq!(
@@ -1136,7 +1125,6 @@ mod tests {
                     read: Duration::from_secs(1),
                 },
                 &crate::deadline::Deadlines::new(),
-                0,
             )
             .await
         {
