@@ -2,7 +2,9 @@
 # Every benchmark in one command: builds the release binary (each script does, --locked), then
 # runs Kong's eight cases over HTTP and HTTPS with the extra cases (10k routes, upstream
 # keepalive off, HTTP/2) and instruction counts, the plain-proxy table, the constant-rate latency
-# sweeps (plain, and key-auth + rate-limiting), new-connection bursts, where slow requests fall, ten upstream targets, and the CI
+# sweeps (plain, and key-auth + rate-limiting), new-connection bursts, memory per idle
+# connection, CPU time and TCP segments per request, where slow requests fall, ten upstream
+# targets, and the CI
 # instruction gate. Each writes its own folder under bench/results/ (raw outputs, summary.md,
 # plots); this script lists them at the end and keeps its whole output in
 # bench/results/all-<date>.log.
@@ -54,6 +56,8 @@ step env RUNS="$SWEEP_RUNS" bench/latency-sweep.sh "$SWEEP_DUR" "$SWEEP_CONNS" "
 step env CASE=ka-rl RUNS="$SWEEP_RUNS" bench/latency-sweep.sh "$SWEEP_DUR" "$SWEEP_CONNS" "$SWEEP_RATES"
 step bench/connection-burst.sh 500 6
 step bench/idle-connections.sh 5000 3
+step bench/cpu-split.sh 2 5s
+step bench/tcp-segments.sh 2 4s
 step bench/startup-tail.sh "$TAIL_ROUNDS" 500 5000 "$SWEEP_DUR"
 step bench/upstream-targets.sh "$RUNS" "$DUR"
 step bench/instructions-gate.sh
