@@ -12,10 +12,7 @@ DUR=${2:-5s}
 bench_begin cpu-split
 start_upstream 1
 
-mkdir -p "$W/nginx"/{cbt,pt,ft,ut,st}
-sed -e "s|/tmp/bench/@NAME@|$W/nginx|g" -e 's/@PORT@/8002/' \
-    -e 's/@UPKA@/keepalive 64; keepalive_requests 1000000;/' -e 's/@ACCESS@//' -e 's/@EXTRA_HTTP@//' \
-    -e 's/@EXTRA_MAIN@//' "$SHARED/nginx_proxy.conf.tmpl" > "$W/nginx/nginx.conf"
+ngx_conf "$W/nginx" 8002
 taskset -c 0 nginx -c "$W/nginx/nginx.conf" -p "$W/nginx" -e "$W/nginx/error.log" -g 'daemon off;' &
 NGM=$!
 BENCH_PIDS+=($NGM)

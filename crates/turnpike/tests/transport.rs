@@ -601,21 +601,34 @@ async fn kong_response_headers_replace_the_upstreams() {
         up.url()
     ))
     .start();
-    let out = raw_exchange(
-        gw.proxy,
-        &[b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"],
-    )
-    .await
-    .to_ascii_lowercase();
-    let values: Vec<&str> = out
-        .split("\r\n")
-        .filter_map(|l| l.strip_prefix("x-kong-proxy-latency: "))
-        .collect();
+    let (out, values) = header_values(gw.proxy, "/", "x-kong-proxy-latency").await;
     assert_eq!(values.len(), 1, "{out}");
     assert!(
         values[0].contains('-'),
         "the plugin's id, not a latency: {out}"
     );
+}
+
+/// One `GET path` on a new connection: the whole exchange, lower-cased, and the values of the
+/// response header `name` (lower-case), in order.
+async fn header_values(
+    proxy: std::net::SocketAddr,
+    path: &str,
+    name: &str,
+) -> (String, Vec<String>) {
+    let out = raw_exchange(
+        proxy,
+        &[format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()],
+    )
+    .await
+    .to_ascii_lowercase();
+    let prefix = format!("{name}: ");
+    let values = out
+        .split("\r\n")
+        .filter_map(|l| l.strip_prefix(prefix.as_str()))
+        .map(str::to_string)
+        .collect();
+    (out, values)
 }
 
 /// The upstream's headers go to an HTTP/1.1 client as the upstream sent them, except that a
@@ -629,30 +642,12 @@ async fn plugin_response_headers_replace_the_upstreams() {
         up.url()
     ))
     .start();
-    let out = raw_exchange(
-        gw.proxy,
-        &[b"GET /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"],
-    )
-    .await
-    .to_ascii_lowercase();
-    let values: Vec<&str> = out
-        .split("\r\n")
-        .filter_map(|l| l.strip_prefix("x-upstream: "))
-        .collect();
+    let (out, values) = header_values(gw.proxy, "/echo", "x-upstream").await;
     assert_eq!(values.len(), 1, "{out}");
     assert_ne!(values[0], "from-upstream", "the plugin's id: {out}");
     // Without the plugin: the upstream's own header, once, and its content type.
-    let out = raw_exchange(
-        gw.proxy,
-        &[b"GET /other HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"],
-    )
-    .await
-    .to_ascii_lowercase();
-    assert_eq!(
-        out.matches("\r\nx-upstream: from-upstream\r\n").count(),
-        1,
-        "{out}"
-    );
+    let (out, values) = header_values(gw.proxy, "/other", "x-upstream").await;
+    assert_eq!(values, ["from-upstream"], "{out}");
     assert_eq!(
         out.matches("\r\ncontent-type: application/json\r\n")
             .count(),
@@ -671,15 +666,6 @@ async fn a_response_header_set_by_two_plugins_is_sent_once() {
         up.url()
     ))
     .start();
-    let out = raw_exchange(
-        gw.proxy,
-        &[b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"],
-    )
-    .await
-    .to_ascii_lowercase();
-    let values: Vec<&str> = out
-        .split("\r\n")
-        .filter_map(|l| l.strip_prefix("x-ratelimit-limit-minute: "))
-        .collect();
+    let (out, values) = header_values(gw.proxy, "/", "x-ratelimit-limit-minute").await;
     assert_eq!(values, ["7"], "{out}");
 }
