@@ -500,8 +500,9 @@ fn serve_connection(
     http2: bool,
     shutdown: watch::Receiver<bool>,
 ) -> impl std::future::Future<Output = ()> {
+    // Made here, not in the block: the block then holds the context once, in the guard.
+    let active = Active(ctx);
     async move {
-        let active = Active(ctx);
         let ctx = &active.0;
         let trusted = ctx.gateway.settings.is_trusted(peer.ip());
         match acceptor {
