@@ -57,7 +57,7 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 /// A thousand keep-alive connections that each made a request and then went quiet cost the
-/// gateway under 3 KiB each (measured ~1.8 KiB in this debug build, 1.3 KiB in a release
+/// gateway under 3 KiB each (measured ~1.5 KiB in this debug build, 1.3 KiB in a release
 /// build; nginx: ~0.5 KiB). Before the connection's task stopped keeping room for a TLS stream,
 /// a request head and its own arguments twice, and the Kong headers' slot moved from the
 /// connection to the worker: ~4.2 KiB in this debug build, 3.9 KiB in a release build; before the request path's state was boxed and the read and
