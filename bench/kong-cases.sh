@@ -12,7 +12,8 @@
 #
 # Layout (../shared/bench-reference/README.md): the proxy under test pinned to CPU 0 with one
 # worker; the upstream (nginx) and `wrk -t1 -c50` on CPU 1; 2 s warm-up, RUNS runs of DURATION
-# per case and proxy, interleaved; the median run by RPS. With more CPUs (bench/lib.sh) the
+# per case and proxy, interleaved run by run (each run goes to every proxy in turn, all of
+# them running); the median run by RPS. With more CPUs (bench/lib.sh) the
 # proxies get the first half with one worker per CPU, and the upstream and wrk (one thread
 # per CPU, 50 connections per proxy worker) the rest. Instruction counts always use one worker. wrk's Lua `done()` prints the latency
 # percentiles (50 … 99.99) that make the table and the percentile-spectrum plots.
@@ -135,23 +136,22 @@ for proto in $PROTOCOLS; do
     taskset -c "$PROXY_CPUS" "$BIN" start > "$W/tp-$case.log" 2>&1 &
     TP=$!
     wait_port 8000
+    # The references of this case run beside it (nginx always, nginx + Lua for the key-auth
+    # cases; idle ones cost nothing), and each run goes to every proxy in turn: a slow spell of
+    # the machine then falls on all of them instead of on one proxy's block of runs.
+    start_ngx "$W/nginx"; NGX=$NGX_PID; wait_port $NGX_PORT
+    LUA=
+    if [[ $case == ka-rl-* ]]; then
+      start_ngx "$W/ngxlua"; LUA=$NGX_PID; wait_port $LUA_PORT
+    fi
     for i in $(seq 1 "$RUNS"); do
       run_wrk "$proto-$case-turnpike" "$proto://127.0.0.1:$TP_PORT/" "$W/$case.lua" "$i"
-    done
-    kill $TP; wait $TP 2>/dev/null || true
-    # References of this case: nginx always, nginx + Lua for the key-auth cases.
-    start_ngx "$W/nginx"; wait_port $NGX_PORT
-    for i in $(seq 1 "$RUNS"); do
       run_wrk "$proto-$case-nginx" "$proto://127.0.0.1:$NGX_PORT/" "$W/nginx-$n.lua" "$i"
-    done
-    kill $NGX_PID; wait $NGX_PID 2>/dev/null || true
-    if [[ $case == ka-rl-* ]]; then
-      start_ngx "$W/ngxlua"; wait_port $LUA_PORT
-      for i in $(seq 1 "$RUNS"); do
+      if [ -n "$LUA" ]; then
         run_wrk "$proto-$case-nginx-lua" "$proto://127.0.0.1:$LUA_PORT/" "$W/ngxlua-$n.lua" "$i"
-      done
-      kill $NGX_PID; wait $NGX_PID 2>/dev/null || true
-    fi
+      fi
+    done
+    for p in $TP $NGX $LUA; do kill "$p"; wait "$p" 2>/dev/null || true; done
   done
 done
 
