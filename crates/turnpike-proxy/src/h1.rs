@@ -672,6 +672,9 @@ fn parse_head(
         }
         raw.lines.push([ns as u32, ne as u32, vs as u32, ve as u32]);
     }
+    // Whether the client gets the upstream's Content-Length line (the body's framing uses
+    // `length` either way).
+    let mut length_line = length.is_some();
     if !named_by_connection.is_empty() {
         let bytes = &raw.bytes;
         raw.lines.retain(|l| {
@@ -680,6 +683,12 @@ fn parse_head(
                 .iter()
                 .any(|&(s, e)| bytes[s..e].eq_ignore_ascii_case(name))
         });
+        // What the lines say must hold for the lines left: a Date or Content-Length named by
+        // Connection is gone, and the client side writes its own.
+        let kept = |n: &[u8]| raw.names().any(|x| x.eq_ignore_ascii_case(n));
+        let (date_kept, length_kept) = (kept(b"date"), kept(b"content-length"));
+        raw.has_date &= date_kept;
+        length_line &= length_kept;
     }
     // A body framed by transfer-encoding has no content-length (RFC 9112 §6.3).
     if chunked && length.is_some() {
@@ -689,7 +698,7 @@ fn parse_head(
         });
         length = None;
     }
-    raw.content_length = length;
+    raw.content_length = length.filter(|_| length_line);
     let kind = if *method == Method::HEAD
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED
@@ -997,6 +1006,18 @@ mod tests {
             raw.names().collect::<Vec<_>>(),
             [&b"Date"[..], b"Content-Length"]
         );
+        // Date and Content-Length named by Connection: dropped, and not counted as sent (the
+        // client side then writes its own); the body is still framed by the length.
+        let mut raw = RawHead::default();
+        let mut buf = BytesMut::from(
+            &b"HTTP/1.1 200 OK\r\nConnection: Date, Content-Length\r\nDate: d\r\nContent-Length: 3\r\nX: y\r\n\r\n"[..],
+        );
+        match parse_head(&mut buf, &Method::GET, &mut raw) {
+            Ok(Some(Parsed::Head(_, f))) => assert!(matches!(f.kind, FramingKind::Length(3))),
+            _ => panic!("expected a complete head"),
+        }
+        assert_eq!(raw.names().collect::<Vec<_>>(), [&b"X"[..]]);
+        assert!(!raw.has_date && raw.content_length.is_none());
     }
 
     #[test]

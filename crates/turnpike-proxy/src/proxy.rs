@@ -363,7 +363,7 @@ pub struct OutsideHeaders {
 
 impl OutsideHeaders {
     pub fn clear(&mut self) {
-        // Freed, not kept: an idle connection holds no plugin headers' room.
+        // Dropped, not kept: the list is the plugins' own allocation, made per request.
         self.plugins = Vec::new();
         self.kong.clear();
     }
