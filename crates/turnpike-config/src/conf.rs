@@ -147,6 +147,13 @@ pub struct Conf {
     pub db_update_frequency: Duration,
     /// Which plugins this node loads (Kong's `plugins`: `bundled`, names, or `off`).
     pub plugins: Vec<String>,
+    /// What Lua code in plugin configs (pre-function, post-function) may do: `sandbox`, `on`
+    /// or `off` (Kong's `untrusted_lua`).
+    pub untrusted_lua: String,
+    /// Modules sandboxed code may `require` (`untrusted_lua_sandbox_requires`).
+    pub untrusted_lua_sandbox_requires: Vec<String>,
+    /// Globals added to the sandbox (`untrusted_lua_sandbox_environment`).
+    pub untrusted_lua_sandbox_environment: Vec<String>,
     /// How long cached credentials and misses live (`None`: until they change).
     pub db_cache_ttl: Option<Duration>,
     pub db_cache_neg_ttl: Option<Duration>,
@@ -336,6 +343,9 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("pg_pool_size", "10"),
     ("db_update_frequency", "5"),
     ("plugins", "bundled"),
+    ("untrusted_lua", "sandbox"),
+    ("untrusted_lua_sandbox_requires", ""),
+    ("untrusted_lua_sandbox_environment", ""),
     ("db_cache_ttl", "0"),
     ("db_cache_neg_ttl", ""),
     ("mem_cache_size", "128m"),
@@ -574,6 +584,22 @@ impl Conf {
                 "'off' cannot be combined with other values".into(),
             ));
         }
+        let untrusted_lua = get("untrusted_lua").trim().to_string();
+        if !["on", "off", "sandbox"].contains(&untrusted_lua.as_str()) {
+            return Err(invalid(
+                "untrusted_lua",
+                "must be one of: on, off, sandbox".into(),
+            ));
+        }
+        let list = |name: &str| -> Vec<String> {
+            get(name)
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect()
+        };
+        let untrusted_lua_sandbox_requires = list("untrusted_lua_sandbox_requires");
+        let untrusted_lua_sandbox_environment = list("untrusted_lua_sandbox_environment");
         // Kong's entity cache: time-to-live of found entities and of misses (0: until the
         // store says they changed), and its size.
         let secs = |name: &str, v: &str| -> Result<Option<Duration>, ConfError> {
@@ -752,6 +778,9 @@ impl Conf {
             pg,
             db_update_frequency,
             plugins,
+            untrusted_lua,
+            untrusted_lua_sandbox_requires,
+            untrusted_lua_sandbox_environment,
             db_cache_ttl,
             db_cache_neg_ttl,
             mem_cache_size,
@@ -816,6 +845,9 @@ impl Conf {
             "pg_pool_size": self.pg.pool_size,
             "db_update_frequency": self.db_update_frequency.as_secs_f64(),
             "plugins": self.plugins,
+            "untrusted_lua": self.untrusted_lua,
+            "untrusted_lua_sandbox_requires": self.untrusted_lua_sandbox_requires,
+            "untrusted_lua_sandbox_environment": self.untrusted_lua_sandbox_environment,
             "db_cache_ttl": self.db_cache_ttl.map_or(0.0, |d| d.as_secs_f64()),
             "db_cache_neg_ttl": self.db_cache_neg_ttl.map_or(0.0, |d| d.as_secs_f64()),
             "mem_cache_size": self.mem_cache_size,

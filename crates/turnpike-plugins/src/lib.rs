@@ -17,6 +17,9 @@ pub mod http_log;
 pub mod ip_restriction;
 pub mod key_auth;
 pub mod log;
+pub mod lua;
+pub mod post_function;
+pub mod pre_function;
 pub mod prometheus;
 pub mod rate_limiting;
 pub mod request_size_limiting;
@@ -55,9 +58,27 @@ pub struct AccessRequest<'a> {
     /// The whole request body, read before the chain runs when one of the route's plugins
     /// wants it ([`Handler::wants_body`]); a plugin may replace it (what goes upstream).
     pub body: Option<Bytes>,
-    /// The matched route's id and its service's.
+    /// The matched route's id and its service's (empty and `None` in the rewrite phase,
+    /// which runs before the router).
     pub route_id: &'a str,
     pub service_id: Option<&'a str>,
+    /// A replacement for the path sent upstream (`kong.service.request.set_path`).
+    pub upstream_path: Option<String>,
+    /// What the request's plugins keep between phases (Kong's `kong.ctx`).
+    pub ctx: &'a mut PluginCtx,
+}
+
+/// Per-request state that plugins keep from one phase to the next (Kong's `kong.ctx.shared`
+/// and `kong.ctx.plugin`): empty, and free, unless a plugin puts something there. Only the
+/// plugin that put it knows its type.
+#[derive(Default)]
+pub struct PluginCtx(pub Option<Box<dyn std::any::Any>>);
+
+/// What a plugin's certificate phase sees of a TLS handshake (Kong runs only global plugins
+/// there: no route is known yet).
+pub struct CertificateRequest<'a> {
+    /// The SNI the client sent, lower-cased.
+    pub server_name: Option<&'a str>,
 }
 
 /// An authenticated (or anonymous) consumer, as the upstream is told about it.
@@ -402,10 +423,13 @@ pub async fn run_access_from(mut outcome: Access, req: &mut AccessRequest<'_>) -
 /// response, or one the gateway or a plugin produced (an exit, an error), with Kong's own
 /// headers (Via, X-Kong-*) already in it, as Kong's runloop sets them before the plugins run.
 pub struct ResponseHead<'a> {
+    /// The status the client gets; a plugin may change it.
     pub status: StatusCode,
     pub headers: &'a mut HeaderMap,
     /// The response is the upstream's (false: the gateway's or a plugin's own).
     pub from_upstream: bool,
+    /// What the request's plugins keep between phases (Kong's `kong.ctx`).
+    pub ctx: &'a mut PluginCtx,
 }
 
 /// Kong's body_filter phase for one response: gets the body piece by piece and returns what
@@ -419,6 +443,26 @@ pub trait BodyFilter {
 
 /// A configured plugin instance.
 pub trait Handler: Send + Sync {
+    /// Kong's certificate phase, during a TLS handshake, for global plugins only (see
+    /// `certifies`); an error aborts the handshake.
+    fn certificate(&self, _hello: &CertificateRequest<'_>) -> Result<(), String> {
+        Ok(())
+    }
+    /// Whether this config has a certificate phase: handshakes check one list, empty unless
+    /// some global plugin has.
+    fn certifies(&self) -> bool {
+        false
+    }
+    /// Kong's rewrite phase, before the router, for global plugins only (see `rewrites`):
+    /// it may change the request (which the router then sees) or answer it.
+    fn rewrite(&self, _req: &mut AccessRequest<'_>) -> Option<Exit> {
+        None
+    }
+    /// Whether this config has a rewrite phase: requests check one list, empty unless some
+    /// global plugin has.
+    fn rewrites(&self) -> bool {
+        false
+    }
     fn access(&self, req: &mut AccessRequest<'_>) -> Access;
     /// Kong's header_filter phase, in PRIORITY order after the access phase, on every
     /// response of a request the plugin's route served; returns the response's body filter
@@ -498,6 +542,8 @@ pub fn bundled() -> Registry {
             &http_log::HttpLog,
             &ip_restriction::IpRestriction,
             &key_auth::KeyAuth,
+            &post_function::PostFunction,
+            &pre_function::PreFunction,
             &prometheus::Prometheus,
             &rate_limiting::RateLimiting,
             &request_size_limiting::RequestSizeLimiting,
@@ -669,6 +715,7 @@ pub(crate) struct TestRequest {
     pub response_headers: Vec<(HeaderName, HeaderValue)>,
     pub client_ip: std::net::IpAddr,
     pub body: Option<Bytes>,
+    pub ctx: PluginCtx,
 }
 
 #[cfg(test)]
@@ -681,6 +728,7 @@ impl TestRequest {
             response_headers: Vec::new(),
             client_ip: "127.0.0.1".parse().unwrap(),
             body: None,
+            ctx: PluginCtx::default(),
         }
     }
 
@@ -705,6 +753,8 @@ impl TestRequest {
             body: self.body.clone(),
             route_id: "r",
             service_id: None,
+            upstream_path: None,
+            ctx: &mut self.ctx,
         };
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -749,6 +799,7 @@ mod tests {
         headers.insert(&X_ANONYMOUS_CONSUMER, HeaderValue::from_static("true"));
         headers.insert("x-other", HeaderValue::from_static("kept"));
         let mut response_headers = Vec::new();
+        let mut ctx = PluginCtx::default();
         let mut req = AccessRequest {
             method: "GET",
             path: "/",
@@ -763,6 +814,8 @@ mod tests {
             body: None,
             route_id: "r",
             service_id: None,
+            upstream_path: None,
+            ctx: &mut ctx,
         };
         assert_eq!(req.header(&X_CONSUMER_ID).unwrap(), "spoofed");
         req.set_consumer(Arc::new(Identity::new(

@@ -68,6 +68,8 @@ pub struct LogEntry<'a> {
     pub consumer: Option<&'a Identity>,
     /// Upstream attempts (`tries`).
     pub tries: u32,
+    /// What the request's plugins kept between phases (Kong's `kong.ctx`).
+    pub ctx: Option<&'a crate::PluginCtx>,
 }
 
 /// Kong's logging plugins accept `custom_fields_by_lua`; Turnpike runs no Lua, so a config that

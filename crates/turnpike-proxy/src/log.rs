@@ -33,6 +33,8 @@ pub struct LogState {
     pub status: u16,
     pub response_size: u64,
     pub tries: u32,
+    /// What the request's plugins kept between phases (Kong's `kong.ctx`).
+    pub ctx: turnpike_plugins::PluginCtx,
 }
 
 /// Bytes of a message head on the wire: start line and headers.
@@ -63,6 +65,7 @@ impl LogState {
             service: self.service.map(|i| &snap.config.services[i]),
             consumer: self.consumer.as_deref(),
             tries: self.tries,
+            ctx: Some(&self.ctx),
         };
         let consumer = self.consumer.as_deref().map(|c| c.consumer_id.as_str());
         for slot in snap.chains[self.route].iter() {

@@ -160,6 +160,7 @@ pub async fn handle(
         upstream_named_kong,
         filters,
         from_upstream,
+        mut plugin_ctx,
     } = tail;
     if settings.headers.request_id {
         kong.push((X_KONG_REQUEST_ID.clone(), request_id));
@@ -245,11 +246,13 @@ pub async fn handle(
             status: parts.status,
             headers: &mut parts.headers,
             from_upstream,
+            ctx: &mut plugin_ctx,
         };
         let body_filters: Vec<_> = filters
             .iter()
             .filter_map(|f| f.header_filter(&mut head))
             .collect();
+        parts.status = head.status;
         if !body_filters.is_empty() {
             body.filter(body_filters);
         }
@@ -268,6 +271,7 @@ pub async fn handle(
         guard.access = Some(a);
     }
     if let Some(mut l) = log {
+        l.ctx = plugin_ctx;
         // The response as it leaves: its status, head and (counted as it streams) body.
         l.status = resp.status().as_u16();
         if let Some(d) = l.details.as_deref_mut() {
@@ -278,6 +282,20 @@ pub async fn handle(
     }
     resp.body_mut().set_guard(guard);
     Ok(resp)
+}
+
+/// A plugin's own response (Kong's `kong.response.exit`).
+fn exit_response(
+    ctx: &WorkerCtx,
+    e: turnpike_plugins::Exit,
+    start: Instant,
+) -> Response<ProxyBody> {
+    let mut r = Response::new(ProxyBody::full(e.body));
+    *r.status_mut() = e.status;
+    for (k, v) in e.headers {
+        r.headers_mut().insert(k, v);
+    }
+    own_response(ctx, r, start)
 }
 
 /// A response Turnpike produced itself (error, redirect): Kong adds Server and
@@ -330,6 +348,8 @@ struct Tail {
     filters: Vec<Arc<dyn turnpike_plugins::Handler>>,
     /// The response is the upstream's (not the gateway's or a plugin's own).
     from_upstream: bool,
+    /// What the request's plugins keep between phases (Kong's `kong.ctx`).
+    plugin_ctx: turnpike_plugins::PluginCtx,
 }
 
 /// The configs of a chain that filter responses, as they apply to this consumer and protocol.
@@ -385,6 +405,7 @@ async fn route_and_proxy(
         upstream_named_kong,
         filters,
         from_upstream,
+        plugin_ctx,
     } = tail;
     let snap = ctx.snapshot();
     let upgrade = client_upgrade.is_some() && is_upgrade(&req);
@@ -399,6 +420,46 @@ async fn route_and_proxy(
     let accept = accept.as_ref();
     // The original URI is kept aside: its path is borrowed while the upstream URI is built.
     let orig_uri = std::mem::take(&mut parts.uri);
+    let path = normalize_path(orig_uri.path());
+    // A replacement query and path for the upstream, from a plugin.
+    let mut upstream_query: Option<String> = None;
+    let mut upstream_path: Option<String> = None;
+    // Kong's rewrite phase: global plugins only, before the router, which sees what they did.
+    if !snap.global_rewrite.is_empty() {
+        let protocol = if conn.tls {
+            crate::snapshot::PROTO_HTTPS
+        } else {
+            crate::snapshot::PROTO_HTTP
+        };
+        let client_ip = client_ip(conn, &parts.headers);
+        let mut req = AccessRequest {
+            method: parts.method.as_str(),
+            path: &path,
+            query: orig_uri.query(),
+            headers: &mut parts.headers,
+            response_headers: plugin_headers,
+            tls: conn.tls,
+            client_ip,
+            consumer: None,
+            upstream_query: None,
+            body_limit: None,
+            body: None,
+            route_id: "",
+            service_id: None,
+            upstream_path: None,
+            ctx: plugin_ctx,
+        };
+        for b in snap.global_rewrite.iter() {
+            if b.protocols & protocol == 0 {
+                continue;
+            }
+            if let Some(e) = b.handler.rewrite(&mut req) {
+                return exit_response(ctx, e, start);
+            }
+        }
+        upstream_query = req.upstream_query;
+        upstream_path = req.upstream_path;
+    }
     let host_value = parts.headers.get(header::HOST).cloned();
     let host = match orig_uri.authority() {
         Some(a) => Some(a.as_str()),
@@ -406,7 +467,6 @@ async fn route_and_proxy(
     }
     .map(host_without_port)
     .unwrap_or(Cow::Borrowed(""));
-    let path = normalize_path(orig_uri.path());
 
     let view = RequestView {
         method: parts.method.as_str(),
@@ -469,6 +529,7 @@ async fn route_and_proxy(
             status: 0,
             response_size: 0,
             tries: 0,
+            ctx: Default::default(),
         }));
     }
 
@@ -503,7 +564,6 @@ async fn route_and_proxy(
 
     // The access phase of the route's plugins; one of them may answer instead of the upstream.
     let chain = &snap.chains[route.route_index];
-    let mut upstream_query: Option<String> = None;
     let mut body_limit: Option<u64> = None;
     let mut consumer: Option<Arc<turnpike_plugins::Identity>> = None;
     let mut body = BodySource::Stream(body);
@@ -546,13 +606,15 @@ async fn route_and_proxy(
             tls: conn.tls,
             client_ip,
             consumer: None,
-            upstream_query: None,
+            upstream_query: upstream_query.take(),
             body_limit: None,
             body: buffered,
             route_id: &snap.config.routes[route.route_index].id,
             service_id: route
                 .service_index
                 .map(|i| snap.config.services[i].id.as_str()),
+            upstream_path: upstream_path.take(),
+            ctx: plugin_ctx,
         };
         let protocol = if conn.tls {
             crate::snapshot::PROTO_HTTPS
@@ -584,15 +646,11 @@ async fn route_and_proxy(
                             with_identity(access.headers, access.consumer.as_deref());
                     }
                 }
-                let mut r = Response::new(ProxyBody::full(e.body));
-                *r.status_mut() = e.status;
-                for (k, v) in e.headers {
-                    r.headers_mut().insert(k, v);
-                }
-                return own_response(ctx, r, start);
+                return exit_response(ctx, e, start);
             }
         }
         upstream_query = access.upstream_query;
+        upstream_path = access.upstream_path;
         body_limit = access.body_limit;
         consumer = access.consumer;
         if snap.chains_filter[route.route_index] {
@@ -629,13 +687,17 @@ async fn route_and_proxy(
     let service = &snap.services[si];
 
     // The upstream request: origin-form URI, hop-by-hop headers removed, Kong's X-Forwarded-*.
-    let mut up_path = upstream_uri(
-        service.path.as_deref(),
-        &path,
-        m.matched_len,
-        route.strip_path,
-        route.path_handling_v1,
-    );
+    let mut up_path = match upstream_path {
+        // A plugin set the upstream path (kong.service.request.set_path).
+        Some(p) => p,
+        None => upstream_uri(
+            service.path.as_deref(),
+            &path,
+            m.matched_len,
+            route.strip_path,
+            route.path_handling_v1,
+        ),
+    };
     match upstream_query.as_deref() {
         // A plugin rewrote the query (e.g. removed a credential); empty means none.
         Some("") => {}
@@ -664,7 +726,7 @@ async fn route_and_proxy(
     parts.version = Version::HTTP_11;
     // What the parser saw of the request's names still holds unless a plugin ran (one may have
     // set any header).
-    let headers_seen = if chain.is_empty() {
+    let headers_seen = if chain.is_empty() && snap.global_rewrite.is_empty() {
         conn.headers_seen.get()
     } else {
         seen::ALL

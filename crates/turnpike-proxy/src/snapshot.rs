@@ -34,6 +34,11 @@ pub struct Snapshot {
     pub chains_log: Vec<u8>,
     /// The targets active health checks probe while this config runs.
     pub probes: Vec<Arc<crate::health::Probe>>,
+    /// Global plugins with a rewrite phase, highest PRIORITY first: run before the router on
+    /// every request (Kong runs only global plugins there). Empty for most configs.
+    pub global_rewrite: Vec<Bound>,
+    /// Global plugins with a certificate phase, run in every TLS handshake.
+    pub global_certificate: Vec<Bound>,
 }
 
 /// A route's compiled plugin chain (shared: most routes have the same, often empty, one).
@@ -88,7 +93,7 @@ impl Slot {
 /// part becomes a per-slot map looked up, per request, with the consumer authentication found
 /// (plugins run in PRIORITY order, so the auth plugins have run by then). Plugins are indexed
 /// by scope first, so the cost is per route times the plugins that apply to it.
-fn compile_chains(config: &Config) -> Result<Vec<Chain>, String> {
+fn compile_chains(config: &Config) -> Result<(Vec<Chain>, Vec<Bound>), String> {
     type Entry = (i32, &'static str, Bound);
     type Chosen = (&'static str, Option<Bound>, bool);
     type ByConsumer<'a> = FxHashMap<&'static str, FxHashMap<&'a str, Bound>>;
@@ -236,7 +241,8 @@ fn compile_chains(config: &Config) -> Result<Vec<Chain>, String> {
         slots.sort_by_key(|s| std::cmp::Reverse(s.0));
         chains.push(slots.into_iter().map(|s| s.1).collect());
     }
-    Ok(chains)
+    global.sort_by_key(|e| std::cmp::Reverse(e.0));
+    Ok((chains, global.into_iter().map(|e| e.2).collect()))
 }
 
 /// Where a service's traffic goes.
@@ -490,7 +496,17 @@ impl Snapshot {
                 tls,
             });
         }
-        let chains = compile_chains(&config)?;
+        let (chains, global) = compile_chains(&config)?;
+        let global_rewrite = global
+            .iter()
+            .filter(|b| b.handler.rewrites())
+            .cloned()
+            .collect();
+        let global_certificate = global
+            .iter()
+            .filter(|b| b.handler.certifies() && b.protocols & PROTO_HTTPS != 0)
+            .cloned()
+            .collect();
         // Whether any config of a chain (consumer-scoped ones included) says `has`.
         let any_config = |has: fn(&dyn Handler) -> bool| -> Vec<bool> {
             chains
@@ -538,6 +554,8 @@ impl Snapshot {
             chains_filter,
             chains_log,
             probes,
+            global_rewrite,
+            global_certificate,
         })
     }
 }

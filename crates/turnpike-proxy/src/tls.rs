@@ -104,9 +104,26 @@ pub struct SniResolver {
 
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        if let Some(name) = hello.server_name() {
-            let name = name.to_ascii_lowercase();
-            if let Some(k) = self.gateway.snapshot.load().certs.find(&name) {
+        let snap = self.gateway.snapshot.load();
+        let name = hello.server_name().map(|n| n.to_ascii_lowercase());
+        // Kong's certificate phase (global plugins only): one of them may refuse the
+        // handshake, which then ends without a certificate.
+        if !snap.global_certificate.is_empty() {
+            let req = turnpike_plugins::CertificateRequest {
+                server_name: name.as_deref(),
+            };
+            for b in &snap.global_certificate {
+                if let Err(e) = b.handler.certificate(&req) {
+                    tracing::error!(
+                        sni = name.as_deref().unwrap_or(""),
+                        "certificate phase refused the handshake: {e}"
+                    );
+                    return None;
+                }
+            }
+        }
+        if let Some(name) = &name {
+            if let Some(k) = snap.certs.find(name) {
                 return Some(k);
             }
         }

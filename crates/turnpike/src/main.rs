@@ -152,6 +152,15 @@ fn load_conf(path: Option<&Path>) -> Result<(Conf, Vec<String>), String> {
 
 /// The plugins this node loads (Kong's `plugins` property; `bundled` by default).
 fn plugin_registry(conf: &Conf) -> Result<Arc<dyn PluginRegistry>, String> {
+    // Before any plugin config is checked: whether and how Lua code in configs may run.
+    turnpike_plugins::lua::configure(
+        turnpike_plugins::lua::Settings::parse(
+            &conf.untrusted_lua,
+            &conf.untrusted_lua_sandbox_requires.join(","),
+            &conf.untrusted_lua_sandbox_environment.join(","),
+        )
+        .map_err(|e| format!("invalid configuration: {e}"))?,
+    );
     turnpike_plugins::enabled(&conf.plugins, conf.database == Database::Off)
         .map(|r| Arc::new(r) as Arc<dyn PluginRegistry>)
         .map_err(|e| format!("invalid configuration: {e}"))

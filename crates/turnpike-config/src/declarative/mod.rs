@@ -21,7 +21,8 @@ pub use errors::{DeclarativeError, EntityError};
 /// What the plugin set knows of plugins: used to check `plugins` entities while loading.
 pub trait PluginRegistry: Send + Sync {
     /// `None` when no plugin of that name is available; otherwise the config with defaults
-    /// filled in, or the violations as (field path, message).
+    /// filled in, or the violations as (field path within `config`, or within the plugin
+    /// entity when it starts with `/`; message).
     fn check(&self, name: &str, config: &Value) -> Option<Result<Value, Vec<(String, String)>>>;
 
     /// Kong's schema JSON for `GET /schemas/plugins/{name}`.
@@ -184,7 +185,12 @@ pub fn check_plugin_config(plugins: &dyn PluginRegistry, p: &mut Plugin) -> Vec<
         }
         Some(Err(v)) => v
             .into_iter()
-            .map(|(f, m)| (format!("config.{f}"), m))
+            // A path with a leading `/` names a field of the plugin entity itself (Kong's
+            // plugin-level entity checks, e.g. pre-function's `at_least_one_of`).
+            .map(|(f, m)| match f.strip_prefix('/') {
+                Some(top) => (top.to_string(), m),
+                None => (format!("config.{f}"), m),
+            })
             .collect(),
     }
 }

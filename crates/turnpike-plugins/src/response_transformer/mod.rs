@@ -347,6 +347,7 @@ mod tests {
             status: StatusCode::OK,
             headers,
             from_upstream: true,
+            ctx: &mut crate::PluginCtx::default(),
         };
         let out = c.header_filter(&mut head).map(|mut f| {
             let mut out = Vec::new();
@@ -484,6 +485,7 @@ mod tests {
             status: StatusCode::OK,
             headers: &mut h,
             from_upstream: true,
+            ctx: &mut crate::PluginCtx::default(),
         };
         let mut f = c.header_filter(&mut head).unwrap();
         let half = Bytes::from(vec![b' '; BODY_MAX / 2 + 1]);

@@ -1,0 +1,521 @@
+//! The Lua runtime behind Kong's serverless plugins (pre-function, post-function): Lua code an
+//! operator puts in a plugin config, run in Kong's phases with a subset of Kong's PDK
+//! (`kong.request`, `kong.response`, `kong.service.request`, `kong.client`, `kong.log`,
+//! `kong.ctx`, ...) and of OpenResty's `ngx` (see `pdk.rs`).
+//!
+//! LuaJIT, as Kong's. Each worker thread has its own state (workers never share a request,
+//! and a state is single-threaded), made on first use; a config's functions are compiled in
+//! it once, on the first request that needs them after a config change, and kept while the
+//! config's handler lives. Per call, the PDK reaches the request through a thread-local
+//! pointer set for the call's length: no per-request allocation unless the code asks for a
+//! table (`kong.ctx.shared`, `kong.request.get_headers()`).
+//!
+//! The `untrusted_lua` property decides what the code may reach, as in Kong: `sandbox` (the
+//! default: a whitelist of Lua's standard library, `kong`, `ngx`, and `require` of only the
+//! modules `untrusted_lua_sandbox_requires` names), `on` (all of Lua, io and os included) or
+//! `off` (configs with Lua code are refused).
+//!
+//! What the code cannot do: yield (no cosockets, `ngx.sleep`, `ngx.location.capture`), reach
+//! Kong's database (`kong.db`, `kong.cache`), or be stopped once it runs: a function that loops
+//! forever holds its worker, as it would hold an nginx worker in Kong.
+
+mod pdk;
+mod sandbox;
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+
+use bytes::Bytes;
+use mlua::{Function, Lua, Table, Value};
+use rustc_hash::FxHashMap;
+
+use crate::{AccessRequest, CertificateRequest, Exit, PluginCtx, ResponseHead};
+
+/// Kong's `untrusted_lua`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    Off,
+    #[default]
+    Sandbox,
+    On,
+}
+
+/// The `untrusted_lua*` properties.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    pub mode: Mode,
+    /// `untrusted_lua_sandbox_requires`: modules `require` may load in the sandbox.
+    pub requires: Vec<String>,
+    /// `untrusted_lua_sandbox_environment`: globals (`os.getenv`, ...) added to the sandbox.
+    pub environment: Vec<String>,
+}
+
+impl Settings {
+    /// From the properties' values (`untrusted_lua` is `on`, `off` or `sandbox`; the lists are
+    /// comma-separated).
+    pub fn parse(mode: &str, requires: &str, environment: &str) -> Result<Settings, String> {
+        let mode = match mode.trim() {
+            "on" => Mode::On,
+            "off" => Mode::Off,
+            "sandbox" => Mode::Sandbox,
+            other => {
+                return Err(format!(
+                    "untrusted_lua: '{other}' is not one of on, off, sandbox"
+                ))
+            }
+        };
+        let list = |s: &str| -> Vec<String> {
+            s.split(',')
+                .map(|p| p.trim().to_string())
+                .filter(|p| !p.is_empty())
+                .collect()
+        };
+        Ok(Settings {
+            mode,
+            requires: list(requires),
+            environment: list(environment),
+        })
+    }
+}
+
+static SETTINGS: OnceLock<Settings> = OnceLock::new();
+
+/// Sets the node's `untrusted_lua*` properties, once, before any config is checked.
+pub fn configure(settings: Settings) {
+    let _ = SETTINGS.set(settings);
+}
+
+pub fn settings() -> &'static Settings {
+    SETTINGS.get_or_init(Settings::default)
+}
+
+/// Kong's message when `untrusted_lua = off`.
+pub const DISABLED: &str =
+    "loading of untrusted Lua code disabled because 'untrusted_lua' config option is set to 'off'";
+
+/// The phases a serverless config has functions for, in Kong's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Certificate,
+    Rewrite,
+    Access,
+    HeaderFilter,
+    BodyFilter,
+    Log,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 6] = [
+        Phase::Certificate,
+        Phase::Rewrite,
+        Phase::Access,
+        Phase::HeaderFilter,
+        Phase::BodyFilter,
+        Phase::Log,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Certificate => "certificate",
+            Phase::Rewrite => "rewrite",
+            Phase::Access => "access",
+            Phase::HeaderFilter => "header_filter",
+            Phase::BodyFilter => "body_filter",
+            Phase::Log => "log",
+        }
+    }
+}
+
+/// A config's Lua functions, by phase, as written. Compiled per worker thread on first use.
+pub struct Code {
+    /// Identifies this config's compiled functions in each thread's state.
+    id: u64,
+    /// The plugin's name, for log lines (`[pre-function] ...`).
+    pub plugin: &'static str,
+    pub phases: [Vec<String>; 6],
+    /// Dropped with the handler: a thread's state then frees the compiled functions the next
+    /// time it compiles something.
+    alive: Arc<()>,
+}
+
+impl Code {
+    pub fn new(plugin: &'static str, phases: [Vec<String>; 6]) -> Code {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Code {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            plugin,
+            phases,
+            alive: Arc::new(()),
+        }
+    }
+
+    pub fn has(&self, phase: Phase) -> bool {
+        !self.phases[phase as usize].is_empty()
+    }
+}
+
+/// Checks that `code` is Lua the node would load: it compiles, and `untrusted_lua` is not off.
+/// Kong's message for a syntax error names the plugin.
+pub fn check(plugin: &str, code: &str) -> Result<(), String> {
+    if settings().mode == Mode::Off {
+        return Err(DISABLED.into());
+    }
+    with_runtime(|rt| {
+        rt.lua
+            .load(code)
+            .set_name(code)
+            .set_mode(mlua::chunk::ChunkMode::Text)
+            .into_function()
+            .map(|_| ())
+            .map_err(|e| {
+                let msg = match &e {
+                    mlua::Error::SyntaxError { message, .. } => message.clone(),
+                    other => other.to_string(),
+                };
+                format!("error parsing {plugin}: {}", first_line(&msg))
+            })
+    })
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or(s)
+}
+
+/// A function of a config, as Kong runs them: the chunk runs on the first request; if it
+/// returns a function, that function is the handler from then on (and runs for that request
+/// too), which lets the chunk keep state in upvalues.
+enum Slot {
+    First(Function),
+    Ready(Function),
+}
+
+struct Compiled {
+    alive: Weak<()>,
+    phases: [Vec<Slot>; 6],
+}
+
+/// One worker thread's Lua state.
+struct Runtime {
+    lua: Lua,
+    /// What each chunk's globals fall back to: the sandbox, or `_G` when `untrusted_lua = on`.
+    env: Table,
+    compiled: FxHashMap<u64, Compiled>,
+}
+
+thread_local! {
+    static RUNTIME: RefCell<Option<Runtime>> = const { RefCell::new(None) };
+}
+
+fn with_runtime<R>(f: impl FnOnce(&mut Runtime) -> R) -> R {
+    RUNTIME.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let rt = slot.get_or_insert_with(|| Runtime::new().expect("a Lua state starts"));
+        f(rt)
+    })
+}
+
+impl Runtime {
+    fn new() -> mlua::Result<Runtime> {
+        let lua = Lua::new();
+        let (kong, ngx) = pdk::install(&lua)?;
+        let env = sandbox::environment(&lua, settings(), &kong, &ngx)?;
+        Ok(Runtime {
+            lua,
+            env,
+            compiled: FxHashMap::default(),
+        })
+    }
+
+    /// Compiles a config's functions into this state: each chunk gets its own globals table
+    /// (as in Kong), which falls back to the environment.
+    fn compile(&mut self, code: &Code) -> mlua::Result<()> {
+        // Functions of configs that are gone are freed here, when a new config arrives.
+        self.compiled.retain(|_, c| c.alive.strong_count() > 0);
+        let mut phases: [Vec<Slot>; 6] = Default::default();
+        let meta = self.lua.create_table()?;
+        meta.set("__index", self.env.clone())?;
+        for (i, funcs) in code.phases.iter().enumerate() {
+            for src in funcs {
+                let globals = self.lua.create_table()?;
+                globals.set_metatable(Some(meta.clone()))?;
+                let f = self
+                    .lua
+                    .load(src.as_str())
+                    .set_name(src.as_str())
+                    .set_mode(mlua::chunk::ChunkMode::Text)
+                    .set_environment(globals)
+                    .into_function()?;
+                phases[i].push(Slot::First(f));
+            }
+        }
+        self.compiled.insert(
+            code.id,
+            Compiled {
+                alive: Arc::downgrade(&code.alive),
+                phases,
+            },
+        );
+        Ok(())
+    }
+}
+
+/// What the PDK reaches during a call: the request or response the phase has.
+pub(crate) enum Target {
+    None,
+    Certificate {
+        server_name: Option<String>,
+    },
+    /// The rewrite and access phases.
+    Request(*mut AccessRequest<'static>),
+    Response(*mut ResponseHead<'static>),
+    Body(*mut BodyChunk),
+    Log(*const crate::log::LogEntry<'static>),
+}
+
+/// The body_filter phase's view of one piece of the body (`ngx.arg`).
+pub(crate) struct BodyChunk {
+    /// `ngx.arg[1]`: what the client gets for this piece (`None`: nothing).
+    pub piece: Option<Bytes>,
+    /// `ngx.arg[2]`: the body has ended.
+    pub eof: bool,
+    /// What `kong.response.get_raw_body()` has gathered so far.
+    pub gathered: Vec<u8>,
+}
+
+/// The call in progress on this thread.
+pub(crate) struct Current {
+    pub target: Target,
+    pub phase: Phase,
+    pub plugin: &'static str,
+    pub plugin_id: u64,
+    pub ctx: *mut PluginCtx,
+    /// A response the code asked for (`kong.response.exit`, `ngx.exit`).
+    pub exit: Option<Exit>,
+    /// What `ngx.say`/`ngx.print` wrote: the response body, if the code then exits.
+    pub said: Vec<u8>,
+}
+
+thread_local! {
+    pub(crate) static CURRENT: RefCell<Current> = const { RefCell::new(Current {
+        target: Target::None,
+        phase: Phase::Access,
+        plugin: "",
+        plugin_id: 0,
+        ctx: std::ptr::null_mut(),
+        exit: None,
+        said: Vec::new(),
+    }) };
+}
+
+/// The per-request tables the code keeps between phases (`kong.ctx.shared`,
+/// `kong.ctx.plugin`, `ngx.ctx`), stored in the request's `PluginCtx`.
+pub(crate) struct LuaCtx {
+    pub shared: Table,
+    pub ngx: Table,
+    pub plugin: FxHashMap<u64, Table>,
+}
+
+/// How a phase's functions ended.
+pub enum Outcome {
+    Continue,
+    /// The code answered the request.
+    Exit(Exit),
+    /// A Lua error: the message, as Kong logs it.
+    Failed(String),
+}
+
+/// Clears `CURRENT` when the call ends, however it ends.
+struct CallGuard;
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        CURRENT.with(|c| {
+            let mut c = c.borrow_mut();
+            c.target = Target::None;
+            c.ctx = std::ptr::null_mut();
+            c.exit = None;
+            c.said.clear();
+        });
+    }
+}
+
+/// Runs `code`'s functions for `phase`, in order, with the PDK pointed at `target`.
+pub(crate) fn run(code: &Code, phase: Phase, target: Target, ctx: *mut PluginCtx) -> Outcome {
+    let funcs: Vec<(usize, Function, bool)> = match with_runtime(|rt| {
+        if !rt.compiled.contains_key(&code.id) {
+            rt.compile(code)?;
+        }
+        let compiled = &rt.compiled[&code.id];
+        Ok::<_, mlua::Error>(
+            compiled.phases[phase as usize]
+                .iter()
+                .enumerate()
+                .map(|(i, s)| match s {
+                    Slot::First(f) => (i, f.clone(), true),
+                    Slot::Ready(f) => (i, f.clone(), false),
+                })
+                .collect(),
+        )
+    }) {
+        Ok(f) => f,
+        Err(e) => return Outcome::Failed(e.to_string()),
+    };
+    CURRENT.with(|c| {
+        let mut c = c.borrow_mut();
+        c.target = target;
+        c.phase = phase;
+        c.plugin = code.plugin;
+        c.plugin_id = code.id;
+        c.ctx = ctx;
+    });
+    let _guard = CallGuard;
+    for (i, f, first) in funcs {
+        let result = f.call::<Value>(());
+        let (exit, said) = CURRENT.with(|c| {
+            let mut c = c.borrow_mut();
+            (c.exit.take(), std::mem::take(&mut c.said))
+        });
+        if first {
+            // Kong's first run: a returned function is the handler from now on, and runs now.
+            let handler = match &result {
+                Ok(Value::Function(h)) if exit.is_none() => Some(h.clone()),
+                _ => None,
+            };
+            set_slot(code.id, phase, i, handler.clone().unwrap_or(f));
+            if let Some(h) = handler {
+                let result = h.call::<Value>(());
+                let (exit, said) = CURRENT.with(|c| {
+                    let mut c = c.borrow_mut();
+                    (c.exit.take(), std::mem::take(&mut c.said))
+                });
+                match ended(result, exit, said, phase) {
+                    Outcome::Continue => continue,
+                    other => return other,
+                }
+            }
+        }
+        match ended(result, exit, said, phase) {
+            Outcome::Continue => {}
+            other => return other,
+        }
+    }
+    Outcome::Continue
+}
+
+fn set_slot(id: u64, phase: Phase, i: usize, f: Function) {
+    with_runtime(|rt| {
+        if let Some(c) = rt.compiled.get_mut(&id) {
+            if let Some(s) = c.phases[phase as usize].get_mut(i) {
+                *s = Slot::Ready(f);
+            }
+        }
+    });
+}
+
+/// What one function's call means for the request.
+fn ended(result: mlua::Result<Value>, exit: Option<Exit>, said: Vec<u8>, phase: Phase) -> Outcome {
+    if let Some(e) = exit {
+        return Outcome::Exit(e);
+    }
+    if let Err(e) = result {
+        if pdk::is_stop(&e) {
+            return Outcome::Continue;
+        }
+        return Outcome::Failed(e.to_string());
+    }
+    // Output written with ngx.say and no exit: nginx would have sent it as a 200.
+    if !said.is_empty() && matches!(phase, Phase::Rewrite | Phase::Access) {
+        return Outcome::Exit(pdk::said_exit(http::StatusCode::OK, said));
+    }
+    Outcome::Continue
+}
+
+/// The certificate phase: an error or an exit aborts the handshake.
+pub fn run_certificate(code: &Code, hello: &CertificateRequest<'_>) -> Result<(), String> {
+    let target = Target::Certificate {
+        server_name: hello.server_name.map(str::to_string),
+    };
+    match run(code, Phase::Certificate, target, std::ptr::null_mut()) {
+        Outcome::Continue => Ok(()),
+        Outcome::Exit(e) => Err(format!("exited with {}", e.status.as_u16())),
+        Outcome::Failed(e) => Err(e),
+    }
+}
+
+/// The rewrite or access phase.
+pub fn run_request(code: &Code, phase: Phase, req: &mut AccessRequest<'_>) -> Outcome {
+    let ctx: *mut PluginCtx = &mut *req.ctx;
+    let target = Target::Request(std::ptr::from_mut(req).cast());
+    run(code, phase, target, ctx)
+}
+
+/// The header_filter phase.
+pub fn run_response(code: &Code, head: &mut ResponseHead<'_>) -> Outcome {
+    let ctx: *mut PluginCtx = &mut *head.ctx;
+    let target = Target::Response(std::ptr::from_mut(head).cast());
+    run(code, Phase::HeaderFilter, target, ctx)
+}
+
+/// The log phase.
+pub fn run_log(code: &Code, entry: &crate::log::LogEntry<'_>) -> Outcome {
+    let ctx = entry.ctx.map_or(std::ptr::null_mut(), |c| {
+        c as *const PluginCtx as *mut PluginCtx
+    });
+    let target = Target::Log(std::ptr::from_ref(entry).cast());
+    run(code, Phase::Log, target, ctx)
+}
+
+/// The body_filter phase of one response: its `kong.ctx` tables are taken from the request's
+/// context when the header_filter phase builds it, since the body outlives that borrow.
+pub struct LuaBodyFilter {
+    code: Arc<Code>,
+    ctx: PluginCtx,
+    gathered: Vec<u8>,
+}
+
+impl LuaBodyFilter {
+    pub fn new(code: Arc<Code>, ctx: &PluginCtx) -> LuaBodyFilter {
+        let shared = ctx
+            .0
+            .as_ref()
+            .and_then(|b| b.downcast_ref::<LuaCtx>())
+            .map(|c| LuaCtx {
+                shared: c.shared.clone(),
+                ngx: c.ngx.clone(),
+                plugin: c.plugin.clone(),
+            });
+        LuaBodyFilter {
+            code,
+            ctx: PluginCtx(shared.map(|c| Box::new(c) as Box<dyn std::any::Any>)),
+            gathered: Vec::new(),
+        }
+    }
+}
+
+impl crate::BodyFilter for LuaBodyFilter {
+    fn filter(&mut self, piece: Bytes, eof: bool) -> Bytes {
+        let mut chunk = BodyChunk {
+            piece: Some(piece.clone()),
+            eof,
+            gathered: std::mem::take(&mut self.gathered),
+        };
+        let outcome = run(
+            &self.code,
+            Phase::BodyFilter,
+            Target::Body(&mut chunk),
+            &mut self.ctx,
+        );
+        self.gathered = chunk.gathered;
+        match outcome {
+            Outcome::Continue | Outcome::Exit(_) => chunk.piece.unwrap_or_default(),
+            Outcome::Failed(e) => {
+                tracing::error!("[{}] body_filter: {e}", self.code.plugin);
+                piece
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

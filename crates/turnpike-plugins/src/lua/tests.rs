@@ -1,0 +1,309 @@
+//! The serverless runtime and PDK, through the pre-function handler, on requests built here.
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use serde_json::{json, Value};
+
+use crate::pre_function::{schema, Serverless};
+use crate::{Access, Handler, PluginCtx, ResponseHead, TestRequest};
+
+fn handler(config: Value) -> Serverless {
+    let config = crate::schema::validate(schema::FIELDS, &config).expect("valid config");
+    Serverless::new("pre-function", &config)
+}
+
+fn exit_of(a: Access) -> crate::Exit {
+    match a {
+        Access::Exit(e) => e,
+        _ => panic!("expected an exit"),
+    }
+}
+
+fn body_json(e: &crate::Exit) -> Value {
+    serde_json::from_slice(&e.body).expect("JSON body")
+}
+
+#[test]
+fn exit_with_a_table_sends_json_and_headers() {
+    let h = handler(json!({"access": [
+        "kong.response.exit(403, { message = 'go away' }, { ['X-Why'] = 'policy' })"
+    ]}));
+    let e = exit_of(TestRequest::new().run(&h));
+    assert_eq!(e.status, StatusCode::FORBIDDEN);
+    assert_eq!(body_json(&e), json!({"message": "go away"}));
+    let get = |n: &str| {
+        e.headers
+            .iter()
+            .find(|(k, _)| k == n)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(get("x-why").unwrap(), "policy");
+    assert_eq!(
+        get("content-type").unwrap(),
+        "application/json; charset=utf-8"
+    );
+}
+
+#[test]
+fn an_exit_inside_pcall_still_ends_the_request() {
+    let h = handler(json!({"access": [
+        "pcall(kong.response.exit, 401, 'no') kong.service.request.set_header('x-after', 'ran')"
+    ]}));
+    let mut req = TestRequest::new();
+    let e = exit_of(req.run(&h));
+    assert_eq!(e.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(&e.body[..], b"no");
+}
+
+#[test]
+fn request_headers_are_read_and_set_for_the_upstream() {
+    let h = handler(json!({"access": [
+        "local v = kong.request.get_header('x_client') \
+         kong.service.request.set_header('X-Upstream', v .. '!') \
+         kong.service.request.clear_header('x-secret')"
+    ]}));
+    let mut req = TestRequest::new();
+    req.headers
+        .insert("x-client", HeaderValue::from_static("hello"));
+    req.headers
+        .insert("x-secret", HeaderValue::from_static("s"));
+    assert!(matches!(req.run(&h), Access::Continue));
+    assert_eq!(req.headers.get("x-upstream").unwrap(), "hello!");
+    assert!(req.headers.get("x-secret").is_none());
+}
+
+#[test]
+fn a_header_value_that_would_split_the_head_is_an_error() {
+    let h = handler(json!({"access": [
+        "kong.service.request.set_header('x-a', 'a\\r\\nx-injected: 1')"
+    ]}));
+    let mut req = TestRequest::new();
+    let e = exit_of(req.run(&h));
+    assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        body_json(&e),
+        json!({"message": "An unexpected error occurred"})
+    );
+    assert!(req.headers.get("x-injected").is_none());
+}
+
+/// Kong's first run: a chunk that returns a function hands over to it, and its upvalues live
+/// on between requests.
+#[test]
+fn a_returned_function_keeps_its_upvalues_between_requests() {
+    let h = handler(json!({"access": [
+        "local n = 0 return function() n = n + 1 kong.response.set_header('x-n', n) end"
+    ]}));
+    for expected in ["1", "2", "3"] {
+        let mut req = TestRequest::new();
+        assert!(matches!(req.run(&h), Access::Continue));
+        let (_, v) = req.response_headers.last().expect("a header");
+        assert_eq!(v, expected);
+    }
+}
+
+#[test]
+fn say_then_exit_answers_with_what_was_said() {
+    let h = handler(json!({"access": ["ngx.say('hello ', 42) return ngx.exit(200)"]}));
+    let e = exit_of(TestRequest::new().run(&h));
+    assert_eq!(e.status, StatusCode::OK);
+    assert_eq!(&e.body[..], b"hello 42\n");
+    let h = handler(json!({"access": ["ngx.exit(ngx.HTTP_FORBIDDEN)"]}));
+    let e = exit_of(TestRequest::new().run(&h));
+    assert_eq!(body_json(&e), json!({"message": "Forbidden"}));
+}
+
+#[test]
+fn query_and_path_for_the_upstream() {
+    let h = handler(json!({"access": [
+        "local q = kong.request.get_query() \
+         kong.service.request.set_query({ b = q.a, flag = true }) \
+         kong.service.request.set_path('/v2' .. kong.request.get_path())"
+    ]}));
+    let mut req = TestRequest::new();
+    req.query = Some("a=x%20y&c=1");
+    let mut ctx = PluginCtx::default();
+    let mut response_headers = Vec::new();
+    let mut access = crate::AccessRequest {
+        method: "GET",
+        path: "/p",
+        query: req.query,
+        headers: &mut req.headers,
+        response_headers: &mut response_headers,
+        tls: false,
+        client_ip: "10.0.0.1".parse().unwrap(),
+        consumer: None,
+        upstream_query: None,
+        body_limit: None,
+        body: None,
+        route_id: "r",
+        service_id: None,
+        upstream_path: None,
+        ctx: &mut ctx,
+    };
+    assert!(matches!(h.access(&mut access), Access::Continue));
+    assert_eq!(access.upstream_query.as_deref(), Some("b=x%20y&flag"));
+    assert_eq!(access.upstream_path.as_deref(), Some("/v2/p"));
+}
+
+/// `kong.ctx.shared` lives from the access phase to header_filter and body_filter.
+#[test]
+fn ctx_shared_carries_from_access_to_the_response() {
+    let h = handler(json!({
+        "access": ["kong.ctx.shared.who = kong.request.get_header('x-user')"],
+        "header_filter": ["kong.response.set_header('x-who', kong.ctx.shared.who)"],
+        "body_filter": ["if ngx.arg[2] then ngx.arg[1] = 'by ' .. kong.ctx.shared.who end"],
+    }));
+    let mut req = TestRequest::new();
+    req.headers
+        .insert("x-user", HeaderValue::from_static("ann"));
+    assert!(matches!(req.run(&h), Access::Continue));
+    let mut headers = HeaderMap::new();
+    let mut head = ResponseHead {
+        status: StatusCode::OK,
+        headers: &mut headers,
+        from_upstream: true,
+        ctx: &mut req.ctx,
+    };
+    let mut filter = h.header_filter(&mut head).expect("a body filter");
+    assert_eq!(headers.get("x-who").unwrap(), "ann");
+    assert_eq!(filter.filter(Bytes::from_static(b"x"), false), "x");
+    assert_eq!(filter.filter(Bytes::new(), true), "by ann");
+}
+
+#[test]
+fn get_raw_body_gathers_the_pieces_and_set_raw_body_replaces_them() {
+    let h = handler(json!({"body_filter": [
+        "local b = kong.response.get_raw_body() if b then kong.response.set_raw_body(b:upper()) end"
+    ]}));
+    let mut headers = HeaderMap::new();
+    let mut ctx = PluginCtx::default();
+    let mut head = ResponseHead {
+        status: StatusCode::OK,
+        headers: &mut headers,
+        from_upstream: true,
+        ctx: &mut ctx,
+    };
+    let mut f = h.header_filter(&mut head).unwrap();
+    assert_eq!(f.filter(Bytes::from_static(b"ab"), false), "");
+    assert_eq!(f.filter(Bytes::from_static(b"cd"), false), "");
+    assert_eq!(f.filter(Bytes::new(), true), "ABCD");
+}
+
+#[test]
+fn header_filter_changes_status_and_headers() {
+    let h = handler(json!({"header_filter": [
+        "if kong.service.response.get_status() == 404 then kong.response.set_status(410) end \
+         kong.response.clear_header('server') ngx.header['X-Seen'] = kong.response.get_source()"
+    ]}));
+    let mut headers = HeaderMap::new();
+    headers.insert("server", HeaderValue::from_static("up"));
+    let mut ctx = PluginCtx::default();
+    let mut head = ResponseHead {
+        status: StatusCode::NOT_FOUND,
+        headers: &mut headers,
+        from_upstream: true,
+        ctx: &mut ctx,
+    };
+    assert!(h.header_filter(&mut head).is_none());
+    assert_eq!(head.status, StatusCode::GONE);
+    assert!(headers.get("server").is_none());
+    assert_eq!(headers.get("x-seen").unwrap(), "service");
+}
+
+/// The sandbox: no os.execute, io, load or unlisted modules; kong's tables cannot be changed;
+/// each chunk's globals are its own.
+#[test]
+fn the_sandbox_keeps_the_code_in() {
+    for code in [
+        "os.execute('true')",
+        "io.open('/etc/passwd')",
+        "load('return 1')()",
+        "require('os')",
+        "kong.request = nil",
+        "string.len = nil",
+        "kong.log.err = nil",
+        "ngx.say = nil",
+    ] {
+        let h = handler(json!({ "access": [code] }));
+        match TestRequest::new().run(&h) {
+            Access::Exit(e) => assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR, "{code}"),
+            _ => panic!("{code} ran"),
+        }
+    }
+    // What the sandbox allows.
+    let h = handler(json!({"access": [
+        "x = string.format('%d', math.floor(2.5)) kong.response.set_header('x', x .. tostring(os.time() > 0))"
+    ]}));
+    let mut req = TestRequest::new();
+    assert!(matches!(req.run(&h), Access::Continue));
+    assert_eq!(req.response_headers[0].1, "2true");
+    // The modules were left as they were for the next chunk, and kong.log still calls.
+    let h = handler(json!({"access": [
+        "kong.log('still callable') kong.response.set_header('x', string.len('abc'))"
+    ]}));
+    let mut req = TestRequest::new();
+    assert!(matches!(req.run(&h), Access::Continue));
+    assert_eq!(req.response_headers[0].1, "3");
+}
+
+#[test]
+fn phases_outside_their_place_are_refused() {
+    let h = handler(json!({"access": ["kong.response.set_status(200)"]}));
+    let e = exit_of(TestRequest::new().run(&h));
+    assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
+}
+
+#[test]
+fn configs_are_checked_as_kong_checks_them() {
+    let none = crate::schema::validate(schema::FIELDS, &json!({})).unwrap();
+    let errs = schema::entity_checks("pre-function", &none);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].0, "/@entity");
+    assert!(errs[0]
+        .1
+        .starts_with("at least one of these fields must be non-empty: 'config.certificate'"));
+    let errs = schema::entity_checks("pre-function", &json!({"access": ["local = 1"]}));
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].0, "access");
+    assert!(
+        errs[0]
+            .1
+            .starts_with("error parsing pre-function: [string \"local = 1\"]:1:"),
+        "{}",
+        errs[0].1
+    );
+    let ok =
+        crate::schema::validate(schema::FIELDS, &json!({"log": ["kong.log.err('x')"]})).unwrap();
+    assert!(schema::entity_checks("pre-function", &ok).is_empty());
+}
+
+#[test]
+fn cjson_is_there_for_code_that_requires_it_when_allowed() {
+    // Not in untrusted_lua_sandbox_requires (empty by default): refused.
+    let h = handler(json!({"access": ["local cjson = require 'cjson'"]}));
+    assert_eq!(
+        exit_of(TestRequest::new().run(&h)).status,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+}
+
+#[test]
+fn get_headers_reads_any_case_and_many_values() {
+    let h = handler(json!({"access": [
+        "local h = kong.request.get_headers() \
+         kong.response.set_header('x-out', h.x_multi[1] .. h['X-Multi'][2] .. h.single)"
+    ]}));
+    let mut req = TestRequest::new();
+    req.headers.append("x-multi", HeaderValue::from_static("a"));
+    req.headers.append("x-multi", HeaderValue::from_static("b"));
+    req.headers.insert("single", HeaderValue::from_static("c"));
+    assert!(matches!(req.run(&h), Access::Continue));
+    assert_eq!(
+        req.response_headers[0],
+        (
+            HeaderName::from_static("x-out"),
+            HeaderValue::from_static("abc")
+        )
+    );
+}

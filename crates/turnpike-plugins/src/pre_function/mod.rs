@@ -1,0 +1,132 @@
+//! pre-function (Kong's serverless plugin, PRIORITY 1000000): the operator's Lua code, run
+//! first in each phase. post-function shares this handler and runs last (see
+//! `post_function`). The runtime and the PDK the code calls are in `crate::lua`.
+
+pub mod schema;
+
+use std::sync::Arc;
+
+use http::StatusCode;
+use serde_json::Value;
+
+use crate::lua::{self, Code, Outcome, Phase};
+use crate::{
+    Access, AccessRequest, BodyFilter, CertificateRequest, Exit, Handler, PluginSpec, ResponseHead,
+};
+
+pub struct PreFunction;
+
+impl PluginSpec for PreFunction {
+    fn name(&self) -> &'static str {
+        "pre-function"
+    }
+    fn priority(&self) -> i32 {
+        1_000_000
+    }
+    fn fields(&self) -> &'static [crate::schema::Field] {
+        schema::FIELDS
+    }
+    fn entity_checks(&self, config: &Value) -> Vec<(String, String)> {
+        schema::entity_checks(self.name(), config)
+    }
+    fn allows_consumer(&self) -> bool {
+        false
+    }
+    fn build(&self, config: &Value, _: &crate::BuildContext) -> Result<Arc<dyn Handler>, String> {
+        Ok(Arc::new(Serverless::new(self.name(), config)))
+    }
+}
+
+/// A pre-function or post-function config.
+pub struct Serverless {
+    code: Arc<Code>,
+    /// Some function reads or replaces the request body: the proxy reads it first.
+    wants_body: bool,
+}
+
+impl Serverless {
+    pub fn new(plugin: &'static str, config: &Value) -> Serverless {
+        let phases = schema::phases(config);
+        // The body is read ahead only for code that asks for it (a name search: reading it
+        // for every request would cost every request a buffer).
+        let wants_body = phases.iter().flatten().any(|src| {
+            ["get_raw_body", "get_body", "set_raw_body", "read_body"]
+                .iter()
+                .any(|f| src.contains(f))
+        });
+        Serverless {
+            code: Arc::new(Code::new(plugin, phases)),
+            wants_body,
+        }
+    }
+
+    /// A Lua error in a request phase: logged, and the client gets Kong's 500.
+    fn failed(&self, phase: Phase, e: &str) -> Exit {
+        tracing::error!("[{}] {}: {e}", self.code.plugin, phase.name());
+        Exit::message(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "An unexpected error occurred",
+        )
+    }
+}
+
+impl Handler for Serverless {
+    fn certificate(&self, hello: &CertificateRequest<'_>) -> Result<(), String> {
+        lua::run_certificate(&self.code, hello)
+    }
+    fn certifies(&self) -> bool {
+        self.code.has(Phase::Certificate)
+    }
+    fn rewrite(&self, req: &mut AccessRequest<'_>) -> Option<Exit> {
+        match lua::run_request(&self.code, Phase::Rewrite, req) {
+            Outcome::Continue => None,
+            Outcome::Exit(e) => Some(e),
+            Outcome::Failed(e) => Some(self.failed(Phase::Rewrite, &e)),
+        }
+    }
+    fn rewrites(&self) -> bool {
+        self.code.has(Phase::Rewrite)
+    }
+    fn access(&self, req: &mut AccessRequest<'_>) -> Access {
+        if !self.code.has(Phase::Access) {
+            return Access::Continue;
+        }
+        match lua::run_request(&self.code, Phase::Access, req) {
+            Outcome::Continue => Access::Continue,
+            Outcome::Exit(e) => Access::Exit(e),
+            Outcome::Failed(e) => Access::Exit(self.failed(Phase::Access, &e)),
+        }
+    }
+    fn header_filter(&self, resp: &mut ResponseHead<'_>) -> Option<Box<dyn BodyFilter>> {
+        if self.code.has(Phase::HeaderFilter) {
+            match lua::run_response(&self.code, resp) {
+                Outcome::Continue | Outcome::Exit(_) => {}
+                // The head is the upstream's already: it goes out as the code left it.
+                Outcome::Failed(e) => {
+                    tracing::error!("[{}] header_filter: {e}", self.code.plugin)
+                }
+            }
+        }
+        self.code.has(Phase::BodyFilter).then(|| {
+            Box::new(lua::LuaBodyFilter::new(self.code.clone(), resp.ctx)) as Box<dyn BodyFilter>
+        })
+    }
+    fn filters_response(&self) -> bool {
+        self.code.has(Phase::HeaderFilter) || self.code.has(Phase::BodyFilter)
+    }
+    fn wants_body(&self) -> bool {
+        self.wants_body
+    }
+    fn log(&self, entry: &crate::log::LogEntry<'_>) {
+        if let Outcome::Failed(e) = lua::run_log(&self.code, entry) {
+            tracing::error!("[{}] log: {e}", self.code.plugin);
+        }
+    }
+    fn logs(&self) -> bool {
+        self.code.has(Phase::Log)
+    }
+    fn log_headers(&self) -> bool {
+        // kong.log.serialize() and the client's address need the request's details.
+        self.code.has(Phase::Log)
+    }
+}
