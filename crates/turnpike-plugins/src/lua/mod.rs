@@ -342,25 +342,6 @@ impl Drop for CallGuard {
 
 /// Runs `code`'s functions for `phase`, in order, with the PDK pointed at `target`.
 pub(crate) fn run(code: &Code, phase: Phase, target: Target, ctx: *mut PluginCtx) -> Outcome {
-    let funcs: Vec<(usize, Function, bool)> = match with_runtime(|rt| {
-        if !rt.compiled.contains_key(&code.id) {
-            rt.compile(code)?;
-        }
-        let compiled = &rt.compiled[&code.id];
-        Ok::<_, mlua::Error>(
-            compiled.phases[phase as usize]
-                .iter()
-                .enumerate()
-                .map(|(i, s)| match s {
-                    Slot::First(f) => (i, f.clone(), true),
-                    Slot::Ready(f) => (i, f.clone(), false),
-                })
-                .collect(),
-        )
-    }) {
-        Ok(f) => f,
-        Err(e) => return Outcome::Failed(e.to_string()),
-    };
     CURRENT.with(|c| {
         let mut c = c.borrow_mut();
         c.target = target;
@@ -370,51 +351,55 @@ pub(crate) fn run(code: &Code, phase: Phase, target: Target, ctx: *mut PluginCtx
         c.ctx = ctx;
     });
     let _guard = CallGuard;
-    for (i, f, first) in funcs {
-        let result = f.call::<Value>(());
-        let (exit, said) = CURRENT.with(|c| {
-            let mut c = c.borrow_mut();
-            (c.exit.take(), std::mem::take(&mut c.said))
-        });
-        if first {
-            // Kong's first run: a returned function is the handler from now on, and runs now.
-            let handler = match &result {
-                Ok(Value::Function(h)) if exit.is_none() => Some(h.clone()),
-                _ => None,
-            };
-            set_slot(code.id, phase, i, handler.clone().unwrap_or(f));
-            if let Some(h) = handler {
-                let result = h.call::<Value>(());
-                let (exit, said) = CURRENT.with(|c| {
-                    let mut c = c.borrow_mut();
-                    (c.exit.take(), std::mem::take(&mut c.said))
-                });
-                match ended(result, exit, said, phase) {
-                    Outcome::Continue => continue,
-                    other => return other,
-                }
-            }
-        }
-        match ended(result, exit, said, phase) {
-            Outcome::Continue => {}
-            other => return other,
-        }
-    }
-    Outcome::Continue
-}
-
-fn set_slot(id: u64, phase: Phase, i: usize, f: Function) {
+    // The functions are called in place: nothing the code can reach (the PDK) touches the
+    // runtime, and not cloning them saves a registry round trip per function per request.
     with_runtime(|rt| {
-        if let Some(c) = rt.compiled.get_mut(&id) {
-            if let Some(s) = c.phases[phase as usize].get_mut(i) {
-                *s = Slot::Ready(f);
+        if !rt.compiled.contains_key(&code.id) {
+            if let Err(e) = rt.compile(code) {
+                return Outcome::Failed(e.to_string());
             }
         }
-    });
+        let Some(compiled) = rt.compiled.get_mut(&code.id) else {
+            return Outcome::Failed("compiled functions missing".into());
+        };
+        for slot in compiled.phases[phase as usize].iter_mut() {
+            let outcome = match slot {
+                Slot::Ready(f) => {
+                    let result = f.call::<()>(());
+                    ended(result, phase)
+                }
+                Slot::First(f) => {
+                    // Kong's first run: a returned function is the handler from now on, and
+                    // runs now.
+                    let result = f.call::<Value>(());
+                    let exited = CURRENT.with(|c| c.borrow().exit.is_some());
+                    match result {
+                        Ok(Value::Function(h)) if !exited => {
+                            *slot = Slot::Ready(h.clone());
+                            ended(h.call::<()>(()), phase)
+                        }
+                        other => {
+                            let f = f.clone();
+                            *slot = Slot::Ready(f);
+                            ended(other.map(|_| ()), phase)
+                        }
+                    }
+                }
+            };
+            if !matches!(outcome, Outcome::Continue) {
+                return outcome;
+            }
+        }
+        Outcome::Continue
+    })
 }
 
 /// What one function's call means for the request.
-fn ended(result: mlua::Result<Value>, exit: Option<Exit>, said: Vec<u8>, phase: Phase) -> Outcome {
+fn ended(result: mlua::Result<()>, phase: Phase) -> Outcome {
+    let (exit, said) = CURRENT.with(|c| {
+        let mut c = c.borrow_mut();
+        (c.exit.take(), std::mem::take(&mut c.said))
+    });
     if let Some(e) = exit {
         return Outcome::Exit(e);
     }
