@@ -72,20 +72,6 @@ pub struct LogEntry<'a> {
     pub ctx: Option<&'a crate::PluginCtx>,
 }
 
-/// Kong's logging plugins accept `custom_fields_by_lua`; Turnpike runs no Lua, so a config that
-/// sets it is refused rather than silently logging less than asked.
-pub fn refuse_lua_fields(config: &serde_json::Value) -> Option<(String, String)> {
-    config["custom_fields_by_lua"]
-        .as_object()
-        .is_some_and(|m| !m.is_empty())
-        .then(|| {
-            (
-                "custom_fields_by_lua".into(),
-                "Turnpike does not run Lua: custom_fields_by_lua must be empty".into(),
-            )
-        })
-}
-
 fn headers_json(h: &HeaderMap) -> Value {
     let mut m = Map::new();
     for name in h.keys() {
@@ -196,20 +182,5 @@ impl LogEntry<'_> {
             "authenticated_entity": self.consumer.and_then(|c| c.credential_id.as_ref()).map(|id| json!({"id": id})),
             "workspace": "00000000-0000-0000-0000-000000000000",
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lua_fields_are_refused_only_when_set() {
-        assert!(refuse_lua_fields(&json!({"path": "/tmp/x"})).is_none());
-        assert!(refuse_lua_fields(&json!({"custom_fields_by_lua": {}})).is_none());
-        let (field, why) =
-            refuse_lua_fields(&json!({"custom_fields_by_lua": {"a": "return 1"}})).unwrap();
-        assert_eq!(field, "custom_fields_by_lua");
-        assert!(why.contains("does not run Lua"));
     }
 }

@@ -220,3 +220,50 @@ plugins:
     assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(r.json()["config"]["certificate"], json!([]));
 }
+
+/// file-log's `custom_fields_by_lua`: Lua per field of the JSON line, with the request and
+/// `kong.ctx.shared` as the plugins left them.
+#[tokio::test]
+async fn custom_fields_by_lua_shape_the_log_line() {
+    let up = Upstream::start("lua-log");
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("requests.log");
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
+services:
+- name: svc
+  url: {url}
+  routes: [{{name: r, paths: [/]}}]
+plugins:
+- name: pre-function
+  config:
+    access: ["kong.ctx.shared.seen = 'pre-' .. kong.request.get_method()"]
+- name: file-log
+  config:
+    path: "{log}"
+    custom_fields_by_lua:
+      tenant: "return kong.request.get_header('x-tenant')"
+      shared: "return kong.ctx.shared.seen"
+      request.size: "return nil"
+      deep.status: "return kong.response.get_status() + 1"
+"#,
+        url = up.url(),
+        log = log_path.display()
+    ))
+    .start();
+    let r = call(gw.proxy, "GET", "/x", &[("x-tenant", "acme")]).await;
+    assert_eq!(r.status, 200);
+    let mut line = String::new();
+    let written = eventually(std::time::Duration::from_secs(5), async || {
+        line = std::fs::read_to_string(&log_path).unwrap_or_default();
+        !line.is_empty()
+    })
+    .await;
+    assert!(written, "{}", gw.log_text());
+    let entry: serde_json::Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+    assert_eq!(entry["tenant"], "acme");
+    assert_eq!(entry["shared"], "pre-GET");
+    assert_eq!(entry["deep"]["status"], 201);
+    assert!(entry["request"].get("size").is_none(), "{entry}");
+    assert_eq!(entry["request"]["method"], "GET", "the rest is Kong's");
+}

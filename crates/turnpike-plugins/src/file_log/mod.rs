@@ -106,6 +106,8 @@ fn write_lines(path: &str, reopen: bool, rx: Receiver<String>) {
 
 struct Configured {
     writer: Arc<Writer>,
+    /// `custom_fields_by_lua`, when set.
+    fields: Option<crate::lua::LogFields>,
 }
 
 impl PluginSpec for FileLog {
@@ -129,7 +131,7 @@ impl PluginSpec for FileLog {
         {
             errs.push(("path".into(), "not a valid filename".into()));
         }
-        errs.extend(crate::log::refuse_lua_fields(config));
+        errs.extend(crate::lua::check_log_fields("file-log", config));
         errs
     }
     fn build(
@@ -141,6 +143,7 @@ impl PluginSpec for FileLog {
         let reopen = config["reopen"].as_bool().unwrap_or(false);
         Ok(Arc::new(Configured {
             writer: writer(path, reopen)?,
+            fields: crate::lua::LogFields::new("file-log", &config["custom_fields_by_lua"]),
         }))
     }
 }
@@ -156,7 +159,11 @@ impl Handler for Configured {
         true
     }
     fn log(&self, entry: &LogEntry<'_>) {
-        let line = entry.to_json().to_string();
+        let mut json = entry.to_json();
+        if let Some(fields) = &self.fields {
+            fields.apply(entry, &mut json);
+        }
+        let line = json.to_string();
         match self.writer.queue.try_send(line) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {

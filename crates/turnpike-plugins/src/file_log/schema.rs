@@ -1,5 +1,5 @@
 //! file-log's config (Kong `kong/plugins/file-log/schema.lua`). `custom_fields_by_lua` holds
-//! Lua; Turnpike runs no Lua, so a config that sets it is refused (see `entity_checks`).
+//! Lua, run in the log phase (`crate::lua::LogFields`) and checked like any Lua in a config.
 
 use crate::schema::{Default, Field, Type};
 

@@ -287,6 +287,8 @@ async fn send_loop(t: Target, mut rx: mpsc::Receiver<String>) {
 
 struct Configured {
     queue: Arc<Queue>,
+    /// `custom_fields_by_lua`, when set.
+    fields: Option<crate::lua::LogFields>,
 }
 
 impl PluginSpec for HttpLog {
@@ -315,7 +317,7 @@ impl PluginSpec for HttpLog {
                 "expected one of: -1, 1".into(),
             ));
         }
-        errs.extend(crate::log::refuse_lua_fields(config));
+        errs.extend(crate::lua::check_log_fields("http-log", config));
         if let Some(map) = config["headers"].as_object() {
             for k in map.keys() {
                 if HeaderName::from_bytes(k.as_bytes()).is_err() {
@@ -332,6 +334,7 @@ impl PluginSpec for HttpLog {
     ) -> Result<Arc<dyn Handler>, String> {
         Ok(Arc::new(Configured {
             queue: queue(config)?,
+            fields: crate::lua::LogFields::new("http-log", &config["custom_fields_by_lua"]),
         }))
     }
 }
@@ -347,7 +350,11 @@ impl Handler for Configured {
         true
     }
     fn log(&self, entry: &LogEntry<'_>) {
-        let line = entry.to_json().to_string();
+        let mut json = entry.to_json();
+        if let Some(fields) = &self.fields {
+            fields.apply(entry, &mut json);
+        }
+        let line = json.to_string();
         if self.queue.tx.try_send(line).is_err() {
             let n = DROPPED.fetch_add(1, Ordering::Relaxed);
             if n.is_multiple_of(1000) {

@@ -1,7 +1,7 @@
 //! http-log's config (Kong `kong/plugins/http-log/schema.lua` and the shared queue record of
 //! `kong/tools/queue_schema.lua`). The deprecated `retry_count`, `queue_size` and
 //! `flush_timeout` are accepted; `queue` is what counts. `custom_fields_by_lua` holds Lua,
-//! which Turnpike does not run: a config that sets it is refused.
+//! run in the log phase (`crate::lua::LogFields`).
 
 use crate::schema::{Default, Field, Type};
 

@@ -71,6 +71,71 @@ fn with_request<R>(
     })
 }
 
+/// The request as the read-only getters see it: the live request (rewrite, access), or what the
+/// log phase kept of it.
+enum View<'a> {
+    Req(&'a AccessRequest<'static>),
+    Log(&'a crate::log::RequestDetails),
+}
+
+impl View<'_> {
+    fn method(&self) -> &str {
+        match self {
+            View::Req(r) => r.method,
+            View::Log(d) => d.method.as_str(),
+        }
+    }
+    fn path(&self) -> &str {
+        match self {
+            View::Req(r) => r.path,
+            View::Log(d) => d.uri.path(),
+        }
+    }
+    fn query(&self) -> Option<&str> {
+        match self {
+            View::Req(r) => r.query,
+            View::Log(d) => d.uri.query(),
+        }
+    }
+    fn header(&self, name: &HeaderName) -> Option<&HeaderValue> {
+        match self {
+            View::Req(r) => r.header(name),
+            View::Log(d) => d.request_headers.get(name),
+        }
+    }
+    fn headers(&self) -> &HeaderMap {
+        match self {
+            View::Req(r) => r.headers,
+            View::Log(d) => &d.request_headers,
+        }
+    }
+    fn tls(&self) -> bool {
+        match self {
+            View::Req(r) => r.tls,
+            View::Log(d) => d.tls,
+        }
+    }
+    fn body(&self) -> Option<&Bytes> {
+        match self {
+            View::Req(r) => r.body.as_ref(),
+            View::Log(_) => None,
+        }
+    }
+}
+
+/// The request for reading: in rewrite and access, and in log (what was kept of it).
+fn with_view<R>(f: impl FnOnce(View<'_>) -> mlua::Result<R>) -> mlua::Result<R> {
+    with_current(|c| match c.target {
+        // SAFETY: as in `with_request`, from `run_request` and `run_log`.
+        Target::Request(p) => f(View::Req(unsafe { &*p })),
+        Target::Log(p) => match unsafe { &*p }.details {
+            Some(d) => f(View::Log(d)),
+            None => not_in_phase(c.phase),
+        },
+        _ => not_in_phase(c.phase),
+    })
+}
+
 /// The response head, in the header_filter phase.
 fn with_response<R>(
     f: impl FnOnce(&mut ResponseHead<'static>) -> mlua::Result<R>,
@@ -482,31 +547,31 @@ pub(super) fn install(lua: &Lua) -> mlua::Result<(Table, Table)> {
 fn request(lua: &Lua) -> mlua::Result<Table> {
     let t = lua.create_table()?;
     set_fn(lua, &t, "get_method", |_, ()| {
-        with_request(|r, _| Ok(r.method.to_string()))
+        with_view(|r| Ok(r.method().to_string()))
     })?;
     set_fn(lua, &t, "get_path", |_, ()| {
-        with_request(|r, _| Ok(r.path.to_string()))
+        with_view(|r| Ok(r.path().to_string()))
     })?;
     set_fn(lua, &t, "get_raw_path", |_, ()| {
-        with_request(|r, _| Ok(r.path.to_string()))
+        with_view(|r| Ok(r.path().to_string()))
     })?;
     set_fn(lua, &t, "get_path_with_query", |_, ()| {
-        with_request(|r, _| {
-            Ok(match r.query {
-                Some(q) => format!("{}?{q}", r.path),
-                None => r.path.to_string(),
+        with_view(|r| {
+            Ok(match r.query() {
+                Some(q) => format!("{}?{q}", r.path()),
+                None => r.path().to_string(),
             })
         })
     })?;
     set_fn(lua, &t, "get_raw_query", |_, ()| {
-        with_request(|r, _| Ok(r.query.unwrap_or("").to_string()))
+        with_view(|r| Ok(r.query().unwrap_or("").to_string()))
     })?;
     set_fn(lua, &t, "get_query", |lua, ()| {
-        let q = with_request(|r, _| Ok(r.query.unwrap_or("").to_string()))?;
+        let q = with_view(|r| Ok(r.query().unwrap_or("").to_string()))?;
         args_table(lua, &q)
     })?;
     set_fn(lua, &t, "get_query_arg", |lua, name: LuaString| {
-        let q = with_request(|r, _| Ok(r.query.unwrap_or("").to_string()))?;
+        let q = with_view(|r| Ok(r.query().unwrap_or("").to_string()))?;
         let args = args_table(lua, &q)?;
         match args.raw_get::<Value>(name)? {
             Value::Table(arr) => arr.get::<Value>(1),
@@ -515,32 +580,32 @@ fn request(lua: &Lua) -> mlua::Result<Table> {
     })?;
     set_fn(lua, &t, "get_header", |lua, name: LuaString| {
         let name = header_name(&name)?;
-        with_request(|r, _| header_value(lua, r.header(&name)))
+        with_view(|r| header_value(lua, r.header(&name)))
     })?;
     set_fn(lua, &t, "get_headers", |lua, ()| {
-        with_request(|r, _| headers_table(lua, r.headers))
+        with_view(|r| headers_table(lua, r.headers()))
     })?;
     set_fn(lua, &t, "get_scheme", |_, ()| {
-        with_request(|r, _| Ok(if r.tls { "https" } else { "http" }))
+        with_view(|r| Ok(if r.tls() { "https" } else { "http" }))
     })?;
     set_fn(lua, &t, "get_host", |_, ()| {
-        with_request(|r, _| Ok(request_host(r).0))
+        with_view(|r| Ok(request_host(&r).0))
     })?;
     set_fn(lua, &t, "get_port", |_, ()| {
-        with_request(|r, _| Ok(request_host(r).1))
+        with_view(|r| Ok(request_host(&r).1))
     })?;
     set_fn(lua, &t, "get_http_version", |_, ()| Ok(1.1))?;
     set_fn(lua, &t, "get_raw_body", |lua, ()| {
-        with_request(|r, _| match &r.body {
+        with_view(|r| match r.body() {
             Some(b) => Ok(Value::String(lua.create_string(b)?)),
             None => Ok(Value::Nil),
         })
     })?;
     set_fn(lua, &t, "get_body", |lua, ()| {
-        let (body, ctype) = with_request(|r, _| {
+        let (body, ctype) = with_view(|r| {
             Ok((
-                r.body.clone(),
-                r.headers
+                r.body().cloned(),
+                r.headers()
                     .get(http::header::CONTENT_TYPE)
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or("")
@@ -578,13 +643,13 @@ fn request(lua: &Lua) -> mlua::Result<Table> {
 }
 
 /// The request's host (from Host, without its port) and port (Host's, or the scheme's).
-fn request_host(r: &AccessRequest<'_>) -> (String, u16) {
+fn request_host(r: &View<'_>) -> (String, u16) {
     let host = r
-        .headers
+        .headers()
         .get(http::header::HOST)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let default = if r.tls { 443 } else { 80 };
+    let default = if r.tls() { 443 } else { 80 };
     match host.rsplit_once(':') {
         Some((h, p)) if !h.ends_with(']') || host.starts_with('[') => match p.parse() {
             Ok(port) => (h.to_ascii_lowercase(), port),
@@ -1304,8 +1369,8 @@ fn ngx_var(lua: &Lua) -> mlua::Result<Table> {
                         "request_method" => Some(r.method.to_string()),
                         "scheme" => Some(if r.tls { "https" } else { "http" }.to_string()),
                         "https" => Some(if r.tls { "on" } else { "" }.to_string()),
-                        "host" => Some(request_host(r).0),
-                        "server_port" => Some(request_host(r).1.to_string()),
+                        "host" => Some(request_host(&View::Req(r)).0),
+                        "server_port" => Some(request_host(&View::Req(r)).1.to_string()),
                         "remote_addr" | "realip_remote_addr" => Some(r.client_ip.to_string()),
                         "upstream_uri" => r.upstream_path.clone(),
                         other => other.strip_prefix("http_").and_then(|h| {

@@ -307,3 +307,22 @@ fn get_headers_reads_any_case_and_many_values() {
         )
     );
 }
+
+#[test]
+fn custom_fields_are_checked_and_set_at_dotted_paths() {
+    assert!(super::check_log_fields("file-log", &json!({"path": "/tmp/x"})).is_empty());
+    let errs = super::check_log_fields(
+        "file-log",
+        &json!({"custom_fields_by_lua": {"ok": "return 1", "bad": "return +"}}),
+    );
+    assert_eq!(errs.len(), 1);
+    assert_eq!(errs[0].0, "custom_fields_by_lua.bad");
+    let mut j = json!({"request": {"size": 1}, "gone": true});
+    super::set_path(&mut j, "request.headers.x", Some(json!("v")));
+    super::set_path(&mut j, "gone", None);
+    super::set_path(&mut j, "top", Some(json!(2)));
+    assert_eq!(
+        j,
+        json!({"request": {"size": 1, "headers": {"x": "v"}}, "top": 2})
+    );
+}
