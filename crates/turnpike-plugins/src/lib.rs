@@ -64,6 +64,9 @@ pub struct AccessRequest<'a> {
     pub service_id: Option<&'a str>,
     /// A replacement for the path sent upstream (`kong.service.request.set_path`).
     pub upstream_path: Option<String>,
+    /// The Host header sent upstream, when a plugin set it (`kong.service.request.set_header`
+    /// with Host): it wins over the route's `preserve_host` and the service's host.
+    pub upstream_host: Option<HeaderValue>,
     /// What the request's plugins keep between phases (Kong's `kong.ctx`).
     pub ctx: &'a mut PluginCtx,
 }
@@ -754,6 +757,7 @@ impl TestRequest {
             route_id: "r",
             service_id: None,
             upstream_path: None,
+            upstream_host: None,
             ctx: &mut self.ctx,
         };
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -815,6 +819,7 @@ mod tests {
             route_id: "r",
             service_id: None,
             upstream_path: None,
+            upstream_host: None,
             ctx: &mut ctx,
         };
         assert_eq!(req.header(&X_CONSUMER_ID).unwrap(), "spoofed");

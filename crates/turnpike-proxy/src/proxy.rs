@@ -424,6 +424,7 @@ async fn route_and_proxy(
     // A replacement query and path for the upstream, from a plugin.
     let mut upstream_query: Option<String> = None;
     let mut upstream_path: Option<String> = None;
+    let mut upstream_host: Option<HeaderValue> = None;
     // Kong's rewrite phase: global plugins only, before the router, which sees what they did.
     if !snap.global_rewrite.is_empty() {
         let protocol = if conn.tls {
@@ -447,6 +448,7 @@ async fn route_and_proxy(
             route_id: "",
             service_id: None,
             upstream_path: None,
+            upstream_host: None,
             ctx: plugin_ctx,
         };
         for b in snap.global_rewrite.iter() {
@@ -459,6 +461,7 @@ async fn route_and_proxy(
         }
         upstream_query = req.upstream_query;
         upstream_path = req.upstream_path;
+        upstream_host = req.upstream_host;
     }
     let host_value = parts.headers.get(header::HOST).cloned();
     let host = match orig_uri.authority() {
@@ -614,6 +617,7 @@ async fn route_and_proxy(
                 .service_index
                 .map(|i| snap.config.services[i].id.as_str()),
             upstream_path: upstream_path.take(),
+            upstream_host: upstream_host.take(),
             ctx: plugin_ctx,
         };
         let protocol = if conn.tls {
@@ -651,6 +655,7 @@ async fn route_and_proxy(
         }
         upstream_query = access.upstream_query;
         upstream_path = access.upstream_path;
+        upstream_host = access.upstream_host;
         body_limit = access.body_limit;
         consumer = access.consumer;
         if snap.chains_filter[route.route_index] {
@@ -769,7 +774,9 @@ async fn route_and_proxy(
             }
         }
     }
-    let preserved_host = if route.preserve_host {
+    let preserved_host = if upstream_host.is_some() {
+        upstream_host
+    } else if route.preserve_host {
         host_value.or_else(|| {
             orig_uri
                 .authority()

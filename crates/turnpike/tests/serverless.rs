@@ -35,6 +35,12 @@ services:
       config:
         access:
         - "return kong.response.exit(451, {{ message = 'not here', path = kong.request.get_path() }})"
+  - name: host
+    paths: [/host]
+    plugins:
+    - name: pre-function
+      config:
+        access: ["kong.service.request.set_header('Host', 'lua.example')"]
   - name: boom
     paths: [/boom]
     plugins:
@@ -97,6 +103,10 @@ async fn lua_runs_in_every_request_phase() {
         r.header("content-type"),
         Some("application/json; charset=utf-8")
     );
+
+    // A Host header set by the code is the upstream's Host.
+    let r = get(gw.proxy, "x", "/host").await;
+    assert_eq!(r.json()["headers"]["host"], "lua.example");
 
     // The sandbox has no os.execute: the code fails and the client gets Kong's 500.
     let r = get(gw.proxy, "x", "/boom").await;

@@ -993,6 +993,10 @@ fn set_request_header(name: &LuaString, value: &Value, append: bool) -> mlua::Re
     let name = set_header_name(name)?;
     let values = header_values(&name, value)?;
     with_request(|r, _| {
+        if name == http::header::HOST {
+            // The upstream's Host is the proxy's to write: a plugin's choice is passed on.
+            r.upstream_host = values.first().cloned();
+        }
         if !append {
             r.headers.remove(&name);
         }

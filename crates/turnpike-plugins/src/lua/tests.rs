@@ -139,6 +139,7 @@ fn query_and_path_for_the_upstream() {
         route_id: "r",
         service_id: None,
         upstream_path: None,
+        upstream_host: None,
         ctx: &mut ctx,
     };
     assert!(matches!(h.access(&mut access), Access::Continue));
