@@ -175,7 +175,7 @@ pub fn check(plugin: &str, code: &str) -> Result<(), String> {
                 };
                 format!("error parsing {plugin}: {}", first_line(&msg))
             })
-    })
+    })?
 }
 
 fn first_line(s: &str) -> &str {
@@ -207,11 +207,18 @@ thread_local! {
     static RUNTIME: RefCell<Option<Runtime>> = const { RefCell::new(None) };
 }
 
-fn with_runtime<R>(f: impl FnOnce(&mut Runtime) -> R) -> R {
+/// Runs `f` with this thread's Lua state, made on first use. A state that cannot be made (out
+/// of memory) is an error for the caller to report, and is tried again next time.
+fn with_runtime<R>(f: impl FnOnce(&mut Runtime) -> R) -> Result<R, String> {
     RUNTIME.with(|cell| {
         let mut slot = cell.borrow_mut();
-        let rt = slot.get_or_insert_with(|| Runtime::new().expect("a Lua state starts"));
-        f(rt)
+        if slot.is_none() {
+            *slot = Some(Runtime::new().map_err(|e| format!("cannot start Lua: {e}"))?);
+        }
+        match slot.as_mut() {
+            Some(rt) => Ok(f(rt)),
+            None => Err("no Lua state".into()),
+        }
     })
 }
 
@@ -392,6 +399,7 @@ pub(crate) fn run(code: &Code, phase: Phase, target: Target, ctx: *mut PluginCtx
         }
         Outcome::Continue
     })
+    .unwrap_or_else(Outcome::Failed)
 }
 
 /// What one function's call means for the request.
@@ -513,7 +521,8 @@ impl LogFields {
                     }
                 })
                 .collect()
-        });
+        })
+        .unwrap_or_else(|e| vec![Err(e)]);
         for (name, value) in self.names.iter().zip(values) {
             match value {
                 Ok(v) => set_path(json, name, v),
