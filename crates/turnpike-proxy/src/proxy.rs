@@ -284,6 +284,15 @@ pub async fn handle(
     Ok(resp)
 }
 
+/// The request's protocol as plugins' `protocols` name it (`PROTO_*`).
+fn request_protocol(conn: &ConnInfo) -> u8 {
+    if conn.tls {
+        crate::snapshot::PROTO_HTTPS
+    } else {
+        crate::snapshot::PROTO_HTTP
+    }
+}
+
 /// A plugin's own response (Kong's `kong.response.exit`).
 fn exit_response(
     ctx: &WorkerCtx,
@@ -427,11 +436,7 @@ async fn route_and_proxy(
     let mut upstream_host: Option<HeaderValue> = None;
     // Kong's rewrite phase: global plugins only, before the router, which sees what they did.
     if !snap.global_rewrite.is_empty() {
-        let protocol = if conn.tls {
-            crate::snapshot::PROTO_HTTPS
-        } else {
-            crate::snapshot::PROTO_HTTP
-        };
+        let protocol = request_protocol(conn);
         let client_ip = client_ip(conn, &parts.headers);
         let mut req = AccessRequest {
             method: parts.method.as_str(),
@@ -518,11 +523,7 @@ async fn route_and_proxy(
             snap: snap.clone(),
             route: route.route_index,
             service: route.service_index,
-            protocol: if conn.tls {
-                crate::snapshot::PROTO_HTTPS
-            } else {
-                crate::snapshot::PROTO_HTTP
-            },
+            protocol: request_protocol(conn),
             start,
             details,
             request_size: crate::log::head_size(start_line, &parts.headers) + content_length,
@@ -620,11 +621,7 @@ async fn route_and_proxy(
             upstream_host: upstream_host.take(),
             ctx: plugin_ctx,
         };
-        let protocol = if conn.tls {
-            crate::snapshot::PROTO_HTTPS
-        } else {
-            crate::snapshot::PROTO_HTTP
-        };
+        let protocol = request_protocol(conn);
         for slot in chain.iter() {
             let consumer = access.consumer.as_deref().map(|c| c.consumer_id.as_str());
             let Some(plugin) = slot.handler_for(consumer, protocol) else {

@@ -832,28 +832,7 @@ fn response(lua: &Lua) -> mlua::Result<Table> {
     set_fn(lua, &t, "get_headers", |lua, ()| {
         with_response(|h| headers_table(lua, h.headers))
     })?;
-    set_fn(
-        lua,
-        &t,
-        "set_header",
-        |_, (name, value): (LuaString, Value)| set_response_header(&name, &value, false),
-    )?;
-    set_fn(
-        lua,
-        &t,
-        "add_header",
-        |_, (name, value): (LuaString, Value)| set_response_header(&name, &value, true),
-    )?;
-    set_fn(lua, &t, "clear_header", |_, name: LuaString| {
-        set_response_header(&name, &Value::Nil, false)
-    })?;
-    set_fn(lua, &t, "set_headers", |_, headers: Table| {
-        for kv in headers.pairs::<LuaString, Value>() {
-            let (k, v) = kv?;
-            set_response_header(&k, &v, false)?;
-        }
-        Ok(())
-    })?;
+    header_setters(lua, &t, set_response_header)?;
     set_fn(lua, &t, "get_raw_body", |lua, ()| {
         // Kong's: the pieces are held back and gathered; at the end the whole body is returned
         // (and goes out, unless set_raw_body replaces it).
@@ -881,6 +860,37 @@ fn response(lua: &Lua) -> mlua::Result<Table> {
         })
     })?;
     Ok(t)
+}
+
+/// `set_header`, `add_header`, `clear_header` and `set_headers` over one header setter
+/// (`kong.response`'s or `kong.service.request`'s).
+fn header_setters(
+    lua: &Lua,
+    t: &Table,
+    set: fn(&LuaString, &Value, bool) -> mlua::Result<()>,
+) -> mlua::Result<()> {
+    set_fn(
+        lua,
+        t,
+        "set_header",
+        move |_, (n, v): (LuaString, Value)| set(&n, &v, false),
+    )?;
+    set_fn(
+        lua,
+        t,
+        "add_header",
+        move |_, (n, v): (LuaString, Value)| set(&n, &v, true),
+    )?;
+    set_fn(lua, t, "clear_header", move |_, n: LuaString| {
+        set(&n, &Value::Nil, false)
+    })?;
+    set_fn(lua, t, "set_headers", move |_, headers: Table| {
+        for kv in headers.pairs::<LuaString, Value>() {
+            let (k, v) = kv?;
+            set(&k, &v, false)?;
+        }
+        Ok(())
+    })
 }
 
 /// `kong.response.set_header` and friends: the response head in header_filter; in rewrite and
@@ -916,28 +926,7 @@ fn set_response_header(name: &LuaString, value: &Value, append: bool) -> mlua::R
 
 fn service_request(lua: &Lua) -> mlua::Result<Table> {
     let t = lua.create_table()?;
-    set_fn(
-        lua,
-        &t,
-        "set_header",
-        |_, (name, value): (LuaString, Value)| set_request_header(&name, &value, false),
-    )?;
-    set_fn(
-        lua,
-        &t,
-        "add_header",
-        |_, (name, value): (LuaString, Value)| set_request_header(&name, &value, true),
-    )?;
-    set_fn(lua, &t, "clear_header", |_, name: LuaString| {
-        set_request_header(&name, &Value::Nil, false)
-    })?;
-    set_fn(lua, &t, "set_headers", |_, headers: Table| {
-        for kv in headers.pairs::<LuaString, Value>() {
-            let (k, v) = kv?;
-            set_request_header(&k, &v, false)?;
-        }
-        Ok(())
-    })?;
+    header_setters(lua, &t, set_request_header)?;
     set_fn(lua, &t, "set_path", |_, path: String| {
         if !path.starts_with('/') {
             return Err(mlua::Error::runtime("path must start with /"));

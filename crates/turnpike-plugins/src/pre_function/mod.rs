@@ -14,26 +14,39 @@ use crate::{
     Access, AccessRequest, BodyFilter, CertificateRequest, Exit, Handler, PluginSpec, ResponseHead,
 };
 
-pub struct PreFunction;
+/// pre-function and post-function: one plugin under two names and priorities, as Kong builds
+/// both from `pre-function/_handler.lua` and `_schema.lua`.
+pub struct ServerlessSpec {
+    name: &'static str,
+    priority: i32,
+}
 
-impl PluginSpec for PreFunction {
+pub static PRE_FUNCTION: ServerlessSpec = ServerlessSpec::new("pre-function", 1_000_000);
+
+impl ServerlessSpec {
+    pub const fn new(name: &'static str, priority: i32) -> ServerlessSpec {
+        ServerlessSpec { name, priority }
+    }
+}
+
+impl PluginSpec for ServerlessSpec {
     fn name(&self) -> &'static str {
-        "pre-function"
+        self.name
     }
     fn priority(&self) -> i32 {
-        1_000_000
+        self.priority
     }
     fn fields(&self) -> &'static [crate::schema::Field] {
         schema::FIELDS
     }
     fn entity_checks(&self, config: &Value) -> Vec<(String, String)> {
-        schema::entity_checks(self.name(), config)
+        schema::entity_checks(self.name, config)
     }
     fn allows_consumer(&self) -> bool {
         false
     }
     fn build(&self, config: &Value, _: &crate::BuildContext) -> Result<Arc<dyn Handler>, String> {
-        Ok(Arc::new(Serverless::new(self.name(), config)))
+        Ok(Arc::new(Serverless::new(self.name, config)))
     }
 }
 
