@@ -1048,26 +1048,40 @@ fn log(lua: &Lua) -> mlua::Result<Table> {
     Ok(t)
 }
 
-fn kong_ctx(lua: &Lua) -> mlua::Result<Table> {
+/// A table whose reads and writes go to Rust (`kong.ctx`, `ngx.var`, `ngx.header`, `ngx.arg`):
+/// `index` gets (table, key), `newindex` (table, key, value).
+fn accessor_table<A, B, R>(
+    lua: &Lua,
+    index: impl Fn(&Lua, A) -> mlua::Result<R> + 'static,
+    newindex: impl Fn(&Lua, B) -> mlua::Result<()> + 'static,
+) -> mlua::Result<Table>
+where
+    A: mlua::FromLuaMulti,
+    B: mlua::FromLuaMulti,
+    R: mlua::IntoLuaMulti,
+{
     let t = lua.create_table()?;
     let meta = lua.create_table()?;
-    set_fn(
+    set_fn(lua, &meta, "__index", index)?;
+    set_fn(lua, &meta, "__newindex", newindex)?;
+    t.set_metatable(Some(meta))?;
+    Ok(t)
+}
+
+fn kong_ctx(lua: &Lua) -> mlua::Result<Table> {
+    accessor_table(
         lua,
-        &meta,
-        "__index",
         |lua, (_, k): (Table, String)| match k.as_str() {
             "shared" => ctx_table(lua, CtxTable::Shared).map(Value::Table),
             "plugin" => ctx_table(lua, CtxTable::Plugin).map(Value::Table),
             _ => Ok(Value::Nil),
         },
-    )?;
-    set_fn(lua, &meta, "__newindex", |_, (_, k): (Table, String)| {
-        Err::<(), _>(mlua::Error::runtime(format!(
-            "Cannot modify kong.ctx.{k}. Protected by the sandbox."
-        )))
-    })?;
-    t.set_metatable(Some(meta))?;
-    Ok(t)
+        |_, (_, k): (Table, String)| {
+            Err::<(), _>(mlua::Error::runtime(format!(
+                "Cannot modify kong.ctx.{k}. Protected by the sandbox."
+            )))
+        },
+    )
 }
 
 fn ngx(lua: &Lua) -> mlua::Result<Table> {
@@ -1340,60 +1354,56 @@ fn ngx_req(lua: &Lua) -> mlua::Result<Table> {
 /// `ngx.var`: the request's variables that mean the same here (read-only), and
 /// `ngx.var.upstream_uri`, which may be set to change the path (and query) sent upstream.
 fn ngx_var(lua: &Lua) -> mlua::Result<Table> {
-    let t = lua.create_table()?;
-    let meta = lua.create_table()?;
-    set_fn(lua, &meta, "__index", |lua, (_, k): (Table, String)| {
-        with_current(|c| {
-            let s: Option<String> = match &c.target {
-                Target::Certificate { server_name } => match k.as_str() {
-                    "ssl_server_name" => server_name.clone(),
-                    _ => None,
-                },
-                Target::Request(p) => {
-                    // SAFETY: as in `with_request`.
-                    let r = unsafe { &**p };
-                    match k.as_str() {
-                        "uri" => Some(r.path.to_string()),
-                        "request_uri" => Some(match r.query {
-                            Some(q) => format!("{}?{q}", r.path),
-                            None => r.path.to_string(),
-                        }),
-                        "args" | "query_string" => r.query.map(str::to_string),
-                        "request_method" => Some(r.method.to_string()),
-                        "scheme" => Some(if r.tls { "https" } else { "http" }.to_string()),
-                        "https" => Some(if r.tls { "on" } else { "" }.to_string()),
-                        "host" => Some(request_host(&View::Req(r)).0),
-                        "server_port" => Some(request_host(&View::Req(r)).1.to_string()),
-                        "remote_addr" | "realip_remote_addr" => Some(r.client_ip.to_string()),
-                        "upstream_uri" => r.upstream_path.clone(),
-                        other => other.strip_prefix("http_").and_then(|h| {
-                            let name =
-                                HeaderName::from_bytes(h.replace('_', "-").as_bytes()).ok()?;
-                            r.header(&name)
-                                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-                        }),
-                    }
-                }
-                Target::Log(p) => {
-                    // SAFETY: as in `with_request`.
-                    let e = unsafe { &**p };
-                    match k.as_str() {
-                        "status" => Some(e.status.to_string()),
-                        "request_method" => e.details.map(|d| d.method.to_string()),
-                        "request_uri" => e.details.map(|d| d.uri.to_string()),
-                        "remote_addr" => e.details.map(|d| d.client_ip.to_string()),
-                        _ => None,
-                    }
-                }
-                _ => None,
-            };
-            s.map_or(Ok(Value::Nil), |s| Ok(Value::String(lua.create_string(s)?)))
-        })
-    })?;
-    set_fn(
+    accessor_table(
         lua,
-        &meta,
-        "__newindex",
+        |lua, (_, k): (Table, String)| {
+            with_current(|c| {
+                let s: Option<String> = match &c.target {
+                    Target::Certificate { server_name } => match k.as_str() {
+                        "ssl_server_name" => server_name.clone(),
+                        _ => None,
+                    },
+                    Target::Request(p) => {
+                        // SAFETY: as in `with_request`.
+                        let r = unsafe { &**p };
+                        match k.as_str() {
+                            "uri" => Some(r.path.to_string()),
+                            "request_uri" => Some(match r.query {
+                                Some(q) => format!("{}?{q}", r.path),
+                                None => r.path.to_string(),
+                            }),
+                            "args" | "query_string" => r.query.map(str::to_string),
+                            "request_method" => Some(r.method.to_string()),
+                            "scheme" => Some(if r.tls { "https" } else { "http" }.to_string()),
+                            "https" => Some(if r.tls { "on" } else { "" }.to_string()),
+                            "host" => Some(request_host(&View::Req(r)).0),
+                            "server_port" => Some(request_host(&View::Req(r)).1.to_string()),
+                            "remote_addr" | "realip_remote_addr" => Some(r.client_ip.to_string()),
+                            "upstream_uri" => r.upstream_path.clone(),
+                            other => other.strip_prefix("http_").and_then(|h| {
+                                let name =
+                                    HeaderName::from_bytes(h.replace('_', "-").as_bytes()).ok()?;
+                                r.header(&name)
+                                    .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                            }),
+                        }
+                    }
+                    Target::Log(p) => {
+                        // SAFETY: as in `with_request`.
+                        let e = unsafe { &**p };
+                        match k.as_str() {
+                            "status" => Some(e.status.to_string()),
+                            "request_method" => e.details.map(|d| d.method.to_string()),
+                            "request_uri" => e.details.map(|d| d.uri.to_string()),
+                            "remote_addr" => e.details.map(|d| d.client_ip.to_string()),
+                            _ => None,
+                        }
+                    }
+                    _ => None,
+                };
+                s.map_or(Ok(Value::Nil), |s| Ok(Value::String(lua.create_string(s)?)))
+            })
+        },
         |_, (_, k, v): (Table, String, Value)| {
             if k != "upstream_uri" {
                 return Err::<(), _>(mlua::Error::runtime(format!(
@@ -1423,75 +1433,63 @@ fn ngx_var(lua: &Lua) -> mlua::Result<Table> {
                 Ok(())
             })
         },
-    )?;
-    t.set_metatable(Some(meta))?;
-    Ok(t)
+    )
 }
 
 /// `ngx.header`: the response's headers (header_filter), or headers for the response to come
 /// (rewrite, access).
 fn ngx_header(lua: &Lua) -> mlua::Result<Table> {
-    let t = lua.create_table()?;
-    let meta = lua.create_table()?;
-    set_fn(lua, &meta, "__index", |lua, (_, k): (Table, LuaString)| {
-        let name = header_name(&k)?;
-        with_current(|c| match c.target {
-            // SAFETY: as in `with_request`.
-            Target::Response(p) => {
-                let h = unsafe { &*p };
-                let all: Vec<&HeaderValue> = h.headers.get_all(&name).iter().collect();
-                match all.len() {
-                    0 => Ok(Value::Nil),
-                    1 => header_value(lua, Some(all[0])),
-                    _ => Ok(Value::Table(
-                        lua.create_sequence_from(
-                            all.iter()
-                                .map(|v| lua.create_string(v.as_bytes()))
-                                .collect::<mlua::Result<Vec<_>>>()?,
-                        )?,
-                    )),
-                }
-            }
-            Target::Request(p) => {
-                let r = unsafe { &*p };
-                let v = r.response_headers.iter().rev().find(|(n, _)| *n == name);
-                header_value(lua, v.map(|(_, v)| v))
-            }
-            _ => Ok(Value::Nil),
-        })
-    })?;
-    set_fn(
+    accessor_table(
         lua,
-        &meta,
-        "__newindex",
+        |lua, (_, k): (Table, LuaString)| {
+            let name = header_name(&k)?;
+            with_current(|c| match c.target {
+                // SAFETY: as in `with_request`.
+                Target::Response(p) => {
+                    let h = unsafe { &*p };
+                    let all: Vec<&HeaderValue> = h.headers.get_all(&name).iter().collect();
+                    match all.len() {
+                        0 => Ok(Value::Nil),
+                        1 => header_value(lua, Some(all[0])),
+                        _ => Ok(Value::Table(
+                            lua.create_sequence_from(
+                                all.iter()
+                                    .map(|v| lua.create_string(v.as_bytes()))
+                                    .collect::<mlua::Result<Vec<_>>>()?,
+                            )?,
+                        )),
+                    }
+                }
+                Target::Request(p) => {
+                    let r = unsafe { &*p };
+                    let v = r.response_headers.iter().rev().find(|(n, _)| *n == name);
+                    header_value(lua, v.map(|(_, v)| v))
+                }
+                _ => Ok(Value::Nil),
+            })
+        },
         |lua, (_, k, v): (Table, LuaString, Value)| {
             // ngx.header uses `_` for `-` as well.
             let name = header_name(&k)?;
             let name = lua.create_string(name.as_str())?;
             set_response_header(&name, &v, false)
         },
-    )?;
-    t.set_metatable(Some(meta))?;
-    Ok(t)
+    )
 }
 
 /// `ngx.arg` in body_filter: `[1]` the piece, `[2]` whether the body ended.
 fn ngx_arg(lua: &Lua) -> mlua::Result<Table> {
-    let t = lua.create_table()?;
-    let meta = lua.create_table()?;
-    set_fn(lua, &meta, "__index", |lua, (_, k): (Table, i64)| {
-        with_body(|b| match k {
-            1 => Ok(Value::String(
-                lua.create_string(b.piece.as_deref().unwrap_or(b""))?,
-            )),
-            2 => Ok(Value::Boolean(b.eof)),
-            _ => Ok(Value::Nil),
-        })
-    })?;
-    set_fn(
+    accessor_table(
         lua,
-        &meta,
-        "__newindex",
+        |lua, (_, k): (Table, i64)| {
+            with_body(|b| match k {
+                1 => Ok(Value::String(
+                    lua.create_string(b.piece.as_deref().unwrap_or(b""))?,
+                )),
+                2 => Ok(Value::Boolean(b.eof)),
+                _ => Ok(Value::Nil),
+            })
+        },
         |_, (_, k, v): (Table, i64, Value)| {
             with_body(|b| match (k, v) {
                 (1, Value::String(s)) => {
@@ -1509,9 +1507,7 @@ fn ngx_arg(lua: &Lua) -> mlua::Result<Table> {
                 _ => Err(mlua::Error::runtime("ngx.arg[1] takes a string or nil")),
             })
         },
-    )?;
-    t.set_metatable(Some(meta))?;
-    Ok(t)
+    )
 }
 
 /// Modules `require` may load: `cjson` and `cjson.safe` (JSON, as in Kong).
