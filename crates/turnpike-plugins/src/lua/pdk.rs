@@ -167,19 +167,18 @@ fn with_log<R>(
 
 /// Kong's header names: case-insensitive, and `_` may stand for `-`.
 fn header_name(name: &LuaString) -> mlua::Result<HeaderName> {
-    let bytes: Vec<u8> = name
-        .as_bytes()
-        .iter()
-        .map(|b| {
-            if *b == b'_' {
-                b'-'
-            } else {
-                b.to_ascii_lowercase()
-            }
-        })
-        .collect();
-    HeaderName::from_bytes(&bytes)
-        .map_err(|_| mlua::Error::runtime(format!("invalid header name \"{}\"", name.display())))
+    let bytes = name.as_bytes();
+    // `HeaderName::from_bytes` lower-cases; a copy is made only to turn `_` into `-`.
+    let parsed = if bytes.contains(&b'_') {
+        let dashed: Vec<u8> = bytes
+            .iter()
+            .map(|b| if *b == b'_' { b'-' } else { *b })
+            .collect();
+        HeaderName::from_bytes(&dashed)
+    } else {
+        HeaderName::from_bytes(&bytes)
+    };
+    parsed.map_err(|_| mlua::Error::runtime(format!("invalid header name \"{}\"", name.display())))
 }
 
 /// A header name as written (no `_` translation): for setting headers.
@@ -191,23 +190,29 @@ fn set_header_name(name: &LuaString) -> mlua::Result<HeaderName> {
 /// A Lua value as header values: a string, number or boolean, or an array of them. Values with
 /// CR, LF or NUL are refused (they would split the head).
 fn header_values(name: &HeaderName, v: &Value) -> mlua::Result<Vec<HeaderValue>> {
+    match v {
+        Value::Nil => Ok(Vec::new()),
+        // An array of scalars, one header line each; a nested table is an error (and a table
+        // that contains itself cannot send the walk round for ever).
+        Value::Table(t) => t
+            .sequence_values::<Value>()
+            .map(|item| header_value_of(name, &item?))
+            .collect(),
+        scalar => Ok(vec![header_value_of(name, scalar)?]),
+    }
+}
+
+/// One header value from a string, number or boolean.
+fn header_value_of(name: &HeaderName, v: &Value) -> mlua::Result<HeaderValue> {
     let one = |b: &[u8]| {
         HeaderValue::from_bytes(b)
             .map_err(|_| mlua::Error::runtime(format!("invalid header value for \"{name}\"")))
     };
     match v {
-        Value::Nil => Ok(Vec::new()),
-        Value::String(s) => Ok(vec![one(&s.as_bytes())?]),
-        Value::Integer(i) => Ok(vec![one(i.to_string().as_bytes())?]),
-        Value::Number(n) => Ok(vec![one(lua_number(*n).as_bytes())?]),
-        Value::Boolean(b) => Ok(vec![one(b.to_string().as_bytes())?]),
-        Value::Table(t) => {
-            let mut out = Vec::new();
-            for v in t.sequence_values::<Value>() {
-                out.extend(header_values(name, &v?)?);
-            }
-            Ok(out)
-        }
+        Value::String(s) => one(&s.as_bytes()),
+        Value::Integer(i) => one(i.to_string().as_bytes()),
+        Value::Number(n) => one(lua_number(*n).as_bytes()),
+        Value::Boolean(b) => one(b.to_string().as_bytes()),
         _ => Err(mlua::Error::runtime(format!(
             "invalid header value for \"{name}\": got {}",
             v.type_name()
@@ -1269,7 +1274,12 @@ fn ngx(lua: &Lua) -> mlua::Result<Table> {
 
 fn write_output(args: MultiValue, newline: bool) -> mlua::Result<()> {
     let mut out = Vec::new();
-    fn push(out: &mut Vec<u8>, v: &Value) -> mlua::Result<()> {
+    // Nested arrays are written flat, as OpenResty does, to a bounded depth (a table that
+    // contains itself would otherwise recurse until the stack ran out).
+    fn push(out: &mut Vec<u8>, v: &Value, depth: u32) -> mlua::Result<()> {
+        if depth > 32 {
+            return Err(mlua::Error::runtime("tables nested too deep to write"));
+        }
         match v {
             Value::String(s) => out.extend_from_slice(&s.as_bytes()),
             Value::Integer(i) => out.extend_from_slice(i.to_string().as_bytes()),
@@ -1278,7 +1288,7 @@ fn write_output(args: MultiValue, newline: bool) -> mlua::Result<()> {
             Value::Nil => out.extend_from_slice(b"nil"),
             Value::Table(t) => {
                 for v in t.sequence_values::<Value>() {
-                    push(out, &v?)?;
+                    push(out, &v?, depth + 1)?;
                 }
             }
             other => {
@@ -1291,7 +1301,7 @@ fn write_output(args: MultiValue, newline: bool) -> mlua::Result<()> {
         Ok(())
     }
     for v in args.iter() {
-        push(&mut out, v)?;
+        push(&mut out, v, 0)?;
     }
     if newline {
         out.push(b'\n');

@@ -327,3 +327,32 @@ fn custom_fields_are_checked_and_set_at_dotted_paths() {
         json!({"request": {"size": 1, "headers": {"x": "v"}}, "top": 2})
     );
 }
+
+/// Tables that contain themselves, or nest where a flat value is wanted, are errors (Kong's
+/// 500), never a walk that runs out of stack.
+#[test]
+fn self_referencing_tables_are_errors_not_crashes() {
+    for code in [
+        "local t = {} t[1] = t kong.service.request.set_header('x', t)",
+        "local t = {} t[1] = t ngx.say(t)",
+        "kong.response.set_header('x', {{'a'}})",
+    ] {
+        let h = handler(json!({ "access": [code] }));
+        let e = exit_of(TestRequest::new().run(&h));
+        assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR, "{code}");
+    }
+    // Flat arrays still make one line each; nested ngx.say arrays are written flat.
+    let h = handler(json!({"access": [
+        "kong.response.set_header('X_Many', {'a', 1}) ngx.say({'a', {'b', {'c'}}}) ngx.exit(200)"
+    ]}));
+    let mut req = TestRequest::new();
+    let e = exit_of(req.run(&h));
+    assert_eq!(&e.body[..], b"abc\n");
+    let many: Vec<_> = req
+        .response_headers
+        .iter()
+        .filter(|(k, _)| k == "x_many" || k == "x-many")
+        .map(|(_, v)| v.to_str().unwrap().to_string())
+        .collect();
+    assert_eq!(many, ["a", "1"]);
+}
