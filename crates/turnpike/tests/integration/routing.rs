@@ -1,8 +1,7 @@
 //! Routing rules of Kong's traditional_compatible router, end to end through the real binary.
 
-mod common;
+use crate::common::*;
 use bytes::Bytes;
-use common::*;
 use http_body_util::Full;
 
 // `dead`: a port that refuses connections (held by the caller, see `dead_port`).

@@ -1,13 +1,12 @@
 //! Configuration reloads (POST /config, SIGHUP) under load, bad configuration, bad requests and
 //! graceful shutdown.
 
-mod common;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::*;
 use bytes::Bytes;
-use common::*;
 use http_body_util::Full;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -2,12 +2,10 @@
 //! consistent hashing (stability when a target is added, cookies), least-connections and
 //! latency steering away from a slow target.
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 async fn upstream_of(addr: std::net::SocketAddr, path: &str, headers: &[(&str, &str)]) -> Reply {

@@ -2,9 +2,7 @@
 //! validation through declarative files and the Admin API, with request-termination as the
 //! first bundled plugin.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 #[tokio::test]

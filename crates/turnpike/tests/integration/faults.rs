@@ -3,16 +3,14 @@
 //! through active checks; an upstream that takes requests and never answers gets idempotent
 //! requests retried elsewhere and non-idempotent ones answered 504, never sent twice.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::common::*;
 use bytes::Bytes;
-use common::*;
 use http_body_util::Full;
 
 /// A load loop: `clients` tasks sending GETs on their own keep-alive connections until

@@ -2,9 +2,7 @@
 //! (certificate, rewrite, access, header_filter, body_filter, log), `kong.ctx.shared` across
 //! them, the sandbox, and configs refused as Kong refuses them.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 fn config(url: &str) -> String {

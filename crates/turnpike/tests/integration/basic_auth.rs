@@ -2,12 +2,10 @@
 //! argon2id (Kong's salted SHA-1 still accepted), the verified-credential cache, and floods of
 //! wrong passwords.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::common::*;
 use base64::Engine;
-use common::*;
 use serde_json::json;
 
 /// A GET with these headers (raw bytes: some tests send values that are not text).

@@ -1,15 +1,13 @@
 //! `turnpike doctor` on the real binary, on a machine made to lack something: a low open-file
 //! limit (set with `prlimit`, as an operator's forgotten `ulimit -n` would leave it).
 
-mod common;
-
 use std::process::Command;
 
 #[test]
 fn doctor_names_a_low_open_file_limit_and_how_to_fix_it() {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new("prlimit")
-        .args(["--nofile=1024:1024", common::bin(), "doctor"])
+        .args(["--nofile=1024:1024", crate::common::bin(), "doctor"])
         .env("TURNPIKE_PREFIX", dir.path())
         .env("TURNPIKE_NGINX_WORKER_PROCESSES", "2")
         .output()
@@ -25,7 +23,7 @@ fn doctor_names_a_low_open_file_limit_and_how_to_fix_it() {
     // A config that turns upstream keepalive off is named too (the limit cannot be raised
     // above the hard limit in every test environment, so only what is added is checked).
     let out = Command::new("prlimit")
-        .args(["--nofile=1024:1024", common::bin(), "doctor"])
+        .args(["--nofile=1024:1024", crate::common::bin(), "doctor"])
         .env("TURNPIKE_PREFIX", dir.path())
         .env("TURNPIKE_UPSTREAM_KEEPALIVE_POOL_SIZE", "0")
         .output()

@@ -1,11 +1,10 @@
 //! Upstream TLS (service protocol https): verification off by default as in Kong, on with
 //! `tls_verify` against `ca_certificates`, client certificates; and retries across targets.
 
-mod common;
 use std::sync::Arc;
 
+use crate::common::*;
 use bytes::Bytes;
-use common::*;
 use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;

@@ -2,11 +2,9 @@
 //! of requests (Kong's names, labels and buckets), node-wide metrics, the Status API on
 //! `status_listen`, and file-log's JSON lines (Kong's serializer, credentials redacted).
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 /// The value of the series whose line starts with `series` (name and labels, exactly).
 fn value(metrics: &str, series: &str) -> Option<f64> {

@@ -2,9 +2,7 @@
 //! error shapes, paging and tags, decK's call sequence, persistence, import/export, DB-less
 //! behaviour and the admin token.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::time::Duration;
 
 use serde_json::{json, Value};

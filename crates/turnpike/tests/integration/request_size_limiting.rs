@@ -1,10 +1,8 @@
 //! request-size-limiting on the real binary: declared lengths refused up front, and bodies
 //! without a Content-Length (chunked) counted as they stream and cut at the limit.
 
-mod common;
-
+use crate::common::*;
 use bytes::Bytes;
-use common::*;
 use http_body_util::{Full, StreamBody};
 use hyper::body::Frame;
 use serde_json::json;

@@ -1,8 +1,7 @@
 //! TLS with SNI certificates, HTTP/2, WebSocket, streamed bodies and upstream keepalive reuse.
 
-mod common;
+use crate::common::*;
 use bytes::Bytes;
-use common::*;
 use http_body_util::{BodyExt, Full, StreamBody};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

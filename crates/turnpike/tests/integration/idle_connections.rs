@@ -2,8 +2,7 @@
 //! connection which has given back its request-path state (after `ACTIVE_LINGER`, 1 s) still
 //! serves requests, including a head that arrives in pieces around that moment.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

@@ -1,14 +1,12 @@
 //! rate-limiting's `redis` policy on the real binary with a real Redis (started by the
 //! harness): exact across nodes, Kong's keys, and traffic surviving a Redis that dies.
 
-mod common;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::redis::Redis;
-use common::*;
+use crate::common::redis::Redis;
+use crate::common::*;
 use serde_json::json;
 
 fn config(up: &Upstream, redis: &Redis) -> String {

@@ -3,13 +3,11 @@
 //! after its TTL (pooled connections to the old address are left), a dead resolver leaves the
 //! last answer in use, and a name that does not exist is Kong's 503.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::dns::Dnsmasq;
-use common::*;
+use crate::common::dns::Dnsmasq;
+use crate::common::*;
 
 async fn upstream_name(gw: &Gateway, path: &str) -> (u16, String) {
     let r = call(gw.proxy, "GET", path, &[]).await;

@@ -2,11 +2,9 @@
 //! target out, active checks bring it back when it recovers, the Admin API shows and sets
 //! health (DB-less too), and no healthy target left means Kong's 503.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

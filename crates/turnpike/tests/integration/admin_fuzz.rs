@@ -3,10 +3,8 @@
 //! on SQLite. Nothing may answer 5xx, the process must survive, and the store must still load
 //! into a config the proxy serves.
 
-mod common;
-
+use crate::common::*;
 use bytes::Bytes;
-use common::*;
 use http_body_util::Full;
 use serde_json::{json, Map, Value};
 

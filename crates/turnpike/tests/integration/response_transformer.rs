@@ -3,9 +3,7 @@
 //! same on a response a plugin produced, other routes untouched, and bad configs refused in
 //! Kong's shape.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

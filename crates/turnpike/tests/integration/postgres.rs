@@ -1,14 +1,12 @@
 //! Many nodes on one real PostgreSQL (started by the harness): propagation through
 //! LISTEN/NOTIFY, and behaviour while the database is down.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::pg::Postgres;
-use common::*;
+use crate::common::pg::Postgres;
+use crate::common::*;
 use serde_json::json;
 
 fn node(pg: &Postgres, extra: &[(&str, &str)]) -> Gateway {

@@ -1,0 +1,28 @@
+//! Integration tests: each module starts the real `turnpike` binary (with real upstreams, and
+//! real PostgreSQL, Redis and dnsmasq where a module needs them) and talks to it over the network.
+//!
+//! One test binary rather than one per file: every test binary links the whole dependency tree,
+//! and twenty of them took tens of gigabytes of disk and most of the link time in CI.
+
+mod common;
+
+mod admin_api;
+mod admin_fuzz;
+mod balancing;
+mod basic_auth;
+mod dns;
+mod doctor;
+mod faults;
+mod health;
+mod idle_connections;
+mod lifecycle;
+mod observability;
+mod plugins;
+mod postgres;
+mod rate_limiting_redis;
+mod request_size_limiting;
+mod response_transformer;
+mod routing;
+mod serverless;
+mod transport;
+mod upstream_tls;
