@@ -1,5 +1,5 @@
 //! The upstream side of the proxy for HTTP/1.1, written by hand for the request path: the
-//! request head is encoded straight into one buffer, the response head parsed with `httparse`,
+//! request head is encoded straight into one buffer, the response head parsed by `h1_parse`,
 //! and the response body read from the socket by the body itself as the client pulls it — no
 //! task and no channel per connection (hyper's pooled client costs a task hop per request).
 //! WebSocket upgrades still go through hyper's client (`pool::Pool::connect_hyper`).
@@ -21,6 +21,7 @@ use tokio::net::TcpStream;
 use crate::body::RequestBody;
 use crate::chunked::{self, Chunk, Decoded};
 use crate::deadline::Deadlines;
+use crate::h1_parse;
 use crate::pool::{PeerKey, Pool};
 
 /// Response heads larger than this are refused (nginx's proxy_buffer_size is 4-8k; be generous).
@@ -515,7 +516,7 @@ impl RawHead {
         map.reserve(self.lines.len());
         for l in self.lines.drain(..) {
             let name = &self.bytes[l[0] as usize..l[1] as usize];
-            // httparse checked the name's and the value's bytes by the rules `HeaderName`
+            // h1_parse checked the name's and the value's bytes by the rules `HeaderName`
             // and `HeaderValue` apply; a failure here would be a parser disagreement.
             let Ok((name, _)) = crate::header_names::from_parsed(name) else {
                 tracing::debug!("upstream header name refused: {name:?}");
@@ -578,11 +579,11 @@ fn parse_head(
     method: &Method,
     raw: &mut RawHead,
 ) -> Result<Option<Parsed>, HeadError> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut resp = httparse::Response::new(&mut headers);
-    let len = match resp.parse(buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => {
+    // Header lines as offsets into the head's bytes: values are sliced from them, not copied.
+    let mut ranges: smallvec::SmallVec<[h1_parse::Field; 16]> = smallvec::SmallVec::new();
+    let (line, len) = match h1_parse::response(buf, MAX_HEADERS, |f| ranges.push(f)) {
+        Ok(Some(parsed)) => parsed,
+        Ok(None) => {
             if buf.len() > MAX_HEAD {
                 return Err(HeadError::Io(other("upstream response head too large")));
             }
@@ -590,29 +591,17 @@ fn parse_head(
         }
         Err(e) => {
             return Err(HeadError::Io(other(&format!(
-                "invalid upstream response: {e}"
+                "invalid upstream response: {e:?}"
             ))))
         }
     };
-    let code = resp.code.unwrap_or(0);
-    let status =
-        StatusCode::from_u16(code).map_err(|_| HeadError::Io(other("invalid upstream status")))?;
-    let version = if resp.version == Some(0) {
+    let status = StatusCode::from_u16(line.code)
+        .map_err(|_| HeadError::Io(other("invalid upstream status")))?;
+    let version = if line.minor == 0 {
         Version::HTTP_10
     } else {
         Version::HTTP_11
     };
-    // Header values point into the head's bytes: no copy.
-    let base = buf.as_ptr() as usize;
-    let ranges: smallvec::SmallVec<[(usize, usize, usize, usize); 16]> = resp
-        .headers
-        .iter()
-        .map(|h| {
-            let n = h.name.as_ptr() as usize - base;
-            let v = h.value.as_ptr() as usize - base;
-            (n, n + h.name.len(), v, v + h.value.len())
-        })
-        .collect();
     let head = buf.split_to(len).freeze();
     if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
         return Ok(Some(Parsed::Informational));
@@ -630,7 +619,13 @@ fn parse_head(
     let mut named_by_connection: smallvec::SmallVec<[(usize, usize); 2]> =
         smallvec::SmallVec::new();
     let mut seen = 0u32;
-    for (ns, ne, vs, ve) in ranges {
+    for h1_parse::Field {
+        name_start: ns,
+        name_end: ne,
+        value_start: vs,
+        value_end: ve,
+    } in ranges
+    {
         let name = &raw.bytes[ns..ne];
         let value = &raw.bytes[vs..ve];
         if let Some((_, known, bit)) = crate::header_names::known_name(name) {

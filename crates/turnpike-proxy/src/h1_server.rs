@@ -1,5 +1,5 @@
 //! The client side of HTTP/1.1, written by hand as the upstream side is (`h1.rs`): the request
-//! head is parsed with `httparse` straight into the request, the response head is encoded into
+//! head is parsed (`h1_parse`) straight into the request, the response head is encoded into
 //! one buffer together with the start of its body, and a keep-alive connection costs one read
 //! and one write per request with no timer per request: the keep-alive (and request-head)
 //! timeout is a coarse deadline armed only while the connection waits for bytes. hyper's server
@@ -9,7 +9,6 @@
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
 use std::io;
-use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
@@ -26,6 +25,7 @@ use crate::body::{ProxyBody, RequestBody};
 use crate::chunked::{self, Chunk, Decoded};
 use crate::deadline::Deadlines;
 use crate::errors;
+use crate::h1_parse;
 use crate::proxy;
 use crate::server::{ConnInfo, WorkerCtx};
 
@@ -398,26 +398,21 @@ fn has_token(v: &[u8], token: &[u8]) -> bool {
 /// Parses a request head from the front of `rbuf` (consumed when complete); `None` while it
 /// is incomplete. Header values and the target share the head's bytes (no copies).
 fn parse_head(rbuf: &mut BytesMut, shared: &Rc<Shared>) -> Result<Option<Head>, Refused> {
-    let mut slots: [MaybeUninit<httparse::Header<'_>>; MAX_HEADERS] =
-        [const { MaybeUninit::uninit() }; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut []);
-    let len = match req.parse_with_uninit_headers(rbuf, &mut slots) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(httparse::Error::TooManyHeaders) => return Err(Refused::TooLarge),
-        Err(_) => return Err(Refused::BadRequest),
+    let mut lines: smallvec::SmallVec<[h1_parse::Field; 16]> = smallvec::SmallVec::new();
+    let (line, len) = match h1_parse::request(rbuf, MAX_HEADERS, |f| lines.push(f)) {
+        Ok(Some(parsed)) => parsed,
+        Ok(None) => return Ok(None),
+        Err(h1_parse::ParseError::TooManyHeaders) => return Err(Refused::TooLarge),
+        Err(h1_parse::ParseError::Invalid(_)) => return Err(Refused::BadRequest),
     };
     let method =
-        Method::from_bytes(req.method.unwrap_or("").as_bytes()).map_err(|_| Refused::BadRequest)?;
-    let version = if req.version == Some(1) {
+        Method::from_bytes(&rbuf[line.method.0..line.method.1]).map_err(|_| Refused::BadRequest)?;
+    let version = if line.minor == 1 {
         Version::HTTP_11
     } else {
         Version::HTTP_10
     };
-    let base = rbuf.as_ptr() as usize;
-    let offset = |s: &[u8]| s.as_ptr() as usize - base;
-    let target = req.path.unwrap_or("/").as_bytes();
-    let target = (offset(target), target.len());
+    let target = (line.target.0, line.target.1 - line.target.0);
 
     let mut length: Option<u64> = None;
     let mut chunked = false;
@@ -429,13 +424,13 @@ fn parse_head(rbuf: &mut BytesMut, shared: &Rc<Shared>) -> Result<Option<Head>, 
     let mut expect_continue = false;
     // Names now, values once the head's bytes are frozen (then sliced, not copied).
     let mut fields: smallvec::SmallVec<[(HeaderName, usize, usize); 16]> =
-        smallvec::SmallVec::with_capacity(req.headers.len());
+        smallvec::SmallVec::with_capacity(lines.len());
     let mut seen = 0u32;
-    for h in req.headers.iter() {
-        let (name, bit) =
-            crate::header_names::from_parsed(h.name.as_bytes()).map_err(|_| Refused::BadRequest)?;
+    for f in &lines {
+        let (name, bit) = crate::header_names::from_parsed(&rbuf[f.name_start..f.name_end])
+            .map_err(|_| Refused::BadRequest)?;
         seen |= bit;
-        let v = h.value;
+        let v = &rbuf[f.value_start..f.value_end];
         if name == header::CONTENT_LENGTH {
             let n = std::str::from_utf8(v)
                 .ok()
@@ -463,7 +458,7 @@ fn parse_head(rbuf: &mut BytesMut, shared: &Rc<Shared>) -> Result<Option<Head>, 
         } else if name == header::EXPECT {
             expect_continue = v.eq_ignore_ascii_case(b"100-continue");
         }
-        fields.push((name, offset(v), v.len()));
+        fields.push((name, f.value_start, f.value_end - f.value_start));
     }
     // RFC 9112 §6.1/§6.3: a request with both framings, or a transfer coding that does not
     // end in chunked, cannot be delimited safely; HTTP/1.0 has no transfer codings.

@@ -205,7 +205,7 @@ fn word4(b: &[u8], at: usize) -> u32 {
 
 /// `name` equals `lower` (lower-case, same length) ignoring ASCII case, compared in words
 /// (the last word overlapping the one before). Setting bit 5 of every byte folds A-Z onto
-/// a-z; on the bytes httparse lets through a token it maps no other byte onto a letter, a
+/// a-z; on the bytes `h1_parse` lets through a token it maps no other byte onto a letter, a
 /// digit or '-', so the comparison is exact for header names.
 #[inline]
 fn folded_eq(name: &[u8], lower: &[u8]) -> bool {
@@ -230,7 +230,7 @@ fn folded_eq(name: &[u8], lower: &[u8]) -> bool {
     }
 }
 
-/// The table's entry for a name a parser (httparse) accepted, if the name is known: its
+/// The table's entry for a name the parser (`h1_parse`) accepted, if the name is known: its
 /// lower-case bytes, the name and its `seen` bit; nothing is built.
 #[inline]
 pub fn known_name(name: &[u8]) -> Option<&'static Known> {
@@ -239,7 +239,7 @@ pub fn known_name(name: &[u8]) -> Option<&'static Known> {
         .find(|(lower, _, _)| folded_eq(name, lower))
 }
 
-/// The header name for bytes a parser (httparse) accepted as a field name, and its `seen` bit
+/// The header name for bytes the parser (`h1_parse`) accepted as a field name, and its `seen` bit
 /// (0 for names no look-up depends on).
 #[inline]
 pub fn from_parsed(name: &[u8]) -> Result<(HeaderName, u32), InvalidHeaderName> {

@@ -10,6 +10,7 @@ pub mod deadline;
 pub mod dns;
 pub mod errors;
 pub mod h1;
+pub mod h1_parse;
 pub mod h1_server;
 pub mod header_names;
 pub mod health;
