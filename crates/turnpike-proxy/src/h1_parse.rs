@@ -108,8 +108,8 @@ const HIGHS: u64 = 0x8080_8080_8080_8080;
 /// 0x20 or equal to 0x7f (the only bytes a value cannot hold; HTAB, rare, goes the slow way).
 #[inline]
 fn value_end(buf: &[u8], mut i: usize) -> usize {
-    while let Some(chunk) = buf.get(i..i + 8) {
-        let x = u64::from_le_bytes(chunk.try_into().unwrap());
+    while i + 8 <= buf.len() {
+        let x = u64::from_le_bytes(buf[i..i + 8].try_into().unwrap());
         // Any byte < 0x20 (exact for "any", see Bit Twiddling Hacks' hasless), or == 0x7f.
         let below = x.wrapping_sub(ONES * 0x20) & !x & HIGHS;
         let y = x ^ (ONES * 0x7f);
@@ -218,14 +218,12 @@ fn fields(
         }
         let value_start = i;
         i = value_end(buf, i);
-        let mut end = i;
+        // Trailing SP/HTAB are not part of the value (no other whitespace got this far).
+        let end = value_start + buf[value_start..i].trim_ascii_end().len();
         i = match line_end(buf, i, "header value")? {
             Some(next) => next,
             None => return Ok(None),
         };
-        while end > value_start && matches!(buf[end - 1], b' ' | b'\t') {
-            end -= 1;
-        }
         if count == max {
             return Err(ParseError::TooManyHeaders);
         }
