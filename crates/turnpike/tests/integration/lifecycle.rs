@@ -342,6 +342,38 @@ async fn malformed_requests_get_4xx_and_never_a_crash() {
             b"GET / HTTP/1.1\r\nHost: \xff\xfe\r\nConnection: close\r\n\r\n".to_vec(),
             "",
         ),
+        // What the head parser (h1_parse) refuses: obs-fold, a space before the colon, NUL
+        // and a bare CR in a value, two spaces in the request line, too many header lines.
+        (
+            b"GET / HTTP/1.1\r\nHost: x\r\nX-A: b\r\n folded\r\n\r\n".to_vec(),
+            "400",
+        ),
+        (b"GET / HTTP/1.1\r\nHost : x\r\n\r\n".to_vec(), "400"),
+        (
+            b"GET / HTTP/1.1\r\nHost: x\r\nX-A: b\x00c\r\n\r\n".to_vec(),
+            "400",
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: x\r\nX-A: b\rc\r\n\r\n".to_vec(),
+            "400",
+        ),
+        (b"GET  / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(), "400"),
+        (
+            [
+                b"GET / HTTP/1.1\r\nHost: x\r\n".to_vec(),
+                (0..101)
+                    .flat_map(|i| format!("h{i}: v\r\n").into_bytes())
+                    .collect(),
+                b"\r\n".to_vec(),
+            ]
+            .concat(),
+            "431",
+        ),
+        // Bare LF line ends are accepted (RFC 9112 §2.2), as nginx and Kong accept them.
+        (
+            b"GET / HTTP/1.1\nHost: x\nConnection: close\n\n".to_vec(),
+            "200",
+        ),
         (
             b"GET /%zz%00/../.. HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_vec(),
             "",
