@@ -461,6 +461,26 @@ mod tests {
         }
     }
 
+    /// Header lines as (name, value) bytes, from each parser's output.
+    type Lines = Vec<(Vec<u8>, Vec<u8>)>;
+    fn their_lines(headers: &[httparse::Header<'_>]) -> Lines {
+        headers
+            .iter()
+            .map(|f| (f.name.as_bytes().to_vec(), f.value.to_vec()))
+            .collect()
+    }
+    fn our_lines(head: &[u8], fields: &[Field]) -> Lines {
+        fields
+            .iter()
+            .map(|f| {
+                (
+                    head[f.name_start..f.name_end].to_vec(),
+                    head[f.value_start..f.value_end].to_vec(),
+                )
+            })
+            .collect()
+    }
+
     /// The same outcome from both parsers: the same parse, both incomplete, or both refusing
     /// (too many headers for both, or a grammar error for both).
     fn same_verdict<T: PartialEq + std::fmt::Debug>(
@@ -563,11 +583,7 @@ mod tests {
                     theirs.method.unwrap().as_bytes().to_vec(),
                     theirs.path.unwrap().as_bytes().to_vec(),
                     theirs.version.unwrap(),
-                    theirs
-                        .headers
-                        .iter()
-                        .map(|f| (f.name.as_bytes().to_vec(), f.value.to_vec()))
-                        .collect::<Vec<_>>(),
+                    their_lines(theirs.headers),
                 )),
                 httparse::Status::Partial => None,
             });
@@ -579,14 +595,7 @@ mod tests {
                         h[line.method.0..line.method.1].to_vec(),
                         h[line.target.0..line.target.1].to_vec(),
                         line.minor,
-                        out.iter()
-                            .map(|f| {
-                                (
-                                    h[f.name_start..f.name_end].to_vec(),
-                                    h[f.value_start..f.value_end].to_vec(),
-                                )
-                            })
-                            .collect::<Vec<_>>(),
+                        our_lines(h, &out),
                     )
                 })
             });
@@ -606,32 +615,13 @@ mod tests {
                     n,
                     theirs.code.unwrap(),
                     theirs.version.unwrap(),
-                    theirs
-                        .headers
-                        .iter()
-                        .map(|f| (f.name.as_bytes().to_vec(), f.value.to_vec()))
-                        .collect::<Vec<_>>(),
+                    their_lines(theirs.headers),
                 )),
                 httparse::Status::Partial => None,
             });
             let mut out = Vec::new();
-            let ours = response(h, 16, |f| out.push(f)).map(|r| {
-                r.map(|(line, n)| {
-                    (
-                        n,
-                        line.code,
-                        line.minor,
-                        out.iter()
-                            .map(|f| {
-                                (
-                                    h[f.name_start..f.name_end].to_vec(),
-                                    h[f.value_start..f.value_end].to_vec(),
-                                )
-                            })
-                            .collect::<Vec<_>>(),
-                    )
-                })
-            });
+            let ours = response(h, 16, |f| out.push(f))
+                .map(|r| r.map(|(line, n)| (n, line.code, line.minor, our_lines(h, &out))));
             same_verdict("response", h, &theirs, &ours);
         }
         // The generator must reach every verdict, or the comparison proves little.
