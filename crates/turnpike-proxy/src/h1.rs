@@ -591,7 +591,7 @@ fn parse_head(
         }
         Err(e) => {
             return Err(HeadError::Io(other(&format!(
-                "invalid upstream response: {e:?}"
+                "invalid upstream response: {e}"
             ))))
         }
     };

@@ -39,6 +39,15 @@ pub enum ParseError {
     TooManyHeaders,
 }
 
+impl std::fmt::Display for ParseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ParseError::Invalid(what) => write!(f, "invalid {what}"),
+            ParseError::TooManyHeaders => f.write_str("too many headers"),
+        }
+    }
+}
+
 /// A parsed request line: method and target as offsets, the minor version (0 or 1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestLine {
