@@ -150,6 +150,42 @@ impl Identity {
     }
 }
 
+impl<'a> AccessRequest<'a> {
+    /// The request as it arrives, before any plugin ran: no route (the rewrite phase's view),
+    /// no consumer, nothing replaced. The access phase sets the route and what earlier phases
+    /// changed on top of this.
+    #[allow(clippy::too_many_arguments)] // the request's own facts, none derivable from another
+    pub fn new(
+        method: &'a str,
+        path: &'a str,
+        query: Option<&'a str>,
+        headers: &'a mut HeaderMap,
+        response_headers: &'a mut Vec<(HeaderName, HeaderValue)>,
+        tls: bool,
+        client_ip: std::net::IpAddr,
+        ctx: &'a mut PluginCtx,
+    ) -> Self {
+        AccessRequest {
+            method,
+            path,
+            query,
+            headers,
+            response_headers,
+            tls,
+            client_ip,
+            consumer: None,
+            upstream_query: None,
+            body_limit: None,
+            body: None,
+            route_id: "",
+            service_id: None,
+            upstream_path: None,
+            upstream_host: None,
+            ctx,
+        }
+    }
+}
+
 impl AccessRequest<'_> {
     /// Kong's `set_consumer`: records the consumer; the upstream is told who it is by the
     /// identity's headers, which the proxy writes straight into the upstream request head
@@ -743,22 +779,18 @@ impl TestRequest {
     /// Runs `handler`'s access phase; also returns the consumer it set.
     pub fn run_full(&mut self, handler: &dyn Handler) -> (Access, Option<Arc<Identity>>) {
         let mut req = AccessRequest {
-            method: self.method,
-            path: "/",
-            query: self.query,
-            headers: &mut self.headers,
-            response_headers: &mut self.response_headers,
-            tls: false,
-            client_ip: self.client_ip,
-            consumer: None,
-            upstream_query: None,
-            body_limit: None,
             body: self.body.clone(),
             route_id: "r",
-            service_id: None,
-            upstream_path: None,
-            upstream_host: None,
-            ctx: &mut self.ctx,
+            ..AccessRequest::new(
+                self.method,
+                "/",
+                self.query,
+                &mut self.headers,
+                &mut self.response_headers,
+                false,
+                self.client_ip,
+                &mut self.ctx,
+            )
         };
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -805,22 +837,17 @@ mod tests {
         let mut response_headers = Vec::new();
         let mut ctx = PluginCtx::default();
         let mut req = AccessRequest {
-            method: "GET",
-            path: "/",
-            query: None,
-            headers: &mut headers,
-            response_headers: &mut response_headers,
-            tls: false,
-            client_ip: "127.0.0.1".parse().unwrap(),
-            consumer: None,
-            upstream_query: None,
-            body_limit: None,
-            body: None,
             route_id: "r",
-            service_id: None,
-            upstream_path: None,
-            upstream_host: None,
-            ctx: &mut ctx,
+            ..AccessRequest::new(
+                "GET",
+                "/",
+                None,
+                &mut headers,
+                &mut response_headers,
+                false,
+                "127.0.0.1".parse().unwrap(),
+                &mut ctx,
+            )
         };
         assert_eq!(req.header(&X_CONSUMER_ID).unwrap(), "spoofed");
         req.set_consumer(Arc::new(Identity::new(

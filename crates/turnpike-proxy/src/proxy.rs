@@ -438,24 +438,16 @@ async fn route_and_proxy(
     if !snap.global_rewrite.is_empty() {
         let protocol = request_protocol(conn);
         let client_ip = client_ip(conn, &parts.headers);
-        let mut req = AccessRequest {
-            method: parts.method.as_str(),
-            path: &path,
-            query: orig_uri.query(),
-            headers: &mut parts.headers,
-            response_headers: plugin_headers,
-            tls: conn.tls,
+        let mut req = AccessRequest::new(
+            parts.method.as_str(),
+            &path,
+            orig_uri.query(),
+            &mut parts.headers,
+            plugin_headers,
+            conn.tls,
             client_ip,
-            consumer: None,
-            upstream_query: None,
-            body_limit: None,
-            body: None,
-            route_id: "",
-            service_id: None,
-            upstream_path: None,
-            upstream_host: None,
-            ctx: plugin_ctx,
-        };
+            plugin_ctx,
+        );
         for b in snap.global_rewrite.iter() {
             if b.protocols & protocol == 0 {
                 continue;
@@ -602,16 +594,7 @@ async fn route_and_proxy(
         }
         let client_ip = client_ip(conn, &parts.headers);
         let mut access = AccessRequest {
-            method: parts.method.as_str(),
-            path: &path,
-            query: orig_uri.query(),
-            headers: &mut parts.headers,
-            response_headers: plugin_headers,
-            tls: conn.tls,
-            client_ip,
-            consumer: None,
             upstream_query: upstream_query.take(),
-            body_limit: None,
             body: buffered,
             route_id: &snap.config.routes[route.route_index].id,
             service_id: route
@@ -619,7 +602,16 @@ async fn route_and_proxy(
                 .map(|i| snap.config.services[i].id.as_str()),
             upstream_path: upstream_path.take(),
             upstream_host: upstream_host.take(),
-            ctx: plugin_ctx,
+            ..AccessRequest::new(
+                parts.method.as_str(),
+                &path,
+                orig_uri.query(),
+                &mut parts.headers,
+                plugin_headers,
+                conn.tls,
+                client_ip,
+                plugin_ctx,
+            )
         };
         let protocol = request_protocol(conn);
         for slot in chain.iter() {

@@ -125,22 +125,17 @@ fn query_and_path_for_the_upstream() {
     let mut ctx = PluginCtx::default();
     let mut response_headers = Vec::new();
     let mut access = crate::AccessRequest {
-        method: "GET",
-        path: "/p",
-        query: req.query,
-        headers: &mut req.headers,
-        response_headers: &mut response_headers,
-        tls: false,
-        client_ip: "10.0.0.1".parse().unwrap(),
-        consumer: None,
-        upstream_query: None,
-        body_limit: None,
-        body: None,
         route_id: "r",
-        service_id: None,
-        upstream_path: None,
-        upstream_host: None,
-        ctx: &mut ctx,
+        ..crate::AccessRequest::new(
+            "GET",
+            "/p",
+            req.query,
+            &mut req.headers,
+            &mut response_headers,
+            false,
+            "10.0.0.1".parse().unwrap(),
+            &mut ctx,
+        )
     };
     assert!(matches!(h.access(&mut access), Access::Continue));
     assert_eq!(access.upstream_query.as_deref(), Some("b=x%20y&flag"));
