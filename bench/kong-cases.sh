@@ -18,7 +18,11 @@
 # per CPU, 50 connections per proxy worker) the rest. Instruction counts always use one worker. wrk's Lua `done()` prints the latency
 # percentiles (50 … 99.99) that make the table and the percentile-spectrum plots.
 #
-# Usage: [INSTRUCTIONS=N] [EXTRA=1] [CASES="..."] bench/kong-cases.sh [RUNS] [DURATION] [PROTOCOLS]
+# QUOTA=P: each proxy of the cases limited to P% of one CPU by a cgroup (bench/lib.sh), so that
+# the proxy is the only bottleneck: on 2 CPUs the one running wrk and the upstream is itself
+# ~99% busy in the layout above (bench/same-work.sh).
+#
+# Usage: [INSTRUCTIONS=N] [EXTRA=1] [CASES="..."] [QUOTA=P] bench/kong-cases.sh [RUNS] [DURATION] [PROTOCOLS]
 #   e.g. INSTRUCTIONS=5000 bench/kong-cases.sh 3 10s "http https"
 # Needs nginx, libnginx-mod-http-lua, wrk, openssl, python3 (+ python3-matplotlib for the plots):
 # TURNPIKE_SETUP_BENCH=1 scripts/setup.sh installs them.
@@ -29,7 +33,8 @@ source bench/lib.sh
 RUNS=${1:-3}
 DUR=${2:-10s}
 PROTOCOLS=${3:-http https}
-bench_begin kong-cases
+bench_begin kong-cases${QUOTA:+-quota$QUOTA}
+[ -n "$QUOTA" ] && echo "$(cat "$OUT/commit"); each proxy limited to $QUOTA% of one CPU (cgroup)" > "$OUT/commit"
 start_upstream "$LOAD_CPUS"
 
 # A self-signed certificate for both proxies' HTTPS listeners.
@@ -112,7 +117,7 @@ ngx_tls_conf "$W/ngxlua" 8003 8446 lua
 ngx_tls_conf "$W/nginx-noka" 8004 8447 plain
 sed -i 's/keepalive 64; keepalive_requests 1000000;//' "$W/nginx-noka/nginx.conf"
 start_ngx() { # dir
-  taskset -c "$PROXY_CPUS" nginx -c "$1/nginx.conf" -p "$1" -e "$1/error.log" -g 'daemon off;' &
+  in_quota "$(basename "$1")" taskset -c "$PROXY_CPUS" nginx -c "$1/nginx.conf" -p "$1" -e "$1/error.log" -g 'daemon off;' &
   NGX_PID=$!
   BENCH_PIDS+=($NGX_PID)
 }
@@ -133,7 +138,7 @@ for proto in $PROTOCOLS; do
     export TURNPIKE_DECLARATIVE_CONFIG=$W/$case.yml
     export TURNPIKE_PROXY_LISTEN="127.0.0.1:8000 reuseport backlog=4096, 127.0.0.1:8443 ssl http2 reuseport backlog=4096"
     export TURNPIKE_SSL_CERT=$W/cert.pem TURNPIKE_SSL_CERT_KEY=$W/key.pem
-    taskset -c "$PROXY_CPUS" "$BIN" start > "$W/tp-$case.log" 2>&1 &
+    in_quota turnpike taskset -c "$PROXY_CPUS" "$BIN" start > "$W/tp-$case.log" 2>&1 &
     TP=$!
     wait_port 8000
     # The references of this case run beside it (nginx always, nginx + Lua for the key-auth
@@ -163,7 +168,7 @@ tp_start() { # config [env...]
   export TURNPIKE_PROXY_LISTEN="127.0.0.1:8000 reuseport backlog=4096, 127.0.0.1:8443 ssl http2 reuseport backlog=4096"
   export TURNPIKE_SSL_CERT=$W/cert.pem TURNPIKE_SSL_CERT_KEY=$W/key.pem
   shift
-  env "$@" taskset -c "$PROXY_CPUS" "$BIN" start > "$W/tp-extra.log" 2>&1 &
+  in_quota turnpike env "$@" taskset -c "$PROXY_CPUS" "$BIN" start > "$W/tp-extra.log" 2>&1 &
   TP=$!
   wait_port 8000
 }

@@ -23,6 +23,45 @@ bench_cleanup() {
 }
 trap bench_cleanup EXIT
 
+# QUOTA=P (percent, optional): proxies started through `in_quota` run in a cgroup limited to P%
+# of one CPU (10 ms period), so that the proxy, not the CPU of the upstream and load generator,
+# is the only bottleneck of a 2-CPU machine. Needs root and the cgroup v1 cpu controller
+# (/sys/fs/cgroup/cpu) or cgroup v2 with cpu.max. The cgroups are removed at exit.
+QUOTA=${QUOTA:-}
+QUOTA_CGROUPS=()
+# in_quota NAME CMD...: runs CMD (exec) in NAME's cgroup under QUOTA, or as it is without.
+in_quota() {
+  local name=$1
+  shift
+  if [ -z "$QUOTA" ]; then
+    exec "$@"
+  fi
+  local period=10000 dir
+  if [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
+    dir=/sys/fs/cgroup/cpu/turnpike-bench-$name
+    mkdir -p "$dir"
+    echo $period > "$dir/cpu.cfs_period_us"
+    echo $((QUOTA * period / 100)) > "$dir/cpu.cfs_quota_us"
+  elif [ -f /sys/fs/cgroup/cgroup.controllers ] && grep -qw cpu /sys/fs/cgroup/cgroup.controllers; then
+    echo +cpu > /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true
+    dir=/sys/fs/cgroup/turnpike-bench-$name
+    mkdir -p "$dir"
+    echo "$((QUOTA * period / 100)) $period" > "$dir/cpu.max"
+  else
+    echo "QUOTA needs the cgroup cpu controller (v1 /sys/fs/cgroup/cpu or v2 cpu.max)" >&2
+    exit 1
+  fi
+  echo "$BASHPID" > "$dir/cgroup.procs"
+  exec "$@"
+}
+# Removes the cgroups in_quota made (their processes must have exited).
+quota_cleanup() {
+  [ -n "$QUOTA" ] || return 0
+  sleep 0.5
+  rmdir /sys/fs/cgroup/cpu/turnpike-bench-* /sys/fs/cgroup/turnpike-bench-* 2>/dev/null || true
+}
+trap 'bench_cleanup; quota_cleanup' EXIT
+
 # bench_begin NAME: what every benchmark script starts with: OUT (bench/results/NAME-<date>/
 # with raw/ and the commit), W (a work folder removed at exit), and BIN (the release binary,
 # built --locked; BENCH_BIN=path measures a binary built elsewhere instead, e.g. an older
