@@ -3,7 +3,9 @@
 # runs Kong's eight cases over HTTP and HTTPS with the extra cases (10k routes, upstream
 # keepalive off, HTTP/2) and instruction counts, the plain-proxy table, the constant-rate latency
 # sweeps (plain, and key-auth + rate-limiting), new-connection bursts, memory per idle
-# connection, CPU time and TCP segments per request, where slow requests fall, ten upstream
+# connection, both CPUs' busy share and CPU time per request (also with a CPU quota on the
+# proxies), instructions per request under load, CPU time and TCP segments per request, where
+# slow requests fall, ten upstream
 # targets, and the CI
 # instruction gate. Each writes its own folder under bench/results/ (raw outputs, summary.md,
 # plots); this script lists them at the end and keeps its whole output in
@@ -56,6 +58,12 @@ step env RUNS="$SWEEP_RUNS" bench/latency-sweep.sh "$SWEEP_DUR" "$SWEEP_CONNS" "
 step env CASE=ka-rl RUNS="$SWEEP_RUNS" bench/latency-sweep.sh "$SWEEP_DUR" "$SWEEP_CONNS" "$SWEEP_RATES"
 step bench/connection-burst.sh 500 6
 step bench/idle-connections.sh 5000 3
+step bench/same-work.sh "$RUNS" "$DUR"
+# The same with each proxy held to 70% of its CPU, where the machine's cgroups allow it.
+if [ -w /sys/fs/cgroup/cpu/cgroup.procs ] || [ -w /sys/fs/cgroup/cgroup.subtree_control ]; then
+  step env QUOTA=70 bench/same-work.sh "$RUNS" "$DUR"
+fi
+step bench/instructions-under-load.sh 20s
 step bench/cpu-split.sh 2 5s
 step bench/tcp-segments.sh 2 4s
 step bench/startup-tail.sh "$TAIL_ROUNDS" 500 5000 "$SWEEP_DUR"

@@ -50,8 +50,11 @@ per_request() { # case proxy header cmd...
   shift 3
   read -r n0 i0 < <(count "$c-$p" "$h" 0 "$@")
   read -r n1 i1 < <(count "$c-$p" "$h" 1 "$@")
-  echo "$c $p $((n1 - n0)) $(((i1 - i0) / (n1 - n0)))" | tee -a "$OUT/summary.txt"
+  echo "$c $p $((n1 - n0)) $(((i1 - i0) / (n1 - n0)))"
+  echo "| $c | $p | $((n1 - n0)) | $(((i1 - i0) / (n1 - n0))) |" >> "$OUT/summary.md"
 }
+printf '%s\n' "commit $(cat "$OUT/commit"); wrk -t1 -c50 -d$DUR against the proxy under callgrind" "" \
+  "| case | proxy | requests | instructions / request |" "|---|---|---:|---:|" > "$OUT/summary.md"
 NGX=(nginx -g 'daemon off; master_process off;' -e /dev/null)
 for c in $CASES; do
   case $c in
