@@ -384,7 +384,7 @@ struct Head {
 
 /// Why a request head was refused.
 #[derive(Debug, PartialEq, Eq)]
-enum Refused {
+pub(crate) enum Refused {
     BadRequest,
     TooLarge,
 }
@@ -441,6 +441,10 @@ fn parse_head(rbuf: &mut BytesMut, shared: &Rc<Shared>) -> Result<Option<Head>, 
             if length.is_some_and(|l| l != n) {
                 return Err(Refused::BadRequest);
             }
+            if length.is_some() {
+                // Equal repeats are one length: forwarded once.
+                continue;
+            }
             length = Some(n);
         } else if name == header::TRANSFER_ENCODING {
             transfer_encoding = true;
@@ -473,6 +477,10 @@ fn parse_head(rbuf: &mut BytesMut, shared: &Rc<Shared>) -> Result<Option<Head>, 
         map.append(name, value);
     }
     let uri = Uri::from_maybe_shared(head.slice(target.0..target.0 + target.1))
+        .map_err(|_| Refused::BadRequest)?;
+    // One host for routing and forwarding: the absolute-form target's, else the one valid
+    // Host header (required in HTTP/1.1).
+    crate::authority::settle_host(&uri, &mut map, version == Version::HTTP_11, true)
         .map_err(|_| Refused::BadRequest)?;
     let body = if chunked {
         BodyState::Chunked(Chunk::Size)
@@ -808,6 +816,10 @@ async fn write_response(
         Framing::Length(n) => n,
         _ => u64::MAX,
     };
+    // The body was cut short (upstream error, or more bytes than announced): nothing more is
+    // written and the connection closes. Not `close`, which only says the connection ends
+    // after this response (Connection: close, HTTP/1.0) and must still carry the whole body.
+    let mut cut = false;
     if framing == Framing::None {
         // Ends the request (its guard) before the write, as the body would.
         drop(body);
@@ -833,6 +845,7 @@ async fn write_response(
                     // bytes than announced) and the connection closes.
                     tracing::debug!("response body failed: {e}");
                     close = true;
+                    cut = true;
                     remaining = 0;
                     break;
                 }
@@ -844,6 +857,7 @@ async fn write_response(
             let data = if remaining < data.len() as u64 {
                 // More than announced: what fits is sent and the connection closes.
                 close = true;
+                cut = true;
                 data.slice(..remaining.min(data.len() as u64) as usize)
             } else {
                 data
@@ -868,13 +882,13 @@ async fn write_response(
                 shared.write_all(out).await?;
                 out.clear();
             }
-            if close {
+            if cut {
                 break;
             }
         }
         drop(body);
         match framing {
-            Framing::Chunked if !close => out.extend_from_slice(b"0\r\n\r\n"),
+            Framing::Chunked if !cut => out.extend_from_slice(b"0\r\n\r\n"),
             Framing::Length(_) if remaining != 0 => close = true,
             _ => {}
         }
@@ -933,7 +947,7 @@ async fn drain_body(ctx: &WorkerCtx, shared: &Shared) -> bool {
 }
 
 /// A refused request head gets Kong's error in JSON, and the connection closes.
-fn refusal(ctx: &WorkerCtx, why: Refused) -> Response<ProxyBody> {
+pub(crate) fn refusal(ctx: &WorkerCtx, why: Refused) -> Response<ProxyBody> {
     let (status, msg) = match why {
         Refused::BadRequest => (StatusCode::BAD_REQUEST, errors::BAD_REQUEST),
         Refused::TooLarge => (
@@ -1154,18 +1168,18 @@ mod tests {
         assert_eq!(h.request.version(), Version::HTTP_10);
         let h = parse(b"GET / HTTP/1.0\r\n\r\n").unwrap().unwrap();
         assert!(!h.keep_alive);
-        let h = parse(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
+        let h = parse(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             .unwrap()
             .unwrap();
         assert!(!h.keep_alive);
         let h = parse(
-            b"GET /ws HTTP/1.1\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\n",
+            b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\n",
         )
         .unwrap()
         .unwrap();
         assert!(h.upgrade);
         let h = parse(
-            b"PUT / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\nExpect: 100-continue\r\n\r\n",
+            b"PUT / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\nExpect: 100-continue\r\n\r\n",
         )
         .unwrap()
         .unwrap();
@@ -1178,13 +1192,16 @@ mod tests {
     fn refused_heads() {
         let bad: &[&[u8]] = &[
             b"GARBAGE\r\n\r\n",
-            b"GET / HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
-            b"GET / HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
-            b"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
-            b"GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n",
-            b"GET / HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
             b"GET / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
-            b"GET / HTTP/1.1\r\nBad Header\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+            b"GET / HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a.example/evil\r\n\r\n",
         ];
         for b in bad {
             assert_eq!(
@@ -1200,8 +1217,20 @@ mod tests {
         }
         many.extend_from_slice(b"\r\n");
         assert_eq!(parse(&many).err(), Some(Refused::TooLarge));
-        // Same lengths repeated are allowed.
-        assert!(parse(b"GET / HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n").is_ok());
+        // Same lengths repeated are allowed, and kept as one.
+        let h =
+            parse(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n")
+                .unwrap()
+                .unwrap();
+        assert_eq!(
+            h.request.headers().get_all("content-length").iter().count(),
+            1
+        );
+        // An absolute-form target's host replaces the Host header.
+        let h = parse(b"GET http://a.example/p HTTP/1.1\r\nHost: b.example\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.request.headers()["host"], "a.example");
     }
 
     fn head_of(

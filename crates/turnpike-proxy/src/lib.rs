@@ -3,6 +3,7 @@
 //! ([`pool`]) and the request path ([`proxy`]).
 
 pub mod access_log;
+pub mod authority;
 pub mod balancer;
 pub mod body;
 pub mod chunked;

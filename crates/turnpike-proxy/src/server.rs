@@ -607,8 +607,20 @@ async fn serve_h2<I>(
     let svc = {
         let ctx = ctx.clone();
         let info = info.clone();
-        service_fn(move |req: http::Request<hyper::body::Incoming>| {
-            proxy::handle(ctx.clone(), info.clone(), req.map(RequestBody::Http2), None)
+        service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+            let (ctx, info) = (ctx.clone(), info.clone());
+            async move {
+                // `:authority` and a Host header that differ are malformed (RFC 9113
+                // §8.3.1): one host is routed and forwarded, or the request is refused.
+                let (uri, headers) = (req.uri().clone(), req.headers_mut());
+                if crate::authority::settle_host(&uri, headers, false, false).is_err() {
+                    return Ok(crate::h1_server::refusal(
+                        &ctx,
+                        crate::h1_server::Refused::BadRequest,
+                    ));
+                }
+                proxy::handle(ctx, info, req.map(RequestBody::Http2), None).await
+            }
         })
     };
     let timeout = ctx.gateway.settings.keepalive_timeout;

@@ -10,6 +10,7 @@ mod admin_api;
 mod admin_fuzz;
 mod balancing;
 mod basic_auth;
+mod conformance;
 mod dns;
 mod doctor;
 mod faults;

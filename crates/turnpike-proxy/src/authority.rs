@@ -1,0 +1,184 @@
+//! The request's host, one and the same for routing and forwarding (RFC 9112 §3.2, RFC 9113
+//! §8.3.1): protocol-level checks both HTTP/1 and HTTP/2 servers apply before a request
+//! reaches the pipeline.
+
+use http::{header, HeaderMap, HeaderValue, Uri};
+
+/// Is `v` a valid Host value: `host [ ":" port ]` with `host` an IP literal in brackets, or a
+/// registered name / IPv4 address made of RFC 3986's unreserved, percent-encoded and sub-delims
+/// characters? No userinfo, no path, no space: nginx answers 400 to those too.
+pub fn valid_host(v: &[u8]) -> bool {
+    let (host, rest) = if v.first() == Some(&b'[') {
+        match v.iter().position(|b| *b == b']') {
+            Some(end) => {
+                let inner = &v[1..end];
+                if inner.is_empty()
+                    || !inner
+                        .iter()
+                        .all(|b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.'))
+                {
+                    return false;
+                }
+                (&v[..=end], &v[end + 1..])
+            }
+            None => return false,
+        }
+    } else {
+        match v.iter().position(|b| *b == b':') {
+            Some(i) => (&v[..i], &v[i..]),
+            None => (v, &v[v.len()..]),
+        }
+    };
+    if host.is_empty() {
+        return false;
+    }
+    let port_ok = match rest.split_first() {
+        None => true,
+        Some((b':', digits)) => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
+        Some(_) => false,
+    };
+    port_ok
+        && (host[0] == b'['
+            || host.iter().all(|b| {
+                b.is_ascii_alphanumeric()
+                    || matches!(
+                        b,
+                        b'-' | b'.'
+                            | b'_'
+                            | b'~'
+                            | b'%'
+                            | b'!'
+                            | b'$'
+                            | b'&'
+                            | b'\''
+                            | b'('
+                            | b')'
+                            | b'*'
+                            | b'+'
+                            | b','
+                            | b';'
+                            | b'='
+                    )
+            }))
+}
+
+/// Why a request's host is refused (answered 400).
+#[derive(Debug, PartialEq, Eq)]
+pub struct BadHost;
+
+/// Makes the request's Host header the one host both the router and the upstream see.
+///
+/// - A target with an authority (HTTP/1 absolute-form, HTTP/2 `:authority`) names the host;
+///   HTTP/1 replaces any Host header with it (RFC 9112 §3.2.2: a proxy MUST generate Host from
+///   the target), HTTP/2 refuses a Host that differs (RFC 9113 §8.3.1: malformed).
+/// - More than one Host header, an invalid one, or (`host_required`: HTTP/1.1) none: refused.
+pub fn settle_host(
+    uri: &Uri,
+    headers: &mut HeaderMap,
+    host_required: bool,
+    replace: bool,
+) -> Result<(), BadHost> {
+    let mut hosts = headers.get_all(header::HOST).iter();
+    let first = hosts.next();
+    if hosts.next().is_some() {
+        return Err(BadHost);
+    }
+    if let Some(h) = first {
+        if !valid_host(h.as_bytes()) {
+            return Err(BadHost);
+        }
+    }
+    match uri.authority() {
+        Some(a) => {
+            let a = a.as_str();
+            if !valid_host(a.as_bytes()) {
+                return Err(BadHost);
+            }
+            match first {
+                Some(h) if h.as_bytes().eq_ignore_ascii_case(a.as_bytes()) => Ok(()),
+                Some(_) if !replace => Err(BadHost),
+                _ => {
+                    let v = HeaderValue::from_str(a).map_err(|_| BadHost)?;
+                    headers.insert(header::HOST, v);
+                    Ok(())
+                }
+            }
+        }
+        None if first.is_none() && host_required => Err(BadHost),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_valid_and_not() {
+        for ok in [
+            "a.example",
+            "A.Example:8000",
+            "127.0.0.1",
+            "[::1]:80",
+            "[::1]",
+            "under_score.example",
+            "x:",
+        ] {
+            assert!(valid_host(ok.as_bytes()), "{ok}");
+        }
+        for bad in [
+            "",
+            "a b@c",
+            "a.example/evil",
+            "user@a.example",
+            "a.example:80x",
+            "a.example:123456",
+            "[::1",
+            "[zz]",
+            "a\\b",
+            "a\tb",
+            ":80",
+        ] {
+            assert!(!valid_host(bad.as_bytes()), "{bad}");
+        }
+    }
+
+    fn headers(hosts: &[&str]) -> HeaderMap {
+        let mut m = HeaderMap::new();
+        for h in hosts {
+            m.append(header::HOST, HeaderValue::from_str(h).unwrap());
+        }
+        m
+    }
+
+    #[test]
+    fn one_host_for_routing_and_forwarding() {
+        let origin: Uri = "/secret".parse().unwrap();
+        let absolute: Uri = "http://public.example/secret".parse().unwrap();
+        // HTTP/1: the target's host replaces the header.
+        let mut h = headers(&["admin.example"]);
+        settle_host(&absolute, &mut h, true, true).unwrap();
+        assert_eq!(h[header::HOST], "public.example");
+        // HTTP/2: a differing host header is malformed; an equal one (any case) is fine.
+        let mut h = headers(&["admin.example"]);
+        assert_eq!(settle_host(&absolute, &mut h, false, false), Err(BadHost));
+        let mut h = headers(&["Public.Example"]);
+        assert!(settle_host(&absolute, &mut h, false, false).is_ok());
+        let mut h = headers(&[]);
+        settle_host(&absolute, &mut h, false, false).unwrap();
+        assert_eq!(h[header::HOST], "public.example");
+        // Duplicates, invalid values and a missing HTTP/1.1 Host are refused.
+        let mut h = headers(&["a.example", "b.example"]);
+        assert_eq!(settle_host(&origin, &mut h, true, true), Err(BadHost));
+        let mut h = headers(&["a.example", "a.example"]);
+        assert_eq!(settle_host(&origin, &mut h, true, true), Err(BadHost));
+        let mut h = headers(&["a.example/evil"]);
+        assert_eq!(settle_host(&origin, &mut h, true, true), Err(BadHost));
+        let mut h = headers(&[]);
+        assert_eq!(settle_host(&origin, &mut h, true, true), Err(BadHost));
+        assert!(settle_host(&origin, &mut h, false, true).is_ok());
+        let userinfo: Uri = "http://u@public.example/".parse().unwrap();
+        let mut h = headers(&[]);
+        assert_eq!(settle_host(&userinfo, &mut h, true, true), Err(BadHost));
+    }
+}
