@@ -397,6 +397,9 @@ impl Admin {
                     "peers": peer_stats(&self.gateway),
                 },
                 "configuration_hash": self.gateway.config_hash(),
+                // Entities of the applied config the data plane could not build (left out,
+                // or failing closed), one line each; empty when all of it applies.
+                "configuration_problems": &self.gateway.snapshot.load().problems,
                 "config_reloads": self.gateway.reloads.load(std::sync::atomic::Ordering::Relaxed),
         });
         if !database.is_null() {

@@ -222,6 +222,17 @@ impl Admin {
         );
         family(
             &mut out,
+            "turnpike_config_problems",
+            "gauge",
+            "Entities of the applied configuration that could not be built (left out or failing closed)",
+        );
+        let _ = writeln!(
+            out,
+            "turnpike_config_problems {}",
+            gw.snapshot.load().problems.len()
+        );
+        family(
+            &mut out,
             "turnpike_config_reload_duration_seconds",
             "summary",
             "Time spent compiling and swapping in configurations",

@@ -1172,6 +1172,10 @@ async fn send_upstream(
                 tracing::error!("service protocol '{proto}' is not proxied over HTTP");
                 return Err(UpstreamError::Failed);
             }
+            Destination::Broken(why) => {
+                tracing::error!("{why}");
+                return Err(UpstreamError::Failed);
+            }
         };
         // Counted as done (for least-connections and latency) when the response head arrives
         // or the attempt fails.

@@ -39,6 +39,23 @@ pub struct Snapshot {
     pub global_rewrite: Vec<Bound>,
     /// Global plugins with a certificate phase, run in every TLS handshake.
     pub global_certificate: Vec<Bound>,
+    /// Entities this config holds that the data plane could not build, each left out (a
+    /// route, a certificate) or failing closed (a plugin answers 500, a service 502) while
+    /// everything else applies: one line per entity, for the log, `/status` and a metric.
+    pub problems: Vec<String>,
+}
+
+/// Stands in for a plugin config that does not build: requests on its routes get 500, as in
+/// Kong when a plugin fails, never a request let through without, say, its authentication.
+struct BrokenPlugin;
+
+impl Handler for BrokenPlugin {
+    fn access(&self, _req: &mut turnpike_plugins::AccessRequest<'_>) -> turnpike_plugins::Access {
+        turnpike_plugins::Access::Exit(turnpike_plugins::Exit::message(
+            http::StatusCode::INTERNAL_SERVER_ERROR,
+            "An unexpected error occurred",
+        ))
+    }
 }
 
 /// A route's compiled plugin chain (shared: most routes have the same, often empty, one).
@@ -93,7 +110,7 @@ impl Slot {
 /// part becomes a per-slot map looked up, per request, with the consumer authentication found
 /// (plugins run in PRIORITY order, so the auth plugins have run by then). Plugins are indexed
 /// by scope first, so the cost is per route times the plugins that apply to it.
-fn compile_chains(config: &Config) -> Result<(Vec<Chain>, Vec<Bound>), String> {
+fn compile_chains(config: &Config, problems: &mut Vec<String>) -> (Vec<Chain>, Vec<Bound>) {
     type Entry = (i32, &'static str, Bound);
     type Chosen = (&'static str, Option<Bound>, bool);
     type ByConsumer<'a> = FxHashMap<&'static str, FxHashMap<&'a str, Bound>>;
@@ -109,16 +126,26 @@ fn compile_chains(config: &Config) -> Result<(Vec<Chain>, Vec<Bound>), String> {
         FxHashMap::default();
     let mut priorities: FxHashMap<&'static str, i32> = FxHashMap::default();
     for p in config.plugins.iter().filter(|p| p.enabled) {
-        let spec = registry
-            .get(&p.name)
-            .ok_or_else(|| format!("plugin {}: '{}' is not available", p.id, p.name))?;
-        let handler = Bound {
-            handler: spec
+        // A config that does not build fails closed (see `BrokenPlugin`), under its own name
+        // and priority where the plugin exists, first in the chain where it does not.
+        let spec = registry.get(&p.name);
+        let (name, priority) = spec.map_or(("(unavailable plugin)", i32::MAX), |s| {
+            (s.name(), s.priority())
+        });
+        let built = match spec {
+            Some(spec) => spec
                 .build(&p.config, &build_ctx)
-                .map_err(|e| format!("plugin {} ({}): {e}", p.id, p.name))?,
+                .map_err(|e| format!("plugin {} ({}): {e}", p.id, p.name)),
+            None => Err(format!("plugin {}: '{}' is not available", p.id, p.name)),
+        };
+        let handler = Bound {
+            handler: built.unwrap_or_else(|e| {
+                problems.push(e);
+                Arc::new(BrokenPlugin)
+            }),
             protocols: protocol_mask(&p.protocols),
         };
-        priorities.insert(spec.name(), spec.priority());
+        priorities.insert(name, priority);
         let route = p.route.as_ref().map(|r| r.id.as_str());
         let service = p.service.as_ref().map(|s| s.id.as_str());
         if let Some(c) = &p.consumer {
@@ -127,12 +154,12 @@ fn compile_chains(config: &Config) -> Result<(Vec<Chain>, Vec<Bound>), String> {
                 key => consumer_scoped.entry(key).or_default(),
             };
             target
-                .entry(spec.name())
+                .entry(name)
                 .or_default()
                 .insert(c.id.as_str(), handler);
             continue;
         }
-        let entry = (spec.priority(), spec.name(), handler);
+        let entry = (priority, name, handler);
         match (route, service) {
             (Some(r), Some(s)) => by_both.entry((r, s)).or_default().push(entry),
             (Some(r), None) => by_route.entry(r).or_default().push(entry),
@@ -242,7 +269,7 @@ fn compile_chains(config: &Config) -> Result<(Vec<Chain>, Vec<Bound>), String> {
         chains.push(slots.into_iter().map(|s| s.1).collect());
     }
     global.sort_by_key(|e| std::cmp::Reverse(e.0));
-    Ok((chains, global.into_iter().map(|e| e.2).collect()))
+    (chains, global.into_iter().map(|e| e.2).collect())
 }
 
 /// Where a service's traffic goes.
@@ -253,6 +280,8 @@ pub enum Destination {
     Balanced(Arc<Balancer>),
     /// The service's protocol is not one the HTTP proxy serves (tcp, grpc, ...).
     Unsupported(String),
+    /// The service could not be built (its TLS settings): why. Its requests get 502.
+    Broken(String),
 }
 
 #[derive(Clone, Debug)]
@@ -379,8 +408,9 @@ impl Snapshot {
     }
 
     pub fn compile(config: Config) -> Result<Snapshot, String> {
-        let router = Router::build(&config).map_err(|e| e.to_string())?;
-        let certs = CertStore::build(&config)?;
+        let mut problems = config.left_out.clone();
+        let router = Router::build_skipping(&config, &mut problems);
+        let certs = CertStore::build_skipping(&config, &mut problems);
         let cert_by_id: FxHashMap<&str, (&str, &str)> = config
             .certificates
             .iter()
@@ -461,29 +491,17 @@ impl Snapshot {
             } else {
                 Destination::Direct(peer(&s.host, s.port, https))
             };
-            let tls = if https {
-                let client = match &s.client_certificate {
-                    Some(fk) => Some(*cert_by_id.get(fk.id.as_str()).ok_or_else(|| {
-                        format!("service {}: client_certificate {} not found", s.id, fk.id)
-                    })?),
-                    None => None,
-                };
-                let cas: Vec<&str> = s
-                    .ca_certificates
-                    .iter()
-                    .flatten()
-                    .map(|id| {
-                        ca_by_id.get(id.as_str()).copied().ok_or_else(|| {
-                            format!("service {}: ca_certificate {id} not found", s.id)
-                        })
-                    })
-                    .collect::<Result<_, _>>()?;
-                Some(
-                    tls::client_config(s.tls_verify.unwrap_or(false), &cas, client)
-                        .map_err(|e| format!("service {}: {e}", s.id))?,
-                )
+            let (tls, destination) = if https {
+                match service_tls(s, &cert_by_id, &ca_by_id) {
+                    Ok(tls) => (Some(tls), destination),
+                    Err(e) => {
+                        let e = format!("service {}: {e}", s.id);
+                        problems.push(e.clone());
+                        (None, Destination::Broken(e))
+                    }
+                }
             } else {
-                None
+                (None, destination)
             };
             services.push(ServiceInfo {
                 https,
@@ -496,7 +514,7 @@ impl Snapshot {
                 tls,
             });
         }
-        let (chains, global) = compile_chains(&config)?;
+        let (chains, global) = compile_chains(&config, &mut problems);
         let global_rewrite = global
             .iter()
             .filter(|b| b.handler.rewrites())
@@ -556,13 +574,79 @@ impl Snapshot {
             probes,
             global_rewrite,
             global_certificate,
+            problems,
         })
     }
+}
+
+/// A service's upstream TLS client: its client certificate and CA certificates must exist and
+/// parse.
+fn service_tls(
+    s: &turnpike_config::declarative::Service,
+    cert_by_id: &FxHashMap<&str, (&str, &str)>,
+    ca_by_id: &FxHashMap<&str, &str>,
+) -> Result<Arc<rustls::ClientConfig>, String> {
+    let client = match &s.client_certificate {
+        Some(fk) => Some(
+            *cert_by_id
+                .get(fk.id.as_str())
+                .ok_or_else(|| format!("client_certificate {} not found", fk.id))?,
+        ),
+        None => None,
+    };
+    let cas: Vec<&str> = s
+        .ca_certificates
+        .iter()
+        .flatten()
+        .map(|id| {
+            ca_by_id
+                .get(id.as_str())
+                .copied()
+                .ok_or_else(|| format!("ca_certificate {id} not found"))
+        })
+        .collect::<Result<_, _>>()?;
+    tls::client_config(s.tls_verify.unwrap_or(false), &cas, client)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn load(v: serde_json::Value) -> Config {
+        turnpike_config::declarative::load(&v, &turnpike_plugins::bundled()).unwrap()
+    }
+
+    /// What does not build is reported and left out or fails closed; the rest compiles.
+    #[test]
+    fn entities_that_do_not_build_are_left_out_and_reported() {
+        let mut cfg = load(serde_json::json!({
+            "_format_version": "3.0",
+            "services": [{"name": "s", "url": "http://127.0.0.1:1", "routes": [
+                {"name": "ok", "paths": ["/ok"], "plugins": [{"name": "key-auth"}]},
+                {"name": "bad", "paths": ["~/bad"]},
+            ]}],
+        }));
+        // As if stored by an older version: a regex the engine refuses, a plugin this build
+        // does not carry.
+        cfg.routes[1].paths = Some(vec!["~/bad(".into()]);
+        cfg.plugins[0].name = "no-such-plugin".into();
+        let snap = Snapshot::compile(cfg).unwrap();
+        assert_eq!(snap.problems.len(), 2, "{:?}", snap.problems);
+        assert!(
+            snap.problems[0].contains("path regex"),
+            "{:?}",
+            snap.problems
+        );
+        assert!(
+            snap.problems[1].contains("no-such-plugin"),
+            "{:?}",
+            snap.problems
+        );
+        // The good route is served, and its broken plugin is not dropped (which would serve
+        // it without its authentication) but stands in, failing closed.
+        assert!(!snap.router.is_empty());
+        assert_eq!(snap.chains[0].len(), 1);
+    }
 
     #[test]
     fn host_header_has_port_only_when_not_default() {

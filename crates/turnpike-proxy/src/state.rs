@@ -128,6 +128,10 @@ impl Gateway {
         let _guard = self.reload_lock.lock().unwrap_or_else(|e| e.into_inner());
         let started = std::time::Instant::now();
         let snap = Snapshot::compile(config)?;
+        // What could not be built is left out (or fails closed); everything else applies.
+        for p in &snap.problems {
+            tracing::error!("config: {p}: left out, the rest of the configuration applies");
+        }
         let probes = snap.probes.clone();
         let old = self.snapshot.swap(Arc::new(snap));
         crate::health::watch(probes);

@@ -12,33 +12,22 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::{DigitallySignedStruct, SignatureScheme};
 
+use turnpike_config::declarative::pem;
+
 use crate::state::Gateway;
 
 pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// Parses a PEM certificate chain and private key into a signing key.
+/// Parses a PEM certificate chain and private key into a signing key (checked as the Admin
+/// API checks it on write).
 pub fn certified_key(cert_pem: &str, key_pem: &str) -> Result<Arc<CertifiedKey>, String> {
-    let certs: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut cert_pem.as_bytes())
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("invalid certificate: {e}"))?;
-    if certs.is_empty() {
-        return Err("invalid certificate: no certificate found in PEM".into());
-    }
-    let key = private_key(key_pem)?;
-    let signing = rustls::crypto::ring::sign::any_supported_type(&key)
-        .map_err(|e| format!("invalid key: {e}"))?;
-    let ck = CertifiedKey::new(certs, signing);
-    ck.keys_match()
-        .map_err(|e| format!("certificate does not match key: {e}"))?;
-    Ok(Arc::new(ck))
+    pem::certified_key(cert_pem, key_pem).map_err(|e| e.to_string())
 }
 
 fn private_key(pem: &str) -> Result<PrivateKeyDer<'static>, String> {
-    rustls_pemfile::private_key(&mut pem.as_bytes())
-        .map_err(|e| format!("invalid key: {e}"))?
-        .ok_or_else(|| "invalid key: no private key found in PEM".to_string())
+    pem::private_key(pem).map_err(|e| e.to_string())
 }
 
 /// Certificates selected by SNI, compiled with each configuration snapshot.
@@ -53,11 +42,28 @@ pub struct CertStore {
 
 impl CertStore {
     pub fn build(config: &turnpike_config::Config) -> Result<CertStore, String> {
+        let mut problems = Vec::new();
+        let store = CertStore::build_skipping(config, &mut problems);
+        match problems.into_iter().next() {
+            Some(p) => Err(p),
+            None => Ok(store),
+        }
+    }
+
+    /// Like `build`, leaving out the certificates that do not load (their SNIs get the
+    /// default certificate), each named in `problems`.
+    pub fn build_skipping(
+        config: &turnpike_config::Config,
+        problems: &mut Vec<String>,
+    ) -> CertStore {
         let mut keys: FxHashMap<&str, Arc<CertifiedKey>> = FxHashMap::default();
         for c in &config.certificates {
-            let k =
-                certified_key(&c.cert, &c.key).map_err(|e| format!("certificate {}: {e}", c.id))?;
-            keys.insert(c.id.as_str(), k);
+            match certified_key(&c.cert, &c.key) {
+                Ok(k) => {
+                    keys.insert(c.id.as_str(), k);
+                }
+                Err(e) => problems.push(format!("certificate {}: {e}", c.id)),
+            }
         }
         let mut store = CertStore::default();
         for sni in &config.snis {
@@ -75,7 +81,7 @@ impl CertStore {
         // Longest wildcard first, so the most specific one wins.
         store.suffix.sort_by_key(|e| std::cmp::Reverse(e.0.len()));
         store.prefix.sort_by_key(|e| std::cmp::Reverse(e.0.len()));
-        Ok(store)
+        store
     }
 
     pub fn find(&self, name: &str) -> Option<Arc<CertifiedKey>> {

@@ -260,10 +260,71 @@ impl std::fmt::Display for CompileError {
     }
 }
 
+/// A route's header matchers and path groups; an error names what does not compile.
+#[allow(clippy::type_complexity)]
+fn route_matchers(
+    route: &Route,
+) -> Result<(Vec<(http::HeaderName, Vec<ValueMatch>)>, Vec<PathMatch>), CompileError> {
+    let mut headers = Vec::new();
+    for (name, values) in route.headers.iter().flatten() {
+        let hn = http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+            CompileError(format!("route {}: invalid header name '{name}'", route.id))
+        })?;
+        let mut vm = Vec::new();
+        for v in values {
+            if let Some(re) = v.strip_prefix("~*") {
+                let re = Regex::new(&format!("(?i){re}"))
+                    .map_err(|e| CompileError(format!("route {}: header regex: {e}", route.id)))?;
+                vm.push(ValueMatch::Regex(re));
+            } else {
+                vm.push(ValueMatch::Exact(v.to_ascii_lowercase().into()));
+            }
+        }
+        headers.push((hn, vm));
+    }
+    // Split paths into groups that share a priority, as Kong's compat router does.
+    let mut groups: Vec<PathMatch> = Vec::new();
+    match route.paths.as_ref().filter(|p| !p.is_empty()) {
+        None => groups.push(PathMatch::Any),
+        Some(paths) => {
+            let mut regexes = Vec::new();
+            let mut by_len: std::collections::BTreeMap<usize, Vec<Box<str>>> = Default::default();
+            for p in paths {
+                if let Some(re) = p.strip_prefix('~') {
+                    // Kong anchors regex paths at the start of the path.
+                    let re = Regex::new(&format!("^(?:{re})")).map_err(|e| {
+                        CompileError(format!("route {}: path regex: {e}", route.id))
+                    })?;
+                    regexes.push(re);
+                } else {
+                    by_len.entry(p.len()).or_default().push(p.as_str().into());
+                }
+            }
+            if !regexes.is_empty() {
+                groups.push(PathMatch::Regex(regexes));
+            }
+            for (_, ps) in by_len.into_iter().rev() {
+                groups.push(PathMatch::Prefix(ps));
+            }
+        }
+    }
+    Ok((headers, groups))
+}
+
 impl Router {
     /// Compiles the HTTP routes of a configuration. Stream routes (tcp, tls, udp,
     /// tls_passthrough) and gRPC routes are not served by the HTTP router.
     pub fn build(config: &Config) -> Result<Router, CompileError> {
+        let mut problems = Vec::new();
+        let router = Router::build_skipping(config, &mut problems);
+        match problems.into_iter().next() {
+            Some(p) => Err(CompileError(p)),
+            None => Ok(router),
+        }
+    }
+
+    /// Like `build`, leaving out the routes that do not compile, each named in `problems`.
+    pub fn build_skipping(config: &Config, problems: &mut Vec<String>) -> Router {
         let service_index: FxHashMap<&str, usize> = config
             .services
             .iter()
@@ -286,17 +347,6 @@ impl Router {
             if service.is_some_and(|i| !config.services[i].enabled) {
                 continue;
             }
-            let entry = router.entries.len() as u32;
-            router.entries.push(RouteEntry {
-                route_index: ri,
-                service_index: service,
-                strip_path: route.strip_path,
-                preserve_host: route.preserve_host,
-                path_handling_v1: route.path_handling == "v1",
-                accepts_http,
-                accepts_https,
-                https_redirect_status_code: route.https_redirect_status_code,
-            });
             let methods = route
                 .methods
                 .as_ref()
@@ -312,51 +362,25 @@ impl Router {
                 .as_ref()
                 .filter(|h| !h.is_empty())
                 .map(|h| h.iter().map(|s| host_pattern(s)).collect());
-            let mut headers = Vec::new();
-            for (name, values) in route.headers.iter().flatten() {
-                let hn = http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-                    CompileError(format!("route {}: invalid header name '{name}'", route.id))
-                })?;
-                let mut vm = Vec::new();
-                for v in values {
-                    if let Some(re) = v.strip_prefix("~*") {
-                        let re = Regex::new(&format!("(?i){re}")).map_err(|e| {
-                            CompileError(format!("route {}: header regex: {e}", route.id))
-                        })?;
-                        vm.push(ValueMatch::Regex(re));
-                    } else {
-                        vm.push(ValueMatch::Exact(v.to_ascii_lowercase().into()));
-                    }
+            // A route that does not compile is left out (and reported); the others are served.
+            let (headers, groups) = match route_matchers(route) {
+                Ok(m) => m,
+                Err(e) => {
+                    problems.push(e.0);
+                    continue;
                 }
-                headers.push((hn, vm));
-            }
-            // Split paths into groups that share a priority, as Kong's compat router does.
-            let mut groups: Vec<PathMatch> = Vec::new();
-            match route.paths.as_ref().filter(|p| !p.is_empty()) {
-                None => groups.push(PathMatch::Any),
-                Some(paths) => {
-                    let mut regexes = Vec::new();
-                    let mut by_len: std::collections::BTreeMap<usize, Vec<Box<str>>> =
-                        Default::default();
-                    for p in paths {
-                        if let Some(re) = p.strip_prefix('~') {
-                            // Kong anchors regex paths at the start of the path.
-                            let re = Regex::new(&format!("^(?:{re})")).map_err(|e| {
-                                CompileError(format!("route {}: path regex: {e}", route.id))
-                            })?;
-                            regexes.push(re);
-                        } else {
-                            by_len.entry(p.len()).or_default().push(p.as_str().into());
-                        }
-                    }
-                    if !regexes.is_empty() {
-                        groups.push(PathMatch::Regex(regexes));
-                    }
-                    for (_, ps) in by_len.into_iter().rev() {
-                        groups.push(PathMatch::Prefix(ps));
-                    }
-                }
-            }
+            };
+            let entry = router.entries.len() as u32;
+            router.entries.push(RouteEntry {
+                route_index: ri,
+                service_index: service,
+                strip_path: route.strip_path,
+                preserve_host: route.preserve_host,
+                path_handling_v1: route.path_handling == "v1",
+                accepts_http,
+                accepts_https,
+                https_redirect_status_code: route.https_redirect_status_code,
+            });
             for paths in groups {
                 matchers.push(Matcher {
                     entry,
@@ -414,7 +438,7 @@ impl Router {
             b.finish();
         }
         router.matchers = matchers;
-        Ok(router)
+        router
     }
 
     pub fn is_empty(&self) -> bool {

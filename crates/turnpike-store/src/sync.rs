@@ -242,6 +242,53 @@ impl ConfigSync {
     }
 }
 
+/// Loads a stored config, leaving out the entities that no longer validate (written by an
+/// older version, or directly to the database) and those that then miss what they refer to:
+/// one bad row must not keep every later change from applying. Each is named in
+/// `Config::left_out` (and so in the log, `/status` and the metrics).
+fn load_leaving_out(
+    mut export: Value,
+    plugins: &dyn turnpike_config::declarative::PluginRegistry,
+    hash: String,
+) -> Result<Config, String> {
+    let mut left_out = Vec::new();
+    // Each round removes the entities that failed; what referred to them fails in the next.
+    for _ in 0..8 {
+        match declarative::load_with_hash(&export, plugins, hash.clone()) {
+            Ok(mut cfg) => {
+                cfg.left_out = left_out;
+                return Ok(cfg);
+            }
+            Err(e) if !e.entities.is_empty() && e.top.is_empty() && e.message.is_none() => {
+                let mut removed = 0;
+                for ent in &e.entities {
+                    let Some(id) = ent.id.as_deref() else {
+                        continue;
+                    };
+                    if let Some(Value::Array(rows)) = export.get_mut(ent.table) {
+                        let before = rows.len();
+                        rows.retain(|r| r.get("id").and_then(Value::as_str) != Some(id));
+                        if rows.len() < before {
+                            removed += 1;
+                            let why: Vec<String> = ent
+                                .errors
+                                .iter()
+                                .map(|(f, m)| format!("{f}: {m}"))
+                                .collect();
+                            left_out.push(format!("{} {id}: {}", ent.table, why.join(", ")));
+                        }
+                    }
+                }
+                if removed == 0 {
+                    return Err(format!("stored config does not load: {}", e.summary()));
+                }
+            }
+            Err(e) => return Err(format!("stored config does not load: {}", e.summary())),
+        }
+    }
+    Err("stored config does not load: too many entities left out".into())
+}
+
 /// The builder thread: holds the config it last built and applies jobs to it. After
 /// incremental updates the last good copy is saved once the updates pause (300 ms), so a burst
 /// of writes does not re-encode the whole config each time.
@@ -283,8 +330,7 @@ fn builder_loop(
                     .map_err(|e| e.to_string())
                     .and_then(|export| {
                         // The version names the config: no need to digest 10k entities.
-                        declarative::load_with_hash(&export, plugins, format!("{version:032x}"))
-                            .map_err(|e| format!("stored config does not load: {}", e.summary()))
+                        load_leaving_out(export, plugins, format!("{version:032x}"))
                     })
                     .and_then(|cfg| {
                         apply(cfg.clone())
@@ -310,6 +356,11 @@ fn builder_loop(
                 version,
                 delta,
             } => match state.take() {
+                // A config that left stored entities out is rebuilt in full on every change,
+                // so that a fix or a delete of what failed shows at once.
+                Some((at, cfg)) if at == from && !cfg.left_out.is_empty() => {
+                    Err("entities were left out of the running config".to_string())
+                }
                 Some((at, mut cfg)) if at == from => {
                     let patched = delta.iter().try_for_each(|(table, id, text)| {
                         let entity: Option<serde_json::Map<String, Value>> = match text {

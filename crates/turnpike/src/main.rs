@@ -322,8 +322,15 @@ fn parse_file(
     })?;
     // Compile it too: a config that validates but cannot be compiled (a certificate that does
     // not parse, a regex the engine refuses) is reported here rather than at reload.
-    turnpike_proxy::snapshot::Snapshot::compile(cfg.clone())
+    let snap = turnpike_proxy::snapshot::Snapshot::compile(cfg.clone())
         .map_err(|e| format!("in '{}': {e}", path.display()))?;
+    if !snap.problems.is_empty() {
+        return Err(format!(
+            "in '{}': {}",
+            path.display(),
+            snap.problems.join("; ")
+        ));
+    }
     Ok(cfg)
 }
 

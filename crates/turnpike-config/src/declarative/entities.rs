@@ -997,6 +997,23 @@ pub fn certificate(
             "all or none of these fields must be set: 'cert_alt', 'key_alt'",
         );
     }
+    // What the TLS stack will load, checked now: a pair it refuses is a schema violation
+    // here, never a stored entity that the data plane fails on.
+    for (cf, kf, c, k) in [
+        ("cert", "key", &cert, &key),
+        ("cert_alt", "key_alt", &cert_alt, &key_alt),
+    ] {
+        if let (Some(c), Some(k)) = (c, k) {
+            if c.contains("-----BEGIN") && k.contains("-----BEGIN") {
+                match super::pem::certified_key(c, k) {
+                    Ok(_) => {}
+                    Err(e @ super::pem::PemError::Cert(_)) => f.err(cf, e.to_string()),
+                    Err(e @ super::pem::PemError::Key(_)) => f.err(kf, e.to_string()),
+                    Err(e @ super::pem::PemError::Mismatch) => f.err("@entity", e.to_string()),
+                }
+            }
+        }
+    }
     let tags = f.tags();
     // `snis` here is transient: plain names that become sni entities. Nested sni objects are
     // handled by the loader (they are entities of their own).
@@ -1072,6 +1089,11 @@ pub fn ca_certificate(
     let (created_at, updated_at) = timestamps(&mut f, now);
     let cert = f.req_str("cert");
     check_pem(&mut f, "cert", &cert, "CERTIFICATE");
+    if let Some(c) = cert.as_deref().filter(|c| c.contains("-----BEGIN")) {
+        if let Err(e) = super::pem::ca_certificate(c) {
+            f.err("cert", e.to_string());
+        }
+    }
     let cert_digest = f.str("cert_digest");
     let tags = f.tags();
     let errors = f.finish();

@@ -10,6 +10,7 @@ pub mod entities;
 pub mod errors;
 mod fields;
 pub mod ids;
+pub mod pem;
 
 use std::collections::HashMap;
 
@@ -99,6 +100,9 @@ pub struct Config {
     pub credentials: Vec<Credential>,
     /// A digest of the input, as Kong's `configuration_hash` (32 hex characters).
     pub hash: String,
+    /// Stored entities that no longer validate and were left out when the config was read
+    /// from a database (one line each): a config is applied without them, never refused whole.
+    pub left_out: Vec<String>,
 }
 
 impl Config {

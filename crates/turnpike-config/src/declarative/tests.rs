@@ -337,10 +337,19 @@ keyauth_credentials:
 
 #[test]
 fn certificates_with_transient_snis() {
-    let pem = "-----BEGIN CERTIFICATE-----\\nMIIB\\n-----END CERTIFICATE-----";
-    let key = "-----BEGIN PRIVATE KEY-----\\nMIIB\\n-----END PRIVATE KEY-----";
+    let k = rcgen::KeyPair::generate().unwrap();
+    let pem = rcgen::CertificateParams::new(vec!["a.example.com".into()])
+        .unwrap()
+        .self_signed(&k)
+        .unwrap()
+        .pem();
+    // As JSON strings, which YAML reads too.
+    let (pem, key) = (
+        serde_json::to_string(&pem).unwrap(),
+        serde_json::to_string(&k.serialize_pem()).unwrap(),
+    );
     let c = ok(&format!(
-        "_format_version: '3.0'\ncertificates:\n- cert: \"{pem}\"\n  key: \"{key}\"\n  snis: [a.example.com, '*.b.example.com']\n"
+        "_format_version: '3.0'\ncertificates:\n- cert: {pem}\n  key: {key}\n  snis: [a.example.com, '*.b.example.com']\n"
     ));
     assert_eq!(c.snis.len(), 2);
     assert_eq!(c.snis[0].certificate.id, c.certificates[0].id);
@@ -350,6 +359,12 @@ fn certificates_with_transient_snis() {
         s.contains("key: required field missing") && s.contains("invalid cert"),
         "{s}"
     );
+    // PEM-shaped but not a certificate the TLS stack loads.
+    let bad = "-----BEGIN CERTIFICATE-----\\nMIIB\\n-----END CERTIFICATE-----";
+    let e = err(&format!(
+        "_format_version: '3.0'\ncertificates:\n- cert: \"{bad}\"\n  key: {key}\n"
+    ));
+    assert!(e.to_string().contains("invalid certificate"), "{e}");
 }
 
 #[test]

@@ -10,6 +10,7 @@ mod admin_api;
 mod admin_fuzz;
 mod balancing;
 mod basic_auth;
+mod config_faults;
 mod conformance;
 mod dns;
 mod doctor;

@@ -1,0 +1,171 @@
+//! One bad entity must never freeze the configuration: what the data plane would refuse is
+//! refused when written (Kong's 400 schema violation), and a stored entity that still fails is
+//! left out, reported in the log, `/status` and the metrics, while every other change applies.
+
+use serde_json::json;
+
+use crate::common::*;
+
+/// An X.509 v1 certificate (no extensions; `openssl x509 -req` without `-extfile`) and its
+/// key. OpenSSL and browsers accept it; rustls/webpki refuse v1 certificates.
+const V1_CERT: &str = "-----BEGIN CERTIFICATE-----
+MIIBJTCBzQIUPGOiB3Ja40rZtZiaUj9qAKr3gZMwCgYIKoZIzj0EAwIwFTETMBEG
+A1UEAwwKdjEuZXhhbXBsZTAgFw0yNjExMjQyMDQ2MzhaGA8yMTI2MTAzMTIwNDYz
+OFowFTETMBEGA1UEAwwKdjEuZXhhbXBsZTBZMBMGByqGSM49AgEGCCqGSM49AwEH
+A0IABNDk7ne3I2TtkNTJoVwwXK6c2xVslQXsaDSe9NK7/0/SzMxR0h+fihpUaCYD
+QAjaUOMgBMLhMOgEpRlolzBRpSAwCgYIKoZIzj0EAwIDRwAwRAIgPy2sSnFNWJ7u
+c19HqhN+xjIYQbd1igPdWTJu2m48WkACIAvgssWi9CuDl+l8RhLO/s+Ew8ozKcc4
+p/vNC1trPSG2
+-----END CERTIFICATE-----
+";
+const V1_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgPcmBijqf7+tGLrlR
+QjnXlP/0xA0PvFAB1Kwh/349N0yhRANCAATQ5O53tyNk7ZDUyaFcMFyunNsVbJUF
+7Gg0nvTSu/9P0szMUdIfn4oaVGgmA0AI2lDjIATC4TDoBKUZaJcwUaUg
+-----END PRIVATE KEY-----
+";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_the_data_plane_refuses_is_refused_on_write() {
+    let gw = Gateway::sqlite().start();
+    // The v1 certificate: Kong's schema violation on `cert`, nothing stored.
+    let r = gw
+        .admin(
+            "POST",
+            "/certificates",
+            Some(json!({"cert": V1_CERT, "key": V1_KEY, "snis": ["v1.example"]})),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    let j = r.json();
+    assert_eq!(j["name"], "schema violation", "{j}");
+    assert_eq!(j["code"], 2, "{j}");
+    assert!(
+        j["fields"]["cert"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("invalid certificate")),
+        "{j}"
+    );
+    // A certificate and a key that do not belong together.
+    let (cert, _) = cert_for("a.example");
+    let (_, other_key) = cert_for("b.example");
+    let r = gw
+        .admin(
+            "POST",
+            "/certificates",
+            Some(json!({"cert": cert, "key": other_key})),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert_eq!(
+        r.json()["fields"]["@entity"],
+        "certificate does not match key",
+        "{:?}",
+        r.body
+    );
+    // A CA certificate that does not parse.
+    let r = gw
+        .admin(
+            "POST",
+            "/ca_certificates",
+            Some(json!({"cert": "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"})),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    let r = gw.admin("GET", "/certificates", None).await;
+    assert_eq!(r.json()["data"], json!([]));
+    // And later changes apply at once.
+    let up = Upstream::start("after");
+    gw.add_service_route(&up.url(), "/after").await;
+    assert_eq!(until_status(gw.proxy, "/after", 200).await.status, 200);
+}
+
+/// A row the data plane cannot build (stored by an older version, or written to the database
+/// directly) is left out and reported; everything else, and every later write, applies.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stored_entity_that_fails_is_left_out_and_reported() {
+    let up = Upstream::start("kept");
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("p");
+    let prefix_s = prefix.to_str().unwrap();
+    let (good_cert, good_key) = cert_for("good.example");
+    let cert_id;
+    {
+        let gw = Gateway::sqlite().env("TURNPIKE_PREFIX", prefix_s).start();
+        gw.add_service_route(&up.url(), "/kept").await;
+        let r = gw
+            .admin(
+                "POST",
+                "/certificates",
+                Some(json!({"cert": good_cert, "key": good_key, "snis": ["v1.example"]})),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{:?}", r.body);
+        cert_id = r.json()["id"].as_str().unwrap().to_string();
+    }
+    // The stored certificate becomes the v1 one, as an older Turnpike accepted it.
+    let entity =
+        json!({"id": cert_id, "cert": V1_CERT, "key": V1_KEY, "created_at": 1, "updated_at": 1});
+    let sql = format!(
+        "UPDATE certificates SET entity = '{}' WHERE id = '{cert_id}';",
+        entity.to_string().replace('\'', "''")
+    );
+    let out = std::process::Command::new("sqlite3")
+        .arg(prefix.join("turnpike.db"))
+        .arg(&sql)
+        .output()
+        .expect("sqlite3 (Debian package sqlite3)");
+    assert!(out.status.success(), "{out:?}");
+
+    let gw = Gateway::sqlite().env("TURNPIKE_PREFIX", prefix_s).start();
+    // The rest of the stored config serves, and the bad entity is named.
+    assert_eq!(until_status(gw.proxy, "/kept", 200).await.status, 200);
+    let status = gw.status().await;
+    let problems = status["configuration_problems"].as_array().unwrap().clone();
+    // The certificate, and its SNI, which names it.
+    assert_eq!(problems.len(), 2, "{status}");
+    assert!(
+        problems[0].as_str().unwrap().contains(&cert_id)
+            && problems[0]
+                .as_str()
+                .unwrap()
+                .contains("invalid certificate"),
+        "{problems:?}"
+    );
+    let metrics = gw.admin("GET", "/metrics", None).await;
+    let text = String::from_utf8_lossy(&metrics.body).to_string();
+    assert!(
+        text.lines().any(|l| l == "turnpike_config_problems 2"),
+        "{text}"
+    );
+    assert!(gw.log_text().contains(&cert_id), "{}", gw.log_text());
+    // Writes made afterwards apply.
+    let r = gw
+        .admin(
+            "POST",
+            "/services",
+            Some(json!({"name": "later", "url": up.url()})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let r = gw
+        .admin(
+            "POST",
+            "/services/later/routes",
+            Some(json!({"paths": ["/later"]})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    assert_eq!(until_status(gw.proxy, "/later", 200).await.status, 200);
+    // Deleting the bad entity clears the report.
+    let r = gw
+        .admin("DELETE", &format!("/certificates/{cert_id}"), None)
+        .await;
+    assert_eq!(r.status, 204, "{:?}", r.body);
+    assert!(
+        eventually(std::time::Duration::from_secs(10), async || {
+            gw.status().await["configuration_problems"] == json!([])
+        })
+        .await
+    );
+}
