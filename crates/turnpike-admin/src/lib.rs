@@ -53,7 +53,14 @@ pub struct Admin {
     pub sync: Option<Arc<turnpike_store::sync::ConfigSync>>,
     /// Changes the log level at run time (`/debug/node/log-level`).
     pub log_levels: Option<Arc<log_level::LevelState>>,
+    /// A `POST /config` is being parsed and applied: another gets Kong's 429 meanwhile.
+    pub config_loading: Arc<std::sync::atomic::AtomicBool>,
 }
+
+/// Up to this size a `POST /config` body is echoed back as Kong echoes it (the entities);
+/// a larger one is answered with its hash and entity counts instead: a 50 MiB config echoed
+/// 387 MB and held it in memory while doing so.
+pub const MAX_CONFIG_ECHO: usize = 4 * 1024 * 1024;
 
 pub(crate) type Resp = Response<Full<Bytes>>;
 
@@ -455,36 +462,109 @@ impl Admin {
             Some(f) => f,
             None => text.to_string(),
         };
-        // Kong accepts the config itself, or `{"config": "<yaml or json text>"}`.
-        let value = match declarative::parse_text(&text) {
-            Ok(Value::Object(m))
-                if m.len() == 1 && m.get("config").is_some_and(|c| c.is_string()) =>
-            {
-                match declarative::parse_text(m["config"].as_str().unwrap()) {
-                    Ok(v) => v,
-                    Err(e) => return declarative_error(&e, flatten),
-                }
-            }
-            Ok(v) => v,
-            Err(e) => return declarative_error(&e, flatten),
-        };
-        let cfg = match declarative::load(&value, self.plugins.as_ref()) {
-            Ok(c) => c,
-            Err(e) => return declarative_error(&e, flatten),
-        };
-        if check_hash && cfg.hash == self.gateway.config_hash() {
-            let mut r = Response::new(Full::new(Bytes::new()));
-            *r.status_mut() = StatusCode::NOT_MODIFIED;
-            return r;
+        drop(body);
+        // One load at a time (Kong: 429 while the previous one loads), each on a thread of its
+        // own at a lower CPU priority: parsing and compiling a large config neither holds up
+        // the Admin API's other requests nor takes CPU the proxy workers want.
+        if self
+            .config_loading
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return message(
+                StatusCode::TOO_MANY_REQUESTS,
+                "Currently loading previous configuration",
+            );
         }
-        let echo = cfg.to_json();
-        match self.gateway.apply(cfg) {
-            Ok(()) => json_response(StatusCode::CREATED, &echo),
-            Err(e) => json_response(
-                StatusCode::BAD_REQUEST,
-                &json!({"code": 14, "name": "invalid declarative configuration", "message": format!("declarative config is invalid: {e}"), "fields": {"@entity": [e]}}),
+        let loading = self.config_loading.clone();
+        let (plugins, gateway) = (self.plugins.clone(), self.gateway.clone());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let spawned = std::thread::Builder::new()
+            .name("config-load".into())
+            .spawn(move || {
+                background_priority();
+                let r = load_config(&text, plugins.as_ref(), &gateway, check_hash, flatten);
+                loading.store(false, std::sync::atomic::Ordering::Release);
+                let _ = tx.send(r);
+            });
+        if spawned.is_err() {
+            self.config_loading
+                .store(false, std::sync::atomic::Ordering::Release);
+            return message(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "An unexpected error occurred",
+            );
+        }
+        match rx.await {
+            Ok(r) => r,
+            Err(_) => message(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "An unexpected error occurred",
             ),
         }
+    }
+}
+
+/// Lowers the calling thread's CPU priority (nice 10; Linux applies it per thread).
+fn background_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: gettid and setpriority take no pointers; they act on this thread only.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
+    }
+}
+
+/// Parses, validates and applies a `POST /config` body; Kong's answer.
+fn load_config(
+    text: &str,
+    plugins: &dyn PluginRegistry,
+    gateway: &Gateway,
+    check_hash: bool,
+    flatten: bool,
+) -> Resp {
+    // Kong accepts the config itself, or `{"config": "<yaml or json text>"}`.
+    let value = match declarative::parse_text(text) {
+        Ok(Value::Object(m)) if m.len() == 1 && m.get("config").is_some_and(|c| c.is_string()) => {
+            match declarative::parse_text(m["config"].as_str().unwrap()) {
+                Ok(v) => v,
+                Err(e) => return declarative_error(&e, flatten),
+            }
+        }
+        Ok(v) => v,
+        Err(e) => return declarative_error(&e, flatten),
+    };
+    let loaded = declarative::load(&value, plugins);
+    // The parsed document is as large as the config it describes: gone before compiling.
+    drop(value);
+    let cfg = match loaded {
+        Ok(c) => c,
+        Err(e) => return declarative_error(&e, flatten),
+    };
+    if check_hash && cfg.hash == gateway.config_hash() {
+        let mut r = Response::new(Full::new(Bytes::new()));
+        *r.status_mut() = StatusCode::NOT_MODIFIED;
+        return r;
+    }
+    let echo = if text.len() <= MAX_CONFIG_ECHO {
+        cfg.to_json()
+    } else {
+        json!({
+            "configuration_hash": cfg.hash,
+            "services": cfg.services.len(),
+            "routes": cfg.routes.len(),
+            "consumers": cfg.consumers.len(),
+            "plugins": cfg.plugins.len(),
+            "upstreams": cfg.upstreams.len(),
+            "targets": cfg.targets.len(),
+            "message": format!("configuration applied; entities are echoed for configurations up to {MAX_CONFIG_ECHO} bytes"),
+        })
+    };
+    match gateway.apply(cfg) {
+        Ok(()) => json_response(StatusCode::CREATED, &echo),
+        Err(e) => json_response(
+            StatusCode::BAD_REQUEST,
+            &json!({"code": 14, "name": "invalid declarative configuration", "message": format!("declarative config is invalid: {e}"), "fields": {"@entity": [e]}}),
+        ),
     }
 }
 

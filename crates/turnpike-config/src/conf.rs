@@ -170,6 +170,11 @@ pub struct Conf {
     pub keepalive_timeout: Duration,
     /// nginx's client_body_timeout: the longest wait between two reads of a request body.
     pub client_body_timeout: Duration,
+    /// nginx's client_max_body_size: the largest request body (0: no limit); larger gets 413.
+    pub client_max_body_size: u64,
+    /// nginx's client_body_buffer_size: a buffered request body (a route's
+    /// `request_buffering`) is held in memory up to this size, in a temporary file beyond.
+    pub client_body_buffer_size: usize,
     pub ssl_cert: Vec<String>,
     pub ssl_cert_key: Vec<String>,
     pub headers: HeaderSet,
@@ -358,6 +363,8 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("nginx_http_keepalive_requests", "10000"),
     ("nginx_http_keepalive_timeout", "60s"),
     ("nginx_http_client_body_timeout", "60s"),
+    ("nginx_http_client_max_body_size", "0"),
+    ("nginx_http_client_body_buffer_size", "8k"),
     ("ssl_cert", ""),
     ("ssl_cert_key", ""),
     (
@@ -387,6 +394,11 @@ const ALIASES: &[(&str, &str)] = &[
     ("keepalive_requests", "nginx_http_keepalive_requests"),
     ("keepalive_timeout", "nginx_http_keepalive_timeout"),
     ("client_body_timeout", "nginx_http_client_body_timeout"),
+    ("client_max_body_size", "nginx_http_client_max_body_size"),
+    (
+        "client_body_buffer_size",
+        "nginx_http_client_body_buffer_size",
+    ),
 ];
 
 fn canonical(name: &str) -> &str {
@@ -694,6 +706,21 @@ impl Conf {
                     "must be a positive duration such as 60s or 500ms".into(),
                 )
             })?;
+        let client_max_body_size =
+            parse_size(get("nginx_http_client_max_body_size")).ok_or_else(|| {
+                invalid(
+                    "nginx_http_client_max_body_size",
+                    "must be a size such as 0 (no limit), 512, 8k or 10m".into(),
+                )
+            })? as u64;
+        let client_body_buffer_size = parse_size(get("nginx_http_client_body_buffer_size"))
+            .filter(|n| *n > 0)
+            .ok_or_else(|| {
+                invalid(
+                    "nginx_http_client_body_buffer_size",
+                    "must be a positive size such as 8k or 1m".into(),
+                )
+            })?;
         let ssl_cert = split_list(get("ssl_cert"));
         let ssl_cert_key = split_list(get("ssl_cert_key"));
         if ssl_cert.len() != ssl_cert_key.len() {
@@ -793,6 +820,8 @@ impl Conf {
             keepalive_requests,
             keepalive_timeout,
             client_body_timeout,
+            client_max_body_size,
+            client_body_buffer_size,
             ssl_cert,
             ssl_cert_key,
             headers,
@@ -860,6 +889,8 @@ impl Conf {
             "nginx_http_keepalive_requests": self.keepalive_requests,
             "nginx_http_keepalive_timeout": format!("{}ms", self.keepalive_timeout.as_millis()),
             "nginx_http_client_body_timeout": format!("{}ms", self.client_body_timeout.as_millis()),
+            "nginx_http_client_max_body_size": self.client_max_body_size,
+            "nginx_http_client_body_buffer_size": self.client_body_buffer_size,
             // Certificate paths are not secret, keys are: show that one is set, never its value.
             "ssl_cert": self.ssl_cert,
             "ssl_cert_key": self.ssl_cert_key.iter().map(|_| "******").collect::<Vec<_>>(),

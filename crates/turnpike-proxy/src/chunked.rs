@@ -52,12 +52,18 @@ pub fn decode(buf: &mut BytesMut, state: &mut Chunk) -> io::Result<Decoded> {
             }
             Chunk::Size | Chunk::DataEnd | Chunk::Trailers => {
                 // These states each consume one line.
+                // A line longer than MAX_LINE is refused whether its end has come yet or not
+                // (+1: its CR may have come without the LF), so the verdict does not depend on
+                // how the bytes were cut into reads.
                 let Some(pos) = buf.windows(2).position(|w| w == b"\r\n") else {
-                    if buf.len() > MAX_LINE {
+                    if buf.len() > MAX_LINE + 1 {
                         return Err(invalid("invalid chunked encoding"));
                     }
                     return Ok(Decoded::NeedMore);
                 };
+                if pos > MAX_LINE {
+                    return Err(invalid("invalid chunked encoding"));
+                }
                 let line = buf.split_to(pos + 2);
                 let line = &line[..pos];
                 match *state {
@@ -98,6 +104,38 @@ pub fn decode(buf: &mut BytesMut, state: &mut Chunk) -> io::Result<Decoded> {
     }
 }
 
+/// The last chunk with no trailers: ends a chunked body.
+pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+
+/// Appends `data` as one chunk (size line, data, CRLF); nothing for empty data, which would
+/// read as the last chunk.
+pub fn encode_chunk(out: &mut Vec<u8>, data: &[u8]) {
+    if data.is_empty() {
+        return;
+    }
+    push_size_line(out, data.len());
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends a chunk-size line: `n` in lower-case hex, then CRLF.
+pub fn push_size_line(out: &mut Vec<u8>, n: usize) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut digits = [0u8; 16];
+    let mut i = digits.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        digits[i] = HEX[n & 0xf];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+    out.extend_from_slice(b"\r\n");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,12 +171,31 @@ mod tests {
     }
 
     #[test]
+    fn encoded_chunks_decode_to_themselves() {
+        let mut wire = Vec::new();
+        for piece in [&b"a"[..], &[b'z'; 300][..], b"", b"0\r\n\r\n"] {
+            encode_chunk(&mut wire, piece);
+        }
+        wire.extend_from_slice(LAST_CHUNK);
+        let mut want = b"a".to_vec();
+        want.extend_from_slice(&[b'z'; 300]);
+        want.extend_from_slice(b"0\r\n\r\n");
+        assert_eq!(run(&wire, 5).unwrap(), (want, true));
+    }
+
+    #[test]
     fn refuses_bad_sizes_and_terminators() {
         assert!(run(b"zz\r\n", 64).is_err());
         assert!(run(b"\r\n", 64).is_err());
         assert!(run(b"11111111111111111\r\n", 64).is_err(), "overflow");
         assert!(run(b"2\r\nabX\r\n", 64).is_err());
         assert!(run(&vec![b'1'; MAX_LINE + 2], 64).is_err());
+        // A long trailer line is refused however it arrives.
+        let mut long = b"0\r\nx: ".to_vec();
+        long.extend(std::iter::repeat_n(b'y', MAX_LINE));
+        long.extend_from_slice(b"\r\n\r\n");
+        assert!(run(&long, long.len()).is_err());
+        assert!(run(&long, 7).is_err());
         assert_eq!(run(b"3\r\nab", 64).unwrap(), (b"ab".to_vec(), false));
     }
 }

@@ -17,6 +17,8 @@ pub const NO_SERVICE: &str = "no Service found with those values";
 pub const USE_HTTPS: &str = "Please use HTTPS protocol";
 /// request-size-limiting's message, for a body found too large while it streams.
 pub const BODY_TOO_LARGE: &str = "Request size limit exceeded";
+/// A request body larger than nginx_http_client_max_body_size (Kong's error handler for 413).
+pub const PAYLOAD_TOO_LARGE: &str = "Payload too large";
 /// A request head that could not be parsed (Kong's error handler for 400).
 pub const BAD_REQUEST: &str = "Bad request";
 /// A request body that stalled past client_body_timeout (Kong's error handler for 408).

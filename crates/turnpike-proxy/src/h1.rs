@@ -176,6 +176,9 @@ pub struct ClientBody {
 pub enum BodySource {
     Stream(RequestBody),
     Buffered(bytes::Bytes),
+    /// Read whole before the upstream was chosen (the route's request_buffering): sent with
+    /// its Content-Length, and again on a retry.
+    Spooled(crate::spool::Spool),
 }
 
 impl ClientBody {
@@ -183,6 +186,7 @@ impl ClientBody {
         match &self.source {
             BodySource::Stream(s) => s.is_end_stream(),
             BodySource::Buffered(b) => b.is_empty(),
+            BodySource::Spooled(s) => s.is_empty(),
         }
     }
 }
@@ -338,6 +342,13 @@ impl Conn {
                 source: BodySource::Buffered(data.clone()),
                 limit: *limit,
             })),
+            Some(ClientBody {
+                source: BodySource::Spooled(spool),
+                limit,
+            }) => Some(Some(ClientBody {
+                source: BodySource::Spooled(spool.clone()),
+                limit: *limit,
+            })),
             Some(_) => None,
         };
         if let Some(ClientBody {
@@ -351,6 +362,21 @@ impl Conn {
             self.write_all(data, write_timeout)
                 .await
                 .map_err(SendError::Failed)?;
+        } else if let Some(ClientBody {
+            source: BodySource::Spooled(spool),
+            limit,
+        }) = &body
+        {
+            if limit.is_some_and(|l| spool.len() > l) {
+                return Err(SendError::BodyTooLarge);
+            }
+            let mut at = 0u64;
+            while let Some(piece) = spool.piece_at(at).await.map_err(SendError::Failed)? {
+                at += piece.len() as u64;
+                self.write_all(&piece, write_timeout)
+                    .await
+                    .map_err(SendError::Failed)?;
+            }
         } else if let Some(ClientBody {
             source: BodySource::Stream(mut body),
             limit: body_limit,
@@ -378,8 +404,9 @@ impl Conn {
                     return Err(SendError::BodyTooLarge);
                 }
                 if chunked {
-                    let size = format!("{:x}\r\n", data.len());
-                    self.write_all(size.as_bytes(), write_timeout)
+                    let mut size = Vec::with_capacity(18);
+                    chunked::push_size_line(&mut size, data.len());
+                    self.write_all(&size, write_timeout)
                         .await
                         .map_err(SendError::Failed)?;
                     self.write_all(&data, write_timeout)
@@ -395,7 +422,7 @@ impl Conn {
                 }
             }
             if chunked {
-                self.write_all(b"0\r\n\r\n", write_timeout)
+                self.write_all(chunked::LAST_CHUNK, write_timeout)
                     .await
                     .map_err(SendError::Failed)?;
             }
@@ -464,7 +491,7 @@ impl Conn {
     }
 }
 
-enum HeadError {
+pub(crate) enum HeadError {
     ClosedBeforeResponse,
     Io(io::Error),
 }
@@ -475,7 +502,7 @@ impl From<io::Error> for HeadError {
     }
 }
 
-enum Parsed {
+pub(crate) enum Parsed {
     /// A 1xx interim response, skipped.
     Informational,
     Head(http::response::Parts, Framing),
@@ -574,7 +601,7 @@ pub enum FramingKind {
 }
 
 /// Parses a response head from the front of `buf`; `None` when it is not complete yet.
-fn parse_head(
+pub(crate) fn parse_head(
     buf: &mut BytesMut,
     method: &Method,
     raw: &mut RawHead,

@@ -333,6 +333,111 @@ pub fn response(buf: &[u8], max: usize, field: impl FnMut(Field)) -> Parsed<Stat
     Ok(fields(buf, i, max, field)?.map(|len| (StatusLine { code, minor }, len)))
 }
 
+/// The differential check that holds this parser to `httparse`'s verdicts (default
+/// configuration): run by the unit test below on generated heads and by the `h1_differential`
+/// fuzz target on whatever libFuzzer finds. Panics on a disagreement.
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod differential {
+    use super::*;
+
+    /// Header lines as (name, value) bytes, from each parser's output.
+    type Lines = Vec<(Vec<u8>, Vec<u8>)>;
+    fn their_lines(headers: &[httparse::Header<'_>]) -> Lines {
+        headers
+            .iter()
+            .map(|f| (f.name.as_bytes().to_vec(), f.value.to_vec()))
+            .collect()
+    }
+    fn our_lines(head: &[u8], fields: &[Field]) -> Lines {
+        fields
+            .iter()
+            .map(|f| {
+                (
+                    head[f.name_start..f.name_end].to_vec(),
+                    head[f.value_start..f.value_end].to_vec(),
+                )
+            })
+            .collect()
+    }
+
+    /// The same outcome from both parsers: the same parse, both incomplete, or both refusing
+    /// (too many headers for both, or a grammar error for both).
+    fn same_verdict<T: PartialEq + std::fmt::Debug>(
+        what: &str,
+        head: &[u8],
+        theirs: &Result<Option<T>, httparse::Error>,
+        ours: &Result<Option<T>, ParseError>,
+    ) {
+        match (theirs, ours) {
+            (Ok(t), Ok(o)) => assert_eq!(t, o, "{what} {:?}", String::from_utf8_lossy(head)),
+            (Err(httparse::Error::TooManyHeaders), Err(ParseError::TooManyHeaders)) => {}
+            (Err(e), Err(ParseError::Invalid(_))) if *e != httparse::Error::TooManyHeaders => {}
+            _ => panic!(
+                "{what} {:?}: httparse {theirs:?}, ours {ours:?}",
+                String::from_utf8_lossy(head)
+            ),
+        }
+    }
+
+    /// Parses `h` as a request and as a response with both parsers and panics unless they
+    /// agree; returns httparse's verdict on the request (complete, partial or refused).
+    pub fn agrees(h: &[u8]) -> Result<Option<()>, httparse::Error> {
+        // Requests.
+        let mut slots = [httparse::EMPTY_HEADER; 16];
+        let mut theirs = httparse::Request::new(&mut slots);
+        let theirs = theirs.parse(h).map(|s| match s {
+            httparse::Status::Complete(n) => Some((
+                n,
+                theirs.method.unwrap().as_bytes().to_vec(),
+                theirs.path.unwrap().as_bytes().to_vec(),
+                theirs.version.unwrap(),
+                their_lines(theirs.headers),
+            )),
+            httparse::Status::Partial => None,
+        });
+        let mut out = Vec::new();
+        let ours = request(h, 16, |f| out.push(f)).map(|r| {
+            r.map(|(line, n)| {
+                (
+                    n,
+                    h[line.method.0..line.method.1].to_vec(),
+                    h[line.target.0..line.target.1].to_vec(),
+                    line.minor,
+                    our_lines(h, &out),
+                )
+            })
+        });
+        // httparse lets obs-text into a target on its scalar path and refuses it on its
+        // vectorised ones (which one runs depends on the bytes left); we always refuse it.
+        let obs_text_target =
+            ours == Err(ParseError::Invalid("request target")) && h.iter().any(|&b| b >= 0x80);
+        if !obs_text_target {
+            same_verdict("request", h, &theirs, &ours);
+        }
+        let verdict = theirs
+            .as_ref()
+            .map(|t| t.as_ref().map(|_| ()))
+            .map_err(|e| *e);
+        // Responses.
+        let mut slots = [httparse::EMPTY_HEADER; 16];
+        let mut theirs = httparse::Response::new(&mut slots);
+        let theirs = theirs.parse(h).map(|s| match s {
+            httparse::Status::Complete(n) => Some((
+                n,
+                theirs.code.unwrap(),
+                theirs.version.unwrap(),
+                their_lines(theirs.headers),
+            )),
+            httparse::Status::Partial => None,
+        });
+        let mut out = Vec::new();
+        let ours = response(h, 16, |f| out.push(f))
+            .map(|r| r.map(|(line, n)| (n, line.code, line.minor, our_lines(h, &out))));
+        same_verdict("response", h, &theirs, &ours);
+        verdict
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -470,45 +575,6 @@ mod tests {
         }
     }
 
-    /// Header lines as (name, value) bytes, from each parser's output.
-    type Lines = Vec<(Vec<u8>, Vec<u8>)>;
-    fn their_lines(headers: &[httparse::Header<'_>]) -> Lines {
-        headers
-            .iter()
-            .map(|f| (f.name.as_bytes().to_vec(), f.value.to_vec()))
-            .collect()
-    }
-    fn our_lines(head: &[u8], fields: &[Field]) -> Lines {
-        fields
-            .iter()
-            .map(|f| {
-                (
-                    head[f.name_start..f.name_end].to_vec(),
-                    head[f.value_start..f.value_end].to_vec(),
-                )
-            })
-            .collect()
-    }
-
-    /// The same outcome from both parsers: the same parse, both incomplete, or both refusing
-    /// (too many headers for both, or a grammar error for both).
-    fn same_verdict<T: PartialEq + std::fmt::Debug>(
-        what: &str,
-        head: &[u8],
-        theirs: &Result<Option<T>, httparse::Error>,
-        ours: &Result<Option<T>, ParseError>,
-    ) {
-        match (theirs, ours) {
-            (Ok(t), Ok(o)) => assert_eq!(t, o, "{what} {:?}", String::from_utf8_lossy(head)),
-            (Err(httparse::Error::TooManyHeaders), Err(ParseError::TooManyHeaders)) => {}
-            (Err(e), Err(ParseError::Invalid(_))) if *e != httparse::Error::TooManyHeaders => {}
-            _ => panic!(
-                "{what} {:?}: httparse {theirs:?}, ours {ours:?}",
-                String::from_utf8_lossy(head)
-            ),
-        }
-    }
-
     /// Heads built from likely and unlikely pieces, then some bytes changed, cut short or
     /// swapped: the verdicts and fields must be `httparse`'s (default configuration).
     #[test]
@@ -583,55 +649,8 @@ mod tests {
         }
         let mut compared = [0usize; 3];
         for h in &heads {
-            // Requests.
-            let mut slots = [httparse::EMPTY_HEADER; 16];
-            let mut theirs = httparse::Request::new(&mut slots);
-            let theirs = theirs.parse(h).map(|s| match s {
-                httparse::Status::Complete(n) => Some((
-                    n,
-                    theirs.method.unwrap().as_bytes().to_vec(),
-                    theirs.path.unwrap().as_bytes().to_vec(),
-                    theirs.version.unwrap(),
-                    their_lines(theirs.headers),
-                )),
-                httparse::Status::Partial => None,
-            });
-            let mut out = Vec::new();
-            let ours = request(h, 16, |f| out.push(f)).map(|r| {
-                r.map(|(line, n)| {
-                    (
-                        n,
-                        h[line.method.0..line.method.1].to_vec(),
-                        h[line.target.0..line.target.1].to_vec(),
-                        line.minor,
-                        our_lines(h, &out),
-                    )
-                })
-            });
-            // httparse lets obs-text into a target on its scalar path and refuses it on its
-            // vectorised ones (which one runs depends on the bytes left); we always refuse it.
-            let obs_text_target =
-                ours == Err(ParseError::Invalid("request target")) && h.iter().any(|&b| b >= 0x80);
-            if !obs_text_target {
-                same_verdict("request", h, &theirs, &ours);
-            }
+            let theirs = differential::agrees(h);
             compared[usize::from(theirs.is_ok()) + usize::from(matches!(theirs, Ok(Some(_))))] += 1;
-            // Responses.
-            let mut slots = [httparse::EMPTY_HEADER; 16];
-            let mut theirs = httparse::Response::new(&mut slots);
-            let theirs = theirs.parse(h).map(|s| match s {
-                httparse::Status::Complete(n) => Some((
-                    n,
-                    theirs.code.unwrap(),
-                    theirs.version.unwrap(),
-                    their_lines(theirs.headers),
-                )),
-                httparse::Status::Partial => None,
-            });
-            let mut out = Vec::new();
-            let ours = response(h, 16, |f| out.push(f))
-                .map(|r| r.map(|(line, n)| (n, line.code, line.minor, our_lines(h, &out))));
-            same_verdict("response", h, &theirs, &ours);
         }
         // The generator must reach every verdict, or the comparison proves little.
         assert!(compared.iter().all(|&n| n > 1_000), "{compared:?}");

@@ -55,7 +55,7 @@ enum BodyState {
 
 /// The connection's socket and read buffer, shared by the connection loop and the request body
 /// being read. Both live on the worker's thread, and neither holds a borrow across an await.
-struct Shared {
+pub(crate) struct Shared {
     io: RefCell<Box<dyn Io>>,
     rbuf: RefCell<BytesMut>,
     body: Cell<BodyState>,
@@ -372,8 +372,8 @@ impl AsyncWrite for Upgraded {
 pub type PendingUpgrade = tokio::sync::oneshot::Receiver<Upgraded>;
 
 /// What the request head says about the connection and the body.
-struct Head {
-    request: Request<RequestBody>,
+pub(crate) struct Head {
+    pub(crate) request: Request<RequestBody>,
     /// Which groups of names the request's headers include (`header_names::seen`).
     seen: u32,
     body: BodyState,
@@ -397,7 +397,10 @@ fn has_token(v: &[u8], token: &[u8]) -> bool {
 
 /// Parses a request head from the front of `rbuf` (consumed when complete); `None` while it
 /// is incomplete. Header values and the target share the head's bytes (no copies).
-fn parse_head(rbuf: &mut BytesMut, shared: &Rc<Shared>) -> Result<Option<Head>, Refused> {
+pub(crate) fn parse_head(
+    rbuf: &mut BytesMut,
+    shared: &Rc<Shared>,
+) -> Result<Option<Head>, Refused> {
     let mut lines: smallvec::SmallVec<[h1_parse::Field; 16]> = smallvec::SmallVec::new();
     let (line, len) = match h1_parse::request(rbuf, MAX_HEADERS, |f| lines.push(f)) {
         Ok(Some(parsed)) => parsed,
@@ -866,7 +869,7 @@ async fn write_response(
                 remaining -= data.len() as u64;
             }
             if framing == Framing::Chunked {
-                push_hex(out, data.len());
+                chunked::push_size_line(out, data.len());
             }
             if data.len() >= WRITE_GATHER {
                 shared.write_all(out).await?;
@@ -888,7 +891,7 @@ async fn write_response(
         }
         drop(body);
         match framing {
-            Framing::Chunked if !cut => out.extend_from_slice(b"0\r\n\r\n"),
+            Framing::Chunked if !cut => out.extend_from_slice(chunked::LAST_CHUNK),
             Framing::Length(_) if remaining != 0 => close = true,
             _ => {}
         }
@@ -899,23 +902,6 @@ async fn write_response(
     }
     shared.flush().await?;
     Ok(!close)
-}
-
-fn push_hex(out: &mut Vec<u8>, n: usize) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut digits = [0u8; 16];
-    let mut i = digits.len();
-    let mut n = n;
-    loop {
-        i -= 1;
-        digits[i] = HEX[n & 0xf];
-        n >>= 4;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
-    out.extend_from_slice(b"\r\n");
 }
 
 /// Reads and discards what the handler left of a request body, within bounds; false when the
@@ -1127,21 +1113,28 @@ async fn serve_active(
     }
 }
 
+/// A connection state with no connection behind it: for parsing heads outside a server (unit
+/// tests and the fuzz targets).
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn detached_shared() -> Rc<Shared> {
+    Rc::new(Shared {
+        io: RefCell::new(Box::new(tokio::io::empty())),
+        rbuf: RefCell::new(BytesMut::new()),
+        body: Cell::new(BodyState::Done),
+        expect_continue: Cell::new(false),
+        continue_sent: Cell::new(0),
+        body_timeout: Duration::from_secs(60),
+        body_slot: Cell::new(None),
+        deadlines: crate::deadline::Deadlines::new(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn shared() -> Rc<Shared> {
-        Rc::new(Shared {
-            io: RefCell::new(Box::new(tokio::io::empty())),
-            rbuf: RefCell::new(BytesMut::new()),
-            body: Cell::new(BodyState::Done),
-            expect_continue: Cell::new(false),
-            continue_sent: Cell::new(0),
-            body_timeout: Duration::from_secs(60),
-            body_slot: Cell::new(None),
-            deadlines: Deadlines::new(),
-        })
+        detached_shared()
     }
 
     fn parse(text: &[u8]) -> Result<Option<Head>, Refused> {
@@ -1323,7 +1316,7 @@ mod tests {
         out.push(b' ');
         push_decimal(&mut out, 18_446_744_073_709_551_615);
         out.push(b' ');
-        push_hex(&mut out, 0x1f40);
+        chunked::push_size_line(&mut out, 0x1f40);
         assert_eq!(out, b"0 18446744073709551615 1f40\r\n");
     }
 }

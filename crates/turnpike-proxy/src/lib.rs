@@ -10,6 +10,8 @@ pub mod chunked;
 pub mod deadline;
 pub mod dns;
 pub mod errors;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod h1;
 pub mod h1_parse;
 pub mod h1_server;
@@ -20,6 +22,7 @@ pub mod pool;
 pub mod proxy;
 pub mod server;
 pub mod snapshot;
+pub mod spool;
 pub mod state;
 pub mod stats;
 pub mod tls;

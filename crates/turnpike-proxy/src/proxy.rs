@@ -558,6 +558,21 @@ async fn route_and_proxy(
         return own_response(ctx, r, start);
     }
 
+    // nginx's client_max_body_size, checked before any plugin runs (nginx checks it when it
+    // picks the location): a declared length above it is refused before a byte is read.
+    let settings = &ctx.gateway.settings;
+    let max_body = settings.client_max_body_size;
+    if max_body != 0 && declared_length(&parts.headers).is_some_and(|n| n > max_body) {
+        return kong_error(
+            ctx,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            errors::PAYLOAD_TOO_LARGE,
+            rid,
+            accept,
+            start,
+        );
+    }
+
     // The access phase of the route's plugins; one of them may answer instead of the upstream.
     let chain = &snap.chains[route.route_index];
     let mut body_limit: Option<u64> = None;
@@ -664,6 +679,59 @@ async fn route_and_proxy(
             // As the plugins left them (a hidden credential is not logged).
             if let Some(d) = l.details.as_deref_mut() {
                 d.request_headers = with_identity(&parts.headers, consumer.as_deref());
+            }
+        }
+    }
+
+    // Kong's request_buffering (the default): the whole body is read before an upstream is
+    // chosen and connected to, so a slow client holds no upstream connection and the
+    // upstream never gets a request its client abandoned.
+    // A body is held to client_max_body_size as well as to a plugin's limit
+    // (request-size-limiting), whether it is buffered or streamed.
+    let limit = match (body_limit, max_body) {
+        (l, 0) => l,
+        (Some(l), m) => Some(l.min(m)),
+        (None, m) => Some(m),
+    };
+    let plugin_bound = body_limit.is_some() && limit == body_limit;
+    if route.request_buffering && !upgrade {
+        if let BodySource::Stream(stream) = &mut body {
+            if !http_body::Body::is_end_stream(stream) {
+                let read = crate::spool::read(
+                    stream,
+                    limit.unwrap_or(0),
+                    settings.client_body_buffer_size,
+                    &settings.client_body_temp,
+                )
+                .await;
+                match read {
+                    Ok(spool) => {
+                        parts.headers.remove(header::TRANSFER_ENCODING);
+                        parts
+                            .headers
+                            .insert(header::CONTENT_LENGTH, HeaderValue::from(spool.len()));
+                        body = BodySource::Spooled(spool);
+                    }
+                    Err(e) => {
+                        use crate::spool::SpoolError;
+                        let (status, msg) = match e {
+                            SpoolError::TooLarge if plugin_bound => {
+                                (StatusCode::PAYLOAD_TOO_LARGE, errors::BODY_TOO_LARGE)
+                            }
+                            SpoolError::TooLarge => {
+                                (StatusCode::PAYLOAD_TOO_LARGE, errors::PAYLOAD_TOO_LARGE)
+                            }
+                            SpoolError::TimedOut => {
+                                (StatusCode::REQUEST_TIMEOUT, errors::REQUEST_TIMEOUT)
+                            }
+                            SpoolError::Unreadable => (StatusCode::BAD_REQUEST, errors::BAD_BODY),
+                            SpoolError::Storage => {
+                                (StatusCode::INTERNAL_SERVER_ERROR, errors::UNEXPECTED)
+                            }
+                        };
+                        return kong_error(ctx, status, msg, rid, accept, start);
+                    }
+                }
             }
         }
     }
@@ -799,7 +867,7 @@ async fn route_and_proxy(
         &mut parts,
         ClientBody {
             source: body,
-            limit: body_limit,
+            limit,
         },
         &mut overrides,
         &call,
@@ -880,6 +948,14 @@ async fn route_and_proxy(
         ));
     }
     Response::from_parts(parts, body)
+}
+
+/// The request's Content-Length, when it declares one.
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
 }
 
 /// `host[:port]` → lower-case host (allocates only when the host has upper-case letters).

@@ -32,6 +32,11 @@ pub struct Settings {
     pub keepalive_requests: u64,
     pub keepalive_timeout: Duration,
     pub client_body_timeout: Duration,
+    /// Request bodies: the largest accepted (0: any), how much of a buffered one stays in
+    /// memory, and where the rest goes (`<prefix>/client_body_temp`).
+    pub client_max_body_size: u64,
+    pub client_body_buffer_size: usize,
+    pub client_body_temp: std::path::PathBuf,
     pub pool: PoolSettings,
     pub trusted_ips: Vec<(IpAddr, u8)>,
     pub max_header_size: usize,
@@ -50,6 +55,9 @@ impl Settings {
             keepalive_requests: conf.keepalive_requests,
             keepalive_timeout: conf.keepalive_timeout,
             client_body_timeout: conf.client_body_timeout,
+            client_max_body_size: conf.client_max_body_size,
+            client_body_buffer_size: conf.client_body_buffer_size,
+            client_body_temp: conf.prefix.join("client_body_temp"),
             pool: PoolSettings {
                 size: conf.upstream_keepalive_pool_size,
                 max_requests: conf.upstream_keepalive_max_requests,

@@ -45,6 +45,9 @@ pub struct RouteEntry {
     pub accepts_http: bool,
     pub accepts_https: bool,
     pub https_redirect_status_code: u16,
+    /// Read the whole request body before choosing and connecting to an upstream (Kong's
+    /// `request_buffering`, default true).
+    pub request_buffering: bool,
 }
 
 /// The result of a match.
@@ -380,6 +383,7 @@ impl Router {
                 accepts_http,
                 accepts_https,
                 https_redirect_status_code: route.https_redirect_status_code,
+                request_buffering: route.request_buffering,
             });
             for paths in groups {
                 matchers.push(Matcher {

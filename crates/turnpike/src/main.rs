@@ -547,6 +547,7 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
     );
 
     let admin = Arc::new(Admin {
+        config_loading: Default::default(),
         gateway: gateway.clone(),
         node_id: node_id(&conf.prefix),
         hostname: hostname(),

@@ -445,3 +445,27 @@ fn apply_change_matches_a_full_load() {
         .is_err());
     assert_eq!(cfg.routes.len(), 1);
 }
+
+/// Deep flow nesting is refused before the YAML parser, whose time grows with the square of
+/// the depth; ordinary nesting, brackets in strings and comments are not counted against it.
+#[test]
+fn deep_yaml_nesting_is_refused_fast() {
+    let deep = format!(
+        "_format_version: '3.0'\nservices: {}{}\n",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    // The scanner's message: the parser never saw it.
+    let e = super::parse_text(&deep).unwrap_err();
+    assert!(e.to_string().contains("nested deeper than"), "{e}");
+    let fine = format!(
+        "_format_version: '3.0'\n# {}\nservices: [{{name: a, host: h, tags: ['{}', \"{}\"]}}]\n",
+        "[".repeat(600),
+        "[".repeat(600),
+        "{".repeat(600)
+    );
+    assert!(super::parse_text(&fine).is_ok());
+    // JSON: serde_json's own recursion limit answers at once.
+    let deep_json = format!("{{\"a\": {}{}}}", "[".repeat(100_000), "]".repeat(100_000));
+    assert!(super::parse_text(&deep_json).is_err());
+}

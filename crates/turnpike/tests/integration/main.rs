@@ -22,6 +22,7 @@ mod observability;
 mod plugins;
 mod postgres;
 mod rate_limiting_redis;
+mod request_buffering;
 mod request_size_limiting;
 mod response_transformer;
 mod routing;

@@ -128,21 +128,36 @@ async fn websocket_upgrade_is_spliced() {
 async fn large_and_chunked_bodies_stream_both_ways() {
     let up = Upstream::start("one");
     let gw = Gateway::with_config(&format!(
-        "_format_version: '3.0'\nservices: [{{name: s, url: '{}', routes: [{{paths: [/], strip_path: false}}]}}]\n",
+        "_format_version: '3.0'\nservices: [{{name: s, url: '{}', routes: [{{paths: [/], strip_path: false}}, {{paths: [/stream], strip_path: false, request_buffering: false}}]}}]\n",
         up.url()
     ))
     .start();
-    // A 32 MiB chunked upload (no content-length) in 64 KiB chunks.
+    // A 32 MiB chunked upload (no content-length) in 64 KiB chunks: read whole first (Kong's
+    // default request_buffering; past 8 KiB in a temporary file) and sent with its length;
+    // on a route with request_buffering off, streamed as it came.
     let chunk = Bytes::from(vec![7u8; 64 * 1024]);
-    let chunks: Vec<Result<hyper::body::Frame<Bytes>, std::convert::Infallible>> = (0..512)
-        .map(|_| Ok(hyper::body::Frame::data(chunk.clone())))
-        .collect();
-    let body = StreamBody::new(futures_util::stream::iter(chunks));
-    let r = send(gw.proxy, req("POST", "/upload").body(body).unwrap()).await;
-    assert_eq!(r.status, 200);
-    let j = r.json();
-    assert_eq!(j["body_len"], 32 * 1024 * 1024);
-    assert_eq!(j["headers"]["transfer-encoding"], "chunked");
+    for (path, framing) in [
+        ("/upload", "content-length"),
+        ("/stream", "transfer-encoding"),
+    ] {
+        let chunks: Vec<Result<hyper::body::Frame<Bytes>, std::convert::Infallible>> = (0..512)
+            .map(|_| Ok(hyper::body::Frame::data(chunk.clone())))
+            .collect();
+        let body = StreamBody::new(futures_util::stream::iter(chunks));
+        let r = send(gw.proxy, req("POST", path).body(body).unwrap()).await;
+        assert_eq!(r.status, 200);
+        let j = r.json();
+        assert_eq!(j["body_len"], 32 * 1024 * 1024);
+        // The upstream's checksum of what it received: every byte, in order.
+        let sum = (0..32 * 1024 * 1024).fold(0u64, |a, _| a.wrapping_mul(31).wrapping_add(7));
+        assert_eq!(j["body_sum"], sum, "{path}");
+        let want = if framing == "content-length" {
+            serde_json::json!("33554432")
+        } else {
+            serde_json::json!("chunked")
+        };
+        assert_eq!(j["headers"][framing], want, "{path}");
+    }
     // A 64 MiB download, streamed from the upstream.
     let (mut sender, _conn) = h1_client(gw.proxy).await;
     let resp = sender
