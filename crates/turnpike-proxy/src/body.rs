@@ -68,6 +68,8 @@ pub enum BodyKind {
     Full(Option<Bytes>),
     /// A body passed through plugins' body_filter phases.
     Filtered(Box<Filtered>),
+    /// The upstream's body read ahead of the client (the route's response_buffering).
+    ReadAhead(crate::readahead::ReadAhead),
 }
 
 /// A body and the body filters it goes through, in the plugins' PRIORITY order.
@@ -122,6 +124,7 @@ fn poll_kind(
         BodyKind::Upstream(u) => boxed(Pin::new(u).poll_frame(cx)),
         BodyKind::Hyper(i) => boxed(Pin::new(i).poll_frame(cx)),
         BodyKind::Filtered(f) => f.poll_frame(cx),
+        BodyKind::ReadAhead(r) => Pin::new(r).poll_frame(cx),
     }
 }
 
@@ -249,6 +252,29 @@ impl ProxyBody {
         }
     }
 
+    /// Reads an upstream body ahead of the client (Kong's response_buffering), spilling to a
+    /// file in `dir`; only bodies longer than the in-memory share, or of unknown length, for
+    /// a short one is read whole by the first reads anyway. The upstream's raw headers are
+    /// moved into `map` first (they live on the upstream connection, which the read-ahead
+    /// gives back to its pool when the body is in).
+    pub fn read_ahead(&mut self, map: &mut http::HeaderMap, dir: &std::path::Path) {
+        let BodyKind::Upstream(u) = &self.kind else {
+            return;
+        };
+        if u.is_end_stream()
+            || u.size_hint()
+                .exact()
+                .is_some_and(|n| n <= crate::readahead::MEM as u64)
+        {
+            return;
+        }
+        self.merge_raw_head(map, 0);
+        let BodyKind::Upstream(u) = std::mem::replace(&mut self.kind, BodyKind::Full(None)) else {
+            unreachable!("matched above");
+        };
+        self.kind = BodyKind::ReadAhead(crate::readahead::ReadAhead::spawn(u, dir.to_path_buf()));
+    }
+
     pub fn set_guard(&mut self, guard: RequestGuard) {
         self.guard = Some(guard);
     }
@@ -281,6 +307,7 @@ impl Body for ProxyBody {
             BodyKind::Upstream(u) => u.is_end_stream(),
             BodyKind::Hyper(i) => i.is_end_stream(),
             BodyKind::Filtered(f) => f.ended,
+            BodyKind::ReadAhead(r) => r.is_end_stream(),
         }
     }
 
@@ -291,6 +318,7 @@ impl Body for ProxyBody {
             BodyKind::Upstream(u) => u.size_hint(),
             BodyKind::Hyper(i) => i.size_hint(),
             BodyKind::Filtered(_) => SizeHint::default(),
+            BodyKind::ReadAhead(r) => r.size_hint(),
         }
     }
 }

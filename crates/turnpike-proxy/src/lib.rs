@@ -20,6 +20,7 @@ pub mod health;
 pub mod log;
 pub mod pool;
 pub mod proxy;
+pub mod readahead;
 pub mod server;
 pub mod snapshot;
 pub mod spool;

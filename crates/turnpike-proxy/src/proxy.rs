@@ -877,7 +877,12 @@ async fn route_and_proxy(
         // Our HTTP/1.1 exchange never stores hop-by-hop headers.
         Ok(Upstreamed::H1(parts, body)) => {
             *upstream_named_kong = body.named_kong_headers;
-            (parts, ProxyBody::new(BodyKind::Upstream(body)))
+            let mut body = ProxyBody::new(BodyKind::Upstream(body));
+            let mut parts = parts;
+            if route.response_buffering && parts.status != StatusCode::SWITCHING_PROTOCOLS {
+                body.read_ahead(&mut parts.headers, &settings.proxy_temp);
+            }
+            (parts, body)
         }
         Ok(Upstreamed::Hyper(mut resp)) => {
             // WebSocket: splice the two upgraded connections together.

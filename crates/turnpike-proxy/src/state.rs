@@ -37,6 +37,8 @@ pub struct Settings {
     pub client_max_body_size: u64,
     pub client_body_buffer_size: usize,
     pub client_body_temp: std::path::PathBuf,
+    /// Where response bodies read ahead of slow clients spill (`<prefix>/proxy_temp`).
+    pub proxy_temp: std::path::PathBuf,
     pub pool: PoolSettings,
     pub trusted_ips: Vec<(IpAddr, u8)>,
     pub max_header_size: usize,
@@ -58,6 +60,7 @@ impl Settings {
             client_max_body_size: conf.client_max_body_size,
             client_body_buffer_size: conf.client_body_buffer_size,
             client_body_temp: conf.prefix.join("client_body_temp"),
+            proxy_temp: conf.prefix.join("proxy_temp"),
             pool: PoolSettings {
                 size: conf.upstream_keepalive_pool_size,
                 max_requests: conf.upstream_keepalive_max_requests,

@@ -48,6 +48,9 @@ pub struct RouteEntry {
     /// Read the whole request body before choosing and connecting to an upstream (Kong's
     /// `request_buffering`, default true).
     pub request_buffering: bool,
+    /// Read the upstream's response body ahead of the client (Kong's `response_buffering`,
+    /// default true).
+    pub response_buffering: bool,
 }
 
 /// The result of a match.
@@ -384,6 +387,7 @@ impl Router {
                 accepts_https,
                 https_redirect_status_code: route.https_redirect_status_code,
                 request_buffering: route.request_buffering,
+                response_buffering: route.response_buffering,
             });
             for paths in groups {
                 matchers.push(Matcher {

@@ -31,7 +31,10 @@ struct Received {
 }
 
 #[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<Received>>>);
+struct Log(
+    Arc<Mutex<Vec<Received>>>,
+    Arc<std::sync::atomic::AtomicUsize>,
+);
 
 impl Log {
     fn take(&self) -> Vec<Received> {
@@ -206,7 +209,10 @@ async fn upstream_conn(mut s: TcpStream, log: Log) -> std::io::Result<()> {
             host,
             length_lines,
         });
-        if !respond(&mut s, &method, &target, &body).await? {
+        let more = respond(&mut s, &method, &target, &body).await?;
+        // Responses written whole (the client side may not have read them yet).
+        log.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if !more {
             return Ok(());
         }
     }
@@ -975,4 +981,54 @@ consumers:
     let seen = up.log.take();
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0].host, "public.example");
+}
+
+/// response_buffering (Kong's route default): the upstream's response is read as fast as the
+/// upstream sends it, so a client that reads slowly (or not yet) does not hold the upstream
+/// back; with it off, the upstream waits for the client. The client still gets every byte.
+#[tokio::test(flavor = "multi_thread")]
+async fn slow_readers_do_not_hold_the_upstream() {
+    let up = RawUpstream::start();
+    let gw = Gateway::with_config(&format!(
+        "_format_version: '3.0'\nservices: [{{name: s, url: 'http://{}', routes: [{{paths: [/], strip_path: false}}, {{paths: [/stream], strip_path: true, response_buffering: false}}]}}]\n",
+        up.addr
+    ))
+    .start();
+    // 48 MB: more than loopback socket buffers hold, so an upstream that had to wait for this
+    // client could not have finished writing.
+    const N: usize = 48 << 20;
+    for (path, buffered) in [
+        (format!("/len/{N}"), true),
+        (format!("/stream/chunked/{N}"), false),
+    ] {
+        let before = up.log.1.load(std::sync::atomic::Ordering::SeqCst);
+        let mut s = TcpStream::connect(gw.proxy).await.unwrap();
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+        // Read nothing until the upstream has written it all (or clearly could not).
+        let finished = crate::common::eventually(Duration::from_secs(5), async || {
+            up.log.1.load(std::sync::atomic::Ordering::SeqCst) > before
+        })
+        .await;
+        assert_eq!(
+            finished, buffered,
+            "{path}: upstream finished before the client read"
+        );
+        let mut out = Vec::new();
+        tokio::time::timeout(Duration::from_secs(60), s.read_to_end(&mut out))
+            .await
+            .unwrap()
+            .unwrap();
+        let got = parse_responses(&out, &[]);
+        assert_eq!(got.len(), 1, "{path}");
+        assert!(!got[0].incomplete, "{path}");
+        assert!(got[0].body == pattern(N), "{path}: body differs");
+        up.log.take();
+    }
+    // The temporary files are gone with their responses.
+    let temp = gw.dir.path().join("prefix/proxy_temp");
+    assert_eq!(std::fs::read_dir(&temp).map(|d| d.count()).unwrap_or(0), 0);
 }

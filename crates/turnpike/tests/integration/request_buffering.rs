@@ -76,15 +76,19 @@ async fn slow_and_abandoned_bodies_never_reach_the_upstream() {
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
     assert!(out.contains("\"body_len\":6"), "{out}");
 
-    // The same slow client on a streaming route opens the upstream request at once.
-    let before = up.connections.load(SeqCst);
-    let mut s = TcpStream::connect(gw.proxy).await.unwrap();
+    // The same slow client on a streaming route (its own upstream, so that no pooled
+    // connection hides the new request) opens the upstream request at once.
+    let up2 = Upstream::start("streamed");
+    let gw2 = Gateway::with_config(&config(&up2)).start();
+    let mut s = TcpStream::connect(gw2.proxy).await.unwrap();
     s.write_all(b"POST /s HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\nab")
         .await
         .unwrap();
     assert!(
-        eventually(Duration::from_secs(5), async || up.connections.load(SeqCst)
-            > before)
+        eventually(Duration::from_secs(10), async || up2
+            .connections
+            .load(SeqCst)
+            > 0)
         .await,
         "request_buffering: false streams"
     );

@@ -487,9 +487,29 @@ async fn shutdown_closes_idle_keepalive_connections() {
     s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
         .unwrap();
+    // The whole response (its head says how long it is), however the reads split it.
+    let mut got = Vec::new();
     let mut buf = vec![0u8; 4096];
-    let n = s.read(&mut buf).await.unwrap();
-    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    loop {
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(n > 0, "closed early: {got:?}");
+        got.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let len: Option<usize> = text
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .and_then(|v| v.trim().parse().ok());
+            let whole = match len {
+                Some(len) => got.len() >= end + 4 + len,
+                None => got.ends_with(b"0\r\n\r\n"),
+            };
+            if whole {
+                break;
+            }
+        }
+    }
+    assert!(got.starts_with(b"HTTP/1.1 200"));
     gw.signal("TERM");
     let mut rest = Vec::new();
     tokio::time::timeout(std::time::Duration::from_secs(10), s.read_to_end(&mut rest))
