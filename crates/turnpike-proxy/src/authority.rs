@@ -37,30 +37,38 @@ pub fn valid_host(v: &[u8]) -> bool {
         Some((b':', digits)) => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
         Some(_) => false,
     };
-    port_ok
-        && (host[0] == b'['
-            || host.iter().all(|b| {
-                b.is_ascii_alphanumeric()
-                    || matches!(
-                        b,
-                        b'-' | b'.'
-                            | b'_'
-                            | b'~'
-                            | b'%'
-                            | b'!'
-                            | b'$'
-                            | b'&'
-                            | b'\''
-                            | b'('
-                            | b')'
-                            | b'*'
-                            | b'+'
-                            | b','
-                            | b';'
-                            | b'='
-                    )
-            }))
+    port_ok && (host[0] == b'[' || host.iter().all(|&b| REG_NAME[b as usize]))
 }
+
+/// RFC 3986's reg-name characters (unreserved, sub-delims, `%`), as a table: one load a byte.
+static REG_NAME: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        t[i] = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'%'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+            );
+        i += 1;
+    }
+    t
+};
 
 /// Why a request's host is refused (answered 400).
 #[derive(Debug, PartialEq, Eq)]

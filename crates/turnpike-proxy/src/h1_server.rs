@@ -425,6 +425,7 @@ pub(crate) fn parse_head(
     let mut upgrade_token = false;
     let mut upgrade_header = false;
     let mut expect_continue = false;
+    let mut hosts = 0u32;
     // Names now, values once the head's bytes are frozen (then sliced, not copied).
     let mut fields: smallvec::SmallVec<[(HeaderName, usize, usize); 16]> =
         smallvec::SmallVec::with_capacity(lines.len());
@@ -462,6 +463,12 @@ pub(crate) fn parse_head(
             upgrade_token |= has_token(v, b"upgrade");
         } else if name == header::UPGRADE {
             upgrade_header = true;
+        } else if name == header::HOST {
+            // One valid Host (RFC 9112 §3.2), checked here while the bytes are at hand.
+            hosts += 1;
+            if hosts > 1 || !crate::authority::valid_host(v) {
+                return Err(Refused::BadRequest);
+            }
         } else if name == header::EXPECT {
             expect_continue = v.eq_ignore_ascii_case(b"100-continue");
         }
@@ -483,8 +490,12 @@ pub(crate) fn parse_head(
         .map_err(|_| Refused::BadRequest)?;
     // One host for routing and forwarding: the absolute-form target's, else the one valid
     // Host header (required in HTTP/1.1).
-    crate::authority::settle_host(&uri, &mut map, version == Version::HTTP_11, true)
-        .map_err(|_| Refused::BadRequest)?;
+    if uri.authority().is_some() {
+        crate::authority::settle_host(&uri, &mut map, version == Version::HTTP_11, true)
+            .map_err(|_| Refused::BadRequest)?;
+    } else if hosts == 0 && version == Version::HTTP_11 {
+        return Err(Refused::BadRequest);
+    }
     let body = if chunked {
         BodyState::Chunked(Chunk::Size)
     } else {
