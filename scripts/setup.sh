@@ -8,10 +8,11 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 # postgresql, redis-server, dnsmasq-base: the test harness starts its own throw-away servers
+# (sqlite3: a test writes a row straight into the SQLite store)
 # from these binaries. nginx and valgrind: the instructions-per-request regression gate the test
 # command ends with (bench/instructions-gate.sh).
 $SUDO apt-get install -y -qq build-essential pkg-config curl ca-certificates postgresql redis-server \
-  dnsmasq-base nginx valgrind
+  dnsmasq-base nginx valgrind sqlite3
 if [ "${TURNPIKE_SETUP_BENCH:-0}" = 1 ]; then
   $SUDO apt-get install -y -qq wrk libnginx-mod-http-lua haproxy openssl python3-matplotlib
 fi
