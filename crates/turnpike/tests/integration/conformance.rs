@@ -700,8 +700,9 @@ fn summary(g: &Got) -> String {
     )
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn conformance_with_nginx() {
+/// The raw upstream, nginx in front of it, and Turnpike in front of it with one route that
+/// keeps the client's Host (so both proxies send the upstream the same one).
+fn beside_nginx() -> (RawUpstream, Nginx, Gateway) {
     let up = RawUpstream::start();
     let nginx = Nginx::start(up.addr);
     let gw = Gateway::with_config(&format!(
@@ -709,6 +710,12 @@ async fn conformance_with_nginx() {
         up.addr
     ))
     .start();
+    (up, nginx, gw)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn conformance_with_nginx() {
+    let (up, nginx, gw) = beside_nginx();
     let mut failures = Vec::new();
     for c in cases() {
         if let Some((_why, expected)) = c.not_nginx {
@@ -824,13 +831,7 @@ async fn conformance_with_nginx() {
 /// the upstream; two equal Content-Length lines reach the upstream as one.
 #[tokio::test(flavor = "multi_thread")]
 async fn lenient_heads_are_refused_like_nginx() {
-    let up = RawUpstream::start();
-    let nginx = Nginx::start(up.addr);
-    let gw = Gateway::with_config(&format!(
-        "_format_version: '3.0'\nservices: [{{name: s, url: 'http://{}', routes: [{{paths: [/], preserve_host: true}}]}}]\n",
-        up.addr
-    ))
-    .start();
+    let (up, nginx, gw) = beside_nginx();
     let refused = [
         ("two different Host headers", "GET /len/1 HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\n\r\n"),
         ("two equal Host headers", "GET /len/1 HTTP/1.1\r\nHost: a.example\r\nHost: a.example\r\n\r\n"),
@@ -958,14 +959,7 @@ consumers:
     assert_eq!(parse_responses(&out, &[])[0].status, 401, "{out:?}");
     assert!(up.log.take().is_empty());
     // HTTP/2 (h2c): :authority and host that differ are malformed; equal ones pass.
-    let stream = TcpStream::connect(gw.proxy).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
+    let mut sender = crate::common::h2c_client(gw.proxy).await;
     for (host, status) in [("admin.example", 400), ("public.example", 200)] {
         let resp = sender
             .send_request(

@@ -442,6 +442,22 @@ where
     (sender, tokio::spawn(conn))
 }
 
+/// An HTTP/2 connection with prior knowledge (h2c) to a listener with the http2 flag.
+pub async fn h2c_client<B>(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest<B>
+where
+    B: hyper::body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    sender
+}
+
 pub async fn collect(resp: Response<Incoming>) -> Reply {
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
