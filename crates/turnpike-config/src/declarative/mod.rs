@@ -874,12 +874,18 @@ fn collect<'a>(
             .iter()
             .any(|(t, _)| map.contains_key(*t) && !(kind == Kind::Certificate && *t == "snis"));
         let own = if has_children {
-            let mut m = map.clone();
-            for (t, _) in kind.children() {
-                if !(kind == Kind::Certificate && *t == "snis") {
-                    m.remove(*t);
-                }
-            }
+            // The entity's own fields only: cloning the whole map and then removing its
+            // children copied every nested entity once more (192 MB of a 10 MB config's peak).
+            let nested = |k: &str| {
+                kind.children()
+                    .iter()
+                    .any(|(t, _)| *t == k && !(kind == Kind::Certificate && *t == "snis"))
+            };
+            let m: Map<String, Value> = map
+                .iter()
+                .filter(|(k, _)| !nested(k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
             std::borrow::Cow::Owned(m)
         } else {
             std::borrow::Cow::Borrowed(map)
