@@ -55,6 +55,9 @@ pub struct Admin {
     pub log_levels: Option<Arc<log_level::LevelState>>,
     /// A `POST /config` is being parsed and applied: another gets Kong's 429 meanwhile.
     pub config_loading: Arc<std::sync::atomic::AtomicBool>,
+    /// Hands the calling thread's freed memory back to the system (the allocator's collect):
+    /// a config load frees as much as the config it parsed.
+    pub release_memory: fn(),
 }
 
 /// Up to this size a `POST /config` body is echoed back as Kong echoes it (the entities);
@@ -477,12 +480,17 @@ impl Admin {
         }
         let loading = self.config_loading.clone();
         let (plugins, gateway) = (self.plugins.clone(), self.gateway.clone());
+        let release_memory = self.release_memory;
         let (tx, rx) = tokio::sync::oneshot::channel();
         let spawned = std::thread::Builder::new()
             .name("config-load".into())
             .spawn(move || {
                 background_priority();
                 let r = load_config(&text, plugins.as_ref(), &gateway, check_hash, flatten);
+                drop(text);
+                // What the parse and the old config's retirement freed on this thread goes
+                // back to the system now, not when the thread's heap is next reused.
+                release_memory();
                 loading.store(false, std::sync::atomic::Ordering::Release);
                 let _ = tx.send(r);
             });
