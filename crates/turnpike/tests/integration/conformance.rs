@@ -613,6 +613,10 @@ fn cases() -> Vec<Case> {
         case("1.1 204 and 304", vec![b("GET /204 HTTP/1.1\r\nHost: h.example\r\n\r\nGET /304 HTTP/1.1\r\nHost: h.example\r\nConnection: close\r\n\r\n")]),
         case("1.1 upstream closes early", vec![b("GET /early/100000 HTTP/1.1\r\nHost: h.example\r\nConnection: close\r\n\r\n")]),
         case(
+            "absolute-form target with another Host",
+            vec![b("GET http://abs.example/len/10 HTTP/1.1\r\nHost: other.example\r\nConnection: close\r\n\r\n")],
+        ),
+        case(
             "1.1 pipelined",
             vec![b("GET /len/10 HTTP/1.1\r\nHost: h.example\r\n\r\nGET /chunked/40000 HTTP/1.1\r\nHost: h.example\r\n\r\nGET /len/70000 HTTP/1.1\r\nHost: h.example\r\nConnection: close\r\n\r\n")],
         ),
