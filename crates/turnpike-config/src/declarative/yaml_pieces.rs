@@ -72,7 +72,8 @@ pub fn parse(text: &str) -> Option<Value> {
         }
         i = end;
     }
-    Some(Value::Object(top))
+    // A text of only comments and blank lines is YAML's null, not an empty map.
+    (!top.is_empty()).then_some(Value::Object(top))
 }
 
 /// A block sequence's items parsed one at a time: `body` is the lines under a key; `None` when
@@ -202,6 +203,8 @@ mod tests {
             "  services: []\n",
             "{services: []}\n",
             "a: 1\na: 2\n",
+            "",
+            "# only a comment\n",
         ] {
             assert_eq!(parse(text), None, "{text}");
         }
