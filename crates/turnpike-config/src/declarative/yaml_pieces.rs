@@ -72,8 +72,7 @@ pub fn parse(text: &str) -> Option<Value> {
         }
         i = end;
     }
-    // A text of only comments and blank lines is YAML's null, not an empty map.
-    (!top.is_empty()).then_some(Value::Object(top))
+    Some(Value::Object(top))
 }
 
 /// A block sequence's items parsed one at a time: `body` is the lines under a key; `None` when
@@ -203,8 +202,6 @@ mod tests {
             "  services: []\n",
             "{services: []}\n",
             "a: 1\na: 2\n",
-            "",
-            "# only a comment\n",
         ] {
             assert_eq!(parse(text), None, "{text}");
         }
