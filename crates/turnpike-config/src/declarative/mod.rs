@@ -11,7 +11,6 @@ pub mod errors;
 mod fields;
 pub mod ids;
 pub mod pem;
-pub mod yaml_pieces;
 
 use std::collections::HashMap;
 
@@ -464,12 +463,6 @@ pub fn parse_text(text: &str) -> Result<Value, DeclarativeError> {
     let v: Result<Value, String> = if trimmed.starts_with('{') {
         serde_json::from_str(text)
             .map_err(|e| format!("failed parsing declarative configuration: {e}"))
-    } else if let Some(v) = (text.len() >= yaml_pieces::MIN_SPLIT)
-        .then(|| yaml_pieces::parse(text))
-        .flatten()
-    {
-        // A large config, one entity at a time (see `yaml_pieces`).
-        Ok(v)
     } else {
         serde_yaml::from_str(text)
             .map_err(|e| format!("failed parsing declarative configuration: {e}"))
