@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # What a POST /config costs the proxy: wrk on a plain route for DURATION seconds, first with
 # the Admin API idle, then while POST /config of each CONFIG is sent in a loop (a deeply
-# nested 200 KB YAML, then a valid config of 20k services; each run in the same process).
+# nested 200 KB YAML, then a valid config of 20k services; each run in the same process; the
+# posting client runs on the load CPU, at most ten POSTs a second). The whole gateway process
+# (workers, Admin API and config loads) is pinned to the proxy CPU, as in the other scripts.
 # Reports proxy RPS and p99 of both runs and the ratio, per binary, so an older build can be
 # measured beside the current one in the same run:
 #   BINS="/tmp/turnpike-before target/release/turnpike" bench/config-under-load.sh [DURATION]
@@ -39,21 +41,29 @@ for BIN in $BINS; do
   idle=$(taskset -c "$LOAD_CPUS" wrk -t1 -c50 -d"${DURATION}s" --latency "http://127.0.0.1:$PORT/" 2>&1)
   base_rps=$(echo "$idle" | rps)
   printf '| %s | none | %s | %s | 1.00 | - |\n' "$(basename "$BIN")" "$base_rps" "$(echo "$idle" | p99)"
-  for cfg in deep large; do
+  # control: the same client sending deep.yml to the upstream nginx instead (what the client
+  # costs the load CPU, with no work for the gateway's Admin API).
+  for cfg in control deep large; do
+    url="http://127.0.0.1:$ADMIN/config" file=$cfg
+    if [ "$cfg" = control ]; then url="http://127.0.0.1:9001/" file=deep; fi
     (
       end=$((SECONDS + DURATION))
       codes=""
       while [ $SECONDS -lt $end ]; do
-        codes+="$(curl -s -o /dev/null -w '%{http_code} ' --max-time 120 "http://127.0.0.1:$ADMIN/config" \
-          -H 'content-type: text/yaml' --data-binary "@$W/$cfg.yml")"
+        # The client on the load CPU, ten POSTs a second at most: the admin work is the
+        # gateway's, not curl's.
+        codes+="$(taskset -c "$LOAD_CPUS" curl -s -o /dev/null -w '%{http_code} ' --max-time 120 \
+          "$url" -H 'content-type: text/yaml' --data-binary "@$W/$file.yml")"
+        sleep 0.1
       done
-      echo "$codes" | tr ' ' '\n' | sort | uniq -c | awk '{printf "%s x%s ", $2, $1}' >"$W/codes-$cfg"
+      echo "$codes" | tr ' ' '\n' | grep -v '^$' | sort | uniq -c | awk '{printf "%s x%s ", $2, $1}' >"$W/codes-$cfg"
     ) &
     poster=$!
     loaded=$(taskset -c "$LOAD_CPUS" wrk -t1 -c50 -d"${DURATION}s" --latency "http://127.0.0.1:$PORT/" 2>&1)
     wait $poster || true
     r=$(echo "$loaded" | rps)
-    printf '| %s | POST /config %s.yml in a loop | %s | %s | %.2f | %s |\n' "$(basename "$BIN")" "$cfg" "$r" \
+    printf '| %s | %s in a loop | %s | %s | %.2f | %s |\n' "$(basename "$BIN")" \
+      "$([ "$cfg" = control ] && echo "control: deep.yml POSTed to the upstream" || echo "POST /config $cfg.yml")" "$r" \
       "$(echo "$loaded" | p99)" "$(python3 -c "print($r / $base_rps)")" "$(cat "$W/codes-$cfg")"
     # Back to the plain config before the next run.
     curl -s -o /dev/null "http://127.0.0.1:$ADMIN/config" -H 'content-type: text/yaml' --data-binary "@$W/plain.yml"
