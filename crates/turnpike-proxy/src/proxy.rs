@@ -488,12 +488,7 @@ async fn route_and_proxy(
     };
     let route = m.route;
     if snap.chains_log[route.route_index] != 0 {
-        let content_length = parts
-            .headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
+        let content_length = declared_length(&parts.headers).unwrap_or(0);
         let start_line = parts.method.as_str().len()
             + orig_uri.path_and_query().map_or(1, |p| p.as_str().len())
             + 10;

@@ -154,9 +154,8 @@ where
 /// Appends `data` to the state's temporary file (made on first use).
 fn spill(s: &mut State, data: &[u8], dir: &std::path::Path) -> std::io::Result<()> {
     if s.spill.is_none() {
-        std::fs::create_dir_all(dir)?;
         s.spill = Some(Spill {
-            file: tempfile::tempfile_in(dir)?,
+            file: crate::spool::temp_file(dir)?,
             written: 0,
             read: 0,
         });

@@ -607,19 +607,22 @@ async fn serve_h2<I>(
     let svc = {
         let ctx = ctx.clone();
         let info = info.clone();
-        service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+        service_fn(move |req: http::Request<hyper::body::Incoming>| {
             let (ctx, info) = (ctx.clone(), info.clone());
             async move {
                 // `:authority` and a Host header that differ are malformed (RFC 9113
                 // §8.3.1): one host is routed and forwarded, or the request is refused.
-                let (uri, headers) = (req.uri().clone(), req.headers_mut());
-                if crate::authority::settle_host(&uri, headers, false, false).is_err() {
+                let (mut parts, body) = req.into_parts();
+                if crate::authority::settle_host(&parts.uri, &mut parts.headers, false, false)
+                    .is_err()
+                {
                     return Ok(crate::h1_server::refusal(
                         &ctx,
                         crate::h1_server::Refused::BadRequest,
                     ));
                 }
-                proxy::handle(ctx, info, req.map(RequestBody::Http2), None).await
+                let req = http::Request::from_parts(parts, RequestBody::Http2(body));
+                proxy::handle(ctx, info, req, None).await
             }
         })
     };

@@ -139,18 +139,22 @@ pub async fn read(
     })
 }
 
+/// An unlinked temporary file in `dir` (made if missing): gone with its last handle. Request
+/// bodies (here) and response bodies (`readahead`) spill to these.
+pub fn temp_file(dir: &Path) -> io::Result<std::fs::File> {
+    std::fs::create_dir_all(dir)?;
+    tempfile::tempfile_in(dir)
+}
+
 async fn open_temp(dir: &Path) -> Result<Arc<std::fs::File>, SpoolError> {
     let dir = dir.to_path_buf();
-    let f = tokio::task::spawn_blocking(move || {
-        std::fs::create_dir_all(&dir)?;
-        tempfile::tempfile_in(&dir)
-    })
-    .await
-    .map_err(|_| SpoolError::Storage)?
-    .map_err(|e| {
-        tracing::error!("cannot buffer a request body to a file: {e}");
-        SpoolError::Storage
-    })?;
+    let f = tokio::task::spawn_blocking(move || temp_file(&dir))
+        .await
+        .map_err(|_| SpoolError::Storage)?
+        .map_err(|e| {
+            tracing::error!("cannot buffer a request body to a file: {e}");
+            SpoolError::Storage
+        })?;
     Ok(Arc::new(f))
 }
 

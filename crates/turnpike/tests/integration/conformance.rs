@@ -1006,11 +1006,16 @@ async fn slow_readers_do_not_hold_the_upstream() {
         )
         .await
         .unwrap();
-        // Read nothing until the upstream has written it all (or clearly could not).
-        let finished = crate::common::eventually(Duration::from_secs(5), async || {
-            up.log.1.load(std::sync::atomic::Ordering::SeqCst) > before
-        })
-        .await;
+        // Read nothing until the upstream has written it all. Buffered: it gets there (the
+        // bound only keeps a broken build from hanging). Streamed: it cannot while nobody
+        // reads, whatever the machine's speed; two seconds show that it has not.
+        let done = || up.log.1.load(std::sync::atomic::Ordering::SeqCst) > before;
+        let finished = if buffered {
+            crate::common::eventually(Duration::from_secs(60), async || done()).await
+        } else {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            done()
+        };
         assert_eq!(
             finished, buffered,
             "{path}: upstream finished before the client read"
