@@ -11,7 +11,7 @@ SECONDS_EACH="${1:-60}"
 shift || true
 TARGETS=("$@")
 if [ ${#TARGETS[@]} -eq 0 ]; then
-  TARGETS=(request_head response_head chunked h1_differential declarative)
+  TARGETS=(request_head response_head chunked h1_differential declarative yaml_differential)
 fi
 cargo +nightly fuzz build "${TARGETS[@]/#/}" >/dev/null 2>&1 || cargo +nightly fuzz build
 status=0

@@ -11,6 +11,7 @@ pub mod errors;
 mod fields;
 pub mod ids;
 pub mod pem;
+pub mod yaml;
 
 use std::collections::HashMap;
 
@@ -464,8 +465,7 @@ pub fn parse_text(text: &str) -> Result<Value, DeclarativeError> {
         serde_json::from_str(text)
             .map_err(|e| format!("failed parsing declarative configuration: {e}"))
     } else {
-        serde_yaml::from_str(text)
-            .map_err(|e| format!("failed parsing declarative configuration: {e}"))
+        yaml::from_str(text).map_err(|e| format!("failed parsing declarative configuration: {e}"))
     };
     v.map_err(DeclarativeError::message)
 }
