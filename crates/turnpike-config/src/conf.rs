@@ -161,6 +161,8 @@ pub struct Conf {
     pub mem_cache_size: u64,
     /// Bearer token the Admin API requires when set (mandatory on a non-loopback admin_listen).
     pub admin_auth_token: Option<String>,
+    /// Turnpike's own: store key-auth keys as SHA-256 digests (Kong stores them as written).
+    pub key_auth_hash_keys: bool,
     pub declarative_config: Option<PathBuf>,
     pub worker_processes: usize,
     pub upstream_keepalive_pool_size: usize,
@@ -355,6 +357,7 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("db_cache_neg_ttl", ""),
     ("mem_cache_size", "128m"),
     ("admin_auth_token", ""),
+    ("key_auth_hash_keys", "off"),
     ("declarative_config", ""),
     ("nginx_worker_processes", "auto"),
     ("upstream_keepalive_pool_size", "512"),
@@ -812,6 +815,7 @@ impl Conf {
             db_cache_neg_ttl,
             mem_cache_size,
             admin_auth_token,
+            key_auth_hash_keys: on_off("key_auth_hash_keys")?,
             declarative_config,
             worker_processes,
             upstream_keepalive_pool_size,

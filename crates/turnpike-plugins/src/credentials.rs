@@ -147,20 +147,22 @@ where
         }
     }
 
-    /// Looks `value` up in the store (for `key`), caches the answer and returns it; `build`
-    /// turns a found row into what the plugin keeps. A failed look-up serves a stale cached
-    /// answer when there is one.
+    /// Looks `value` up in the store (for `key`), caches the answer and returns it, filed
+    /// under `token` (what a write of the credential invalidates: the value, or a form of it
+    /// that every stored form maps to); `build` turns a found row into what the plugin keeps.
+    /// A failed look-up serves a stale cached answer when there is one.
     pub async fn load(
         &'static self,
         key: K,
         value: String,
+        token: String,
         build: impl FnOnce(&Found) -> Option<V>,
     ) -> Outcome<V> {
         let Some(installed) = INSTALLED.get() else {
             return Outcome::Failed("no credential store".into());
         };
         let generation = GENERATION.load(Ordering::Acquire);
-        let lookup: Arc<str> = Arc::from(value.as_str());
+        let lookup: Arc<str> = Arc::from(token);
         match installed.source.find(self.table, self.field, value).await {
             Ok(found) => {
                 let (value, credential_id, consumer_id) = match &found {

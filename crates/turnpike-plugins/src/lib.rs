@@ -542,6 +542,11 @@ pub trait PluginSpec: Send + Sync {
         "3.9.1"
     }
     fn fields(&self) -> &'static [schema::Field];
+    /// Deprecated flat fields moved into their place by [`PluginSpec::shorthands`], as the
+    /// schema JSON lists them.
+    fn shorthand_fields(&self) -> &'static [schema::Shorthand] {
+        &[]
+    }
     /// Checks that span several fields (Kong's `entity_checks`), on a config with defaults.
     fn entity_checks(&self, _config: &Value) -> Vec<(String, String)> {
         Vec::new()
@@ -566,12 +571,16 @@ pub struct Registry {
     plugins: Vec<&'static dyn PluginSpec>,
     /// A DB-less node: configs that need a database are refused.
     database_off: bool,
+    /// `key_auth_hash_keys`: key-auth keys are stored as digests (Kong stores them as
+    /// written, which decK needs to compare a file with the gateway).
+    hash_keys: bool,
 }
 
 /// Every plugin compiled in (Kong's `plugins = bundled`).
 pub fn bundled() -> Registry {
     Registry {
         database_off: false,
+        hash_keys: false,
         plugins: vec![
             &acl::Acl,
             &basic_auth::BasicAuth,
@@ -603,6 +612,7 @@ pub fn enabled(names: &[String], database_off: bool) -> Result<Registry, String>
                 return Ok(Registry {
                     plugins: Vec::new(),
                     database_off,
+                    hash_keys: false,
                 })
             }
             "bundled" => {
@@ -632,10 +642,17 @@ pub fn enabled(names: &[String], database_off: bool) -> Result<Registry, String>
     Ok(Registry {
         plugins,
         database_off,
+        hash_keys: false,
     })
 }
 
 impl Registry {
+    /// Stores key-auth keys as SHA-256 digests (`key_auth_hash_keys = on`).
+    pub fn hashing_keys(mut self, on: bool) -> Registry {
+        self.hash_keys = on;
+        self
+    }
+
     pub fn get(&self, name: &str) -> Option<&'static dyn PluginSpec> {
         self.plugins.iter().copied().find(|p| p.name() == name)
     }
@@ -664,7 +681,8 @@ impl PluginRegistry for Registry {
     }
 
     fn schema_json(&self, name: &str) -> Option<Value> {
-        self.get(name).map(|p| schema::kong_json(p.fields()))
+        self.get(name)
+            .map(|p| schema::kong_json(p.fields(), p.shorthand_fields()))
     }
 
     fn allows_consumer(&self, name: &str) -> bool {
@@ -687,7 +705,7 @@ impl PluginRegistry for Registry {
                 }
                 Ok(None)
             }
-            "keyauth_credentials" => match value.get("key") {
+            "keyauth_credentials" if self.hash_keys => match value.get("key") {
                 Some(Value::String(k)) if !k.starts_with(key_auth::DIGEST_PREFIX) => {
                     let plain = k.clone();
                     value.insert("key".into(), Value::String(key_auth::stored_form(&plain)));
@@ -713,7 +731,9 @@ impl PluginRegistry for Registry {
         }
         let field = |f: &str| entity.and_then(|e| e.get(f)).and_then(|v| v.as_str());
         match table {
-            "keyauth_credentials" => key_auth::invalidate(id, field("key")),
+            "keyauth_credentials" => {
+                key_auth::invalidate(id, field("key").map(key_auth::stored_form_of).as_deref())
+            }
             "basicauth_credentials" => basic_auth::invalidate(id, field("username")),
             // A consumer's identity is part of every cached credential of it.
             "consumers" => {
@@ -729,11 +749,13 @@ impl PluginRegistry for Registry {
         basic_auth::invalidate_all();
     }
 
-    fn stored_key(&self, table: &str, key: &str) -> String {
+    fn stored_keys(&self, table: &str, key: &str) -> Vec<String> {
+        // A key may be stored as written or as its digest (written while `key_auth_hash_keys`
+        // was on, or the other way round): both are looked up, by their unique index.
         if table == "keyauth_credentials" && !key.starts_with(key_auth::DIGEST_PREFIX) {
-            key_auth::stored_form(key)
+            vec![key.to_string(), key_auth::stored_form(key)]
         } else {
-            key.to_string()
+            vec![key.to_string()]
         }
     }
 

@@ -40,6 +40,16 @@ pub struct Field {
     pub default: Option<Default>,
 }
 
+/// A deprecated flat field Kong still accepts and moves into its place (Kong's
+/// `shorthand_fields`, e.g. rate-limiting's `redis_host` -> `redis.host`).
+#[derive(Debug, Clone, Copy)]
+pub struct Shorthand {
+    pub name: &'static str,
+    pub ty: Type,
+    /// Where the value goes (Kong's `translate_backwards`).
+    pub into: &'static [&'static str],
+}
+
 /// A default value (const-constructible, unlike `serde_json::Value`).
 #[derive(Debug, Clone, Copy)]
 pub enum Default {
@@ -228,17 +238,83 @@ fn check_type(ty: Type, v: &Value) -> Result<(), String> {
     }
 }
 
-/// Kong's schema JSON for a plugin: the common plugin fields and `config` as a record.
-pub fn kong_json(fields: &[Field]) -> Value {
+/// Kong's schema JSON for a plugin: the common plugin fields and `config` as a record (with
+/// its `shorthand_fields` when it has any).
+pub fn kong_json(fields: &[Field], shorthands: &[Shorthand]) -> Value {
+    let mut config =
+        json!({"type": "record", "required": true, "fields": record_fields_json(fields)});
+    if !shorthands.is_empty() {
+        config["shorthand_fields"] = shorthands
+            .iter()
+            .map(|s| {
+                let mut d = type_json(s.ty);
+                d.insert("translate_backwards".into(), json!(s.into));
+                d.insert(
+                    "deprecation".into(),
+                    json!({"message": format!("{} is deprecated, please use config.{} instead", s.name, s.into.join(".")), "removal_in_version": "4.0"}),
+                );
+                json!({ s.name: Value::Object(d) })
+            })
+            .collect();
+    }
     json!({
         "fields": [
-            {"protocols": {"type": "set", "default": ["grpc", "grpcs", "http", "https"], "elements": {"type": "string", "one_of": ["grpc", "grpcs", "http", "https", "tcp", "tls", "udp", "ws", "wss"]}}},
-            {"consumer": {"type": "foreign", "reference": "consumers"}},
-            {"service": {"type": "foreign", "reference": "services"}},
-            {"route": {"type": "foreign", "reference": "routes"}},
-            {"config": {"type": "record", "required": true, "fields": record_fields_json(fields)}},
+            {"id": {"type": "string", "uuid": true, "auto": true}},
+            {"name": {"type": "string", "required": true}},
+            {"instance_name": {"type": "string"}},
+            {"created_at": {"type": "integer", "timestamp": true, "auto": true}},
+            {"updated_at": {"type": "integer", "timestamp": true, "auto": true}},
+            {"protocols": {"type": "set", "required": true, "default": ["grpc", "grpcs", "http", "https"], "elements": {"type": "string", "one_of": ["grpc", "grpcs", "http", "https", "tcp", "tls", "udp", "ws", "wss"]}}},
+            {"consumer": {"type": "foreign", "reference": "consumers", "eq": null, "on_delete": "cascade"}},
+            {"service": {"type": "foreign", "reference": "services", "on_delete": "cascade"}},
+            {"route": {"type": "foreign", "reference": "routes", "on_delete": "cascade"}},
+            {"enabled": {"type": "boolean", "required": true, "default": true}},
+            {"tags": {"type": "set", "elements": {"type": "string"}}},
+            {"config": config},
         ]
     })
+}
+
+/// A field type's part of Kong's schema JSON (`type` and what qualifies it).
+fn type_json(ty: Type) -> Map<String, Value> {
+    let mut d = Map::new();
+    let (name, extra): (&str, Vec<(&str, Value)>) = match ty {
+        Type::String => ("string", vec![]),
+        Type::Integer { min, max } => ("integer", vec![("between", json!([min, max]))]),
+        Type::Number => ("number", vec![]),
+        Type::Boolean => ("boolean", vec![]),
+        Type::OneOf(c) => ("string", vec![("one_of", json!(c))]),
+        Type::StringArray => ("array", vec![("elements", json!({"type": "string"}))]),
+        Type::ColonStringArray => (
+            "array",
+            vec![("elements", json!({"type": "string", "match": "^[^:]+:.*$"}))],
+        ),
+        Type::OneOfArray(c) => (
+            "array",
+            vec![("elements", json!({"type": "string", "one_of": c}))],
+        ),
+        Type::Map => (
+            "map",
+            vec![
+                ("keys", json!({"type": "string"})),
+                ("values", json!({"type": "string"})),
+            ],
+        ),
+        // Kong makes every record required unless it says otherwise (`make_records_required`):
+        // decK then fills an absent record with its defaults rather than expecting null.
+        Type::Record(inner) => (
+            "record",
+            vec![
+                ("required", json!(true)),
+                ("fields", json!(record_fields_json(inner))),
+            ],
+        ),
+    };
+    d.insert("type".into(), json!(name));
+    for (k, v) in extra {
+        d.insert(k.into(), v);
+    }
+    d
 }
 
 /// A record's fields in Kong's schema JSON shape: `[{name: {type, default, ...}}, ...]`.
@@ -246,31 +322,7 @@ fn record_fields_json(fields: &[Field]) -> Vec<Value> {
     fields
         .iter()
         .map(|f| {
-            let mut d = Map::new();
-            let (ty, extra): (&str, Option<(&str, Value)>) = match f.ty {
-                Type::String => ("string", None),
-                Type::Integer { min, max } => ("integer", Some(("between", json!([min, max])))),
-                Type::Number => ("number", None),
-                Type::Boolean => ("boolean", None),
-                Type::OneOf(c) => ("string", Some(("one_of", json!(c)))),
-                Type::StringArray => ("array", Some(("elements", json!({"type": "string"})))),
-                Type::ColonStringArray => (
-                    "array",
-                    Some(("elements", json!({"type": "string", "match": "^[^:]+:.*$"}))),
-                ),
-                Type::OneOfArray(c) => (
-                    "array",
-                    Some(("elements", json!({"type": "string", "one_of": c}))),
-                ),
-                Type::Map => ("map", Some(("keys", json!({"type": "string"})))),
-                Type::Record(inner) => {
-                    ("record", Some(("fields", json!(record_fields_json(inner)))))
-                }
-            };
-            d.insert("type".into(), json!(ty));
-            if let Some((k, v)) = extra {
-                d.insert(k.into(), v);
-            }
+            let mut d = type_json(f.ty);
             if f.required {
                 d.insert("required".into(), json!(true));
             }
@@ -319,9 +371,13 @@ mod tests {
         )));
         assert!(e.contains(&("redis.x".into(), "unknown field".into())));
         assert_eq!(
-            kong_json(OUTER)["fields"][4]["config"]["fields"][0]["redis"]["fields"][0]["port"]
-                ["default"],
+            kong_json(OUTER, &[])["fields"][11]["config"]["fields"][0]["redis"]["fields"][0]
+                ["port"]["default"],
             6379
+        );
+        assert_eq!(
+            kong_json(OUTER, &[])["fields"][11]["config"]["fields"][0]["redis"]["required"],
+            true
         );
         const ARRAYS: &[Field] = &[
             Field::new("headers", Type::ColonStringArray).default(Default::EmptyArray),
@@ -345,12 +401,13 @@ mod tests {
         let e = validate(ARRAYS, &json!({"headers": ["no-colon"]})).unwrap_err();
         assert!(e.contains(&("headers.1".into(), "invalid value: no-colon".into())));
         assert_eq!(
-            kong_json(ARRAYS)["fields"][4]["config"]["fields"][0]["headers"]["elements"]["match"],
+            kong_json(ARRAYS, &[])["fields"][11]["config"]["fields"][0]["headers"]["elements"]
+                ["match"],
             "^[^:]+:.*$"
         );
-        let s = kong_json(FIELDS);
+        let s = kong_json(FIELDS, &[]);
         assert_eq!(
-            s["fields"][4]["config"]["fields"][0]["status_code"]["default"],
+            s["fields"][11]["config"]["fields"][0]["status_code"]["default"],
             503
         );
     }

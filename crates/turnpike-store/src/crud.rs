@@ -164,14 +164,18 @@ impl Store {
                 .fetch_optional(&mut *conn)
                 .await?
         } else if let Some(ek) = spec.endpoint_key.filter(|ek| spec.unique.contains(ek)) {
-            sqlx::query(&format!(
-                "SELECT entity FROM {} WHERE {} = $1",
+            let forms = self.plugins.stored_keys(spec.table, key);
+            let sql = format!(
+                "SELECT entity FROM {} WHERE {} IN ({})",
                 spec.table,
-                quote(ek)
-            ))
-            .bind(self.plugins.stored_key(spec.table, key))
-            .fetch_optional(&mut *conn)
-            .await?
+                quote(ek),
+                placeholders(forms.len())
+            );
+            let mut q = sqlx::query(&sql);
+            for f in forms {
+                q = q.bind(f);
+            }
+            q.fetch_optional(&mut *conn).await?
         } else {
             None
         };
@@ -194,15 +198,18 @@ impl Store {
             )));
         }
         let mut conn = self.pool.acquire().await?;
-        let Some(row) = sqlx::query(&format!(
-            "SELECT entity, consumer_id FROM {} WHERE {} = $1",
+        let forms = self.plugins.stored_keys(spec.table, value);
+        let sql = format!(
+            "SELECT entity, consumer_id FROM {} WHERE {} IN ({})",
             spec.table,
-            quote(field)
-        ))
-        .bind(value)
-        .fetch_optional(&mut *conn)
-        .await?
-        else {
+            quote(field),
+            placeholders(forms.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for f in forms {
+            q = q.bind(f);
+        }
+        let Some(row) = q.fetch_optional(&mut *conn).await? else {
             return Ok(None);
         };
         let credential = parse_entity(&row.try_get::<String, _>(0)?)?;
@@ -615,14 +622,18 @@ impl Store {
             .fetch_optional(&mut **tx)
             .await?
         } else if let Some(ek) = spec.endpoint_key.filter(|ek| spec.unique.contains(ek)) {
-            sqlx::query(&format!(
-                "SELECT id, entity FROM {} WHERE {} = $1",
+            let forms = self.plugins.stored_keys(spec.table, key);
+            let sql = format!(
+                "SELECT id, entity FROM {} WHERE {} IN ({})",
                 spec.table,
-                quote(ek)
-            ))
-            .bind(self.plugins.stored_key(spec.table, key))
-            .fetch_optional(&mut **tx)
-            .await?
+                quote(ek),
+                placeholders(forms.len())
+            );
+            let mut q = sqlx::query(&sql);
+            for f in forms {
+                q = q.bind(f);
+            }
+            q.fetch_optional(&mut **tx).await?
         } else {
             None
         };
@@ -1053,4 +1064,12 @@ mod tests {
         assert!(is_uuid("6f1e9e2a-0000-4000-8000-000000000001"));
         assert!(!is_uuid("my-service"));
     }
+}
+
+/// `$1, $2, ...` for `n` bound values.
+fn placeholders(n: usize) -> String {
+    (1..=n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -174,7 +174,7 @@ fn plugin_registry(conf: &Conf) -> Result<Arc<dyn PluginRegistry>, String> {
         .map_err(|e| format!("invalid configuration: {e}"))?,
     );
     turnpike_plugins::enabled(&conf.plugins, conf.database == Database::Off)
-        .map(|r| Arc::new(r) as Arc<dyn PluginRegistry>)
+        .map(|r| Arc::new(r.hashing_keys(conf.key_auth_hash_keys)) as Arc<dyn PluginRegistry>)
         .map_err(|e| format!("invalid configuration: {e}"))
 }
 

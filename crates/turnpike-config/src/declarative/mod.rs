@@ -44,7 +44,8 @@ pub trait PluginRegistry: Send + Sync {
     }
 
     /// Turns a credential written to a store into its stored form (Kong's DAO transformations:
-    /// basic-auth hashes the password, key-auth keeps only a digest of the key). Returns a
+    /// basic-auth hashes the password; key-auth, when `key_auth_hash_keys` is on, keeps only a
+    /// digest of the key). Returns a
     /// field to show in the write's answer instead of its stored form (the new key, which is
     /// never shown again); violations as (field, message).
     fn prepare_credential(
@@ -68,10 +69,10 @@ pub trait PluginRegistry: Send + Sync {
     /// The store changed in ways not itemised (a full rebuild): drops every cached credential.
     fn invalidate_all(&self) {}
 
-    /// The stored form of an endpoint key used to find a credential (`/key-auths/{key}`
-    /// finds the row holding the key's digest).
-    fn stored_key(&self, _table: &str, key: &str) -> String {
-        key.to_string()
+    /// The forms an endpoint key may be stored in, to find a credential by it
+    /// (`/key-auths/{key}` finds a row holding the key, or its digest when keys are hashed).
+    fn stored_keys(&self, _table: &str, key: &str) -> Vec<String> {
+        vec![key.to_string()]
     }
 }
 

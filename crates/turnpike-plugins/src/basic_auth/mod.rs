@@ -213,7 +213,7 @@ impl Handler for Authenticator {
             let conf = self.0.clone();
             return Access::Wait(Box::pin(async move {
                 let outcome = STORED
-                    .load(username.clone(), username, |f| {
+                    .load(username.clone(), username.clone(), username, |f| {
                         let stored = f.fields.get("password")?.as_str()?;
                         Some(Arc::new(Credential {
                             who: Arc::new(Identity::new(

@@ -2,10 +2,11 @@
 //! argument or (with `key_in_body`) a body field, and tells the upstream which consumer it is. Keys are looked up in an index built
 //! with the config snapshot: a request costs one hash-map look-up and never a store round trip.
 //!
-//! Keys are kept as SHA-256 digests: a store holds `$sha256$<hex>` (the key itself is shown
-//! once, in the answer to the write that created it), and the index is keyed by digest, so
-//! neither a database dump nor the gateway's memory gives the keys away. A request hashes the
-//! key it presents (SHA-256 of a short string: well under a microsecond).
+//! Keys are stored as written, as Kong stores them (decK compares a file's keys with the
+//! gateway's). With `key_auth_hash_keys = on` a store holds `$sha256$<hex>` digests instead
+//! (the key itself is shown once, in the answer to the write that created it), so a database
+//! dump does not give the keys away; a request then hashes the key it presents. A look-up by
+//! key finds either form, so the property can be turned on or off over existing keys.
 
 mod body;
 mod schema;
@@ -34,6 +35,16 @@ pub fn digest(key: &[u8]) -> [u8; 32] {
 /// The stored form of a key: its digest, marked.
 pub fn stored_form(key: &str) -> String {
     format!("{DIGEST_PREFIX}{}", hex::encode(digest(key.as_bytes())))
+}
+
+/// The digest form of a stored key, whichever form it was stored in: what the credential
+/// cache files a look-up under (so a write in either form invalidates it).
+pub fn stored_form_of(stored: &str) -> String {
+    if stored.starts_with(DIGEST_PREFIX) {
+        stored.to_string()
+    } else {
+        stored_form(stored)
+    }
 }
 
 /// The digest of a key as found in a config: a stored digest, or a key in clear (declarative
@@ -233,9 +244,11 @@ impl Authenticator {
     fn load(&self, key: String, name: usize, location: Location) -> Access {
         let conf = self.0.clone();
         Access::Wait(Box::pin(async move {
-            let stored = stored_form(&key);
+            // Found in whichever form it is stored (as written or as a digest); filed under its
+            // digest, which a write in either form invalidates.
+            let token = stored_form(&key);
             let outcome = STORED_KEYS
-                .load(key.into_boxed_str(), stored, |f| {
+                .load(key.clone().into_boxed_str(), key, token, |f| {
                     Some(Arc::new(Identity::new(
                         f.consumer_id.clone(),
                         f.username.clone(),

@@ -206,6 +206,9 @@ impl PluginSpec for RateLimiting {
     fn fields(&self) -> &'static [crate::schema::Field] {
         schema::FIELDS
     }
+    fn shorthand_fields(&self) -> &'static [crate::schema::Shorthand] {
+        schema::SHORTHANDS
+    }
     fn entity_checks(&self, config: &Value) -> Vec<(String, String)> {
         schema::entity_checks(config)
     }

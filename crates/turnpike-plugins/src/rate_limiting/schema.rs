@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::schema::{Default, Field, Type};
+use crate::schema::{Default, Field, Shorthand, Type};
 
 pub const PERIODS: [&str; 6] = ["second", "minute", "hour", "day", "month", "year"];
 
@@ -55,6 +55,61 @@ pub const REDIS: &[Field] = &[
     Field::new("ssl", Type::Boolean).default(Default::Bool(false)),
     Field::new("ssl_verify", Type::Boolean).default(Default::Bool(false)),
     Field::new("server_name", Type::String),
+];
+
+/// The flat `redis_*` fields as Kong's schema lists them.
+pub const SHORTHANDS: &[Shorthand] = &[
+    Shorthand {
+        name: "redis_host",
+        ty: Type::String,
+        into: &["redis", "host"],
+    },
+    Shorthand {
+        name: "redis_port",
+        ty: Type::Integer { min: 0, max: 65535 },
+        into: &["redis", "port"],
+    },
+    Shorthand {
+        name: "redis_password",
+        ty: Type::String,
+        into: &["redis", "password"],
+    },
+    Shorthand {
+        name: "redis_username",
+        ty: Type::String,
+        into: &["redis", "username"],
+    },
+    Shorthand {
+        name: "redis_ssl",
+        ty: Type::Boolean,
+        into: &["redis", "ssl"],
+    },
+    Shorthand {
+        name: "redis_ssl_verify",
+        ty: Type::Boolean,
+        into: &["redis", "ssl_verify"],
+    },
+    Shorthand {
+        name: "redis_server_name",
+        ty: Type::String,
+        into: &["redis", "server_name"],
+    },
+    Shorthand {
+        name: "redis_timeout",
+        ty: Type::Integer {
+            min: 0,
+            max: 2147483646,
+        },
+        into: &["redis", "timeout"],
+    },
+    Shorthand {
+        name: "redis_database",
+        ty: Type::Integer {
+            min: 0,
+            max: 2_147_483_646,
+        },
+        into: &["redis", "database"],
+    },
 ];
 
 /// The flat `redis_*` fields Kong still accepts (deprecated, to go in 4.0): moved into `redis`.

@@ -187,9 +187,29 @@ async fn plugins_through_the_admin_api() {
         .await;
     assert_eq!(s.status, 200);
     let schema = s.json();
-    let status = &schema["fields"][4]["config"]["fields"][0]["status_code"];
+    let status = &schema["fields"][11]["config"]["fields"][0]["status_code"];
     assert_eq!(status["default"], 503, "{schema}");
     assert_eq!(status["between"], json!([100, 599]), "{schema}");
+    // Records are required (decK fills them with defaults rather than expecting null),
+    // and deprecated flat fields are listed as Kong lists them.
+    let rl = gw
+        .admin("GET", "/schemas/plugins/rate-limiting", None)
+        .await
+        .json();
+    let config = &rl["fields"][11]["config"];
+    let redis = config["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|f| f.get("redis"))
+        .unwrap();
+    assert_eq!(redis["type"], "record", "{rl}");
+    assert_eq!(redis["required"], true, "{rl}");
+    assert_eq!(
+        config["shorthand_fields"][0]["redis_host"]["translate_backwards"],
+        json!(["redis", "host"]),
+        "{rl}"
+    );
     assert_eq!(
         gw.admin("GET", "/schemas/plugins/nope", None).await.status,
         404
@@ -493,8 +513,23 @@ services:
 
 #[tokio::test]
 async fn key_auth_credentials_through_the_admin_api() {
+    key_auth_credentials(false).await;
+}
+
+/// `key_auth_hash_keys = on`: the store keeps digests, the key is shown once.
+#[tokio::test]
+async fn key_auth_credentials_hashed_at_rest() {
+    key_auth_credentials(true).await;
+}
+
+async fn key_auth_credentials(hashed: bool) {
     let up = Upstream::start("keys-admin");
-    let gw = Gateway::sqlite().start();
+    let gw = Gateway::sqlite()
+        .env(
+            "TURNPIKE_KEY_AUTH_HASH_KEYS",
+            if hashed { "on" } else { "off" },
+        )
+        .start();
     gw.add_service_route(&up.url(), "/k").await;
     assert_eq!(
         gw.admin(
@@ -514,18 +549,25 @@ async fn key_auth_credentials_through_the_admin_api() {
     );
     let k = gw.admin("POST", "/consumers/bob/key-auth", None).await;
     assert_eq!(k.status, 201);
-    // The generated key is shown once, in this answer; the store keeps only its digest.
     let key = k.json()["key"].as_str().unwrap().to_string();
     assert_eq!(key.len(), 32, "{key}");
     let id = k.json()["id"].as_str().unwrap().to_string();
     let stored = gw.admin("GET", &format!("/key-auths/{id}"), None).await;
-    let digest = stored.json()["key"].as_str().unwrap().to_string();
-    assert!(
-        digest.starts_with("$sha256$") && digest.len() == 8 + 64,
-        "{digest}"
-    );
+    let read_back = stored.json()["key"].as_str().unwrap().to_string();
     let db = std::fs::read(gw.dir.path().join("prefix/turnpike.db")).unwrap_or_default();
-    assert!(!db.windows(key.len()).any(|w| w == key.as_bytes()));
+    if hashed {
+        // The generated key is shown once, in this answer; the store keeps only its digest.
+        assert!(
+            read_back.starts_with("$sha256$") && read_back.len() == 8 + 64,
+            "{read_back}"
+        );
+        assert!(!db.windows(key.len()).any(|w| w == key.as_bytes()));
+    } else {
+        // Kong's behaviour: the key reads back as written (decK compares it with its file).
+        assert_eq!(read_back, key);
+        let listed = gw.admin("GET", "/consumers/bob/key-auth", None).await;
+        assert_eq!(listed.json()["data"][0]["key"], key.as_str());
+    }
     // Found by the key itself, as Kong's endpoint key allows; a second copy is a conflict.
     let r = gw.admin("GET", &format!("/key-auths/{key}"), None).await;
     assert_eq!(
