@@ -1028,6 +1028,14 @@ pub fn assemble(raw: RawExport) -> Result<Value, StoreError> {
     Ok(Value::Object(top))
 }
 
+/// `$1, $2, ...` for `n` bound values.
+fn placeholders(n: usize) -> String {
+    (1..=n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1064,12 +1072,4 @@ mod tests {
         assert!(is_uuid("6f1e9e2a-0000-4000-8000-000000000001"));
         assert!(!is_uuid("my-service"));
     }
-}
-
-/// `$1, $2, ...` for `n` bound values.
-fn placeholders(n: usize) -> String {
-    (1..=n)
-        .map(|i| format!("${i}"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
