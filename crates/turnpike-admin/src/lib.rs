@@ -23,6 +23,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use turnpike_config::declarative::{self, PluginRegistry};
 use turnpike_config::Conf;
+use turnpike_plugins::KONG_VERSION;
 use turnpike_proxy::{Gateway, BUILD_PROFILE, VERSION};
 use turnpike_store::crud::percent_decode;
 
@@ -362,7 +363,10 @@ impl Admin {
             StatusCode::OK,
             &json!({
                 "tagline": "Welcome to turnpike",
-                "version": VERSION,
+                // Clients (decK, go-kong, Kong Manager) gate features on Kong's version: the
+                // Kong release whose Admin API and plugins this implements. Ours beside it.
+                "version": KONG_VERSION,
+                "turnpike_version": VERSION,
                 "edition": "community",
                 "hostname": self.hostname,
                 "node_id": self.node_id,

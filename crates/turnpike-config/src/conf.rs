@@ -858,6 +858,38 @@ impl Conf {
                 })
                 .collect()
         };
+        // Kong's parsed listeners (`proxy_listeners`, ...): one object per address, each flag
+        // it knows as a boolean; Kong Manager's overview reads the ports from these.
+        let listeners = |l: &[ListenAddr]| -> Vec<serde_json::Value> {
+            l.iter()
+                .map(|a| {
+                    serde_json::json!({
+                        "ip": a.addr.ip().to_string(),
+                        "port": a.addr.port(),
+                        "ssl": a.ssl,
+                        "http2": a.http2,
+                        "reuseport": a.reuseport,
+                        "backlog=%d+": true,
+                        "proxy_protocol": false,
+                        "deferred": false,
+                        "bind": false,
+                        "ipv6only=on": false,
+                        "ipv6only=off": false,
+                        "so_keepalive=on": false,
+                        "so_keepalive=off": false,
+                        "so_keepalive=%w*:%w*:%d*": false,
+                        "listener": format!(
+                            "{}{}{}{} backlog={}",
+                            a.addr,
+                            if a.ssl { " ssl" } else { "" },
+                            if a.http2 { " http2" } else { "" },
+                            if a.reuseport { " reuseport" } else { "" },
+                            a.backlog
+                        ),
+                    })
+                })
+                .collect()
+        };
         let mut v = serde_json::json!({
             "prefix": self.prefix.display().to_string(),
             "log_level": self.log_level,
@@ -902,6 +934,9 @@ impl Conf {
             "real_ip_header": self.real_ip_header,
             "router_flavor": "traditional_compatible",
         });
+        v["proxy_listeners"] = listeners(&self.proxy_listen).into();
+        v["admin_listeners"] = listeners(&self.admin_listen).into();
+        v["status_listeners"] = listeners(&self.status_listen).into();
         // Apart: one json! this large passes the macro's recursion limit.
         let dns = serde_json::json!({
             "dns_resolver": self.dns.resolver.iter().map(|a| a.to_string()).collect::<Vec<_>>(),

@@ -539,7 +539,7 @@ pub trait PluginSpec: Send + Sync {
     /// Kong's PRIORITY: higher runs first.
     fn priority(&self) -> i32;
     fn version(&self) -> &'static str {
-        "3.9.1"
+        KONG_VERSION
     }
     fn fields(&self) -> &'static [schema::Field];
     /// Deprecated flat fields moved into their place by [`PluginSpec::shorthands`], as the
@@ -565,6 +565,10 @@ pub trait PluginSpec: Send + Sync {
     fn shorthands(&self, _config: &mut Value) {}
     fn build(&self, config: &Value, ctx: &BuildContext) -> Result<Arc<dyn Handler>, String>;
 }
+
+/// The Kong release whose Admin API, plugins and PDK this build implements: `GET /`'s
+/// `version` (clients gate features on it) and each bundled plugin's version.
+pub const KONG_VERSION: &str = "3.9.1";
 
 /// The plugins this build carries.
 pub struct Registry {

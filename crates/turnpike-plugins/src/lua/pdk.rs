@@ -533,7 +533,7 @@ fn log_at(level: i64, args: MultiValue) -> mlua::Result<()> {
 /// Creates `kong` and `ngx` in a new state.
 pub(super) fn install(lua: &Lua) -> mlua::Result<(Table, Table)> {
     let kong = lua.create_table()?;
-    kong.set("version", "3.9.1")?;
+    kong.set("version", crate::KONG_VERSION)?;
     kong.set("version_num", 3009001)?;
     kong.set("request", request(lua)?)?;
     kong.set("client", client(lua)?)?;

@@ -126,7 +126,18 @@ async fn post_config_swaps_atomically_and_rejects_bad_configs() {
     )
     .await
     .json();
-    assert_eq!(root["version"], env!("CARGO_PKG_VERSION"));
+    // Kong's version (clients gate features on it), ours beside it; Kong's parsed listeners.
+    assert_eq!(root["version"], "3.9.1");
+    assert_eq!(root["turnpike_version"], env!("CARGO_PKG_VERSION"));
+    let admin_port = gw.admin.port();
+    let listeners = &root["configuration"]["admin_listeners"];
+    assert_eq!(listeners[0]["port"], admin_port, "{listeners}");
+    assert_eq!(listeners[0]["ssl"], false, "{listeners}");
+    assert_eq!(listeners[0]["ip"], "127.0.0.1", "{listeners}");
+    assert_eq!(
+        root["configuration"]["proxy_listeners"][0]["port"],
+        gw.proxy.port()
+    );
     assert!(root["build_profile"].is_string());
     assert!(root["configuration"]["ssl_cert_key"]
         .as_array()
