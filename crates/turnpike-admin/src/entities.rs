@@ -460,7 +460,8 @@ impl Admin {
         }
     }
 
-    /// A nested target addressed by `host:port` is stored under its id: find it.
+    /// A nested entity addressed by its cache key's field (a target by `host:port`, an ACL by
+    /// group) is stored under its id: find it.
     async fn nested_key(
         &self,
         spec: &'static EntitySpec,
@@ -468,7 +469,10 @@ impl Admin {
         parent: &Option<(String, String)>,
     ) -> Result<String, StoreError> {
         match parent {
-            Some(p) if !is_uuid(key) && spec.table == "targets" => {
+            Some(p)
+                if !is_uuid(key)
+                    && turnpike_store::crud::nested_key_field(spec, &p.0).is_some() =>
+            {
                 let store = self.store.as_ref().unwrap();
                 Ok(store
                     .get_in_parent(spec, key, p)
@@ -552,6 +556,10 @@ impl Admin {
                 };
                 let matching: Vec<Map<String, Value>> = rows(spec.table)
                     .into_iter()
+                    .filter(|e| {
+                        q.filters_for(spec)
+                            .all(|(k, v)| e.get(k).and_then(|x| x.as_str()) == Some(v))
+                    })
                     .filter(|e| match &pid {
                         Some((field, id)) => fk_of(e, field).as_deref() == Some(id),
                         None => true,

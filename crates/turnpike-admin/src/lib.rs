@@ -287,6 +287,13 @@ impl Admin {
         }
         {
             let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+            if segments.first() == Some(&"upstreams") && segments.len() >= 3 {
+                // Health is read from the running balancers: let them take in the writes
+                // already answered (a target created a moment ago is listed, as in Kong).
+                if let Some(sync) = &self.sync {
+                    sync.caught_up(std::time::Duration::from_secs(2)).await;
+                }
+            }
             if let Some(r) = self.health(&method, &segments) {
                 return r;
             }

@@ -107,6 +107,19 @@ pub fn entity_schema(spec: &EntitySpec) -> Value {
         if spec.unique.contains(&name.as_str()) {
             f.insert("unique".into(), json!(true));
         }
+        if spec.table == "upstreams" && name == "healthchecks" {
+            // The whole record, as declared for validation (Kong's shape: decK fills the
+            // defaults of each nested field from it).
+            let mut hc = turnpike_config::schema::record_json(
+                turnpike_config::declarative::healthchecks::FIELDS,
+            );
+            hc["default"] = v.clone();
+            f = hc.as_object().cloned().unwrap_or_default();
+        }
+        if f.get("type").and_then(|t| t.as_str()) == Some("map") && !f.contains_key("values") {
+            f.insert("keys".into(), json!({"type": "string"}));
+            f.insert("values".into(), json!({"type": "string"}));
+        }
         fields.push(json!({ name.clone(): Value::Object(f) }));
     }
     let mut out = json!({ "fields": fields });

@@ -4,6 +4,7 @@
 pub mod conf;
 pub mod declarative;
 mod kong_properties;
+pub mod schema;
 
 pub use conf::Conf;
 pub use declarative::{Config, DeclarativeError, NoPlugins, PluginRegistry};

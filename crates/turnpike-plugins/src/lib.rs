@@ -25,7 +25,7 @@ pub mod rate_limiting;
 pub mod request_size_limiting;
 pub mod request_termination;
 pub mod response_transformer;
-pub mod schema;
+pub use turnpike_config::schema;
 
 use std::sync::Arc;
 

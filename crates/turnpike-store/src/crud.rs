@@ -27,6 +27,22 @@ pub struct ListQuery {
     pub tags: Vec<String>,
     pub tags_all: bool,
     pub parent: Option<(String, String)>,
+    /// Other query arguments: those naming one of the entity's unique fields filter the list
+    /// by it (`/consumers?custom_id=x`, as Kong; `/services?name=x`, as Kong Manager asks).
+    pub filters: Vec<(String, String)>,
+}
+
+impl ListQuery {
+    /// The filters that apply to `spec`: its unique fields.
+    pub fn filters_for<'q>(
+        &'q self,
+        spec: &'q EntitySpec,
+    ) -> impl Iterator<Item = (&'q str, &'q str)> + 'q {
+        self.filters
+            .iter()
+            .filter(|(k, _)| spec.unique.contains(&k.as_str()))
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+    }
 }
 
 impl ListQuery {
@@ -74,7 +90,7 @@ impl ListQuery {
                     }
                     q.tags_all = all;
                 }
-                _ => {}
+                _ => q.filters.push((k, v)),
             }
         }
         Ok(q)
@@ -143,11 +159,28 @@ pub fn is_uuid(s: &str) -> bool {
 
 fn parse_entity(text: &str) -> Result<Map<String, Value>, StoreError> {
     match serde_json::from_str(text) {
-        Ok(Value::Object(m)) => Ok(m),
+        Ok(Value::Object(mut m)) => {
+            // An entity written with a `ttl` keeps when it expires; it reads back with the
+            // seconds it has left, as Kong's do (0: expired).
+            if let Some(at) = m.remove(EXPIRES_AT).and_then(|v| v.as_i64()) {
+                m.insert("ttl".into(), json!((at - crate::now_secs()).max(0)));
+            }
+            Ok(m)
+        }
         _ => Err(StoreError::Database(
             "stored entity is not a JSON object".into(),
         )),
     }
+}
+
+/// Where a stored entity with a `ttl` keeps its expiry (seconds since the epoch).
+pub(crate) const EXPIRES_AT: &str = "_expires_at";
+
+/// A stored entity, unless its `ttl` has run out (Kong no longer shows or uses it).
+fn parse_live(text: &str) -> Result<Option<Map<String, Value>>, StoreError> {
+    let m = parse_entity(text)?;
+    let expired = text.contains(EXPIRES_AT) && m.get("ttl").and_then(|t| t.as_i64()) == Some(0);
+    Ok((!expired).then_some(m))
 }
 
 impl Store {
@@ -179,8 +212,10 @@ impl Store {
         } else {
             None
         };
-        row.map(|r| parse_entity(&r.try_get::<String, _>(0)?))
-            .transpose()
+        Ok(row
+            .map(|r| parse_live(&r.try_get::<String, _>(0)?))
+            .transpose()?
+            .flatten())
     }
 
     /// A credential by one of its unique columns, with its consumer's entity: the data
@@ -212,7 +247,9 @@ impl Store {
         let Some(row) = q.fetch_optional(&mut *conn).await? else {
             return Ok(None);
         };
-        let credential = parse_entity(&row.try_get::<String, _>(0)?)?;
+        let Some(credential) = parse_live(&row.try_get::<String, _>(0)?)? else {
+            return Ok(None);
+        };
         let consumer_id: String = row.try_get(1)?;
         let Some(c) = sqlx::query("SELECT entity FROM consumers WHERE id = $1")
             .bind(&consumer_id)
@@ -244,13 +281,18 @@ impl Store {
             .bind(&parent.1)
             .fetch_optional(&self.pool)
             .await?
-        } else if !spec.cache_key.is_empty() && spec.endpoint_key.is_some() {
-            // targets: the cache key is upstream + target.
+        } else if let Some(field) = nested_key_field(spec, &parent.0) {
+            // The cache key is the parent and one field: upstream + target, consumer + group
+            // (Kong's `/consumers/{c}/acls/{group}`).
             let mut probe = Map::new();
             probe.insert(parent.0.clone(), json!({"id": parent.1}));
-            let normalized = turnpike_config::declarative::normalize_target(key)
-                .unwrap_or_else(|_| key.to_string());
-            probe.insert(spec.endpoint_key.unwrap().into(), Value::String(normalized));
+            let value = if spec.table == "targets" {
+                turnpike_config::declarative::normalize_target(key)
+                    .unwrap_or_else(|_| key.to_string())
+            } else {
+                key.to_string()
+            };
+            probe.insert(field.into(), Value::String(value));
             let ck = entity::cache_key(spec, &probe).unwrap_or_default();
             sqlx::query(&format!(
                 "SELECT entity FROM {} WHERE cache_key = $1",
@@ -272,8 +314,10 @@ impl Store {
                 _ => Ok(None),
             };
         };
-        row.map(|r| parse_entity(&r.try_get::<String, _>(0)?))
-            .transpose()
+        Ok(row
+            .map(|r| parse_live(&r.try_get::<String, _>(0)?))
+            .transpose()?
+            .flatten())
     }
 
     /// One page of a collection, in id order.
@@ -289,6 +333,10 @@ impl Store {
         if let Some((field, id)) = &q.parent {
             let p = next(&mut binds, id.clone());
             sql.push_str(&format!(" AND {field}_id = {p}"));
+        }
+        for (field, value) in q.filters_for(spec) {
+            let p = next(&mut binds, value.to_string());
+            sql.push_str(&format!(" AND {} = {p}", quote(field)));
         }
         if let Some(o) = &q.offset {
             let last = decode_offset(o)?;
@@ -323,7 +371,9 @@ impl Store {
         let mut last_id = String::new();
         for r in rows.into_iter().take(q.size) {
             last_id = r.try_get::<String, _>(0)?;
-            data.push(Value::Object(parse_entity(&r.try_get::<String, _>(1)?)?));
+            if let Some(e) = parse_live(&r.try_get::<String, _>(1)?)? {
+                data.push(Value::Object(e));
+            }
         }
         Ok(Page {
             data,
@@ -1026,6 +1076,16 @@ pub fn assemble(raw: RawExport) -> Result<Value, StoreError> {
         top.insert(table.into(), Value::Array(list));
     }
     Ok(Value::Object(top))
+}
+
+/// The field that, with the parent, makes an entity's cache key: an entity nested under that
+/// parent can be addressed by it (`/upstreams/{u}/targets/{host:port}`,
+/// `/consumers/{c}/acls/{group}`).
+pub fn nested_key_field(spec: &EntitySpec, parent_field: &str) -> Option<&'static str> {
+    match spec.cache_key {
+        [p, field] if *p == parent_field => Some(field),
+        _ => None,
+    }
 }
 
 /// `$1, $2, ...` for `n` bound values.

@@ -49,7 +49,11 @@ pub fn check(
             (serde_json::to_value(u), e)
         }
         "targets" => {
-            let (t, up, e) = decl::target(map, id, now * 1000);
+            // Milliseconds of this second: Kong's target timestamps carry them.
+            let ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_millis() as i64);
+            let (t, up, e) = decl::target(map, id, now * 1000 + ms);
             if let Some(u) = up {
                 refs.push(("upstream", u));
             }
@@ -146,6 +150,11 @@ pub fn check(
         {
             errs.push((required.into(), "required field missing".into()));
         }
+    }
+    // Kong's `ttl` (key-auth keys, oauth2 tokens): the entity expires that many seconds after
+    // this write. Stored beside it; it reads back as the seconds left.
+    if let Some(ttl) = value.get("ttl").and_then(|t| t.as_i64()).filter(|t| *t > 0) {
+        value.insert(crate::crud::EXPIRES_AT.into(), serde_json::json!(now + ttl));
     }
     if errs.is_empty() {
         Ok(Checked {

@@ -92,6 +92,20 @@ impl ConfigSync {
         *self.applied.borrow()
     }
 
+    /// Waits (up to `bound`) until the data plane runs the store's current version: a read of
+    /// the running state (`/upstreams/{u}/health`) right after a write sees that write.
+    pub async fn caught_up(&self, bound: std::time::Duration) {
+        let Ok(current) = self.store.config_version().await else {
+            return;
+        };
+        if self.applied_version() >= current {
+            return;
+        }
+        self.trigger();
+        let mut rx = self.applied.subscribe();
+        let _ = tokio::time::timeout(bound, rx.wait_for(|v| *v >= current)).await;
+    }
+
     /// Asks the sync loop to look at the store now (after a local write).
     pub fn trigger(&self) {
         self.wake.notify_one();

@@ -727,11 +727,21 @@ pub fn upstream(map: &Map<String, Value>, id: &str, now: i64) -> (Upstream, Vec<
     let hash_on_uri_capture = f.str("hash_on_uri_capture");
     let hash_fallback_uri_capture = f.str("hash_fallback_uri_capture");
     let slots = f.int("slots", 10, 65536, Some(10000)).unwrap() as u32;
-    let healthchecks = match f.raw("healthchecks") {
-        None => Value::Null,
-        Some(v @ Value::Object(_)) => v.clone(),
-        Some(_) => {
-            f.err("healthchecks", "expected a record");
+    // Kong fills the whole record with its defaults (what decK expects back).
+    let healthchecks = match crate::schema::validate(
+        super::healthchecks::FIELDS,
+        f.raw("healthchecks").unwrap_or(&Value::Null),
+    ) {
+        Ok(v) => v,
+        Err(errs) => {
+            for (at, m) in errs {
+                let at = if at.is_empty() {
+                    "healthchecks".to_string()
+                } else {
+                    format!("healthchecks.{at}")
+                };
+                f.err(&at, m);
+            }
             Value::Null
         }
     };
@@ -817,18 +827,17 @@ pub fn normalize_target(t: &str) -> Result<String, String> {
     Ok(format!("{host}:{port}"))
 }
 
+/// `now_ms`: the time in milliseconds. Kong stamps targets in seconds with a millisecond
+/// fraction (`1732490000.123`), unlike other entities' whole seconds.
 pub fn target(
     map: &Map<String, Value>,
     id: &str,
-    now: i64,
+    now_ms: i64,
 ) -> (Target, Option<String>, Vec<(String, String)>) {
     let mut f = Fields::new(map);
     let id = read_id(&mut f, id);
-    let now_ms = now as f64;
-    let created_at = f
-        .raw("created_at")
-        .and_then(|v| v.as_f64())
-        .unwrap_or(now_ms);
+    let now = now_ms as f64 / 1000.0;
+    let created_at = f.raw("created_at").and_then(|v| v.as_f64()).unwrap_or(now);
     let updated_at = f
         .raw("updated_at")
         .and_then(|v| v.as_f64())

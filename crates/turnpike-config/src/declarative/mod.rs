@@ -9,6 +9,7 @@
 pub mod entities;
 pub mod errors;
 mod fields;
+pub mod healthchecks;
 pub mod ids;
 pub mod pem;
 pub mod yaml;

@@ -1,7 +1,8 @@
-//! Plugin config schemas: each plugin declares its `config` fields once, with Kong's types,
-//! defaults and bounds; from that one declaration come the validation (every violation with its
-//! field path and Kong's message), the defaults filled into the stored config, and the schema
-//! JSON that `GET /schemas/plugins/{name}` returns (decK reads defaults from it).
+//! Record schemas: a plugin's `config`, or an entity's nested record (an upstream's
+//! `healthchecks`), declared once with Kong's types, defaults and bounds; from that one
+//! declaration come the validation (every violation with its field path and Kong's message),
+//! the defaults filled into the stored value, and the schema JSON that `GET /schemas/...`
+//! returns (decK and go-kong read defaults from it).
 
 use serde_json::{json, Map, Value};
 
@@ -15,6 +16,11 @@ pub enum Type {
         max: i64,
     },
     Number,
+    /// A number within [min, max].
+    NumberIn {
+        min: f64,
+        max: f64,
+    },
     Boolean,
     /// One of these strings.
     OneOf(&'static [&'static str]),
@@ -27,6 +33,13 @@ pub enum Type {
     OneOfArray(&'static [&'static str]),
     /// A map of string keys to string values (Kong's `map` type, e.g. http-log's `headers`).
     Map,
+    /// An array of integers, each within [min, max] (health checks' `http_statuses`).
+    IntegerArray {
+        min: i64,
+        max: i64,
+    },
+    /// A map of string keys to arrays of strings (health checks' `headers`).
+    MapOfStringArrays,
     /// A nested record with its own fields (e.g. rate-limiting's `redis`); defaults apply inside
     /// it, and an absent record is filled with its defaults.
     Record(&'static [Field]),
@@ -59,6 +72,7 @@ pub enum Default {
     Bool(bool),
     EmptyArray,
     StrArray(&'static [&'static str]),
+    IntArray(&'static [i64]),
 }
 
 impl Default {
@@ -70,6 +84,7 @@ impl Default {
             Default::Bool(b) => Value::Bool(b),
             Default::EmptyArray => Value::Array(Vec::new()),
             Default::StrArray(a) => Value::from(a.to_vec()),
+            Default::IntArray(a) => Value::from(a.to_vec()),
         }
     }
 }
@@ -187,6 +202,19 @@ fn element_errors(ty: Type, v: &Value) -> Vec<(usize, String)> {
         }
         _ => None,
     };
+    if let Type::IntegerArray { min, max } = ty {
+        return v
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .filter_map(|(i, x)| {
+                let n = x.as_i64().unwrap_or(min);
+                (n < min || n > max)
+                    .then(|| (i + 1, format!("value should be between {min} and {max}")))
+            })
+            .collect();
+    }
     v.as_array()
         .into_iter()
         .flatten()
@@ -213,6 +241,30 @@ fn check_type(ty: Type, v: &Value) -> Result<(), String> {
             .as_f64()
             .map(|_| ())
             .ok_or_else(|| "expected a number".into()),
+        Type::NumberIn { min, max } => match v.as_f64() {
+            Some(n) if n < min || n > max => {
+                Err(format!("value should be between {min} and {max}"))
+            }
+            Some(_) => Ok(()),
+            None => Err("expected a number".into()),
+        },
+        Type::IntegerArray { .. } => match v.as_array() {
+            Some(a) if a.iter().all(|x| x.is_i64()) => Ok(()),
+            Some(_) => Err("expected an array of integers".into()),
+            None => Err("expected an array".into()),
+        },
+        Type::MapOfStringArrays => match v.as_object() {
+            Some(m)
+                if m.values().all(|x| {
+                    x.as_array()
+                        .is_some_and(|a| a.iter().all(|s| s.is_string()))
+                }) =>
+            {
+                Ok(())
+            }
+            Some(_) => Err("expected a map of arrays of strings".into()),
+            None => Err("expected a map".into()),
+        },
         Type::Boolean => v
             .as_bool()
             .map(|_| ())
@@ -275,6 +327,12 @@ pub fn kong_json(fields: &[Field], shorthands: &[Shorthand]) -> Value {
     })
 }
 
+/// A record's schema JSON (`{"type": "record", "required": true, "fields": [...]}`), for an
+/// entity's nested record such as an upstream's `healthchecks`.
+pub fn record_json(fields: &'static [Field]) -> Value {
+    Value::Object(type_json(Type::Record(fields)))
+}
+
 /// A field type's part of Kong's schema JSON (`type` and what qualifies it).
 fn type_json(ty: Type) -> Map<String, Value> {
     let mut d = Map::new();
@@ -282,6 +340,24 @@ fn type_json(ty: Type) -> Map<String, Value> {
         Type::String => ("string", vec![]),
         Type::Integer { min, max } => ("integer", vec![("between", json!([min, max]))]),
         Type::Number => ("number", vec![]),
+        Type::NumberIn { min, max } => ("number", vec![("between", json!([min, max]))]),
+        Type::IntegerArray { min, max } => (
+            "array",
+            vec![(
+                "elements",
+                json!({"type": "integer", "between": [min, max]}),
+            )],
+        ),
+        Type::MapOfStringArrays => (
+            "map",
+            vec![
+                ("keys", json!({"type": "string"})),
+                (
+                    "values",
+                    json!({"type": "array", "elements": {"type": "string"}}),
+                ),
+            ],
+        ),
         Type::Boolean => ("boolean", vec![]),
         Type::OneOf(c) => ("string", vec![("one_of", json!(c))]),
         Type::StringArray => ("array", vec![("elements", json!({"type": "string"}))]),
