@@ -110,6 +110,15 @@ pub fn check(
     let Ok(Value::Object(mut value)) = value else {
         return Err(vec![("@entity".into(), "cannot encode the entity".into())]);
     };
+    // A foreign key written as `{"id": ...}` must be a UUID in the Admin API, as in Kong
+    // (`{"name": ...}` or a path parent name it by its endpoint key instead).
+    for f in spec.foreign {
+        if let Some(Value::String(id)) = map.get(f.field).and_then(|v| v.get("id")) {
+            if !crate::crud::is_uuid(id) {
+                errs.push((format!("{}.id", f.field), "expected a valid UUID".into()));
+            }
+        }
+    }
     let mut reveal = None;
     if errs.is_empty() && CREDENTIALS.iter().any(|c| c.table == spec.table) {
         match plugins.prepare_credential(spec.table, &mut value) {

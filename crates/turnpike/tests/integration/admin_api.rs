@@ -759,3 +759,137 @@ async fn concurrent_writes_on_sqlite_all_land() {
     // Routed (to a closed port: 502), so the node applied all of them.
     assert_eq!(until_status(gw.proxy, "/c39", 502).await.status, 502);
 }
+
+/// Admin API behaviours Kong's own clients rely on (issue #21 item 4), each seen differing
+/// from Kong before: filters, ACLs by group, ttl, health right after a write, target
+/// timestamps, and validation as strict as Kong's.
+#[tokio::test]
+async fn behaves_as_kong_for_its_clients() {
+    let gw = Gateway::sqlite().start();
+    // GET /consumers?custom_id=X: only that consumer.
+    for (u, c) in [("ann", "c-1"), ("ben", "c-2")] {
+        let r = gw
+            .admin(
+                "POST",
+                "/consumers",
+                Some(json!({"username": u, "custom_id": c})),
+            )
+            .await;
+        assert_eq!(r.status, 201);
+    }
+    let r = gw
+        .admin("GET", "/consumers?custom_id=c-2", None)
+        .await
+        .json();
+    let data = r["data"].as_array().unwrap();
+    assert_eq!(data.len(), 1, "{r}");
+    assert_eq!(data[0]["username"], "ben");
+    let r = gw
+        .admin("GET", "/consumers?custom_id=none", None)
+        .await
+        .json();
+    assert_eq!(r["data"], json!([]), "{r}");
+    let r = gw.admin("GET", "/services?name=nope", None).await;
+    assert_eq!((r.status, r.json()["data"].clone()), (200, json!([])));
+
+    // ACLs by group name.
+    let r = gw
+        .admin(
+            "POST",
+            "/consumers/ann/acls",
+            Some(json!({"group": "admins"})),
+        )
+        .await;
+    assert_eq!(r.status, 201);
+    let r = gw.admin("GET", "/consumers/ann/acls/admins", None).await;
+    assert_eq!(
+        (r.status, r.json()["group"].clone()),
+        (200, json!("admins"))
+    );
+    assert_eq!(
+        gw.admin("DELETE", "/consumers/ann/acls/admins", None)
+            .await
+            .status,
+        204
+    );
+    let r = gw.admin("GET", "/consumers/ann/acls", None).await.json();
+    assert_eq!(r["data"], json!([]), "the ACL is gone: {r}");
+
+    // key-auth ttl counts down.
+    let r = gw
+        .admin(
+            "POST",
+            "/consumers/ann/key-auth",
+            Some(json!({"key": "short-lived", "ttl": 100})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    let r = gw.admin("GET", "/key-auths/short-lived", None).await.json();
+    let ttl = r["ttl"].as_i64().unwrap();
+    assert!(
+        (90..=98).contains(&ttl),
+        "ttl {ttl} should have counted down: {r}"
+    );
+
+    // Health lists a target created a moment ago; targets are stamped in seconds.ms.
+    let r = gw
+        .admin("POST", "/upstreams", Some(json!({"name": "up"})))
+        .await;
+    assert_eq!(r.status, 201);
+    let hc = &r.json()["healthchecks"];
+    assert_eq!(
+        hc["active"]["healthy"]["http_statuses"],
+        json!([200, 302]),
+        "{hc}"
+    );
+    let r = gw
+        .admin(
+            "POST",
+            "/upstreams/up/targets",
+            Some(json!({"target": "127.0.0.1:9"})),
+        )
+        .await;
+    assert_eq!(r.status, 201);
+    let created = r.json()["created_at"].as_f64().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!((now - created).abs() < 60.0, "seconds, not ms: {created}");
+    let r = gw.admin("GET", "/upstreams/up/health", None).await.json();
+    assert_eq!(r["data"][0]["target"], "127.0.0.1:9", "{r}");
+
+    // Validation as strict as Kong's.
+    let r = gw
+        .admin(
+            "POST",
+            "/upstreams",
+            Some(
+                json!({"name": "bad", "healthchecks": {"passive": {"unhealthy": {"interval": 5}}}}),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert_eq!(
+        r.json()["fields"]["healthchecks"]["passive"]["unhealthy"]["interval"],
+        "unknown field"
+    );
+    let r = gw
+        .admin(
+            "POST",
+            "/services",
+            Some(json!({"name": "s", "host": "example.com"})),
+        )
+        .await;
+    assert_eq!(r.status, 201);
+    let r = gw
+        .admin(
+            "POST",
+            "/routes",
+            Some(json!({"paths": ["/x"], "service": {"id": "s"}})),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert_eq!(r.json()["fields"]["service"]["id"], "expected a valid UUID");
+}

@@ -12,6 +12,7 @@ mod balancing;
 mod basic_auth;
 mod config_faults;
 mod conformance;
+mod deck;
 mod dns;
 mod doctor;
 mod faults;
