@@ -2,6 +2,7 @@
 //! ([`entities`]), `GET /tags/{tag}`, schemas, and `GET`/`POST /config` in DB-less mode.
 
 mod entities;
+mod gui;
 mod health;
 pub mod log_level;
 mod metrics;
@@ -80,6 +81,13 @@ pub(crate) fn json_response(status: StatusCode, v: &Value) -> Resp {
     r
 }
 
+/// 204 with no body.
+pub(crate) fn no_content() -> Resp {
+    let mut r = Response::new(Full::new(Bytes::new()));
+    *r.status_mut() = StatusCode::NO_CONTENT;
+    r
+}
+
 pub(crate) fn message(status: StatusCode, msg: &str) -> Resp {
     json_response(status, &json!({ "message": msg }))
 }
@@ -99,12 +107,23 @@ pub async fn serve_debug(
     serve_as(admin, listener, shutdown, Mode::Debug).await
 }
 
+/// Serves Kong Manager (`admin_gui_listen`, when `admin_gui_dir` names a build of it).
+pub async fn serve_gui(admin: Arc<Admin>, listener: TcpListener, shutdown: watch::Receiver<bool>) {
+    serve_as(admin, listener, shutdown, Mode::Gui).await
+}
+
 /// Which API a listener serves.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Admin,
     Status,
     Debug,
+    Gui,
+}
+
+/// A path segment with `%XX` decoded (for file names under Kong Manager's folder).
+pub(crate) fn percent_decode_path(s: &str) -> String {
+    turnpike_store::crud::percent_decode(s)
 }
 
 /// Serves Kong's Status API (`status_listen`): `GET /status`, `/status/ready` and `/metrics`
@@ -140,6 +159,7 @@ async fn serve_as(
                         Mode::Admin => admin.handle(req, peer).await,
                         Mode::Status => admin.handle_status(req, false).await,
                         Mode::Debug => admin.handle_status(req, true).await,
+                        Mode::Gui => admin.handle_gui(req).await,
                     })
                 }
             });
@@ -167,7 +187,15 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
 impl Admin {
     pub async fn handle(&self, req: Request<Incoming>, _peer: SocketAddr) -> Resp {
         let start = std::time::Instant::now();
-        let mut resp = self.route(req).await;
+        let request_headers = req.headers().clone();
+        // A browser's preflight carries no credentials: answered before the token check.
+        let mut resp = if req.method() == Method::OPTIONS {
+            gui::preflight(self, &request_headers)
+        } else {
+            let mut r = self.route(req).await;
+            gui::cors(self, &request_headers, &mut r);
+            r
+        };
         resp.headers_mut().insert(
             header::SERVER,
             HeaderValue::from_str(&format!("turnpike/{VERSION}")).unwrap(),
@@ -259,16 +287,47 @@ impl Admin {
                     self.plugins.available().into_iter().map(|p| p.0).collect();
                 return json_response(StatusCode::OK, &json!({ "enabled_plugins": names }));
             }
-            (_, "" | "/status" | "/metrics" | "/config" | "/plugins/enabled") => {
-                return message(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed")
+            // Hybrid mode is not ours: a traditional node answers as Kong's does.
+            (Method::GET, "/clustering/status" | "/clustering/data-planes") => {
+                return message(
+                    StatusCode::BAD_REQUEST,
+                    "this endpoint is only available when Kong is configured to run as Control Plane for the cluster",
+                )
             }
+            (Method::GET, "/endpoints") => return self.endpoints(),
+            (Method::GET, "/timers") => return self.timers(),
+            (Method::GET, "/tags") => return self.tags(&method, None, &path, &query).await,
+            // Kong's node cache: this node caches credentials (and nothing else by key).
+            (Method::DELETE, "/cache") => {
+                self.plugins.invalidate_all();
+                return no_content();
+            }
+            (
+                _,
+                "" | "/status" | "/metrics" | "/config" | "/plugins/enabled" | "/endpoints"
+                | "/timers" | "/tags" | "/cache" | "/clustering/status"
+                | "/clustering/data-planes",
+            ) => return message(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed"),
             _ => {}
         }
         if let Some(r) = self.log_level(&method, &path, &query) {
             return r;
         }
         if let Some(tag) = path.strip_prefix("/tags/") {
-            return self.tags(&method, tag, &path, &query).await;
+            return self.tags(&method, Some(tag), &path, &query).await;
+        }
+        if let Some(key) = path.strip_prefix("/cache/") {
+            // Entries are credentials looked up by what a request presents, not by Kong's
+            // cache keys: none is readable by key; deleting one purges the credential caches.
+            return match method {
+                Method::GET => message(StatusCode::NOT_FOUND, "Not found"),
+                Method::DELETE => {
+                    tracing::debug!("admin: DELETE /cache/{key}: credential caches purged");
+                    self.plugins.invalidate_all();
+                    no_content()
+                }
+                _ => message(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed"),
+            };
         }
         let content_type = req
             .headers()
@@ -307,17 +366,84 @@ impl Admin {
         }
     }
 
-    async fn tags(&self, method: &Method, tag: &str, path: &str, query: &str) -> Resp {
+    /// `GET /endpoints`: every path this Admin API serves, in Kong's notation.
+    fn endpoints(&self) -> Resp {
+        let mut paths: Vec<String> = [
+            "/",
+            "/status",
+            "/metrics",
+            "/config",
+            "/plugins/enabled",
+            "/endpoints",
+            "/timers",
+            "/tags",
+            "/tags/{tags}",
+            "/cache",
+            "/cache/{key}",
+            "/schemas/{db_entity_name}",
+            "/schemas/{db_entity_name}/validate",
+            "/schemas/plugins/{name}",
+            "/schemas/plugins/validate",
+            "/upstreams/{upstreams}/health",
+            "/upstreams/{upstreams}/targets/all",
+            "/upstreams/{upstreams}/targets/{targets}/healthy",
+            "/upstreams/{upstreams}/targets/{targets}/unhealthy",
+            "/upstreams/{upstreams}/targets/{targets}/{address}/healthy",
+            "/upstreams/{upstreams}/targets/{targets}/{address}/unhealthy",
+            "/debug/node/log-level",
+            "/debug/node/log-level/{log_level}",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for spec in turnpike_store::schema::ENTITIES {
+            let p = spec.path;
+            paths.push(format!("/{p}"));
+            paths.push(format!("/{p}/{{{p}}}"));
+            for child in turnpike_store::schema::ENTITIES {
+                if child.foreign_to(spec.table).is_some() {
+                    paths.push(format!("/{p}/{{{p}}}/{}", child.nested_path));
+                    paths.push(format!(
+                        "/{p}/{{{p}}}/{}/{{{}}}",
+                        child.nested_path, child.path
+                    ));
+                }
+            }
+            for fk in spec.foreign {
+                paths.push(format!("/{p}/{{{p}}}/{}", fk.field));
+            }
+        }
+        paths.sort();
+        paths.dedup();
+        json_response(StatusCode::OK, &json!({ "data": paths, "next": null }))
+    }
+
+    /// `GET /timers`, in Kong's shape: this node runs its background work as tasks, not timers.
+    fn timers(&self) -> Resp {
+        json_response(
+            StatusCode::OK,
+            &json!({
+                "worker": { "id": 0, "count": self.conf.worker_processes },
+                "stats": {
+                    "sys": { "running": 0, "runs": 0, "pending": 0, "waiting": 0, "total": 0 },
+                    "timers": {},
+                    "flamegraph": { "running": "", "elapsed_time": "", "pending": "" },
+                },
+            }),
+        )
+    }
+
+    async fn tags(&self, method: &Method, tag: Option<&str>, path: &str, query: &str) -> Resp {
         if *method != Method::GET {
             return message(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed");
         }
         let Some(store) = &self.store else {
             return message(StatusCode::NOT_FOUND, "Not found");
         };
-        let tag = turnpike_store::crud::percent_decode(tag);
+        let tag = tag.map(turnpike_store::crud::percent_decode);
         let result = async {
             let q = turnpike_store::ListQuery::parse(query)?;
-            let page = store.list_tag(&tag, &q).await?;
+            let page = store.list_tag(tag.as_deref(), &q).await?;
             Ok::<_, turnpike_store::StoreError>(page)
         }
         .await;

@@ -140,6 +140,19 @@ pub struct Conf {
     pub status_listen: Vec<ListenAddr>,
     /// `GET /debug/profile?seconds=N` (a CPU flame graph), `/status` and `/metrics`.
     pub debug_listen: Vec<ListenAddr>,
+    /// Kong Manager: where it is served (only when `admin_gui_dir` names a build of it).
+    pub admin_gui_listen: Vec<ListenAddr>,
+    /// Kong's `admin_gui_url`: the origin(s) Kong Manager is loaded from (CORS on the Admin
+    /// API allows them; `*` when unset).
+    pub admin_gui_url: Vec<String>,
+    /// Kong's `admin_gui_path`: the path prefix Kong Manager is served under.
+    pub admin_gui_path: String,
+    /// Kong's `admin_gui_api_url`: the Admin API URL Kong Manager calls (default: the page's
+    /// host and the admin port).
+    pub admin_gui_api_url: Option<String>,
+    /// Turnpike's own: the folder of a Kong Manager build to serve (we do not ship Kong's
+    /// files; `../shared/tools/kong-manager/build.sh` makes one). Empty: no GUI listener.
+    pub admin_gui_dir: Option<PathBuf>,
     pub database: Database,
     pub pg: PgConf,
     /// How often a node polls the store's config version (Kong's `db_update_frequency`); with
@@ -338,6 +351,11 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("status_listen", "off"),
     // Serves /debug/profile (CPU flame graphs); off unless set.
     ("debug_listen", "off"),
+    ("admin_gui_listen", "0.0.0.0:8002"),
+    ("admin_gui_url", ""),
+    ("admin_gui_path", "/"),
+    ("admin_gui_api_url", ""),
+    ("admin_gui_dir", ""),
     ("database", "sqlite"),
     ("pg_host", "127.0.0.1"),
     ("pg_port", "5432"),
@@ -538,6 +556,33 @@ impl Conf {
         let admin_listen = parse_listen("admin_listen", get("admin_listen"))?;
         let status_listen = parse_listen("status_listen", get("status_listen"))?;
         let debug_listen = parse_listen("debug_listen", get("debug_listen"))?;
+        let admin_gui_listen = parse_listen("admin_gui_listen", get("admin_gui_listen"))?;
+        if admin_gui_listen.iter().any(|l| l.ssl) {
+            return Err(invalid(
+                "admin_gui_listen",
+                "ssl is not supported for Kong Manager's listener; put TLS in front of it".into(),
+            ));
+        }
+        let admin_gui_path = {
+            let p = get("admin_gui_path").trim();
+            if !p.starts_with('/') || p.contains("..") || p.contains("//") {
+                return Err(invalid(
+                    "admin_gui_path",
+                    "must start with '/' and be a plain path".into(),
+                ));
+            }
+            p.trim_end_matches('/').to_string()
+        };
+        let admin_gui_url: Vec<String> = get("admin_gui_url")
+            .split(',')
+            .map(|u| u.trim().trim_end_matches('/').to_string())
+            .filter(|u| !u.is_empty())
+            .collect();
+        let admin_gui_api_url =
+            Some(get("admin_gui_api_url").trim().to_string()).filter(|u| !u.is_empty());
+        let admin_gui_dir = Some(get("admin_gui_dir").trim())
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from);
         let database = match get("database") {
             "off" => Database::Off,
             "sqlite" => Database::Sqlite,
@@ -804,6 +849,11 @@ impl Conf {
             admin_listen,
             status_listen,
             debug_listen,
+            admin_gui_listen,
+            admin_gui_url,
+            admin_gui_path,
+            admin_gui_api_url,
+            admin_gui_dir,
             database,
             pg,
             db_update_frequency,

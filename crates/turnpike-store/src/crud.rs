@@ -381,25 +381,36 @@ impl Store {
         })
     }
 
-    /// `GET /tags/{tag}`: which entities carry a tag.
-    pub async fn list_tag(&self, tag: &str, q: &ListQuery) -> Result<Page, StoreError> {
-        let mut sql = "SELECT entity_id, entity_name FROM tags WHERE tag = $1".to_string();
-        let last = q.offset.as_deref().map(decode_offset).transpose()?;
-        if last.is_some() {
-            sql.push_str(" AND entity_id > $2");
+    /// `GET /tags/{tag}`: which entities carry a tag; `GET /tags` (`tag` `None`): every tag
+    /// of every entity. Paged by (entity, tag).
+    pub async fn list_tag(&self, tag: Option<&str>, q: &ListQuery) -> Result<Page, StoreError> {
+        let mut sql = "SELECT entity_id, entity_name, tag FROM tags WHERE 1 = 1".to_string();
+        let mut binds: Vec<String> = Vec::new();
+        if let Some(t) = tag {
+            binds.push(t.to_string());
+            sql.push_str(&format!(" AND tag = ${}", binds.len()));
         }
-        sql.push_str(&format!(" ORDER BY entity_id LIMIT {}", q.size + 1));
-        let mut query = sqlx::query(&sql).bind(tag);
-        if let Some(l) = &last {
-            query = query.bind(l.as_str());
+        if let Some(o) = q.offset.as_deref() {
+            binds.push(decode_offset(o)?);
+            sql.push_str(&format!(" AND entity_id || ' ' || tag > ${}", binds.len()));
+        }
+        sql.push_str(&format!(
+            " ORDER BY entity_id || ' ' || tag LIMIT {}",
+            q.size + 1
+        ));
+        let mut query = sqlx::query(&sql);
+        for b in &binds {
+            query = query.bind(b.as_str());
         }
         let rows = query.fetch_all(&self.pool).await?;
         let more = rows.len() > q.size;
         let mut data = Vec::new();
         let mut last_id = String::new();
         for r in rows.into_iter().take(q.size) {
-            last_id = r.try_get::<String, _>(0)?;
-            data.push(json!({"entity_id": last_id, "entity_name": r.try_get::<String, _>(1)?, "tag": tag}));
+            let (id, name, t): (String, String, String) =
+                (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
+            last_id = format!("{id} {t}");
+            data.push(json!({"entity_id": id, "entity_name": name, "tag": t}));
         }
         Ok(Page {
             data,

@@ -523,6 +523,20 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
         .map_err(|e| format!("cannot bind status_listen: {e}"))?;
     let debug_listeners = server::bind(&conf.debug_listen, 1, &mut bind_warnings)
         .map_err(|e| format!("cannot bind debug_listen: {e}"))?;
+    // Kong Manager is served only when the operator names a build of it.
+    let gui_listeners = match &conf.admin_gui_dir {
+        Some(dir) => {
+            if !dir.join("index.html").is_file() {
+                return Err(format!(
+                    "admin_gui_dir: {} holds no index.html (a Kong Manager build)",
+                    dir.display()
+                ));
+            }
+            server::bind(&conf.admin_gui_listen, 1, &mut bind_warnings)
+                .map_err(|e| format!("cannot bind admin_gui_listen: {e}"))?
+        }
+        None => Vec::new(),
+    };
     for w in &bind_warnings {
         tracing::warn!("{w}");
     }
@@ -538,6 +552,9 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
     }
     for l in &status_listeners {
         tracing::info!("status API listening on {}", l.spec.addr);
+    }
+    for l in &gui_listeners {
+        tracing::info!("Kong Manager listening on {}", l.spec.addr);
     }
     for l in &debug_listeners {
         tracing::warn!(
@@ -590,6 +607,16 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
             for s in l.sockets {
                 let listener = tokio::net::TcpListener::from_std(s).expect("status listener");
                 tokio::spawn(turnpike_admin::serve_status(
+                    admin.clone(),
+                    listener,
+                    shutdown_rx.clone(),
+                ));
+            }
+        }
+        for l in gui_listeners {
+            for s in l.sockets {
+                let listener = tokio::net::TcpListener::from_std(s).expect("gui listener");
+                tokio::spawn(turnpike_admin::serve_gui(
                     admin.clone(),
                     listener,
                     shutdown_rx.clone(),
