@@ -54,6 +54,9 @@ fn null_type(name: &str) -> &'static str {
 }
 
 pub fn entity_schema(spec: &EntitySpec) -> Value {
+    if let Some(k) = turnpike_config::declarative::records::by_table(spec.table) {
+        return turnpike_config::declarative::records::schema_json(k);
+    }
     let input = minimal(spec);
     let checked = entity::check(
         spec,

@@ -96,6 +96,17 @@ pub fn check(
             let (c, e) = decl::ca_certificate(map, id, now);
             (serde_json::to_value(c), e)
         }
+        table if turnpike_config::declarative::records::by_table(table).is_some() => {
+            let k = turnpike_config::declarative::records::by_table(table).unwrap();
+            let (r, parent, e) = turnpike_config::declarative::records::read(k, map, id, now);
+            if let (Some(p), Some((field, _))) = (
+                parent,
+                turnpike_config::declarative::records::RECORDS[k].parent,
+            ) {
+                refs.push((field, p));
+            }
+            (serde_json::to_value(r), e)
+        }
         table => {
             let Some(cred) = CREDENTIALS.iter().find(|c| c.table == table) else {
                 return Err(vec![("@entity".into(), format!("unknown entity {table}"))]);

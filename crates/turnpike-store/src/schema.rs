@@ -188,6 +188,34 @@ pub static ENTITIES: &[EntitySpec] = &[
         cache_key: &[],
         foreign: &[fk("consumer", "consumers", true)],
     },
+    // Record entities (turnpike_config::declarative::records).
+    EntitySpec {
+        table: "key_sets",
+        path: "key-sets",
+        nested_path: "key-sets",
+        endpoint_key: Some("name"),
+        unique: &["name"],
+        cache_key: &[],
+        foreign: &[],
+    },
+    EntitySpec {
+        table: "keys",
+        path: "keys",
+        nested_path: "keys",
+        endpoint_key: Some("name"),
+        unique: &["name"],
+        cache_key: &["kid", "set"],
+        foreign: &[fk("set", "key_sets", true)],
+    },
+    EntitySpec {
+        table: "vaults",
+        path: "vaults",
+        nested_path: "vaults",
+        endpoint_key: Some("prefix"),
+        unique: &["prefix"],
+        cache_key: &[],
+        foreign: &[],
+    },
 ];
 
 /// The spec of a table (`services`).

@@ -12,6 +12,7 @@ mod fields;
 pub mod healthchecks;
 pub mod ids;
 pub mod pem;
+pub mod records;
 pub mod yaml;
 
 use std::collections::HashMap;
@@ -101,6 +102,8 @@ pub struct Config {
     pub snis: Vec<Sni>,
     pub ca_certificates: Vec<CaCertificate>,
     pub credentials: Vec<Credential>,
+    /// Key sets, keys and vaults ([`records`]).
+    pub records: Vec<records::Record>,
     /// A digest of the input, as Kong's `configuration_hash` (32 hex characters).
     pub hash: String,
     /// Stored entities that no longer validate and were left out when the config was read
@@ -167,6 +170,10 @@ impl Config {
                 .filter(|c| c.kind == spec.kind)
                 .collect();
             put(&mut m, spec.table, serde_json::to_value(creds).unwrap());
+        }
+        for (k, spec) in records::RECORDS.iter().enumerate() {
+            let list: Vec<&records::Record> = self.records.iter().filter(|r| r.spec == k).collect();
+            put(&mut m, spec.table, serde_json::to_value(list).unwrap());
         }
         Value::Object(m)
     }
@@ -255,6 +262,7 @@ impl Config {
                 Kind::Sni => self.snis.retain(|e| e.id != id),
                 Kind::CaCertificate => self.ca_certificates.retain(|e| e.id != id),
                 Kind::Credential(_) => self.credentials.retain(|e| e.id != id),
+                Kind::Record(_) => self.records.retain(|e| e.id != id),
             }
             return Ok(());
         };
@@ -327,6 +335,16 @@ impl Config {
                 e.consumer = stored_fk(map, "consumer").unwrap_or(ForeignKey { id: String::new() });
                 replace_or_push(&mut self.credentials, id, e, |x| &x.id);
             }
+            Kind::Record(k) => {
+                let (mut e, _, errs) = records::read(k, map, id, now);
+                fail(errs)?;
+                if let Some((p, _)) = records::RECORDS[k].parent {
+                    if let Some(fk) = stored_fk(map, p) {
+                        e.fields.insert(p.into(), serde_json::json!({"id": fk.id}));
+                    }
+                }
+                replace_or_push(&mut self.records, id, e, |x| &x.id);
+            }
         }
         Ok(())
     }
@@ -344,6 +362,7 @@ enum Kind {
     Sni,
     CaCertificate,
     Credential(usize),
+    Record(usize),
 }
 
 impl Kind {
@@ -359,6 +378,7 @@ impl Kind {
             Kind::Sni => "snis",
             Kind::CaCertificate => "ca_certificates",
             Kind::Credential(i) => CREDENTIALS[i].table,
+            Kind::Record(i) => records::RECORDS[i].table,
         }
     }
 
@@ -373,6 +393,9 @@ impl Kind {
             "certificates" => Kind::Certificate,
             "snis" => Kind::Sni,
             "ca_certificates" => Kind::CaCertificate,
+            other if records::by_table(other).is_some() => {
+                Kind::Record(records::by_table(other).unwrap())
+            }
             other => Kind::Credential(CREDENTIALS.iter().position(|c| c.table == other)?),
         })
     }
@@ -393,6 +416,7 @@ impl Kind {
             ],
             Kind::Upstream => &[("targets", "upstream")],
             Kind::Certificate => &[("snis", "certificate")],
+            Kind::Record(i) if records::RECORDS[i].table == "key_sets" => &[("keys", "set")],
             _ => &[],
         }
     }
@@ -674,6 +698,15 @@ fn load_inner(
                 slot[i] = cfg.credentials.len();
                 cfg.credentials.push(c);
             }
+            Kind::Record(k) => {
+                let (r, parent, er) = records::read(k, &it.map, id, now);
+                e.extend(er);
+                if let (Some(p), Some((field, _))) = (parent, records::RECORDS[k].parent) {
+                    refs[i].push((field, p));
+                }
+                slot[i] = cfg.records.len();
+                cfg.records.push(r);
+            }
         }
         // A child nested under a parent takes the parent's id, and may not name another.
         if let (Some(p), Some(ck)) = (it.parent, it.child_key) {
@@ -713,6 +746,7 @@ fn load_inner(
                 "consumer" => "consumers",
                 "upstream" => "upstreams",
                 "certificate" => "certificates",
+                "set" => "key_sets",
                 _ => unreachable!(),
             };
             match index.resolve(target, &value) {
@@ -772,6 +806,11 @@ fn load_inner(
                 check("custom_id", cfg.consumers[s].custom_id.clone(), &mut errs);
             }
             Kind::Sni => check("name", Some(cfg.snis[s].name.clone()), &mut errs),
+            Kind::Record(k) => {
+                let ek = records::RECORDS[k].endpoint_key;
+                let v = cfg.records[s].fields.get(ek).and_then(|v| v.as_str());
+                check(ek, v.map(String::from), &mut errs)
+            }
             Kind::Target => {
                 let t = &cfg.targets[s];
                 check(
@@ -972,6 +1011,7 @@ fn generate_id(items: &[Item], i: usize) -> String {
             cache_key(spec.cache_key, &required, &auto)
         }
         Kind::Certificate | Kind::CaCertificate => None,
+        Kind::Record(k) => s(records::RECORDS[k].endpoint_key).map(String::from),
     };
     match key {
         Some(k) => ids::entity_id(it.kind.table(), &k),
@@ -989,6 +1029,11 @@ fn set_fk(cfg: &mut Config, kind: Kind, slot: usize, field: &str, id: String) {
         (Kind::Target, "upstream") => cfg.targets[slot].upstream = ForeignKey { id },
         (Kind::Sni, "certificate") => cfg.snis[slot].certificate = ForeignKey { id },
         (Kind::Credential(_), "consumer") => cfg.credentials[slot].consumer = ForeignKey { id },
+        (Kind::Record(_), f) => {
+            cfg.records[slot]
+                .fields
+                .insert(f.to_string(), serde_json::json!({ "id": id }));
+        }
         _ => {}
     }
 }
@@ -1029,6 +1074,15 @@ impl KeyIndex {
         }
         for c in &cfg.certificates {
             map.insert(("certificates", c.id.clone()), c.id.clone());
+        }
+        for r in &cfg.records {
+            let table = r.table();
+            map.insert((table, r.id.clone()), r.id.clone());
+            let ek = records::RECORDS[r.spec].endpoint_key;
+            if let Some(n) = r.fields.get(ek).and_then(|v| v.as_str()) {
+                map.entry((table, n.to_string()))
+                    .or_insert_with(|| r.id.clone());
+            }
         }
         KeyIndex { map }
     }
