@@ -18,6 +18,7 @@ mod doctor;
 mod faults;
 mod health;
 mod idle_connections;
+mod kong_manager;
 mod lifecycle;
 mod observability;
 mod plugins;
