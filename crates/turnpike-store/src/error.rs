@@ -84,7 +84,18 @@ pub fn nest_fields(violations: &[(String, String)]) -> Value {
         let mut node = &mut root;
         let parts: Vec<&str> = path.split('.').collect();
         for (i, p) in parts.iter().enumerate() {
-            if i + 1 == parts.len() {
+            if i + 1 == parts.len() && *p == "@entity" {
+                // Checks of a whole entity or record are a list, as Kong shows them.
+                let list = node
+                    .entry("@entity")
+                    .or_insert_with(|| Value::Array(Vec::new()));
+                if !list.is_array() {
+                    *list = Value::Array(Vec::new());
+                }
+                if let Value::Array(a) = list {
+                    a.push(Value::String(msg.clone()));
+                }
+            } else if i + 1 == parts.len() {
                 node.insert(p.to_string(), Value::String(msg.clone()));
             } else {
                 let next = node

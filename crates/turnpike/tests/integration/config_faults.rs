@@ -59,7 +59,7 @@ async fn what_the_data_plane_refuses_is_refused_on_write() {
     assert_eq!(r.status, 400, "{:?}", r.body);
     assert_eq!(
         r.json()["fields"]["@entity"],
-        "certificate does not match key",
+        json!(["certificate does not match key"]),
         "{:?}",
         r.body
     );
