@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use http::HeaderValue;
 use rustc_hash::FxHashMap;
+use turnpike_config::declarative::vault;
 use turnpike_config::Config;
 use turnpike_router::Router;
 
@@ -132,11 +133,27 @@ fn compile_chains(config: &Config, problems: &mut Vec<String>) -> (Vec<Chain>, V
         let (name, priority) = spec.map_or(("(unavailable plugin)", i32::MAX), |s| {
             (s.name(), s.priority())
         });
-        let built = match spec {
-            Some(spec) => spec
-                .build(&p.config, &build_ctx)
+        // Secrets written as `{vault://...}` references are resolved here, into a copy: the
+        // stored config keeps the reference.
+        let resolved;
+        let plugin_config = if vault::has_reference(&p.config) {
+            let mut c = p.config.clone();
+            match vault::resolve_in(&mut c, &config.records, &vault::process_env) {
+                Ok(()) => {
+                    resolved = c;
+                    Ok(&resolved)
+                }
+                Err(e) => Err(format!("plugin {} ({}): {e}", p.id, p.name)),
+            }
+        } else {
+            Ok(&p.config)
+        };
+        let built = match (spec, plugin_config) {
+            (_, Err(e)) => Err(e),
+            (Some(spec), Ok(plugin_config)) => spec
+                .build(plugin_config, &build_ctx)
                 .map_err(|e| format!("plugin {} ({}): {e}", p.id, p.name)),
-            None => Err(format!("plugin {}: '{}' is not available", p.id, p.name)),
+            (None, _) => Err(format!("plugin {}: '{}' is not available", p.id, p.name)),
         };
         let handler = Bound {
             handler: built.unwrap_or_else(|e| {

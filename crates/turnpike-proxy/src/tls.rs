@@ -58,7 +58,26 @@ impl CertStore {
     ) -> CertStore {
         let mut keys: FxHashMap<&str, Arc<CertifiedKey>> = FxHashMap::default();
         for c in &config.certificates {
-            match certified_key(&c.cert, &c.key) {
+            // A PEM written as a `{vault://...}` reference is read from its vault here.
+            let pem = |s: &str| -> Result<String, String> {
+                if turnpike_config::declarative::vault::is_reference(s) {
+                    turnpike_config::declarative::vault::resolve(
+                        s,
+                        &config.records,
+                        &turnpike_config::declarative::vault::process_env,
+                    )
+                } else {
+                    Ok(s.to_string())
+                }
+            };
+            let (cert, key) = match (pem(&c.cert), pem(&c.key)) {
+                (Ok(cert), Ok(key)) => (cert, key),
+                (Err(e), _) | (_, Err(e)) => {
+                    problems.push(format!("certificate {}: {e}", c.id));
+                    continue;
+                }
+            };
+            match certified_key(&cert, &key) {
                 Ok(k) => {
                     keys.insert(c.id.as_str(), k);
                 }

@@ -13,6 +13,7 @@ pub mod healthchecks;
 pub mod ids;
 pub mod pem;
 pub mod records;
+pub mod vault;
 pub mod yaml;
 
 use std::collections::HashMap;

@@ -220,3 +220,80 @@ async fn post_config_answers_without_amplification() {
         j["configuration_hash"]
     );
 }
+
+/// Secrets as Kong's `{vault://...}` references (the env vault, by its name or by a vaults
+/// entity's prefix): resolved when the data plane is built, kept as references in the stored
+/// config; one that cannot be resolved fails its plugin closed and says so in /status.
+#[tokio::test]
+async fn vault_references_resolve_from_the_environment() {
+    let up = Upstream::start("vaults");
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
+vaults:
+- prefix: team-secrets
+  name: env
+  config: {{prefix: "TP_TEAM_"}}
+services:
+- name: s
+  url: {url}
+  routes:
+  - name: by-name
+    paths: [/by-name]
+    plugins:
+    - name: request-termination
+      config: {{status_code: 418, message: "{{vault://env/tp-message}}"}}
+  - name: by-prefix
+    paths: [/by-prefix]
+    plugins:
+    - name: request-termination
+      config: {{status_code: 418, message: "{{vault://team-secrets/creds/greeting}}"}}
+"#,
+        url = up.url()
+    ))
+    .env("TP_MESSAGE", "from the environment")
+    .env("TP_TEAM_CREDS", r#"{"greeting": "from a JSON secret"}"#)
+    .start();
+    let p = gw.proxy;
+    let r = call(p, "GET", "/by-name", &[]).await;
+    assert_eq!(
+        (r.status, r.json()["message"].clone()),
+        (418, json!("from the environment"))
+    );
+    let r = call(p, "GET", "/by-prefix", &[]).await;
+    assert_eq!(
+        (r.status, r.json()["message"].clone()),
+        (418, json!("from a JSON secret"))
+    );
+    // The Admin API shows the references, never the secrets.
+    let plugins = gw.admin("GET", "/plugins", None).await.json().to_string();
+    assert!(plugins.contains("{vault://env/tp-message}"), "{plugins}");
+    assert!(!plugins.contains("from the environment"), "{plugins}");
+    // Unresolvable (a start refuses such a file; a POST /config applies the rest): the
+    // plugin fails closed, and /status names it.
+    let r = gw
+        .admin(
+            "POST",
+            "/config",
+            Some(json!({
+                "_format_version": "3.0",
+                "services": [{"name": "s", "url": up.url(), "routes": [{
+                    "name": "missing", "paths": ["/missing"],
+                    "plugins": [{"name": "request-termination",
+                                 "config": {"status_code": 418, "message": "{vault://env/not-set}"}}]
+                }]}],
+                "vaults": [{"prefix": "team-secrets", "name": "env", "config": {"prefix": "TP_TEAM_"}}]
+            })),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    assert_eq!(until_status(p, "/missing", 500).await.status, 500);
+    let status = gw.admin("GET", "/status", None).await.json();
+    assert!(
+        status["configuration_problems"]
+            .to_string()
+            .contains("environment variable NOT_SET is not set"),
+        "{status}"
+    );
+    let vaults = gw.admin("GET", "/vaults/team-secrets", None).await.json();
+    assert_eq!(vaults["config"]["prefix"], "TP_TEAM_");
+}

@@ -1,0 +1,158 @@
+//! Secret references, Kong's `{vault://<vault>/<resource>[/<key>]}`: a plugin config value or
+//! a certificate's PEM written as a reference is resolved when the data plane is built, so the
+//! stored config and its export keep the reference, never the secret.
+//!
+//! `<vault>` is a `vaults` entity's `prefix` or a vault's own name; this build carries Kong
+//! OSS's `env` vault: `<resource>` names an environment variable (upper-cased, `-` read as
+//! `_`, after the vault entity's `config.prefix`), and `<key>` picks a field of the variable
+//! when it holds a JSON object. A reference that cannot be resolved is an error for the entity
+//! holding it (the data plane leaves it out or fails it closed), never an empty secret.
+
+use serde_json::Value;
+
+use super::records::Record;
+
+/// Where secrets come from: the process environment (a test passes its own).
+pub type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// The process environment.
+pub fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// Whether `s` is written as a reference.
+pub fn is_reference(s: &str) -> bool {
+    s.starts_with("{vault://") && s.ends_with('}')
+}
+
+/// Resolves one reference against the config's vaults.
+pub fn resolve(reference: &str, vaults: &[Record], env: Env) -> Result<String, String> {
+    let inner = reference
+        .strip_prefix("{vault://")
+        .and_then(|r| r.strip_suffix('}'))
+        .ok_or_else(|| format!("'{reference}' is not a vault reference"))?;
+    let mut parts = inner.splitn(3, '/');
+    let vault = parts.next().unwrap_or_default();
+    let resource = parts
+        .next()
+        .filter(|r| !r.is_empty())
+        .ok_or_else(|| format!("vault reference '{reference}' names no secret"))?;
+    let key = parts.next().filter(|k| !k.is_empty());
+    // A vaults entity by prefix, or the env vault by its own name.
+    let entity = vaults.iter().find(|v| {
+        v.table() == "vaults" && v.fields.get("prefix").and_then(|p| p.as_str()) == Some(vault)
+    });
+    let (strategy, var_prefix) = match entity {
+        Some(v) => (
+            v.fields
+                .get("name")
+                .and_then(|n| n.as_str())
+                .unwrap_or_default()
+                .to_string(),
+            v.fields
+                .get("config")
+                .and_then(|c| c.get("prefix"))
+                .and_then(|p| p.as_str())
+                .unwrap_or_default()
+                .to_string(),
+        ),
+        None => (vault.to_string(), String::new()),
+    };
+    if strategy != "env" {
+        return Err(format!(
+            "vault '{vault}' in '{reference}' is not configured (this build has the env vault)"
+        ));
+    }
+    let name = format!("{var_prefix}{resource}")
+        .to_ascii_uppercase()
+        .replace('-', "_");
+    let value = env(&name).ok_or_else(|| {
+        format!("could not resolve '{reference}': environment variable {name} is not set")
+    })?;
+    match key {
+        None => Ok(value),
+        Some(k) => match serde_json::from_str::<Value>(&value) {
+            Ok(Value::Object(o)) => match o.get(k) {
+                Some(Value::String(s)) => Ok(s.clone()),
+                Some(other) => Ok(other.to_string()),
+                None => Err(format!(
+                    "could not resolve '{reference}': no key '{k}' in {name}"
+                )),
+            },
+            _ => Err(format!(
+                "could not resolve '{reference}': {name} does not hold a JSON object"
+            )),
+        },
+    }
+}
+
+/// Resolves every reference in a value (a plugin's config), in place.
+pub fn resolve_in(value: &mut Value, vaults: &[Record], env: Env) -> Result<(), String> {
+    match value {
+        Value::String(s) if is_reference(s) => {
+            *s = resolve(s, vaults, env)?;
+            Ok(())
+        }
+        Value::Array(items) => items
+            .iter_mut()
+            .try_for_each(|v| resolve_in(v, vaults, env)),
+        Value::Object(m) => m.values_mut().try_for_each(|v| resolve_in(v, vaults, env)),
+        _ => Ok(()),
+    }
+}
+
+/// Whether a value holds a reference anywhere (most configs do not: no copy is made).
+pub fn has_reference(value: &Value) -> bool {
+    match value {
+        Value::String(s) => is_reference(s),
+        Value::Array(items) => items.iter().any(has_reference),
+        Value::Object(m) => m.values().any(has_reference),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::declarative::records;
+    use serde_json::json;
+
+    fn env(name: &str) -> Option<String> {
+        match name {
+            "REDIS_PASSWORD" => Some("s3cret".into()),
+            "TP_DB_CREDS" => Some(r#"{"user": "u", "password": "p"}"#.into()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn env_references_resolve_or_fail_clearly() {
+        let (v, _, e) = records::read(
+            records::by_table("vaults").unwrap(),
+            json!({"prefix": "my-env", "name": "env", "config": {"prefix": "TP_"}})
+                .as_object()
+                .unwrap(),
+            "00000000-0000-4000-8000-000000000001",
+            0,
+        );
+        assert!(e.is_empty(), "{e:?}");
+        let vaults = vec![v];
+        assert_eq!(
+            resolve("{vault://env/redis-password}", &vaults, &env).unwrap(),
+            "s3cret"
+        );
+        assert_eq!(
+            resolve("{vault://my-env/db-creds/password}", &vaults, &env).unwrap(),
+            "p"
+        );
+        assert!(resolve("{vault://env/missing}", &vaults, &env)
+            .unwrap_err()
+            .contains("MISSING is not set"));
+        assert!(resolve("{vault://aws/x}", &vaults, &env).is_err());
+        let mut config = json!({"redis": {"password": "{vault://env/redis-password}"}, "n": 1});
+        assert!(has_reference(&config));
+        resolve_in(&mut config, &vaults, &env).unwrap();
+        assert_eq!(config["redis"]["password"], "s3cret");
+        assert!(!has_reference(&config));
+    }
+}
