@@ -53,6 +53,70 @@ fn null_type(name: &str) -> &'static str {
     }
 }
 
+/// What Kong's schema says of a field beyond its type and default: its choices, bounds and
+/// elements (the same rules the entity readers apply).
+fn kong_constraints(table: &str, field: &str) -> Option<Value> {
+    const PROTOCOLS: &[&str] = &[
+        "grpc",
+        "grpcs",
+        "http",
+        "https",
+        "tcp",
+        "tls",
+        "tls_passthrough",
+        "udp",
+        "ws",
+        "wss",
+    ];
+    const TIMEOUT: [i64; 2] = [1, 2_147_483_646];
+    const PORT: [i64; 2] = [0, 65535];
+    const HASH_ON: &[&str] = &[
+        "none",
+        "consumer",
+        "ip",
+        "header",
+        "cookie",
+        "path",
+        "query_arg",
+        "uri_capture",
+    ];
+    let strings = json!({"elements": {"type": "string"}});
+    Some(match (table, field) {
+        (_, "tags") => json!({"elements": {"type": "string", "required": true}}),
+        ("services", "protocol") => json!({"one_of": PROTOCOLS, "required": true}),
+        ("services", "port") => json!({"between": PORT, "required": true}),
+        ("services", "retries") => json!({"between": [0, 32767]}),
+        ("services", "connect_timeout" | "write_timeout" | "read_timeout") => {
+            json!({"between": TIMEOUT})
+        }
+        ("services", "tls_verify_depth") => json!({"between": [0, 64]}),
+        ("services", "ca_certificates") => json!({"elements": {"type": "string", "uuid": true}}),
+        ("routes", "protocols") => {
+            json!({"elements": {"type": "string", "one_of": PROTOCOLS}, "required": true})
+        }
+        ("routes", "methods" | "hosts" | "paths" | "snis") => strings,
+        ("routes", "https_redirect_status_code") => {
+            json!({"one_of": [426, 301, 302, 307, 308], "required": true})
+        }
+        ("routes", "path_handling") => json!({"one_of": ["v0", "v1"]}),
+        ("routes", "regex_priority") => json!({"between": [i32::MIN, i32::MAX]}),
+        ("routes", "headers") => {
+            json!({"keys": {"type": "string"}, "values": {"type": "array", "elements": {"type": "string"}}})
+        }
+        ("upstreams", "algorithm") => {
+            json!({"one_of": ["consistent-hashing", "least-connections", "round-robin", "latency"]})
+        }
+        ("upstreams", "hash_on" | "hash_fallback") => json!({"one_of": HASH_ON}),
+        ("upstreams", "slots") => json!({"between": [10, 65536]}),
+        ("targets", "weight") => json!({"between": [0, 65535]}),
+        ("certificates" | "ca_certificates", "cert" | "key" | "cert_alt" | "key_alt") => {
+            json!({"referenceable": true})
+        }
+        ("certificates", "snis") => strings,
+        _ => return None,
+    })
+}
+
 pub fn entity_schema(spec: &EntitySpec) -> Value {
     if let Some(k) = turnpike_config::declarative::records::by_table(spec.table) {
         return turnpike_config::declarative::records::schema_json(k);
@@ -109,6 +173,11 @@ pub fn entity_schema(spec: &EntitySpec) -> Value {
         }
         if spec.unique.contains(&name.as_str()) {
             f.insert("unique".into(), json!(true));
+        }
+        if let Some(Value::Object(extra)) = kong_constraints(spec.table, name) {
+            for (k, v) in extra {
+                f.insert(k, v);
+            }
         }
         if spec.table == "upstreams" && name == "healthchecks" {
             // The whole record, as declared for validation (Kong's shape: decK fills the

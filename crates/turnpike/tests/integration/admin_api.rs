@@ -498,6 +498,38 @@ async fn deck_call_sequence() {
         assert_eq!(s.status, 200);
         assert!(s.json()["fields"].as_array().unwrap().len() > 3);
     }
+    // Kong's full shape: choices, bounds, elements, nested records with their defaults.
+    let field = |schema: &serde_json::Value, name: &str| -> serde_json::Value {
+        schema["fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find_map(|f| f.get(name).cloned())
+            .unwrap_or_else(|| panic!("no field {name} in {schema}"))
+    };
+    let services = gw.admin("GET", "/schemas/services", None).await.json();
+    assert_eq!(field(&services, "port")["between"], json!([0, 65535]));
+    assert!(field(&services, "protocol")["one_of"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("https")));
+    assert_eq!(field(&services, "tags")["elements"]["type"], "string");
+    let upstreams = gw.admin("GET", "/schemas/upstreams", None).await.json();
+    let hc = field(&upstreams, "healthchecks");
+    assert_eq!(hc["type"], "record", "{hc}");
+    let active = hc["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|f| f.get("active").cloned())
+        .unwrap();
+    assert_eq!(active["required"], true, "{active}");
+    let routes = gw.admin("GET", "/schemas/routes", None).await.json();
+    assert_eq!(field(&routes, "headers")["values"]["type"], "array");
+    for table in ["key_sets", "keys", "vaults"] {
+        let s = gw.admin("GET", &format!("/schemas/{table}"), None).await;
+        assert_eq!(s.status, 200, "{table}");
+    }
     // sync: PUT by id creates, then updates; nested credential and target PUTs; DELETE by id.
     let sid = "0b5c8a3e-5d6f-4a8b-9c0d-1e2f3a4b5c6d";
     let rid = "1c6d9b4f-6e70-4b9c-8d1e-2f3a4b5c6d7e";
