@@ -396,21 +396,22 @@ impl Admin {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        // Kong names each placeholder after its entity's table.
         for spec in turnpike_store::schema::ENTITIES {
-            let p = spec.path;
+            let (p, t) = (spec.path, spec.table);
             paths.push(format!("/{p}"));
-            paths.push(format!("/{p}/{{{p}}}"));
+            paths.push(format!("/{p}/{{{t}}}"));
             for child in turnpike_store::schema::ENTITIES {
                 if child.foreign_to(spec.table).is_some() {
-                    paths.push(format!("/{p}/{{{p}}}/{}", child.nested_path));
+                    paths.push(format!("/{p}/{{{t}}}/{}", child.nested_path));
                     paths.push(format!(
-                        "/{p}/{{{p}}}/{}/{{{}}}",
-                        child.nested_path, child.path
+                        "/{p}/{{{t}}}/{}/{{{}}}",
+                        child.nested_path, child.table
                     ));
                 }
             }
             for fk in spec.foreign {
-                paths.push(format!("/{p}/{{{p}}}/{}", fk.field));
+                paths.push(format!("/{p}/{{{t}}}/{}", fk.field));
             }
         }
         paths.sort();

@@ -922,3 +922,109 @@ async fn behaves_as_kong_for_its_clients() {
     assert_eq!(r.status, 400, "{:?}", r.body);
     assert_eq!(r.json()["fields"]["service"]["id"], "expected a valid UUID");
 }
+
+/// The Admin API paths Kong 3.9 OSS serves beyond the entities (issue #21 item 6): /tags,
+/// key sets and keys (JWK and PEM), vaults, /endpoints, /timers, /cache, /clustering/*.
+#[tokio::test]
+async fn serves_kongs_other_paths() {
+    let gw = Gateway::sqlite().start();
+    for (path, body) in [
+        (
+            "/services",
+            json!({"name": "a", "host": "example.com", "tags": ["t1", "t2"]}),
+        ),
+        ("/consumers", json!({"username": "c", "tags": ["t2"]})),
+    ] {
+        assert_eq!(gw.admin("POST", path, Some(body)).await.status, 201);
+    }
+    let tags = gw.admin("GET", "/tags", None).await.json();
+    assert_eq!(tags["data"].as_array().unwrap().len(), 3, "{tags}");
+    let page = gw.admin("GET", "/tags?size=2", None).await.json();
+    assert_eq!(page["data"].as_array().unwrap().len(), 2, "{page}");
+    let offset = page["offset"].as_str().unwrap().to_string();
+    let rest = gw
+        .admin("GET", &format!("/tags?size=2&offset={offset}"), None)
+        .await
+        .json();
+    assert_eq!(rest["data"].as_array().unwrap().len(), 1, "{rest}");
+    let t2 = gw.admin("GET", "/tags/t2", None).await.json();
+    assert_eq!(t2["data"].as_array().unwrap().len(), 2, "{t2}");
+
+    // Key sets and keys: JWK or PEM, one of them, nested under their set.
+    assert_eq!(
+        gw.admin("POST", "/key-sets", Some(json!({"name": "ks"})))
+            .await
+            .status,
+        201
+    );
+    let jwk = json!({"kid": "k1", "kty": "oct", "k": "c2VjcmV0"}).to_string();
+    let r = gw
+        .admin(
+            "POST",
+            "/key-sets/ks/keys",
+            Some(json!({"name": "k1", "kid": "k1", "jwk": jwk})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    assert_eq!(r.json()["pem"], serde_json::Value::Null);
+    let r = gw
+        .admin(
+            "POST",
+            "/keys",
+            Some(json!({"kid": "k2", "set": {"name": "ks"}})),
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.json()["fields"]["@entity"][0],
+        "at least one of these fields must be non-empty: 'jwk', 'pem'"
+    );
+    let keys = gw.admin("GET", "/key-sets/ks/keys", None).await.json();
+    assert_eq!(keys["data"][0]["kid"], "k1", "{keys}");
+    assert_eq!(gw.admin("DELETE", "/key-sets/ks", None).await.status, 204);
+    let keys = gw.admin("GET", "/keys", None).await.json();
+    assert_eq!(keys["data"], json!([]), "keys go with their set: {keys}");
+
+    // Vaults, by prefix.
+    let r = gw
+        .admin(
+            "POST",
+            "/vaults",
+            Some(json!({"prefix": "my-env", "name": "env", "config": {"prefix": "X_"}})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let r = gw.admin("GET", "/vaults/my-env", None).await.json();
+    assert_eq!(r["config"]["prefix"], "X_");
+    let r = gw
+        .admin(
+            "POST",
+            "/vaults",
+            Some(json!({"prefix": "x", "name": "aws"})),
+        )
+        .await;
+    assert_eq!(r.status, 400);
+
+    // The node's own endpoints.
+    let e = gw.admin("GET", "/endpoints", None).await.json();
+    let list = e["data"].as_array().unwrap();
+    for p in [
+        "/services/{services}/routes",
+        "/key-sets/{key_sets}/keys",
+        "/vaults",
+        "/tags/{tags}",
+    ] {
+        assert!(list.contains(&json!(p)), "{p} missing: {e}");
+    }
+    assert_eq!(gw.admin("GET", "/timers", None).await.status, 200);
+    assert_eq!(gw.admin("DELETE", "/cache", None).await.status, 204);
+    assert_eq!(gw.admin("GET", "/cache/some-key", None).await.status, 404);
+    for p in ["/clustering/status", "/clustering/data-planes"] {
+        let r = gw.admin("GET", p, None).await;
+        assert_eq!(r.status, 400, "{p}");
+        assert!(r.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("only available when Kong is configured to run as Control Plane"));
+    }
+}
