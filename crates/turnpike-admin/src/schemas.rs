@@ -117,6 +117,15 @@ fn kong_constraints(table: &str, field: &str) -> Option<Value> {
     })
 }
 
+/// Kong's `tags` entity (what `/tags` lists), which has no table of its own here.
+fn tags_schema() -> Value {
+    json!({"fields": [
+        {"tag": {"type": "string", "required": true}},
+        {"entity_name": {"type": "string", "required": true}},
+        {"entity_id": {"type": "string", "uuid": true, "required": true}},
+    ]})
+}
+
 pub fn entity_schema(spec: &EntitySpec) -> Value {
     if let Some(k) = turnpike_config::declarative::records::by_table(spec.table) {
         return turnpike_config::declarative::records::schema_json(k);
@@ -222,6 +231,7 @@ impl Admin {
                 };
                 self.validate(schema::by_table("plugins").unwrap(), b)
             }
+            (&Method::GET, ["tags"]) => json_response(StatusCode::OK, &tags_schema()),
             (&Method::GET, [entity]) => match lookup(entity) {
                 Some(spec) => json_response(StatusCode::OK, &entity_schema(spec)),
                 None => message(

@@ -1017,6 +1017,8 @@ async fn serves_kongs_other_paths() {
         assert!(list.contains(&json!(p)), "{p} missing: {e}");
     }
     assert_eq!(gw.admin("GET", "/timers", None).await.status, 200);
+    let s = gw.admin("GET", "/schemas/tags", None).await.json();
+    assert_eq!(s["fields"][0]["tag"]["required"], true, "{s}");
     assert_eq!(gw.admin("DELETE", "/cache", None).await.status, 204);
     assert_eq!(gw.admin("GET", "/cache/some-key", None).await.status, 404);
     for p in ["/clustering/status", "/clustering/data-planes"] {
