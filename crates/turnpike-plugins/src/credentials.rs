@@ -77,6 +77,9 @@ static GENERATION: AtomicU64 = AtomicU64::new(0);
 pub struct Entry<V> {
     pub value: Option<V>,
     fetched: Instant,
+    /// A credential with a `ttl` (key-auth keys): it stops working then on this node too,
+    /// whatever the cache's own TTL.
+    expires: Option<Instant>,
     /// The credential's and its consumer's ids, and the stored value looked up (a key's
     /// digest, a username), for invalidation.
     credential_id: Option<Arc<str>>,
@@ -134,6 +137,9 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let e = self.entries().get(key)?;
+        if e.expires.is_some_and(|at| Instant::now() >= at) {
+            return None;
+        }
         let ttl = INSTALLED.get().and_then(|i| {
             if e.value.is_some() {
                 i.settings.ttl
@@ -165,6 +171,13 @@ where
         let lookup: Arc<str> = Arc::from(token);
         match installed.source.find(self.table, self.field, value).await {
             Ok(found) => {
+                let expires = found.as_ref().and_then(|f| {
+                    f.fields
+                        .get("ttl")
+                        .and_then(|t| t.as_u64())
+                        .filter(|t| *t > 0)
+                        .map(|t| Instant::now() + std::time::Duration::from_secs(t))
+                });
                 let (value, credential_id, consumer_id) = match &found {
                     Some(f) => (
                         build(f),
@@ -179,6 +192,7 @@ where
                         Entry {
                             value: value.clone(),
                             fetched: Instant::now(),
+                            expires,
                             credential_id,
                             consumer_id,
                             lookup,
@@ -190,7 +204,12 @@ where
                     None => Outcome::Missing,
                 }
             }
-            Err(e) => match self.entries().get(&key) {
+            // A stale answer while the store fails, unless the credential itself has expired.
+            Err(e) => match self
+                .entries()
+                .get(&key)
+                .filter(|en| en.expires.is_none_or(|at| Instant::now() < at))
+            {
                 Some(Entry { value: Some(v), .. }) => Outcome::Found(v),
                 Some(Entry { value: None, .. }) => Outcome::Missing,
                 None => Outcome::Failed(e),
@@ -239,6 +258,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_credential_with_a_ttl_stops_working_when_it_runs_out() {
+        static C: Cache<u32, String> = Cache::new("t", "f");
+        for (k, left) in [(1u32, 3600u64), (2, 0)] {
+            C.entries().insert(
+                k,
+                Entry {
+                    value: Some("key".into()),
+                    fetched: Instant::now(),
+                    expires: Some(Instant::now() + std::time::Duration::from_secs(left)),
+                    credential_id: None,
+                    consumer_id: None,
+                    lookup: Arc::from(""),
+                },
+            );
+        }
+        assert!(C.get(&1).is_some());
+        assert!(C.get(&2).is_none());
+    }
+
+    #[test]
     fn the_cache_is_bounded() {
         static C: Cache<u32, String> = Cache::new("t", "f");
         for k in 0..50_000u32 {
@@ -247,6 +286,7 @@ mod tests {
                 Entry {
                     value: Some(String::new()),
                     fetched: Instant::now(),
+                    expires: None,
                     credential_id: None,
                     consumer_id: None,
                     lookup: Arc::from(""),
@@ -267,6 +307,7 @@ mod tests {
                 Entry {
                     value: v.map(String::from),
                     fetched: Instant::now(),
+                    expires: None,
                     credential_id: Some(Arc::from(cred)),
                     consumer_id: Some(Arc::from(consumer)),
                     lookup: Arc::from(format!("lookup-{k}")),

@@ -1030,3 +1030,50 @@ async fn serves_kongs_other_paths() {
             .contains("only available when Kong is configured to run as Control Plane"));
     }
 }
+
+/// A key-auth key written with a `ttl` works until it runs out, then not, on a node that has
+/// it cached too (Kong's credential ttl).
+#[tokio::test]
+async fn a_key_with_a_ttl_expires() {
+    let up = Upstream::start("ttl");
+    let gw = Gateway::sqlite().start();
+    gw.add_service_route(&up.url(), "/t").await;
+    let r = gw
+        .admin(
+            "POST",
+            "/services/s/plugins",
+            Some(json!({"name": "key-auth"})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    assert_eq!(
+        gw.admin("POST", "/consumers", Some(json!({"username": "tim"})))
+            .await
+            .status,
+        201
+    );
+    let r = gw
+        .admin(
+            "POST",
+            "/consumers/tim/key-auth",
+            Some(json!({"key": "brief", "ttl": 2})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let proxy = gw.proxy;
+    until_status(proxy, "/t", 401).await;
+    assert_eq!(
+        call(proxy, "GET", "/t", &[("apikey", "brief")])
+            .await
+            .status,
+        200
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    assert_eq!(
+        call(proxy, "GET", "/t", &[("apikey", "brief")])
+            .await
+            .status,
+        401
+    );
+    assert_eq!(gw.admin("GET", "/key-auths/brief", None).await.status, 404);
+}
