@@ -1,0 +1,261 @@
+//! The phase API: what a plugin sees of a request in each of Kong's phases (certificate,
+//! rewrite/access, header_filter, body_filter, log) and how it answers.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+
+use crate::*;
+
+/// What a plugin sees of a request in the access phase, and what it may change.
+pub struct AccessRequest<'a> {
+    pub method: &'a str,
+    /// The normalised request path.
+    pub path: &'a str,
+    pub query: Option<&'a str>,
+    /// The request headers, as they will go upstream: plugins may add or remove some.
+    pub headers: &'a mut HeaderMap,
+    /// Headers to add to the response the client gets (upstream's or a plugin's), for plugins
+    /// whose header_filter phase only adds headers.
+    pub response_headers: &'a mut Vec<(HeaderName, HeaderValue)>,
+    pub tls: bool,
+    /// The client's address: the connection's peer, or the X-Real-IP a trusted proxy sent.
+    pub client_ip: std::net::IpAddr,
+    /// Set by an authentication plugin; read by the plugins after it.
+    pub consumer: Option<Arc<Identity>>,
+    /// A replacement for the query string sent upstream (e.g. a credential removed from it).
+    pub upstream_query: Option<String>,
+    /// The most body bytes the upstream may receive (request-size-limiting): a body without a
+    /// Content-Length is counted as it streams and cut, with a 413, when it passes this.
+    pub body_limit: Option<u64>,
+    /// The whole request body, read before the chain runs when one of the route's plugins
+    /// wants it ([`Handler::wants_body`]); a plugin may replace it (what goes upstream).
+    pub body: Option<Bytes>,
+    /// The matched route's id and its service's (empty and `None` in the rewrite phase,
+    /// which runs before the router).
+    pub route_id: &'a str,
+    pub service_id: Option<&'a str>,
+    /// A replacement for the path sent upstream (`kong.service.request.set_path`).
+    pub upstream_path: Option<String>,
+    /// The Host header sent upstream, when a plugin set it (`kong.service.request.set_header`
+    /// with Host): it wins over the route's `preserve_host` and the service's host.
+    pub upstream_host: Option<HeaderValue>,
+    /// What the request's plugins keep between phases (Kong's `kong.ctx`).
+    pub ctx: &'a mut PluginCtx,
+}
+
+/// Per-request state that plugins keep from one phase to the next (Kong's `kong.ctx.shared`
+/// and `kong.ctx.plugin`): empty, and free, unless a plugin puts something there. Only the
+/// plugin that put it knows its type.
+#[derive(Default)]
+pub struct PluginCtx(pub Option<Box<dyn std::any::Any>>);
+
+/// What a plugin's certificate phase sees of a TLS handshake (Kong runs only global plugins
+/// there: no route is known yet).
+pub struct CertificateRequest<'a> {
+    /// The SNI the client sent, lower-cased.
+    pub server_name: Option<&'a str>,
+}
+
+impl<'a> AccessRequest<'a> {
+    /// The request as it arrives, before any plugin ran: no route (the rewrite phase's view),
+    /// no consumer, nothing replaced. The access phase sets the route and what earlier phases
+    /// changed on top of this.
+    #[allow(clippy::too_many_arguments)] // the request's own facts, none derivable from another
+    pub fn new(
+        method: &'a str,
+        path: &'a str,
+        query: Option<&'a str>,
+        headers: &'a mut HeaderMap,
+        response_headers: &'a mut Vec<(HeaderName, HeaderValue)>,
+        tls: bool,
+        client_ip: std::net::IpAddr,
+        ctx: &'a mut PluginCtx,
+    ) -> Self {
+        AccessRequest {
+            method,
+            path,
+            query,
+            headers,
+            response_headers,
+            tls,
+            client_ip,
+            consumer: None,
+            upstream_query: None,
+            body_limit: None,
+            body: None,
+            route_id: "",
+            service_id: None,
+            upstream_path: None,
+            upstream_host: None,
+            ctx,
+        }
+    }
+}
+
+impl AccessRequest<'_> {
+    /// Kong's `set_consumer`: records the consumer; the upstream is told who it is by the
+    /// identity's headers, which the proxy writes straight into the upstream request head
+    /// (replacing what a client sent under those names). Inserting them into the header map
+    /// instead cost ~1.5k instructions per request (three inserts and a map that grows:
+    /// BENCHMARKS.md); a later authentication plugin's identity simply replaces this one.
+    pub fn set_consumer(&mut self, who: Arc<Identity>) {
+        self.consumer = Some(who);
+    }
+
+    /// A request header as the upstream will see it: the consumer's identity headers (set by
+    /// an authentication plugin) over the client's.
+    pub fn header(&self, name: &HeaderName) -> Option<&HeaderValue> {
+        if let Some(v) = self.consumer.as_deref().and_then(|c| c.header(name)) {
+            return v;
+        }
+        self.headers.get(name)
+    }
+}
+
+/// What plugins may consult while they are built: the snapshot's consumers and credentials,
+/// indexed once per snapshot and only if some plugin asks.
+impl AccessRequest<'_> {
+    /// The first value of a query argument (not percent-decoded).
+    pub fn query_arg(&self, name: &str) -> Option<&str> {
+        self.query?.split('&').find_map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            (k == name).then_some(v)
+        })
+    }
+}
+
+/// A response a plugin produces instead of proxying (Kong's `kong.response.exit`).
+#[derive(Debug)]
+pub struct Exit {
+    pub status: StatusCode,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub body: Bytes,
+}
+
+impl Exit {
+    /// `kong.response.exit(status, {message = ...})`: a JSON body with a message.
+    pub fn message(status: StatusCode, message: &str) -> Exit {
+        let body =
+            serde_json::to_vec(&serde_json::json!({ "message": message })).unwrap_or_default();
+        Exit {
+            status,
+            headers: vec![(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json; charset=utf-8"),
+            )],
+            body: Bytes::from(body),
+        }
+    }
+}
+
+/// The outcome of a plugin's access phase.
+pub enum Access {
+    Continue,
+    Exit(Exit),
+    /// The plugin must wait (a Redis round trip, a password hash on the blocking pool): the
+    /// proxy awaits the future, which borrows nothing from the request, then hands the request
+    /// to what it returns. Plugins that never wait cost nothing for this.
+    Wait(Pending),
+}
+
+/// What a waiting plugin does with the request once its wait is over.
+pub type Resume = Box<dyn FnOnce(&mut AccessRequest<'_>) -> Access>;
+/// A plugin's wait. Not `Send`: each worker runs its requests on its own thread.
+pub type Pending = std::pin::Pin<Box<dyn std::future::Future<Output = Resume>>>;
+
+/// Runs one plugin's access phase to its end, waiting as often as it asks.
+pub async fn run_access(handler: &dyn Handler, req: &mut AccessRequest<'_>) -> Option<Exit> {
+    let outcome = handler.access(req);
+    run_access_from(outcome, req).await
+}
+
+/// Carries on from a plugin's first outcome until it continues or exits.
+pub async fn run_access_from(mut outcome: Access, req: &mut AccessRequest<'_>) -> Option<Exit> {
+    loop {
+        match outcome {
+            Access::Continue => return None,
+            Access::Exit(e) => return Some(e),
+            Access::Wait(pending) => {
+                let resume = pending.await;
+                outcome = resume(req);
+            }
+        }
+    }
+}
+
+/// What a plugin's header_filter phase sees of the response and may change: the upstream's
+/// response, or one the gateway or a plugin produced (an exit, an error), with Kong's own
+/// headers (Via, X-Kong-*) already in it, as Kong's runloop sets them before the plugins run.
+pub struct ResponseHead<'a> {
+    /// The status the client gets; a plugin may change it.
+    pub status: StatusCode,
+    pub headers: &'a mut HeaderMap,
+    /// The response is the upstream's (false: the gateway's or a plugin's own).
+    pub from_upstream: bool,
+    /// What the request's plugins keep between phases (Kong's `kong.ctx`).
+    pub ctx: &'a mut PluginCtx,
+}
+
+/// Kong's body_filter phase for one response: gets the body piece by piece and returns what
+/// the client gets in its place (empty to hold it back); `eof` is true once, with an empty
+/// piece, when the body has ended. A filter that rewrites the whole body gathers the pieces
+/// and answers at `eof`. Built per response by `Handler::header_filter`, so routes and
+/// responses that need none pay nothing.
+pub trait BodyFilter {
+    fn filter(&mut self, piece: Bytes, eof: bool) -> Bytes;
+}
+
+/// A configured plugin instance.
+pub trait Handler: Send + Sync {
+    /// Kong's certificate phase, during a TLS handshake, for global plugins only (see
+    /// `certifies`); an error aborts the handshake.
+    fn certificate(&self, _hello: &CertificateRequest<'_>) -> Result<(), String> {
+        Ok(())
+    }
+    /// Whether this config has a certificate phase: handshakes check one list, empty unless
+    /// some global plugin has.
+    fn certifies(&self) -> bool {
+        false
+    }
+    /// Kong's rewrite phase, before the router, for global plugins only (see `rewrites`):
+    /// it may change the request (which the router then sees) or answer it.
+    fn rewrite(&self, _req: &mut AccessRequest<'_>) -> Option<Exit> {
+        None
+    }
+    /// Whether this config has a rewrite phase: requests check one list, empty unless some
+    /// global plugin has.
+    fn rewrites(&self) -> bool {
+        false
+    }
+    fn access(&self, req: &mut AccessRequest<'_>) -> Access;
+    /// Kong's header_filter phase, in PRIORITY order after the access phase, on every
+    /// response of a request the plugin's route served; returns the response's body filter
+    /// (Kong's body_filter phase) when the plugin changes the body. Only called for configs
+    /// whose `filters_response` is true.
+    fn header_filter(&self, _resp: &mut ResponseHead<'_>) -> Option<Box<dyn BodyFilter>> {
+        None
+    }
+    /// Whether this config has a header_filter (and so maybe a body_filter) phase: routes
+    /// without one never build the list of filters.
+    fn filters_response(&self) -> bool {
+        false
+    }
+    /// Whether this config reads the request body (key-auth's `key_in_body`): the proxy then
+    /// reads the body before the route's chain runs. Costs nothing to routes that do not.
+    fn wants_body(&self) -> bool {
+        false
+    }
+    /// Kong's log phase, after the response went to the client. Must not block: a plugin
+    /// that ships entries elsewhere queues them.
+    fn log(&self, _entry: &log::LogEntry<'_>) {}
+    /// Whether this config has a log phase: routes without one build no log entry.
+    fn logs(&self) -> bool {
+        false
+    }
+    /// Whether its log phase reads request and response headers (copied only then).
+    fn log_headers(&self) -> bool {
+        false
+    }
+}

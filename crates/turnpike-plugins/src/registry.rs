@@ -1,0 +1,247 @@
+//! The plugins this build carries (Kong's `plugins` property) and how the config layers
+//! reach them: validation, schemas, credential storage and cache invalidation.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use turnpike_config::declarative::PluginRegistry;
+
+use crate::*;
+
+/// A plugin: its identity, its config schema and how it turns a config into a handler.
+pub trait PluginSpec: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// Kong's PRIORITY: higher runs first.
+    fn priority(&self) -> i32;
+    fn version(&self) -> &'static str {
+        KONG_VERSION
+    }
+    fn fields(&self) -> &'static [schema::Field];
+    /// Deprecated flat fields moved into their place by [`PluginSpec::shorthands`], as the
+    /// schema JSON lists them.
+    fn shorthand_fields(&self) -> &'static [schema::Shorthand] {
+        &[]
+    }
+    /// Checks that span several fields (Kong's `entity_checks`), on a config with defaults.
+    fn entity_checks(&self, _config: &Value) -> Vec<(String, String)> {
+        Vec::new()
+    }
+    /// Whether the plugin may be scoped to a consumer. Kong's authentication plugins (and acl,
+    /// cors) may not: they run before the consumer is known, or decide who it is.
+    fn allows_consumer(&self) -> bool {
+        true
+    }
+    /// Why this config cannot run without a database (checked on DB-less nodes).
+    fn needs_database(&self, _config: &Value) -> Option<(String, String)> {
+        None
+    }
+    /// Rewrites deprecated field names into their current place (Kong's `shorthand_fields`),
+    /// before validation.
+    fn shorthands(&self, _config: &mut Value) {}
+    fn build(&self, config: &Value, ctx: &BuildContext) -> Result<Arc<dyn Handler>, String>;
+}
+
+/// The Kong release whose Admin API, plugins and PDK this build implements: `GET /`'s
+/// `version` (clients gate features on it) and each bundled plugin's version.
+pub const KONG_VERSION: &str = "3.9.1";
+
+/// The plugins this build carries.
+pub struct Registry {
+    plugins: Vec<&'static dyn PluginSpec>,
+    /// A DB-less node: configs that need a database are refused.
+    database_off: bool,
+    /// `key_auth_hash_keys`: key-auth keys are stored as digests (Kong stores them as
+    /// written, which decK needs to compare a file with the gateway).
+    hash_keys: bool,
+}
+
+/// Every plugin compiled in (Kong's `plugins = bundled`).
+pub fn bundled() -> Registry {
+    Registry {
+        database_off: false,
+        hash_keys: false,
+        plugins: vec![
+            &acl::Acl,
+            &basic_auth::BasicAuth,
+            &correlation_id::CorrelationId,
+            &cors::Cors,
+            &file_log::FileLog,
+            &http_log::HttpLog,
+            &ip_restriction::IpRestriction,
+            &key_auth::KeyAuth,
+            &post_function::POST_FUNCTION,
+            &pre_function::PRE_FUNCTION,
+            &prometheus::Prometheus,
+            &rate_limiting::RateLimiting,
+            &request_size_limiting::RequestSizeLimiting,
+            &request_termination::RequestTermination,
+            &response_transformer::ResponseTransformer,
+        ],
+    }
+}
+
+/// The plugins a node loads, from Kong's `plugins` property: `bundled` (every plugin compiled
+/// in), plugin names, both mixed, or `off` (none).
+pub fn enabled(names: &[String], database_off: bool) -> Result<Registry, String> {
+    let all = bundled();
+    let mut plugins: Vec<&'static dyn PluginSpec> = Vec::new();
+    for name in names {
+        match name.as_str() {
+            "off" => {
+                return Ok(Registry {
+                    plugins: Vec::new(),
+                    database_off,
+                    hash_keys: false,
+                })
+            }
+            "bundled" => {
+                for p in all.all() {
+                    if !plugins.iter().any(|q| q.name() == p.name()) {
+                        plugins.push(p);
+                    }
+                }
+            }
+            other => match all.get(other) {
+                Some(p) => {
+                    if !plugins.iter().any(|q| q.name() == p.name()) {
+                        plugins.push(p);
+                    }
+                }
+                None => {
+                    let names: Vec<&str> = all.all().map(|p| p.name()).collect();
+                    return Err(format!(
+                        "plugins: '{other}' is not a plugin this build carries (it has: {})",
+                        names.join(", ")
+                    ));
+                }
+            },
+        }
+    }
+    plugins.sort_by_key(|p| p.name());
+    Ok(Registry {
+        plugins,
+        database_off,
+        hash_keys: false,
+    })
+}
+
+impl Registry {
+    /// Stores key-auth keys as SHA-256 digests (`key_auth_hash_keys = on`).
+    pub fn hashing_keys(mut self, on: bool) -> Registry {
+        self.hash_keys = on;
+        self
+    }
+
+    pub fn get(&self, name: &str) -> Option<&'static dyn PluginSpec> {
+        self.plugins.iter().copied().find(|p| p.name() == name)
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &'static dyn PluginSpec> + '_ {
+        self.plugins.iter().copied()
+    }
+}
+
+impl PluginRegistry for Registry {
+    fn check(&self, name: &str, config: &Value) -> Option<Result<Value, Vec<(String, String)>>> {
+        let p = self.get(name)?;
+        let mut config = config.clone();
+        p.shorthands(&mut config);
+        Some(schema::validate(p.fields(), &config).and_then(|full| {
+            let mut errs = p.entity_checks(&full);
+            if self.database_off {
+                errs.extend(p.needs_database(&full));
+            }
+            if errs.is_empty() {
+                Ok(full)
+            } else {
+                Err(errs)
+            }
+        }))
+    }
+
+    fn schema_json(&self, name: &str) -> Option<Value> {
+        self.get(name)
+            .map(|p| schema::kong_json(p.fields(), p.shorthand_fields()))
+    }
+
+    fn allows_consumer(&self, name: &str) -> bool {
+        self.get(name).is_none_or(|p| p.allows_consumer())
+    }
+
+    fn prepare_credential(
+        &self,
+        table: &str,
+        value: &mut serde_json::Map<String, Value>,
+    ) -> Result<Option<(String, Value)>, (String, String)> {
+        match table {
+            "basicauth_credentials" => {
+                if let Some(Value::String(p)) = value.get("password") {
+                    if !basic_auth::password::is_hashed(p) {
+                        let hashed =
+                            basic_auth::password::hash(p).map_err(|e| ("password".into(), e))?;
+                        value.insert("password".into(), Value::String(hashed));
+                    }
+                }
+                Ok(None)
+            }
+            "keyauth_credentials" if self.hash_keys => match value.get("key") {
+                Some(Value::String(k)) if !k.starts_with(key_auth::DIGEST_PREFIX) => {
+                    let plain = k.clone();
+                    value.insert("key".into(), Value::String(key_auth::stored_form(&plain)));
+                    Ok(Some(("key".into(), Value::String(plain))))
+                }
+                _ => Ok(None),
+            },
+            _ => Ok(None),
+        }
+    }
+
+    fn cached_tables(&self) -> &'static [&'static str] {
+        if credentials::installed() {
+            &["keyauth_credentials", "basicauth_credentials"]
+        } else {
+            &[]
+        }
+    }
+
+    fn invalidate(&self, table: &str, id: &str, entity: Option<&serde_json::Map<String, Value>>) {
+        if !credentials::installed() {
+            return;
+        }
+        let field = |f: &str| entity.and_then(|e| e.get(f)).and_then(|v| v.as_str());
+        match table {
+            "keyauth_credentials" => {
+                key_auth::invalidate(id, field("key").map(key_auth::stored_form_of).as_deref())
+            }
+            "basicauth_credentials" => basic_auth::invalidate(id, field("username")),
+            // A consumer's identity is part of every cached credential of it.
+            "consumers" => {
+                key_auth::invalidate(id, None);
+                basic_auth::invalidate(id, None);
+            }
+            _ => {}
+        }
+    }
+
+    fn invalidate_all(&self) {
+        key_auth::invalidate_all();
+        basic_auth::invalidate_all();
+    }
+
+    fn stored_keys(&self, table: &str, key: &str) -> Vec<String> {
+        // A key may be stored as written or as its digest (written while `key_auth_hash_keys`
+        // was on, or the other way round): both are looked up, by their unique index.
+        if table == "keyauth_credentials" && !key.starts_with(key_auth::DIGEST_PREFIX) {
+            vec![key.to_string(), key_auth::stored_form(key)]
+        } else {
+            vec![key.to_string()]
+        }
+    }
+
+    fn available(&self) -> Vec<(String, String, i32)> {
+        self.plugins
+            .iter()
+            .map(|p| (p.name().to_string(), p.version().to_string(), p.priority()))
+            .collect()
+    }
+}
