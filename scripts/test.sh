@@ -18,6 +18,17 @@ fi
 export PATH="$PATH:/usr/sbin"
 # A one-shot run gains nothing from incremental compilation, and its caches took ~7 GB of disk.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+# decK and Kong Manager, which their integration tests drive, build from ../shared/tools (Go and
+# pnpm; minutes when their caches are cold) while cargo compiles the tests; the tests then find
+# them built.
+TOOLS_LOG=$(mktemp -d)
+SHARED_TOOLS="$(pwd)/../shared/tools"
+(bash "$SHARED_TOOLS/deck/build.sh" >"$TOOLS_LOG/deck.log" 2>&1 || true) &
+DECK_BUILD=$!
+(bash "$SHARED_TOOLS/kong-manager/build.sh" >"$TOOLS_LOG/kong-manager.log" 2>&1 || true) &
+KM_BUILD=$!
+cargo test --workspace --locked --no-run
+wait "$DECK_BUILD" "$KM_BUILD"
 cargo test --workspace --locked
 # Performance is tested like a feature: instructions per request of the plain-proxy and
 # key-auth + rate-limiting cases must stay within 5% of bench/instructions-baseline.json.
