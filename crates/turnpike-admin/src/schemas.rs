@@ -56,34 +56,15 @@ fn null_type(name: &str) -> &'static str {
 /// What Kong's schema says of a field beyond its type and default: its choices, bounds and
 /// elements (the same rules the entity readers apply).
 fn kong_constraints(table: &str, field: &str) -> Option<Value> {
-    const PROTOCOLS: &[&str] = &[
-        "grpc",
-        "grpcs",
-        "http",
-        "https",
-        "tcp",
-        "tls",
-        "tls_passthrough",
-        "udp",
-        "ws",
-        "wss",
-    ];
+    use turnpike_config::declarative::entities::{
+        ALGORITHMS, HASH_ON, ROUTE_PROTOCOLS, SERVICE_PROTOCOLS,
+    };
     const TIMEOUT: [i64; 2] = [1, 2_147_483_646];
     const PORT: [i64; 2] = [0, 65535];
-    const HASH_ON: &[&str] = &[
-        "none",
-        "consumer",
-        "ip",
-        "header",
-        "cookie",
-        "path",
-        "query_arg",
-        "uri_capture",
-    ];
     let strings = json!({"elements": {"type": "string"}});
     Some(match (table, field) {
         (_, "tags") => json!({"elements": {"type": "string", "required": true}}),
-        ("services", "protocol") => json!({"one_of": PROTOCOLS, "required": true}),
+        ("services", "protocol") => json!({"one_of": SERVICE_PROTOCOLS, "required": true}),
         ("services", "port") => json!({"between": PORT, "required": true}),
         ("services", "retries") => json!({"between": [0, 32767]}),
         ("services", "connect_timeout" | "write_timeout" | "read_timeout") => {
@@ -92,7 +73,7 @@ fn kong_constraints(table: &str, field: &str) -> Option<Value> {
         ("services", "tls_verify_depth") => json!({"between": [0, 64]}),
         ("services", "ca_certificates") => json!({"elements": {"type": "string", "uuid": true}}),
         ("routes", "protocols") => {
-            json!({"elements": {"type": "string", "one_of": PROTOCOLS}, "required": true})
+            json!({"elements": {"type": "string", "one_of": ROUTE_PROTOCOLS}, "required": true})
         }
         ("routes", "methods" | "hosts" | "paths" | "snis") => strings,
         ("routes", "https_redirect_status_code") => {
@@ -103,9 +84,7 @@ fn kong_constraints(table: &str, field: &str) -> Option<Value> {
         ("routes", "headers") => {
             json!({"keys": {"type": "string"}, "values": {"type": "array", "elements": {"type": "string"}}})
         }
-        ("upstreams", "algorithm") => {
-            json!({"one_of": ["consistent-hashing", "least-connections", "round-robin", "latency"]})
-        }
+        ("upstreams", "algorithm") => json!({"one_of": ALGORITHMS}),
         ("upstreams", "hash_on" | "hash_fallback") => json!({"one_of": HASH_ON}),
         ("upstreams", "slots") => json!({"between": [10, 65536]}),
         ("targets", "weight") => json!({"between": [0, 65535]}),
