@@ -1,0 +1,67 @@
+//! `kong.client`: who is calling (address, port, consumer, credential).
+
+use super::*;
+
+pub(super) fn client(lua: &Lua) -> mlua::Result<Table> {
+    let t = lua.create_table()?;
+    let ip = |_: &Lua, ()| {
+        with_current(|c| match c.target {
+            // SAFETY: as in `with_request`.
+            Target::Request(p) => Ok(unsafe { &*p }.client_ip.to_string()),
+            Target::Log(p) => Ok(unsafe { &*p }
+                .details
+                .map(|d| d.client_ip.to_string())
+                .unwrap_or_default()),
+            _ => not_in_phase(c.phase),
+        })
+    };
+    set_fn(lua, &t, "get_ip", ip)?;
+    set_fn(lua, &t, "get_forwarded_ip", ip)?;
+    set_fn(lua, &t, "get_protocol", |_, ()| {
+        with_request(|r, _| Ok(if r.tls { "https" } else { "http" }))
+    })?;
+    set_fn(lua, &t, "get_consumer", |lua, ()| {
+        let who = consumer()?;
+        match who {
+            Some(c) => {
+                let t = lua.create_table()?;
+                t.set("id", c.consumer_id.as_str())?;
+                t.set("username", c.username.as_deref())?;
+                t.set("custom_id", c.custom_id.as_deref())?;
+                Ok(Value::Table(t))
+            }
+            None => Ok(Value::Nil),
+        }
+    })?;
+    set_fn(lua, &t, "get_credential", |lua, ()| {
+        let who = consumer()?;
+        match who.filter(|c| c.credential_id.is_some()) {
+            Some(c) => {
+                let t = lua.create_table()?;
+                t.set("id", c.credential_id.as_deref())?;
+                let consumer = lua.create_table()?;
+                consumer.set("id", c.consumer_id.as_str())?;
+                t.set("consumer", consumer)?;
+                Ok(Value::Table(t))
+            }
+            None => Ok(Value::Nil),
+        }
+    })?;
+    Ok(t)
+}
+
+pub(super) fn consumer() -> mlua::Result<Option<std::sync::Arc<crate::Identity>>> {
+    with_current(|c| match c.target {
+        // SAFETY: as in `with_request`.
+        Target::Request(p) => Ok(unsafe { &*p }.consumer.clone()),
+        Target::Log(p) => Ok(unsafe { &*p }.consumer.map(|c| {
+            std::sync::Arc::new(crate::Identity::new(
+                c.consumer_id.clone(),
+                c.username.clone(),
+                c.custom_id.clone(),
+                c.credential_id.clone(),
+            ))
+        })),
+        _ => not_in_phase(c.phase),
+    })
+}

@@ -1,0 +1,118 @@
+//! `kong.request`: the request as the client sent it.
+
+use super::*;
+
+pub(super) fn request(lua: &Lua) -> mlua::Result<Table> {
+    let t = lua.create_table()?;
+    set_fn(lua, &t, "get_method", |_, ()| {
+        with_view(|r| Ok(r.method().to_string()))
+    })?;
+    set_fn(lua, &t, "get_path", |_, ()| {
+        with_view(|r| Ok(r.path().to_string()))
+    })?;
+    set_fn(lua, &t, "get_raw_path", |_, ()| {
+        with_view(|r| Ok(r.path().to_string()))
+    })?;
+    set_fn(lua, &t, "get_path_with_query", |_, ()| {
+        with_view(|r| {
+            Ok(match r.query() {
+                Some(q) => format!("{}?{q}", r.path()),
+                None => r.path().to_string(),
+            })
+        })
+    })?;
+    set_fn(lua, &t, "get_raw_query", |_, ()| {
+        with_view(|r| Ok(r.query().unwrap_or("").to_string()))
+    })?;
+    set_fn(lua, &t, "get_query", |lua, ()| {
+        let q = with_view(|r| Ok(r.query().unwrap_or("").to_string()))?;
+        args_table(lua, &q)
+    })?;
+    set_fn(lua, &t, "get_query_arg", |lua, name: LuaString| {
+        let q = with_view(|r| Ok(r.query().unwrap_or("").to_string()))?;
+        let args = args_table(lua, &q)?;
+        match args.raw_get::<Value>(name)? {
+            Value::Table(arr) => arr.get::<Value>(1),
+            v => Ok(v),
+        }
+    })?;
+    set_fn(lua, &t, "get_header", |lua, name: LuaString| {
+        let name = header_name(&name)?;
+        with_view(|r| header_value(lua, r.header(&name)))
+    })?;
+    set_fn(lua, &t, "get_headers", |lua, ()| {
+        with_view(|r| headers_table(lua, r.headers()))
+    })?;
+    set_fn(lua, &t, "get_scheme", |_, ()| {
+        with_view(|r| Ok(if r.tls() { "https" } else { "http" }))
+    })?;
+    set_fn(lua, &t, "get_host", |_, ()| {
+        with_view(|r| Ok(request_host(&r).0))
+    })?;
+    set_fn(lua, &t, "get_port", |_, ()| {
+        with_view(|r| Ok(request_host(&r).1))
+    })?;
+    set_fn(lua, &t, "get_http_version", |_, ()| Ok(1.1))?;
+    set_fn(lua, &t, "get_raw_body", |lua, ()| {
+        with_view(|r| match r.body() {
+            Some(b) => Ok(Value::String(lua.create_string(b)?)),
+            None => Ok(Value::Nil),
+        })
+    })?;
+    set_fn(lua, &t, "get_body", |lua, ()| {
+        let (body, ctype) = with_view(|r| {
+            Ok((
+                r.body().cloned(),
+                r.headers()
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_ascii_lowercase(),
+            ))
+        })?;
+        let Some(body) = body else {
+            return Ok((Value::Nil, Some("request body not read".to_string()), None));
+        };
+        if ctype.starts_with("application/json") {
+            match serde_json::from_slice::<serde_json::Value>(&body) {
+                Ok(v) => Ok((
+                    lua.to_value(&v)?,
+                    None,
+                    Some("application/json".to_string()),
+                )),
+                Err(e) => Ok((Value::Nil, Some(format!("invalid json body: {e}")), None)),
+            }
+        } else if ctype.starts_with("application/x-www-form-urlencoded") {
+            let s = String::from_utf8_lossy(&body).into_owned();
+            Ok((
+                Value::Table(args_table(lua, &s)?),
+                None,
+                Some("application/x-www-form-urlencoded".to_string()),
+            ))
+        } else {
+            Ok((
+                Value::Nil,
+                Some("unsupported content type".to_string()),
+                None,
+            ))
+        }
+    })?;
+    Ok(t)
+}
+
+/// The request's host (from Host, without its port) and port (Host's, or the scheme's).
+pub(super) fn request_host(r: &View<'_>) -> (String, u16) {
+    let host = r
+        .headers()
+        .get(http::header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let default = if r.tls() { 443 } else { 80 };
+    match host.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || host.starts_with('[') => match p.parse() {
+            Ok(port) => (h.to_ascii_lowercase(), port),
+            Err(_) => (host.to_ascii_lowercase(), default),
+        },
+        _ => (host.to_ascii_lowercase(), default),
+    }
+}
