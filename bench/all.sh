@@ -56,17 +56,17 @@ step env INSTRUCTIONS="$INSTRUCTIONS" EXTRA=1 bench/kong-cases.sh "$RUNS" "$DUR"
 step env CALLGRIND_N="$((INSTRUCTIONS * 5))" bench/plain-proxy.sh "$RUNS" "$DUR"
 step env RUNS="$SWEEP_RUNS" bench/latency-sweep.sh "$SWEEP_DUR" "$SWEEP_CONNS" "$SWEEP_RATES"
 step env CASE=ka-rl RUNS="$SWEEP_RUNS" bench/latency-sweep.sh "$SWEEP_DUR" "$SWEEP_CONNS" "$SWEEP_RATES"
-step bench/connection-burst.sh 500 6
+step bench/experiments/connection-burst.sh 500 6
 step bench/idle-connections.sh 5000 3
-step bench/same-work.sh "$RUNS" "$DUR"
+step bench/experiments/same-work.sh "$RUNS" "$DUR"
 # The same with each proxy held to 70% of its CPU, where the machine's cgroups allow it.
 if [ -w /sys/fs/cgroup/cpu/cgroup.procs ] || [ -w /sys/fs/cgroup/cgroup.subtree_control ]; then
-  step env QUOTA=70 bench/same-work.sh "$RUNS" "$DUR"
+  step env QUOTA=70 bench/experiments/same-work.sh "$RUNS" "$DUR"
 fi
 step bench/instructions-under-load.sh 20s
-step bench/cpu-split.sh 2 5s
-step bench/tcp-segments.sh 2 4s
-step bench/startup-tail.sh "$TAIL_ROUNDS" 500 5000 "$SWEEP_DUR"
+step bench/experiments/cpu-split.sh 2 5s
+step bench/experiments/tcp-segments.sh 2 4s
+step bench/experiments/startup-tail.sh "$TAIL_ROUNDS" 500 5000 "$SWEEP_DUR"
 step bench/upstream-targets.sh "$RUNS" "$DUR"
 step bench/instructions-gate.sh
 echo "results (each with summary.md):"

@@ -20,7 +20,7 @@
 #
 # QUOTA=P: each proxy of the cases limited to P% of one CPU by a cgroup (bench/lib.sh), so that
 # the proxy is the only bottleneck: on 2 CPUs the one running wrk and the upstream is itself
-# ~99% busy in the layout above (bench/same-work.sh).
+# ~99% busy in the layout above (bench/experiments/same-work.sh).
 #
 # Usage: [INSTRUCTIONS=N] [EXTRA=1] [CASES="..."] [QUOTA=P] bench/kong-cases.sh [RUNS] [DURATION] [PROTOCOLS]
 #   e.g. INSTRUCTIONS=5000 bench/kong-cases.sh 3 10s "http https"

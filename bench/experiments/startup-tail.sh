@@ -8,11 +8,11 @@
 # Per run: p99 of the whole run, p99 without the first 0.5 s, and how many requests took over
 # 10 ms in the first 0.5 s and after it. Latency is oha's coordinated-omission corrected one
 # (from when the request was due). Layout as bench/latency-sweep.sh.
-# Usage: bench/startup-tail.sh [ROUNDS] [CONNECTIONS] [RATE] [DURATION]   (needs nginx, oha)
+# Usage: bench/experiments/startup-tail.sh [ROUNDS] [CONNECTIONS] [RATE] [DURATION]   (needs nginx, oha)
 # Results: bench/results/startup-tail-<date>/ (runs.txt, summary.md; the request databases
 # are deleted after they are read: ~5 MB each).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 source bench/lib.sh
 ROUNDS=${1:-3}
 C=${2:-500}

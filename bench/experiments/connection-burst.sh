@@ -8,10 +8,10 @@
 #
 # Layout of bench/lib.sh: on 2 CPUs the proxy pinned to CPU 0 with one worker, the upstream and
 # the client on CPU 1 (with more CPUs, half for the proxy, one worker each); plain proxy, one route, HTTP.
-# Usage: bench/connection-burst.sh [N] [BURSTS]   (needs nginx, python3)
+# Usage: bench/experiments/connection-burst.sh [N] [BURSTS]   (needs nginx, python3)
 # Results: bench/results/connection-burst-<date>/ (every burst's figures and summary.md).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 source bench/lib.sh
 N=${1:-500}
 BURSTS=${2:-6}

@@ -4,9 +4,9 @@
 # proxy (one worker) on CPU 0, the upstream and `wrk -t1 -c50` on CPU 1. Per proxy and round: a
 # 1 s warm-up, then utime/stime (10 ms ticks) of the worker's threads from /proc/<pid>/task/*/stat
 # around a DURATION run; then `strace -c -f` over a 2 s run.
-# Usage: bench/cpu-split.sh [ROUNDS] [DURATION]   (needs nginx, wrk, strace, python3)
+# Usage: bench/experiments/cpu-split.sh [ROUNDS] [DURATION]   (needs nginx, wrk, strace, python3)
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib.sh"
 ROUNDS=${1:-2}
 DUR=${2:-5s}
 bench_begin cpu-split

@@ -3,9 +3,9 @@
 # bench/instructions.sh's method) for plain proxying and for a global pre-function doing
 # (1) nothing in access, (2) one get_header and one set_header in access, (3) rewrite + access
 # + header_filter with kong.ctx.shared carrying a value between them. Same binary, same run.
-# Usage: bench/lua-cost.sh [N]   (needs nginx, valgrind, python3)
+# Usage: bench/experiments/lua-cost.sh [N]   (needs nginx, valgrind, python3)
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib.sh"
 N=${1:-5000}
 bench_begin lua-cost
 python3 - "$W" <<'PY'

@@ -1,5 +1,5 @@
 //! `head-parse (ours|httparse) N`: parses the plain case's response head and request head N
-//! times. Run under callgrind twice (N and 1) by bench/head-parse.sh.
+//! times. Run under callgrind twice (N and 1) by bench/experiments/head-parse.sh.
 
 #[allow(dead_code)]
 #[path = "../../../crates/turnpike-proxy/src/h1_parse.rs"]

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Instructions (callgrind) to parse the plain case's response head and request head once:
 # turnpike-proxy's h1_parse beside httparse, (Ir(N) - Ir(1)) / (N - 1). Prints one line each.
-# Usage: bench/head-parse.sh [N]     (needs valgrind)
+# Usage: bench/experiments/head-parse.sh [N]     (needs valgrind)
 set -euo pipefail
 cd "$(dirname "$0")/head-parse"
 N=${1:-10001}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/../../target}/head-parse
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/../../../target}/head-parse
 cargo build --release -q
 BIN=$CARGO_TARGET_DIR/release/head-parse
 W=$(mktemp -d)

@@ -3,9 +3,9 @@
 # wrk on CPU 1), Turnpike with its default `headers`/`headers_upstream` (Via, X-Kong-*-Latency,
 # X-Kong-Request-Id both ways) against `headers = off` + `headers_upstream = off`, alternated
 # run by run. X-Forwarded-* and X-Real-IP are sent in both (Kong always sends them).
-# Usage: bench/headers-ab.sh [RUNS] [DURATION]
+# Usage: bench/experiments/headers-ab.sh [RUNS] [DURATION]
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib.sh"
 cd "$ROOT"
 RUNS=${1:-3}; DUR=${2:-5s}
 cargo build --release --locked -p turnpike >&2

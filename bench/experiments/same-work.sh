@@ -20,10 +20,10 @@
 # period), so that the proxy, not the load CPU, is the only bottleneck; needs root and the cgroup
 # v1 cpu controller (/sys/fs/cgroup/cpu) or cgroup v2 with cpu.max.
 #
-# Usage: [QUOTA=70] bench/same-work.sh [RUNS] [DURATION]   (needs nginx, wrk, python3)
+# Usage: [QUOTA=70] bench/experiments/same-work.sh [RUNS] [DURATION]   (needs nginx, wrk, python3)
 # Results: bench/results/same-work-<date>/ (raw wrk output, runs.tsv, summary.md).
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib.sh"
 RUNS=${1:-5}
 DUR=${2:-8s}
 [ "$NCPU" -eq 2 ] || echo "note: made for 2 CPUs (proxy on CPU 0, load on CPU 1); this machine has $NCPU" >&2

@@ -6,9 +6,9 @@
 # (split writes, pure ACKs) costs both CPUs kernel time that user-space figures do not show.
 # Layout of ../shared/bench-reference/README.md: proxy (one worker) on CPU 0, upstream and wrk
 # on CPU 1. Nothing else should use the network meanwhile.
-# Usage: bench/tcp-segments.sh [ROUNDS] [DURATION]   (needs nginx, wrk, python3)
+# Usage: bench/experiments/tcp-segments.sh [ROUNDS] [DURATION]   (needs nginx, wrk, python3)
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib.sh"
 ROUNDS=${1:-2}
 DUR=${2:-4s}
 bench_begin tcp-segments

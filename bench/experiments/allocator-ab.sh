@@ -2,9 +2,9 @@
 # A/B of the global allocator: the same proxy built with mimalloc (default) and with glibc's
 # malloc (--features system-allocator), alternated run by run on the plain-proxy layout
 # (proxy on CPU 0, upstream nginx and wrk on CPU 1). Prints RPS per run and the median.
-# Usage: bench/allocator-ab.sh [RUNS] [DURATION]
+# Usage: bench/experiments/allocator-ab.sh [RUNS] [DURATION]
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib.sh"
 cd "$ROOT"
 RUNS=${1:-3}; DUR=${2:-10s}
 mkdir -p /tmp/bench/ab
