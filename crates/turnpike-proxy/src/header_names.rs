@@ -7,6 +7,30 @@
 
 use http::header::{self, HeaderName, InvalidHeaderName};
 
+/// The non-standard names the gateway reads and writes, spelled once: the parser's tables
+/// below and the request path (`proxy.rs`) both take them from here.
+pub mod names {
+    use http::HeaderName;
+
+    pub const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+    pub const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+    pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+    pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+    pub const X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port");
+    pub const X_FORWARDED_PATH: HeaderName = HeaderName::from_static("x-forwarded-path");
+    pub const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+    pub const X_KONG_REQUEST_ID: HeaderName = HeaderName::from_static("x-kong-request-id");
+    pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+    pub const X_FORWARDED_PREFIX: HeaderName = HeaderName::from_static("x-forwarded-prefix");
+    pub const X_KONG_PROXY_LATENCY: HeaderName = HeaderName::from_static("x-kong-proxy-latency");
+    pub const X_KONG_UPSTREAM_STATUS: HeaderName =
+        HeaderName::from_static("x-kong-upstream-status");
+    pub const X_KONG_UPSTREAM_LATENCY: HeaderName =
+        HeaderName::from_static("x-kong-upstream-latency");
+    pub const X_KONG_RESPONSE_LATENCY: HeaderName =
+        HeaderName::from_static("x-kong-response-latency");
+}
+
 /// What a request's header names tell the request path before it looks anything up: one bit
 /// per group of names it would otherwise search the header map for. A clear bit means no such
 /// header was sent, so the look-up (a hash of the name) or the pass over every name is skipped.
@@ -53,20 +77,12 @@ static LEN7: [Known; 4] = [
 static LEN8: [Known; 1] = [(b"location", header::LOCATION, 0)];
 static LEN9: [Known; 2] = [
     (b"x-api-key", HeaderName::from_static("x-api-key"), 0),
-    (
-        b"x-real-ip",
-        HeaderName::from_static("x-real-ip"),
-        seen::FORWARDED,
-    ),
+    (b"x-real-ip", names::X_REAL_IP, seen::FORWARDED),
 ];
 static LEN10: [Known; 4] = [
     (b"connection", header::CONNECTION, seen::HOP_BY_HOP),
     (b"user-agent", header::USER_AGENT, 0),
-    (
-        b"keep-alive",
-        HeaderName::from_static("keep-alive"),
-        seen::HOP_BY_HOP,
-    ),
+    (b"keep-alive", names::KEEP_ALIVE, seen::HOP_BY_HOP),
     (b"set-cookie", header::SET_COOKIE, 0),
 ];
 static LEN12: [Known; 1] = [(b"content-type", header::CONTENT_TYPE, 0)];
@@ -81,41 +97,33 @@ static LEN14: [Known; 1] = [(b"content-length", header::CONTENT_LENGTH, 0)];
 static LEN15: [Known; 3] = [
     (b"accept-encoding", header::ACCEPT_ENCODING, 0),
     (b"accept-language", header::ACCEPT_LANGUAGE, 0),
-    (
-        b"x-forwarded-for",
-        HeaderName::from_static("x-forwarded-for"),
-        seen::FORWARDED,
-    ),
+    (b"x-forwarded-for", names::X_FORWARDED_FOR, seen::FORWARDED),
 ];
 static LEN16: [Known; 5] = [
     (b"content-encoding", header::CONTENT_ENCODING, 0),
     (
         b"x-forwarded-host",
-        HeaderName::from_static("x-forwarded-host"),
+        names::X_FORWARDED_HOST,
         seen::FORWARDED,
     ),
     (
         b"x-forwarded-port",
-        HeaderName::from_static("x-forwarded-port"),
+        names::X_FORWARDED_PORT,
         seen::FORWARDED,
     ),
     (
         b"x-forwarded-path",
-        HeaderName::from_static("x-forwarded-path"),
+        names::X_FORWARDED_PATH,
         seen::FORWARDED,
     ),
     (
         b"proxy-connection",
-        HeaderName::from_static("proxy-connection"),
+        names::PROXY_CONNECTION,
         seen::HOP_BY_HOP,
     ),
 ];
 static LEN17: [Known; 4] = [
-    (
-        b"x-kong-request-id",
-        HeaderName::from_static("x-kong-request-id"),
-        seen::KONG,
-    ),
+    (b"x-kong-request-id", names::X_KONG_REQUEST_ID, seen::KONG),
     (
         b"transfer-encoding",
         header::TRANSFER_ENCODING,
@@ -124,14 +132,14 @@ static LEN17: [Known; 4] = [
     (b"if-modified-since", header::IF_MODIFIED_SINCE, 0),
     (
         b"x-forwarded-proto",
-        HeaderName::from_static("x-forwarded-proto"),
+        names::X_FORWARDED_PROTO,
         seen::FORWARDED,
     ),
 ];
 static LEN18: [Known; 2] = [
     (
         b"x-forwarded-prefix",
-        HeaderName::from_static("x-forwarded-prefix"),
+        names::X_FORWARDED_PREFIX,
         seen::FORWARDED,
     ),
     (
@@ -143,23 +151,23 @@ static LEN18: [Known; 2] = [
 
 static LEN20: [Known; 1] = [(
     b"x-kong-proxy-latency",
-    HeaderName::from_static("x-kong-proxy-latency"),
+    names::X_KONG_PROXY_LATENCY,
     seen::KONG,
 )];
 static LEN22: [Known; 1] = [(
     b"x-kong-upstream-status",
-    HeaderName::from_static("x-kong-upstream-status"),
+    names::X_KONG_UPSTREAM_STATUS,
     seen::KONG,
 )];
 static LEN23: [Known; 2] = [
     (
         b"x-kong-upstream-latency",
-        HeaderName::from_static("x-kong-upstream-latency"),
+        names::X_KONG_UPSTREAM_LATENCY,
         seen::KONG,
     ),
     (
         b"x-kong-response-latency",
-        HeaderName::from_static("x-kong-response-latency"),
+        names::X_KONG_RESPONSE_LATENCY,
         seen::KONG,
     ),
 ];

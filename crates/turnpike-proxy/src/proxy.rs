@@ -26,24 +26,26 @@ use crate::pool::{ConnectError, PeerKey};
 use crate::server::{ConnInfo, WorkerCtx};
 use crate::snapshot::{Destination, Peer, ServiceInfo};
 
+use crate::header_names::names;
+
 /// The most a request body read whole for a plugin may hold (Kong buffers to disk beyond its
 /// client_body_buffer_size; we refuse instead of holding unbounded bodies in memory).
 const PLUGIN_BODY_MAX: usize = 8 << 20;
 
-static X_KONG_REQUEST_ID: HeaderName = HeaderName::from_static("x-kong-request-id");
-static X_KONG_PROXY_LATENCY: HeaderName = HeaderName::from_static("x-kong-proxy-latency");
-static X_KONG_UPSTREAM_LATENCY: HeaderName = HeaderName::from_static("x-kong-upstream-latency");
-static X_KONG_RESPONSE_LATENCY: HeaderName = HeaderName::from_static("x-kong-response-latency");
-static X_KONG_UPSTREAM_STATUS: HeaderName = HeaderName::from_static("x-kong-upstream-status");
-static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-static X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port");
-static X_FORWARDED_PATH: HeaderName = HeaderName::from_static("x-forwarded-path");
-static X_FORWARDED_PREFIX: HeaderName = HeaderName::from_static("x-forwarded-prefix");
-static X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
-static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
-static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+static X_KONG_REQUEST_ID: HeaderName = names::X_KONG_REQUEST_ID;
+static X_KONG_PROXY_LATENCY: HeaderName = names::X_KONG_PROXY_LATENCY;
+static X_KONG_UPSTREAM_LATENCY: HeaderName = names::X_KONG_UPSTREAM_LATENCY;
+static X_KONG_RESPONSE_LATENCY: HeaderName = names::X_KONG_RESPONSE_LATENCY;
+static X_KONG_UPSTREAM_STATUS: HeaderName = names::X_KONG_UPSTREAM_STATUS;
+static X_FORWARDED_FOR: HeaderName = names::X_FORWARDED_FOR;
+static X_FORWARDED_PROTO: HeaderName = names::X_FORWARDED_PROTO;
+static X_FORWARDED_HOST: HeaderName = names::X_FORWARDED_HOST;
+static X_FORWARDED_PORT: HeaderName = names::X_FORWARDED_PORT;
+static X_FORWARDED_PATH: HeaderName = names::X_FORWARDED_PATH;
+static X_FORWARDED_PREFIX: HeaderName = names::X_FORWARDED_PREFIX;
+static X_REAL_IP: HeaderName = names::X_REAL_IP;
+static KEEP_ALIVE: HeaderName = names::KEEP_ALIVE;
+static PROXY_CONNECTION: HeaderName = names::PROXY_CONNECTION;
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1) are never forwarded, nor any header the Connection
 /// header names. One pass over the names finds which are present; only those are removed, and
