@@ -41,6 +41,12 @@ pub trait PluginSpec: Send + Sync {
     fn build(&self, config: &Value, ctx: &BuildContext) -> Result<Arc<dyn Handler>, String>;
 }
 
+/// A plugin's validated config (defaults filled, every field checked against its schema) read
+/// into the plugin's typed config, once, when the plugin is built.
+pub fn typed<T: serde::de::DeserializeOwned>(config: &Value) -> Result<T, String> {
+    serde_json::from_value(config.clone()).map_err(|e| format!("config: {e}"))
+}
+
 /// The Kong release whose Admin API, plugins and PDK this build implements: `GET /`'s
 /// `version` (clients gate features on it) and each bundled plugin's version.
 pub const KONG_VERSION: &str = "3.9.1";

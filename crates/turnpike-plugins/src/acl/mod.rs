@@ -44,17 +44,10 @@ impl PluginSpec for Acl {
         schema::entity_checks(config)
     }
     fn build(&self, config: &Value, ctx: &BuildContext) -> Result<Arc<dyn Handler>, String> {
-        let strings = |k: &str| -> Vec<String> {
-            config[k]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|v| v.as_str().map(String::from))
-                .collect()
-        };
-        let allow = strings("allow");
+        let c: schema::Config = crate::typed(config)?;
+        let allow = c.allow.unwrap_or_default();
         let (allow_mode, list) = if allow.is_empty() {
-            (false, strings("deny"))
+            (false, c.deny.unwrap_or_default())
         } else {
             (true, allow)
         };
@@ -62,7 +55,7 @@ impl PluginSpec for Acl {
             groups: ctx.acl_groups(),
             allow: allow_mode,
             list,
-            hide_header: config["hide_groups_header"].as_bool().unwrap_or(false),
+            hide_header: c.hide_groups_header,
         }))
     }
 }

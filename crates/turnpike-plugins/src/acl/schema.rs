@@ -2,7 +2,17 @@
 
 use serde_json::Value;
 
+use serde::Deserialize;
+
 use crate::schema::{Default, Field, Type};
+
+/// The validated config, typed.
+#[derive(Deserialize)]
+pub struct Config {
+    pub allow: Option<Vec<String>>,
+    pub deny: Option<Vec<String>>,
+    pub hide_groups_header: bool,
+}
 
 pub const FIELDS: &[Field] = &[
     Field::new("allow", Type::StringArray),

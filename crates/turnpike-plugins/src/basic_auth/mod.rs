@@ -108,14 +108,15 @@ impl PluginSpec for BasicAuth {
         schema::FIELDS
     }
     fn build(&self, config: &Value, ctx: &BuildContext) -> Result<Arc<dyn Handler>, String> {
-        let realm = config["realm"].as_str().unwrap_or("service");
-        let anonymous = config["anonymous"].as_str().map(|a| {
+        let c: schema::Config = crate::typed(config)?;
+        let realm = c.realm.as_str();
+        let anonymous = c.anonymous.as_deref().map(|a| {
             ctx.consumer(a)
                 .ok_or_else(|| format!("anonymous consumer {a} is configured but doesn't exist"))
         });
         Ok(Arc::new(Authenticator(Arc::new(Configured {
             credentials: (!crate::credentials::installed()).then(|| ctx.basic_auth()),
-            hide_credentials: config["hide_credentials"].as_bool().unwrap_or(false),
+            hide_credentials: c.hide_credentials,
             www_authenticate: HeaderValue::from_str(&format!("Basic realm=\"{realm}\""))
                 .map_err(|_| "invalid realm".to_string())?,
             anonymous,

@@ -56,17 +56,17 @@ impl PluginSpec for CorrelationId {
         config: &Value,
         _ctx: &crate::BuildContext,
     ) -> Result<Arc<dyn Handler>, String> {
-        let name = config["header_name"].as_str().unwrap_or("Kong-Request-ID");
-        let header = HeaderName::from_bytes(name.as_bytes()).map_err(|e| e.to_string())?;
-        let generator = match config["generator"].as_str() {
-            Some("uuid") => Generator::Uuid,
-            Some("tracker") => Generator::Tracker,
+        let c: schema::Config = crate::typed(config)?;
+        let header = HeaderName::from_bytes(c.header_name.as_bytes()).map_err(|e| e.to_string())?;
+        let generator = match c.generator.as_str() {
+            "uuid" => Generator::Uuid,
+            "tracker" => Generator::Tracker,
             _ => Generator::UuidCounter,
         };
         Ok(Arc::new(Configured {
             header,
             generator,
-            echo: config["echo_downstream"].as_bool().unwrap_or(false),
+            echo: c.echo_downstream,
             base: uuid::Uuid::new_v4().to_string(),
             counter: AtomicU64::new(0),
         }))

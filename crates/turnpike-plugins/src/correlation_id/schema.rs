@@ -1,6 +1,16 @@
 //! correlation-id's config (Kong `kong/plugins/correlation-id/schema.lua`).
 
+use serde::Deserialize;
+
 use crate::schema::{Default, Field, Type};
+
+/// The validated config, typed.
+#[derive(Deserialize)]
+pub struct Config {
+    pub header_name: String,
+    pub generator: String,
+    pub echo_downstream: bool,
+}
 
 pub const FIELDS: &[Field] = &[
     Field::new("header_name", Type::String).default(Default::Str("Kong-Request-ID")),

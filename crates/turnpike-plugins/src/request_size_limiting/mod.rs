@@ -37,15 +37,15 @@ impl PluginSpec for RequestSizeLimiting {
         schema::FIELDS
     }
     fn build(&self, config: &Value, _ctx: &BuildContext) -> Result<Arc<dyn Handler>, String> {
-        let unit: u64 = match config["size_unit"].as_str() {
-            Some("bytes") => 1,
-            Some("kilobytes") => 1 << 10,
+        let c: schema::Config = crate::typed(config)?;
+        let unit: u64 = match c.size_unit.as_str() {
+            "bytes" => 1,
+            "kilobytes" => 1 << 10,
             _ => 1 << 20,
         };
-        let size = config["allowed_payload_size"].as_u64().unwrap_or(128);
         Ok(Arc::new(Configured {
-            limit: size.saturating_mul(unit),
-            require_content_length: config["require_content_length"].as_bool().unwrap_or(false),
+            limit: c.allowed_payload_size.saturating_mul(unit),
+            require_content_length: c.require_content_length,
         }))
     }
 }

@@ -1,6 +1,16 @@
 //! request-size-limiting's config (Kong `kong/plugins/request-size-limiting/schema.lua`).
 
+use serde::Deserialize;
+
 use crate::schema::{Default, Field, Type};
+
+/// The validated config, typed.
+#[derive(Deserialize)]
+pub struct Config {
+    pub allowed_payload_size: u64,
+    pub size_unit: String,
+    pub require_content_length: bool,
+}
 
 pub const FIELDS: &[Field] = &[
     Field::new(
