@@ -24,9 +24,9 @@ struct Configured {
     message: String,
 }
 
-fn ranges(config: &Value, key: &str) -> Option<Vec<(IpAddr, u8)>> {
-    let a = config[key].as_array().filter(|a| !a.is_empty())?;
-    Some(a.iter().filter_map(|v| parse_cidr(v.as_str()?)).collect())
+fn ranges(list: Option<&[String]>) -> Option<Vec<(IpAddr, u8)>> {
+    let a = list.filter(|a| !a.is_empty())?;
+    Some(a.iter().filter_map(|v| parse_cidr(v)).collect())
 }
 
 impl PluginSpec for IpRestriction {
@@ -47,16 +47,13 @@ impl PluginSpec for IpRestriction {
         config: &Value,
         _ctx: &crate::BuildContext,
     ) -> Result<Arc<dyn Handler>, String> {
-        let status = StatusCode::from_u16(config["status"].as_u64().unwrap_or(403) as u16)
-            .map_err(|e| e.to_string())?;
+        let c: schema::Config = crate::typed(config)?;
+        let status = StatusCode::from_u16(c.status.unwrap_or(403)).map_err(|e| e.to_string())?;
         Ok(Arc::new(Configured {
-            allow: ranges(config, "allow"),
-            deny: ranges(config, "deny").unwrap_or_default(),
+            allow: ranges(c.allow.as_deref()),
+            deny: ranges(c.deny.as_deref()).unwrap_or_default(),
             status,
-            message: config["message"]
-                .as_str()
-                .unwrap_or(DEFAULT_MESSAGE)
-                .to_string(),
+            message: c.message.unwrap_or_else(|| DEFAULT_MESSAGE.to_string()),
         }))
     }
 }

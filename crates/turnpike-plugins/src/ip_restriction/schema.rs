@@ -1,9 +1,19 @@
 //! ip-restriction's config (Kong `kong/plugins/ip-restriction/schema.lua`).
 
+use serde::Deserialize;
 use serde_json::Value;
 use turnpike_config::conf::parse_cidr;
 
 use crate::schema::{Field, Type};
+
+/// The validated config, typed.
+#[derive(Deserialize)]
+pub struct Config {
+    pub allow: Option<Vec<String>>,
+    pub deny: Option<Vec<String>>,
+    pub status: Option<u16>,
+    pub message: Option<String>,
+}
 
 pub const FIELDS: &[Field] = &[
     Field::new("allow", Type::StringArray),

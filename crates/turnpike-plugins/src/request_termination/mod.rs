@@ -55,19 +55,19 @@ impl PluginSpec for RequestTermination {
         config: &Value,
         _ctx: &crate::BuildContext,
     ) -> Result<Arc<dyn Handler>, String> {
-        let code = config["status_code"].as_u64().unwrap_or(503) as u16;
+        let c: schema::Config = crate::typed(config)?;
+        let code = c.status_code;
         let status = StatusCode::from_u16(code).map_err(|e| e.to_string())?;
-        let message = config["message"]
-            .as_str()
-            .map(String::from)
+        let message = c
+            .message
             .or_else(|| default_message(code).map(String::from));
-        let (body, content_type) = match config["body"].as_str() {
+        let (body, content_type) = match c.body {
             Some(b) => (
-                Bytes::from(b.to_string()),
+                Bytes::from(b),
                 Some(
                     HeaderValue::from_str(
-                        config["content_type"]
-                            .as_str()
+                        c.content_type
+                            .as_deref()
                             .unwrap_or("application/json; charset=utf-8"),
                     )
                     .map_err(|_| "invalid content_type".to_string())?,
@@ -81,15 +81,17 @@ impl PluginSpec for RequestTermination {
                 None => (Bytes::new(), None),
             },
         };
-        let trigger = config["trigger"].as_str();
+        let trigger = c.trigger;
         Ok(Arc::new(Configured {
             status,
             body,
             content_type,
-            echo: config["echo"].as_bool().unwrap_or(false),
+            echo: c.echo,
             message,
-            trigger: trigger.and_then(|t| http::HeaderName::from_bytes(t.as_bytes()).ok()),
-            trigger_arg: trigger.map(String::from),
+            trigger: trigger
+                .as_deref()
+                .and_then(|t| http::HeaderName::from_bytes(t.as_bytes()).ok()),
+            trigger_arg: trigger,
         }))
     }
 }

@@ -1,8 +1,20 @@
 //! request-termination's config (Kong `kong/plugins/request-termination/schema.lua`).
 
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::schema::{Default, Field, Type};
+
+/// The validated config, typed.
+#[derive(Deserialize)]
+pub struct Config {
+    pub status_code: u16,
+    pub message: Option<String>,
+    pub content_type: Option<String>,
+    pub body: Option<String>,
+    pub echo: bool,
+    pub trigger: Option<String>,
+}
 
 pub const FIELDS: &[Field] = &[
     Field::new("status_code", Type::Integer { min: 100, max: 599 }).default(Default::Int(503)),
