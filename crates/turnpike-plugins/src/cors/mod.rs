@@ -47,15 +47,9 @@ static PRIVATE_NETWORK_REQUEST: HeaderName =
 static PRIVATE_NETWORK_ALLOW: HeaderName =
     HeaderName::from_static("access-control-allow-private-network");
 
-fn joined(config: &Value, key: &str) -> Option<HeaderValue> {
-    let items: Vec<&str> = config[key]
-        .as_array()?
-        .iter()
-        .filter_map(|v| v.as_str())
-        .collect();
-    (!items.is_empty())
-        .then(|| HeaderValue::from_str(&items.join(",")).ok())
-        .flatten()
+fn joined(items: &Option<Vec<String>>) -> Option<HeaderValue> {
+    let items = items.as_deref().filter(|i| !i.is_empty())?;
+    HeaderValue::from_str(&items.join(",")).ok()
 }
 
 impl PluginSpec for Cors {
@@ -75,12 +69,8 @@ impl PluginSpec for Cors {
         schema::entity_checks(config)
     }
     fn build(&self, config: &Value, _ctx: &BuildContext) -> Result<Arc<dyn Handler>, String> {
-        let list: Vec<&str> = config["origins"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|v| v.as_str())
-            .collect();
+        let c: schema::Config = crate::typed(config)?;
+        let list: Vec<&str> = c.origins.iter().flatten().map(String::as_str).collect();
         let any = list.is_empty() || list.contains(&"*");
         let mut origins = Vec::new();
         for o in &list {
@@ -98,18 +88,16 @@ impl PluginSpec for Cors {
             any,
             origins,
             single,
-            headers: joined(config, "headers"),
-            exposed: joined(config, "exposed_headers"),
-            methods: joined(config, "methods").unwrap_or(HeaderValue::from_static(
+            headers: joined(&c.headers),
+            exposed: joined(&c.exposed_headers),
+            methods: joined(&c.methods).unwrap_or(HeaderValue::from_static(
                 "GET,HEAD,PUT,PATCH,POST,DELETE,OPTIONS,TRACE,CONNECT",
             )),
-            max_age: config["max_age"]
-                .as_f64()
-                .map(|m| HeaderValue::from(m as u64)),
-            credentials: config["credentials"].as_bool().unwrap_or(false),
-            private_network: config["private_network"].as_bool().unwrap_or(false),
-            preflight_continue: config["preflight_continue"].as_bool().unwrap_or(false),
-            allow_origin_absent: config["allow_origin_absent"].as_bool().unwrap_or(true),
+            max_age: c.max_age.map(|m| HeaderValue::from(m as u64)),
+            credentials: c.credentials,
+            private_network: c.private_network,
+            preflight_continue: c.preflight_continue,
+            allow_origin_absent: c.allow_origin_absent,
         }))
     }
 }

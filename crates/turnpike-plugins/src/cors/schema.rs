@@ -1,8 +1,23 @@
 //! cors's config (Kong `kong/plugins/cors/schema.lua`).
 
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::schema::{Default, Field, Type};
+
+/// The validated config, typed.
+#[derive(Deserialize)]
+pub struct Config {
+    pub origins: Option<Vec<String>>,
+    pub headers: Option<Vec<String>>,
+    pub exposed_headers: Option<Vec<String>>,
+    pub methods: Option<Vec<String>>,
+    pub max_age: Option<f64>,
+    pub credentials: bool,
+    pub private_network: bool,
+    pub preflight_continue: bool,
+    pub allow_origin_absent: bool,
+}
 
 pub const FIELDS: &[Field] = &[
     Field::new("origins", Type::StringArray),

@@ -124,18 +124,17 @@ impl PluginSpec for KeyAuth {
         schema::entity_checks(config)
     }
     fn build(&self, config: &Value, ctx: &BuildContext) -> Result<Arc<dyn Handler>, String> {
-        let names = config["key_names"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|n| n.as_str())
-            .filter_map(|n| Some((HeaderName::from_bytes(n.as_bytes()).ok()?, n.to_string())))
+        let c: schema::Config = crate::typed(config)?;
+        let names = c
+            .key_names
+            .iter()
+            .filter_map(|n| Some((HeaderName::from_bytes(n.as_bytes()).ok()?, n.clone())))
             .collect();
-        let realm = match config["realm"].as_str() {
+        let realm = match c.realm.as_deref() {
             Some(r) => format!("Key realm=\"{r}\""),
             None => "Key".to_string(),
         };
-        let anonymous = config["anonymous"].as_str().map(|a| {
+        let anonymous = c.anonymous.as_deref().map(|a| {
             ctx.consumer(a)
                 .ok_or_else(|| format!("anonymous consumer {a} is configured but doesn't exist"))
         });
@@ -146,11 +145,11 @@ impl PluginSpec for KeyAuth {
                 Keys::Snapshot(ctx.key_auth())
             },
             names,
-            in_header: config["key_in_header"].as_bool().unwrap_or(true),
-            in_query: config["key_in_query"].as_bool().unwrap_or(true),
-            in_body: config["key_in_body"].as_bool().unwrap_or(false),
-            hide_credentials: config["hide_credentials"].as_bool().unwrap_or(false),
-            run_on_preflight: config["run_on_preflight"].as_bool().unwrap_or(true),
+            in_header: c.key_in_header,
+            in_query: c.key_in_query,
+            in_body: c.key_in_body,
+            hide_credentials: c.hide_credentials,
+            run_on_preflight: c.run_on_preflight,
             www_authenticate: HeaderValue::from_str(&realm)
                 .map_err(|_| "invalid realm".to_string())?,
             anonymous,

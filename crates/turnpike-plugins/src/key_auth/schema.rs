@@ -1,8 +1,22 @@
 //! key-auth's config (Kong `kong/plugins/key-auth/schema.lua`).
 
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::schema::{Default, Field, Type};
+
+/// The validated config, typed.
+#[derive(Deserialize)]
+pub struct Config {
+    pub key_names: Vec<String>,
+    pub hide_credentials: bool,
+    pub anonymous: Option<String>,
+    pub key_in_header: bool,
+    pub key_in_query: bool,
+    pub key_in_body: bool,
+    pub run_on_preflight: bool,
+    pub realm: Option<String>,
+}
 
 pub const FIELDS: &[Field] = &[
     Field::new("key_names", Type::StringArray).default(Default::StrArray(&["apikey"])),
