@@ -139,10 +139,9 @@ impl PluginSpec for FileLog {
         config: &Value,
         _ctx: &crate::BuildContext,
     ) -> Result<Arc<dyn Handler>, String> {
-        let path = config["path"].as_str().unwrap_or_default();
-        let reopen = config["reopen"].as_bool().unwrap_or(false);
+        let c: schema::Config = crate::typed(config)?;
         Ok(Arc::new(Configured {
-            writer: writer(path, reopen)?,
+            writer: writer(&c.path, c.reopen)?,
             fields: crate::lua::LogFields::new("file-log", &config["custom_fields_by_lua"]),
         }))
     }

@@ -49,14 +49,13 @@ struct Queue {
     tx: mpsc::Sender<String>,
 }
 
-fn seconds(v: &Value, default: f64) -> Duration {
-    Duration::from_secs_f64(v.as_f64().unwrap_or(default).clamp(0.0, 1e6))
+fn seconds(v: f64) -> Duration {
+    Duration::from_secs_f64(v.clamp(0.0, 1e6))
 }
 
-fn target(config: &Value) -> Result<(Target, usize), String> {
-    let uri: Uri = config["http_endpoint"]
-        .as_str()
-        .unwrap_or_default()
+fn target(c: &schema::Config) -> Result<(Target, usize), String> {
+    let uri: Uri = c
+        .http_endpoint
         .parse()
         .map_err(|e| format!("http_endpoint: {e}"))?;
     let mut headers = Vec::new();
@@ -70,40 +69,27 @@ fn target(config: &Value) -> Result<(Target, usize), String> {
             }
         }
     }
-    if let Some(map) = config["headers"].as_object() {
-        for (k, v) in map {
-            let name = HeaderName::from_bytes(k.as_bytes())
-                .map_err(|_| format!("headers: invalid header name '{k}'"))?;
-            let value = HeaderValue::from_str(v.as_str().unwrap_or_default())
-                .map_err(|_| format!("headers: invalid value for '{k}'"))?;
-            headers.push((name, value));
-        }
+    for (k, v) in c.headers.iter().flatten() {
+        let name = HeaderName::from_bytes(k.as_bytes())
+            .map_err(|_| format!("headers: invalid header name '{k}'"))?;
+        let value =
+            HeaderValue::from_str(v).map_err(|_| format!("headers: invalid value for '{k}'"))?;
+        headers.push((name, value));
     }
-    let q = &config["queue"];
-    let max_entries = q["max_entries"]
-        .as_u64()
-        .or(config["queue_size"].as_u64())
-        .unwrap_or(10000) as usize;
+    let q = &c.queue;
+    let max_entries = q.max_entries.or(c.queue_size).unwrap_or(10000) as usize;
     Ok((
         Target {
-            method: config["method"]
-                .as_str()
-                .unwrap_or("POST")
-                .parse()
-                .unwrap_or(Method::POST),
-            content_type: HeaderValue::from_str(
-                config["content_type"]
-                    .as_str()
-                    .unwrap_or("application/json"),
-            )
-            .unwrap_or(HeaderValue::from_static("application/json")),
+            method: c.method.parse().unwrap_or(Method::POST),
+            content_type: HeaderValue::from_str(&c.content_type)
+                .unwrap_or(HeaderValue::from_static("application/json")),
             headers,
-            timeout: Duration::from_millis(config["timeout"].as_f64().unwrap_or(10000.0) as u64),
-            batch: q["max_batch_size"].as_u64().unwrap_or(1).max(1) as usize,
-            coalescing: seconds(&q["max_coalescing_delay"], 1.0),
-            max_retry_time: seconds(&q["max_retry_time"], 60.0),
-            initial_retry_delay: seconds(&q["initial_retry_delay"], 0.01),
-            max_retry_delay: seconds(&q["max_retry_delay"], 60.0),
+            timeout: Duration::from_millis(c.timeout as u64),
+            batch: q.max_batch_size.max(1) as usize,
+            coalescing: seconds(q.max_coalescing_delay),
+            max_retry_time: seconds(q.max_retry_time),
+            initial_retry_delay: seconds(q.initial_retry_delay),
+            max_retry_delay: seconds(q.max_retry_delay),
             uri,
         },
         max_entries,
@@ -123,7 +109,7 @@ fn queue(config: &Value) -> Result<Arc<Queue>, String> {
     if let Some(q) = queues.get(&key) {
         return Ok(q.clone());
     }
-    let (target, max_entries) = target(config)?;
+    let (target, max_entries) = target(&crate::typed(config)?)?;
     let (tx, rx) = mpsc::channel(max_entries);
     std::thread::Builder::new()
         .name("http-log".into())

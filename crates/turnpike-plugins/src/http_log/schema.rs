@@ -3,7 +3,32 @@
 //! `flush_timeout` are accepted; `queue` is what counts. `custom_fields_by_lua` holds Lua,
 //! run in the log phase (`crate::lua::LogFields`).
 
+use serde::Deserialize;
+
 use crate::schema::{Default, Field, Type};
+
+/// The validated config, typed (what sending needs; `custom_fields_by_lua` stays JSON for the
+/// Lua runtime).
+#[derive(Deserialize)]
+pub struct Config {
+    pub http_endpoint: String,
+    pub method: String,
+    pub content_type: String,
+    pub timeout: f64,
+    pub queue_size: Option<u64>,
+    pub headers: Option<std::collections::BTreeMap<String, String>>,
+    pub queue: Queue,
+}
+
+#[derive(Deserialize)]
+pub struct Queue {
+    pub max_batch_size: u64,
+    pub max_coalescing_delay: f64,
+    pub max_entries: Option<u64>,
+    pub max_retry_time: f64,
+    pub initial_retry_delay: f64,
+    pub max_retry_delay: f64,
+}
 
 pub const QUEUE: &[Field] = &[
     Field::new(
