@@ -254,10 +254,11 @@ static X_RATELIMIT_REMAINING: [HeaderName; 6] = [
 
 /// Precomputes a validated config: header names and values, the policy's target.
 fn configure(config: &Value) -> Result<Configured, String> {
+    let c: schema::Config = crate::typed(config)?;
     let limits = Period::ALL
         .iter()
         .filter_map(|p| {
-            let v = config[p.name()].as_f64()?;
+            let v = c.limit(p.name())?;
             let limit = v.floor().max(0.0) as u64;
             Some((
                 *p,
@@ -268,43 +269,39 @@ fn configure(config: &Value) -> Result<Configured, String> {
             ))
         })
         .collect();
-    let limit_by = match config["limit_by"].as_str() {
-        Some("credential") => LimitBy::Credential,
-        Some("ip") => LimitBy::Ip,
-        Some("service") => LimitBy::Service,
-        Some("header") => LimitBy::Header,
-        Some("path") => LimitBy::Path,
+    let limit_by = match c.limit_by.as_str() {
+        "credential" => LimitBy::Credential,
+        "ip" => LimitBy::Ip,
+        "service" => LimitBy::Service,
+        "header" => LimitBy::Header,
+        "path" => LimitBy::Path,
         _ => LimitBy::Consumer,
     };
-    let policy = match config["policy"].as_str() {
-        Some("redis") => {
-            let target = Arc::new(redis::RedisTarget::from_config(&config["redis"])?);
-            match config["sync_rate"].as_f64() {
-                Some(r) if r > 0.0 => {
-                    Policy::Batched(target, std::time::Duration::from_secs_f64(r))
-                }
-                _ => Policy::Redis(target),
+    let policy = match c.policy.as_str() {
+        "redis" => {
+            let target = Arc::new(redis::RedisTarget::from_config(&c.redis)?);
+            if c.sync_rate > 0.0 {
+                Policy::Batched(target, std::time::Duration::from_secs_f64(c.sync_rate))
+            } else {
+                Policy::Redis(target)
             }
         }
-        Some("cluster") => Policy::Cluster,
+        "cluster" => Policy::Cluster,
         _ => Policy::Local,
     };
     Ok(Configured {
         policy,
-        fault_tolerant: config["fault_tolerant"].as_bool().unwrap_or(true),
+        fault_tolerant: c.fault_tolerant,
         limits,
         limit_by,
-        header_name: config["header_name"]
-            .as_str()
+        header_name: c
+            .header_name
+            .as_deref()
             .and_then(|h| HeaderName::from_bytes(h.as_bytes()).ok()),
-        path: config["path"].as_str().map(String::from),
-        hide_headers: config["hide_client_headers"].as_bool().unwrap_or(false),
-        error_code: StatusCode::from_u16(config["error_code"].as_u64().unwrap_or(429) as u16)
-            .map_err(|e| e.to_string())?,
-        error_message: config["error_message"]
-            .as_str()
-            .unwrap_or("API rate limit exceeded")
-            .to_string(),
+        path: c.path,
+        hide_headers: c.hide_client_headers,
+        error_code: StatusCode::from_u16(c.error_code).map_err(|e| e.to_string())?,
+        error_message: c.error_message,
     })
 }
 

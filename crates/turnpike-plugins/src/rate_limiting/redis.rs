@@ -20,8 +20,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
 /// Where the counters live: the plugin's `redis` record.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct RedisTarget {
@@ -37,19 +35,20 @@ pub struct RedisTarget {
 }
 
 impl RedisTarget {
-    pub fn from_config(redis: &Value) -> Result<RedisTarget, String> {
-        let host = redis["host"]
-            .as_str()
+    pub fn from_config(redis: &super::schema::Redis) -> Result<RedisTarget, String> {
+        let host = redis
+            .host
+            .clone()
             .ok_or("redis.host is required with policy 'redis'")?;
         Ok(RedisTarget {
-            host: host.to_string(),
-            port: redis["port"].as_u64().unwrap_or(6379) as u16,
-            username: redis["username"].as_str().map(String::from),
-            password: redis["password"].as_str().map(String::from),
-            database: redis["database"].as_i64().unwrap_or(0),
-            timeout: Duration::from_millis(redis["timeout"].as_u64().unwrap_or(2000)),
-            ssl: redis["ssl"].as_bool().unwrap_or(false),
-            ssl_verify: redis["ssl_verify"].as_bool().unwrap_or(false),
+            host,
+            port: redis.port,
+            username: redis.username.clone(),
+            password: redis.password.clone(),
+            database: redis.database,
+            timeout: Duration::from_millis(redis.timeout),
+            ssl: redis.ssl,
+            ssl_verify: redis.ssl_verify,
         })
     }
 

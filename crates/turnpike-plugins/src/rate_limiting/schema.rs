@@ -2,7 +2,58 @@
 
 use serde_json::Value;
 
+use serde::Deserialize;
+
 use crate::schema::{Default, Field, Shorthand, Type};
+
+/// The validated config, typed.
+#[derive(Deserialize)]
+pub struct Config {
+    pub second: Option<f64>,
+    pub minute: Option<f64>,
+    pub hour: Option<f64>,
+    pub day: Option<f64>,
+    pub month: Option<f64>,
+    pub year: Option<f64>,
+    pub limit_by: String,
+    pub header_name: Option<String>,
+    pub path: Option<String>,
+    pub policy: String,
+    pub fault_tolerant: bool,
+    pub hide_client_headers: bool,
+    pub error_code: u16,
+    pub error_message: String,
+    pub sync_rate: f64,
+    pub redis: Redis,
+}
+
+impl Config {
+    /// The limit of a window (`second` ... `year`), if set.
+    pub fn limit(&self, period: &str) -> Option<f64> {
+        match period {
+            "second" => self.second,
+            "minute" => self.minute,
+            "hour" => self.hour,
+            "day" => self.day,
+            "month" => self.month,
+            "year" => self.year,
+            _ => None,
+        }
+    }
+}
+
+/// The `redis` record, typed.
+#[derive(Deserialize)]
+pub struct Redis {
+    pub host: Option<String>,
+    pub port: u16,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub database: i64,
+    pub timeout: u64,
+    pub ssl: bool,
+    pub ssl_verify: bool,
+}
 
 pub const PERIODS: [&str; 6] = ["second", "minute", "hour", "day", "month", "year"];
 
