@@ -129,6 +129,7 @@ run_wrk() { # label url script run
   taskset -c "$LOAD_CPUS" wrk -t"$LOAD_N" -c"$conns" -d"$DUR" --latency -s "$3" "$scheme_url" > "$OUT/raw/$1-run$4.txt"
 }
 
+ports_free 8000 8443 8101 8002 8003 8445 8446
 CASES=${CASES-plain-1 plain-100 rl-1 rl-100 ka-rl-1 ka-rl-100 ba-rl-1 ba-rl-100}
 for proto in $PROTOCOLS; do
   if [ "$proto" = https ]; then TP_PORT=8443; NGX_PORT=8445; LUA_PORT=8446; else TP_PORT=8000; NGX_PORT=8002; LUA_PORT=8003; fi

@@ -88,6 +88,17 @@ wait_port() {
   return 1
 }
 
+# ports_free PORT...: refuses to go on while something already listens on one of them (a
+# proxy left over from an interrupted run would be measured instead of the one started now).
+ports_free() {
+  for p in "$@"; do
+    if (echo >/dev/tcp/127.0.0.1/"$p") 2>/dev/null; then
+      echo "port $p is already in use (a proxy left from an earlier run?); stop it first" >&2
+      return 1
+    fi
+  done
+}
+
 # start_upstream [CPU]: the reference upstream (nginx, GET / -> "ok") on 127.0.0.1:9001,
 # pinned to CPU when given; reuses one already listening there.
 start_upstream() {
