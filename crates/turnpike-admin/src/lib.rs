@@ -346,7 +346,13 @@ impl Admin {
         }
         {
             let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-            if segments.first() == Some(&"upstreams") && segments.len() >= 3 {
+            let reads_balancers = matches!(
+                segments.as_slice(),
+                ["upstreams", _, "health"]
+                    | ["upstreams", _, "targets", "all"]
+                    | ["upstreams", _, "targets", .., "healthy" | "unhealthy"]
+            );
+            if reads_balancers {
                 // Health is read from the running balancers: let them take in the writes
                 // already answered (a target created a moment ago is listed, as in Kong).
                 if let Some(sync) = &self.sync {
