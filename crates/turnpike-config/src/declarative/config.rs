@@ -1,0 +1,268 @@
+//! A loaded configuration: its entities, its export, and changes applied to it row by row.
+
+use serde_json::{Map, Value};
+
+use super::*;
+
+/// A validated, fully-resolved configuration: every reference is an id, every default filled.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    pub format_version: String,
+    pub transform: bool,
+    pub services: Vec<Service>,
+    pub routes: Vec<Route>,
+    pub upstreams: Vec<Upstream>,
+    pub targets: Vec<Target>,
+    pub consumers: Vec<Consumer>,
+    pub plugins: Vec<Plugin>,
+    pub certificates: Vec<Certificate>,
+    pub snis: Vec<Sni>,
+    pub ca_certificates: Vec<CaCertificate>,
+    pub credentials: Vec<Credential>,
+    /// Key sets, keys and vaults ([`records`]).
+    pub records: Vec<records::Record>,
+    /// A digest of the input, as Kong's `configuration_hash` (32 hex characters).
+    pub hash: String,
+    /// Stored entities that no longer validate and were left out when the config was read
+    /// from a database (one line each): a config is applied without them, never refused whole.
+    pub left_out: Vec<String>,
+}
+
+impl Config {
+    /// The entities as Kong's `POST /config` echoes them and `GET /config` exports them.
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("_format_version".into(), Value::from("3.0"));
+        m.insert("_transform".into(), Value::from(false));
+        let put = |m: &mut Map<String, Value>, name: &str, v: Value| {
+            if v.as_array().is_some_and(|a| !a.is_empty()) {
+                m.insert(name.into(), v);
+            }
+        };
+        put(
+            &mut m,
+            "services",
+            serde_json::to_value(&self.services).unwrap(),
+        );
+        put(
+            &mut m,
+            "routes",
+            serde_json::to_value(&self.routes).unwrap(),
+        );
+        put(
+            &mut m,
+            "upstreams",
+            serde_json::to_value(&self.upstreams).unwrap(),
+        );
+        put(
+            &mut m,
+            "targets",
+            serde_json::to_value(&self.targets).unwrap(),
+        );
+        put(
+            &mut m,
+            "consumers",
+            serde_json::to_value(&self.consumers).unwrap(),
+        );
+        put(
+            &mut m,
+            "plugins",
+            serde_json::to_value(&self.plugins).unwrap(),
+        );
+        put(
+            &mut m,
+            "certificates",
+            serde_json::to_value(&self.certificates).unwrap(),
+        );
+        put(&mut m, "snis", serde_json::to_value(&self.snis).unwrap());
+        put(
+            &mut m,
+            "ca_certificates",
+            serde_json::to_value(&self.ca_certificates).unwrap(),
+        );
+        for spec in CREDENTIALS {
+            let creds: Vec<&Credential> = self
+                .credentials
+                .iter()
+                .filter(|c| c.kind == spec.kind)
+                .collect();
+            put(&mut m, spec.table, serde_json::to_value(creds).unwrap());
+        }
+        for (k, spec) in records::RECORDS.iter().enumerate() {
+            let list: Vec<&records::Record> = self.records.iter().filter(|r| r.spec == k).collect();
+            put(&mut m, spec.table, serde_json::to_value(list).unwrap());
+        }
+        Value::Object(m)
+    }
+}
+
+/// Checks a plugin's config against the plugin registry and fills in its defaults; returns
+/// the violations (an unknown plugin, a bad config) as (field path, message).
+pub fn check_plugin_config(plugins: &dyn PluginRegistry, p: &mut Plugin) -> Vec<(String, String)> {
+    if p.name.is_empty() {
+        return Vec::new();
+    }
+    match plugins.check(&p.name, &p.config) {
+        None => vec![(
+            "name".into(),
+            format!(
+                "plugin '{}' not enabled; add it to the 'plugins' configuration property",
+                p.name
+            ),
+        )],
+        Some(Ok(full)) => {
+            p.config = full;
+            Vec::new()
+        }
+        Some(Err(v)) => v
+            .into_iter()
+            // A path with a leading `/` names a field of the plugin entity itself (Kong's
+            // plugin-level entity checks, e.g. pre-function's `at_least_one_of`).
+            .map(|(f, m)| match f.strip_prefix('/') {
+                Some(top) => (top.to_string(), m),
+                None => (format!("config.{f}"), m),
+            })
+            .collect(),
+    }
+}
+
+/// Kong's message for a plugin that may not be scoped to a consumer (`typedefs.no_consumer`:
+/// the authentication plugins, which run before a consumer is known, and a few others).
+pub const NO_CONSUMER: &str = "value must be null";
+
+/// The violation, if any, of scoping plugin `p` to a consumer.
+pub fn check_plugin_scope(plugins: &dyn PluginRegistry, p: &Plugin) -> Option<(String, String)> {
+    (p.consumer.is_some() && !plugins.allows_consumer(&p.name))
+        .then(|| ("consumer".to_string(), NO_CONSUMER.to_string()))
+}
+
+/// Reads a stored foreign key (`{"id": ...}`) of an entity that the store has already checked.
+fn stored_fk(map: &Map<String, Value>, field: &str) -> Option<ForeignKey> {
+    map.get(field)
+        .and_then(|v| v.get("id"))
+        .and_then(|v| v.as_str())
+        .map(|id| ForeignKey { id: id.to_string() })
+}
+
+/// Replaces the entity with `id` in `list`, or appends it.
+fn replace_or_push<T>(list: &mut Vec<T>, id: &str, item: T, id_of: impl Fn(&T) -> &str) {
+    match list.iter().position(|e| id_of(e) == id) {
+        Some(i) => list[i] = item,
+        None => list.push(item),
+    }
+}
+
+impl Config {
+    /// Applies one stored entity's change to a loaded config: `Some(entity)` inserts or
+    /// replaces it, `None` removes it. For the database sync, whose rows were validated when
+    /// written and whose references and unique keys the database enforces: only the changed
+    /// entity is read again, instead of the whole config (which costs ~70 ms at 10k routes).
+    pub fn apply_change(
+        &mut self,
+        table: &str,
+        id: &str,
+        entity: Option<&Map<String, Value>>,
+        plugins: &dyn PluginRegistry,
+    ) -> Result<(), String> {
+        let Some(kind) = Kind::from_table(table) else {
+            return Err(format!("unknown table {table}"));
+        };
+        let Some(map) = entity else {
+            match kind {
+                Kind::Service => self.services.retain(|e| e.id != id),
+                Kind::Route => self.routes.retain(|e| e.id != id),
+                Kind::Upstream => self.upstreams.retain(|e| e.id != id),
+                Kind::Target => self.targets.retain(|e| e.id != id),
+                Kind::Consumer => self.consumers.retain(|e| e.id != id),
+                Kind::Plugin => self.plugins.retain(|e| e.id != id),
+                Kind::Certificate => self.certificates.retain(|e| e.id != id),
+                Kind::Sni => self.snis.retain(|e| e.id != id),
+                Kind::CaCertificate => self.ca_certificates.retain(|e| e.id != id),
+                Kind::Credential(_) => self.credentials.retain(|e| e.id != id),
+                Kind::Record(_) => self.records.retain(|e| e.id != id),
+            }
+            return Ok(());
+        };
+        let now = now_secs();
+        let fail = |errs: Vec<(String, String)>| -> Result<(), String> {
+            if errs.is_empty() {
+                Ok(())
+            } else {
+                let list: Vec<String> = errs.iter().map(|(f, m)| format!("{f}: {m}")).collect();
+                Err(format!("{table} {id}: {}", list.join("; ")))
+            }
+        };
+        match kind {
+            Kind::Service => {
+                let (e, errs) = entities::service(map, id, now);
+                fail(errs)?;
+                replace_or_push(&mut self.services, id, e, |x| &x.id);
+            }
+            Kind::Route => {
+                let (mut e, _, errs) = entities::route(map, id, now);
+                fail(errs)?;
+                e.service = stored_fk(map, "service");
+                replace_or_push(&mut self.routes, id, e, |x| &x.id);
+            }
+            Kind::Upstream => {
+                let (e, errs) = entities::upstream(map, id, now);
+                fail(errs)?;
+                replace_or_push(&mut self.upstreams, id, e, |x| &x.id);
+            }
+            Kind::Target => {
+                let (mut e, _, errs) = entities::target(map, id, now * 1000);
+                fail(errs)?;
+                e.upstream = stored_fk(map, "upstream").unwrap_or(ForeignKey { id: String::new() });
+                replace_or_push(&mut self.targets, id, e, |x| &x.id);
+            }
+            Kind::Consumer => {
+                let (e, errs) = entities::consumer(map, id, now);
+                fail(errs)?;
+                replace_or_push(&mut self.consumers, id, e, |x| &x.id);
+            }
+            Kind::Plugin => {
+                let (mut e, _, errs) = entities::plugin(map, id, now);
+                fail(errs)?;
+                fail(check_plugin_config(plugins, &mut e))?;
+                e.route = stored_fk(map, "route");
+                e.service = stored_fk(map, "service");
+                e.consumer = stored_fk(map, "consumer");
+                replace_or_push(&mut self.plugins, id, e, |x| &x.id);
+            }
+            Kind::Certificate => {
+                let (e, _, errs) = entities::certificate(map, id, now);
+                fail(errs)?;
+                replace_or_push(&mut self.certificates, id, e, |x| &x.id);
+            }
+            Kind::Sni => {
+                let (mut e, _, errs) = entities::sni(map, id, now);
+                fail(errs)?;
+                e.certificate =
+                    stored_fk(map, "certificate").unwrap_or(ForeignKey { id: String::new() });
+                replace_or_push(&mut self.snis, id, e, |x| &x.id);
+            }
+            Kind::CaCertificate => {
+                let (e, errs) = entities::ca_certificate(map, id, now);
+                fail(errs)?;
+                replace_or_push(&mut self.ca_certificates, id, e, |x| &x.id);
+            }
+            Kind::Credential(k) => {
+                let (mut e, _, errs) = entities::credential(&CREDENTIALS[k], map, id, now);
+                fail(errs)?;
+                e.consumer = stored_fk(map, "consumer").unwrap_or(ForeignKey { id: String::new() });
+                replace_or_push(&mut self.credentials, id, e, |x| &x.id);
+            }
+            Kind::Record(k) => {
+                let (mut e, _, errs) = records::read(k, map, id, now);
+                fail(errs)?;
+                if let Some((p, _)) = records::RECORDS[k].parent {
+                    if let Some(fk) = stored_fk(map, p) {
+                        e.fields.insert(p.into(), serde_json::json!({"id": fk.id}));
+                    }
+                }
+                replace_or_push(&mut self.records, id, e, |x| &x.id);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,68 @@
+//! What the declarative loader asks of the plugins a build carries.
+
+use serde_json::{Map, Value};
+
+/// What the plugin set knows of plugins: used to check `plugins` entities while loading.
+pub trait PluginRegistry: Send + Sync {
+    /// `None` when no plugin of that name is available; otherwise the config with defaults
+    /// filled in, or the violations as (field path within `config`, or within the plugin
+    /// entity when it starts with `/`; message).
+    fn check(&self, name: &str, config: &Value) -> Option<Result<Value, Vec<(String, String)>>>;
+
+    /// Kong's schema JSON for `GET /schemas/plugins/{name}`.
+    fn schema_json(&self, _name: &str) -> Option<Value> {
+        None
+    }
+
+    /// (name, version, priority) of every plugin available, for `GET /`.
+    fn available(&self) -> Vec<(String, String, i32)> {
+        Vec::new()
+    }
+
+    /// Whether a plugin may be scoped to a consumer (Kong: not when its schema says
+    /// `consumer = typedefs.no_consumer`).
+    fn allows_consumer(&self, _name: &str) -> bool {
+        true
+    }
+
+    /// Turns a credential written to a store into its stored form (Kong's DAO transformations:
+    /// basic-auth hashes the password; key-auth, when `key_auth_hash_keys` is on, keeps only a
+    /// digest of the key). Returns a
+    /// field to show in the write's answer instead of its stored form (the new key, which is
+    /// never shown again); violations as (field, message).
+    fn prepare_credential(
+        &self,
+        _table: &str,
+        _value: &mut Map<String, Value>,
+    ) -> Result<Option<(String, Value)>, (String, String)> {
+        Ok(None)
+    }
+
+    /// Credential tables the data plane looks up in the store itself (through its cache)
+    /// rather than receiving with the config: a database node's config leaves them out.
+    fn cached_tables(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// A row of a table changed in the store (`entity`: its new contents, `None` when
+    /// deleted): drops what the data plane cached about it.
+    fn invalidate(&self, _table: &str, _id: &str, _entity: Option<&Map<String, Value>>) {}
+
+    /// The store changed in ways not itemised (a full rebuild): drops every cached credential.
+    fn invalidate_all(&self) {}
+
+    /// The forms an endpoint key may be stored in, to find a credential by it
+    /// (`/key-auths/{key}` finds a row holding the key, or its digest when keys are hashed).
+    fn stored_keys(&self, _table: &str, key: &str) -> Vec<String> {
+        vec![key.to_string()]
+    }
+}
+
+/// The registry before any plugin is compiled in: every plugin name is unknown.
+pub struct NoPlugins;
+
+impl PluginRegistry for NoPlugins {
+    fn check(&self, _name: &str, _config: &Value) -> Option<Result<Value, Vec<(String, String)>>> {
+        None
+    }
+}
