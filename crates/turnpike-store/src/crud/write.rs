@@ -1,0 +1,513 @@
+//! Entity writes: insert, upsert, update, delete, each one transaction (see the module above).
+
+use super::*;
+
+impl Store {
+    /// `POST`: creates an entity. `parent` is the foreign key a nested path sets.
+    pub async fn insert(
+        &self,
+        spec: &'static EntitySpec,
+        mut body: Map<String, Value>,
+        parent: Option<(String, String)>,
+    ) -> Result<Map<String, Value>, StoreError> {
+        if let Some((field, id)) = &parent {
+            body.insert(field.clone(), json!({ "id": id }));
+        }
+        let id = match body.get("id") {
+            Some(Value::String(s)) if is_uuid(s) => s.to_ascii_lowercase(),
+            Some(Value::String(_)) | Some(Value::Number(_)) | Some(Value::Bool(_)) => {
+                return Err(StoreError::Schema(vec![(
+                    "id".into(),
+                    "expected a valid UUID".into(),
+                )]))
+            }
+            _ => uuid::Uuid::new_v4().to_string(),
+        };
+        let mut tx = self.begin_write().await?;
+        if self.row_exists(&mut tx, spec.table, &id).await? {
+            return Err(StoreError::PrimaryKey(id));
+        }
+        let now = now_secs();
+        body.insert("id".into(), Value::String(id.clone()));
+        body.remove("created_at");
+        body.remove("updated_at");
+        let saved = self.write(&mut tx, spec, &id, &body, now, None).await?;
+        self.commit(tx).await?;
+        Ok(saved)
+    }
+
+    /// `PUT /{entity}/{id or endpoint key}`: creates or replaces.
+    pub async fn upsert(
+        &self,
+        spec: &'static EntitySpec,
+        key: &str,
+        mut body: Map<String, Value>,
+        parent: Option<(String, String)>,
+    ) -> Result<Map<String, Value>, StoreError> {
+        if let Some((field, id)) = &parent {
+            body.insert(field.clone(), json!({ "id": id }));
+        }
+        let mut tx = self.begin_write().await?;
+        let existing = self.find_tx(&mut tx, spec, key).await?;
+        let id = match &existing {
+            Some((id, _)) => id.clone(),
+            None if is_uuid(key) => key.to_ascii_lowercase(),
+            None => {
+                // PUT by endpoint key creates the entity with that key.
+                let ek = spec.endpoint_key.ok_or(StoreError::NotFound)?;
+                body.insert(ek.into(), Value::String(key.to_string()));
+                uuid::Uuid::new_v4().to_string()
+            }
+        };
+        if is_uuid(key) {
+            if let Some(Value::String(b)) = body.get("id") {
+                if !b.eq_ignore_ascii_case(key) {
+                    return Err(StoreError::Schema(vec![(
+                        "id".into(),
+                        "cannot change the primary key with PUT".into(),
+                    )]));
+                }
+            }
+        } else if let Some(ek) = spec.endpoint_key {
+            body.entry(ek.to_string())
+                .or_insert_with(|| Value::String(key.to_string()));
+        }
+        body.insert("id".into(), Value::String(id.clone()));
+        let now = now_secs();
+        let created = existing
+            .as_ref()
+            .and_then(|(_, e)| e.get("created_at").cloned());
+        body.remove("updated_at");
+        match created {
+            Some(c) => {
+                body.insert("created_at".into(), c);
+            }
+            None => {
+                body.remove("created_at");
+            }
+        }
+        let saved = self
+            .write(&mut tx, spec, &id, &body, now, existing.map(|e| e.1))
+            .await?;
+        self.commit(tx).await?;
+        Ok(saved)
+    }
+
+    /// `PATCH`: merges `body` into the stored entity.
+    pub async fn update(
+        &self,
+        spec: &'static EntitySpec,
+        key: &str,
+        body: Map<String, Value>,
+        parent: Option<(String, String)>,
+    ) -> Result<Map<String, Value>, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let Some((id, old)) = self.find_tx(&mut tx, spec, key).await? else {
+            return Err(StoreError::NotFound);
+        };
+        if !belongs_to(&old, &parent) {
+            return Err(StoreError::NotFound);
+        }
+        if let Some(Value::String(b)) = body.get("id") {
+            if !b.eq_ignore_ascii_case(&id) {
+                return Err(StoreError::Schema(vec![(
+                    "id".into(),
+                    "cannot change the primary key".into(),
+                )]));
+            }
+        }
+        let mut merged = old.clone();
+        entity::merge(&mut merged, &body);
+        // A PATCH with `url` replaces the parts it implies.
+        if spec.table == "services" && body.contains_key("url") {
+            for f in ["protocol", "host", "port", "path"] {
+                if !body.contains_key(f) {
+                    merged.remove(f);
+                }
+            }
+        }
+        merged.remove("updated_at");
+        let saved = self
+            .write(&mut tx, spec, &id, &merged, now_secs(), Some(old))
+            .await?;
+        self.commit(tx).await?;
+        Ok(saved)
+    }
+
+    /// `DELETE`: removes the entity and what Kong cascades to; refuses while a restricting
+    /// reference exists. Deleting what does not exist succeeds, as in Kong.
+    pub async fn delete(
+        &self,
+        spec: &'static EntitySpec,
+        key: &str,
+        parent: Option<(String, String)>,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        let Some((id, old)) = self.find_tx(&mut tx, spec, key).await? else {
+            return Ok(());
+        };
+        if !belongs_to(&old, &parent) {
+            return Ok(());
+        }
+        self.delete_tx(&mut tx, spec, &id).await?;
+        self.commit(tx).await?;
+        Ok(())
+    }
+
+    pub(super) fn delete_tx<'t>(
+        &'t self,
+        tx: &'t mut Tx<'_>,
+        spec: &'static EntitySpec,
+        id: &'t str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), StoreError>> + Send + 't>>
+    {
+        Box::pin(async move {
+            for child in ENTITIES {
+                for f in child.foreign.iter().filter(|f| f.table == spec.table) {
+                    let ids: Vec<String> = sqlx::query(&format!(
+                        "SELECT id FROM {} WHERE {} = $1",
+                        child.table,
+                        f.column()
+                    ))
+                    .bind(id)
+                    .fetch_all(&mut **tx)
+                    .await?
+                    .iter()
+                    .map(|r| r.try_get::<String, _>(0))
+                    .collect::<Result<_, _>>()?;
+                    if ids.is_empty() {
+                        continue;
+                    }
+                    if !f.cascade {
+                        return Err(StoreError::ReferencedBy {
+                            child: child.table.into(),
+                            parent: spec.table.into(),
+                        });
+                    }
+                    for cid in ids {
+                        self.delete_tx(tx, child, &cid).await?;
+                    }
+                }
+            }
+            sqlx::query("DELETE FROM tags WHERE entity_id = $1")
+                .bind(id)
+                .execute(&mut **tx)
+                .await?;
+            sqlx::query(&format!("DELETE FROM {} WHERE id = $1", spec.table))
+                .bind(id)
+                .execute(&mut **tx)
+                .await?;
+            record_change(tx, spec.table, id).await?;
+            Ok(())
+        })
+    }
+
+    /// Starts a read-only transaction that sees one consistent state of the store, and reads
+    /// the config version of that state.
+    pub(super) async fn begin_snapshot(&self) -> Result<(Tx<'static>, i64), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        if self.backend == Backend::Postgres {
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                .execute(&mut *tx)
+                .await?;
+        }
+        let version = sqlx::query("SELECT value FROM turnpike_meta WHERE name = 'config_version'")
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get::<i64, _>(0)?;
+        Ok((tx, version))
+    }
+
+    /// Starts a write: the version bump comes first so that concurrent writers queue here.
+    pub(super) async fn begin_write(&self) -> Result<Tx<'static>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("UPDATE turnpike_meta SET value = value + 1 WHERE name = 'config_version'")
+            .execute(&mut *tx)
+            .await?;
+        Ok(tx)
+    }
+
+    pub(super) async fn commit(&self, mut tx: Tx<'static>) -> Result<(), StoreError> {
+        // Nodes further behind than this re-read everything instead.
+        sqlx::query(
+            "DELETE FROM changes WHERE version < (SELECT value FROM turnpike_meta WHERE name = 'config_version') - 10000",
+        )
+        .execute(&mut *tx)
+        .await?;
+        if self.backend == Backend::Postgres {
+            // Delivered to every listening node when (and only if) the transaction commits.
+            sqlx::query(&format!("NOTIFY {NOTIFY_CHANNEL}"))
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(super) async fn row_exists(
+        &self,
+        tx: &mut Tx<'_>,
+        table: &str,
+        id: &str,
+    ) -> Result<bool, StoreError> {
+        Ok(sqlx::query(&format!("SELECT 1 FROM {table} WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(&mut **tx)
+            .await?
+            .is_some())
+    }
+
+    /// (id, entity) by id or endpoint key, inside a transaction.
+    pub(super) async fn find_tx(
+        &self,
+        tx: &mut Tx<'_>,
+        spec: &EntitySpec,
+        key: &str,
+    ) -> Result<Option<(String, Map<String, Value>)>, StoreError> {
+        let row = if is_uuid(key) {
+            sqlx::query(&format!(
+                "SELECT id, entity FROM {} WHERE id = $1",
+                spec.table
+            ))
+            .bind(key.to_ascii_lowercase())
+            .fetch_optional(&mut **tx)
+            .await?
+        } else if let Some(ek) = spec.endpoint_key.filter(|ek| spec.unique.contains(ek)) {
+            let forms = self.plugins.stored_keys(spec.table, key);
+            let sql = format!(
+                "SELECT id, entity FROM {} WHERE {} IN ({})",
+                spec.table,
+                quote(ek),
+                placeholders(forms.len())
+            );
+            let mut q = sqlx::query(&sql);
+            for f in forms {
+                q = q.bind(f);
+            }
+            q.fetch_optional(&mut **tx).await?
+        } else {
+            None
+        };
+        match row {
+            None => Ok(None),
+            Some(r) => Ok(Some((
+                r.try_get::<String, _>(0)?,
+                parse_entity(&r.try_get::<String, _>(1)?)?,
+            ))),
+        }
+    }
+
+    /// Resolves a reference (an id or an endpoint key) to an id.
+    pub(super) async fn resolve_tx(
+        &self,
+        tx: &mut Tx<'_>,
+        table: &str,
+        key: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let spec = schema::by_table(table).expect("known table");
+        Ok(self.find_tx(tx, spec, key).await?.map(|(id, _)| id))
+    }
+
+    /// Validates and writes one entity (insert or replace) with its tags.
+    pub(super) async fn write(
+        &self,
+        tx: &mut Tx<'_>,
+        spec: &'static EntitySpec,
+        id: &str,
+        body: &Map<String, Value>,
+        now: i64,
+        old: Option<Map<String, Value>>,
+    ) -> Result<Map<String, Value>, StoreError> {
+        let Checked {
+            mut value,
+            refs,
+            sni_names,
+            reveal,
+        } = entity::check(spec, body, id, now, self.plugins.as_ref())
+            .map_err(StoreError::Schema)?;
+        // Only entities that have the field (credentials have none: writing one made the
+        // stored entity unreadable for the config sync).
+        if old.is_some() && value.contains_key("updated_at") {
+            value.insert("updated_at".into(), json!(now));
+            if spec.table == "targets" {
+                value.insert("updated_at".into(), json!(now as f64 * 1000.0));
+            }
+        }
+        // Foreign keys: each must name an existing entity; store its id.
+        let mut fk_ids: Vec<(String, Option<String>)> = Vec::new();
+        for f in spec.foreign {
+            let key = refs.iter().find(|(r, _)| *r == f.field).map(|(_, k)| k);
+            let resolved = match key {
+                None => None,
+                Some(k) => match self.resolve_tx(tx, f.table, k).await? {
+                    Some(rid) => Some(rid),
+                    None => {
+                        return Err(StoreError::ForeignKey {
+                            field: f.field.into(),
+                            table: f.table.into(),
+                            key: k.clone(),
+                        })
+                    }
+                },
+            };
+            if let Some(rid) = &resolved {
+                value.insert(f.field.into(), json!({ "id": rid }));
+            }
+            fk_ids.push((f.column(), resolved));
+        }
+        // Unique keys, checked here for Kong's error; the UNIQUE columns back them up.
+        let mut uniques: Vec<(&str, Option<String>)> = Vec::new();
+        for u in spec.unique {
+            let v = value.get(*u).and_then(|v| v.as_str()).map(String::from);
+            if let Some(v) = &v {
+                let taken = sqlx::query(&format!(
+                    "SELECT id FROM {} WHERE {} = $1 AND id <> $2",
+                    spec.table,
+                    quote(u)
+                ))
+                .bind(v.as_str())
+                .bind(id)
+                .fetch_optional(&mut **tx)
+                .await?;
+                if taken.is_some() {
+                    return Err(StoreError::Unique {
+                        fields: format!("{{{u}=\"{v}\"}}"),
+                        detail: json!({ *u: v }),
+                    });
+                }
+            }
+            uniques.push((u, v));
+        }
+        let cache_key = entity::cache_key(spec, &value);
+        if let Some(ck) = &cache_key {
+            let taken = sqlx::query(&format!(
+                "SELECT id FROM {} WHERE cache_key = $1 AND id <> $2",
+                spec.table
+            ))
+            .bind(ck.as_str())
+            .bind(id)
+            .fetch_optional(&mut **tx)
+            .await?;
+            if taken.is_some() {
+                let detail: Map<String, Value> = spec
+                    .cache_key
+                    .iter()
+                    .map(|f| (f.to_string(), value.get(*f).cloned().unwrap_or(Value::Null)))
+                    .collect();
+                let shown: Vec<String> = detail
+                    .iter()
+                    .map(|(k, v)| match v {
+                        Value::Null => format!("{k}=null"),
+                        Value::String(s) => format!("{k}=\"{s}\""),
+                        Value::Object(o) => format!(
+                            "{k}={{id=\"{}\"}}",
+                            o.get("id").and_then(|v| v.as_str()).unwrap_or_default()
+                        ),
+                        other => format!("{k}={other}"),
+                    })
+                    .collect();
+                return Err(StoreError::Unique {
+                    fields: format!("{{{}}}", shown.join(",")),
+                    detail: Value::Object(detail),
+                });
+            }
+        }
+        let created_at = value
+            .get("created_at")
+            .and_then(|v| v.as_f64())
+            .map(|v| if spec.table == "targets" { v / 1000.0 } else { v } as i64)
+            .unwrap_or(now);
+        let text =
+            serde_json::to_string(&value).map_err(|e| StoreError::Database(e.to_string()))?;
+
+        let mut cols: Vec<String> = vec!["id".into()];
+        cols.extend(spec.unique.iter().map(|u| quote(u)));
+        if cache_key.is_some() {
+            cols.push("cache_key".into());
+        }
+        cols.extend(fk_ids.iter().map(|(c, _)| c.clone()));
+        cols.push("created_at".into());
+        cols.push("entity".into());
+        let placeholders: Vec<String> = (1..=cols.len()).map(|i| format!("${i}")).collect();
+        let updates: Vec<String> = cols[1..]
+            .iter()
+            .map(|c| format!("{c} = excluded.{c}"))
+            .collect();
+        let sql = format!(
+            "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (id) DO UPDATE SET {}",
+            spec.table,
+            cols.join(", "),
+            placeholders.join(", "),
+            updates.join(", ")
+        );
+        let mut q = sqlx::query(&sql).bind(id);
+        for (_, v) in &uniques {
+            q = q.bind(v.clone());
+        }
+        if let Some(ck) = &cache_key {
+            q = q.bind(ck.clone());
+        }
+        for (_, v) in &fk_ids {
+            q = q.bind(v.clone());
+        }
+        q = q.bind(created_at).bind(text);
+        q.execute(&mut **tx).await?;
+        record_change(tx, spec.table, id).await?;
+
+        sqlx::query("DELETE FROM tags WHERE entity_id = $1")
+            .bind(id)
+            .execute(&mut **tx)
+            .await?;
+        if let Some(Value::Array(tags)) = value.get("tags") {
+            let mut seen = std::collections::HashSet::new();
+            for t in tags.iter().filter_map(|t| t.as_str()) {
+                if seen.insert(t) {
+                    sqlx::query(
+                        "INSERT INTO tags (entity_id, entity_name, tag) VALUES ($1, $2, $3)",
+                    )
+                    .bind(id)
+                    .bind(spec.table)
+                    .bind(t)
+                    .execute(&mut **tx)
+                    .await?;
+                }
+            }
+        }
+
+        // A certificate's `snis` replace the snis that point at it.
+        if let Some(names) = sni_names {
+            let snis = schema::by_table("snis").unwrap();
+            let current: Vec<String> = sqlx::query("SELECT id FROM snis WHERE certificate_id = $1")
+                .bind(id)
+                .fetch_all(&mut **tx)
+                .await?
+                .iter()
+                .map(|r| r.try_get::<String, _>(0))
+                .collect::<Result<_, _>>()?;
+            for sid in current {
+                self.delete_tx(tx, snis, &sid).await?;
+            }
+            for name in &names {
+                let mut m = Map::new();
+                m.insert("name".into(), Value::String(name.clone()));
+                m.insert("certificate".into(), json!({ "id": id }));
+                let sid = uuid::Uuid::new_v4().to_string();
+                Box::pin(self.write(tx, snis, &sid, &m, now, None))
+                    .await
+                    .map_err(|e| match e {
+                        StoreError::Schema(v) => StoreError::Schema(
+                            v.into_iter()
+                                .map(|(f, m)| (format!("snis.{f}"), m))
+                                .collect(),
+                        ),
+                        other => other,
+                    })?;
+            }
+            value.insert("snis".into(), json!(names));
+        }
+        if let Some((field, shown)) = reveal {
+            value.insert(field, shown);
+        }
+        Ok(value)
+    }
+}
