@@ -1,0 +1,137 @@
+//! kong.conf files: defaults, aliases, and the `name = value` text.
+
+use super::*;
+
+/// Properties Turnpike implements, with their defaults (as text, parsed like file values).
+pub(super) const DEFAULTS: &[(&str, &str)] = &[
+    ("prefix", "/usr/local/turnpike"),
+    ("log_level", "notice"),
+    ("proxy_access_log", "off"),
+    (
+        "proxy_listen",
+        "0.0.0.0:8000 reuseport backlog=16384, 0.0.0.0:8443 http2 ssl reuseport backlog=16384",
+    ),
+    ("admin_listen", "127.0.0.1:8001 reuseport backlog=16384"),
+    // Kong 3 listens on 127.0.0.1:8007 by default; off here unless asked for, so that
+    // several nodes on one host do not collide.
+    ("status_listen", "off"),
+    // Serves /debug/profile (CPU flame graphs); off unless set.
+    ("debug_listen", "off"),
+    ("admin_gui_listen", "0.0.0.0:8002"),
+    ("admin_gui_url", ""),
+    ("admin_gui_path", "/"),
+    ("admin_gui_api_url", ""),
+    ("admin_gui_dir", ""),
+    ("database", "sqlite"),
+    ("pg_host", "127.0.0.1"),
+    ("pg_port", "5432"),
+    ("pg_timeout", "5000"),
+    ("pg_user", "kong"),
+    ("pg_password", ""),
+    ("pg_database", "kong"),
+    ("pg_ssl", "off"),
+    ("pg_ssl_verify", "off"),
+    ("pg_pool_size", "10"),
+    ("db_update_frequency", "5"),
+    ("plugins", "bundled"),
+    ("untrusted_lua", "sandbox"),
+    ("untrusted_lua_sandbox_requires", ""),
+    ("untrusted_lua_sandbox_environment", ""),
+    ("db_cache_ttl", "0"),
+    ("db_cache_neg_ttl", ""),
+    ("mem_cache_size", "128m"),
+    ("admin_auth_token", ""),
+    ("key_auth_hash_keys", "off"),
+    ("declarative_config", ""),
+    ("nginx_worker_processes", "auto"),
+    ("upstream_keepalive_pool_size", "512"),
+    ("upstream_keepalive_max_requests", "10000"),
+    ("upstream_keepalive_idle_timeout", "60"),
+    ("nginx_http_keepalive_requests", "10000"),
+    ("nginx_http_keepalive_timeout", "60s"),
+    ("nginx_http_client_body_timeout", "60s"),
+    ("nginx_http_client_max_body_size", "0"),
+    ("nginx_http_client_body_buffer_size", "8k"),
+    ("ssl_cert", ""),
+    ("ssl_cert_key", ""),
+    (
+        "headers",
+        "server_tokens, latency_tokens, X-Kong-Request-Id",
+    ),
+    ("headers_upstream", "X-Kong-Request-Id"),
+    ("trusted_ips", ""),
+    ("real_ip_header", "X-Real-IP"),
+    ("nginx_http_large_client_header_buffers", "4 8k"),
+    ("router_flavor", "traditional_compatible"),
+    ("dns_resolver", ""),
+    ("dns_hostsfile", "/etc/hosts"),
+    ("dns_order", "LAST,SRV,A,CNAME"),
+    ("dns_valid_ttl", ""),
+    ("dns_stale_ttl", "3600"),
+    ("dns_not_found_ttl", "30"),
+    ("dns_error_ttl", "1"),
+    ("dns_cache_size", "10000"),
+    // Look-ups of one name are always shared; `on` is accepted for Kong's sake.
+    ("dns_no_sync", "off"),
+];
+
+/// Aliases: Turnpike's shorter names for Kong's nginx_* properties.
+pub(super) const ALIASES: &[(&str, &str)] = &[
+    ("worker_processes", "nginx_worker_processes"),
+    ("keepalive_requests", "nginx_http_keepalive_requests"),
+    ("keepalive_timeout", "nginx_http_keepalive_timeout"),
+    ("client_body_timeout", "nginx_http_client_body_timeout"),
+    ("client_max_body_size", "nginx_http_client_max_body_size"),
+    (
+        "client_body_buffer_size",
+        "nginx_http_client_body_buffer_size",
+    ),
+];
+
+pub(super) fn canonical(name: &str) -> &str {
+    ALIASES
+        .iter()
+        .find(|(alias, _)| *alias == name)
+        .map(|(_, real)| *real)
+        .unwrap_or(name)
+}
+
+/// Parses the text of a kong.conf-style file into (name, value) pairs.
+pub fn parse_conf_text(text: &str) -> Result<Vec<(String, String)>, ConfError> {
+    let mut out = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        // A `#` starts a comment unless escaped as `\#` (Kong's rule).
+        let mut line = String::with_capacity(raw.len());
+        let mut chars = raw.chars().peekable();
+        while let Some(c) = chars.next() {
+            if c == '\\' && chars.peek() == Some(&'#') {
+                line.push('#');
+                chars.next();
+            } else if c == '#' {
+                break;
+            } else {
+                line.push(c);
+            }
+        }
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let Some((k, v)) = line.split_once('=') else {
+            return Err(ConfError::Invalid(format!(
+                "line {}: expected 'name = value', got '{}'",
+                i + 1,
+                line
+            )));
+        };
+        let k = k.trim().to_ascii_lowercase();
+        if k.is_empty() {
+            return Err(ConfError::Invalid(format!(
+                "line {}: missing property name",
+                i + 1
+            )));
+        }
+        out.push((k, v.trim().to_string()));
+    }
+    Ok(out)
+}
