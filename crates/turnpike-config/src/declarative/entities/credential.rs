@@ -1,0 +1,54 @@
+//! Credentials of consumers (key-auth, basic-auth, acl, ...), read by their spec.
+
+use serde_json::{Map, Value};
+
+use super::super::fields::Fields;
+use super::*;
+
+/// Reads a credential of the given table; returns its fields (with generated values filled in)
+/// and the consumer reference when written at the top level.
+pub fn credential(
+    spec: &CredentialSpec,
+    map: &Map<String, Value>,
+    id: &str,
+    now: i64,
+) -> (Credential, Option<String>, Vec<(String, String)>) {
+    let mut f = Fields::new(map);
+    let id = read_id(&mut f, id);
+    let created_at = f.int("created_at", 0, i64::MAX, Some(now)).unwrap_or(now);
+    let mut fields = Map::new();
+    for (name, kind) in spec.fields {
+        let v = match kind {
+            FieldKind::Required => f.req_str(name).map(Value::String),
+            FieldKind::Optional => f.str(name).map(Value::String),
+            FieldKind::Auto => Some(Value::String(f.str(name).unwrap_or_else(random_secret))),
+            FieldKind::Int => f.int(name, 0, 100_000_000, None).map(Value::from),
+            FieldKind::Bool => Some(Value::Bool(f.bool(name, false))),
+            FieldKind::StrArray => f.str_array(name).map(Value::from),
+        };
+        fields.insert(name.to_string(), v.unwrap_or(Value::Null));
+    }
+    if let Some(t) = f.tags() {
+        fields.insert("tags".into(), Value::from(t));
+    } else {
+        fields.insert("tags".into(), Value::Null);
+    }
+    let consumer = f.raw("consumer").map(foreign_ref_value);
+    let errors = f.finish();
+    (
+        Credential {
+            kind: spec.kind,
+            id,
+            created_at,
+            consumer: ForeignKey { id: String::new() },
+            fields,
+        },
+        consumer,
+        errors,
+    )
+}
+
+/// Kong generates 32 hex characters of randomness for auto credential fields.
+fn random_secret() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}

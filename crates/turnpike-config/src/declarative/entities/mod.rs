@@ -1,0 +1,325 @@
+//! Kong's core entities with their defaults and validation rules (Kong
+//! `kong/db/schema/entities/*.lua`), read from one JSON object each.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::fields::Fields;
+
+mod certificate;
+mod consumer;
+mod credential;
+mod plugin;
+mod route;
+mod service;
+mod upstream;
+
+pub use certificate::*;
+pub use consumer::*;
+pub use credential::*;
+pub use plugin::*;
+pub use route::*;
+pub use service::*;
+pub use upstream::*;
+
+/// A foreign key as Kong shows it: `{"id": "..."}`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ForeignKey {
+    pub id: String,
+}
+
+pub const SERVICE_PROTOCOLS: &[&str] = &[
+    "grpc",
+    "grpcs",
+    "http",
+    "https",
+    "tcp",
+    "tls",
+    "tls_passthrough",
+    "udp",
+    "ws",
+    "wss",
+];
+pub const ROUTE_PROTOCOLS: &[&str] = &[
+    "grpc",
+    "grpcs",
+    "http",
+    "https",
+    "tcp",
+    "tls",
+    "tls_passthrough",
+    "udp",
+    "ws",
+    "wss",
+];
+const MAX_TIMEOUT: i64 = 2_147_483_646;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Service {
+    pub id: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub name: Option<String>,
+    pub retries: u16,
+    pub protocol: String,
+    pub host: String,
+    pub port: u16,
+    pub path: Option<String>,
+    pub connect_timeout: u32,
+    pub write_timeout: u32,
+    pub read_timeout: u32,
+    pub tags: Option<Vec<String>>,
+    pub client_certificate: Option<ForeignKey>,
+    pub tls_verify: Option<bool>,
+    pub tls_verify_depth: Option<u8>,
+    pub ca_certificates: Option<Vec<String>>,
+    pub enabled: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Route {
+    pub id: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub name: Option<String>,
+    pub protocols: Vec<String>,
+    pub methods: Option<Vec<String>>,
+    pub hosts: Option<Vec<String>>,
+    pub paths: Option<Vec<String>>,
+    pub headers: Option<BTreeMap<String, Vec<String>>>,
+    pub https_redirect_status_code: u16,
+    pub regex_priority: i64,
+    pub strip_path: bool,
+    pub path_handling: String,
+    pub preserve_host: bool,
+    pub request_buffering: bool,
+    pub response_buffering: bool,
+    pub snis: Option<Vec<String>>,
+    pub sources: Option<Vec<Value>>,
+    pub destinations: Option<Vec<Value>>,
+    pub tags: Option<Vec<String>>,
+    pub service: Option<ForeignKey>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Upstream {
+    pub id: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub name: String,
+    pub algorithm: String,
+    pub hash_on: String,
+    pub hash_fallback: String,
+    pub hash_on_header: Option<String>,
+    pub hash_fallback_header: Option<String>,
+    pub hash_on_cookie: Option<String>,
+    pub hash_on_cookie_path: String,
+    pub hash_on_query_arg: Option<String>,
+    pub hash_fallback_query_arg: Option<String>,
+    pub hash_on_uri_capture: Option<String>,
+    pub hash_fallback_uri_capture: Option<String>,
+    pub slots: u32,
+    pub healthchecks: Value,
+    pub tags: Option<Vec<String>>,
+    pub host_header: Option<String>,
+    pub client_certificate: Option<ForeignKey>,
+    pub use_srv_name: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Target {
+    pub id: String,
+    /// Targets carry millisecond timestamps (Kong's `auto_timestamp_ms`).
+    pub created_at: f64,
+    pub updated_at: f64,
+    pub upstream: ForeignKey,
+    pub target: String,
+    pub weight: u32,
+    pub tags: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Consumer {
+    pub id: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub username: Option<String>,
+    pub custom_id: Option<String>,
+    pub tags: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Plugin {
+    pub id: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub name: String,
+    pub instance_name: Option<String>,
+    pub route: Option<ForeignKey>,
+    pub service: Option<ForeignKey>,
+    pub consumer: Option<ForeignKey>,
+    pub config: Value,
+    pub protocols: Vec<String>,
+    pub enabled: bool,
+    pub tags: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Certificate {
+    pub id: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub cert: String,
+    pub key: String,
+    pub cert_alt: Option<String>,
+    pub key_alt: Option<String>,
+    pub tags: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Sni {
+    pub id: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub name: String,
+    pub certificate: ForeignKey,
+    pub tags: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CaCertificate {
+    pub id: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub cert: String,
+    pub cert_digest: Option<String>,
+    pub tags: Option<Vec<String>>,
+}
+
+/// A credential of one of the auth plugins' tables; its own fields are kept as a JSON object
+/// (their meaning belongs to the plugin that reads them).
+#[derive(Debug, Clone, Serialize)]
+pub struct Credential {
+    #[serde(skip)]
+    pub kind: CredentialKind,
+    pub id: String,
+    pub created_at: i64,
+    pub consumer: ForeignKey,
+    #[serde(flatten)]
+    pub fields: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CredentialKind {
+    KeyAuth,
+    BasicAuth,
+    Acl,
+    Jwt,
+    HmacAuth,
+    OAuth2,
+}
+
+/// (field, required, auto-generated) for each credential table, after Kong's `daos.lua` files.
+pub struct CredentialSpec {
+    pub table: &'static str,
+    pub kind: CredentialKind,
+    pub cache_key: &'static [&'static str],
+    pub fields: &'static [(&'static str, FieldKind)],
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum FieldKind {
+    Required,
+    Optional,
+    /// Generated when absent (Kong's `auto = true`).
+    Auto,
+    Int,
+    StrArray,
+    Bool,
+}
+
+pub const CREDENTIALS: &[CredentialSpec] = &[
+    CredentialSpec {
+        table: "keyauth_credentials",
+        kind: CredentialKind::KeyAuth,
+        cache_key: &["key"],
+        fields: &[("key", FieldKind::Auto), ("ttl", FieldKind::Int)],
+    },
+    CredentialSpec {
+        table: "basicauth_credentials",
+        kind: CredentialKind::BasicAuth,
+        cache_key: &["username"],
+        fields: &[
+            ("username", FieldKind::Required),
+            ("password", FieldKind::Required),
+        ],
+    },
+    CredentialSpec {
+        table: "acls",
+        kind: CredentialKind::Acl,
+        cache_key: &["consumer", "group"],
+        fields: &[("group", FieldKind::Required)],
+    },
+    CredentialSpec {
+        table: "jwt_secrets",
+        kind: CredentialKind::Jwt,
+        cache_key: &["key"],
+        fields: &[
+            ("key", FieldKind::Auto),
+            ("secret", FieldKind::Auto),
+            ("algorithm", FieldKind::Optional),
+            ("rsa_public_key", FieldKind::Optional),
+        ],
+    },
+    CredentialSpec {
+        table: "hmacauth_credentials",
+        kind: CredentialKind::HmacAuth,
+        cache_key: &["username"],
+        fields: &[
+            ("username", FieldKind::Required),
+            ("secret", FieldKind::Auto),
+        ],
+    },
+    CredentialSpec {
+        table: "oauth2_credentials",
+        kind: CredentialKind::OAuth2,
+        cache_key: &["client_id"],
+        fields: &[
+            ("name", FieldKind::Required),
+            ("client_id", FieldKind::Auto),
+            ("client_secret", FieldKind::Auto),
+            ("hash_secret", FieldKind::Bool),
+            ("redirect_uris", FieldKind::StrArray),
+            ("client_type", FieldKind::Optional),
+        ],
+    },
+];
+
+/// Reads the common `id`; a missing id is filled in by the loader.
+pub(crate) fn read_id(f: &mut Fields, generated: &str) -> String {
+    f.uuid("id").unwrap_or_else(|| generated.to_string())
+}
+
+fn timestamps(f: &mut Fields, now: i64) -> (i64, i64) {
+    let c = f.int("created_at", 0, i64::MAX, Some(now)).unwrap_or(now);
+    let u = f.int("updated_at", 0, i64::MAX, Some(c)).unwrap_or(c);
+    (c, u)
+}
+
+/// A reference written as a string (name or id) or an object with `id` or `name`; the loader
+/// resolves it. Kept as written until then.
+pub(crate) fn foreign_ref_value(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Object(o) => o
+            .get("id")
+            .or_else(|| o.get("name"))
+            .or_else(|| o.get("username"))
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string(),
+        other => other.to_string(),
+    }
+}
