@@ -248,12 +248,26 @@ pub fn nested_key_field(spec: &EntitySpec, parent_field: &str) -> Option<&'stati
     }
 }
 
-/// `$1, $2, ...` for `n` bound values.
-fn placeholders(n: usize) -> String {
-    (1..=n)
-        .map(|i| format!("${i}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+/// A look-up by a unique field in every form a value may be stored in (a key-auth key as
+/// written or as its digest): `SELECT {columns} FROM {table} WHERE {field} IN (...)`, bound.
+fn by_stored_key<'q>(
+    store: &Store,
+    sql: &'q mut String,
+    columns: &str,
+    table: &str,
+    field: &str,
+    value: &str,
+) -> sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>> {
+    let forms = store.plugins.stored_keys(table, value);
+    let marks: Vec<String> = (1..=forms.len()).map(|i| format!("${i}")).collect();
+    *sql = format!(
+        "SELECT {columns} FROM {table} WHERE {} IN ({})",
+        quote(field),
+        marks.join(", ")
+    );
+    forms
+        .into_iter()
+        .fold(sqlx::query(sql.as_str()), |q, f| q.bind(f))
 }
 
 #[cfg(test)]

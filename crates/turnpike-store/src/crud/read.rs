@@ -16,18 +16,10 @@ impl Store {
                 .fetch_optional(&mut *conn)
                 .await?
         } else if let Some(ek) = spec.endpoint_key.filter(|ek| spec.unique.contains(ek)) {
-            let forms = self.plugins.stored_keys(spec.table, key);
-            let sql = format!(
-                "SELECT entity FROM {} WHERE {} IN ({})",
-                spec.table,
-                quote(ek),
-                placeholders(forms.len())
-            );
-            let mut q = sqlx::query(&sql);
-            for f in forms {
-                q = q.bind(f);
-            }
-            q.fetch_optional(&mut *conn).await?
+            let mut sql = String::new();
+            by_stored_key(self, &mut sql, "entity", spec.table, ek, key)
+                .fetch_optional(&mut *conn)
+                .await?
         } else {
             None
         };
@@ -52,18 +44,18 @@ impl Store {
             )));
         }
         let mut conn = self.pool.acquire().await?;
-        let forms = self.plugins.stored_keys(spec.table, value);
-        let sql = format!(
-            "SELECT entity, consumer_id FROM {} WHERE {} IN ({})",
+        let mut sql = String::new();
+        let Some(row) = by_stored_key(
+            self,
+            &mut sql,
+            "entity, consumer_id",
             spec.table,
-            quote(field),
-            placeholders(forms.len())
-        );
-        let mut q = sqlx::query(&sql);
-        for f in forms {
-            q = q.bind(f);
-        }
-        let Some(row) = q.fetch_optional(&mut *conn).await? else {
+            field,
+            value,
+        )
+        .fetch_optional(&mut *conn)
+        .await?
+        else {
             return Ok(None);
         };
         let Some(credential) = parse_live(&row.try_get::<String, _>(0)?)? else {

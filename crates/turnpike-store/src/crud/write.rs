@@ -273,18 +273,10 @@ impl Store {
             .fetch_optional(&mut **tx)
             .await?
         } else if let Some(ek) = spec.endpoint_key.filter(|ek| spec.unique.contains(ek)) {
-            let forms = self.plugins.stored_keys(spec.table, key);
-            let sql = format!(
-                "SELECT id, entity FROM {} WHERE {} IN ({})",
-                spec.table,
-                quote(ek),
-                placeholders(forms.len())
-            );
-            let mut q = sqlx::query(&sql);
-            for f in forms {
-                q = q.bind(f);
-            }
-            q.fetch_optional(&mut **tx).await?
+            let mut sql = String::new();
+            by_stored_key(self, &mut sql, "id, entity", spec.table, ek, key)
+                .fetch_optional(&mut **tx)
+                .await?
         } else {
             None
         };
