@@ -59,17 +59,8 @@ impl CertStore {
         let mut keys: FxHashMap<&str, Arc<CertifiedKey>> = FxHashMap::default();
         for c in &config.certificates {
             // A PEM written as a `{vault://...}` reference is read from its vault here.
-            let pem = |s: &str| -> Result<String, String> {
-                if turnpike_config::declarative::vault::is_reference(s) {
-                    turnpike_config::declarative::vault::resolve(
-                        s,
-                        &config.records,
-                        &turnpike_config::declarative::vault::process_env,
-                    )
-                } else {
-                    Ok(s.to_string())
-                }
-            };
+            use turnpike_config::declarative::vault;
+            let pem = |s| vault::resolved(s, &config.records, &vault::process_env);
             let (cert, key) = match (pem(&c.cert), pem(&c.key)) {
                 (Ok(cert), Ok(key)) => (cert, key),
                 (Err(e), _) | (_, Err(e)) => {

@@ -86,6 +86,19 @@ pub fn resolve(reference: &str, vaults: &[Record], env: Env) -> Result<String, S
     }
 }
 
+/// A value as the data plane uses it: resolved when it is a reference, borrowed otherwise.
+pub fn resolved<'a>(
+    s: &'a str,
+    vaults: &[Record],
+    env: Env,
+) -> Result<std::borrow::Cow<'a, str>, String> {
+    if is_reference(s) {
+        resolve(s, vaults, env).map(std::borrow::Cow::Owned)
+    } else {
+        Ok(std::borrow::Cow::Borrowed(s))
+    }
+}
+
 /// Resolves every reference in a value (a plugin's config), in place.
 pub fn resolve_in(value: &mut Value, vaults: &[Record], env: Env) -> Result<(), String> {
     match value {
@@ -149,6 +162,16 @@ mod tests {
             .unwrap_err()
             .contains("MISSING is not set"));
         assert!(resolve("{vault://aws/x}", &vaults, &env).is_err());
+        // A PEM (or any value) that is not a reference is used as written, not copied.
+        let pem = "-----BEGIN CERTIFICATE-----";
+        assert!(matches!(
+            resolved(pem, &vaults, &env).unwrap(),
+            std::borrow::Cow::Borrowed(p) if p == pem
+        ));
+        assert_eq!(
+            resolved("{vault://env/redis-password}", &vaults, &env).unwrap(),
+            "s3cret"
+        );
         let mut config = json!({"redis": {"password": "{vault://env/redis-password}"}, "n": 1});
         assert!(has_reference(&config));
         resolve_in(&mut config, &vaults, &env).unwrap();
