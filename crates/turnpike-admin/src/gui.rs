@@ -18,7 +18,7 @@ use serde_json::json;
 use crate::{message, Admin, Resp};
 
 /// The preflight answer: the methods the Admin API takes, and the headers the page asked for.
-pub(crate) fn preflight(admin: &Admin, headers: &HeaderMap) -> Resp {
+pub(crate) fn preflight(admin: &Admin, origin: Option<&HeaderValue>, headers: &HeaderMap) -> Resp {
     let mut r = Response::new(Full::new(Bytes::new()));
     *r.status_mut() = StatusCode::NO_CONTENT;
     let h = r.headers_mut();
@@ -35,13 +35,13 @@ pub(crate) fn preflight(admin: &Admin, headers: &HeaderMap) -> Resp {
         header::ACCESS_CONTROL_MAX_AGE,
         HeaderValue::from_static("3600"),
     );
-    cors(admin, headers, &mut r);
+    cors(admin, origin, &mut r);
     r
 }
 
 /// Adds Kong's CORS headers to an Admin API answer.
-pub(crate) fn cors(admin: &Admin, request: &HeaderMap, resp: &mut Resp) {
-    let origin = request.get(header::ORIGIN).and_then(|o| o.to_str().ok());
+pub(crate) fn cors(admin: &Admin, origin: Option<&HeaderValue>, resp: &mut Resp) {
+    let origin = origin.and_then(|o| o.to_str().ok());
     let allowed = &admin.conf.admin_gui_url;
     let h = resp.headers_mut();
     let value = if allowed.is_empty() {

@@ -187,13 +187,14 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
 impl Admin {
     pub async fn handle(&self, req: Request<Incoming>, _peer: SocketAddr) -> Resp {
         let start = std::time::Instant::now();
-        let request_headers = req.headers().clone();
+        // CORS needs the caller's origin after the request is consumed: that header only.
+        let origin = req.headers().get(header::ORIGIN).cloned();
         // A browser's preflight carries no credentials: answered before the token check.
         let mut resp = if req.method() == Method::OPTIONS {
-            gui::preflight(self, &request_headers)
+            gui::preflight(self, origin.as_ref(), req.headers())
         } else {
             let mut r = self.route(req).await;
-            gui::cors(self, &request_headers, &mut r);
+            gui::cors(self, origin.as_ref(), &mut r);
             r
         };
         resp.headers_mut().insert(
