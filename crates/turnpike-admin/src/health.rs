@@ -26,7 +26,7 @@ impl Admin {
         let Some(upstream) = cfg.upstreams.iter().find(|u| u.id == up || u.name == up) else {
             return Some(message(StatusCode::NOT_FOUND, "Not found"));
         };
-        let checks = turnpike_proxy::health::Checks::from_config(&upstream.healthchecks);
+        let checks = turnpike_proxy::upstream::health::Checks::from_config(&upstream.healthchecks);
         let targets: Vec<_> = cfg
             .targets
             .iter()
@@ -37,7 +37,7 @@ impl Admin {
             if with_health {
                 let state = if !checks.enabled() {
                     "HEALTHCHECKS_OFF"
-                } else if turnpike_proxy::health::lookup(&upstream.id, &t.target)
+                } else if turnpike_proxy::upstream::health::lookup(&upstream.id, &t.target)
                     .is_none_or(|h| h.healthy())
                 {
                     "HEALTHY"
@@ -80,7 +80,8 @@ impl Admin {
                 else {
                     return Some(message(StatusCode::NOT_FOUND, "Not found"));
                 };
-                turnpike_proxy::health::target(&upstream.id, &t.target).set(state == "healthy");
+                turnpike_proxy::upstream::health::target(&upstream.id, &t.target)
+                    .set(state == "healthy");
                 tracing::info!(
                     "health: target {} of upstream {} set {state} through the Admin API",
                     t.target,

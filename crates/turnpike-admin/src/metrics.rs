@@ -103,11 +103,11 @@ impl Admin {
             );
             let snap = gw.snapshot.load();
             for u in &snap.config.upstreams {
-                let checks = turnpike_proxy::health::Checks::from_config(&u.healthchecks);
+                let checks = turnpike_proxy::upstream::health::Checks::from_config(&u.healthchecks);
                 for t in snap.config.targets.iter().filter(|t| t.upstream.id == u.id) {
                     let state = if !checks.enabled() {
                         "healthchecks_off"
-                    } else if turnpike_proxy::health::lookup(&u.id, &t.target)
+                    } else if turnpike_proxy::upstream::health::lookup(&u.id, &t.target)
                         .is_none_or(|h| h.healthy())
                     {
                         "healthy"

@@ -5,15 +5,15 @@
 use bytes::BytesMut;
 use http::Method;
 
-use crate::chunked::{self, Chunk, Decoded};
+use crate::http1::chunked::{self, Chunk, Decoded};
 
 /// A client's request head, as the HTTP/1 server parses it (grammar, framing, Host): any
 /// bytes give a head, a refusal or "more needed", never a panic; a head it accepts has one
 /// valid Host in HTTP/1.1 and at most one Content-Length.
 pub fn request_head(data: &[u8]) {
-    let shared = crate::h1_server::detached_shared();
+    let shared = crate::http1::server::detached_shared();
     let mut buf = BytesMut::from(data);
-    if let Ok(Some(head)) = crate::h1_server::parse_head(&mut buf, &shared) {
+    if let Ok(Some(head)) = crate::http1::server::parse_head(&mut buf, &shared) {
         let h = head.request.headers();
         assert!(h.get_all(http::header::CONTENT_LENGTH).iter().count() <= 1);
         let hosts: Vec<_> = h.get_all(http::header::HOST).iter().collect();
@@ -22,7 +22,7 @@ pub fn request_head(data: &[u8]) {
             assert_eq!(hosts.len(), 1);
         }
         for v in hosts {
-            assert!(crate::authority::valid_host(v.as_bytes()));
+            assert!(crate::http1::authority::valid_host(v.as_bytes()));
         }
     }
 }
@@ -31,8 +31,8 @@ pub fn request_head(data: &[u8]) {
 pub fn response_head(data: &[u8]) {
     for method in [Method::GET, Method::HEAD] {
         let mut buf = BytesMut::from(data);
-        let mut raw = crate::h1::RawHead::default();
-        let _ = crate::h1::parse_head(&mut buf, &method, &mut raw);
+        let mut raw = crate::http1::client::RawHead::default();
+        let _ = crate::http1::client::parse_head(&mut buf, &method, &mut raw);
     }
 }
 
@@ -91,5 +91,5 @@ fn decode_all(input: &[u8], step: usize) -> (Vec<u8>, Option<bool>) {
 
 /// `h1_parse` held to httparse's verdicts (see `h1_parse::differential`).
 pub fn h1_differential(data: &[u8]) {
-    let _ = crate::h1_parse::differential::agrees(data);
+    let _ = crate::http1::parse::differential::agrees(data);
 }

@@ -1,31 +1,17 @@
-//! The data plane: listeners and workers ([`server`]), TLS ([`tls`]), configuration snapshots
-//! with their compiled router and balancers ([`snapshot`]), upstream keepalive pools
-//! ([`pool`]) and the request path ([`proxy`]).
+//! The data plane. Folders by concern: the HTTP/1.1 protocol ([`http1`]), request bodies
+//! ([`body`]), the upstream side ([`upstream`]), workers and their listeners ([`worker`]),
+//! the request path as Kong's phases ([`runloop`]), the compiled configuration
+//! ([`snapshot`]), certificates ([`tls`]) and the state workers share ([`state`]).
 
-pub mod access_log;
-pub mod authority;
-pub mod balancer;
 pub mod body;
-pub mod chunked;
-pub mod deadline;
-pub mod dns;
-pub mod errors;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
-pub mod h1;
-pub mod h1_parse;
-pub mod h1_server;
-pub mod header_names;
-pub mod health;
-pub mod log;
-pub mod pool;
-pub mod proxy;
-pub mod readahead;
-pub mod server;
+pub mod http1;
+pub mod runloop;
 pub mod snapshot;
-pub mod spool;
 pub mod state;
-pub mod stats;
 pub mod tls;
+pub mod upstream;
+pub mod worker;
 
 pub use state::{Gateway, Settings, BUILD_PROFILE, VERSION};

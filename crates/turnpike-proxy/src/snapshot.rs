@@ -14,9 +14,9 @@ use turnpike_router::Router;
 
 use turnpike_plugins::Handler;
 
-pub use crate::balancer::Balancer;
-use crate::balancer::HashOn;
 use crate::tls::{self, CertStore};
+pub use crate::upstream::balancer::Balancer;
+use crate::upstream::balancer::HashOn;
 
 pub struct Snapshot {
     pub config: Config,
@@ -34,7 +34,7 @@ pub struct Snapshot {
     /// (`log::LOGS`) and read headers there (`log::LOG_HEADERS`).
     pub chains_log: Vec<u8>,
     /// The targets active health checks probe while this config runs.
-    pub probes: Vec<Arc<crate::health::Probe>>,
+    pub probes: Vec<Arc<crate::upstream::health::Probe>>,
     /// Global plugins with a rewrite phase, highest PRIORITY first: run before the router on
     /// every request (Kong runs only global plugins there). Empty for most configs.
     pub global_rewrite: Vec<Bound>,
@@ -312,7 +312,7 @@ pub struct Peer {
     /// Known at compile time when the host is an IP address.
     pub addr: Option<SocketAddr>,
     /// The resolver's entry for a host name (`None` for an IP address).
-    pub dns: Option<Arc<crate::dns::Name>>,
+    pub dns: Option<Arc<crate::upstream::dns::Name>>,
     /// The Host header for this peer (`host` or `host:port` when the port is not the default).
     pub host_header: HeaderValue,
 }
@@ -410,7 +410,7 @@ pub(crate) fn peer(host: &str, port: u16, https: bool) -> Peer {
         id: peer_id(host, port),
         server_name,
         dns: if addr.is_none() {
-            crate::dns::name(bare)
+            crate::upstream::dns::name(bare)
         } else {
             None
         },
@@ -442,15 +442,17 @@ impl Snapshot {
         let mut balancers: FxHashMap<&str, Arc<Balancer>> = FxHashMap::default();
         let mut probes = Vec::new();
         for u in &config.upstreams {
-            let checks = Arc::new(crate::health::Checks::from_config(&u.healthchecks));
+            let checks = Arc::new(crate::upstream::health::Checks::from_config(
+                &u.healthchecks,
+            ));
             let mut peers = Vec::new();
             let mut health = Vec::new();
             for t in config.targets.iter().filter(|t| t.upstream.id == u.id) {
                 let (h, p) = t.target.rsplit_once(':').unwrap_or((&t.target, "8000"));
                 let port = p.parse().unwrap_or(8000);
-                let state = crate::health::target(&u.id, &t.target);
+                let state = crate::upstream::health::target(&u.id, &t.target);
                 if checks.active_enabled() && t.weight > 0 {
-                    probes.push(Arc::new(crate::health::Probe {
+                    probes.push(Arc::new(crate::upstream::health::Probe {
                         upstream: u.name.clone(),
                         host: h.trim_matches(|c| c == '[' || c == ']').to_string(),
                         port,
@@ -465,7 +467,7 @@ impl Snapshot {
                 .host_header
                 .as_deref()
                 .and_then(|h| HeaderValue::from_str(h).ok());
-            let settings = crate::balancer::Settings {
+            let settings = crate::upstream::balancer::Settings {
                 algorithm: u.algorithm.clone(),
                 hash_on: hash_on(
                     &u.hash_on,
@@ -569,9 +571,9 @@ impl Snapshot {
                         .chain(s.by_consumer.iter().flat_map(|m| m.values()));
                     for h in handlers {
                         if h.handler.logs() {
-                            flags |= crate::log::LOGS;
+                            flags |= crate::runloop::log::LOGS;
                             if h.handler.log_headers() {
-                                flags |= crate::log::LOG_HEADERS;
+                                flags |= crate::runloop::log::LOG_HEADERS;
                             }
                         }
                     }

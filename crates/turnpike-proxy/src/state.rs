@@ -11,9 +11,9 @@ use rustls::sign::CertifiedKey;
 use turnpike_config::conf::{cidr_contains, parse_cidr, Conf, HeaderSet};
 use turnpike_config::Config;
 
-use crate::pool::PoolSettings;
 use crate::snapshot::Snapshot;
-use crate::stats::Stats;
+use crate::upstream::pool::PoolSettings;
+use crate::worker::stats::Stats;
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -46,7 +46,7 @@ pub struct Settings {
     pub server_value: http::HeaderValue,
     pub via_value: http::HeaderValue,
     /// `proxy_access_log`, opened by the caller (`None`: off).
-    pub access_log: Option<Arc<crate::access_log::AccessLog>>,
+    pub access_log: Option<Arc<crate::worker::access_log::AccessLog>>,
 }
 
 impl Settings {
@@ -145,7 +145,7 @@ impl Gateway {
         }
         let probes = snap.probes.clone();
         let old = self.snapshot.swap(Arc::new(snap));
-        crate::health::watch(probes);
+        crate::upstream::health::watch(probes);
         self.generation.fetch_add(1, Ordering::Release);
         self.reloads.fetch_add(1, Ordering::Relaxed);
         let took = started.elapsed().as_micros() as u64;

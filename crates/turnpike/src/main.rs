@@ -14,7 +14,7 @@ use turnpike_admin::Admin;
 use turnpike_config::conf::Database;
 use turnpike_config::declarative::{self, PluginRegistry};
 use turnpike_config::Conf;
-use turnpike_proxy::{server, tls, Gateway, Settings, BUILD_PROFILE, VERSION};
+use turnpike_proxy::{tls, worker::listen as server, Gateway, Settings, BUILD_PROFILE, VERSION};
 
 /// mimalloc: chosen by measurement over glibc's malloc (see BENCHMARKS.md, "Allocator").
 #[cfg(not(feature = "system-allocator"))]
@@ -469,7 +469,7 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
         .map_err(|e| format!("cannot create prefix {}: {e}", conf.prefix.display()))?;
     // Before the first config compiles: its host names are resolved with these settings.
     // No name servers is not fatal (IP targets need none): names then fail to resolve.
-    if let Err(e) = turnpike_proxy::dns::install(&conf.dns) {
+    if let Err(e) = turnpike_proxy::upstream::dns::install(&conf.dns) {
         tracing::warn!("dns: {e}");
     }
     let default_cert = tls::default_certificate(
@@ -478,7 +478,7 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
         conf.ssl_cert_key.first().map(String::as_str),
     )?;
     let mut settings = Settings::from_conf(&conf);
-    settings.access_log = turnpike_proxy::access_log::AccessLog::open(
+    settings.access_log = turnpike_proxy::worker::access_log::AccessLog::open(
         conf.proxy_access_log.as_deref(),
         &conf.prefix,
     )?;

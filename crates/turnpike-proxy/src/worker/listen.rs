@@ -18,13 +18,13 @@ use tokio::sync::watch;
 use turnpike_config::conf::ListenAddr;
 
 use crate::body::RequestBody;
-use crate::h1_server;
-use crate::pool::Pool;
-use crate::proxy;
+use crate::http1::server;
+use crate::runloop;
 use crate::snapshot::Snapshot;
 use crate::state::Gateway;
-use crate::stats::WorkerStats;
 use crate::tls;
+use crate::upstream::pool::Pool;
+use crate::worker::stats::WorkerStats;
 
 /// Runs hyper's HTTP/2 stream tasks on the worker's own thread.
 #[derive(Clone, Copy)]
@@ -45,16 +45,16 @@ pub struct WorkerCtx {
     pub pool: Rc<Pool>,
     pub stats: Arc<WorkerStats>,
     /// Coarse timeouts for the request path (upstream read timeouts).
-    pub deadlines: Rc<crate::deadline::Deadlines>,
+    pub deadlines: Rc<crate::worker::deadline::Deadlines>,
     /// The worker's access-log buffer, when `proxy_access_log` is on.
-    pub access_log: Option<crate::access_log::Writer>,
+    pub access_log: Option<crate::worker::access_log::Writer>,
     /// The worker is shutting down: HTTP/1 connections close after their current request.
     pub closing: Cell<bool>,
-    /// Headers of an HTTP/1.1 response kept outside its map (see `proxy::handle`): set as
+    /// Headers of an HTTP/1.1 response kept outside its map (see `runloop::handle`): set as
     /// `handle` returns and taken as the response head is encoded, with no await between
-    /// (`h1_server::serve_active`), so one slot per worker serves all its connections; held
+    /// (`server::serve_active`), so one slot per worker serves all its connections; held
     /// per connection, its ~400 bytes would stay with every idle one.
-    pub response_extra: RefCell<crate::proxy::OutsideHeaders>,
+    pub response_extra: RefCell<crate::runloop::OutsideHeaders>,
     snapshot: RefCell<(u64, Rc<Arc<Snapshot>>)>,
     ids: RequestIds,
 }
@@ -175,7 +175,7 @@ impl ConnInfo {
             requests: Cell::new(0),
             in_flight: Cell::new(0),
             last_active: Cell::new(std::time::Instant::now()),
-            headers_seen: Cell::new(crate::header_names::seen::ALL),
+            headers_seen: Cell::new(crate::http1::header_names::seen::ALL),
             ip_value: http::HeaderValue::from_str(&peer.ip().to_string())
                 .expect("an IP is a valid header value"),
             port_value: http::HeaderValue::from(local_port),
@@ -368,7 +368,7 @@ async fn worker_main(
         ^ ((index as u64 + 1) << 48)
         ^ std::process::id() as u64;
     let access_log = gateway.settings.access_log.clone();
-    let deadlines = crate::deadline::Deadlines::new();
+    let deadlines = crate::worker::deadline::Deadlines::new();
     let ctx = Rc::new(WorkerCtx {
         pool: Pool::new(gateway.settings.pool, stats.clone(), deadlines.clone()),
         snapshot: RefCell::new((u64::MAX, Rc::new(gateway.snapshot.load_full()))),
@@ -378,7 +378,7 @@ async fn worker_main(
         closing: Cell::new(false),
         response_extra: RefCell::default(),
         deadlines,
-        access_log: access_log.map(crate::access_log::Writer::new),
+        access_log: access_log.map(crate::worker::access_log::Writer::new),
     });
     let ticker = tokio::task::spawn_local(ctx.deadlines.clone().run());
     // Idle upstream connections past their timeout are closed even when no request comes.
@@ -522,7 +522,7 @@ fn serve_connection(
                 if h2c {
                     Box::pin(serve_h2(ctx, TokioIo::new(stream), info, shutdown)).await
                 } else {
-                    h1_server::serve(ctx, Box::new(stream), info).await
+                    server::serve(ctx, Box::new(stream), info).await
                 }
             }
             Some(acceptor) => {
@@ -546,7 +546,7 @@ fn serve_connection(
                 if h2 {
                     Box::pin(serve_h2(ctx, TokioIo::new(*tls), info, shutdown)).await
                 } else {
-                    h1_server::serve(ctx, tls, info).await
+                    server::serve(ctx, tls, info).await
                 }
             }
         }
@@ -556,7 +556,11 @@ fn serve_connection(
 /// Resolves when the connection has had no request in flight for `timeout` since its last
 /// request ended (or since it opened): nginx's keepalive_timeout for idle connections and a
 /// bound on how long a client may take to send a request head (slow clients are dropped).
-async fn idle_watch(info: &ConnInfo, deadlines: &crate::deadline::Deadlines, timeout: Duration) {
+async fn idle_watch(
+    info: &ConnInfo,
+    deadlines: &crate::worker::deadline::Deadlines,
+    timeout: Duration,
+) {
     loop {
         let idle_for = deadlines
             .coarse_now()
@@ -568,7 +572,7 @@ async fn idle_watch(info: &ConnInfo, deadlines: &crate::deadline::Deadlines, tim
         } else {
             timeout - idle_for
         };
-        tokio::time::sleep(wait.max(crate::deadline::TICK)).await;
+        tokio::time::sleep(wait.max(crate::worker::deadline::TICK)).await;
     }
 }
 
@@ -613,16 +617,21 @@ async fn serve_h2<I>(
                 // `:authority` and a Host header that differ are malformed (RFC 9113
                 // §8.3.1): one host is routed and forwarded, or the request is refused.
                 let (mut parts, body) = req.into_parts();
-                if crate::authority::settle_host(&parts.uri, &mut parts.headers, false, false)
-                    .is_err()
+                if crate::http1::authority::settle_host(
+                    &parts.uri,
+                    &mut parts.headers,
+                    false,
+                    false,
+                )
+                .is_err()
                 {
-                    return Ok(crate::h1_server::refusal(
+                    return Ok(crate::http1::server::refusal(
                         &ctx,
-                        crate::h1_server::Refused::BadRequest,
+                        crate::http1::server::Refused::BadRequest,
                     ));
                 }
                 let req = http::Request::from_parts(parts, RequestBody::Http2(body));
-                proxy::handle(ctx, info, req, None).await
+                runloop::handle(ctx, info, req, None).await
             }
         })
     };

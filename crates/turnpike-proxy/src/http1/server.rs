@@ -22,12 +22,12 @@ use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::body::{ProxyBody, RequestBody};
-use crate::chunked::{self, Chunk, Decoded};
-use crate::deadline::Deadlines;
-use crate::errors;
-use crate::h1_parse;
-use crate::proxy;
-use crate::server::{ConnInfo, WorkerCtx};
+use crate::http1::chunked::{self, Chunk, Decoded};
+use crate::http1::parse;
+use crate::runloop;
+use crate::runloop::errors;
+use crate::worker::deadline::Deadlines;
+use crate::worker::listen::{ConnInfo, WorkerCtx};
 
 /// hyper's default: more header fields than this get 431.
 const MAX_HEADERS: usize = 100;
@@ -401,12 +401,12 @@ pub(crate) fn parse_head(
     rbuf: &mut BytesMut,
     shared: &Rc<Shared>,
 ) -> Result<Option<Head>, Refused> {
-    let mut lines: smallvec::SmallVec<[h1_parse::Field; 16]> = smallvec::SmallVec::new();
-    let (line, len) = match h1_parse::request(rbuf, MAX_HEADERS, |f| lines.push(f)) {
+    let mut lines: smallvec::SmallVec<[parse::Field; 16]> = smallvec::SmallVec::new();
+    let (line, len) = match parse::request(rbuf, MAX_HEADERS, |f| lines.push(f)) {
         Ok(Some(parsed)) => parsed,
         Ok(None) => return Ok(None),
-        Err(h1_parse::ParseError::TooManyHeaders) => return Err(Refused::TooLarge),
-        Err(h1_parse::ParseError::Invalid(_)) => return Err(Refused::BadRequest),
+        Err(parse::ParseError::TooManyHeaders) => return Err(Refused::TooLarge),
+        Err(parse::ParseError::Invalid(_)) => return Err(Refused::BadRequest),
     };
     let method =
         Method::from_bytes(&rbuf[line.method.0..line.method.1]).map_err(|_| Refused::BadRequest)?;
@@ -431,7 +431,7 @@ pub(crate) fn parse_head(
         smallvec::SmallVec::with_capacity(lines.len());
     let mut seen = 0u32;
     for f in &lines {
-        let (name, bit) = crate::header_names::from_parsed(&rbuf[f.name_start..f.name_end])
+        let (name, bit) = crate::http1::header_names::from_parsed(&rbuf[f.name_start..f.name_end])
             .map_err(|_| Refused::BadRequest)?;
         seen |= bit;
         let v = &rbuf[f.value_start..f.value_end];
@@ -466,7 +466,7 @@ pub(crate) fn parse_head(
         } else if name == header::HOST {
             // One valid Host (RFC 9112 §3.2), checked here while the bytes are at hand.
             hosts += 1;
-            if hosts > 1 || !crate::authority::valid_host(v) {
+            if hosts > 1 || !crate::http1::authority::valid_host(v) {
                 return Err(Refused::BadRequest);
             }
         } else if name == header::EXPECT {
@@ -491,7 +491,7 @@ pub(crate) fn parse_head(
     // One host for routing and forwarding: the absolute-form target's, else the one valid
     // Host header (required in HTTP/1.1).
     if uri.authority().is_some() {
-        crate::authority::settle_host(&uri, &mut map, version == Version::HTTP_11, true)
+        crate::http1::authority::settle_host(&uri, &mut map, version == Version::HTTP_11, true)
             .map_err(|_| Refused::BadRequest)?;
     } else if hosts == 0 && version == Version::HTTP_11 {
         return Err(Refused::BadRequest);
@@ -702,9 +702,9 @@ enum Framing {
 /// the map's.
 struct Unmapped<'a> {
     /// The upstream's end-to-end headers as it sent them, written before the map's.
-    upstream: Option<&'a crate::h1::RawHead>,
-    /// The plugins' and Kong's own (see `proxy::handle`), written after the map's.
-    outside: &'a crate::proxy::OutsideHeaders,
+    upstream: Option<&'a crate::http1::client::RawHead>,
+    /// The plugins' and Kong's own (see `runloop::handle`), written after the map's.
+    outside: &'a crate::runloop::OutsideHeaders,
 }
 
 /// Encodes a response head into `out`; returns the body's framing and whether the connection
@@ -800,7 +800,7 @@ async fn write_response(
     shared: &Shared,
     resp: Response<ProxyBody>,
     // Headers for this response kept outside its map; emptied here.
-    extra: &RefCell<crate::proxy::OutsideHeaders>,
+    extra: &RefCell<crate::runloop::OutsideHeaders>,
     head_request: bool,
     client_version: Version,
     keep_alive: bool,
@@ -1037,7 +1037,7 @@ async fn refuse(ctx: &WorkerCtx, shared: &Shared, why: Refused) {
     let _ = write_response(
         shared,
         r,
-        // Not the worker's slot: a refusal never went through `proxy::handle`.
+        // Not the worker's slot: a refusal never went through `runloop::handle`.
         &RefCell::default(),
         false,
         Version::HTTP_11,
@@ -1079,7 +1079,7 @@ async fn serve_active(
         } else {
             (None, None)
         };
-        let resp = match proxy::handle(ctx.clone(), info.clone(), request, upgrade_rx).await {
+        let resp = match runloop::handle(ctx.clone(), info.clone(), request, upgrade_rx).await {
             Ok(r) => r,
             Err(never) => match never {},
         };
@@ -1136,7 +1136,7 @@ pub(crate) fn detached_shared() -> Rc<Shared> {
         continue_sent: Cell::new(0),
         body_timeout: Duration::from_secs(60),
         body_slot: Cell::new(None),
-        deadlines: crate::deadline::Deadlines::new(),
+        deadlines: crate::worker::deadline::Deadlines::new(),
     })
 }
 

@@ -2,6 +2,9 @@
 //! connection (HTTP/1.1, returning the connection to its pool at the end), an upgraded or
 //! otherwise hyper-driven body, or a body we produced.
 
+pub mod readahead;
+pub mod spool;
+
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -11,10 +14,10 @@ use hyper::body::Incoming;
 
 use std::rc::Rc;
 
-use crate::access_log::AccessRecord;
-use crate::h1::UpstreamBody;
-use crate::log::LogState;
-use crate::server::{ConnInfo, WorkerCtx};
+use crate::http1::client::UpstreamBody;
+use crate::runloop::log::LogState;
+use crate::worker::access_log::AccessRecord;
+use crate::worker::listen::{ConnInfo, WorkerCtx};
 use std::sync::atomic::Ordering;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -29,7 +32,7 @@ fn boxed<E: Into<BoxError>>(
 /// A client's request body: read by our HTTP/1.1 server side, or by hyper's HTTP/2.
 #[derive(Debug)]
 pub enum RequestBody {
-    Http1(crate::h1_server::Http1Body),
+    Http1(crate::http1::server::Http1Body),
     Http2(Incoming),
 }
 
@@ -69,7 +72,7 @@ pub enum BodyKind {
     /// A body passed through plugins' body_filter phases.
     Filtered(Box<Filtered>),
     /// The upstream's body read ahead of the client (the route's response_buffering).
-    ReadAhead(crate::readahead::ReadAhead),
+    ReadAhead(crate::body::readahead::ReadAhead),
 }
 
 /// A body and the body filters it goes through, in the plugins' PRIORITY order.
@@ -218,7 +221,7 @@ impl ProxyBody {
 
     /// The upstream's end-to-end headers still kept as it sent them (`h1::RawHead`): the
     /// HTTP/1.1 client side writes them before the response's header map.
-    pub fn raw_head(&self) -> Option<&crate::h1::RawHead> {
+    pub fn raw_head(&self) -> Option<&crate::http1::client::RawHead> {
         match &self.kind {
             BodyKind::Upstream(u) => u.raw_head().filter(|r| !r.lines.is_empty()),
             _ => None,
@@ -264,7 +267,7 @@ impl ProxyBody {
         if u.is_end_stream()
             || u.size_hint()
                 .exact()
-                .is_some_and(|n| n <= crate::readahead::MEM as u64)
+                .is_some_and(|n| n <= crate::body::readahead::MEM as u64)
         {
             return;
         }
@@ -272,7 +275,10 @@ impl ProxyBody {
         let BodyKind::Upstream(u) = std::mem::replace(&mut self.kind, BodyKind::Full(None)) else {
             unreachable!("matched above");
         };
-        self.kind = BodyKind::ReadAhead(crate::readahead::ReadAhead::spawn(u, dir.to_path_buf()));
+        self.kind = BodyKind::ReadAhead(crate::body::readahead::ReadAhead::spawn(
+            u,
+            dir.to_path_buf(),
+        ));
     }
 
     pub fn set_guard(&mut self, guard: RequestGuard) {

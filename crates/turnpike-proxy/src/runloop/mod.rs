@@ -16,17 +16,20 @@ use turnpike_plugins::{Access, AccessRequest};
 use turnpike_router::{normalize_path, upstream_uri, RequestView};
 
 use crate::body::{BodyKind, ProxyBody, RequestBody, RequestGuard};
-use crate::errors::{self, error_response};
-use crate::h1::{BodySource, ClientBody, SendError, UpstreamBody};
-use crate::h1_server::PendingUpgrade;
-use crate::header_names::seen;
-use crate::health::Outcome;
-use crate::log::LogState;
-use crate::pool::{ConnectError, PeerKey};
-use crate::server::{ConnInfo, WorkerCtx};
-use crate::snapshot::{Destination, Peer, ServiceInfo};
+pub mod errors;
+pub mod log;
 
-use crate::header_names::names;
+use crate::http1::client::{BodySource, ClientBody, SendError, UpstreamBody};
+use crate::http1::header_names::seen;
+use crate::http1::server::PendingUpgrade;
+use crate::runloop::log::LogState;
+use crate::snapshot::{Destination, Peer, ServiceInfo};
+use crate::upstream::health::Outcome;
+use crate::upstream::pool::{ConnectError, PeerKey};
+use crate::worker::listen::{ConnInfo, WorkerCtx};
+use errors::error_response;
+
+use crate::http1::header_names::names;
 
 /// The most a request body read whole for a plugin may hold (Kong buffers to disk beyond its
 /// client_body_buffer_size; we refuse instead of holding unbounded bodies in memory).
@@ -145,7 +148,7 @@ pub async fn handle(
     let settings = &ctx.gateway.settings;
     // Response headers the route's plugins asked for (their header_filter phase).
     let access = ctx.access_log.as_ref().map(|_| {
-        Box::new(crate::access_log::AccessRecord::new(
+        Box::new(crate::worker::access_log::AccessRecord::new(
             start,
             client_ip(&conn, req.headers()),
             &req,
@@ -279,7 +282,7 @@ pub async fn handle(
         if let Some(d) = l.details.as_deref_mut() {
             d.response_headers = resp.headers().clone();
         }
-        l.response_size = crate::log::head_size(12, resp.headers());
+        l.response_size = crate::runloop::log::head_size(12, resp.headers());
         guard.log = Some(l);
     }
     resp.body_mut().set_guard(guard);
@@ -494,8 +497,8 @@ async fn route_and_proxy(
         let start_line = parts.method.as_str().len()
             + orig_uri.path_and_query().map_or(1, |p| p.as_str().len())
             + 10;
-        let details =
-            (snap.chains_log[route.route_index] & crate::log::LOG_HEADERS != 0).then(|| {
+        let details = (snap.chains_log[route.route_index] & crate::runloop::log::LOG_HEADERS != 0)
+            .then(|| {
                 Box::new(turnpike_plugins::log::RequestDetails {
                     started_at: std::time::SystemTime::now() - start.elapsed(),
                     client_ip: client_ip(conn, &parts.headers),
@@ -515,7 +518,8 @@ async fn route_and_proxy(
             protocol: request_protocol(conn),
             start,
             details,
-            request_size: crate::log::head_size(start_line, &parts.headers) + content_length,
+            request_size: crate::runloop::log::head_size(start_line, &parts.headers)
+                + content_length,
             consumer: None,
             upstream_latency: None,
             source: Source::Error,
@@ -694,7 +698,7 @@ async fn route_and_proxy(
     if route.request_buffering && !upgrade {
         if let BodySource::Stream(stream) = &mut body {
             if !http_body::Body::is_end_stream(stream) {
-                let read = crate::spool::read(
+                let read = crate::body::spool::read(
                     stream,
                     limit.unwrap_or(0),
                     settings.client_body_buffer_size,
@@ -710,7 +714,7 @@ async fn route_and_proxy(
                         body = BodySource::Spooled(spool);
                     }
                     Err(e) => {
-                        use crate::spool::SpoolError;
+                        use crate::body::spool::SpoolError;
                         let (status, msg) = match e {
                             SpoolError::TooLarge if plugin_bound => {
                                 (StatusCode::PAYLOAD_TOO_LARGE, errors::BODY_TOO_LARGE)
@@ -974,7 +978,7 @@ fn host_without_port(raw: &str) -> Cow<'_, str> {
     }
 }
 
-pub use crate::h1::Overrides;
+pub use crate::http1::client::Overrides;
 
 /// The request headers as the upstream gets them from the plugins, for log plugins (Kong logs
 /// what `set_header` left): the client's with the consumer's identity headers over them.
@@ -1169,7 +1173,7 @@ async fn send_upgrade(
     ctx: &Rc<WorkerCtx>,
     service: &ServiceInfo,
     peer: &Peer,
-    tls: crate::pool::TlsParams<'_>,
+    tls: crate::upstream::pool::TlsParams<'_>,
     parts: &mut http::request::Parts,
     body: &mut Option<ClientBody>,
     overrides: &Overrides,
@@ -1225,7 +1229,7 @@ async fn send_upstream(
         let (peer, balancer_host, picked) = match &service.destination {
             Destination::Direct(p) => (p, None, None),
             Destination::Balanced(b) => {
-                let req = crate::balancer::Request {
+                let req = crate::upstream::balancer::Request {
                     consumer_id: call.consumer_id,
                     client_ip: call
                         .client_ip
@@ -1371,7 +1375,7 @@ async fn send_upstream(
                 parts,
                 body.take(),
                 overrides,
-                crate::h1::Timeouts {
+                crate::http1::client::Timeouts {
                     write: service.write_timeout,
                     read: service.read_timeout,
                 },

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::health::{Checks, Outcome, TargetHealth};
 use crate::snapshot::Peer;
+use crate::upstream::health::{Checks, Outcome, TargetHealth};
 use std::sync::Arc;
 
 /// What a consistent-hashing key is taken from (Kong's `hash_on` / `hash_fallback`).

@@ -14,9 +14,9 @@ use hyper_util::rt::TokioIo;
 use rustc_hash::FxHashMap;
 use tokio::net::TcpStream;
 
-use crate::deadline::Deadlines;
-use crate::h1::{Conn, Stream};
-use crate::stats::{PeerTallies, WorkerStats};
+use crate::http1::client::{Conn, Stream};
+use crate::worker::deadline::Deadlines;
+use crate::worker::stats::{PeerTallies, WorkerStats};
 
 /// Where a pooled connection goes: the peer (host:port, see `snapshot::Peer::id`) and, for
 /// TLS, the client configuration it was made with (a connection is only reused for the same).

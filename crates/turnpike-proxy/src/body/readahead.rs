@@ -155,7 +155,7 @@ where
 fn spill(s: &mut State, data: &[u8], dir: &std::path::Path) -> std::io::Result<()> {
     if s.spill.is_none() {
         s.spill = Some(Spill {
-            file: crate::spool::temp_file(dir)?,
+            file: crate::body::spool::temp_file(dir)?,
             written: 0,
             read: 0,
         });

@@ -337,7 +337,7 @@ async fn probe(p: &Probe) -> Outcome {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let a = &p.checks.active;
     let work = async {
-        let addr = crate::dns::lookup(&p.host, p.port)
+        let addr = crate::upstream::dns::lookup(&p.host, p.port)
             .await
             .map_err(|_| Outcome::TcpFailure)?;
         let stream = tokio::net::TcpStream::connect(addr)

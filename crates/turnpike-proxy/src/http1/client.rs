@@ -19,10 +19,10 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::body::RequestBody;
-use crate::chunked::{self, Chunk, Decoded};
-use crate::deadline::Deadlines;
-use crate::h1_parse;
-use crate::pool::{PeerKey, Pool};
+use crate::http1::chunked::{self, Chunk, Decoded};
+use crate::http1::parse;
+use crate::upstream::pool::{PeerKey, Pool};
+use crate::worker::deadline::Deadlines;
 
 /// Response heads larger than this are refused (nginx's proxy_buffer_size is 4-8k; be generous).
 const MAX_HEAD: usize = 64 * 1024;
@@ -178,7 +178,7 @@ pub enum BodySource {
     Buffered(bytes::Bytes),
     /// Read whole before the upstream was chosen (the route's request_buffering): sent with
     /// its Content-Length, and again on a retry.
-    Spooled(crate::spool::Spool),
+    Spooled(crate::body::spool::Spool),
 }
 
 impl ClientBody {
@@ -545,7 +545,7 @@ impl RawHead {
             let name = &self.bytes[l[0] as usize..l[1] as usize];
             // h1_parse checked the name's and the value's bytes by the rules `HeaderName`
             // and `HeaderValue` apply; a failure here would be a parser disagreement.
-            let Ok((name, _)) = crate::header_names::from_parsed(name) else {
+            let Ok((name, _)) = crate::http1::header_names::from_parsed(name) else {
                 tracing::debug!("upstream header name refused: {name:?}");
                 continue;
             };
@@ -607,8 +607,8 @@ pub(crate) fn parse_head(
     raw: &mut RawHead,
 ) -> Result<Option<Parsed>, HeadError> {
     // Header lines as offsets into the head's bytes: values are sliced from them, not copied.
-    let mut ranges: smallvec::SmallVec<[h1_parse::Field; 16]> = smallvec::SmallVec::new();
-    let (line, len) = match h1_parse::response(buf, MAX_HEADERS, |f| ranges.push(f)) {
+    let mut ranges: smallvec::SmallVec<[parse::Field; 16]> = smallvec::SmallVec::new();
+    let (line, len) = match parse::response(buf, MAX_HEADERS, |f| ranges.push(f)) {
         Ok(Some(parsed)) => parsed,
         Ok(None) => {
             if buf.len() > MAX_HEAD {
@@ -646,7 +646,7 @@ pub(crate) fn parse_head(
     let mut named_by_connection: smallvec::SmallVec<[(usize, usize); 2]> =
         smallvec::SmallVec::new();
     let mut seen = 0u32;
-    for h1_parse::Field {
+    for parse::Field {
         name_start: ns,
         name_end: ne,
         value_start: vs,
@@ -655,9 +655,9 @@ pub(crate) fn parse_head(
     {
         let name = &raw.bytes[ns..ne];
         let value = &raw.bytes[vs..ve];
-        if let Some((_, known, bit)) = crate::header_names::known_name(name) {
+        if let Some((_, known, bit)) = crate::http1::header_names::known_name(name) {
             seen |= bit;
-            if bit & crate::header_names::seen::HOP_BY_HOP != 0 {
+            if bit & crate::http1::header_names::seen::HOP_BY_HOP != 0 {
                 if *known == header::TRANSFER_ENCODING {
                     chunked = value
                         .rsplit(|b| *b == b',')
@@ -746,7 +746,7 @@ pub(crate) fn parse_head(
         Framing {
             kind,
             keep_alive,
-            named_kong_headers: seen & crate::header_names::seen::KONG != 0,
+            named_kong_headers: seen & crate::http1::header_names::seen::KONG != 0,
         },
     )))
 }
@@ -974,8 +974,8 @@ impl Drop for UpstreamBody {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pool::PoolSettings;
-    use crate::stats::WorkerStats;
+    use crate::upstream::pool::PoolSettings;
+    use crate::worker::stats::WorkerStats;
     use tokio::io::AsyncWriteExt;
 
     fn head(text: &str, method: &Method) -> Result<Option<Parsed>, HeadError> {
@@ -1141,7 +1141,7 @@ mod tests {
                 idle_timeout: Duration::from_secs(60),
             },
             stats,
-            crate::deadline::Deadlines::new(),
+            crate::worker::deadline::Deadlines::new(),
         );
         let key = PeerKey {
             peer: 0,
@@ -1167,14 +1167,14 @@ mod tests {
                     write: Duration::from_secs(1),
                     read: Duration::from_secs(1),
                 },
-                &crate::deadline::Deadlines::new(),
+                &crate::worker::deadline::Deadlines::new(),
             )
             .await
         {
             Ok(x) => x,
             Err(e) => return (Err(format!("{e:?}")), 0),
         };
-        let deadlines = crate::deadline::Deadlines::new();
+        let deadlines = crate::worker::deadline::Deadlines::new();
         let ticker = tokio::task::spawn_local(deadlines.clone().run());
         let body = UpstreamBody::new(
             conn,

@@ -1,0 +1,6 @@
+//! The upstream side: keepalive pools, load balancing over targets, health checks and DNS.
+
+pub mod balancer;
+pub mod dns;
+pub mod health;
+pub mod pool;
