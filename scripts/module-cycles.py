@@ -60,6 +60,11 @@ def edges(mods):
                 found.append((kind, h + [p for p in item.split("::") if p and p != "self"]))
         for kind, rest in PATH.findall(text):
             found.append((kind, [p for p in rest.split("::") if p]))
+        # A module's own children named by a relative path (`child::x`, `self::child::x`).
+        children = {c[-1] for c in mods if len(c) == len(m) + 1 and c[: len(m)] == m}
+        for name in re.findall(r"(?<![A-Za-z0-9_:])(?:self::)?([a-z_][a-z0-9_]*)::", text):
+            if name in children:
+                g[m].add(m + (name,))
         for kind, rest in found:
             t = resolve(mods, m, kind, rest)
             if t is not None and t != m and t != ():

@@ -13,7 +13,9 @@ use crate::http1::chunked::{self, Chunk, Decoded};
 pub fn request_head(data: &[u8]) {
     let shared = crate::http1::server::detached_shared();
     let mut buf = BytesMut::from(data);
-    if let Ok(Some(head)) = crate::http1::server::parse_head(&mut buf, &shared) {
+    if let Ok(Some(head)) =
+        crate::http1::server::parse_head::<crate::http1::server::Http1Body>(&mut buf, &shared)
+    {
         let h = head.request.headers();
         assert!(h.get_all(http::header::CONTENT_LENGTH).iter().count() <= 1);
         let hosts: Vec<_> = h.get_all(http::header::HOST).iter().collect();

@@ -2,7 +2,6 @@
 //! per-service upstream settings, balancers, TLS certificates). Immutable once built; the data
 //! plane swaps a whole new one in.
 
-use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +16,8 @@ use turnpike_plugins::Handler;
 use crate::tls::{self, CertStore};
 pub use crate::upstream::balancer::Balancer;
 use crate::upstream::balancer::HashOn;
+use crate::upstream::peer::peer;
+pub use crate::upstream::peer::{peer_address, Peer};
 
 pub struct Snapshot {
     pub config: Config,
@@ -31,7 +32,7 @@ pub struct Snapshot {
     /// Aligned with `config.routes`: whether a plugin of the route has a header_filter phase.
     pub chains_filter: Vec<bool>,
     /// Aligned with `config.routes`: whether plugins of the route have a log phase
-    /// (`log::LOGS`) and read headers there (`log::LOG_HEADERS`).
+    /// (`LOGS`) and read headers there (`LOG_HEADERS`).
     pub chains_log: Vec<u8>,
     /// The targets active health checks probe while this config runs.
     pub probes: Vec<Arc<crate::upstream::health::Probe>>,
@@ -77,6 +78,11 @@ pub struct Bound {
 }
 
 /// Request protocols as bits, for a plugin's `protocols`.
+/// Per-route log flags, compiled with the snapshot.
+pub const LOGS: u8 = 1;
+/// A log plugin of the route reads headers.
+pub const LOG_HEADERS: u8 = 2;
+
 pub const PROTO_HTTP: u8 = 1;
 pub const PROTO_HTTPS: u8 = 2;
 
@@ -301,22 +307,6 @@ pub enum Destination {
     Broken(String),
 }
 
-#[derive(Clone, Debug)]
-pub struct Peer {
-    pub host: Arc<str>,
-    pub port: u16,
-    /// Identifies host:port in the keepalive pools, the same across config reloads.
-    pub id: u64,
-    /// The TLS server name (SNI) for this host, built once.
-    pub server_name: rustls::pki_types::ServerName<'static>,
-    /// Known at compile time when the host is an IP address.
-    pub addr: Option<SocketAddr>,
-    /// The resolver's entry for a host name (`None` for an IP address).
-    pub dns: Option<Arc<crate::upstream::dns::Name>>,
-    /// The Host header for this peer (`host` or `host:port` when the port is not the default).
-    pub host_header: HeaderValue,
-}
-
 pub struct ServiceInfo {
     pub https: bool,
     pub path: Option<String>,
@@ -326,47 +316,6 @@ pub struct ServiceInfo {
     pub write_timeout: Duration,
     pub retries: u32,
     pub tls: Option<Arc<rustls::ClientConfig>>,
-}
-
-fn host_header(host: &str, port: u16, https: bool) -> HeaderValue {
-    let default = if https { 443 } else { 80 };
-    let v = if port == default {
-        host.to_string()
-    } else {
-        format!("{host}:{port}")
-    };
-    HeaderValue::from_str(&v).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
-}
-
-/// A process-wide number per host:port, handed out at config compile time: pool keys stay
-/// valid across reloads and cost a u64 compare on the request path.
-/// The ids are dense (0, 1, 2, ...): per-peer counters are vectors indexed by them.
-fn peer_id(host: &str, port: u16) -> u64 {
-    let mut ids = PEER_IDS.lock().unwrap_or_else(|e| e.into_inner());
-    let key = (host.to_ascii_lowercase(), port);
-    if let Some(id) = ids.0.get(&key) {
-        return *id;
-    }
-    let id = ids.1.len() as u64;
-    ids.1.push(key.clone());
-    ids.0.insert(key, id);
-    id
-}
-
-type PeerIds = (FxHashMap<(String, u16), u64>, Vec<(String, u16)>);
-static PEER_IDS: std::sync::Mutex<PeerIds> = std::sync::Mutex::new((
-    FxHashMap::with_hasher(rustc_hash::FxBuildHasher),
-    Vec::new(),
-));
-
-/// The host and port a peer id stands for.
-pub fn peer_address(id: u64) -> Option<(String, u16)> {
-    PEER_IDS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .1
-        .get(id as usize)
-        .cloned()
 }
 
 /// Kong's `hash_on` / `hash_fallback` with their companion fields.
@@ -391,31 +340,6 @@ fn hash_on(
         "query_arg" => query_arg.map_or(HashOn::None, |q| HashOn::QueryArg(q.to_string())),
         "uri_capture" => uri_capture.map_or(HashOn::None, |c| HashOn::UriCapture(c.to_string())),
         _ => HashOn::None,
-    }
-}
-
-pub(crate) fn peer(host: &str, port: u16, https: bool) -> Peer {
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    let addr = bare
-        .parse::<IpAddr>()
-        .ok()
-        .map(|ip| SocketAddr::new(ip, port));
-    let server_name =
-        rustls::pki_types::ServerName::try_from(bare.to_string()).unwrap_or_else(|_| {
-            rustls::pki_types::ServerName::try_from("invalid").expect("a valid name")
-        });
-    Peer {
-        host: host.into(),
-        port,
-        id: peer_id(host, port),
-        server_name,
-        dns: if addr.is_none() {
-            crate::upstream::dns::name(bare)
-        } else {
-            None
-        },
-        addr,
-        host_header: host_header(host, port, https),
     }
 }
 
@@ -571,9 +495,9 @@ impl Snapshot {
                         .chain(s.by_consumer.iter().flat_map(|m| m.values()));
                     for h in handlers {
                         if h.handler.logs() {
-                            flags |= crate::runloop::log::LOGS;
+                            flags |= LOGS;
                             if h.handler.log_headers() {
-                                flags |= crate::runloop::log::LOG_HEADERS;
+                                flags |= LOG_HEADERS;
                             }
                         }
                     }
@@ -665,12 +589,5 @@ mod tests {
         // it without its authentication) but stands in, failing closed.
         assert!(!snap.router.is_empty());
         assert_eq!(snap.chains[0].len(), 1);
-    }
-
-    #[test]
-    fn host_header_has_port_only_when_not_default() {
-        assert_eq!(host_header("a", 80, false), "a");
-        assert_eq!(host_header("a", 8080, false), "a:8080");
-        assert_eq!(host_header("a", 443, true), "a");
     }
 }

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use turnpike_config::conf::{cidr_contains, parse_cidr, Conf, HeaderSet};
 use turnpike_config::Config;
@@ -171,6 +172,41 @@ impl Gateway {
         } else {
             h
         }
+    }
+}
+
+/// Picks the certificate for a handshake from the current snapshot.
+#[derive(Debug)]
+pub struct SniResolver {
+    pub gateway: Arc<Gateway>,
+}
+
+impl ResolvesServerCert for SniResolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let snap = self.gateway.snapshot.load();
+        let name = hello.server_name().map(|n| n.to_ascii_lowercase());
+        // Kong's certificate phase (global plugins only): one of them may refuse the
+        // handshake, which then ends without a certificate.
+        if !snap.global_certificate.is_empty() {
+            let req = turnpike_plugins::CertificateRequest {
+                server_name: name.as_deref(),
+            };
+            for b in &snap.global_certificate {
+                if let Err(e) = b.handler.certificate(&req) {
+                    tracing::error!(
+                        sni = name.as_deref().unwrap_or(""),
+                        "certificate phase refused the handshake: {e}"
+                    );
+                    return None;
+                }
+            }
+        }
+        if let Some(name) = &name {
+            if let Some(k) = snap.certs.find(name) {
+                return Some(k);
+            }
+        }
+        Some(self.gateway.default_cert.clone())
     }
 }
 

@@ -8,13 +8,11 @@ use std::sync::{Arc, OnceLock};
 use rustc_hash::FxHashMap;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::server::ResolvesServerCert;
 use rustls::sign::CertifiedKey;
 use rustls::{DigitallySignedStruct, SignatureScheme};
 
 use turnpike_config::declarative::pem;
-
-use crate::state::Gateway;
 
 pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
@@ -112,47 +110,13 @@ impl CertStore {
     }
 }
 
-/// Picks the certificate for a handshake from the current snapshot.
-#[derive(Debug)]
-pub struct SniResolver {
-    pub gateway: Arc<Gateway>,
-}
-
-impl ResolvesServerCert for SniResolver {
-    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let snap = self.gateway.snapshot.load();
-        let name = hello.server_name().map(|n| n.to_ascii_lowercase());
-        // Kong's certificate phase (global plugins only): one of them may refuse the
-        // handshake, which then ends without a certificate.
-        if !snap.global_certificate.is_empty() {
-            let req = turnpike_plugins::CertificateRequest {
-                server_name: name.as_deref(),
-            };
-            for b in &snap.global_certificate {
-                if let Err(e) = b.handler.certificate(&req) {
-                    tracing::error!(
-                        sni = name.as_deref().unwrap_or(""),
-                        "certificate phase refused the handshake: {e}"
-                    );
-                    return None;
-                }
-            }
-        }
-        if let Some(name) = &name {
-            if let Some(k) = snap.certs.find(name) {
-                return Some(k);
-            }
-        }
-        Some(self.gateway.default_cert.clone())
-    }
-}
-
-pub fn server_config(gateway: Arc<Gateway>, http2: bool) -> Arc<rustls::ServerConfig> {
+/// A server configuration picking certificates with `certs` (the snapshot's, by SNI).
+pub fn server_config(certs: Arc<dyn ResolvesServerCert>, http2: bool) -> Arc<rustls::ServerConfig> {
     let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .expect("ring supports the default TLS versions")
         .with_no_client_auth()
-        .with_cert_resolver(Arc::new(SniResolver { gateway }));
+        .with_cert_resolver(certs);
     cfg.alpn_protocols = if http2 {
         vec![b"h2".to_vec(), b"http/1.1".to_vec()]
     } else {

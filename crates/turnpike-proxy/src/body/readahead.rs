@@ -23,7 +23,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 
-use crate::body::BoxError;
+use crate::body::request::BoxError;
 
 /// In-memory read-ahead (nginx's `proxy_buffers 8 8k`).
 pub const MEM: usize = 64 * 1024;

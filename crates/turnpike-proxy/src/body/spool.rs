@@ -15,7 +15,7 @@ use bytes::{Bytes, BytesMut};
 use http_body::Body;
 use http_body_util::BodyExt;
 
-use crate::body::RequestBody;
+use crate::body::request::RequestBody;
 
 /// A body read whole: its first bytes in memory, the rest (if any) in a file.
 #[derive(Debug, Clone)]

@@ -11,67 +11,24 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::TcpStream;
 
-use crate::body::RequestBody;
+use crate::body::request::RequestBody;
 use crate::http1::chunked::{self, Chunk, Decoded};
 use crate::http1::parse;
-use crate::upstream::pool::{PeerKey, Pool};
+pub use crate::http1::raw_head::RawHead;
+use crate::upstream::connect::Stream;
+use crate::upstream::pool::{PeerKey, Pool, Pooled};
 use crate::worker::deadline::Deadlines;
 
 /// Response heads larger than this are refused (nginx's proxy_buffer_size is 4-8k; be generous).
 const MAX_HEAD: usize = 64 * 1024;
 const MAX_HEADERS: usize = 128;
 const READ_CHUNK: usize = 16 * 1024;
-
-/// A plain or TLS connection to an upstream.
-pub enum Stream {
-    Plain(TcpStream),
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
-}
-
-impl AsyncRead for Stream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Stream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
-    }
-}
 
 /// Headers the proxy sets on the upstream request, replacing the client's of the same name
 /// (`None`: the client's is dropped); the first is always Host. Written straight into the
@@ -210,6 +167,21 @@ async fn drain(body: &mut RequestBody) {
 
 fn other(msg: &str) -> io::Error {
     io::Error::other(msg.to_string())
+}
+
+impl Pooled for Conn {
+    fn key(&self) -> PeerKey {
+        self.key
+    }
+    fn used(&self) -> u64 {
+        self.used
+    }
+    fn reused(&mut self) {
+        self.used += 1;
+    }
+    fn idle_alive(&mut self) -> bool {
+        Conn::idle_alive(self)
+    }
 }
 
 impl Conn {
@@ -508,80 +480,6 @@ pub(crate) enum Parsed {
     Head(http::response::Parts, Framing),
 }
 
-/// An upstream response's end-to-end headers as they came: ranges into the head's bytes.
-/// Kept on the connection (its line list reuses its allocation) until the body is done.
-#[derive(Default)]
-pub struct RawHead {
-    /// The whole response head.
-    pub bytes: Bytes,
-    /// Each header kept, in order: name start, name end, value start, value end.
-    pub lines: Vec<[u32; 4]>,
-    /// The Content-Length among them.
-    pub content_length: Option<u64>,
-    /// A Date header is among them.
-    pub has_date: bool,
-}
-
-impl RawHead {
-    fn clear(&mut self) {
-        self.bytes = Bytes::new();
-        self.lines.clear();
-        self.content_length = None;
-        self.has_date = false;
-    }
-
-    /// The name of each kept header, in order.
-    pub fn names(&self) -> impl Iterator<Item = &[u8]> {
-        self.lines
-            .iter()
-            .map(|l| &self.bytes[l[0] as usize..l[1] as usize])
-    }
-
-    /// Appends the kept headers to `map` and forgets them (they then live in the map only).
-    /// Values share the head's bytes: no copy.
-    pub fn merge_into(&mut self, map: &mut HeaderMap) {
-        map.reserve(self.lines.len());
-        for l in self.lines.drain(..) {
-            let name = &self.bytes[l[0] as usize..l[1] as usize];
-            // h1_parse checked the name's and the value's bytes by the rules `HeaderName`
-            // and `HeaderValue` apply; a failure here would be a parser disagreement.
-            let Ok((name, _)) = crate::http1::header_names::from_parsed(name) else {
-                tracing::debug!("upstream header name refused: {name:?}");
-                continue;
-            };
-            match HeaderValue::from_maybe_shared(self.bytes.slice(l[2] as usize..l[3] as usize)) {
-                Ok(v) => {
-                    map.append(name, v);
-                }
-                Err(_) => tracing::debug!("upstream header value refused for {name}"),
-            }
-        }
-        self.content_length = None;
-        self.has_date = false;
-    }
-
-    /// Writes the kept headers as `name: value` lines. Lines that followed each other in the
-    /// upstream's head go out in one copy.
-    pub fn encode(&self, out: &mut Vec<u8>) {
-        let b = &self.bytes[..];
-        let mut i = 0;
-        while i < self.lines.len() {
-            let start = self.lines[i][0] as usize;
-            let mut end = self.lines[i][3] as usize;
-            i += 1;
-            while i < self.lines.len()
-                && self.lines[i][0] as usize == end + 2
-                && &b[end..end + 2] == b"\r\n"
-            {
-                end = self.lines[i][3] as usize;
-                i += 1;
-            }
-            out.extend_from_slice(&b[start..end]);
-            out.extend_from_slice(b"\r\n");
-        }
-    }
-}
-
 /// How a response body is delimited, and whether the connection can be reused after it.
 #[derive(Debug, Clone, Copy)]
 pub struct Framing {
@@ -774,7 +672,7 @@ pub struct UpstreamBody {
     /// The response head had headers named like Kong's own (X-Kong-*).
     pub named_kong_headers: bool,
     conn: Option<Box<Conn>>,
-    pool: Rc<Pool>,
+    pool: Rc<Pool<Conn>>,
     /// The service's read timeout between two reads of the body, and its armed slot while a
     /// read waits.
     read_timeout: Duration,
@@ -789,7 +687,7 @@ pub struct UpstreamBody {
 impl UpstreamBody {
     pub fn new(
         conn: Box<Conn>,
-        pool: Rc<Pool>,
+        pool: Rc<Pool<Conn>>,
         framing: Framing,
         read_timeout: Duration,
         deadlines: Rc<Deadlines>,
@@ -1148,10 +1046,11 @@ mod tests {
             tls: None,
             dns: 0,
         };
-        let mut conn = pool
-            .connect(key, addr, None, Duration::from_secs(1))
+        let stream = pool
+            .open(key.peer, addr, None, Duration::from_secs(1))
             .await
             .unwrap();
+        let mut conn = Box::new(Conn::new(stream, key));
         let req = http::Request::get("/")
             .header("host", "x")
             .body(())

@@ -7,4 +7,5 @@ pub mod chunked;
 pub mod client;
 pub mod header_names;
 pub mod parse;
+pub mod raw_head;
 pub mod server;

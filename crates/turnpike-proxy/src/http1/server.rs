@@ -21,13 +21,67 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::body::{ProxyBody, RequestBody};
 use crate::http1::chunked::{self, Chunk, Decoded};
 use crate::http1::parse;
-use crate::runloop;
-use crate::runloop::errors;
+use crate::http1::raw_head::RawHead;
 use crate::worker::deadline::Deadlines;
-use crate::worker::listen::{ConnInfo, WorkerCtx};
+
+/// What the HTTP/1.1 server asks of whoever serves a connection's requests (the request
+/// path, `runloop::Connection`). The server never imports it, as Pingora's protocols never
+/// import its proxy; every method is monomorphised, so the indirection costs nothing.
+pub trait Service {
+    /// The request body `call` gets, made from the connection's body reader.
+    type RequestBody: From<Http1Body>;
+    /// The response body written back.
+    type ResponseBody: ResponseBody;
+
+    /// Serves one request. `seen`: which groups of header names it carries
+    /// (`header_names::seen`, as the parser saw them); `upgrade`: where the connection goes
+    /// once a 101 is written, for a request that asks to upgrade.
+    fn call(
+        &self,
+        request: Request<Self::RequestBody>,
+        seen: u32,
+        upgrade: Option<PendingUpgrade>,
+    ) -> impl std::future::Future<Output = Response<Self::ResponseBody>>;
+
+    /// The answer to a request head that is refused (the connection then closes).
+    fn refusal(&self, why: Refused) -> Response<Self::ResponseBody>;
+
+    /// Where the headers of the response `call` returned that are kept outside its map wait
+    /// to be written: set as `call` returns and emptied as the head is encoded, with no await
+    /// between, so one slot per worker serves all its connections (held per connection, its
+    /// ~400 bytes would stay with every idle one).
+    fn outside_headers(&self) -> &RefCell<OutsideHeaders>;
+
+    /// The worker is shutting down: the connection closes after its current request.
+    fn closing(&self) -> bool;
+
+    /// When a request on this connection last ended (the keep-alive timeout counts from there).
+    fn last_active(&self) -> std::time::Instant;
+
+    /// The worker's coarse clock and deadlines.
+    fn deadlines(&self) -> &Rc<Deadlines>;
+
+    fn limits(&self) -> Limits;
+}
+
+/// A response body the server can write: its frames, and the upstream's raw header lines
+/// when it is an upstream's body still on its connection (written before the map's).
+pub trait ResponseBody: Body<Data = Bytes, Error: std::fmt::Display> + Unpin {
+    fn raw_head(&self) -> Option<&RawHead>;
+}
+
+/// The connection's bounds, from the node's properties.
+#[derive(Clone, Copy)]
+pub struct Limits {
+    /// nginx's keepalive_timeout (and client_header_timeout).
+    pub keepalive_timeout: Duration,
+    /// nginx's client_body_timeout.
+    pub client_body_timeout: Duration,
+    /// Request heads larger than this get 431.
+    pub max_header_size: usize,
+}
 
 /// hyper's default: more header fields than this get 431.
 const MAX_HEADERS: usize = 100;
@@ -372,8 +426,8 @@ impl AsyncWrite for Upgraded {
 pub type PendingUpgrade = tokio::sync::oneshot::Receiver<Upgraded>;
 
 /// What the request head says about the connection and the body.
-pub(crate) struct Head {
-    pub(crate) request: Request<RequestBody>,
+pub(crate) struct Head<B> {
+    pub(crate) request: Request<B>,
     /// Which groups of names the request's headers include (`header_names::seen`).
     seen: u32,
     body: BodyState,
@@ -384,7 +438,7 @@ pub(crate) struct Head {
 
 /// Why a request head was refused.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Refused {
+pub enum Refused {
     BadRequest,
     TooLarge,
 }
@@ -397,10 +451,10 @@ fn has_token(v: &[u8], token: &[u8]) -> bool {
 
 /// Parses a request head from the front of `rbuf` (consumed when complete); `None` while it
 /// is incomplete. Header values and the target share the head's bytes (no copies).
-pub(crate) fn parse_head(
+pub(crate) fn parse_head<B: From<Http1Body>>(
     rbuf: &mut BytesMut,
     shared: &Rc<Shared>,
-) -> Result<Option<Head>, Refused> {
+) -> Result<Option<Head<B>>, Refused> {
     let mut lines: smallvec::SmallVec<[parse::Field; 16]> = smallvec::SmallVec::new();
     let (line, len) = match parse::request(rbuf, MAX_HEADERS, |f| lines.push(f)) {
         Ok(Some(parsed)) => parsed,
@@ -504,7 +558,7 @@ pub(crate) fn parse_head(
             _ => BodyState::Done,
         }
     };
-    let mut request = Request::new(RequestBody::Http1(Http1Body {
+    let mut request = Request::new(B::from(Http1Body {
         shared: shared.clone(),
     }));
     *request.method_mut() = method;
@@ -529,8 +583,8 @@ pub(crate) fn parse_head(
 // Returned and taken apart at once, never stored: boxing the head would cost an allocation per
 // request.
 #[allow(clippy::large_enum_variant)]
-enum HeadRead {
-    Head(Head),
+enum HeadRead<B> {
+    Head(Head<B>),
     /// The connection should just close: client gone, keep-alive timeout, worker shutting
     /// down, or a partial head cut off by the timeout.
     Close,
@@ -541,17 +595,15 @@ enum HeadRead {
 
 /// The next request head. `linger`: give up after this long without a byte (`Quiet`), within
 /// the keep-alive timeout.
-fn read_head<'a>(
-    ctx: &'a WorkerCtx,
+fn read_head<'a, S: Service>(
+    svc: &'a S,
     shared: &'a Rc<Shared>,
-    info: &'a ConnInfo,
     max_head: usize,
     linger: Option<Duration>,
-) -> ReadHead<'a> {
+) -> ReadHead<'a, S> {
     ReadHead {
-        ctx,
+        svc,
         shared,
-        info,
         max_head,
         linger,
         slot: None,
@@ -561,19 +613,18 @@ fn read_head<'a>(
 /// Waiting for a request head, written out as a future by hand: it is what every idle
 /// connection's task holds, and at 64 bytes it is a third of what an `async fn` made of it
 /// (which keeps its arguments twice, and its poll closure's references besides).
-struct ReadHead<'a> {
-    ctx: &'a WorkerCtx,
+struct ReadHead<'a, S: Service> {
+    svc: &'a S,
     shared: &'a Rc<Shared>,
-    info: &'a ConnInfo,
     max_head: usize,
     linger: Option<Duration>,
     /// The armed deadline, and whether it is the linger's (shorter than the timeout's).
     slot: Option<(usize, bool)>,
 }
 
-impl ReadHead<'_> {
-    fn poll_head(&mut self, cx: &mut Context<'_>) -> Poll<HeadRead> {
-        let (ctx, shared) = (self.ctx, self.shared);
+impl<S: Service> ReadHead<'_, S> {
+    fn poll_head(&mut self, cx: &mut Context<'_>) -> Poll<HeadRead<S::RequestBody>> {
+        let (svc, shared) = (self.svc, self.shared);
         loop {
             {
                 let mut rbuf = shared.rbuf.borrow_mut();
@@ -586,7 +637,7 @@ impl ReadHead<'_> {
                         Ok(None) => {}
                         Err(e) => return Poll::Ready(HeadRead::Refused(e)),
                     }
-                } else if ctx.closing.get() {
+                } else if svc.closing() {
                     return Poll::Ready(HeadRead::Close);
                 }
             }
@@ -594,15 +645,15 @@ impl ReadHead<'_> {
                 Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(HeadRead::Close),
                 Poll::Ready(Ok(_)) => continue,
                 Poll::Pending => {
-                    let deadlines = &ctx.deadlines;
+                    let deadlines = svc.deadlines();
                     // The timeout counts from the end of the last request (or the connection's
                     // start), as nginx's keepalive_timeout and client_header_timeout do.
-                    let (info, linger) = (self.info, self.linger);
+                    let linger = self.linger;
                     let (s, lingering) = *self.slot.get_or_insert_with(|| {
                         let idle = deadlines
                             .coarse_now()
-                            .saturating_duration_since(info.last_active.get());
-                        let left = ctx.gateway.settings.keepalive_timeout.saturating_sub(idle);
+                            .saturating_duration_since(svc.last_active());
+                        let left = svc.limits().keepalive_timeout.saturating_sub(idle);
                         match linger {
                             Some(l) if l < left => (deadlines.arm_idle(l), true),
                             _ => (deadlines.arm_idle(left), false),
@@ -612,7 +663,7 @@ impl ReadHead<'_> {
                         // The linger's end hands the connection back to `serve`, which waits
                         // out the rest of the timeout (for a partial head too); a worker
                         // shutting down (which expires idle deadlines early) closes.
-                        return Poll::Ready(if lingering && !ctx.closing.get() {
+                        return Poll::Ready(if lingering && !svc.closing() {
                             HeadRead::Quiet
                         } else {
                             HeadRead::Close
@@ -626,15 +677,15 @@ impl ReadHead<'_> {
 
     fn disarm(&mut self) {
         if let Some((s, _)) = self.slot.take() {
-            self.ctx.deadlines.disarm(s);
+            self.svc.deadlines().disarm(s);
         }
     }
 }
 
-impl std::future::Future for ReadHead<'_> {
-    type Output = HeadRead;
+impl<S: Service> std::future::Future for ReadHead<'_, S> {
+    type Output = HeadRead<S::RequestBody>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<HeadRead> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let got = this.poll_head(cx);
         if got.is_ready() {
@@ -644,7 +695,7 @@ impl std::future::Future for ReadHead<'_> {
     }
 }
 
-impl Drop for ReadHead<'_> {
+impl<S: Service> Drop for ReadHead<'_, S> {
     /// A wait given up (the connection's task dropped) frees its deadline's slot too.
     fn drop(&mut self) {
         self.disarm();
@@ -688,6 +739,28 @@ fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
     out.extend_from_slice(&digits[i..]);
 }
 
+/// Kong's headers for one response; written into the HTTP/1.1 head after the map's.
+pub type KongHeaders = smallvec::SmallVec<[(HeaderName, HeaderValue); 5]>;
+
+/// A response's headers that go straight into its HTTP/1.1 head, after the map's: no hash,
+/// no insert (see `runloop::handle`).
+#[derive(Default)]
+pub struct OutsideHeaders {
+    /// The plugins' (their header_filter phase), no two of the same name, none named like
+    /// the upstream's or the map's.
+    pub plugins: Vec<(HeaderName, HeaderValue)>,
+    /// Kong's own (Via, X-Kong-*).
+    pub kong: KongHeaders,
+}
+
+impl OutsideHeaders {
+    pub fn clear(&mut self) {
+        // Dropped, not kept: the list is the plugins' own allocation, made per request.
+        self.plugins = Vec::new();
+        self.kong.clear();
+    }
+}
+
 /// How a response body is delimited on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Framing {
@@ -702,9 +775,9 @@ enum Framing {
 /// the map's.
 struct Unmapped<'a> {
     /// The upstream's end-to-end headers as it sent them, written before the map's.
-    upstream: Option<&'a crate::http1::client::RawHead>,
+    upstream: Option<&'a RawHead>,
     /// The plugins' and Kong's own (see `runloop::handle`), written after the map's.
-    outside: &'a crate::runloop::OutsideHeaders,
+    outside: &'a OutsideHeaders,
 }
 
 /// Encodes a response head into `out`; returns the body's framing and whether the connection
@@ -796,11 +869,11 @@ fn encode_head(
 
 /// Writes a response: head and body, gathered into as few writes as the body allows. Returns
 /// whether the connection can carry another request.
-async fn write_response(
+async fn write_response<B: ResponseBody>(
     shared: &Shared,
-    resp: Response<ProxyBody>,
+    resp: Response<B>,
     // Headers for this response kept outside its map; emptied here.
-    extra: &RefCell<crate::runloop::OutsideHeaders>,
+    extra: &RefCell<OutsideHeaders>,
     head_request: bool,
     client_version: Version,
     keep_alive: bool,
@@ -917,10 +990,10 @@ async fn write_response(
 
 /// Reads and discards what the handler left of a request body, within bounds; false when the
 /// connection cannot be reused (too much left, too slow, or unreadable).
-async fn drain_body(ctx: &WorkerCtx, shared: &Shared) -> bool {
+async fn drain_body<S: Service>(svc: &S, shared: &Shared) -> bool {
     let mut seen = 0usize;
-    let drained = ctx
-        .deadlines
+    let drained = svc
+        .deadlines()
         .timeout(DRAIN_TIME, async {
             // A client that waits for 100 Continue never sends a body it was not asked for.
             if shared.expect_continue.get() {
@@ -941,25 +1014,6 @@ async fn drain_body(ctx: &WorkerCtx, shared: &Shared) -> bool {
         })
         .await;
     matches!(drained, Ok(true))
-}
-
-/// A refused request head gets Kong's error in JSON, and the connection closes.
-pub(crate) fn refusal(ctx: &WorkerCtx, why: Refused) -> Response<ProxyBody> {
-    let (status, msg) = match why {
-        Refused::BadRequest => (StatusCode::BAD_REQUEST, errors::BAD_REQUEST),
-        Refused::TooLarge => (
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            errors::HEADER_TOO_LARGE,
-        ),
-    };
-    let rid = ctx.request_id();
-    let mut r = errors::error_response(status, msg, rid.to_str().unwrap_or(""), None);
-    let s = &ctx.gateway.settings;
-    if s.headers.server {
-        r.headers_mut()
-            .insert(header::SERVER, s.server_value.clone());
-    }
-    r
 }
 
 /// How long a connection that has served a request keeps its request-path state (boxed, see
@@ -989,10 +1043,10 @@ enum Step<A, R> {
 /// plugins, the upstream exchange) is several KiB. So a connection waits for a request here,
 /// in a small state, and serves requests in a boxed future (`serve_active`) that it keeps
 /// while the client keeps sending; the box is built once per run of requests, not per request.
-pub async fn serve(ctx: &Rc<WorkerCtx>, io: Box<dyn Io>, info: Rc<ConnInfo>) {
-    let settings = &ctx.gateway.settings;
+pub async fn serve<S: Service>(svc: &S, io: Box<dyn Io>) {
+    let limits = svc.limits();
     // A head larger than this gets 431 (hyper's buffer floor was 8 KiB; kept).
-    let max_head = settings.max_header_size.max(8192);
+    let max_head = limits.max_header_size.max(8192);
     let shared = Rc::new(Shared {
         io: RefCell::new(io),
         // Allocated when the first bytes come (see `poll_fill`).
@@ -1000,20 +1054,18 @@ pub async fn serve(ctx: &Rc<WorkerCtx>, io: Box<dyn Io>, info: Rc<ConnInfo>) {
         body: Cell::new(BodyState::Done),
         expect_continue: Cell::new(false),
         continue_sent: Cell::new(0),
-        body_timeout: settings.client_body_timeout,
+        body_timeout: limits.client_body_timeout,
         body_slot: Cell::new(None),
-        deadlines: ctx.deadlines.clone(),
+        deadlines: svc.deadlines().clone(),
     });
     loop {
         // The head goes into its box within the match arm: bound to a local of this function
         // instead, it would keep its ~300 bytes of room in this (idle) state after it moved.
-        let step = match read_head(ctx, &shared, &info, max_head, None).await {
-            HeadRead::Head(h) => {
-                Step::Serve(Box::pin(serve_active(ctx, &shared, &info, max_head, h)))
-            }
+        let step = match read_head(svc, &shared, max_head, None).await {
+            HeadRead::Head(h) => Step::Serve(Box::pin(serve_active(svc, &shared, max_head, h))),
             HeadRead::Close | HeadRead::Quiet => break,
             // Boxed: a refusal is rare, and its write would otherwise size the idle state.
-            HeadRead::Refused(why) => Step::Refuse(Box::pin(refuse(ctx, &shared, why))),
+            HeadRead::Refused(why) => Step::Refuse(Box::pin(refuse(svc, &shared, why))),
         };
         match step {
             Step::Serve(active) => match active.await {
@@ -1032,12 +1084,12 @@ pub async fn serve(ctx: &Rc<WorkerCtx>, io: Box<dyn Io>, info: Rc<ConnInfo>) {
 }
 
 /// Answers a refused request head with Kong's error; the connection then closes.
-async fn refuse(ctx: &WorkerCtx, shared: &Shared, why: Refused) {
-    let r = refusal(ctx, why);
+async fn refuse<S: Service>(svc: &S, shared: &Shared, why: Refused) {
+    let r = svc.refusal(why);
     let _ = write_response(
         shared,
         r,
-        // Not the worker's slot: a refusal never went through `runloop::handle`.
+        // Not the worker's slot: a refusal never went through `Service::call`.
         &RefCell::default(),
         false,
         Version::HTTP_11,
@@ -1048,12 +1100,11 @@ async fn refuse(ctx: &WorkerCtx, shared: &Shared, why: Refused) {
 
 /// Serves `head`'s request and those that follow it until the connection closes, upgrades, or
 /// has no request for `ACTIVE_LINGER`.
-async fn serve_active(
-    ctx: &Rc<WorkerCtx>,
+async fn serve_active<S: Service>(
+    svc: &S,
     shared: &Rc<Shared>,
-    info: &Rc<ConnInfo>,
     max_head: usize,
-    head: Head,
+    head: Head<S::RequestBody>,
 ) -> Next {
     let mut head = head;
     loop {
@@ -1066,7 +1117,6 @@ async fn serve_active(
             upgrade,
         } = head;
         shared.body.set(body);
-        info.headers_seen.set(seen);
         shared
             .expect_continue
             .set(expect_continue && body != BodyState::Done);
@@ -1079,18 +1129,15 @@ async fn serve_active(
         } else {
             (None, None)
         };
-        let resp = match runloop::handle(ctx.clone(), info.clone(), request, upgrade_rx).await {
-            Ok(r) => r,
-            Err(never) => match never {},
-        };
+        let resp = svc.call(request, seen, upgrade_rx).await;
         let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
         let reusable = match write_response(
             shared,
             resp,
-            &ctx.response_extra,
+            svc.outside_headers(),
             head_request,
             version,
-            keep_alive && !ctx.closing.get(),
+            keep_alive && !svc.closing(),
         )
         .await
         {
@@ -1106,18 +1153,18 @@ async fn serve_active(
             }
             return Next::Upgraded;
         }
-        if !reusable || ctx.closing.get() {
+        if !reusable || svc.closing() {
             return Next::Close;
         }
-        if shared.body.get() != BodyState::Done && !drain_body(ctx, shared).await {
+        if shared.body.get() != BodyState::Done && !drain_body(svc, shared).await {
             return Next::Close;
         }
-        head = match read_head(ctx, shared, info, max_head, Some(ACTIVE_LINGER)).await {
+        head = match read_head(svc, shared, max_head, Some(ACTIVE_LINGER)).await {
             HeadRead::Head(h) => h,
             HeadRead::Quiet => return Next::Quiet,
             HeadRead::Close => return Next::Close,
             HeadRead::Refused(why) => {
-                refuse(ctx, shared, why).await;
+                refuse(svc, shared, why).await;
                 return Next::Close;
             }
         };
@@ -1148,7 +1195,7 @@ mod tests {
         detached_shared()
     }
 
-    fn parse(text: &[u8]) -> Result<Option<Head>, Refused> {
+    fn parse(text: &[u8]) -> Result<Option<Head<Http1Body>>, Refused> {
         let mut buf = BytesMut::from(text);
         parse_head(&mut buf, &shared())
     }
@@ -1238,7 +1285,7 @@ mod tests {
     }
 
     fn head_of(
-        resp: Response<ProxyBody>,
+        resp: Response<()>,
         hint: SizeHint,
         head_request: bool,
         v: Version,
@@ -1266,7 +1313,7 @@ mod tests {
 
     #[test]
     fn response_framing() {
-        let ok = || Response::new(ProxyBody::empty());
+        let ok = || Response::new(());
         let (h, f, close) = head_of(ok(), exact(2), false, Version::HTTP_11);
         assert!(h.starts_with("HTTP/1.1 200 OK\r\n"), "{h}");
         assert!(

@@ -2,10 +2,12 @@
 //! by default, HTML, XML or plain text when the client's Accept header asks for them (Kong
 //! `kong/tools/http.lua`, `kong/error_handlers.lua`).
 
+use crate::http1::server::Refused;
+use crate::worker::ctx::WorkerCtx;
 use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 
-use crate::body::ProxyBody;
+use crate::runloop::body::ProxyBody;
 
 pub const NO_ROUTE: &str = "no Route matched with those values";
 pub const BAD_GATEWAY: &str = "An invalid response was received from the upstream server";
@@ -104,6 +106,25 @@ pub fn error_response(
     *r.status_mut() = status;
     r.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
+    r
+}
+
+/// A refused request head gets Kong's error in JSON, and the connection closes.
+pub fn refusal(ctx: &WorkerCtx, why: Refused) -> Response<ProxyBody> {
+    let (status, msg) = match why {
+        Refused::BadRequest => (StatusCode::BAD_REQUEST, BAD_REQUEST),
+        Refused::TooLarge => (
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            HEADER_TOO_LARGE,
+        ),
+    };
+    let rid = ctx.request_id();
+    let mut r = error_response(status, msg, rid.to_str().unwrap_or(""), None);
+    let s = &ctx.gateway.settings;
+    if s.headers.server {
+        r.headers_mut()
+            .insert(header::SERVER, s.server_value.clone());
+    }
     r
 }
 

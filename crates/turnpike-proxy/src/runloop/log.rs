@@ -12,11 +12,6 @@ use turnpike_plugins::Identity;
 
 use crate::snapshot::Snapshot;
 
-/// Per-route log flags, compiled with the snapshot.
-pub const LOGS: u8 = 1;
-/// A log plugin of the route reads headers.
-pub const LOG_HEADERS: u8 = 2;
-
 /// A request being followed for the log phase.
 pub struct LogState {
     pub snap: Rc<Arc<Snapshot>>,

@@ -15,21 +15,25 @@ use turnpike_plugins::log::Source;
 use turnpike_plugins::{Access, AccessRequest};
 use turnpike_router::{normalize_path, upstream_uri, RequestView};
 
-use crate::body::{BodyKind, ProxyBody, RequestBody, RequestGuard};
+use crate::body::RequestBody;
+use body::{BodyKind, ProxyBody, RequestGuard};
+pub mod body;
+pub mod body_filter;
 pub mod errors;
 pub mod log;
 
-use crate::http1::client::{BodySource, ClientBody, SendError, UpstreamBody};
-use crate::http1::header_names::seen;
-use crate::http1::server::PendingUpgrade;
+use crate::http1::client::{BodySource, ClientBody, Conn, SendError, UpstreamBody};
+use crate::http1::server::{KongHeaders, Limits, OutsideHeaders, PendingUpgrade, Refused, Service};
 use crate::runloop::log::LogState;
 use crate::snapshot::{Destination, Peer, ServiceInfo};
+use crate::upstream::connect::{self, ConnectError};
 use crate::upstream::health::Outcome;
-use crate::upstream::pool::{ConnectError, PeerKey};
-use crate::worker::listen::{ConnInfo, WorkerCtx};
+use crate::upstream::pool::PeerKey;
+use crate::worker::ctx::{ConnInfo, WorkerCtx};
 use errors::error_response;
 
 use crate::http1::header_names::names;
+use crate::http1::header_names::seen;
 
 /// The most a request body read whole for a plugin may hold (Kong buffers to disk beyond its
 /// client_body_buffer_size; we refuse instead of holding unbounded bodies in memory).
@@ -132,12 +136,71 @@ fn ms(d: Duration) -> HeaderValue {
     HeaderValue::from(n)
 }
 
+/// A client connection's requests, as the HTTP/1.1 server hands them over.
+pub struct Connection {
+    pub ctx: Rc<WorkerCtx>,
+    pub info: Rc<ConnInfo>,
+}
+
+impl Service for Connection {
+    type RequestBody = RequestBody;
+    type ResponseBody = ProxyBody;
+
+    async fn call(
+        &self,
+        request: Request<RequestBody>,
+        seen: u32,
+        upgrade: Option<PendingUpgrade>,
+    ) -> Response<ProxyBody> {
+        match handle(self.ctx.clone(), self.info.clone(), request, seen, upgrade).await {
+            Ok(r) => r,
+            Err(never) => match never {},
+        }
+    }
+
+    fn refusal(&self, why: Refused) -> Response<ProxyBody> {
+        errors::refusal(&self.ctx, why)
+    }
+
+    #[inline]
+    fn outside_headers(&self) -> &std::cell::RefCell<OutsideHeaders> {
+        &self.ctx.response_extra
+    }
+
+    #[inline]
+    fn closing(&self) -> bool {
+        self.ctx.closing.get()
+    }
+
+    #[inline]
+    fn last_active(&self) -> Instant {
+        self.info.last_active.get()
+    }
+
+    #[inline]
+    fn deadlines(&self) -> &Rc<crate::worker::deadline::Deadlines> {
+        &self.ctx.deadlines
+    }
+
+    fn limits(&self) -> Limits {
+        let s = &self.ctx.gateway.settings;
+        Limits {
+            keepalive_timeout: s.keepalive_timeout,
+            client_body_timeout: s.client_body_timeout,
+            max_header_size: s.max_header_size,
+        }
+    }
+}
+
 /// Entry point for every request a worker receives.
-/// `upgrade`: where an HTTP/1.1 upgrade request's connection comes once a 101 is written.
+/// `seen`: which groups of header names the request carries (`header_names::seen::ALL` when
+/// no parser said); `upgrade`: where an HTTP/1.1 upgrade request's connection comes once a
+/// 101 is written.
 pub async fn handle(
     ctx: Rc<WorkerCtx>,
     conn: Rc<ConnInfo>,
     req: Request<RequestBody>,
+    seen: u32,
     upgrade: Option<PendingUpgrade>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let start = Instant::now();
@@ -156,8 +219,15 @@ pub async fn handle(
         ))
     });
     let mut tail = Tail::default();
-    let mut resp =
-        route_and_proxy(&ctx, &conn, (req, upgrade), &request_id, start, &mut tail).await;
+    let mut resp = route_and_proxy(
+        &ctx,
+        &conn,
+        (req, seen, upgrade),
+        &request_id,
+        start,
+        &mut tail,
+    )
+    .await;
     let Tail {
         plugin_headers,
         log,
@@ -381,33 +451,11 @@ fn response_filters(
         .collect()
 }
 
-/// Kong's headers for one response; written into the HTTP/1.1 head by `h1_server`.
-pub type KongHeaders = smallvec::SmallVec<[(HeaderName, HeaderValue); 5]>;
-
-/// A response's headers that go straight into its HTTP/1.1 head, after the map's: no hash,
-/// no insert (see `handle`).
-#[derive(Default)]
-pub struct OutsideHeaders {
-    /// The plugins' (their header_filter phase), no two of the same name, none named like
-    /// the upstream's or the map's.
-    pub plugins: Vec<(HeaderName, HeaderValue)>,
-    /// Kong's own (Via, X-Kong-*).
-    pub kong: KongHeaders,
-}
-
-impl OutsideHeaders {
-    pub fn clear(&mut self) {
-        // Dropped, not kept: the list is the plugins' own allocation, made per request.
-        self.plugins = Vec::new();
-        self.kong.clear();
-    }
-}
-
 async fn route_and_proxy(
     ctx: &Rc<WorkerCtx>,
     conn: &ConnInfo,
     // The request, and where its connection comes if it upgrades.
-    (req, client_upgrade): (Request<RequestBody>, Option<PendingUpgrade>),
+    (req, seen, client_upgrade): (Request<RequestBody>, u32, Option<PendingUpgrade>),
     rid: &HeaderValue,
     start: Instant,
     tail: &mut Tail,
@@ -426,7 +474,8 @@ async fn route_and_proxy(
     let client_version = req.version();
     let (mut parts, body) = req.into_parts();
     // Only for an error response; not looked up when the parser saw no Accept header.
-    let accept = if conn.headers_seen.get() & seen::ACCEPT != 0 {
+    let headers_seen = seen;
+    let accept = if headers_seen & seen::ACCEPT != 0 {
         parts.headers.get(header::ACCEPT).cloned()
     } else {
         None
@@ -497,7 +546,7 @@ async fn route_and_proxy(
         let start_line = parts.method.as_str().len()
             + orig_uri.path_and_query().map_or(1, |p| p.as_str().len())
             + 10;
-        let details = (snap.chains_log[route.route_index] & crate::runloop::log::LOG_HEADERS != 0)
+        let details = (snap.chains_log[route.route_index] & crate::snapshot::LOG_HEADERS != 0)
             .then(|| {
                 Box::new(turnpike_plugins::log::RequestDetails {
                     started_at: std::time::SystemTime::now() - start.elapsed(),
@@ -790,7 +839,7 @@ async fn route_and_proxy(
     // What the parser saw of the request's names still holds unless a plugin ran (one may have
     // set any header).
     let headers_seen = if chain.is_empty() && snap.global_rewrite.is_empty() {
-        conn.headers_seen.get()
+        headers_seen
     } else {
         seen::ALL
     };
@@ -1173,15 +1222,18 @@ async fn send_upgrade(
     ctx: &Rc<WorkerCtx>,
     service: &ServiceInfo,
     peer: &Peer,
-    tls: crate::upstream::pool::TlsParams<'_>,
+    tls: connect::TlsParams<'_>,
     parts: &mut http::request::Parts,
     body: &mut Option<ClientBody>,
     overrides: &Overrides,
 ) -> Result<UpgradeSent, Upgrade> {
     let addr = resolve(peer).await.map_err(Upgrade::Failed)?;
-    let mut sender = ctx
+    let stream = ctx
         .pool
-        .connect_hyper(peer.id, addr, tls, service.connect_timeout)
+        .open(peer.id, addr, tls, service.connect_timeout)
+        .await
+        .map_err(Upgrade::Connect)?;
+    let mut sender = connect::hyper_client(stream)
         .await
         .map_err(Upgrade::Connect)?;
     ctx.stats.upstream_requests.inc();
@@ -1350,15 +1402,16 @@ async fn send_upstream(
             // Only a new connection needs the address: resolve here, not per request.
             // Boxed: opening a connection (TCP, maybe TLS) is a large future and rare with
             // keep-alive; the request's own future stays small without it.
-            None => match Box::pin(ctx.pool.connect(
-                key,
+            None => match Box::pin(ctx.pool.open(
+                peer.id,
                 resolve(peer).await?,
                 tls(),
                 service.connect_timeout,
             ))
             .await
             {
-                Ok(c) => c,
+                // Boxed once per connection: the request path moves it around by pointer.
+                Ok(stream) => Box::new(Conn::new(stream, key)),
                 Err(e) => {
                     finish(Some(connect_outcome(&e)));
                     match connect_failed(e, &mut failures) {

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::snapshot::Peer;
 use crate::upstream::health::{Checks, Outcome, TargetHealth};
+use crate::upstream::peer::Peer;
 use std::sync::Arc;
 
 /// What a consistent-hashing key is taken from (Kong's `hash_on` / `hash_fallback`).
@@ -459,7 +459,7 @@ fn continuum(peers: &[(Peer, u32)], slots: u32) -> Vec<(u32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::peer;
+    use crate::upstream::peer::peer;
 
     fn peers(n: usize) -> Vec<(Peer, u32)> {
         (0..n)

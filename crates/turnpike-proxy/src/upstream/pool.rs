@@ -8,15 +8,23 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::body::RequestBody;
-use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
 use rustc_hash::FxHashMap;
-use tokio::net::TcpStream;
 
-use crate::http1::client::{Conn, Stream};
+use crate::upstream::connect::{self, ConnectError, Stream, TlsParams};
 use crate::worker::deadline::Deadlines;
 use crate::worker::stats::{PeerTallies, WorkerStats};
+
+/// A connection a pool can keep: where it goes, how many requests it carried, whether it is
+/// still usable while idle.
+pub trait Pooled {
+    fn key(&self) -> PeerKey;
+    /// Requests carried, including the current one.
+    fn used(&self) -> u64;
+    /// Taken from the pool for one more request.
+    fn reused(&mut self);
+    /// Nothing to read and not closed.
+    fn idle_alive(&mut self) -> bool;
+}
 
 /// Where a pooled connection goes: the peer (host:port, see `snapshot::Peer::id`) and, for
 /// TLS, the client configuration it was made with (a connection is only reused for the same).
@@ -38,13 +46,13 @@ pub struct PoolSettings {
     pub idle_timeout: Duration,
 }
 
-struct Idle {
-    conn: Box<Conn>,
+struct Idle<C> {
+    conn: Box<C>,
     since: Instant,
 }
 
-pub struct Pool {
-    idle: RefCell<FxHashMap<PeerKey, Vec<Idle>>>,
+pub struct Pool<C> {
+    idle: RefCell<FxHashMap<PeerKey, Vec<Idle<C>>>>,
     settings: PoolSettings,
     stats: Arc<WorkerStats>,
     /// Connections opened and requests sent per peer (the reuse ratio per target).
@@ -54,22 +62,12 @@ pub struct Pool {
     clock: Rc<Deadlines>,
 }
 
-#[derive(Debug)]
-pub enum ConnectError {
-    Timeout,
-    Refused(std::io::Error),
-    Tls(std::io::Error),
-    Handshake(hyper::Error),
-}
-
-/// TLS parameters of an upstream connection: the client configuration and the server name.
-pub type TlsParams<'a> = Option<(
-    &'a Arc<rustls::ClientConfig>,
-    rustls::pki_types::ServerName<'static>,
-)>;
-
-impl Pool {
-    pub fn new(settings: PoolSettings, stats: Arc<WorkerStats>, clock: Rc<Deadlines>) -> Rc<Pool> {
+impl<C: Pooled> Pool<C> {
+    pub fn new(
+        settings: PoolSettings,
+        stats: Arc<WorkerStats>,
+        clock: Rc<Deadlines>,
+    ) -> Rc<Pool<C>> {
         Rc::new(Pool {
             idle: RefCell::new(FxHashMap::default()),
             settings,
@@ -80,7 +78,7 @@ impl Pool {
     }
 
     /// The most recently used live idle connection to `key`, if any.
-    pub fn checkout(&self, key: &PeerKey) -> Option<Box<Conn>> {
+    pub fn checkout(&self, key: &PeerKey) -> Option<Box<C>> {
         let mut idle = self.idle.borrow_mut();
         let list = idle.get_mut(key)?;
         let now = self.clock.coarse_now();
@@ -90,19 +88,19 @@ impl Pool {
             {
                 continue;
             }
-            c.conn.used += 1;
+            c.conn.reused();
             return Some(c.conn);
         }
         None
     }
 
     /// Takes a connection back after its response was read to the end.
-    pub fn put(&self, conn: Box<Conn>) {
-        if self.settings.size == 0 || conn.used >= self.settings.max_requests {
+    pub fn put(&self, conn: Box<C>) {
+        if self.settings.size == 0 || conn.used() >= self.settings.max_requests {
             return;
         }
         let mut idle = self.idle.borrow_mut();
-        let list = idle.entry(conn.key).or_default();
+        let list = idle.entry(conn.key()).or_default();
         if list.len() >= self.settings.size {
             // Keep the warmest connections; close the one idle the longest.
             list.remove(0);
@@ -132,65 +130,19 @@ impl Pool {
         self.idle.borrow().values().map(|v| v.len()).sum()
     }
 
-    /// Opens a TCP connection, then TLS when `tls` is given.
-    async fn open(
-        &self,
-        addr: SocketAddr,
-        tls: TlsParams<'_>,
-        connect_timeout: Duration,
-    ) -> Result<Stream, ConnectError> {
-        let tcp = match tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await {
-            Err(_) => return Err(ConnectError::Timeout),
-            Ok(Err(e)) => return Err(ConnectError::Refused(e)),
-            Ok(Ok(s)) => s,
-        };
-        let _ = tcp.set_nodelay(true);
-        self.stats.upstream_connections_opened.inc();
-        match tls {
-            None => Ok(Stream::Plain(tcp)),
-            Some((cfg, name)) => {
-                let connector = tokio_rustls::TlsConnector::from(cfg.clone());
-                match tokio::time::timeout(connect_timeout, connector.connect(name, tcp)).await {
-                    Err(_) => Err(ConnectError::Timeout),
-                    Ok(Err(e)) => Err(ConnectError::Tls(e)),
-                    Ok(Ok(s)) => Ok(Stream::Tls(Box::new(s))),
-                }
-            }
-        }
-    }
-
-    /// A new connection for the request path's own HTTP/1.1 exchange.
-    pub async fn connect(
-        &self,
-        key: PeerKey,
-        addr: SocketAddr,
-        tls: TlsParams<'_>,
-        connect_timeout: Duration,
-    ) -> Result<Box<Conn>, ConnectError> {
-        let stream = self.open(addr, tls, connect_timeout).await?;
-        self.tallies.opened(key.peer);
-        // Boxed once per connection: the request path moves it around by pointer.
-        Ok(Box::new(Conn::new(stream, key)))
-    }
-
-    /// A new connection driven by hyper's client, for requests that upgrade (WebSocket); it
-    /// is never pooled.
-    pub async fn connect_hyper(
+    /// Opens a connection to `peer` at `addr` (TCP, then TLS when `tls` is given), counted
+    /// for the worker and the peer; what it carries is the caller's.
+    pub async fn open(
         &self,
         peer: u64,
         addr: SocketAddr,
         tls: TlsParams<'_>,
         connect_timeout: Duration,
-    ) -> Result<SendRequest<RequestBody>, ConnectError> {
-        let stream = self.open(addr, tls, connect_timeout).await?;
+    ) -> Result<Stream, ConnectError> {
+        let tcp = connect::tcp(addr, connect_timeout).await?;
+        self.stats.upstream_connections_opened.inc();
+        let stream = connect::secure(tcp, tls, connect_timeout).await?;
         self.tallies.opened(peer);
-        let (sender, conn) = hyper::client::conn::http1::Builder::new()
-            .handshake(TokioIo::new(stream))
-            .await
-            .map_err(ConnectError::Handshake)?;
-        tokio::task::spawn_local(async move {
-            let _ = conn.with_upgrades().await;
-        });
-        Ok(sender)
+        Ok(stream)
     }
 }

@@ -2,7 +2,6 @@
 //! runtime, its own `SO_REUSEPORT` listening sockets (the kernel spreads connections), its own
 //! upstream pool and counters. A connection never leaves the worker that accepted it.
 
-use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -20,11 +19,9 @@ use turnpike_config::conf::ListenAddr;
 use crate::body::RequestBody;
 use crate::http1::server;
 use crate::runloop;
-use crate::snapshot::Snapshot;
-use crate::state::Gateway;
+use crate::state::{Gateway, SniResolver};
 use crate::tls;
-use crate::upstream::pool::Pool;
-use crate::worker::stats::WorkerStats;
+use crate::worker::ctx::{ConnInfo, WorkerCtx};
 
 /// Runs hyper's HTTP/2 stream tasks on the worker's own thread.
 #[derive(Clone, Copy)]
@@ -33,153 +30,6 @@ pub struct LocalExec;
 impl<F: Future + 'static> hyper::rt::Executor<F> for LocalExec {
     fn execute(&self, fut: F) {
         tokio::task::spawn_local(fut);
-    }
-}
-
-/// Everything a worker's request path uses, owned by that worker.
-/// The snapshot is held as `Rc<Arc<_>>` on purpose: cloning the `Rc` per request is a plain
-/// increment, while cloning the `Arc` would bounce its counter's cache line between workers.
-#[allow(clippy::redundant_allocation)]
-pub struct WorkerCtx {
-    pub gateway: Arc<Gateway>,
-    pub pool: Rc<Pool>,
-    pub stats: Arc<WorkerStats>,
-    /// Coarse timeouts for the request path (upstream read timeouts).
-    pub deadlines: Rc<crate::worker::deadline::Deadlines>,
-    /// The worker's access-log buffer, when `proxy_access_log` is on.
-    pub access_log: Option<crate::worker::access_log::Writer>,
-    /// The worker is shutting down: HTTP/1 connections close after their current request.
-    pub closing: Cell<bool>,
-    /// Headers of an HTTP/1.1 response kept outside its map (see `runloop::handle`): set as
-    /// `handle` returns and taken as the response head is encoded, with no await between
-    /// (`server::serve_active`), so one slot per worker serves all its connections; held
-    /// per connection, its ~400 bytes would stay with every idle one.
-    pub response_extra: RefCell<crate::runloop::OutsideHeaders>,
-    snapshot: RefCell<(u64, Rc<Arc<Snapshot>>)>,
-    ids: RequestIds,
-}
-
-impl WorkerCtx {
-    /// The current snapshot. The shared pointer is only touched when the generation changed;
-    /// otherwise this is a relaxed load and a non-atomic reference-count bump.
-    #[inline]
-    pub fn snapshot(&self) -> Rc<Arc<Snapshot>> {
-        let gen = self.gateway.generation.load(Ordering::Acquire);
-        let mut cached = self.snapshot.borrow_mut();
-        if cached.0 != gen {
-            *cached = (gen, Rc::new(self.gateway.snapshot.load_full()));
-        }
-        cached.1.clone()
-    }
-
-    /// 32 hex characters of per-worker pseudo-randomness (wyrand), like Kong's request ids.
-    pub fn request_id(&self) -> http::HeaderValue {
-        self.ids.next()
-    }
-}
-
-/// A worker's request ids, made IDS_PER_BLOCK at a time into one buffer and handed out as
-/// slices of it: a reference-count bump per request instead of an allocation (measured: ~220
-/// instructions per request fewer).
-struct RequestIds {
-    rng: Cell<u64>,
-    block: RefCell<bytes::Bytes>,
-}
-
-impl RequestIds {
-    fn new(seed: u64) -> RequestIds {
-        RequestIds {
-            rng: Cell::new(seed),
-            block: RefCell::new(bytes::Bytes::new()),
-        }
-    }
-
-    fn next(&self) -> http::HeaderValue {
-        let mut block = self.block.borrow_mut();
-        if block.is_empty() {
-            *block = self.fill();
-        }
-        let id = block.split_to(ID_LEN);
-        // SAFETY: lower-case hex digits only, all valid in a header value.
-        unsafe { http::HeaderValue::from_maybe_shared_unchecked(id) }
-    }
-
-    fn fill(&self) -> bytes::Bytes {
-        // Each byte's two hex digits, looked up at once.
-        const PAIRS: [[u8; 2]; 256] = {
-            const HEX: &[u8; 16] = b"0123456789abcdef";
-            let mut t = [[0u8; 2]; 256];
-            let mut i = 0;
-            while i < 256 {
-                t[i] = [HEX[i >> 4], HEX[i & 0xf]];
-                i += 1;
-            }
-            t
-        };
-        let mut block = vec![0u8; ID_LEN * IDS_PER_BLOCK];
-        // One 64-bit draw (wyrand) per 16 digits, two per id.
-        for digits in block.chunks_exact_mut(16) {
-            let s = self.rng.get().wrapping_add(0xa076_1d64_78bd_642f);
-            self.rng.set(s);
-            let t = (s as u128).wrapping_mul((s ^ 0xe703_7ed1_a0b4_28db) as u128);
-            let v = ((t >> 64) as u64) ^ (t as u64);
-            for (pair, byte) in digits.chunks_exact_mut(2).zip(v.to_le_bytes()) {
-                pair.copy_from_slice(&PAIRS[byte as usize]);
-            }
-        }
-        bytes::Bytes::from(block)
-    }
-}
-
-const ID_LEN: usize = 32;
-const IDS_PER_BLOCK: usize = 128;
-
-/// Per-connection facts the request path needs.
-pub struct ConnInfo {
-    pub peer: SocketAddr,
-    pub local_port: u16,
-    pub tls: bool,
-    pub sni: Option<String>,
-    pub http1: bool,
-    pub trusted: bool,
-    pub requests: Cell<u64>,
-    /// Requests being handled on this connection right now.
-    pub in_flight: Cell<u32>,
-    /// When a request last ended or a response byte was last written (coarse clock): the
-    /// keepalive/header timeout counts from there.
-    pub last_active: Cell<std::time::Instant>,
-    /// Which groups of header names the current request carries (`header_names::seen`), as
-    /// the HTTP/1.1 parser saw them; `seen::ALL` (look everything up) for HTTP/2.
-    pub headers_seen: Cell<u32>,
-    /// The client's IP and the local port as header values, built once per connection.
-    pub ip_value: http::HeaderValue,
-    pub port_value: http::HeaderValue,
-}
-
-impl ConnInfo {
-    fn new(
-        peer: SocketAddr,
-        local_port: u16,
-        tls: bool,
-        sni: Option<String>,
-        http1: bool,
-        trusted: bool,
-    ) -> ConnInfo {
-        ConnInfo {
-            peer,
-            local_port,
-            tls,
-            sni,
-            http1,
-            trusted,
-            requests: Cell::new(0),
-            in_flight: Cell::new(0),
-            last_active: Cell::new(std::time::Instant::now()),
-            headers_seen: Cell::new(crate::http1::header_names::seen::ALL),
-            ip_value: http::HeaderValue::from_str(&peer.ip().to_string())
-                .expect("an IP is a valid header value"),
-            port_value: http::HeaderValue::from(local_port),
-        }
     }
 }
 
@@ -285,8 +135,18 @@ pub fn start_workers(
             per_worker[i].push((l.spec.clone(), s));
         }
     }
-    let tls_h1 = tls::server_config(gateway.clone(), false);
-    let tls_h2 = tls::server_config(gateway.clone(), true);
+    let tls_h1 = tls::server_config(
+        Arc::new(SniResolver {
+            gateway: gateway.clone(),
+        }),
+        false,
+    );
+    let tls_h2 = tls::server_config(
+        Arc::new(SniResolver {
+            gateway: gateway.clone(),
+        }),
+        true,
+    );
     per_worker
         .into_iter()
         .enumerate()
@@ -369,17 +229,7 @@ async fn worker_main(
         ^ std::process::id() as u64;
     let access_log = gateway.settings.access_log.clone();
     let deadlines = crate::worker::deadline::Deadlines::new();
-    let ctx = Rc::new(WorkerCtx {
-        pool: Pool::new(gateway.settings.pool, stats.clone(), deadlines.clone()),
-        snapshot: RefCell::new((u64::MAX, Rc::new(gateway.snapshot.load_full()))),
-        gateway,
-        stats,
-        ids: RequestIds::new(seed),
-        closing: Cell::new(false),
-        response_extra: RefCell::default(),
-        deadlines,
-        access_log: access_log.map(crate::worker::access_log::Writer::new),
-    });
+    let ctx = Rc::new(WorkerCtx::new(gateway, stats, seed, deadlines, access_log));
     let ticker = tokio::task::spawn_local(ctx.deadlines.clone().run());
     // Idle upstream connections past their timeout are closed even when no request comes.
     let sweeper = {
@@ -522,7 +372,14 @@ fn serve_connection(
                 if h2c {
                     Box::pin(serve_h2(ctx, TokioIo::new(stream), info, shutdown)).await
                 } else {
-                    server::serve(ctx, Box::new(stream), info).await
+                    server::serve(
+                        &runloop::Connection {
+                            ctx: ctx.clone(),
+                            info,
+                        },
+                        Box::new(stream),
+                    )
+                    .await
                 }
             }
             Some(acceptor) => {
@@ -546,7 +403,14 @@ fn serve_connection(
                 if h2 {
                     Box::pin(serve_h2(ctx, TokioIo::new(*tls), info, shutdown)).await
                 } else {
-                    server::serve(ctx, tls, info).await
+                    server::serve(
+                        &runloop::Connection {
+                            ctx: ctx.clone(),
+                            info,
+                        },
+                        tls,
+                    )
+                    .await
                 }
             }
         }
@@ -625,13 +489,13 @@ async fn serve_h2<I>(
                 )
                 .is_err()
                 {
-                    return Ok(crate::http1::server::refusal(
+                    return Ok(runloop::errors::refusal(
                         &ctx,
                         crate::http1::server::Refused::BadRequest,
                     ));
                 }
                 let req = http::Request::from_parts(parts, RequestBody::Http2(body));
-                runloop::handle(ctx, info, req, None).await
+                runloop::handle(ctx, info, req, crate::http1::header_names::seen::ALL, None).await
             }
         })
     };
@@ -651,24 +515,6 @@ async fn serve_h2<I>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn request_ids_are_32_hex_digits_and_distinct_across_blocks() {
-        let ids = RequestIds::new(42);
-        let all: Vec<String> = (0..IDS_PER_BLOCK * 3 + 5)
-            .map(|_| ids.next().to_str().unwrap().to_string())
-            .collect();
-        for id in &all {
-            assert_eq!(id.len(), 32, "{id}");
-            assert!(id
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
-        }
-        let distinct: std::collections::HashSet<_> = all.iter().collect();
-        assert_eq!(distinct.len(), all.len());
-        // Another worker's seed gives other ids.
-        assert_ne!(RequestIds::new(43).next(), RequestIds::new(42).next());
-    }
 
     #[test]
     fn memory_is_released_once_per_quiet_spell() {

@@ -2,6 +2,7 @@
 //! deadlines, its counters and its access-log buffer.
 
 pub mod access_log;
+pub mod ctx;
 pub mod deadline;
 pub mod listen;
 pub mod stats;
