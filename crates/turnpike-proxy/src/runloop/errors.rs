@@ -6,6 +6,9 @@ use crate::http1::server::Refused;
 use crate::worker::ctx::WorkerCtx;
 use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
+use std::time::{Duration, Instant};
+
+use crate::runloop::ctx::RequestCtx;
 
 use crate::runloop::body::ProxyBody;
 
@@ -106,6 +109,75 @@ pub fn error_response(
     *r.status_mut() = status;
     r.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
+    r
+}
+
+static X_KONG_RESPONSE_LATENCY: http::HeaderName =
+    crate::http1::header_names::names::X_KONG_RESPONSE_LATENCY;
+
+/// A latency header value in milliseconds. Values under 1000 ms come from a table of static
+/// strings built once: no allocation per request.
+pub fn ms(d: Duration) -> HeaderValue {
+    static SMALL: std::sync::OnceLock<Vec<HeaderValue>> = std::sync::OnceLock::new();
+    let n = d.as_millis() as u64;
+    if n < 1000 {
+        let table = SMALL.get_or_init(|| {
+            (0..1000u64)
+                .map(|i| HeaderValue::from_static(Box::leak(i.to_string().into_boxed_str())))
+                .collect()
+        });
+        return table[n as usize].clone();
+    }
+    HeaderValue::from(n)
+}
+
+impl RequestCtx {
+    /// Kong's error response, in the shape the client accepts, with Kong's headers for a
+    /// response the gateway produced.
+    pub fn error(&self, ctx: &WorkerCtx, status: StatusCode, msg: &str) -> Response<ProxyBody> {
+        own_response(
+            ctx,
+            error_response(
+                status,
+                msg,
+                self.request_id.to_str().unwrap_or(""),
+                self.accept.as_ref(),
+            ),
+            self.start,
+        )
+    }
+}
+
+/// A plugin's own response (Kong's `kong.response.exit`).
+pub fn exit_response(
+    ctx: &WorkerCtx,
+    e: turnpike_plugins::Exit,
+    start: Instant,
+) -> Response<ProxyBody> {
+    let mut r = Response::new(ProxyBody::full(e.body));
+    *r.status_mut() = e.status;
+    for (k, v) in e.headers {
+        r.headers_mut().insert(k, v);
+    }
+    own_response(ctx, r, start)
+}
+
+/// A response Turnpike produced itself (error, redirect): Kong adds Server and
+/// X-Kong-Response-Latency to these.
+pub fn own_response(
+    ctx: &WorkerCtx,
+    mut r: Response<ProxyBody>,
+    start: Instant,
+) -> Response<ProxyBody> {
+    let s = &ctx.gateway.settings;
+    if s.headers.server {
+        r.headers_mut()
+            .insert(header::SERVER, s.server_value.clone());
+    }
+    if s.headers.response_latency {
+        r.headers_mut()
+            .insert(X_KONG_RESPONSE_LATENCY.clone(), ms(start.elapsed()));
+    }
     r
 }
 

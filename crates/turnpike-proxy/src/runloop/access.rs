@@ -1,0 +1,242 @@
+//! Kong's access phase: the route's plugins in PRIORITY order (the consumer's own configs
+//! where it has them); one may answer instead of the upstream. A plugin that reads the body
+//! gets it whole first; after the plugins, the route's `request_buffering` reads the body
+//! before an upstream is chosen.
+
+use std::sync::Arc;
+
+use http::header::{self, HeaderMap, HeaderValue};
+use http::request::Parts;
+use http::{Response, StatusCode};
+use turnpike_plugins::log::Source;
+use turnpike_plugins::{Access, AccessRequest, Handler, Identity};
+use turnpike_router::RouteEntry;
+
+use crate::body::spool::{self, SpoolError};
+use crate::http1::client::BodySource;
+use crate::runloop::body::ProxyBody;
+use crate::runloop::ctx::RequestCtx;
+use crate::runloop::errors::{self, exit_response};
+use crate::runloop::forward::{client_ip, request_protocol};
+use crate::snapshot::{Slot, Snapshot};
+use crate::worker::ctx::{ConnInfo, WorkerCtx};
+
+/// The most a request body read whole for a plugin may hold (Kong buffers to disk beyond its
+/// client_body_buffer_size; we refuse instead of holding unbounded bodies in memory).
+const PLUGIN_BODY_MAX: usize = 8 << 20;
+
+/// Runs the route's access phase over the request's head and body.
+#[allow(clippy::too_many_arguments)]
+pub async fn run(
+    ctx: &WorkerCtx,
+    snap: &Snapshot,
+    conn: &ConnInfo,
+    route: &RouteEntry,
+    parts: &mut Parts,
+    (path, query): (&str, Option<&str>),
+    body: &mut BodySource,
+    upgrade: bool,
+    rc: &mut RequestCtx,
+) -> Result<(), Response<ProxyBody>> {
+    let chain = &snap.chains[route.route_index];
+    if chain.is_empty() {
+        return Ok(());
+    }
+    // A plugin that reads the body (key-auth's key_in_body) gets it whole, read here
+    // within a bound; the upstream then gets those bytes.
+    let mut buffered = None;
+    if snap.chains_want_body[route.route_index] && !upgrade {
+        if let BodySource::Stream(stream) =
+            std::mem::replace(body, BodySource::Buffered(bytes::Bytes::new()))
+        {
+            use http_body_util::BodyExt;
+            match http_body_util::Limited::new(stream, PLUGIN_BODY_MAX)
+                .collect()
+                .await
+            {
+                Ok(b) => buffered = Some(b.to_bytes()),
+                Err(e) => {
+                    let timed_out = e
+                        .downcast_ref::<std::io::Error>()
+                        .is_some_and(|e| e.kind() == std::io::ErrorKind::TimedOut);
+                    let (status, msg) = if e.is::<http_body_util::LengthLimitError>() {
+                        (StatusCode::PAYLOAD_TOO_LARGE, errors::BODY_TOO_LARGE)
+                    } else if timed_out {
+                        (StatusCode::REQUEST_TIMEOUT, errors::REQUEST_TIMEOUT)
+                    } else {
+                        (StatusCode::BAD_REQUEST, errors::BAD_BODY)
+                    };
+                    return Err(rc.error(ctx, status, msg));
+                }
+            }
+        }
+    }
+    let client_ip = client_ip(conn, &parts.headers);
+    let protocol = request_protocol(conn);
+    let chain_filters = snap.chains_filter[route.route_index];
+    let mut access = AccessRequest {
+        upstream_query: rc.upstream_query.take(),
+        body: buffered,
+        route_id: &snap.config.routes[route.route_index].id,
+        service_id: route
+            .service_index
+            .map(|i| snap.config.services[i].id.as_str()),
+        upstream_path: rc.upstream_path.take(),
+        upstream_host: rc.upstream_host.take(),
+        ..AccessRequest::new(
+            parts.method.as_str(),
+            path,
+            query,
+            &mut parts.headers,
+            &mut rc.plugin_headers,
+            conn.tls,
+            client_ip,
+            &mut rc.plugin_ctx,
+        )
+    };
+    for slot in chain.iter() {
+        let consumer = access.consumer.as_deref().map(|c| c.consumer_id.as_str());
+        let Some(plugin) = slot.handler_for(consumer, protocol) else {
+            continue;
+        };
+        let exit = match plugin.access(&mut access) {
+            Access::Continue => None,
+            Access::Exit(e) => Some(e),
+            // Only a plugin that has to wait pays for the future.
+            wait @ Access::Wait(_) => turnpike_plugins::run_access_from(wait, &mut access).await,
+        };
+        if let Some(e) = exit {
+            if chain_filters {
+                rc.filters = response_filters(chain, access.consumer.as_deref(), protocol);
+            }
+            if let Some(l) = rc.log.as_deref_mut() {
+                l.source = Source::Exit;
+                l.consumer = access.consumer.clone();
+                if let Some(d) = l.details.as_deref_mut() {
+                    d.request_headers = with_identity(access.headers, access.consumer.as_deref());
+                }
+            }
+            return Err(exit_response(ctx, e, rc.start));
+        }
+    }
+    rc.upstream_query = access.upstream_query;
+    rc.upstream_path = access.upstream_path;
+    rc.upstream_host = access.upstream_host;
+    rc.body_limit = access.body_limit;
+    let consumer = access.consumer;
+    let plugin_body = access.body;
+    if chain_filters {
+        rc.filters = response_filters(chain, consumer.as_deref(), protocol);
+    }
+    if matches!(body, BodySource::Buffered(_)) {
+        // What the plugins leave is what goes upstream, with its length.
+        let b = plugin_body.unwrap_or_default();
+        parts.headers.remove(header::TRANSFER_ENCODING);
+        parts
+            .headers
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(b.len()));
+        *body = BodySource::Buffered(b);
+    }
+    if let Some(l) = rc.log.as_deref_mut() {
+        l.consumer = consumer.clone();
+        // As the plugins left them (a hidden credential is not logged).
+        if let Some(d) = l.details.as_deref_mut() {
+            d.request_headers = with_identity(&parts.headers, consumer.as_deref());
+        }
+    }
+    rc.consumer = consumer;
+    Ok(())
+}
+
+/// Kong's request_buffering (the default): the whole body is read before an upstream is
+/// chosen and connected to, so a slow client holds no upstream connection and the upstream
+/// never gets a request its client abandoned. Returns the body's limit: client_max_body_size
+/// and a plugin's (request-size-limiting), whichever is lower, whether it is buffered or
+/// streamed.
+pub async fn buffer_body(
+    ctx: &WorkerCtx,
+    route: &RouteEntry,
+    parts: &mut Parts,
+    body: &mut BodySource,
+    upgrade: bool,
+    rc: &RequestCtx,
+) -> Result<Option<u64>, Response<ProxyBody>> {
+    let settings = &ctx.gateway.settings;
+    let max_body = settings.client_max_body_size;
+    let limit = match (rc.body_limit, max_body) {
+        (l, 0) => l,
+        (Some(l), m) => Some(l.min(m)),
+        (None, m) => Some(m),
+    };
+    let plugin_bound = rc.body_limit.is_some() && limit == rc.body_limit;
+    if !route.request_buffering || upgrade {
+        return Ok(limit);
+    }
+    let BodySource::Stream(stream) = body else {
+        return Ok(limit);
+    };
+    if http_body::Body::is_end_stream(stream) {
+        return Ok(limit);
+    }
+    let read = spool::read(
+        stream,
+        limit.unwrap_or(0),
+        settings.client_body_buffer_size,
+        &settings.client_body_temp,
+    )
+    .await;
+    match read {
+        Ok(spool) => {
+            parts.headers.remove(header::TRANSFER_ENCODING);
+            parts
+                .headers
+                .insert(header::CONTENT_LENGTH, HeaderValue::from(spool.len()));
+            *body = BodySource::Spooled(spool);
+            Ok(limit)
+        }
+        Err(e) => {
+            let (status, msg) = match e {
+                SpoolError::TooLarge if plugin_bound => {
+                    (StatusCode::PAYLOAD_TOO_LARGE, errors::BODY_TOO_LARGE)
+                }
+                SpoolError::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, errors::PAYLOAD_TOO_LARGE),
+                SpoolError::TimedOut => (StatusCode::REQUEST_TIMEOUT, errors::REQUEST_TIMEOUT),
+                SpoolError::Unreadable => (StatusCode::BAD_REQUEST, errors::BAD_BODY),
+                SpoolError::Storage => (StatusCode::INTERNAL_SERVER_ERROR, errors::UNEXPECTED),
+            };
+            Err(rc.error(ctx, status, msg))
+        }
+    }
+}
+
+/// The configs of a chain that filter responses, as they apply to this consumer and protocol.
+fn response_filters(
+    chain: &[Slot],
+    consumer: Option<&Identity>,
+    protocol: u8,
+) -> Vec<Arc<dyn Handler>> {
+    let consumer = consumer.map(|c| c.consumer_id.as_str());
+    chain
+        .iter()
+        .filter_map(|s| s.handler_for(consumer, protocol))
+        .filter(|h| h.filters_response())
+        .cloned()
+        .collect()
+}
+
+/// The request headers as the upstream gets them from the plugins, for log plugins (Kong logs
+/// what `set_header` left): the client's with the consumer's identity headers over them.
+fn with_identity(h: &HeaderMap, who: Option<&Identity>) -> HeaderMap {
+    let mut h = h.clone();
+    for (name, value) in who.map(|w| w.upstream_headers()).unwrap_or_default() {
+        match value {
+            Some(v) => {
+                h.insert(*name, v.clone());
+            }
+            None => {
+                h.remove(*name);
+            }
+        }
+    }
+    h
+}

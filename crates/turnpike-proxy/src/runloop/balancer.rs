@@ -1,0 +1,394 @@
+//! Kong's balancer phase and the exchange with the upstream: the peer (the service's host, or
+//! a target its upstream's balancer picks), a pooled or new connection, the request sent
+//! and the response head read, with Kong's retries (`retries`, next target) and the
+//! outcome reported to the balancer's health checks.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::header::HeaderMap;
+use http::header::HeaderValue;
+use http::{Request, Response};
+use hyper::body::Incoming;
+
+use crate::http1::client::{BodySource, ClientBody, Conn, Overrides, SendError, UpstreamBody};
+use crate::snapshot::{Destination, Peer, ServiceInfo};
+use crate::upstream::connect::{self, ConnectError};
+use crate::upstream::health::Outcome;
+use crate::upstream::pool::PeerKey;
+use crate::worker::ctx::WorkerCtx;
+
+pub fn apply_overrides(h: &mut HeaderMap, overrides: &Overrides) {
+    for (name, value) in overrides.iter() {
+        match value {
+            Some(v) => {
+                h.insert(name.clone(), v.clone());
+            }
+            None => {
+                h.remove(name);
+            }
+        }
+    }
+}
+
+/// What the upstream exchange needs to know of the request besides its head and body.
+pub struct Call<'a> {
+    pub preserved_host: Option<HeaderValue>,
+    pub upgrade: bool,
+    pub consumer_id: Option<&'a str>,
+    pub client_ip: Option<std::net::IpAddr>,
+    pub path: &'a str,
+    pub query: Option<&'a str>,
+    pub captures: Option<&'a [(Option<String>, String)]>,
+    /// A cookie the balancer wants set on the response (hash_on = cookie).
+    pub set_cookie: std::cell::Cell<Option<HeaderValue>>,
+}
+
+/// Methods that may be sent again after the upstream got them without answering (RFC 9110
+/// §9.2.2; POST and PATCH are not).
+fn idempotent(m: &http::Method) -> bool {
+    matches!(
+        *m,
+        http::Method::GET
+            | http::Method::HEAD
+            | http::Method::PUT
+            | http::Method::DELETE
+            | http::Method::OPTIONS
+            | http::Method::TRACE
+    )
+}
+
+/// A failed connection attempt, as health checks count it.
+fn connect_outcome(e: &ConnectError) -> Outcome {
+    match e {
+        ConnectError::Timeout => Outcome::Timeout,
+        _ => Outcome::TcpFailure,
+    }
+}
+
+pub enum UpstreamError {
+    /// The client's body passed a plugin's size limit.
+    BodyTooLarge,
+    /// The client's body stalled (408) or broke off (400) on its way upstream.
+    ClientBody {
+        timed_out: bool,
+    },
+    Timeout,
+    Failed,
+    NoPeer,
+    NameResolution,
+}
+
+/// The address a new connection to `peer` goes to (from the DNS cache for host names).
+async fn resolve(peer: &Peer) -> Result<SocketAddr, UpstreamError> {
+    if let Some(a) = peer.addr {
+        return Ok(a);
+    }
+    match &peer.dns {
+        Some(name) => name.address(peer.port).await.map_err(|e| {
+            tracing::debug!("dns: no address for {}: {e:?}", peer.host);
+            UpstreamError::NameResolution
+        }),
+        None => Err(UpstreamError::NameResolution),
+    }
+}
+
+/// What the upstream answered: a response read by our own HTTP/1.1 exchange (its body still
+/// on the connection), or hyper's response for an upgrade.
+pub enum Upstreamed {
+    H1(http::response::Parts, UpstreamBody),
+    Hyper(Response<Incoming>),
+}
+
+/// Why an upgrade request did not get a response from hyper.
+enum Upgrade {
+    /// The connection could not be opened (counted, maybe retried, by the caller).
+    Connect(ConnectError),
+    Failed(UpstreamError),
+}
+
+type UpgradeSent = Result<Result<Response<Incoming>, hyper::Error>, tokio::time::error::Elapsed>;
+
+/// An upgrade request (WebSocket) goes through hyper's client, which hands over the upgraded
+/// connection after a 101.
+async fn send_upgrade(
+    ctx: &Rc<WorkerCtx>,
+    service: &ServiceInfo,
+    peer: &Peer,
+    tls: connect::TlsParams<'_>,
+    parts: &mut http::request::Parts,
+    body: &mut Option<ClientBody>,
+    overrides: &Overrides,
+) -> Result<UpgradeSent, Upgrade> {
+    let addr = resolve(peer).await.map_err(Upgrade::Failed)?;
+    let stream = ctx
+        .pool
+        .open(peer.id, addr, tls, service.connect_timeout)
+        .await
+        .map_err(Upgrade::Connect)?;
+    let mut sender = connect::hyper_client(stream)
+        .await
+        .map_err(Upgrade::Connect)?;
+    ctx.stats.upstream_requests.inc();
+    ctx.pool.tallies.request(peer.id);
+    apply_overrides(&mut parts.headers, overrides);
+    // Upgrades never have their body read by a plugin (see `access::run`).
+    let Some(ClientBody {
+        source: BodySource::Stream(stream),
+        ..
+    }) = body.take()
+    else {
+        return Err(Upgrade::Failed(UpstreamError::Failed));
+    };
+    let placeholder = Request::new(()).into_parts().0;
+    let req = Request::from_parts(std::mem::replace(parts, placeholder), stream);
+    Ok(tokio::time::timeout(service.read_timeout, sender.send_request(req)).await)
+}
+
+/// Sends the request to the service's upstream, retrying up to `service.retries` times, on
+/// the next target when the service is balanced: on connection failures (nothing was sent),
+/// and on timeouts or closed connections before any response byte when the request is
+/// idempotent and its body (if any) is still at hand. A pooled connection found closed is
+/// replaced without counting a failure, and a request without a body is sent again when a
+/// reused connection closed before answering.
+pub async fn send(
+    ctx: &Rc<WorkerCtx>,
+    service: &ServiceInfo,
+    // By reference (as `overrides`): moved in, they would be held twice in this future.
+    parts: &mut http::request::Parts,
+    body: ClientBody,
+    overrides: &mut Overrides,
+    call: &Call<'_>,
+) -> Result<Upstreamed, UpstreamError> {
+    let upgrade = call.upgrade;
+    // Upgrades keep their body for hyper's client; our exchange takes `None` for no body.
+    let mut body = if !upgrade && body.is_empty() {
+        None
+    } else {
+        Some(body)
+    };
+    let mut failures = 0u32;
+    // Balanced targets tried so far (a retry goes to another one where there is one).
+    let mut tried: smallvec::SmallVec<[usize; 4]> = smallvec::SmallVec::new();
+    loop {
+        let (peer, balancer_host, picked) = match &service.destination {
+            Destination::Direct(p) => (p, None, None),
+            Destination::Balanced(b) => {
+                let req = crate::upstream::balancer::Request {
+                    consumer_id: call.consumer_id,
+                    client_ip: call
+                        .client_ip
+                        .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)),
+                    headers: &parts.headers,
+                    path: call.path,
+                    query: call.query,
+                    captures: call.captures,
+                };
+                match b.pick(&req, failures, &tried) {
+                    Some(p) => {
+                        if let Some(c) = p.set_cookie {
+                            call.set_cookie.set(Some(c));
+                        }
+                        tried.push(p.index);
+                        (p.peer, b.host_header.clone(), Some((b, p.index)))
+                    }
+                    None => return Err(UpstreamError::NoPeer),
+                }
+            }
+            Destination::Unsupported(proto) => {
+                tracing::error!("service protocol '{proto}' is not proxied over HTTP");
+                return Err(UpstreamError::Failed);
+            }
+            Destination::Broken(why) => {
+                tracing::error!("{why}");
+                return Err(UpstreamError::Failed);
+            }
+        };
+        // Counted as done (for least-connections and latency) when the response head arrives
+        // or the attempt fails.
+        let started = picked.is_some().then(Instant::now);
+        // `None`: not the target's doing (a pooled connection found closed, a body too large).
+        let finish = |outcome: Option<Outcome>| {
+            if let Some((b, i)) = picked {
+                let elapsed = started
+                    .filter(|_| matches!(outcome, Some(Outcome::Status(_))))
+                    .map(|t| t.elapsed());
+                match outcome {
+                    Some(o) => b.report(i, o, elapsed),
+                    None => b.done(i, None),
+                }
+            }
+        };
+        let host_value = call
+            .preserved_host
+            .clone()
+            .or(balancer_host)
+            .unwrap_or_else(|| peer.host_header.clone());
+        overrides[0].1 = Some(host_value);
+        let key = PeerKey {
+            peer: peer.id,
+            tls: service.tls.as_ref().map(|cfg| Arc::as_ptr(cfg) as usize),
+            dns: peer.dns.as_ref().map_or(0, |n| n.generation()),
+        };
+        // TLS parameters are only needed to open a connection: built there, not per request.
+        let tls = || {
+            service
+                .tls
+                .as_ref()
+                .map(|cfg| (cfg, peer.server_name.clone()))
+        };
+        let connect_failed = |e: ConnectError, failures: &mut u32| {
+            *failures += 1;
+            tracing::debug!("connect to {}:{} failed: {e:?}", peer.host, peer.port);
+            (*failures > service.retries).then_some(match e {
+                ConnectError::Timeout => UpstreamError::Timeout,
+                _ => UpstreamError::Failed,
+            })
+        };
+
+        if upgrade {
+            // Boxed: hyper's handshake and exchange are large futures, and only upgrades
+            // (WebSocket) take this path; every other request's future stays small.
+            let sent = Box::pin(send_upgrade(
+                ctx,
+                service,
+                peer,
+                tls(),
+                parts,
+                &mut body,
+                overrides,
+            ))
+            .await;
+            match sent {
+                Err(Upgrade::Connect(e)) => {
+                    finish(Some(connect_outcome(&e)));
+                    match connect_failed(e, &mut failures) {
+                        Some(err) => return Err(err),
+                        None => continue,
+                    }
+                }
+                Err(Upgrade::Failed(e)) => return Err(e),
+                Ok(sent) => {
+                    finish(Some(match &sent {
+                        Ok(Ok(resp)) => Outcome::Status(resp.status().as_u16()),
+                        Ok(Err(_)) => Outcome::TcpFailure,
+                        Err(_) => Outcome::Timeout,
+                    }));
+                    return match sent {
+                        Err(_) => Err(UpstreamError::Timeout),
+                        Ok(Ok(resp)) => Ok(Upstreamed::Hyper(resp)),
+                        Ok(Err(e)) => {
+                            tracing::debug!(
+                                "upstream {}:{} failed during upgrade: {e}",
+                                peer.host,
+                                peer.port
+                            );
+                            Err(UpstreamError::Failed)
+                        }
+                    };
+                }
+            }
+        }
+
+        let mut conn = match ctx.pool.checkout(&key) {
+            Some(c) => c,
+            // Only a new connection needs the address: resolve here, not per request.
+            // Boxed: opening a connection (TCP, maybe TLS) is a large future and rare with
+            // keep-alive; the request's own future stays small without it.
+            None => match Box::pin(ctx.pool.open(
+                peer.id,
+                resolve(peer).await?,
+                tls(),
+                service.connect_timeout,
+            ))
+            .await
+            {
+                // Boxed once per connection: the request path moves it around by pointer.
+                Ok(stream) => Box::new(Conn::new(stream, key)),
+                Err(e) => {
+                    finish(Some(connect_outcome(&e)));
+                    match connect_failed(e, &mut failures) {
+                        Some(err) => return Err(err),
+                        None => continue,
+                    }
+                }
+            },
+        };
+        ctx.stats.upstream_requests.inc();
+        ctx.pool.tallies.request(peer.id);
+        match conn
+            .send(
+                parts,
+                body.take(),
+                overrides,
+                crate::http1::client::Timeouts {
+                    write: service.write_timeout,
+                    read: service.read_timeout,
+                },
+                &ctx.deadlines,
+            )
+            .await
+        {
+            Ok((rparts, framing)) => {
+                finish(Some(Outcome::Status(rparts.status.as_u16())));
+                return Ok(Upstreamed::H1(
+                    rparts,
+                    UpstreamBody::new(
+                        conn,
+                        ctx.pool.clone(),
+                        framing,
+                        service.read_timeout,
+                        ctx.deadlines.clone(),
+                    ),
+                ));
+            }
+            Err(SendError::Retry(b)) => {
+                finish(None);
+                // Not a failure of the target (a pooled connection had closed): same target.
+                tried.pop();
+                body = b
+            }
+            // nginx's `proxy_next_upstream error timeout` as Kong runs it: no response byte
+            // came back, so the request may go to the next target, unless it is not
+            // idempotent (it may have taken effect) or its streamed body is gone.
+            Err(SendError::Unanswered { timed_out, resend }) => {
+                finish(Some(if timed_out {
+                    Outcome::Timeout
+                } else {
+                    Outcome::TcpFailure
+                }));
+                failures += 1;
+                tracing::debug!(
+                    "upstream {}:{} gave no response ({})",
+                    peer.host,
+                    peer.port,
+                    if timed_out { "timeout" } else { "closed" }
+                );
+                match resend {
+                    Some(b) if idempotent(&parts.method) && failures <= service.retries => body = b,
+                    _ if timed_out => return Err(UpstreamError::Timeout),
+                    _ => return Err(UpstreamError::Failed),
+                }
+            }
+            Err(SendError::Timeout) => {
+                finish(Some(Outcome::Timeout));
+                return Err(UpstreamError::Timeout);
+            }
+            Err(SendError::BodyTooLarge) => {
+                finish(None);
+                return Err(UpstreamError::BodyTooLarge);
+            }
+            Err(SendError::ClientBody { timed_out }) => {
+                finish(None);
+                return Err(UpstreamError::ClientBody { timed_out });
+            }
+            Err(SendError::Failed(e)) => {
+                finish(Some(Outcome::TcpFailure));
+                tracing::debug!("upstream {}:{} failed: {e}", peer.host, peer.port);
+                return Err(UpstreamError::Failed);
+            }
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! The request's own state, carried from one phase to the next (Pingora's `CTX`, Kong's
+//! `ngx.ctx`): typed fields, no string-keyed map.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::header::{HeaderName, HeaderValue};
+use http::{HeaderMap, Uri};
+use turnpike_plugins::{Handler, Identity, PluginCtx};
+
+use crate::http1::header_names::seen;
+use crate::http1::server::KongHeaders;
+use crate::runloop::log::LogState;
+use crate::worker::access_log::AccessRecord;
+
+/// One request's state across the phases.
+pub struct RequestCtx {
+    pub start: Instant,
+    pub request_id: HeaderValue,
+    /// Which groups of header names the request carries (`header_names::seen`), as the
+    /// HTTP/1.1 parser saw them; `seen::ALL` (look everything up) for HTTP/2.
+    pub seen: u32,
+    /// The client's Accept header, for the shape of an error response (looked up only when
+    /// the parser saw one).
+    pub accept: Option<HeaderValue>,
+    /// Response headers the route's plugins asked for (their header_filter phase).
+    pub plugin_headers: Vec<(HeaderName, HeaderValue)>,
+    /// What the request's plugins keep between phases (Kong's `kong.ctx`).
+    pub plugin_ctx: PluginCtx,
+    /// Set by the rewrite or access phase's plugins: the query, path and Host sent upstream.
+    pub upstream_query: Option<String>,
+    pub upstream_path: Option<String>,
+    pub upstream_host: Option<HeaderValue>,
+    /// Who the access phase authenticated.
+    pub consumer: Option<Arc<Identity>>,
+    /// The most body bytes the upstream may get (a plugin's, request-size-limiting).
+    pub body_limit: Option<u64>,
+    /// The configs of the route's plugins with a header_filter phase, for the consumer the
+    /// access phase named (empty unless the route has such a plugin).
+    pub filters: Vec<Arc<dyn Handler>>,
+    /// The response is the upstream's (not the gateway's or a plugin's own).
+    pub from_upstream: bool,
+    /// The upstream's response had headers named like Kong's own (they are replaced).
+    pub upstream_named_kong: bool,
+    /// Kong's own response headers (Via, X-Kong-*), in the order Kong sends them.
+    pub kong: KongHeaders,
+    /// Time from the request's start to the upstream call, and the upstream's (the head).
+    pub proxy_latency: Duration,
+    pub upstream_latency: Duration,
+    /// The log phase's state, when the route has log plugins.
+    pub log: Option<Box<LogState>>,
+    /// The access-log line's data, when the access log is on.
+    pub access_record: Option<Box<AccessRecord>>,
+}
+
+impl RequestCtx {
+    pub fn new(start: Instant, request_id: HeaderValue, seen_names: u32) -> RequestCtx {
+        RequestCtx {
+            start,
+            request_id,
+            seen: seen_names,
+            accept: None,
+            plugin_headers: Vec::new(),
+            plugin_ctx: PluginCtx::default(),
+            upstream_query: None,
+            upstream_path: None,
+            upstream_host: None,
+            consumer: None,
+            body_limit: None,
+            filters: Vec::new(),
+            from_upstream: false,
+            upstream_named_kong: false,
+            kong: KongHeaders::new(),
+            proxy_latency: Duration::ZERO,
+            upstream_latency: Duration::ZERO,
+            log: None,
+            access_record: None,
+        }
+    }
+
+    /// Keeps the request's Accept header for an error response's shape.
+    pub fn note_accept(&mut self, headers: &HeaderMap) {
+        if self.seen & seen::ACCEPT != 0 {
+            self.accept = headers.get(http::header::ACCEPT).cloned();
+        }
+    }
+}
+
+/// The request as the router and the phases after it see it.
+pub struct Target<'a> {
+    pub orig_uri: &'a Uri,
+    /// The normalised path.
+    pub path: &'a str,
+    /// The host, lower case, without its port.
+    pub host: &'a str,
+}

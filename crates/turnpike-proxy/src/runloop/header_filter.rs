@@ -1,0 +1,158 @@
+//! Kong's header_filter phase: Kong's own response headers (Via, X-Kong-*), the plugins'
+//! headers, then the plugins' `header_filter` in PRIORITY order, whose body filters wrap the
+//! body (the body_filter phase). Headers that nothing reads or replaces stay out of the
+//! header map and go straight into an HTTP/1.1 head (`http1::server::OutsideHeaders`).
+
+use http::header::{self, HeaderName, HeaderValue};
+use http::Response;
+
+use crate::http1::header_names::names;
+use crate::runloop::body::ProxyBody;
+use crate::runloop::ctx::RequestCtx;
+use crate::runloop::errors::ms;
+use crate::worker::ctx::{ConnInfo, WorkerCtx};
+
+pub static X_KONG_REQUEST_ID: HeaderName = names::X_KONG_REQUEST_ID;
+static X_KONG_PROXY_LATENCY: HeaderName = names::X_KONG_PROXY_LATENCY;
+static X_KONG_UPSTREAM_LATENCY: HeaderName = names::X_KONG_UPSTREAM_LATENCY;
+static X_KONG_UPSTREAM_STATUS: HeaderName = names::X_KONG_UPSTREAM_STATUS;
+
+/// Runs the header_filter phase over the response.
+pub fn run(
+    ctx: &WorkerCtx,
+    conn: &ConnInfo,
+    mut resp: Response<ProxyBody>,
+    rc: &mut RequestCtx,
+) -> Response<ProxyBody> {
+    let settings = &ctx.gateway.settings;
+    let s = &settings.headers;
+    // Kong's proxy headers, for a response from the upstream, in the order Kong sends them.
+    if rc.from_upstream {
+        if s.via {
+            rc.kong.push((header::VIA, settings.via_value.clone()));
+        }
+        if s.upstream_latency {
+            rc.kong
+                .push((X_KONG_UPSTREAM_LATENCY.clone(), ms(rc.upstream_latency)));
+        }
+        if s.proxy_latency {
+            rc.kong
+                .push((X_KONG_PROXY_LATENCY.clone(), ms(rc.proxy_latency)));
+        }
+        if s.upstream_status {
+            rc.kong.push((
+                X_KONG_UPSTREAM_STATUS.clone(),
+                HeaderValue::from(resp.status().as_u16()),
+            ));
+        }
+    }
+    if s.request_id {
+        rc.kong
+            .push((X_KONG_REQUEST_ID.clone(), rc.request_id.clone()));
+    }
+    let plugin_headers = std::mem::take(&mut rc.plugin_headers);
+    let kong = std::mem::take(&mut rc.kong);
+    // Kong's own headers go straight into an HTTP/1.1 response head (no header-map insert, no
+    // hash) unless something needs them in the map: HTTP/2, a log phase that reads the
+    // response headers, a header_filter phase (plugins see and may change Kong's headers, as
+    // Kong sets them before its plugins' header_filter), or an upstream or a plugin that set
+    // headers of those names.
+    let plugin_named_kong = plugin_headers
+        .iter()
+        .any(|(k, _)| k == header::VIA || k.as_str().starts_with("x-kong-"));
+    let head_direct = conn.http1
+        && rc.log.is_none()
+        && rc.filters.is_empty()
+        && !rc.upstream_named_kong
+        && !plugin_named_kong;
+    // The same holds for the upstream's headers, which are also kept out of the map (as it
+    // sent them) unless a plugin sets one of their names: a plugin's header replaces the
+    // upstream's, which takes the map.
+    let plugin_replaces_upstream = || {
+        resp.body().raw_head().is_some_and(|raw| {
+            raw.names().any(|n| {
+                plugin_headers
+                    .iter()
+                    .any(|(k, _)| n.eq_ignore_ascii_case(k.as_str().as_bytes()))
+            })
+        })
+    };
+    if !head_direct || (!plugin_headers.is_empty() && plugin_replaces_upstream()) {
+        let (mut parts, mut body) = resp.into_parts();
+        // Room for the plugins' headers too: a map that regrows costs ~900 instructions.
+        body.merge_raw_head(&mut parts.headers, plugin_headers.len());
+        resp = Response::from_parts(parts, body);
+    }
+    let h = resp.headers_mut();
+    // Set for every request, so that nothing of an earlier one's is left in the slot.
+    let mut outside = ctx.response_extra.borrow_mut();
+    if head_direct {
+        // The plugins' headers too, unless the map holds one of their names (a plugin's
+        // header replaces it) or a plugin set a name twice (the last one counts).
+        let distinct = || {
+            plugin_headers
+                .iter()
+                .enumerate()
+                .all(|(i, (k, _))| plugin_headers[i + 1..].iter().all(|(o, _)| o != k))
+        };
+        if h.is_empty() && distinct() {
+            outside.plugins = plugin_headers;
+        } else {
+            outside.plugins = Vec::new();
+            for (k, v) in plugin_headers {
+                h.insert(k, v);
+            }
+        }
+        outside.kong = kong;
+    } else {
+        outside.clear();
+        // In the map, in this order: Kong's proxy headers (Via appended, the others replacing
+        // an upstream's), the plugins' (replacing those), the request id last.
+        let mut rid = None;
+        for (k, v) in kong {
+            if k == X_KONG_REQUEST_ID {
+                rid = Some(v);
+            } else if k == header::VIA {
+                h.append(k, v);
+            } else {
+                h.insert(k, v);
+            }
+        }
+        for (k, v) in plugin_headers {
+            h.insert(k, v);
+        }
+        if let Some(v) = rid {
+            h.insert(X_KONG_REQUEST_ID.clone(), v);
+        }
+    }
+    drop(outside);
+    // The plugins' header_filter, in PRIORITY order; the body filters it asks for (the
+    // body_filter phase) wrap the body.
+    if !rc.filters.is_empty() {
+        let (mut parts, mut body) = resp.into_parts();
+        let mut head = turnpike_plugins::ResponseHead {
+            status: parts.status,
+            headers: &mut parts.headers,
+            from_upstream: rc.from_upstream,
+            ctx: &mut rc.plugin_ctx,
+        };
+        let body_filters: Vec<_> = rc
+            .filters
+            .iter()
+            .filter_map(|f| f.header_filter(&mut head))
+            .collect();
+        parts.status = head.status;
+        if !body_filters.is_empty() {
+            body.filter(body_filters);
+        }
+        resp = Response::from_parts(parts, body);
+    }
+    // Client keepalive_requests: close the connection after that many requests (HTTP/1).
+    let n = conn.requests.get() + 1;
+    conn.requests.set(n);
+    if conn.http1 && settings.keepalive_requests > 0 && n >= settings.keepalive_requests {
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
+}

@@ -1,0 +1,163 @@
+//! Finding the request's route (the router compiled with the snapshot), then what nginx and
+//! Kong decide as soon as the route is known: the log phase's bookkeeping, the HTTPS
+//! redirect of an HTTPS-only route, and `client_max_body_size` for a declared length.
+
+use std::borrow::Cow;
+
+use http::header::{self, HeaderMap, HeaderValue};
+use http::request::Parts;
+use http::{Response, StatusCode};
+use turnpike_plugins::log::{RequestDetails, Source};
+use turnpike_router::{Match, RequestView};
+
+use crate::runloop::body::ProxyBody;
+use crate::runloop::ctx::{RequestCtx, Target};
+use crate::runloop::errors::{self, own_response};
+use crate::runloop::forward::{client_ip, request_protocol};
+use crate::runloop::log::{head_size, LogState};
+use crate::snapshot::{Snapshot, LOG_HEADERS};
+use crate::worker::ctx::{ConnInfo, WorkerCtx};
+
+/// The route for this request, or the response that ends it here.
+// The error is the response that ends the request here, returned by value as every phase's
+// answer is: boxing it would cost an allocation per error response.
+#[allow(clippy::result_large_err)]
+pub fn run<'s>(
+    ctx: &WorkerCtx,
+    snap: &'s std::rc::Rc<std::sync::Arc<Snapshot>>,
+    conn: &ConnInfo,
+    parts: &Parts,
+    t: &Target<'_>,
+    rc: &mut RequestCtx,
+) -> Result<Match<'s>, Response<ProxyBody>> {
+    let view = RequestView {
+        method: parts.method.as_str(),
+        host: t.host,
+        port: conn.local_port,
+        path: t.path,
+        headers: &parts.headers,
+        sni: conn.sni.as_deref(),
+    };
+    let Some(m) = snap.router.find(&view) else {
+        return Err(rc.error(ctx, StatusCode::NOT_FOUND, errors::NO_ROUTE));
+    };
+    let route = m.route;
+    if snap.chains_log[route.route_index] != 0 {
+        rc.log = Some(log_state(
+            snap,
+            conn,
+            parts,
+            t,
+            route.route_index,
+            route.service_index,
+            rc,
+        ));
+    }
+
+    // A plain-HTTP request on an HTTPS-only route: Kong's 426 or the configured redirect.
+    if !conn.tls && !route.accepts_http {
+        if route.https_redirect_status_code == 426 {
+            let mut r = rc.error(ctx, StatusCode::UPGRADE_REQUIRED, errors::USE_HTTPS);
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+            r.headers_mut().insert(
+                header::UPGRADE,
+                HeaderValue::from_static("TLS/1.2, HTTP/1.1"),
+            );
+            return Err(r);
+        }
+        let pq = t
+            .orig_uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/");
+        let mut r = Response::new(ProxyBody::empty());
+        *r.status_mut() = StatusCode::from_u16(route.https_redirect_status_code)
+            .unwrap_or(StatusCode::MOVED_PERMANENTLY);
+        if let Ok(v) = HeaderValue::from_str(&format!("https://{}{pq}", t.host)) {
+            r.headers_mut().insert(header::LOCATION, v);
+        }
+        return Err(own_response(ctx, r, rc.start));
+    }
+
+    // nginx's client_max_body_size, checked before any plugin runs (nginx checks it when it
+    // picks the location): a declared length above it is refused before a byte is read.
+    let max_body = ctx.gateway.settings.client_max_body_size;
+    if max_body != 0 && declared_length(&parts.headers).is_some_and(|n| n > max_body) {
+        return Err(rc.error(
+            ctx,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            errors::PAYLOAD_TOO_LARGE,
+        ));
+    }
+    Ok(m)
+}
+
+/// What the log phase will need, gathered now that the route (and its log plugins) is known.
+// The snapshot as the worker holds it (see `WorkerCtx`): the log state keeps a clone.
+#[allow(clippy::redundant_allocation)]
+fn log_state(
+    snap: &std::rc::Rc<std::sync::Arc<Snapshot>>,
+    conn: &ConnInfo,
+    parts: &Parts,
+    t: &Target<'_>,
+    route: usize,
+    service: Option<usize>,
+    rc: &RequestCtx,
+) -> Box<LogState> {
+    let content_length = declared_length(&parts.headers).unwrap_or(0);
+    let start_line = parts.method.as_str().len()
+        + t.orig_uri.path_and_query().map_or(1, |p| p.as_str().len())
+        + 10;
+    let details = (snap.chains_log[route] & LOG_HEADERS != 0).then(|| {
+        Box::new(RequestDetails {
+            started_at: std::time::SystemTime::now() - rc.start.elapsed(),
+            client_ip: client_ip(conn, &parts.headers),
+            method: parts.method.clone(),
+            uri: t.orig_uri.clone(),
+            host: t.host.to_string(),
+            tls: conn.tls,
+            request_headers: HeaderMap::new(),
+            response_headers: HeaderMap::new(),
+            upstream_uri: None,
+        })
+    });
+    Box::new(LogState {
+        snap: snap.clone(),
+        route,
+        service,
+        protocol: request_protocol(conn),
+        start: rc.start,
+        details,
+        request_size: head_size(start_line, &parts.headers) + content_length,
+        consumer: None,
+        upstream_latency: None,
+        source: Source::Error,
+        status: 0,
+        response_size: 0,
+        tries: 0,
+        ctx: Default::default(),
+    })
+}
+
+/// The request's Content-Length, when it declares one.
+pub fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+}
+
+/// `host[:port]` → lower-case host (allocates only when the host has upper-case letters).
+pub fn host_without_port(raw: &str) -> Cow<'_, str> {
+    let host = if let Some(rest) = raw.strip_prefix('[') {
+        &raw[..rest.find(']').map(|i| i + 2).unwrap_or(raw.len())]
+    } else {
+        raw.rsplit_once(':').map(|(h, _)| h).unwrap_or(raw)
+    };
+    if host.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(host.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(host)
+    }
+}
