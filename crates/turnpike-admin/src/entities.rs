@@ -32,8 +32,8 @@ enum Target {
     },
 }
 
-fn route(segments: &[&str]) -> Option<Target> {
-    let spec = schema::by_path(segments.first()?)?;
+fn route(tables: schema::Tables, segments: &[&str]) -> Option<Target> {
+    let spec = tables.by_path(segments.first()?)?;
     match segments.len() {
         1 => Some(Target::Collection { spec, parent: None }),
         2 => Some(Target::Entity {
@@ -42,7 +42,7 @@ fn route(segments: &[&str]) -> Option<Target> {
             parent: None,
         }),
         3 | 4 => {
-            if let Some(child) = spec.child(segments[2]) {
+            if let Some(child) = tables.child(spec, segments[2]) {
                 let fk = child.foreign_to(spec.table)?;
                 let parent = Some((fk.field.to_string(), spec, segments[1].to_string()));
                 return Some(if segments.len() == 3 {
@@ -303,7 +303,7 @@ impl Admin {
             .map(turnpike_store::crud::percent_decode)
             .collect();
         let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
-        let target = route(&segs)?;
+        let target = route(self.tables(), &segs)?;
         Some(match self.store.as_ref() {
             Some(_) => {
                 self.with_store(method, target, path, query, body, content_type)
@@ -408,7 +408,7 @@ impl Admin {
                         .and_then(|v| v.as_str())
                         .ok_or(StoreError::NotFound)?
                         .to_string();
-                    let pspec = schema::by_table(field.table).unwrap();
+                    let pspec = self.tables().by_table(field.table).unwrap();
                     match *method {
                         Method::GET => {
                             let v = store.get(pspec, &pid).await?.ok_or(StoreError::NotFound)?;
@@ -617,7 +617,7 @@ impl Admin {
             Target::Referenced { spec, key, field } => {
                 let parent = find(spec, &key)
                     .and_then(|e| fk_of(&e, field.field))
-                    .and_then(|pid| find(schema::by_table(field.table).unwrap(), &pid));
+                    .and_then(|pid| find(self.tables().by_table(field.table).unwrap(), &pid));
                 match parent {
                     Some(p) => json_response(StatusCode::OK, &Value::Object(p)),
                     None => store_error(StoreError::NotFound),
@@ -630,6 +630,10 @@ impl Admin {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tables() -> schema::Tables {
+        schema::Tables::new(&turnpike_plugins::bundled())
+    }
 
     fn pairs(s: &str) -> Vec<(String, String)> {
         url_pairs(s)
@@ -651,28 +655,28 @@ mod tests {
     #[test]
     fn paths_route_to_targets() {
         assert!(matches!(
-            route(&["services"]),
+            route(tables(), &["services"]),
             Some(Target::Collection { parent: None, .. })
         ));
         assert!(matches!(
-            route(&["services", "s", "routes"]),
+            route(tables(), &["services", "s", "routes"]),
             Some(Target::Collection {
                 parent: Some(_),
                 ..
             })
         ));
         assert!(matches!(
-            route(&["consumers", "c", "key-auth", "k"]),
+            route(tables(), &["consumers", "c", "key-auth", "k"]),
             Some(Target::Entity {
                 parent: Some(_),
                 ..
             })
         ));
         assert!(matches!(
-            route(&["routes", "r", "service"]),
+            route(tables(), &["routes", "r", "service"]),
             Some(Target::Referenced { .. })
         ));
-        assert!(route(&["routes", "r", "nope"]).is_none());
-        assert!(route(&["nope"]).is_none());
+        assert!(route(tables(), &["routes", "r", "nope"]).is_none());
+        assert!(route(tables(), &["nope"]).is_none());
     }
 }

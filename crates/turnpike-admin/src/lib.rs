@@ -185,6 +185,11 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
 }
 
 impl Admin {
+    /// Kong's tables and the plugins' entities.
+    pub fn tables(&self) -> turnpike_store::schema::Tables {
+        turnpike_store::schema::Tables::new(&*self.plugins)
+    }
+
     pub async fn handle(&self, req: Request<Incoming>, _peer: SocketAddr) -> Resp {
         let start = std::time::Instant::now();
         // CORS needs the caller's origin after the request is consumed: that header only.
@@ -404,11 +409,12 @@ impl Admin {
         .map(|s| s.to_string())
         .collect();
         // Kong names each placeholder after its entity's table.
-        for spec in turnpike_store::schema::ENTITIES {
+        let tables = self.tables();
+        for spec in tables.iter() {
             let (p, t) = (spec.path, spec.table);
             paths.push(format!("/{p}"));
             paths.push(format!("/{p}/{{{t}}}"));
-            for child in turnpike_store::schema::ENTITIES {
+            for child in tables.iter() {
                 if child.foreign_to(spec.table).is_some() {
                     paths.push(format!("/{p}/{{{t}}}/{}", child.nested_path));
                     paths.push(format!(

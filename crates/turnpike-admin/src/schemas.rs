@@ -13,11 +13,18 @@ use turnpike_store::StoreError;
 
 use crate::entities::parse_body;
 use crate::{json_response, message, Admin, Resp};
+use turnpike_config::declarative::PluginRegistry;
 
 const SOME_ID: &str = "00000000-0000-4000-8000-000000000000";
 
 /// The smallest valid entity of each table: the fields it must set.
-fn minimal(spec: &EntitySpec) -> Map<String, Value> {
+fn minimal(spec: &EntitySpec, plugins: &dyn PluginRegistry) -> Map<String, Value> {
+    if let Some(e) = plugins.entities().iter().find(|e| e.spec.table == spec.table) {
+        // A plugin's entity: its sample, for a consumer.
+        let mut m: Map<String, Value> = serde_json::from_str(e.sample).unwrap_or_default();
+        m.insert("consumer".into(), json!({"id": SOME_ID}));
+        return m;
+    }
     let v = match spec.table {
         "services" => json!({"host": "example.com"}),
         "routes" => json!({"paths": ["/"]}),
@@ -29,13 +36,7 @@ fn minimal(spec: &EntitySpec) -> Map<String, Value> {
         }
         "snis" => json!({"name": "example.com", "certificate": {"id": SOME_ID}}),
         "ca_certificates" => json!({"cert": "-----BEGIN CERTIFICATE-----"}),
-        "keyauth_credentials" => json!({"consumer": {"id": SOME_ID}}),
-        "basicauth_credentials" | "hmacauth_credentials" => {
-            json!({"consumer": {"id": SOME_ID}, "username": "u", "password": "p"})
-        }
-        "acls" => json!({"consumer": {"id": SOME_ID}, "group": "g"}),
-        "oauth2_credentials" => json!({"consumer": {"id": SOME_ID}, "name": "n"}),
-        _ => json!({"consumer": {"id": SOME_ID}}),
+        _ => json!({}),
     };
     v.as_object().cloned().unwrap_or_default()
 }
@@ -105,17 +106,17 @@ fn tags_schema() -> Value {
     ]})
 }
 
-pub fn entity_schema(spec: &EntitySpec) -> Value {
+pub fn entity_schema(spec: &EntitySpec, plugins: &dyn PluginRegistry) -> Value {
     if let Some(k) = turnpike_config::declarative::records::by_table(spec.table) {
         return turnpike_config::declarative::records::schema_json(k);
     }
-    let input = minimal(spec);
+    let input = minimal(spec, plugins);
     let checked = entity::check(
         spec,
         &input,
         SOME_ID,
         0,
-        &turnpike_config::declarative::NoPlugins,
+        plugins,
     );
     let value = match checked {
         Ok(c) => c.value,
@@ -208,17 +209,17 @@ impl Admin {
                     Ok(b) => b,
                     Err(r) => return r,
                 };
-                self.validate(schema::by_table("plugins").unwrap(), b)
+                self.validate(self.tables().by_table("plugins").unwrap(), b)
             }
             (&Method::GET, ["tags"]) => json_response(StatusCode::OK, &tags_schema()),
-            (&Method::GET, [entity]) => match lookup(entity) {
-                Some(spec) => json_response(StatusCode::OK, &entity_schema(spec)),
+            (&Method::GET, [entity]) => match lookup(self.tables(), entity) {
+                Some(spec) => json_response(StatusCode::OK, &entity_schema(spec, &*self.plugins)),
                 None => message(
                     StatusCode::NOT_FOUND,
                     &format!("No entity named '{entity}'"),
                 ),
             },
-            (&Method::POST, [entity, "validate"]) => match lookup(entity) {
+            (&Method::POST, [entity, "validate"]) => match lookup(self.tables(), entity) {
                 Some(spec) => {
                     let b = match parse_body(content_type, body) {
                         Ok(b) => b,
@@ -251,13 +252,17 @@ impl Admin {
 }
 
 /// Schemas are named by table (`keyauth_credentials`) or by Admin API collection.
-fn lookup(name: &str) -> Option<&'static EntitySpec> {
-    schema::by_table(name).or_else(|| schema::by_path(name))
+fn lookup(tables: schema::Tables, name: &str) -> Option<&'static EntitySpec> {
+    tables.by_table(name).or_else(|| tables.by_path(name))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tables() -> schema::Tables {
+        schema::Tables::new(&turnpike_plugins::bundled())
+    }
 
     fn field<'a>(schema: &'a Value, name: &str) -> &'a Value {
         schema["fields"]
@@ -270,19 +275,19 @@ mod tests {
 
     #[test]
     fn defaults_come_from_the_reader() {
-        let s = entity_schema(schema::by_table("services").unwrap());
+        let s = entity_schema(tables().by_table("services").unwrap(), &turnpike_plugins::bundled());
         assert_eq!(field(&s, "retries")["default"], 5);
         assert_eq!(field(&s, "connect_timeout")["default"], 60000);
         assert_eq!(field(&s, "protocol")["default"], "http");
         assert_eq!(field(&s, "host")["required"], true);
         assert_eq!(field(&s, "name")["unique"], true);
-        let r = entity_schema(schema::by_table("routes").unwrap());
+        let r = entity_schema(tables().by_table("routes").unwrap(), &turnpike_plugins::bundled());
         assert_eq!(field(&r, "strip_path")["default"], true);
         assert_eq!(field(&r, "https_redirect_status_code")["default"], 426);
         assert_eq!(field(&r, "service")["type"], "foreign");
-        let t = entity_schema(schema::by_table("targets").unwrap());
+        let t = entity_schema(tables().by_table("targets").unwrap(), &turnpike_plugins::bundled());
         assert_eq!(field(&t, "weight")["default"], 100);
-        let u = entity_schema(schema::by_table("upstreams").unwrap());
+        let u = entity_schema(tables().by_table("upstreams").unwrap(), &turnpike_plugins::bundled());
         assert_eq!(field(&u, "slots")["default"], 10000);
     }
 }

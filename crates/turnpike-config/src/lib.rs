@@ -3,6 +3,7 @@
 
 pub mod conf;
 pub mod declarative;
+pub mod entity;
 mod kong_properties;
 pub mod schema;
 

@@ -3,58 +3,29 @@
 
 use std::sync::Arc;
 
-use http::HeaderValue;
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 use crate::*;
 
 pub struct BuildContext<'a> {
     pub config: &'a turnpike_config::Config,
     consumers: std::sync::OnceLock<Arc<ConsumerIndex>>,
-    key_auth: std::sync::OnceLock<Arc<KeyIndex>>,
-    basic_auth: std::sync::OnceLock<Arc<basic_auth::CredentialIndex>>,
-    acl_groups: std::sync::OnceLock<Arc<acl::GroupIndex>>,
+    /// What a plugin derives from the config once for all its instances (its credentials
+    /// indexed), by type: built when an instance first asks (`shared`).
+    shared: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
 }
 
 /// Consumers by id and by username.
 pub type ConsumerIndex = std::collections::HashMap<String, Arc<Identity>>;
-/// key-auth credentials of a snapshot: keys written in clear (a declarative file, which holds
-/// them in clear anyway) by key, and keys written as digests (an export) by digest, so that a
-/// request hashes its key only when some keys are digests. FxHash: only the config inserts
-/// entries; a client's keys are only looked up and cannot build colliding chains.
-#[derive(Default)]
-pub struct KeyIndex {
-    plain: rustc_hash::FxHashMap<Box<str>, Arc<Identity>>,
-    digests: rustc_hash::FxHashMap<[u8; 32], Arc<Identity>>,
-}
-
-impl KeyIndex {
-    pub fn insert(&mut self, stored: &str, who: Arc<Identity>) {
-        if stored.starts_with(key_auth::DIGEST_PREFIX) {
-            self.digests.insert(key_auth::digest_of(stored), who);
-        } else {
-            self.plain.insert(stored.into(), who);
-        }
-    }
-
-    pub fn get(&self, key: &str) -> Option<&Arc<Identity>> {
-        self.plain.get(key).or_else(|| {
-            if self.digests.is_empty() {
-                None
-            } else {
-                self.digests.get(&key_auth::digest(key.as_bytes()))
-            }
-        })
-    }
-}
 
 impl<'a> BuildContext<'a> {
     pub fn new(config: &'a turnpike_config::Config) -> Self {
         BuildContext {
             config,
             consumers: std::sync::OnceLock::new(),
-            key_auth: std::sync::OnceLock::new(),
-            basic_auth: std::sync::OnceLock::new(),
-            acl_groups: std::sync::OnceLock::new(),
+            shared: Mutex::new(HashMap::new()),
         }
     }
 
@@ -81,109 +52,29 @@ impl<'a> BuildContext<'a> {
             .cloned()
     }
 
-    /// Each consumer's ACL groups (from its `acls` credentials), in the order written.
-    pub fn acl_groups(&self) -> Arc<acl::GroupIndex> {
-        self.acl_groups
-            .get_or_init(|| {
-                let mut m = acl::GroupIndex::new();
-                for cred in self
-                    .config
-                    .credentials
-                    .iter()
-                    .filter(|c| c.kind == turnpike_config::declarative::CredentialKind::Acl)
-                {
-                    if let Some(g) = cred.fields.get("group").and_then(|g| g.as_str()) {
-                        m.entry(cred.consumer.id.clone())
-                            .or_default()
-                            .0
-                            .push(g.to_string());
-                    }
-                }
-                for (groups, header) in m.values_mut() {
-                    *header = HeaderValue::from_str(&groups.join(", ")).ok();
-                }
-                Arc::new(m)
-            })
-            .clone()
-    }
-
-    /// Every basic-auth credential by username, with the consumer it authenticates.
-    pub fn basic_auth(&self) -> Arc<basic_auth::CredentialIndex> {
-        self.basic_auth
-            .get_or_init(|| {
-                let mut m = basic_auth::CredentialIndex::default();
-                for cred in
-                    self.config.credentials.iter().filter(|c| {
-                        c.kind == turnpike_config::declarative::CredentialKind::BasicAuth
-                    })
-                {
-                    let (Some(username), Some(stored), Some(who)) = (
-                        cred.fields.get("username").and_then(|v| v.as_str()),
-                        cred.fields.get("password").and_then(|v| v.as_str()),
-                        self.consumer(&cred.consumer.id),
-                    ) else {
-                        continue;
-                    };
-                    m.insert(
-                        username.into(),
-                        Arc::new(basic_auth::Credential {
-                            who: Arc::new(Identity::new(
-                                who.consumer_id.clone(),
-                                who.username.clone(),
-                                who.custom_id.clone(),
-                                Some(cred.id.clone()),
-                            )),
-                            secret: basic_auth::password::Secret::from_stored(
-                                stored,
-                                &cred.consumer.id,
-                            ),
-                            stored: stored.into(),
-                        }),
-                    );
-                }
-                Arc::new(m)
-            })
-            .clone()
-    }
-
-    /// Every key-auth key with the consumer it authenticates.
-    pub fn key_auth(&self) -> Arc<KeyIndex> {
-        self.key_auth
-            .get_or_init(|| {
-                let consumers: std::collections::HashMap<
-                    &str,
-                    &turnpike_config::declarative::Consumer,
-                > = self
-                    .config
-                    .consumers
-                    .iter()
-                    .map(|c| (c.id.as_str(), c))
-                    .collect();
-                let mut m = KeyIndex::default();
-                for cred in self
-                    .config
-                    .credentials
-                    .iter()
-                    .filter(|c| c.kind == turnpike_config::declarative::CredentialKind::KeyAuth)
-                {
-                    let (Some(key), Some(c)) = (
-                        cred.fields.get("key").and_then(|k| k.as_str()),
-                        consumers.get(cred.consumer.id.as_str()),
-                    ) else {
-                        continue;
-                    };
-                    m.insert(
-                        key,
-                        Arc::new(Identity::new(
-                            c.id.clone(),
-                            c.username.clone(),
-                            c.custom_id.clone(),
-                            Some(cred.id.clone()),
-                        )),
-                    );
-                }
-                Arc::new(m)
-            })
-            .clone()
+    /// What a plugin derives from the config for all its instances (its credentials indexed),
+    /// made by `make` the first time one asks, then shared by every instance of the snapshot.
+    pub fn shared<T: Any + Send + Sync>(&self, make: impl FnOnce(&Self) -> T) -> Arc<T> {
+        let key = TypeId::of::<T>();
+        let found = self
+            .shared
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .cloned();
+        // Made outside the lock: `make` may ask for something else shared.
+        let value = match found {
+            Some(v) => v,
+            None => {
+                let made: Arc<dyn Any + Send + Sync> = Arc::new(make(self));
+                self.shared
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(key)
+                    .or_insert(made)
+                    .clone()
+            }
+        };
+        value.downcast::<T>().expect("kept under its own type")
     }
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use turnpike_config::declarative::PluginRegistry;
+use turnpike_config::entity::PluginEntity;
 
 use crate::*;
 
@@ -60,6 +61,18 @@ pub struct Registry {
     /// written, which decK needs to compare a file with the gateway).
     hash_keys: bool,
 }
+
+/// The entities the plugins bring (each folder's `daos`, as Kong's `daos.lua`), in the order
+/// Kong's declarative files list them: the store, the declarative loader and the Admin API
+/// learn the plugins' tables from this list alone.
+pub static ENTITIES: [&PluginEntity; 6] = [
+    &key_auth::daos::KEYAUTH_CREDENTIALS,
+    &basic_auth::daos::BASICAUTH_CREDENTIALS,
+    &acl::daos::ACLS,
+    &jwt::daos::JWT_SECRETS,
+    &hmac_auth::daos::HMACAUTH_CREDENTIALS,
+    &oauth2::daos::OAUTH2_CREDENTIALS,
+];
 
 /// Every plugin compiled in (Kong's `plugins = bundled`).
 pub fn bundled() -> Registry {
@@ -148,6 +161,10 @@ impl Registry {
 }
 
 impl PluginRegistry for Registry {
+    fn entities(&self) -> &'static [&'static PluginEntity] {
+        &ENTITIES
+    }
+
     fn check(&self, name: &str, config: &Value) -> Option<Result<Value, Vec<(String, String)>>> {
         let p = self.get(name)?;
         let mut config = config.clone();
@@ -180,7 +197,7 @@ impl PluginRegistry for Registry {
         value: &mut serde_json::Map<String, Value>,
     ) -> Result<Option<(String, Value)>, (String, String)> {
         match table {
-            "basicauth_credentials" => {
+            basic_auth::daos::TABLE => {
                 if let Some(Value::String(p)) = value.get("password") {
                     if !basic_auth::password::is_hashed(p) {
                         let hashed =
@@ -190,7 +207,7 @@ impl PluginRegistry for Registry {
                 }
                 Ok(None)
             }
-            "keyauth_credentials" if self.hash_keys => match value.get("key") {
+            key_auth::daos::TABLE if self.hash_keys => match value.get("key") {
                 Some(Value::String(k)) if !k.starts_with(key_auth::DIGEST_PREFIX) => {
                     let plain = k.clone();
                     value.insert("key".into(), Value::String(key_auth::stored_form(&plain)));
@@ -204,7 +221,7 @@ impl PluginRegistry for Registry {
 
     fn cached_tables(&self) -> &'static [&'static str] {
         if credentials::installed() {
-            &["keyauth_credentials", "basicauth_credentials"]
+            &[key_auth::daos::TABLE, basic_auth::daos::TABLE]
         } else {
             &[]
         }
@@ -216,10 +233,10 @@ impl PluginRegistry for Registry {
         }
         let field = |f: &str| entity.and_then(|e| e.get(f)).and_then(|v| v.as_str());
         match table {
-            "keyauth_credentials" => {
+            key_auth::daos::TABLE => {
                 key_auth::invalidate(id, field("key").map(key_auth::stored_form_of).as_deref())
             }
-            "basicauth_credentials" => basic_auth::invalidate(id, field("username")),
+            basic_auth::daos::TABLE => basic_auth::invalidate(id, field("username")),
             // A consumer's identity is part of every cached credential of it.
             "consumers" => {
                 key_auth::invalidate(id, None);
@@ -237,7 +254,7 @@ impl PluginRegistry for Registry {
     fn stored_keys(&self, table: &str, key: &str) -> Vec<String> {
         // A key may be stored as written or as its digest (written while `key_auth_hash_keys`
         // was on, or the other way round): both are looked up, by their unique index.
-        if table == "keyauth_credentials" && !key.starts_with(key_auth::DIGEST_PREFIX) {
+        if table == key_auth::daos::TABLE && !key.starts_with(key_auth::DIGEST_PREFIX) {
             vec![key.to_string(), key_auth::stored_form(key)]
         } else {
             vec![key.to_string()]

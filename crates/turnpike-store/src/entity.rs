@@ -3,7 +3,7 @@
 //! shows it: every default filled in, foreign keys as `{"id": ...}`.
 
 use serde_json::{Map, Value};
-use turnpike_config::declarative::{self as decl, PluginRegistry, CREDENTIALS};
+use turnpike_config::declarative::{self as decl, PluginRegistry};
 
 use crate::schema::EntitySpec;
 
@@ -108,7 +108,7 @@ pub fn check(
             (serde_json::to_value(r), e)
         }
         table => {
-            let Some(cred) = CREDENTIALS.iter().find(|c| c.table == table) else {
+            let Some(cred) = plugins.entities().iter().find(|c| c.spec.table == table) else {
                 return Err(vec![("@entity".into(), format!("unknown entity {table}"))]);
             };
             let (c, consumer, e) = decl::credential(cred, map, id, now);
@@ -131,7 +131,7 @@ pub fn check(
         }
     }
     let mut reveal = None;
-    if errs.is_empty() && CREDENTIALS.iter().any(|c| c.table == spec.table) {
+    if errs.is_empty() && plugins.entities().iter().any(|c| c.spec.table == spec.table) {
         match plugins.prepare_credential(spec.table, &mut value) {
             Ok(r) => reveal = r,
             Err(e) => errs.push(e),
@@ -226,9 +226,12 @@ pub fn merge(base: &mut Map<String, Value>, patch: &Map<String, Value>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::by_table;
+    use crate::schema::{EntitySpec, Tables};
     use serde_json::json;
-    use turnpike_config::declarative::NoPlugins;
+
+    fn by_table(table: &str) -> Option<&'static EntitySpec> {
+        Tables::new(&turnpike_plugins::bundled()).by_table(table)
+    }
 
     fn obj(v: Value) -> Map<String, Value> {
         v.as_object().unwrap().clone()
@@ -241,7 +244,7 @@ mod tests {
             &obj(json!({"name": "a", "url": "https://example.com/x"})),
             "6f1e9e2a-0000-4000-8000-000000000001",
             100,
-            &NoPlugins,
+            &turnpike_plugins::bundled(),
         )
         .unwrap();
         assert_eq!(c.value["port"], 443);
@@ -257,7 +260,7 @@ mod tests {
             &obj(json!({"paths": ["/a"], "service": {"name": "svc"}})),
             "6f1e9e2a-0000-4000-8000-000000000002",
             1,
-            &NoPlugins,
+            &turnpike_plugins::bundled(),
         )
         .unwrap();
         assert_eq!(c.refs, vec![("service", "svc".to_string())]);
@@ -270,7 +273,7 @@ mod tests {
             &obj(json!({"port": "x", "bogus": 1})),
             "6f1e9e2a-0000-4000-8000-000000000003",
             1,
-            &NoPlugins,
+            &turnpike_plugins::bundled(),
         )
         .unwrap_err();
         let fields: Vec<&str> = e.iter().map(|(f, _)| f.as_str()).collect();
@@ -281,7 +284,7 @@ mod tests {
             &obj(json!({})),
             "6f1e9e2a-0000-4000-8000-000000000004",
             1,
-            &NoPlugins,
+            &turnpike_plugins::bundled(),
         )
         .unwrap_err();
         assert_eq!(

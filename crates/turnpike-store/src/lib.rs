@@ -61,6 +61,8 @@ pub struct Store {
     pub pool: AnyPool,
     pub backend: Backend,
     pub plugins: Arc<dyn PluginRegistry>,
+    /// Kong's tables and the plugins' (from `plugins`).
+    pub tables: schema::Tables,
     options: StoreOptions,
 }
 
@@ -97,6 +99,7 @@ impl Store {
         Ok(Store {
             pool,
             backend: options.backend,
+            tables: schema::Tables::new(&*plugins),
             plugins,
             options,
         })
@@ -145,8 +148,8 @@ impl Store {
         )
         .execute(&mut *tx)
         .await?;
-        for spec in schema::ENTITIES {
-            for stmt in spec.ddl() {
+        for spec in self.tables.iter() {
+            for stmt in schema::ddl(spec) {
                 sqlx::query(&stmt).execute(&mut *tx).await?;
             }
         }
@@ -202,7 +205,7 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
         }
-        for spec in schema::ENTITIES.iter().rev() {
+        for spec in self.tables.iter().rev() {
             sqlx::query(&format!("DROP TABLE IF EXISTS {}", spec.table))
                 .execute(&mut *tx)
                 .await?;

@@ -4,8 +4,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
-use turnpike_config::declarative::{self, NoPlugins};
-use turnpike_store::schema::by_table;
+use turnpike_config::declarative;
+use turnpike_store::schema::{EntitySpec, Tables};
+
+/// The bundled plugins: their entities (credentials) are tables of the store.
+fn plugins() -> turnpike_plugins::Registry {
+    turnpike_plugins::bundled()
+}
+
+fn by_table(table: &str) -> Option<&'static EntitySpec> {
+    Tables::new(&plugins()).by_table(table)
+}
 use turnpike_store::{Backend, ListQuery, Store, StoreError, StoreOptions};
 
 async fn store() -> (Store, std::path::PathBuf) {
@@ -19,7 +28,7 @@ async fn store() -> (Store, std::path::PathBuf) {
             pool_size: 4,
             timeout: Duration::from_secs(5),
         },
-        Arc::new(NoPlugins),
+        Arc::new(plugins()),
     )
     .await
     .unwrap();
@@ -176,7 +185,7 @@ async fn crud_references_uniqueness_cascade_and_export() {
     // The export loads as a declarative config.
     let (version, export) = s.export().await.unwrap();
     assert!(version > 0);
-    let cfg = declarative::load(&export, &NoPlugins).unwrap();
+    let cfg = declarative::load(&export, &plugins()).unwrap();
     assert_eq!(cfg.services.len(), 6);
     assert_eq!(cfg.routes.len(), 1);
     let _ = std::fs::remove_dir_all(dir);
@@ -187,12 +196,12 @@ async fn import_round_trips() {
     let (s, dir) = store().await;
     let cfg = declarative::load_str(
         "_format_version: '3.0'\nservices:\n- name: a\n  url: http://h:1\n  routes:\n  - name: ra\n    paths: [/a]\nconsumers:\n- username: u\n  keyauth_credentials:\n  - key: k1\nupstreams:\n- name: up\n  targets:\n  - target: 10.0.0.1:80\n",
-        &NoPlugins,
+        &plugins(),
     )
     .unwrap();
     assert_eq!(s.import(&cfg).await.unwrap(), 6);
     let (_, export) = s.export().await.unwrap();
-    let back = declarative::load(&export, &NoPlugins).unwrap();
+    let back = declarative::load(&export, &plugins()).unwrap();
     assert_eq!(back.routes[0].id, cfg.routes[0].id);
     assert_eq!(back.credentials.len(), 1);
     assert_eq!(back.targets[0].target, "10.0.0.1:80");

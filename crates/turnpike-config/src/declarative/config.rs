@@ -80,13 +80,20 @@ impl Config {
             "ca_certificates",
             serde_json::to_value(&self.ca_certificates).unwrap(),
         );
-        for spec in CREDENTIALS {
+        // Each plugin's table of credentials, in the order they first appear.
+        let mut tables: Vec<&'static str> = Vec::new();
+        for c in &self.credentials {
+            if !tables.contains(&c.table) {
+                tables.push(c.table);
+            }
+        }
+        for table in tables {
             let creds: Vec<&Credential> = self
                 .credentials
                 .iter()
-                .filter(|c| c.kind == spec.kind)
+                .filter(|c| c.table == table)
                 .collect();
-            put(&mut m, spec.table, serde_json::to_value(creds).unwrap());
+            put(&mut m, table, serde_json::to_value(creds).unwrap());
         }
         for (k, spec) in records::RECORDS.iter().enumerate() {
             let list: Vec<&records::Record> = self.records.iter().filter(|r| r.spec == k).collect();
@@ -164,7 +171,7 @@ impl Config {
         entity: Option<&Map<String, Value>>,
         plugins: &dyn PluginRegistry,
     ) -> Result<(), String> {
-        let Some(kind) = Kind::from_table(table) else {
+        let Some(kind) = Kind::from_table(table, plugins) else {
             return Err(format!("unknown table {table}"));
         };
         let Some(map) = entity else {
@@ -247,7 +254,7 @@ impl Config {
                 replace_or_push(&mut self.ca_certificates, id, e, |x| &x.id);
             }
             Kind::Credential(k) => {
-                let (mut e, _, errs) = entities::credential(&CREDENTIALS[k], map, id, now);
+                let (mut e, _, errs) = entities::credential(k, map, id, now);
                 fail(errs)?;
                 e.consumer = stored_fk(map, "consumer").unwrap_or(ForeignKey { id: String::new() });
                 replace_or_push(&mut self.credentials, id, e, |x| &x.id);

@@ -180,28 +180,10 @@ impl std::fmt::Display for DeclarativeError {
 
 impl std::error::Error for DeclarativeError {}
 
+/// Kong's schema name of a table's entity: every table is named for its entity in the
+/// plural (`services`, `keyauth_credentials`, `acls`, `ca_certificates`).
 fn singular(table: &str) -> &str {
-    match table {
-        "services" => "service",
-        "routes" => "route",
-        "upstreams" => "upstream",
-        "targets" => "target",
-        "consumers" => "consumer",
-        "plugins" => "plugin",
-        "certificates" => "certificate",
-        "snis" => "sni",
-        "ca_certificates" => "ca_certificate",
-        "key_sets" => "key_set",
-        "keys" => "key",
-        "vaults" => "vault",
-        "keyauth_credentials" => "keyauth_credential",
-        "basicauth_credentials" => "basicauth_credential",
-        "acls" => "acl",
-        "jwt_secrets" => "jwt_secret",
-        "hmacauth_credentials" => "hmacauth_credential",
-        "oauth2_credentials" => "oauth2_credential",
-        other => other,
-    }
+    table.strip_suffix('s').unwrap_or(table)
 }
 
 /// Inserts a message at a path of object keys and 1-based array indexes (numeric segments).

@@ -35,6 +35,8 @@ use refs::*;
 pub use registry::*;
 pub use text::*;
 
+use crate::entity::{FieldKind, PluginEntity};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Service,
@@ -46,7 +48,8 @@ enum Kind {
     Certificate,
     Sni,
     CaCertificate,
-    Credential(usize),
+    /// A plugin's entity (its folder's `daos`, listed by the plugin registry).
+    Credential(&'static PluginEntity),
     Record(usize),
 }
 
@@ -62,12 +65,12 @@ impl Kind {
             Kind::Certificate => "certificates",
             Kind::Sni => "snis",
             Kind::CaCertificate => "ca_certificates",
-            Kind::Credential(i) => CREDENTIALS[i].table,
+            Kind::Credential(e) => e.spec.table,
             Kind::Record(i) => records::RECORDS[i].table,
         }
     }
 
-    fn from_table(t: &str) -> Option<Kind> {
+    fn from_table(t: &str, plugins: &dyn PluginRegistry) -> Option<Kind> {
         Some(match t {
             "services" => Kind::Service,
             "routes" => Kind::Route,
@@ -81,24 +84,28 @@ impl Kind {
             other if records::by_table(other).is_some() => {
                 Kind::Record(records::by_table(other).unwrap())
             }
-            other => Kind::Credential(CREDENTIALS.iter().position(|c| c.table == other)?),
+            other => Kind::Credential(plugins.entities().iter().find(|e| e.spec.table == other)?),
         })
     }
 
-    /// Children that may be nested under this entity, and the foreign-key field they set.
-    fn children(self) -> &'static [(&'static str, &'static str)] {
+    /// Children that may be nested under this entity, and the foreign-key field they set: a
+    /// consumer's include every plugin entity (credentials).
+    fn children(
+        self,
+        plugins: &dyn PluginRegistry,
+    ) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
+        let credentials = (self == Kind::Consumer)
+            .then(|| plugins.entities().iter().map(|e| (e.spec.table, "consumer")))
+            .into_iter()
+            .flatten();
+        self.own_children().iter().copied().chain(credentials)
+    }
+
+    fn own_children(self) -> &'static [(&'static str, &'static str)] {
         match self {
             Kind::Service => &[("routes", "service"), ("plugins", "service")],
             Kind::Route => &[("plugins", "route")],
-            Kind::Consumer => &[
-                ("plugins", "consumer"),
-                ("keyauth_credentials", "consumer"),
-                ("basicauth_credentials", "consumer"),
-                ("acls", "consumer"),
-                ("jwt_secrets", "consumer"),
-                ("hmacauth_credentials", "consumer"),
-                ("oauth2_credentials", "consumer"),
-            ],
+            Kind::Consumer => &[("plugins", "consumer")],
             Kind::Upstream => &[("targets", "upstream")],
             Kind::Certificate => &[("snis", "certificate")],
             Kind::Record(i) if records::RECORDS[i].table == "key_sets" => &[("keys", "set")],
@@ -196,11 +203,12 @@ fn load_inner(
             "_workspace" | "_info" | "_konnect" | "_plugin_configs" => continue,
             _ => {}
         }
-        let Some(kind) = Kind::from_table(key) else {
+        let Some(kind) = Kind::from_table(key, plugins) else {
             top_errors.push((key.clone(), "unknown field".into()));
             continue;
         };
         collect(
+            plugins,
             kind,
             kind.table(),
             value,
@@ -314,7 +322,7 @@ fn load_inner(
                 cfg.ca_certificates.push(c);
             }
             Kind::Credential(k) => {
-                let (c, consumer, er) = entities::credential(&CREDENTIALS[k], &it.map, id, now);
+                let (c, consumer, er) = entities::credential(k, &it.map, id, now);
                 e.extend(er);
                 if let Some(c) = consumer {
                     refs[i].push(("consumer", c));
@@ -444,13 +452,7 @@ fn load_inner(
                 )
             }
             Kind::Credential(k) => {
-                let unique_field = match CREDENTIALS[k].kind {
-                    CredentialKind::KeyAuth | CredentialKind::Jwt => Some("key"),
-                    CredentialKind::BasicAuth | CredentialKind::HmacAuth => Some("username"),
-                    CredentialKind::OAuth2 => Some("client_id"),
-                    CredentialKind::Acl => None,
-                };
-                if let Some(f) = unique_field {
+                if let Some(f) = k.spec.endpoint_key {
                     check(
                         f,
                         cfg.credentials[s]
@@ -497,6 +499,7 @@ fn load_inner(
 
 #[allow(clippy::too_many_arguments)]
 fn collect<'a>(
+    plugins: &dyn PluginRegistry,
     kind: Kind,
     table: &'static str,
     value: &'a Value,
@@ -528,16 +531,14 @@ fn collect<'a>(
         };
         let idx = items.len();
         let has_children = kind
-            .children()
-            .iter()
-            .any(|(t, _)| map.contains_key(*t) && !(kind == Kind::Certificate && *t == "snis"));
+            .children(plugins)
+            .any(|(t, _)| map.contains_key(t) && !(kind == Kind::Certificate && t == "snis"));
         let own = if has_children {
             // The entity's own fields only: cloning the whole map and then removing its
             // children copied every nested entity once more (192 MB of a 10 MB config's peak).
             let nested = |k: &str| {
-                kind.children()
-                    .iter()
-                    .any(|(t, _)| *t == k && !(kind == Kind::Certificate && *t == "snis"))
+                kind.children(plugins)
+                    .any(|(t, _)| t == k && !(kind == Kind::Certificate && t == "snis"))
             };
             let m: Map<String, Value> = map
                 .iter()
@@ -556,18 +557,19 @@ fn collect<'a>(
             child_key,
             id: String::new(),
         });
-        for (child_table, fk) in kind.children() {
-            if let Some(cv) = map.get(*child_table) {
+        for (child_table, fk) in kind.children(plugins) {
+            if let Some(cv) = map.get(child_table) {
                 if kind == Kind::Certificate
-                    && *child_table == "snis"
+                    && child_table == "snis"
                     && cv
                         .as_array()
                         .is_some_and(|a| a.iter().all(|x| x.is_string()))
                 {
                     continue;
                 }
-                let ck = Kind::from_table(child_table).unwrap();
+                let ck = Kind::from_table(child_table, plugins).unwrap();
                 collect(
+                    plugins,
                     ck,
                     ck.table(),
                     cv,
@@ -617,8 +619,7 @@ fn generate_id(items: &[Item], i: usize) -> String {
         Kind::Sni => s("name").map(|n| n.to_ascii_lowercase()),
         Kind::Target => cache_key(&["upstream", "target"], &["upstream", "target"], &[]),
         Kind::Plugin => cache_key(&["name", "route", "service", "consumer"], &["name"], &[]),
-        Kind::Credential(k) => {
-            let spec = &CREDENTIALS[k];
+        Kind::Credential(spec) => {
             let auto: Vec<&str> = spec
                 .fields
                 .iter()
@@ -632,7 +633,7 @@ fn generate_id(items: &[Item], i: usize) -> String {
                 .map(|(n, _)| *n)
                 .chain(["consumer"])
                 .collect();
-            cache_key(spec.cache_key, &required, &auto)
+            cache_key(spec.spec.identity(), &required, &auto)
         }
         Kind::Certificate | Kind::CaCertificate => None,
         Kind::Record(k) => s(records::RECORDS[k].endpoint_key).map(String::from),

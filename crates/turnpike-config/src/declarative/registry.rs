@@ -1,5 +1,6 @@
 //! What the declarative loader asks of the plugins a build carries.
 
+use crate::entity::PluginEntity;
 use serde_json::{Map, Value};
 
 /// What the plugin set knows of plugins: used to check `plugins` entities while loading.
@@ -8,6 +9,11 @@ pub trait PluginRegistry: Send + Sync {
     /// filled in, or the violations as (field path within `config`, or within the plugin
     /// entity when it starts with `/`; message).
     fn check(&self, name: &str, config: &Value) -> Option<Result<Value, Vec<(String, String)>>>;
+
+    /// The entities the plugins bring (Kong's `daos.lua`): their credential tables.
+    fn entities(&self) -> &'static [&'static PluginEntity] {
+        &[]
+    }
 
     /// Kong's schema JSON for `GET /schemas/plugins/{name}`.
     fn schema_json(&self, _name: &str) -> Option<Value> {

@@ -1,11 +1,70 @@
 use super::*;
+use crate::entity::{EntitySpec, FieldKind, PluginEntity, CONSUMER};
+
+/// The credential tables of key-auth, basic-auth and acl, as those plugins' folders declare
+/// them: the loader is tested here without the plugins crate.
+struct Credentials;
+
+const fn table(
+    table: &'static str,
+    endpoint_key: Option<&'static str>,
+    unique: &'static [&'static str],
+    cache_key: &'static [&'static str],
+    fields: &'static [(&'static str, FieldKind)],
+) -> PluginEntity {
+    PluginEntity {
+        spec: EntitySpec {
+            table,
+            path: table,
+            nested_path: table,
+            endpoint_key,
+            unique,
+            cache_key,
+            foreign: CONSUMER,
+        },
+        fields,
+        sample: "{}",
+    }
+}
+
+static KEYAUTH: PluginEntity = table(
+    "keyauth_credentials",
+    Some("key"),
+    &["key"],
+    &[],
+    &[("key", FieldKind::Auto), ("ttl", FieldKind::Int)],
+);
+static BASICAUTH: PluginEntity = table(
+    "basicauth_credentials",
+    Some("username"),
+    &["username"],
+    &[],
+    &[("username", FieldKind::Required), ("password", FieldKind::Required)],
+);
+static ACLS: PluginEntity = table(
+    "acls",
+    None,
+    &[],
+    &["consumer", "group"],
+    &[("group", FieldKind::Required)],
+);
+
+impl PluginRegistry for Credentials {
+    fn check(&self, _name: &str, _config: &Value) -> Option<Result<Value, Vec<(String, String)>>> {
+        None
+    }
+    fn entities(&self) -> &'static [&'static PluginEntity] {
+        static ALL: [&PluginEntity; 3] = [&KEYAUTH, &BASICAUTH, &ACLS];
+        &ALL
+    }
+}
 
 fn ok(yaml: &str) -> Config {
-    load_str(yaml, &NoPlugins).unwrap_or_else(|e| panic!("unexpected errors:\n{e}"))
+    load_str(yaml, &Credentials).unwrap_or_else(|e| panic!("unexpected errors:\n{e}"))
 }
 
 fn err(yaml: &str) -> DeclarativeError {
-    load_str(yaml, &NoPlugins).expect_err("expected the config to be rejected")
+    load_str(yaml, &Credentials).expect_err("expected the config to be rejected")
 }
 
 #[test]
@@ -306,7 +365,7 @@ keyauth_credentials:
     let basic = c
         .credentials
         .iter()
-        .find(|cr| cr.kind == CredentialKind::BasicAuth)
+        .find(|cr| cr.table == "basicauth_credentials")
         .unwrap();
     assert_eq!(
         basic.id,
@@ -315,7 +374,7 @@ keyauth_credentials:
     let acl = c
         .credentials
         .iter()
-        .find(|cr| cr.kind == CredentialKind::Acl)
+        .find(|cr| cr.table == "acls")
         .unwrap();
     assert_eq!(
         acl.id,

@@ -2,6 +2,7 @@
 //! credentials give it. Runs after the authentication plugins (higher PRIORITY), so it sees the
 //! consumer they found (or the anonymous one).
 
+pub mod daos;
 mod schema;
 
 use std::collections::HashMap;
@@ -52,7 +53,7 @@ impl PluginSpec for Acl {
             (true, allow)
         };
         Ok(Arc::new(Configured {
-            groups: ctx.acl_groups(),
+            groups: ctx.shared(daos::groups),
             allow: allow_mode,
             list,
             hide_header: c.hide_groups_header,

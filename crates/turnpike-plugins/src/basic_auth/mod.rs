@@ -13,6 +13,7 @@
 //! that waits too long for a turn gets 503 rather than queueing without bound, so a flood of
 //! random passwords cannot take the CPU from proxying.
 
+pub mod daos;
 pub mod password;
 mod schema;
 
@@ -43,7 +44,7 @@ pub type CredentialIndex = rustc_hash::FxHashMap<Box<str>, Arc<Credential>>;
 
 /// Credentials found in a store (database nodes), by username; see `crate::credentials`.
 static STORED: crate::credentials::Cache<String, Arc<Credential>> =
-    crate::credentials::Cache::new("basicauth_credentials", "username");
+    crate::credentials::Cache::new(daos::TABLE, "username");
 
 /// Drops cached credentials of a credential or consumer that changed.
 pub fn invalidate(id: &str, username: Option<&str>) {
@@ -115,7 +116,7 @@ impl PluginSpec for BasicAuth {
                 .ok_or_else(|| format!("anonymous consumer {a} is configured but doesn't exist"))
         });
         Ok(Arc::new(Authenticator(Arc::new(Configured {
-            credentials: (!crate::credentials::installed()).then(|| ctx.basic_auth()),
+            credentials: (!crate::credentials::installed()).then(|| ctx.shared(daos::index)),
             hide_credentials: c.hide_credentials,
             www_authenticate: HeaderValue::from_str(&format!("Basic realm=\"{realm}\""))
                 .map_err(|_| "invalid realm".to_string())?,

@@ -9,6 +9,10 @@
 //! key finds either form, so the property can be turned on or off over existing keys.
 
 mod body;
+pub mod daos;
+mod index;
+
+pub use index::KeyIndex;
 mod schema;
 
 use std::sync::Arc;
@@ -19,7 +23,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use serde_json::Value;
 
 use crate::credentials::Outcome;
-use crate::{Access, AccessRequest, BuildContext, Exit, Handler, Identity, KeyIndex, PluginSpec};
+use crate::{Access, AccessRequest, BuildContext, Exit, Handler, Identity, PluginSpec};
 
 pub struct KeyAuth;
 
@@ -66,7 +70,7 @@ const DUPLICATE: &str = "Duplicate API key found";
 /// Keys found in a store (database nodes), by the key presented: the digest is computed only
 /// to look a key up in the store, not per request. See `crate::credentials`.
 static STORED_KEYS: crate::credentials::Cache<Box<str>, Arc<Identity>> =
-    crate::credentials::Cache::new("keyauth_credentials", "key");
+    crate::credentials::Cache::new(daos::TABLE, "key");
 
 /// Drops cached keys of a credential or consumer that changed (`key`: its stored form).
 pub fn invalidate(id: &str, key: Option<&str>) {
@@ -142,7 +146,7 @@ impl PluginSpec for KeyAuth {
             keys: if crate::credentials::installed() {
                 Keys::Store
             } else {
-                Keys::Snapshot(ctx.key_auth())
+                Keys::Snapshot(ctx.shared(KeyIndex::build))
             },
             names,
             in_header: c.key_in_header,

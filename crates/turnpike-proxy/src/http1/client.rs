@@ -49,6 +49,11 @@ impl Overrides {
         }
     }
 
+    /// Whether a client header other than Host can share a name with these.
+    pub fn set_others_may_clash(&mut self, may: bool) {
+        self.others_may_clash = may;
+    }
+
     /// Whether the client's header `name` is replaced by one of these.
     #[inline]
     fn replaces(&self, name: &HeaderName) -> bool {

@@ -7,15 +7,14 @@ use std::sync::Arc;
 
 use http::header::{self, HeaderMap, HeaderValue};
 use http::request::Parts;
-use http::{Response, StatusCode};
+use http::StatusCode;
 use turnpike_plugins::log::Source;
 use turnpike_plugins::{Access, AccessRequest, Handler, Identity};
 use turnpike_router::RouteEntry;
 
 use crate::body::spool::{self, SpoolError};
 use crate::http1::client::BodySource;
-use crate::runloop::body::ProxyBody;
-use crate::runloop::ctx::RequestCtx;
+use crate::runloop::ctx::{Ended, RequestCtx};
 use crate::runloop::errors::{self, exit_response};
 use crate::runloop::forward::{client_ip, request_protocol};
 use crate::snapshot::{Slot, Snapshot};
@@ -37,11 +36,8 @@ pub async fn run(
     body: &mut BodySource,
     upgrade: bool,
     rc: &mut RequestCtx,
-) -> Result<(), Response<ProxyBody>> {
+) -> Result<(), Ended> {
     let chain = &snap.chains[route.route_index];
-    if chain.is_empty() {
-        return Ok(());
-    }
     // A plugin that reads the body (key-auth's key_in_body) gets it whole, read here
     // within a bound; the upstream then gets those bytes.
     let mut buffered = None;
@@ -66,7 +62,7 @@ pub async fn run(
                     } else {
                         (StatusCode::BAD_REQUEST, errors::BAD_BODY)
                     };
-                    return Err(rc.error(ctx, status, msg));
+                    return Err(Box::new(rc.error(ctx, status, msg)));
                 }
             }
         }
@@ -116,7 +112,7 @@ pub async fn run(
                     d.request_headers = with_identity(access.headers, access.consumer.as_deref());
                 }
             }
-            return Err(exit_response(ctx, e, rc.start));
+            return Err(Box::new(exit_response(ctx, e, rc.start)));
         }
     }
     rc.upstream_query = access.upstream_query;
@@ -148,36 +144,39 @@ pub async fn run(
     Ok(())
 }
 
-/// Kong's request_buffering (the default): the whole body is read before an upstream is
-/// chosen and connected to, so a slow client holds no upstream connection and the upstream
-/// never gets a request its client abandoned. Returns the body's limit: client_max_body_size
-/// and a plugin's (request-size-limiting), whichever is lower, whether it is buffered or
-/// streamed.
-pub async fn buffer_body(
-    ctx: &WorkerCtx,
-    route: &RouteEntry,
-    parts: &mut Parts,
-    body: &mut BodySource,
-    upgrade: bool,
-    rc: &RequestCtx,
-) -> Result<Option<u64>, Response<ProxyBody>> {
-    let settings = &ctx.gateway.settings;
-    let max_body = settings.client_max_body_size;
-    let limit = match (rc.body_limit, max_body) {
+/// The most body bytes the upstream may get: client_max_body_size and a plugin's
+/// (request-size-limiting), whichever is lower, whether the body is buffered or streamed.
+pub fn body_limit(ctx: &WorkerCtx, rc: &RequestCtx) -> Option<u64> {
+    match (rc.body_limit, ctx.gateway.settings.client_max_body_size) {
         (l, 0) => l,
         (Some(l), m) => Some(l.min(m)),
         (None, m) => Some(m),
-    };
-    let plugin_bound = rc.body_limit.is_some() && limit == rc.body_limit;
-    if !route.request_buffering || upgrade {
-        return Ok(limit);
     }
+}
+
+/// Whether the route's request_buffering reads this request's body before the upstream is
+/// chosen: a streamed body not at its end yet, on a request that does not upgrade.
+pub fn buffers_body(route: &RouteEntry, body: &BodySource, upgrade: bool) -> bool {
+    route.request_buffering
+        && !upgrade
+        && matches!(body, BodySource::Stream(s) if !http_body::Body::is_end_stream(s))
+}
+
+/// Kong's request_buffering (the default): the whole body is read before an upstream is
+/// chosen and connected to, so a slow client holds no upstream connection and the upstream
+/// never gets a request its client abandoned. Held to `limit` (`body_limit`).
+pub async fn buffer_body(
+    ctx: &WorkerCtx,
+    parts: &mut Parts,
+    body: &mut BodySource,
+    limit: Option<u64>,
+    rc: &RequestCtx,
+) -> Result<(), Ended> {
     let BodySource::Stream(stream) = body else {
-        return Ok(limit);
+        return Ok(());
     };
-    if http_body::Body::is_end_stream(stream) {
-        return Ok(limit);
-    }
+    let settings = &ctx.gateway.settings;
+    let plugin_bound = rc.body_limit.is_some() && limit == rc.body_limit;
     let read = spool::read(
         stream,
         limit.unwrap_or(0),
@@ -192,7 +191,7 @@ pub async fn buffer_body(
                 .headers
                 .insert(header::CONTENT_LENGTH, HeaderValue::from(spool.len()));
             *body = BodySource::Spooled(spool);
-            Ok(limit)
+            Ok(())
         }
         Err(e) => {
             let (status, msg) = match e {
@@ -204,7 +203,7 @@ pub async fn buffer_body(
                 SpoolError::Unreadable => (StatusCode::BAD_REQUEST, errors::BAD_BODY),
                 SpoolError::Storage => (StatusCode::INTERNAL_SERVER_ERROR, errors::UNEXPECTED),
             };
-            Err(rc.error(ctx, status, msg))
+            Err(Box::new(rc.error(ctx, status, msg)))
         }
     }
 }

@@ -9,9 +9,12 @@ use http::{HeaderMap, Uri};
 use turnpike_plugins::{Handler, Identity, PluginCtx};
 
 use crate::http1::header_names::seen;
-use crate::http1::server::KongHeaders;
 use crate::runloop::log::LogState;
 use crate::worker::access_log::AccessRecord;
+
+/// The response that ends a request in a phase (a plugin's exit, Kong's error), boxed: the
+/// phases' `Ok` values stay small as they are returned, and only an early answer allocates.
+pub type Ended = Box<http::Response<crate::runloop::body::ProxyBody>>;
 
 /// One request's state across the phases.
 pub struct RequestCtx {
@@ -42,8 +45,6 @@ pub struct RequestCtx {
     pub from_upstream: bool,
     /// The upstream's response had headers named like Kong's own (they are replaced).
     pub upstream_named_kong: bool,
-    /// Kong's own response headers (Via, X-Kong-*), in the order Kong sends them.
-    pub kong: KongHeaders,
     /// Time from the request's start to the upstream call, and the upstream's (the head).
     pub proxy_latency: Duration,
     pub upstream_latency: Duration,
@@ -70,7 +71,6 @@ impl RequestCtx {
             filters: Vec::new(),
             from_upstream: false,
             upstream_named_kong: false,
-            kong: KongHeaders::new(),
             proxy_latency: Duration::ZERO,
             upstream_latency: Duration::ZERO,
             log: None,

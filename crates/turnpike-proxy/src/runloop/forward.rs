@@ -6,15 +6,14 @@
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;
-use http::{Request, Response, StatusCode, Uri, Version};
+use http::{Request, StatusCode, Uri, Version};
 use turnpike_router::{upstream_uri, Match};
 
 use crate::body::RequestBody;
 use crate::http1::client::Overrides;
 use crate::http1::header_names::{names, seen};
-use crate::runloop::body::ProxyBody;
-use crate::runloop::ctx::RequestCtx;
 use crate::runloop::ctx::Target;
+use crate::runloop::ctx::{Ended, RequestCtx};
 use crate::snapshot::ServiceInfo;
 use crate::worker::ctx::{ConnInfo, WorkerCtx};
 
@@ -29,19 +28,11 @@ static X_REAL_IP: HeaderName = names::X_REAL_IP;
 static KEEP_ALIVE: HeaderName = names::KEEP_ALIVE;
 static PROXY_CONNECTION: HeaderName = names::PROXY_CONNECTION;
 
-/// What the upstream request carries besides its head: the headers the proxy sets (slot 0 is
-/// Host, set per attempt) and the Host kept from the client or a plugin.
-pub struct Forward {
-    pub overrides: Overrides,
-    pub preserved_host: Option<HeaderValue>,
-}
-
-/// Turns the client's request head into the upstream's. `plugins_ran`: a plugin may have
-/// set any header, so what the parser saw of the names no longer holds.
+/// Turns the client's request head into the upstream's; the headers the proxy sets go into
+/// `overrides` (slot 0, Host, is set per attempt) and the Host kept from the client or a
+/// plugin is returned. `plugins_ran`: a plugin may have set any header, so what the parser
+/// saw of the names no longer holds.
 #[allow(clippy::too_many_arguments)]
-// The error is the response that ends the request here, returned by value as every phase's
-// answer is: boxing it would cost an allocation per error response.
-#[allow(clippy::result_large_err)]
 pub fn run(
     ctx: &WorkerCtx,
     conn: &ConnInfo,
@@ -50,8 +41,9 @@ pub fn run(
     t: &Target<'_>,
     host_value: Option<&HeaderValue>,
     (plugins_ran, upgrade): (bool, bool),
+    overrides: &mut Overrides,
     rc: &mut RequestCtx,
-) -> Result<Forward, Response<ProxyBody>> {
+) -> Result<Option<HeaderValue>, Ended> {
     let route = m.route;
     let path = t.path;
     let mut up_path = match rc.upstream_path.take() {
@@ -80,7 +72,11 @@ pub fn run(
         }
     }
     let Ok(uri) = Uri::try_from(up_path) else {
-        return Err(rc.error(ctx, StatusCode::BAD_REQUEST, "Bad request"));
+        return Err(Box::new(rc.error(
+            ctx,
+            StatusCode::BAD_REQUEST,
+            "Bad request",
+        )));
     };
     parts.uri = uri;
     parts.version = Version::HTTP_11;
@@ -95,7 +91,7 @@ pub fn run(
     // Slot 0 is the Host header, set per attempt by `balancer::send`. Unless the client sent
     // X-Forwarded-*, X-Real-IP or X-Kong-Request-Id (or a plugin ran, which may have set any
     // header), Host is the only proxy-set name a client header can have.
-    let mut overrides = Overrides::new(headers_seen & (seen::FORWARDED | seen::KONG) != 0);
+    overrides.set_others_may_clash(headers_seen & (seen::FORWARDED | seen::KONG) != 0);
     forwarded_headers(
         conn,
         (headers_seen & seen::FORWARDED != 0).then_some(&parts.headers),
@@ -103,7 +99,7 @@ pub fn run(
         host_value,
         path,
         prefix,
-        &mut overrides,
+        overrides,
     );
     if ctx.gateway.settings.headers_upstream_request_id {
         overrides.push((X_KONG_REQUEST_ID.clone(), Some(rc.request_id.clone())));
@@ -137,10 +133,7 @@ pub fn run(
     if let Some(d) = rc.log.as_deref_mut().and_then(|l| l.details.as_deref_mut()) {
         d.upstream_uri = Some(parts.uri.clone());
     }
-    Ok(Forward {
-        overrides,
-        preserved_host,
-    })
+    Ok(preserved_host)
 }
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1) are never forwarded, nor any header the Connection

@@ -18,40 +18,9 @@ static X_KONG_UPSTREAM_LATENCY: HeaderName = names::X_KONG_UPSTREAM_LATENCY;
 static X_KONG_UPSTREAM_STATUS: HeaderName = names::X_KONG_UPSTREAM_STATUS;
 
 /// Runs the header_filter phase over the response.
-pub fn run(
-    ctx: &WorkerCtx,
-    conn: &ConnInfo,
-    mut resp: Response<ProxyBody>,
-    rc: &mut RequestCtx,
-) -> Response<ProxyBody> {
+pub fn run(ctx: &WorkerCtx, conn: &ConnInfo, resp: &mut Response<ProxyBody>, rc: &mut RequestCtx) {
     let settings = &ctx.gateway.settings;
-    let s = &settings.headers;
-    // Kong's proxy headers, for a response from the upstream, in the order Kong sends them.
-    if rc.from_upstream {
-        if s.via {
-            rc.kong.push((header::VIA, settings.via_value.clone()));
-        }
-        if s.upstream_latency {
-            rc.kong
-                .push((X_KONG_UPSTREAM_LATENCY.clone(), ms(rc.upstream_latency)));
-        }
-        if s.proxy_latency {
-            rc.kong
-                .push((X_KONG_PROXY_LATENCY.clone(), ms(rc.proxy_latency)));
-        }
-        if s.upstream_status {
-            rc.kong.push((
-                X_KONG_UPSTREAM_STATUS.clone(),
-                HeaderValue::from(resp.status().as_u16()),
-            ));
-        }
-    }
-    if s.request_id {
-        rc.kong
-            .push((X_KONG_REQUEST_ID.clone(), rc.request_id.clone()));
-    }
     let plugin_headers = std::mem::take(&mut rc.plugin_headers);
-    let kong = std::mem::take(&mut rc.kong);
     // Kong's own headers go straight into an HTTP/1.1 response head (no header-map insert, no
     // hash) unless something needs them in the map: HTTP/2, a log phase that reads the
     // response headers, a header_filter phase (plugins see and may change Kong's headers, as
@@ -78,15 +47,15 @@ pub fn run(
         })
     };
     if !head_direct || (!plugin_headers.is_empty() && plugin_replaces_upstream()) {
-        let (mut parts, mut body) = resp.into_parts();
+        let (mut parts, mut body) = take(resp).into_parts();
         // Room for the plugins' headers too: a map that regrows costs ~900 instructions.
         body.merge_raw_head(&mut parts.headers, plugin_headers.len());
-        resp = Response::from_parts(parts, body);
+        *resp = Response::from_parts(parts, body);
     }
-    let h = resp.headers_mut();
     // Set for every request, so that nothing of an earlier one's is left in the slot.
     let mut outside = ctx.response_extra.borrow_mut();
     if head_direct {
+        let h = resp.headers_mut();
         // The plugins' headers too, unless the map holds one of their names (a plugin's
         // header replaces it) or a plugin set a name twice (the last one counts).
         let distinct = || {
@@ -103,33 +72,38 @@ pub fn run(
                 h.insert(k, v);
             }
         }
-        outside.kong = kong;
+        // Written in the slot itself: no list moved per request.
+        let kong = &mut outside.kong;
+        kong.clear();
+        kong_headers(settings, resp.status(), rc, |k, v| kong.push((k, v)));
+        if settings.headers.request_id {
+            kong.push((X_KONG_REQUEST_ID.clone(), rc.request_id.clone()));
+        }
     } else {
         outside.clear();
         // In the map, in this order: Kong's proxy headers (Via appended, the others replacing
         // an upstream's), the plugins' (replacing those), the request id last.
-        let mut rid = None;
-        for (k, v) in kong {
-            if k == X_KONG_REQUEST_ID {
-                rid = Some(v);
-            } else if k == header::VIA {
+        let status = resp.status();
+        let h = resp.headers_mut();
+        kong_headers(settings, status, rc, |k, v| {
+            if k == header::VIA {
                 h.append(k, v);
             } else {
                 h.insert(k, v);
             }
-        }
+        });
         for (k, v) in plugin_headers {
             h.insert(k, v);
         }
-        if let Some(v) = rid {
-            h.insert(X_KONG_REQUEST_ID.clone(), v);
+        if settings.headers.request_id {
+            h.insert(X_KONG_REQUEST_ID.clone(), rc.request_id.clone());
         }
     }
     drop(outside);
     // The plugins' header_filter, in PRIORITY order; the body filters it asks for (the
     // body_filter phase) wrap the body.
     if !rc.filters.is_empty() {
-        let (mut parts, mut body) = resp.into_parts();
+        let (mut parts, mut body) = take(resp).into_parts();
         let mut head = turnpike_plugins::ResponseHead {
             status: parts.status,
             headers: &mut parts.headers,
@@ -145,7 +119,7 @@ pub fn run(
         if !body_filters.is_empty() {
             body.filter(body_filters);
         }
-        resp = Response::from_parts(parts, body);
+        *resp = Response::from_parts(parts, body);
     }
     // Client keepalive_requests: close the connection after that many requests (HTTP/1).
     let n = conn.requests.get() + 1;
@@ -154,5 +128,39 @@ pub fn run(
         resp.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
-    resp
+}
+
+/// Kong's proxy headers for a response from the upstream (Via, X-Kong-Upstream-Latency,
+/// X-Kong-Proxy-Latency, X-Kong-Upstream-Status), in the order Kong sends them, as the
+/// node's `headers` property asks; the request id is the caller's, last.
+fn kong_headers(
+    settings: &crate::state::Settings,
+    status: http::StatusCode,
+    rc: &RequestCtx,
+    mut put: impl FnMut(HeaderName, HeaderValue),
+) {
+    if !rc.from_upstream {
+        return;
+    }
+    let s = &settings.headers;
+    if s.via {
+        put(header::VIA, settings.via_value.clone());
+    }
+    if s.upstream_latency {
+        put(X_KONG_UPSTREAM_LATENCY.clone(), ms(rc.upstream_latency));
+    }
+    if s.proxy_latency {
+        put(X_KONG_PROXY_LATENCY.clone(), ms(rc.proxy_latency));
+    }
+    if s.upstream_status {
+        put(
+            X_KONG_UPSTREAM_STATUS.clone(),
+            HeaderValue::from(status.as_u16()),
+        );
+    }
+}
+
+/// The response, leaving an empty one in its place (to take it apart and put it back).
+fn take(resp: &mut Response<ProxyBody>) -> Response<ProxyBody> {
+    std::mem::replace(resp, Response::new(ProxyBody::empty()))
 }

@@ -17,7 +17,6 @@ pub mod log;
 pub mod rewrite;
 pub mod route;
 
-use std::convert::Infallible;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -48,16 +47,15 @@ impl Service for Connection {
     type RequestBody = RequestBody;
     type ResponseBody = ProxyBody;
 
-    async fn call(
+    // `handle`'s own future, not one wrapping it: a wrapper would copy it in.
+    #[inline]
+    fn call(
         &self,
         request: Request<RequestBody>,
         seen: u32,
         upgrade: Option<PendingUpgrade>,
-    ) -> Response<ProxyBody> {
-        match handle(self.ctx.clone(), self.info.clone(), request, seen, upgrade).await {
-            Ok(r) => r,
-            Err(never) => match never {},
-        }
+    ) -> impl std::future::Future<Output = Response<ProxyBody>> {
+        handle(self.ctx.clone(), self.info.clone(), request, seen, upgrade)
     }
 
     fn refusal(&self, why: Refused) -> Response<ProxyBody> {
@@ -104,7 +102,7 @@ pub async fn handle(
     req: Request<RequestBody>,
     seen: u32,
     upgrade: Option<PendingUpgrade>,
-) -> Result<Response<ProxyBody>, Infallible> {
+) -> Response<ProxyBody> {
     let start = Instant::now();
     ctx.stats.requests.inc();
     // In flight until the response body is done: the keepalive timeout does not run meanwhile.
@@ -118,9 +116,10 @@ pub async fn handle(
             &rc.request_id,
         ))
     });
-    let resp = proxy(&ctx, &conn, (req, upgrade), &mut rc).await;
-    let resp = header_filter::run(&ctx, &conn, resp, &mut rc);
-    Ok(arm_log(resp, guard, rc))
+    let mut resp = proxy(&ctx, &conn, (req, upgrade), &mut rc).await;
+    header_filter::run(&ctx, &conn, &mut resp, &mut rc);
+    arm_log(&mut resp, guard, rc);
+    resp
 }
 
 /// From the request to the upstream's response (or the gateway's own): rewrite, route,
@@ -159,38 +158,46 @@ async fn proxy(
     };
     let m = match route::run(ctx, &snap, conn, &parts, &target, rc) {
         Ok(m) => m,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let route = m.route;
 
     let mut body = BodySource::Stream(body);
     let query = orig_uri.query();
-    if let Err(r) = access::run(
-        ctx,
-        &snap,
-        conn,
-        route,
-        &mut parts,
-        (&path, query),
-        &mut body,
-        upgrade,
-        rc,
-    )
-    .await
-    {
-        return r;
+    // Only a route with plugins pays for the access phase's future.
+    let plugins = !snap.chains[route.route_index].is_empty();
+    if plugins {
+        if let Err(r) = access::run(
+            ctx,
+            &snap,
+            conn,
+            route,
+            &mut parts,
+            (&path, query),
+            &mut body,
+            upgrade,
+            rc,
+        )
+        .await
+        {
+            return *r;
+        }
     }
-    let limit = match access::buffer_body(ctx, route, &mut parts, &mut body, upgrade, rc).await {
-        Ok(l) => l,
-        Err(r) => return r,
-    };
+    let limit = access::body_limit(ctx, rc);
+    if access::buffers_body(route, &body, upgrade) {
+        if let Err(r) = access::buffer_body(ctx, &mut parts, &mut body, limit, rc).await {
+            return *r;
+        }
+    }
 
     let Some(si) = route.service_index else {
         return rc.error(ctx, StatusCode::SERVICE_UNAVAILABLE, errors::NO_SERVICE);
     };
     let service = &snap.services[si];
-    let plugins_ran = !snap.chains[route.route_index].is_empty() || !snap.global_rewrite.is_empty();
-    let mut fwd = match forward::run(
+    let plugins_ran = plugins || !snap.global_rewrite.is_empty();
+    // Slot 0 is the Host header, set per attempt by `balancer::send`.
+    let mut overrides = crate::http1::client::Overrides::new(false);
+    let preserved_host = match forward::run(
         ctx,
         conn,
         (&m, service),
@@ -198,17 +205,18 @@ async fn proxy(
         &target,
         host_value.as_ref(),
         (plugins_ran, upgrade),
+        &mut overrides,
         rc,
     ) {
-        Ok(f) => f,
-        Err(r) => return r,
+        Ok(h) => h,
+        Err(r) => return *r,
     };
 
     let up_start = Instant::now();
     rc.proxy_latency = up_start - rc.start;
     // What a balancer may hash on; the client address only when a balancer may need it.
     let call = Call {
-        preserved_host: fwd.preserved_host.take(),
+        preserved_host,
         upgrade,
         consumer_id: rc.consumer.as_deref().map(|c| c.consumer_id.as_str()),
         client_ip: match service.destination {
@@ -228,7 +236,7 @@ async fn proxy(
             source: body,
             limit,
         },
-        &mut fwd.overrides,
+        &mut overrides,
         &call,
     )
     .await;
@@ -300,11 +308,7 @@ async fn proxy(
 
 /// Hands the request's log phase and access-log line to its guard, which the response body
 /// carries: they run when the body is done (or dropped).
-fn arm_log(
-    mut resp: http::Response<ProxyBody>,
-    mut guard: RequestGuard,
-    rc: RequestCtx,
-) -> http::Response<ProxyBody> {
+fn arm_log(resp: &mut Response<ProxyBody>, mut guard: RequestGuard, rc: RequestCtx) {
     if let Some(mut a) = rc.access_record {
         a.status = resp.status().as_u16();
         guard.access = Some(a);
@@ -320,5 +324,4 @@ fn arm_log(
         guard.log = Some(l);
     }
     resp.body_mut().set_guard(guard);
-    resp
 }

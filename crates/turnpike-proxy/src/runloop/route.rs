@@ -11,7 +11,7 @@ use turnpike_plugins::log::{RequestDetails, Source};
 use turnpike_router::{Match, RequestView};
 
 use crate::runloop::body::ProxyBody;
-use crate::runloop::ctx::{RequestCtx, Target};
+use crate::runloop::ctx::{Ended, RequestCtx, Target};
 use crate::runloop::errors::{self, own_response};
 use crate::runloop::forward::{client_ip, request_protocol};
 use crate::runloop::log::{head_size, LogState};
@@ -19,9 +19,6 @@ use crate::snapshot::{Snapshot, LOG_HEADERS};
 use crate::worker::ctx::{ConnInfo, WorkerCtx};
 
 /// The route for this request, or the response that ends it here.
-// The error is the response that ends the request here, returned by value as every phase's
-// answer is: boxing it would cost an allocation per error response.
-#[allow(clippy::result_large_err)]
 pub fn run<'s>(
     ctx: &WorkerCtx,
     snap: &'s std::rc::Rc<std::sync::Arc<Snapshot>>,
@@ -29,7 +26,7 @@ pub fn run<'s>(
     parts: &Parts,
     t: &Target<'_>,
     rc: &mut RequestCtx,
-) -> Result<Match<'s>, Response<ProxyBody>> {
+) -> Result<Match<'s>, Ended> {
     let view = RequestView {
         method: parts.method.as_str(),
         host: t.host,
@@ -39,7 +36,11 @@ pub fn run<'s>(
         sni: conn.sni.as_deref(),
     };
     let Some(m) = snap.router.find(&view) else {
-        return Err(rc.error(ctx, StatusCode::NOT_FOUND, errors::NO_ROUTE));
+        return Err(Box::new(rc.error(
+            ctx,
+            StatusCode::NOT_FOUND,
+            errors::NO_ROUTE,
+        )));
     };
     let route = m.route;
     if snap.chains_log[route.route_index] != 0 {
@@ -64,7 +65,7 @@ pub fn run<'s>(
                 header::UPGRADE,
                 HeaderValue::from_static("TLS/1.2, HTTP/1.1"),
             );
-            return Err(r);
+            return Err(Box::new(r));
         }
         let pq = t
             .orig_uri
@@ -77,18 +78,18 @@ pub fn run<'s>(
         if let Ok(v) = HeaderValue::from_str(&format!("https://{}{pq}", t.host)) {
             r.headers_mut().insert(header::LOCATION, v);
         }
-        return Err(own_response(ctx, r, rc.start));
+        return Err(Box::new(own_response(ctx, r, rc.start)));
     }
 
     // nginx's client_max_body_size, checked before any plugin runs (nginx checks it when it
     // picks the location): a declared length above it is refused before a byte is read.
     let max_body = ctx.gateway.settings.client_max_body_size;
     if max_body != 0 && declared_length(&parts.headers).is_some_and(|n| n > max_body) {
-        return Err(rc.error(
+        return Err(Box::new(rc.error(
             ctx,
             StatusCode::PAYLOAD_TOO_LARGE,
             errors::PAYLOAD_TOO_LARGE,
-        ));
+        )));
     }
     Ok(m)
 }

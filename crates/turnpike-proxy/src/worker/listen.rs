@@ -495,7 +495,10 @@ async fn serve_h2<I>(
                     ));
                 }
                 let req = http::Request::from_parts(parts, RequestBody::Http2(body));
-                runloop::handle(ctx, info, req, crate::http1::header_names::seen::ALL, None).await
+                Ok::<_, std::convert::Infallible>(
+                    runloop::handle(ctx, info, req, crate::http1::header_names::seen::ALL, None)
+                        .await,
+                )
             }
         })
     };

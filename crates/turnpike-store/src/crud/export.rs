@@ -15,8 +15,8 @@ impl Store {
     /// runs on its own low-priority thread.
     pub async fn export_raw(&self) -> Result<(i64, RawExport), StoreError> {
         let (mut tx, version) = self.begin_snapshot().await?;
-        let mut raw = Vec::with_capacity(ENTITIES.len());
-        for spec in ENTITIES {
+        let mut raw = Vec::new();
+        for spec in self.tables.iter() {
             let rows = sqlx::query(&format!("SELECT entity FROM {} ORDER BY id", spec.table))
                 .fetch_all(&mut *tx)
                 .await?;
@@ -57,7 +57,7 @@ impl Store {
         for r in rows {
             let table: String = r.try_get(0)?;
             let id: String = r.try_get(1)?;
-            let Some(spec) = schema::by_table(&table) else {
+            let Some(spec) = self.tables.by_table(&table) else {
                 continue;
             };
             let entity = sqlx::query(&format!("SELECT entity FROM {} WHERE id = $1", spec.table))
@@ -79,7 +79,7 @@ impl Store {
         let v = cfg.to_json();
         let mut tx = self.begin_write().await?;
         let mut count = 0;
-        for spec in ENTITIES {
+        for spec in self.tables.iter() {
             let Some(Value::Array(items)) = v.get(spec.table) else {
                 continue;
             };

@@ -9,7 +9,7 @@ use sqlx::any::Any;
 use sqlx::{Row, Transaction};
 
 use crate::entity::{self, Checked};
-use crate::schema::{self, quote, EntitySpec, ENTITIES};
+use crate::schema::{quote, EntitySpec};
 use crate::{now_secs, Backend, Store, StoreError, NOTIFY_CHANNEL};
 
 pub const DEFAULT_PAGE_SIZE: usize = 100;

@@ -37,7 +37,7 @@ impl Store {
         field: &str,
         value: &str,
     ) -> Result<Option<(Map<String, Value>, Map<String, Value>)>, StoreError> {
-        let spec = schema::by_table(table).ok_or(StoreError::NotFound)?;
+        let spec = self.tables.by_table(table).ok_or(StoreError::NotFound)?;
         if !spec.unique.contains(&field) {
             return Err(StoreError::Database(format!(
                 "{table}.{field} is not unique"

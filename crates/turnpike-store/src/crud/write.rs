@@ -162,7 +162,7 @@ impl Store {
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), StoreError>> + Send + 't>>
     {
         Box::pin(async move {
-            for child in ENTITIES {
+            for child in self.tables.iter() {
                 for f in child.foreign.iter().filter(|f| f.table == spec.table) {
                     let ids: Vec<String> = sqlx::query(&format!(
                         "SELECT id FROM {} WHERE {} = $1",
@@ -296,7 +296,7 @@ impl Store {
         table: &str,
         key: &str,
     ) -> Result<Option<String>, StoreError> {
-        let spec = schema::by_table(table).expect("known table");
+        let spec = self.tables.by_table(table).expect("known table");
         Ok(self.find_tx(tx, spec, key).await?.map(|(id, _)| id))
     }
 
@@ -468,7 +468,7 @@ impl Store {
 
         // A certificate's `snis` replace the snis that point at it.
         if let Some(names) = sni_names {
-            let snis = schema::by_table("snis").unwrap();
+            let snis = self.tables.by_table("snis").unwrap();
             let current: Vec<String> = sqlx::query("SELECT id FROM snis WHERE certificate_id = $1")
                 .bind(id)
                 .fetch_all(&mut **tx)

@@ -4,11 +4,12 @@ use serde_json::{Map, Value};
 
 use super::super::fields::Fields;
 use super::*;
+use crate::entity::{FieldKind, PluginEntity};
 
 /// Reads a credential of the given table; returns its fields (with generated values filled in)
 /// and the consumer reference when written at the top level.
 pub fn credential(
-    spec: &CredentialSpec,
+    spec: &'static PluginEntity,
     map: &Map<String, Value>,
     id: &str,
     now: i64,
@@ -37,7 +38,7 @@ pub fn credential(
     let errors = f.finish();
     (
         Credential {
-            kind: spec.kind,
+            table: spec.spec.table,
             id,
             created_at,
             consumer: ForeignKey { id: String::new() },

@@ -198,104 +198,19 @@ pub struct CaCertificate {
     pub tags: Option<Vec<String>>,
 }
 
-/// A credential of one of the auth plugins' tables; its own fields are kept as a JSON object
+/// A credential of one of the plugins' tables (`turnpike_config::entity::PluginEntity`); its own fields are kept as a JSON object
 /// (their meaning belongs to the plugin that reads them).
 #[derive(Debug, Clone, Serialize)]
 pub struct Credential {
+    /// Its table (`keyauth_credentials`), as the plugin's entity names it.
     #[serde(skip)]
-    pub kind: CredentialKind,
+    pub table: &'static str,
     pub id: String,
     pub created_at: i64,
     pub consumer: ForeignKey,
     #[serde(flatten)]
     pub fields: Map<String, Value>,
 }
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CredentialKind {
-    KeyAuth,
-    BasicAuth,
-    Acl,
-    Jwt,
-    HmacAuth,
-    OAuth2,
-}
-
-/// (field, required, auto-generated) for each credential table, after Kong's `daos.lua` files.
-pub struct CredentialSpec {
-    pub table: &'static str,
-    pub kind: CredentialKind,
-    pub cache_key: &'static [&'static str],
-    pub fields: &'static [(&'static str, FieldKind)],
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum FieldKind {
-    Required,
-    Optional,
-    /// Generated when absent (Kong's `auto = true`).
-    Auto,
-    Int,
-    StrArray,
-    Bool,
-}
-
-pub const CREDENTIALS: &[CredentialSpec] = &[
-    CredentialSpec {
-        table: "keyauth_credentials",
-        kind: CredentialKind::KeyAuth,
-        cache_key: &["key"],
-        fields: &[("key", FieldKind::Auto), ("ttl", FieldKind::Int)],
-    },
-    CredentialSpec {
-        table: "basicauth_credentials",
-        kind: CredentialKind::BasicAuth,
-        cache_key: &["username"],
-        fields: &[
-            ("username", FieldKind::Required),
-            ("password", FieldKind::Required),
-        ],
-    },
-    CredentialSpec {
-        table: "acls",
-        kind: CredentialKind::Acl,
-        cache_key: &["consumer", "group"],
-        fields: &[("group", FieldKind::Required)],
-    },
-    CredentialSpec {
-        table: "jwt_secrets",
-        kind: CredentialKind::Jwt,
-        cache_key: &["key"],
-        fields: &[
-            ("key", FieldKind::Auto),
-            ("secret", FieldKind::Auto),
-            ("algorithm", FieldKind::Optional),
-            ("rsa_public_key", FieldKind::Optional),
-        ],
-    },
-    CredentialSpec {
-        table: "hmacauth_credentials",
-        kind: CredentialKind::HmacAuth,
-        cache_key: &["username"],
-        fields: &[
-            ("username", FieldKind::Required),
-            ("secret", FieldKind::Auto),
-        ],
-    },
-    CredentialSpec {
-        table: "oauth2_credentials",
-        kind: CredentialKind::OAuth2,
-        cache_key: &["client_id"],
-        fields: &[
-            ("name", FieldKind::Required),
-            ("client_id", FieldKind::Auto),
-            ("client_secret", FieldKind::Auto),
-            ("hash_secret", FieldKind::Bool),
-            ("redirect_uris", FieldKind::StrArray),
-            ("client_type", FieldKind::Optional),
-        ],
-    },
-];
 
 /// Reads the common `id`; a missing id is filled in by the loader.
 pub(crate) fn read_id(f: &mut Fields, generated: &str) -> String {
