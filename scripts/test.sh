@@ -27,6 +27,8 @@ SHARED_TOOLS="$(pwd)/../shared/tools"
 DECK_BUILD=$!
 (bash "$SHARED_TOOLS/kong-manager/build.sh" >"$TOOLS_LOG/kong-manager.log" 2>&1 || true) &
 KM_BUILD=$!
+# The architecture holds: no import cycle among any crate's modules.
+python3 scripts/module-cycles.py
 cargo test --workspace --locked --no-run
 wait "$DECK_BUILD" "$KM_BUILD"
 cargo test --workspace --locked

@@ -94,7 +94,8 @@ impl Admin {
             u128::from_str_radix(&hash, 16).map_or(0.0, |n| n as f64)
         );
 
-        if turnpike_plugins::prometheus::upstream_health_metrics() {
+        let plugins = self.gateway.plugins.runtime();
+        if plugins.prometheus.upstream_health_metrics() {
             family(
                 &mut out,
                 "kong_upstream_target_health",
@@ -128,7 +129,7 @@ impl Admin {
             }
         }
 
-        turnpike_plugins::prometheus::metrics::render(&mut out);
+        turnpike_plugins::prometheus::metrics::render(&plugins.prometheus, &mut out);
 
         // What Kong does not report: upstream connection reuse and config reloads.
         family(
@@ -189,8 +190,8 @@ impl Admin {
             "Log entries a logging plugin dropped (queue full, or not delivered within max_retry_time)",
         );
         for (plugin, n) in [
-            ("file-log", &turnpike_plugins::file_log::DROPPED),
-            ("http-log", &turnpike_plugins::http_log::DROPPED),
+            ("file-log", &*plugins.file_log.dropped),
+            ("http-log", &plugins.http_log.tally.dropped),
         ] {
             let _ = writeln!(
                 out,
@@ -207,7 +208,7 @@ impl Admin {
         let _ = writeln!(
             out,
             "turnpike_log_entries_sent_total{{plugin=\"http-log\"}} {}",
-            turnpike_plugins::http_log::SENT.load(Relaxed)
+            plugins.http_log.tally.sent.load(Relaxed)
         );
         family(
             &mut out,

@@ -19,7 +19,11 @@ const SOME_ID: &str = "00000000-0000-4000-8000-000000000000";
 
 /// The smallest valid entity of each table: the fields it must set.
 fn minimal(spec: &EntitySpec, plugins: &dyn PluginRegistry) -> Map<String, Value> {
-    if let Some(e) = plugins.entities().iter().find(|e| e.spec.table == spec.table) {
+    if let Some(e) = plugins
+        .entities()
+        .iter()
+        .find(|e| e.spec.table == spec.table)
+    {
         // A plugin's entity: its sample, for a consumer.
         let mut m: Map<String, Value> = serde_json::from_str(e.sample).unwrap_or_default();
         m.insert("consumer".into(), json!({"id": SOME_ID}));
@@ -111,13 +115,7 @@ pub fn entity_schema(spec: &EntitySpec, plugins: &dyn PluginRegistry) -> Value {
         return turnpike_config::declarative::records::schema_json(k);
     }
     let input = minimal(spec, plugins);
-    let checked = entity::check(
-        spec,
-        &input,
-        SOME_ID,
-        0,
-        plugins,
-    );
+    let checked = entity::check(spec, &input, SOME_ID, 0, plugins);
     let value = match checked {
         Ok(c) => c.value,
         Err(_) => input.clone(),
@@ -275,19 +273,31 @@ mod tests {
 
     #[test]
     fn defaults_come_from_the_reader() {
-        let s = entity_schema(tables().by_table("services").unwrap(), &turnpike_plugins::bundled());
+        let s = entity_schema(
+            tables().by_table("services").unwrap(),
+            &turnpike_plugins::bundled(),
+        );
         assert_eq!(field(&s, "retries")["default"], 5);
         assert_eq!(field(&s, "connect_timeout")["default"], 60000);
         assert_eq!(field(&s, "protocol")["default"], "http");
         assert_eq!(field(&s, "host")["required"], true);
         assert_eq!(field(&s, "name")["unique"], true);
-        let r = entity_schema(tables().by_table("routes").unwrap(), &turnpike_plugins::bundled());
+        let r = entity_schema(
+            tables().by_table("routes").unwrap(),
+            &turnpike_plugins::bundled(),
+        );
         assert_eq!(field(&r, "strip_path")["default"], true);
         assert_eq!(field(&r, "https_redirect_status_code")["default"], 426);
         assert_eq!(field(&r, "service")["type"], "foreign");
-        let t = entity_schema(tables().by_table("targets").unwrap(), &turnpike_plugins::bundled());
+        let t = entity_schema(
+            tables().by_table("targets").unwrap(),
+            &turnpike_plugins::bundled(),
+        );
         assert_eq!(field(&t, "weight")["default"], 100);
-        let u = entity_schema(tables().by_table("upstreams").unwrap(), &turnpike_plugins::bundled());
+        let u = entity_schema(
+            tables().by_table("upstreams").unwrap(),
+            &turnpike_plugins::bundled(),
+        );
         assert_eq!(field(&u, "slots")["default"], 10000);
     }
 }

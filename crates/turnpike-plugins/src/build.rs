@@ -11,6 +11,8 @@ use crate::*;
 
 pub struct BuildContext<'a> {
     pub config: &'a turnpike_config::Config,
+    /// The node's plugin state (caches, counters, queues), which the built plugins keep.
+    pub runtime: &'a Arc<Runtime>,
     consumers: std::sync::OnceLock<Arc<ConsumerIndex>>,
     /// What a plugin derives from the config once for all its instances (its credentials
     /// indexed), by type: built when an instance first asks (`shared`).
@@ -21,9 +23,10 @@ pub struct BuildContext<'a> {
 pub type ConsumerIndex = std::collections::HashMap<String, Arc<Identity>>;
 
 impl<'a> BuildContext<'a> {
-    pub fn new(config: &'a turnpike_config::Config) -> Self {
+    pub fn new(config: &'a turnpike_config::Config, runtime: &'a Arc<Runtime>) -> Self {
         BuildContext {
             config,
+            runtime,
             consumers: std::sync::OnceLock::new(),
             shared: Mutex::new(HashMap::new()),
         }

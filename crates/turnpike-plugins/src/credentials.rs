@@ -56,21 +56,28 @@ struct Installed {
     settings: CacheSettings,
 }
 
-static INSTALLED: OnceLock<Installed> = OnceLock::new();
-
-/// Makes this node look credentials up in `source` (a database node, at start).
-pub fn install(source: Arc<dyn CredentialSource>, settings: CacheSettings) {
-    let _ = INSTALLED.set(Installed { source, settings });
+/// Where a node's credentials come from: a store (a database node, set at start with
+/// [`Store::install`]) or, when none is installed, the snapshot. Part of the plugins'
+/// [`crate::Runtime`].
+#[derive(Default)]
+pub struct Store {
+    installed: OnceLock<Installed>,
+    /// Bumped by every invalidation: a look-up that started before one does not cache its
+    /// answer, which may predate the change.
+    generation: AtomicU64,
 }
 
-/// Whether credentials come from a store (and so not from the snapshot).
-pub fn installed() -> bool {
-    INSTALLED.get().is_some()
-}
+impl Store {
+    /// Makes this node look credentials up in `source` (a database node, at start).
+    pub fn install(&self, source: Arc<dyn CredentialSource>, settings: CacheSettings) {
+        let _ = self.installed.set(Installed { source, settings });
+    }
 
-/// Bumped by every invalidation: a look-up that started before one does not cache its
-/// answer, which may predate the change.
-static GENERATION: AtomicU64 = AtomicU64::new(0);
+    /// Whether credentials come from a store (and so not from the snapshot).
+    pub fn installed(&self) -> bool {
+        self.installed.get().is_some()
+    }
+}
 
 /// A cached answer: the value (`None`: no such credential) and when it was fetched.
 #[derive(Clone)]
@@ -89,6 +96,7 @@ pub struct Entry<V> {
 
 /// One credential table's cache.
 pub struct Cache<K, V> {
+    store: Arc<Store>,
     table: &'static str,
     field: &'static str,
     entries: OnceLock<moka::sync::Cache<K, Entry<V>>>,
@@ -107,8 +115,9 @@ where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
-    pub const fn new(table: &'static str, field: &'static str) -> Cache<K, V> {
+    pub fn new(store: Arc<Store>, table: &'static str, field: &'static str) -> Cache<K, V> {
         Cache {
+            store,
             table,
             field,
             entries: OnceLock::new(),
@@ -117,7 +126,9 @@ where
 
     fn entries(&self) -> &moka::sync::Cache<K, Entry<V>> {
         self.entries.get_or_init(|| {
-            let max = INSTALLED
+            let max = self
+                .store
+                .installed
                 .get()
                 .map_or(16 << 20, |i| i.settings.max_bytes)
                 .max(1 << 20);
@@ -140,7 +151,7 @@ where
         if e.expires.is_some_and(|at| Instant::now() >= at) {
             return None;
         }
-        let ttl = INSTALLED.get().and_then(|i| {
+        let ttl = self.store.installed.get().and_then(|i| {
             if e.value.is_some() {
                 i.settings.ttl
             } else {
@@ -158,16 +169,16 @@ where
     /// that every stored form maps to); `build` turns a found row into what the plugin keeps.
     /// A failed look-up serves a stale cached answer when there is one.
     pub async fn load(
-        &'static self,
+        &self,
         key: K,
         value: String,
         token: String,
         build: impl FnOnce(&Found) -> Option<V>,
     ) -> Outcome<V> {
-        let Some(installed) = INSTALLED.get() else {
+        let Some(installed) = self.store.installed.get() else {
             return Outcome::Failed("no credential store".into());
         };
-        let generation = GENERATION.load(Ordering::Acquire);
+        let generation = self.store.generation.load(Ordering::Acquire);
         let lookup: Arc<str> = Arc::from(token);
         match installed.source.find(self.table, self.field, value).await {
             Ok(found) => {
@@ -186,7 +197,7 @@ where
                     ),
                     None => (None, None, None),
                 };
-                if GENERATION.load(Ordering::Acquire) == generation {
+                if self.store.generation.load(Ordering::Acquire) == generation {
                     self.entries().insert(
                         key,
                         Entry {
@@ -220,7 +231,7 @@ where
     /// Drops entries of a credential or consumer that changed, and those looked up by
     /// `lookup` (a negative answer for a key that now exists).
     pub fn invalidate(&self, id: &str, lookup: Option<&str>) {
-        GENERATION.fetch_add(1, Ordering::AcqRel);
+        self.store.generation.fetch_add(1, Ordering::AcqRel);
         let Some(entries) = self.entries.get() else {
             return;
         };
@@ -234,7 +245,7 @@ where
     }
 
     pub fn invalidate_all(&self) {
-        GENERATION.fetch_add(1, Ordering::AcqRel);
+        self.store.generation.fetch_add(1, Ordering::AcqRel);
         if let Some(entries) = self.entries.get() {
             entries.invalidate_all();
         }
@@ -259,9 +270,9 @@ mod tests {
 
     #[test]
     fn a_credential_with_a_ttl_stops_working_when_it_runs_out() {
-        static C: Cache<u32, String> = Cache::new("t", "f");
+        let c: Cache<u32, String> = Cache::new(Arc::default(), "t", "f");
         for (k, left) in [(1u32, 3600u64), (2, 0)] {
-            C.entries().insert(
+            c.entries().insert(
                 k,
                 Entry {
                     value: Some("key".into()),
@@ -273,15 +284,15 @@ mod tests {
                 },
             );
         }
-        assert!(C.get(&1).is_some());
-        assert!(C.get(&2).is_none());
+        assert!(c.get(&1).is_some());
+        assert!(c.get(&2).is_none());
     }
 
     #[test]
     fn the_cache_is_bounded() {
-        static C: Cache<u32, String> = Cache::new("t", "f");
+        let c: Cache<u32, String> = Cache::new(Arc::default(), "t", "f");
         for k in 0..50_000u32 {
-            C.entries().insert(
+            c.entries().insert(
                 k,
                 Entry {
                     value: Some(String::new()),
@@ -294,15 +305,15 @@ mod tests {
             );
         }
         // 16 MiB (the default bound here) at 512 bytes per found entry: 32768 entries.
-        let n = C.len();
+        let n = c.len();
         assert!(n > 0 && n <= 32_768, "{n} entries");
     }
 
     #[test]
     fn invalidation_by_credential_consumer_and_key() {
-        static C: Cache<u32, String> = Cache::new("t", "f");
+        let c: Cache<u32, String> = Cache::new(Arc::default(), "t", "f");
         let put = |k: u32, v: Option<&str>, cred: &str, consumer: &str| {
-            C.entries().insert(
+            c.entries().insert(
                 k,
                 Entry {
                     value: v.map(String::from),
@@ -317,12 +328,12 @@ mod tests {
         put(1, Some("a"), "cred-1", "alice");
         put(2, Some("b"), "cred-2", "bob");
         put(3, None, "", "");
-        assert_eq!(C.get(&1).unwrap().value.as_deref(), Some("a"));
-        C.invalidate("cred-1", None);
-        C.entries().run_pending_tasks();
-        assert!(C.get(&1).is_none() && C.get(&2).is_some());
-        C.invalidate("bob", Some("lookup-3"));
-        C.entries().run_pending_tasks();
-        assert!(C.get(&2).is_none() && C.get(&3).is_none());
+        assert_eq!(c.get(&1).unwrap().value.as_deref(), Some("a"));
+        c.invalidate("cred-1", None);
+        c.entries().run_pending_tasks();
+        assert!(c.get(&1).is_none() && c.get(&2).is_some());
+        c.invalidate("bob", Some("lookup-3"));
+        c.entries().run_pending_tasks();
+        assert!(c.get(&2).is_none() && c.get(&3).is_none());
     }
 }

@@ -35,6 +35,7 @@ mod clock;
 mod identity;
 mod phase;
 mod registry;
+mod runtime;
 #[cfg(test)]
 mod testing;
 
@@ -43,6 +44,7 @@ pub use clock::*;
 pub use identity::*;
 pub use phase::*;
 pub use registry::*;
+pub use runtime::Runtime;
 #[cfg(test)]
 pub(crate) use testing::*;
 

@@ -27,6 +27,11 @@ pub trait PluginSpec: Send + Sync {
     fn entity_checks(&self, _config: &Value) -> Vec<(String, String)> {
         Vec::new()
     }
+    /// Checks of the Lua code a config carries, under the node's `untrusted_lua*`
+    /// properties (refused when `untrusted_lua = off`, compiled otherwise).
+    fn lua_checks(&self, _config: &Value, _lua: &Arc<lua::Settings>) -> Vec<(String, String)> {
+        Vec::new()
+    }
     /// Whether the plugin may be scoped to a consumer. Kong's authentication plugins (and acl,
     /// cors) may not: they run before the consumer is known, or decide who it is.
     fn allows_consumer(&self) -> bool {
@@ -60,6 +65,8 @@ pub struct Registry {
     /// `key_auth_hash_keys`: key-auth keys are stored as digests (Kong stores them as
     /// written, which decK needs to compare a file with the gateway).
     hash_keys: bool,
+    /// The node's plugin state, handed to every plugin built with this registry.
+    runtime: Arc<Runtime>,
 }
 
 /// The entities the plugins bring (each folder's `daos`, as Kong's `daos.lua`), in the order
@@ -79,6 +86,7 @@ pub fn bundled() -> Registry {
     Registry {
         database_off: false,
         hash_keys: false,
+        runtime: Runtime::new(),
         plugins: vec![
             &acl::Acl,
             &basic_auth::BasicAuth,
@@ -110,7 +118,7 @@ pub fn enabled(names: &[String], database_off: bool) -> Result<Registry, String>
                 return Ok(Registry {
                     plugins: Vec::new(),
                     database_off,
-                    hash_keys: false,
+                    ..all
                 })
             }
             "bundled" => {
@@ -140,7 +148,7 @@ pub fn enabled(names: &[String], database_off: bool) -> Result<Registry, String>
     Ok(Registry {
         plugins,
         database_off,
-        hash_keys: false,
+        ..all
     })
 }
 
@@ -149,6 +157,16 @@ impl Registry {
     pub fn hashing_keys(mut self, on: bool) -> Registry {
         self.hash_keys = on;
         self
+    }
+
+    /// The node's plugin state, which every plugin built with this registry keeps a part of.
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
+    }
+
+    /// A context for building the plugins of `config` (one snapshot).
+    pub fn build_context<'a>(&'a self, config: &'a turnpike_config::Config) -> BuildContext<'a> {
+        BuildContext::new(config, &self.runtime)
     }
 
     pub fn get(&self, name: &str) -> Option<&'static dyn PluginSpec> {
@@ -171,6 +189,7 @@ impl PluginRegistry for Registry {
         p.shorthands(&mut config);
         Some(schema::validate(p.fields(), &config).and_then(|full| {
             let mut errs = p.entity_checks(&full);
+            errs.extend(p.lua_checks(&full, self.runtime.lua.settings()));
             if self.database_off {
                 errs.extend(p.needs_database(&full));
             }
@@ -220,7 +239,7 @@ impl PluginRegistry for Registry {
     }
 
     fn cached_tables(&self) -> &'static [&'static str] {
-        if credentials::installed() {
+        if self.runtime.credentials.installed() {
             &[key_auth::daos::TABLE, basic_auth::daos::TABLE]
         } else {
             &[]
@@ -228,27 +247,28 @@ impl PluginRegistry for Registry {
     }
 
     fn invalidate(&self, table: &str, id: &str, entity: Option<&serde_json::Map<String, Value>>) {
-        if !credentials::installed() {
+        if !self.runtime.credentials.installed() {
             return;
         }
+        let rt = &self.runtime;
         let field = |f: &str| entity.and_then(|e| e.get(f)).and_then(|v| v.as_str());
         match table {
-            key_auth::daos::TABLE => {
-                key_auth::invalidate(id, field("key").map(key_auth::stored_form_of).as_deref())
-            }
-            basic_auth::daos::TABLE => basic_auth::invalidate(id, field("username")),
+            key_auth::daos::TABLE => rt
+                .key_auth
+                .invalidate(id, field("key").map(key_auth::stored_form_of).as_deref()),
+            basic_auth::daos::TABLE => rt.basic_auth.invalidate(id, field("username")),
             // A consumer's identity is part of every cached credential of it.
             "consumers" => {
-                key_auth::invalidate(id, None);
-                basic_auth::invalidate(id, None);
+                rt.key_auth.invalidate(id, None);
+                rt.basic_auth.invalidate(id, None);
             }
             _ => {}
         }
     }
 
     fn invalidate_all(&self) {
-        key_auth::invalidate_all();
-        basic_auth::invalidate_all();
+        self.runtime.key_auth.invalidate_all();
+        self.runtime.basic_auth.invalidate_all();
     }
 
     fn stored_keys(&self, table: &str, key: &str) -> Vec<String> {

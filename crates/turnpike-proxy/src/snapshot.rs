@@ -117,12 +117,15 @@ impl Slot {
 /// part becomes a per-slot map looked up, per request, with the consumer authentication found
 /// (plugins run in PRIORITY order, so the auth plugins have run by then). Plugins are indexed
 /// by scope first, so the cost is per route times the plugins that apply to it.
-fn compile_chains(config: &Config, problems: &mut Vec<String>) -> (Vec<Chain>, Vec<Bound>) {
+fn compile_chains(
+    config: &Config,
+    registry: &turnpike_plugins::Registry,
+    problems: &mut Vec<String>,
+) -> (Vec<Chain>, Vec<Bound>) {
     type Entry = (i32, &'static str, Bound);
     type Chosen = (&'static str, Option<Bound>, bool);
     type ByConsumer<'a> = FxHashMap<&'static str, FxHashMap<&'a str, Bound>>;
-    let registry = turnpike_plugins::bundled();
-    let build_ctx = turnpike_plugins::BuildContext::new(config);
+    let build_ctx = registry.build_context(config);
     let mut global: Vec<Entry> = Vec::new();
     let mut by_service: FxHashMap<&str, Vec<Entry>> = FxHashMap::default();
     let mut by_route: FxHashMap<&str, Vec<Entry>> = FxHashMap::default();
@@ -344,11 +347,19 @@ fn hash_on(
 }
 
 impl Snapshot {
+    /// The snapshot of an empty config (no plugin is built, so no node's plugin state is
+    /// needed).
     pub fn empty() -> Snapshot {
-        Snapshot::compile(Config::default()).expect("an empty config compiles")
+        Snapshot::compile(Config::default(), &turnpike_plugins::bundled())
+            .expect("an empty config compiles")
     }
 
-    pub fn compile(config: Config) -> Result<Snapshot, String> {
+    /// Compiles `config`, its plugins built by the node's `plugins` registry (which hands them
+    /// the node's plugin state).
+    pub fn compile(
+        config: Config,
+        plugins: &turnpike_plugins::Registry,
+    ) -> Result<Snapshot, String> {
         let mut problems = config.left_out.clone();
         let router = Router::build_skipping(&config, &mut problems);
         let certs = CertStore::build_skipping(&config, &mut problems);
@@ -457,7 +468,7 @@ impl Snapshot {
                 tls,
             });
         }
-        let (chains, global) = compile_chains(&config, &mut problems);
+        let (chains, global) = compile_chains(&config, plugins, &mut problems);
         let global_rewrite = global
             .iter()
             .filter(|b| b.handler.rewrites())
@@ -573,7 +584,7 @@ mod tests {
         // does not carry.
         cfg.routes[1].paths = Some(vec!["~/bad(".into()]);
         cfg.plugins[0].name = "no-such-plugin".into();
-        let snap = Snapshot::compile(cfg).unwrap();
+        let snap = Snapshot::compile(cfg, &turnpike_plugins::bundled()).unwrap();
         assert_eq!(snap.problems.len(), 2, "{:?}", snap.problems);
         assert!(
             snap.problems[0].contains("path regex"),

@@ -99,6 +99,8 @@ pub struct Gateway {
     pub settings: Settings,
     pub stats: Stats,
     pub default_cert: Arc<CertifiedKey>,
+    /// The node's plugins, and their state (caches, counters, queues) across snapshots.
+    pub plugins: Arc<turnpike_plugins::Registry>,
     pub reloads: AtomicU64,
     /// Time spent applying configs (compile and swap), in microseconds: total and last.
     pub reload_micros_total: AtomicU64,
@@ -119,13 +121,19 @@ impl std::fmt::Debug for Gateway {
 }
 
 impl Gateway {
-    pub fn new(settings: Settings, workers: usize, default_cert: Arc<CertifiedKey>) -> Gateway {
+    pub fn new(
+        settings: Settings,
+        workers: usize,
+        default_cert: Arc<CertifiedKey>,
+        plugins: Arc<turnpike_plugins::Registry>,
+    ) -> Gateway {
         Gateway {
             snapshot: ArcSwap::from_pointee(Snapshot::empty()),
             generation: AtomicU64::new(0),
             settings,
             stats: Stats::new(workers),
             default_cert,
+            plugins,
             reloads: AtomicU64::new(0),
             reload_micros_total: AtomicU64::new(0),
             reload_micros_last: AtomicU64::new(0),
@@ -139,7 +147,7 @@ impl Gateway {
     pub fn apply(&self, config: Config) -> Result<(), String> {
         let _guard = self.reload_lock.lock().unwrap_or_else(|e| e.into_inner());
         let started = std::time::Instant::now();
-        let snap = Snapshot::compile(config)?;
+        let snap = Snapshot::compile(config, &self.plugins)?;
         // What could not be built is left out (or fails closed); everything else applies.
         for p in &snap.problems {
             tracing::error!("config: {p}: left out, the rest of the configuration applies");

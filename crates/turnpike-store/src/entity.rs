@@ -125,13 +125,18 @@ pub fn check(
     // (`{"name": ...}` or a path parent name it by its endpoint key instead).
     for f in spec.foreign {
         if let Some(Value::String(id)) = map.get(f.field).and_then(|v| v.get("id")) {
-            if !crate::crud::is_uuid(id) {
+            if !is_uuid(id) {
                 errs.push((format!("{}.id", f.field), "expected a valid UUID".into()));
             }
         }
     }
     let mut reveal = None;
-    if errs.is_empty() && plugins.entities().iter().any(|c| c.spec.table == spec.table) {
+    if errs.is_empty()
+        && plugins
+            .entities()
+            .iter()
+            .any(|c| c.spec.table == spec.table)
+    {
         match plugins.prepare_credential(spec.table, &mut value) {
             Ok(r) => reveal = r,
             Err(e) => errs.push(e),
@@ -174,7 +179,7 @@ pub fn check(
     // Kong's `ttl` (key-auth keys, oauth2 tokens): the entity expires that many seconds after
     // this write. Stored beside it; it reads back as the seconds left.
     if let Some(ttl) = value.get("ttl").and_then(|t| t.as_i64()).filter(|t| *t > 0) {
-        value.insert(crate::crud::EXPIRES_AT.into(), serde_json::json!(now + ttl));
+        value.insert(EXPIRES_AT.into(), serde_json::json!(now + ttl));
     }
     if errs.is_empty() {
         Ok(Checked {
@@ -222,6 +227,14 @@ pub fn merge(base: &mut Map<String, Value>, patch: &Map<String, Value>) {
         }
     }
 }
+
+/// An id as Kong writes them: a UUID in its 36-character form.
+pub fn is_uuid(s: &str) -> bool {
+    uuid::Uuid::parse_str(s).is_ok() && s.len() == 36
+}
+
+/// Where a stored entity with a `ttl` keeps its expiry (seconds since the epoch).
+pub(crate) const EXPIRES_AT: &str = "_expires_at";
 
 #[cfg(test)]
 mod tests {

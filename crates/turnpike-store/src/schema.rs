@@ -3,8 +3,8 @@
 //! entity, as the Admin API shows it, is kept beside its keys in `entity` (JSON text), so a read
 //! is one primary-key or unique-key look-up and never a scan.
 
-pub use turnpike_config::entity::{fk, EntitySpec, ForeignKey, PluginEntity};
 use turnpike_config::declarative::PluginRegistry;
+pub use turnpike_config::entity::{fk, EntitySpec, ForeignKey, PluginEntity};
 
 /// Kong's own tables, parents before children (the order rows are created in on import and
 /// the order foreign keys allow). The plugins' tables come from the plugin registry

@@ -171,7 +171,8 @@ pub async fn start(
 ) -> Result<(Arc<Store>, Arc<ConfigSync>), String> {
     let store = Arc::new(open(conf, plugins).await?);
     // Credentials come from the store, through the data plane's cache (not with the config).
-    turnpike_plugins::credentials::install(
+    let runtime = gateway.plugins.runtime();
+    runtime.credentials.install(
         Arc::new(StoreCredentials {
             store: store.clone(),
             runtime: tokio::runtime::Handle::current(),
@@ -184,10 +185,13 @@ pub async fn start(
     );
     // rate-limiting's cluster policy counts in this store; ended windows are purged now and
     // then (as Kong's timer does).
-    turnpike_plugins::rate_limiting::cluster::install(Arc::new(StoreCounters {
-        store: store.clone(),
-        runtime: tokio::runtime::Handle::current(),
-    }));
+    runtime
+        .rate_limiting
+        .cluster
+        .install(Arc::new(StoreCounters {
+            store: store.clone(),
+            runtime: tokio::runtime::Handle::current(),
+        }));
     {
         let store = store.clone();
         tokio::spawn(async move {

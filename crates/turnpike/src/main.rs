@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 use tokio::sync::watch;
 use turnpike_admin::Admin;
 use turnpike_config::conf::Database;
-use turnpike_config::declarative::{self, PluginRegistry};
+use turnpike_config::declarative;
 use turnpike_config::Conf;
 use turnpike_proxy::{tls, worker::listen as server, Gateway, Settings, BUILD_PROFILE, VERSION};
 
@@ -163,9 +163,13 @@ fn load_conf(path: Option<&Path>) -> Result<(Conf, Vec<String>), String> {
 }
 
 /// The plugins this node loads (Kong's `plugins` property; `bundled` by default).
-fn plugin_registry(conf: &Conf) -> Result<Arc<dyn PluginRegistry>, String> {
+/// The node's plugin state (caches, counters, queues) comes with it, one per node.
+fn plugin_registry(conf: &Conf) -> Result<Arc<turnpike_plugins::Registry>, String> {
+    let registry = turnpike_plugins::enabled(&conf.plugins, conf.database == Database::Off)
+        .map_err(|e| format!("invalid configuration: {e}"))?
+        .hashing_keys(conf.key_auth_hash_keys);
     // Before any plugin config is checked: whether and how Lua code in configs may run.
-    turnpike_plugins::lua::configure(
+    registry.runtime().lua.configure(
         turnpike_plugins::lua::Settings::parse(
             &conf.untrusted_lua,
             &conf.untrusted_lua_sandbox_requires.join(","),
@@ -173,9 +177,7 @@ fn plugin_registry(conf: &Conf) -> Result<Arc<dyn PluginRegistry>, String> {
         )
         .map_err(|e| format!("invalid configuration: {e}"))?,
     );
-    turnpike_plugins::enabled(&conf.plugins, conf.database == Database::Off)
-        .map(|r| Arc::new(r.hashing_keys(conf.key_auth_hash_keys)) as Arc<dyn PluginRegistry>)
-        .map_err(|e| format!("invalid configuration: {e}"))
+    Ok(Arc::new(registry))
 }
 
 fn main() -> ExitCode {
@@ -236,7 +238,7 @@ fn main() -> ExitCode {
         Command::Config {
             command: ConfigCommand::DbImport { file, conf },
         } => run_db_command(conf.as_deref(), |conf, plugins| async move {
-            let cfg = parse_file(&file, plugins.as_ref())?;
+            let cfg = parse_file(&file, &plugins)?;
             db::db_import(&conf, plugins, cfg).await
         }),
         Command::Config {
@@ -276,7 +278,7 @@ fn main() -> ExitCode {
 /// Runs a command against the configured database on a small runtime.
 fn run_db_command<F, Fut>(conf_path: Option<&Path>, f: F) -> ExitCode
 where
-    F: FnOnce(Conf, Arc<dyn PluginRegistry>) -> Fut,
+    F: FnOnce(Conf, Arc<turnpike_plugins::Registry>) -> Fut,
     Fut: std::future::Future<Output = Result<String, String>>,
 {
     let conf = match load_conf(conf_path) {
@@ -317,7 +319,7 @@ where
 
 fn parse_file(
     path: &Path,
-    plugins: &dyn PluginRegistry,
+    plugins: &turnpike_plugins::Registry,
 ) -> Result<turnpike_config::Config, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
@@ -334,7 +336,7 @@ fn parse_file(
     })?;
     // Compile it too: a config that validates but cannot be compiled (a certificate that does
     // not parse, a regex the engine refuses) is reported here rather than at reload.
-    let snap = turnpike_proxy::snapshot::Snapshot::compile(cfg.clone())
+    let snap = turnpike_proxy::snapshot::Snapshot::compile(cfg.clone(), plugins)
         .map_err(|e| format!("in '{}': {e}", path.display()))?;
     if !snap.problems.is_empty() {
         return Err(format!(
@@ -485,7 +487,12 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
     if let Some(log) = &settings.access_log {
         tracing::info!("access log: {} ({:?})", log.path.display(), log.format);
     }
-    let gateway = Arc::new(Gateway::new(settings, conf.worker_processes, default_cert));
+    let gateway = Arc::new(Gateway::new(
+        settings,
+        conf.worker_processes,
+        default_cert,
+        plugins.clone(),
+    ));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -684,7 +691,7 @@ async fn signals(
     streams: Signals,
     gateway: &Gateway,
     conf: &Conf,
-    plugins: &dyn PluginRegistry,
+    plugins: &turnpike_plugins::Registry,
     sync: Option<&turnpike_store::sync::ConfigSync>,
 ) {
     let Signals {

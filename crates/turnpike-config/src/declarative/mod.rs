@@ -95,7 +95,12 @@ impl Kind {
         plugins: &dyn PluginRegistry,
     ) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
         let credentials = (self == Kind::Consumer)
-            .then(|| plugins.entities().iter().map(|e| (e.spec.table, "consumer")))
+            .then(|| {
+                plugins
+                    .entities()
+                    .iter()
+                    .map(|e| (e.spec.table, "consumer"))
+            })
             .into_iter()
             .flatten();
         self.own_children().iter().copied().chain(credentials)

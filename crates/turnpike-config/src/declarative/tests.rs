@@ -39,7 +39,10 @@ static BASICAUTH: PluginEntity = table(
     Some("username"),
     &["username"],
     &[],
-    &[("username", FieldKind::Required), ("password", FieldKind::Required)],
+    &[
+        ("username", FieldKind::Required),
+        ("password", FieldKind::Required),
+    ],
 );
 static ACLS: PluginEntity = table(
     "acls",
@@ -371,11 +374,7 @@ keyauth_credentials:
         basic.id,
         ids::entity_id("basicauth_credentials", "basicauth_credentials:*:alice")
     );
-    let acl = c
-        .credentials
-        .iter()
-        .find(|cr| cr.table == "acls")
-        .unwrap();
+    let acl = c.credentials.iter().find(|cr| cr.table == "acls").unwrap();
     assert_eq!(
         acl.id,
         ids::entity_id("acls", &format!("acls:*:{}:admins", c.consumers[0].id))

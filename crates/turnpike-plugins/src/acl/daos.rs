@@ -24,11 +24,7 @@ pub static ACLS: PluginEntity = PluginEntity {
 /// per snapshot (`BuildContext::shared`).
 pub fn groups(ctx: &crate::BuildContext<'_>) -> super::GroupIndex {
     let mut m = super::GroupIndex::new();
-    for cred in ctx.config
-        .credentials
-        .iter()
-        .filter(|c| c.table == TABLE)
-    {
+    for cred in ctx.config.credentials.iter().filter(|c| c.table == TABLE) {
         if let Some(g) = cred.fields.get("group").and_then(|g| g.as_str()) {
             m.entry(cred.consumer.id.clone())
                 .or_default()

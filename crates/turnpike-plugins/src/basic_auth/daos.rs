@@ -29,11 +29,7 @@ pub static BASICAUTH_CREDENTIALS: PluginEntity = PluginEntity {
 /// authenticates: built once per snapshot (`BuildContext::shared`).
 pub fn index(ctx: &crate::BuildContext<'_>) -> super::CredentialIndex {
     let mut m = super::CredentialIndex::default();
-    for cred in ctx.config
-        .credentials
-        .iter()
-        .filter(|c| c.table == TABLE)
-    {
+    for cred in ctx.config.credentials.iter().filter(|c| c.table == TABLE) {
         let (Some(username), Some(stored), Some(who)) = (
             cred.fields.get("username").and_then(|v| v.as_str()),
             cred.fields.get("password").and_then(|v| v.as_str()),
@@ -50,10 +46,7 @@ pub fn index(ctx: &crate::BuildContext<'_>) -> super::CredentialIndex {
                     who.custom_id.clone(),
                     Some(cred.id.clone()),
                 )),
-                secret: super::password::Secret::from_stored(
-                    stored,
-                    &cred.consumer.id,
-                ),
+                secret: super::password::Secret::from_stored(stored, &cred.consumer.id),
                 stored: stored.into(),
             }),
         );

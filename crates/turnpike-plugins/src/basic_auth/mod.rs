@@ -17,7 +17,7 @@ pub mod daos;
 pub mod password;
 mod schema;
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
@@ -42,22 +42,43 @@ pub struct Credential {
 /// basicauth_credentials by username (FxHash: only the config inserts usernames).
 pub type CredentialIndex = rustc_hash::FxHashMap<Box<str>, Arc<Credential>>;
 
-/// Credentials found in a store (database nodes), by username; see `crate::credentials`.
-static STORED: crate::credentials::Cache<String, Arc<Credential>> =
-    crate::credentials::Cache::new(daos::TABLE, "username");
-
-/// Drops cached credentials of a credential or consumer that changed.
-pub fn invalidate(id: &str, username: Option<&str>) {
-    STORED.invalidate(id, username);
+/// basic-auth's part of the node's [`crate::Runtime`]: credentials found in a store
+/// (database nodes) by username (see `crate::credentials`), verifications remembered, and
+/// the turns for slow ones.
+pub struct State {
+    stored: crate::credentials::Cache<String, Arc<Credential>>,
+    /// Bounded (entries) and timed: an entry lives an hour at most.
+    verified: moka::sync::Cache<[u8; 32], Verified>,
+    /// Concurrent slow verifications (`slow_permits`).
+    slow: tokio::sync::Semaphore,
 }
 
-pub fn invalidate_all() {
-    STORED.invalidate_all();
+impl State {
+    pub fn new(store: Arc<crate::credentials::Store>) -> State {
+        State {
+            stored: crate::credentials::Cache::new(store, daos::TABLE, "username"),
+            verified: moka::sync::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(Duration::from_secs(3600))
+                .build(),
+            slow: tokio::sync::Semaphore::new(slow_permits()),
+        }
+    }
+
+    /// Drops cached credentials of a credential or consumer that changed.
+    pub fn invalidate(&self, id: &str, username: Option<&str>) {
+        self.stored.invalidate(id, username);
+    }
+
+    pub fn invalidate_all(&self) {
+        self.stored.invalidate_all();
+    }
 }
 
 struct Configured {
     /// The snapshot's credentials (DB-less); `None` on a database node.
     credentials: Option<Arc<CredentialIndex>>,
+    state: Arc<State>,
     hide_credentials: bool,
     www_authenticate: HeaderValue,
     anonymous: Option<Result<Arc<Identity>, String>>,
@@ -70,14 +91,6 @@ struct Verified {
     ok: bool,
 }
 
-/// Bounded (entries) and timed: an entry lives an hour at most.
-static VERIFIED: LazyLock<moka::sync::Cache<[u8; 32], Verified>> = LazyLock::new(|| {
-    moka::sync::Cache::builder()
-        .max_capacity(100_000)
-        .time_to_live(Duration::from_secs(3600))
-        .build()
-});
-
 /// Concurrent slow verifications: half the cores (at least one), leaving the rest to proxying.
 pub fn slow_permits() -> usize {
     std::thread::available_parallelism()
@@ -85,9 +98,6 @@ pub fn slow_permits() -> usize {
         .unwrap_or(1)
         .max(1)
 }
-
-static SLOW: LazyLock<tokio::sync::Semaphore> =
-    LazyLock::new(|| tokio::sync::Semaphore::new(slow_permits()));
 
 /// How long a request waits for a turn to verify before it is told to come back.
 const SLOW_WAIT: Duration = Duration::from_secs(2);
@@ -116,7 +126,8 @@ impl PluginSpec for BasicAuth {
                 .ok_or_else(|| format!("anonymous consumer {a} is configured but doesn't exist"))
         });
         Ok(Arc::new(Authenticator(Arc::new(Configured {
-            credentials: (!crate::credentials::installed()).then(|| ctx.shared(daos::index)),
+            credentials: (!ctx.runtime.credentials.installed()).then(|| ctx.shared(daos::index)),
+            state: ctx.runtime.basic_auth.clone(),
             hide_credentials: c.hide_credentials,
             www_authenticate: HeaderValue::from_str(&format!("Basic realm=\"{realm}\""))
                 .map_err(|_| "invalid realm".to_string())?,
@@ -206,7 +217,7 @@ impl Handler for Authenticator {
         };
         let Some(credentials) = &conf.credentials else {
             // A database node: the credential comes from the store, through the cache.
-            if let Some(e) = STORED.get(&username) {
+            if let Some(e) = conf.state.stored.get(&username) {
                 return match e.value {
                     Some(cred) => verify(&self.0, req, cred, &header, password),
                     None => conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED),
@@ -214,7 +225,9 @@ impl Handler for Authenticator {
             }
             let conf = self.0.clone();
             return Access::Wait(Box::pin(async move {
-                let outcome = STORED
+                let outcome = conf
+                    .state
+                    .stored
                     .load(username.clone(), username.clone(), username, |f| {
                         let stored = f.fields.get("password")?.as_str()?;
                         Some(Arc::new(Credential {
@@ -267,7 +280,7 @@ fn verify(
         };
     }
     let digest: [u8; 32] = sha2::Sha256::digest(header.as_bytes()).into();
-    if let Some(v) = VERIFIED.get(&digest) {
+    if let Some(v) = conf.state.verified.get(&digest) {
         if Arc::ptr_eq(&v.stored, &cred.stored) || v.stored == cred.stored {
             return if v.ok {
                 conf.succeed(req, &cred)
@@ -278,14 +291,14 @@ fn verify(
     }
     let conf = conf.clone();
     Access::Wait(Box::pin(async move {
-        let outcome = match tokio::time::timeout(SLOW_WAIT, SLOW.acquire()).await {
+        let outcome = match tokio::time::timeout(SLOW_WAIT, conf.state.slow.acquire()).await {
             Ok(Ok(permit)) => {
                 let c = cred.clone();
                 let ok = tokio::task::spawn_blocking(move || c.secret.verify(&password))
                     .await
                     .unwrap_or(false);
                 drop(permit);
-                VERIFIED.insert(
+                conf.state.verified.insert(
                     digest,
                     Verified {
                         stored: cred.stored.clone(),

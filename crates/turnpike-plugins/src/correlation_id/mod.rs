@@ -125,7 +125,10 @@ mod tests {
     ) -> (Option<String>, Vec<(HeaderName, HeaderValue)>) {
         let full = validate(schema::FIELDS, &config).unwrap();
         let h = CorrelationId
-            .build(&full, &crate::BuildContext::new(&Default::default()))
+            .build(
+                &full,
+                &crate::BuildContext::new(&Default::default(), &crate::Runtime::new()),
+            )
             .unwrap();
         let name =
             HeaderName::from_bytes(full["header_name"].as_str().unwrap().as_bytes()).unwrap();

@@ -207,7 +207,10 @@ mod tests {
         let full = validate(schema::FIELDS, &config).unwrap();
         assert!(schema::entity_checks(&full).is_empty());
         let h = Cors
-            .build(&full, &crate::BuildContext::new(&Default::default()))
+            .build(
+                &full,
+                &crate::BuildContext::new(&Default::default(), &crate::Runtime::new()),
+            )
             .unwrap();
         let mut t = crate::TestRequest::new();
         t.method = method;

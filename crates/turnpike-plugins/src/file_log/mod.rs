@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
@@ -18,8 +18,13 @@ use crate::{Access, AccessRequest, Handler, PluginSpec};
 
 pub struct FileLog;
 
-/// Lines dropped because a writer was behind, over every file.
-pub static DROPPED: AtomicU64 = AtomicU64::new(0);
+/// file-log's part of the node's [`crate::Runtime`]: one writer per (path, reopen), shared by
+/// every config naming the file, and the lines dropped because a writer was behind.
+#[derive(Default)]
+pub struct State {
+    writers: Mutex<HashMap<(String, bool), Arc<Writer>>>,
+    pub dropped: Arc<AtomicU64>,
+}
 
 /// Lines waiting for a file's writer.
 const QUEUE: usize = 10_000;
@@ -28,16 +33,13 @@ const QUEUE: usize = 10_000;
 struct Writer {
     queue: SyncSender<String>,
     dropped: AtomicU64,
+    /// The node's count over every file.
+    total_dropped: Arc<AtomicU64>,
 }
 
-/// One writer per (path, reopen), shared by every config naming the file.
-fn writer(path: &str, reopen: bool) -> Result<Arc<Writer>, String> {
-    type Writers = Mutex<HashMap<(String, bool), Arc<Writer>>>;
-    static WRITERS: OnceLock<Writers> = OnceLock::new();
-    let mut writers = WRITERS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+/// The writer of a file (see [`State`]).
+fn writer(state: &State, path: &str, reopen: bool) -> Result<Arc<Writer>, String> {
+    let mut writers = state.writers.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(w) = writers.get(&(path.to_string(), reopen)) {
         return Ok(w.clone());
     }
@@ -50,6 +52,7 @@ fn writer(path: &str, reopen: bool) -> Result<Arc<Writer>, String> {
     let w = Arc::new(Writer {
         queue: tx,
         dropped: AtomicU64::new(0),
+        total_dropped: state.dropped.clone(),
     });
     writers.insert((path.to_string(), reopen), w.clone());
     Ok(w)
@@ -131,18 +134,20 @@ impl PluginSpec for FileLog {
         {
             errs.push(("path".into(), "not a valid filename".into()));
         }
-        errs.extend(crate::lua::check_log_fields("file-log", config));
         errs
     }
-    fn build(
-        &self,
-        config: &Value,
-        _ctx: &crate::BuildContext,
-    ) -> Result<Arc<dyn Handler>, String> {
+    fn lua_checks(&self, config: &Value, lua: &Arc<crate::lua::Settings>) -> Vec<(String, String)> {
+        crate::lua::check_log_fields("file-log", config, lua)
+    }
+    fn build(&self, config: &Value, ctx: &crate::BuildContext) -> Result<Arc<dyn Handler>, String> {
         let c: schema::Config = crate::typed(config)?;
         Ok(Arc::new(Configured {
-            writer: writer(&c.path, c.reopen)?,
-            fields: crate::lua::LogFields::new("file-log", &config["custom_fields_by_lua"]),
+            writer: writer(&ctx.runtime.file_log, &c.path, c.reopen)?,
+            fields: crate::lua::LogFields::new(
+                "file-log",
+                &config["custom_fields_by_lua"],
+                ctx.runtime.lua.settings(),
+            ),
         }))
     }
 }
@@ -166,7 +171,7 @@ impl Handler for Configured {
         match self.writer.queue.try_send(line) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                DROPPED.fetch_add(1, Ordering::Relaxed);
+                self.writer.total_dropped.fetch_add(1, Ordering::Relaxed);
                 let dropped = self.writer.dropped.fetch_add(1, Ordering::Relaxed);
                 if dropped.is_multiple_of(10_000) {
                     tracing::warn!("file-log: the writer is behind; log lines dropped");

@@ -11,7 +11,7 @@ mod schema;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -25,10 +25,21 @@ use crate::{Access, AccessRequest, Handler, PluginSpec};
 
 pub struct HttpLog;
 
-/// Entries dropped (queue full, or a batch that could not be delivered in time) and sent,
-/// over every http-log queue of the process.
-pub static DROPPED: AtomicU64 = AtomicU64::new(0);
-pub static SENT: AtomicU64 = AtomicU64::new(0);
+/// http-log's part of the node's [`crate::Runtime`]: one queue per distinct sending config,
+/// shared by the plugin instances that have it and kept across reloads (queued entries survive
+/// a config change), and what was sent and dropped over all of them.
+#[derive(Default)]
+pub struct State {
+    queues: Mutex<HashMap<String, Arc<Queue>>>,
+    pub tally: Arc<Tally>,
+}
+
+/// Entries sent, and dropped (queue full, or a batch that could not be delivered in time).
+#[derive(Default)]
+pub struct Tally {
+    pub sent: AtomicU64,
+    pub dropped: AtomicU64,
+}
 
 /// Where and how a queue sends.
 #[derive(Clone, Debug)]
@@ -47,6 +58,7 @@ struct Target {
 
 struct Queue {
     tx: mpsc::Sender<String>,
+    tally: Arc<Tally>,
 }
 
 fn seconds(v: f64) -> Duration {
@@ -96,21 +108,17 @@ fn target(c: &schema::Config) -> Result<(Target, usize), String> {
     ))
 }
 
-/// One queue per distinct sending config, shared by the plugin instances that have it, and
-/// kept across reloads (queued entries survive a config change).
-fn queue(config: &Value) -> Result<Arc<Queue>, String> {
-    type Queues = Mutex<HashMap<String, Arc<Queue>>>;
-    static QUEUES: OnceLock<Queues> = OnceLock::new();
+/// The queue of a sending config (see [`State`]).
+fn queue(state: &State, config: &Value) -> Result<Arc<Queue>, String> {
     let key = config.to_string();
-    let mut queues = QUEUES
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let mut queues = state.queues.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(q) = queues.get(&key) {
         return Ok(q.clone());
     }
     let (target, max_entries) = target(&crate::typed(config)?)?;
     let (tx, rx) = mpsc::channel(max_entries);
+    let tally = state.tally.clone();
+    let sent = tally.clone();
     std::thread::Builder::new()
         .name("http-log".into())
         .spawn(move || {
@@ -118,12 +126,12 @@ fn queue(config: &Value) -> Result<Arc<Queue>, String> {
                 .enable_all()
                 .build()
             {
-                Ok(rt) => rt.block_on(send_loop(target, rx)),
+                Ok(rt) => rt.block_on(send_loop(target, rx, sent)),
                 Err(e) => tracing::error!("http-log: cannot start its sender: {e}"),
             }
         })
         .map_err(|e| format!("cannot start the http-log sender: {e}"))?;
-    let q = Arc::new(Queue { tx });
+    let q = Arc::new(Queue { tx, tally });
     queues.insert(key, q.clone());
     Ok(q)
 }
@@ -218,7 +226,7 @@ async fn send(t: &Target, conn: &mut Option<Sender>, body: Bytes) -> Result<(), 
 }
 
 /// The sender: batches, sends, retries with back-off, drops what could not go in time.
-async fn send_loop(t: Target, mut rx: mpsc::Receiver<String>) {
+async fn send_loop(t: Target, mut rx: mpsc::Receiver<String>, tally: Arc<Tally>) {
     let mut conn: Option<Sender> = None;
     let mut failing = false;
     while let Some(first) = rx.recv().await {
@@ -241,7 +249,7 @@ async fn send_loop(t: Target, mut rx: mpsc::Receiver<String>) {
         loop {
             match send(&t, &mut conn, body.clone()).await {
                 Ok(()) => {
-                    SENT.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    tally.sent.fetch_add(batch.len() as u64, Ordering::Relaxed);
                     if failing {
                         tracing::warn!("http-log: {} reachable again", t.uri);
                         failing = false;
@@ -254,7 +262,9 @@ async fn send_loop(t: Target, mut rx: mpsc::Receiver<String>) {
                         failing = true;
                     }
                     if started.elapsed() + delay > t.max_retry_time {
-                        DROPPED.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                        tally
+                            .dropped
+                            .fetch_add(batch.len() as u64, Ordering::Relaxed);
                         tracing::error!(
                             "http-log: {} entries dropped after {:?} of retries to {}",
                             batch.len(),
@@ -303,7 +313,6 @@ impl PluginSpec for HttpLog {
                 "expected one of: -1, 1".into(),
             ));
         }
-        errs.extend(crate::lua::check_log_fields("http-log", config));
         if let Some(map) = config["headers"].as_object() {
             for k in map.keys() {
                 if HeaderName::from_bytes(k.as_bytes()).is_err() {
@@ -313,14 +322,17 @@ impl PluginSpec for HttpLog {
         }
         errs
     }
-    fn build(
-        &self,
-        config: &Value,
-        _ctx: &crate::BuildContext,
-    ) -> Result<Arc<dyn Handler>, String> {
+    fn lua_checks(&self, config: &Value, lua: &Arc<crate::lua::Settings>) -> Vec<(String, String)> {
+        crate::lua::check_log_fields("http-log", config, lua)
+    }
+    fn build(&self, config: &Value, ctx: &crate::BuildContext) -> Result<Arc<dyn Handler>, String> {
         Ok(Arc::new(Configured {
-            queue: queue(config)?,
-            fields: crate::lua::LogFields::new("http-log", &config["custom_fields_by_lua"]),
+            queue: queue(&ctx.runtime.http_log, config)?,
+            fields: crate::lua::LogFields::new(
+                "http-log",
+                &config["custom_fields_by_lua"],
+                ctx.runtime.lua.settings(),
+            ),
         }))
     }
 }
@@ -342,7 +354,7 @@ impl Handler for Configured {
         }
         let line = json.to_string();
         if self.queue.tx.try_send(line).is_err() {
-            let n = DROPPED.fetch_add(1, Ordering::Relaxed);
+            let n = self.queue.tally.dropped.fetch_add(1, Ordering::Relaxed);
             if n.is_multiple_of(1000) {
                 tracing::warn!("http-log: queue full; entries dropped ({} so far)", n + 1);
             }

@@ -85,7 +85,10 @@ mod tests {
             schema::entity_checks(&full)
         );
         let h = IpRestriction
-            .build(&full, &crate::BuildContext::new(&Default::default()))
+            .build(
+                &full,
+                &crate::BuildContext::new(&Default::default(), &crate::Runtime::new()),
+            )
             .unwrap();
         let mut t = crate::TestRequest::new();
         t.client_ip = ip.parse().unwrap();

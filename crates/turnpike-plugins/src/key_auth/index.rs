@@ -38,16 +38,15 @@ impl KeyIndex {
 impl KeyIndex {
     /// Every key-auth key with the consumer it authenticates.
     pub fn build(ctx: &crate::BuildContext<'_>) -> KeyIndex {
-        let consumers: std::collections::HashMap<
-            &str,
-            &turnpike_config::declarative::Consumer,
-        > = ctx.config
-            .consumers
-            .iter()
-            .map(|c| (c.id.as_str(), c))
-            .collect();
+        let consumers: std::collections::HashMap<&str, &turnpike_config::declarative::Consumer> =
+            ctx.config
+                .consumers
+                .iter()
+                .map(|c| (c.id.as_str(), c))
+                .collect();
         let mut m = KeyIndex::default();
-        for cred in ctx.config
+        for cred in ctx
+            .config
             .credentials
             .iter()
             .filter(|c| c.table == super::daos::TABLE)

@@ -67,31 +67,41 @@ const NO_KEY: &str = "No API key found in request";
 const INVALID: &str = "Unauthorized";
 const DUPLICATE: &str = "Duplicate API key found";
 
-/// Keys found in a store (database nodes), by the key presented: the digest is computed only
-/// to look a key up in the store, not per request. See `crate::credentials`.
-static STORED_KEYS: crate::credentials::Cache<Box<str>, Arc<Identity>> =
-    crate::credentials::Cache::new(daos::TABLE, "key");
-
-/// Drops cached keys of a credential or consumer that changed (`key`: its stored form).
-pub fn invalidate(id: &str, key: Option<&str>) {
-    STORED_KEYS.invalidate(id, key);
+/// key-auth's part of the node's [`crate::Runtime`]: keys found in a store (database nodes),
+/// by the key presented (the digest is computed only to look a key up in the store, not per
+/// request). See `crate::credentials`.
+pub struct State {
+    stored: crate::credentials::Cache<Box<str>, Arc<Identity>>,
 }
 
-pub fn invalidate_all() {
-    STORED_KEYS.invalidate_all();
-}
+impl State {
+    pub fn new(store: Arc<crate::credentials::Store>) -> State {
+        State {
+            stored: crate::credentials::Cache::new(store, daos::TABLE, "key"),
+        }
+    }
 
-/// Cached keys (for tests and status).
-pub fn cached_keys() -> u64 {
-    STORED_KEYS.len()
+    /// Drops cached keys of a credential or consumer that changed (`key`: its stored form).
+    pub fn invalidate(&self, id: &str, key: Option<&str>) {
+        self.stored.invalidate(id, key);
+    }
+
+    pub fn invalidate_all(&self) {
+        self.stored.invalidate_all();
+    }
+
+    /// Cached keys (for tests and status).
+    pub fn cached_keys(&self) -> u64 {
+        self.stored.len()
+    }
 }
 
 /// Where keys are looked up.
 enum Keys {
     /// The snapshot's index (DB-less).
     Snapshot(Arc<KeyIndex>),
-    /// The store, through the cache.
-    Store,
+    /// The store, through the node's cache.
+    Store(Arc<State>),
 }
 
 /// The handler; its settings are shared with requests waiting for a store look-up.
@@ -143,8 +153,8 @@ impl PluginSpec for KeyAuth {
                 .ok_or_else(|| format!("anonymous consumer {a} is configured but doesn't exist"))
         });
         Ok(Arc::new(Authenticator(Arc::new(Configured {
-            keys: if crate::credentials::installed() {
-                Keys::Store
+            keys: if ctx.runtime.credentials.installed() {
+                Keys::Store(ctx.runtime.key_auth.clone())
             } else {
                 Keys::Snapshot(ctx.shared(KeyIndex::build))
             },
@@ -219,9 +229,9 @@ impl Handler for Authenticator {
             Found::Fail(message) => return conf.fail(req, message),
             Found::Key(key, name, location) => match &conf.keys {
                 Keys::Snapshot(index) => (index.get(&key).cloned(), name, location),
-                Keys::Store => match STORED_KEYS.get(key.as_ref()) {
+                Keys::Store(state) => match state.stored.get(key.as_ref()) {
                     Some(e) => (e.value, name, location),
-                    None => return self.load(key.into_owned(), name, location),
+                    None => return self.load(state.clone(), key.into_owned(), name, location),
                 },
             },
         };
@@ -244,13 +254,14 @@ enum Found<'r> {
 
 impl Authenticator {
     /// A key not cached yet: looked up in the store, then the request goes on.
-    fn load(&self, key: String, name: usize, location: Location) -> Access {
+    fn load(&self, state: Arc<State>, key: String, name: usize, location: Location) -> Access {
         let conf = self.0.clone();
         Access::Wait(Box::pin(async move {
             // Found in whichever form it is stored (as written or as a digest); filed under its
             // digest, which a write in either form invalidates.
             let token = stored_form(&key);
-            let outcome = STORED_KEYS
+            let outcome = state
+                .stored
                 .load(key.clone().into_boxed_str(), key, token, |f| {
                     Some(Arc::new(Identity::new(
                         f.consumer_id.clone(),

@@ -23,7 +23,6 @@ mod pdk;
 mod sandbox;
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 use bytes::Bytes;
@@ -79,15 +78,21 @@ impl Settings {
     }
 }
 
-static SETTINGS: OnceLock<Settings> = OnceLock::new();
-
-/// Sets the node's `untrusted_lua*` properties, once, before any config is checked.
-pub fn configure(settings: Settings) {
-    let _ = SETTINGS.set(settings);
+/// Lua's part of the node's [`crate::Runtime`]: the `untrusted_lua*` properties.
+#[derive(Default)]
+pub struct State {
+    settings: OnceLock<Arc<Settings>>,
 }
 
-pub fn settings() -> &'static Settings {
-    SETTINGS.get_or_init(Settings::default)
+impl State {
+    /// Sets the node's `untrusted_lua*` properties, once, before any config is checked.
+    pub fn configure(&self, settings: Settings) {
+        let _ = self.settings.set(Arc::new(settings));
+    }
+
+    pub fn settings(&self) -> &Arc<Settings> {
+        self.settings.get_or_init(Default::default)
+    }
 }
 
 /// Kong's message when `untrusted_lua = off`.
@@ -135,19 +140,32 @@ pub struct Code {
     pub plugin: &'static str,
     pub phases: [Vec<String>; 6],
     /// Dropped with the handler: a thread's state then frees the compiled functions the next
-    /// time it compiles something.
+    /// time it compiles something. Its address is the config's `id` while it lives.
     alive: Arc<()>,
+    /// The node's `untrusted_lua*` properties, which the thread's state is made with.
+    settings: Arc<Settings>,
 }
 
 impl Code {
-    pub fn new(plugin: &'static str, phases: [Vec<String>; 6]) -> Code {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
+    pub fn new(plugin: &'static str, phases: [Vec<String>; 6], settings: Arc<Settings>) -> Code {
+        // `alive`'s allocation (its counts) is this config's own while it lives: its address
+        // is the id, with no counter shared by the process.
+        let alive = Arc::new(());
         Code {
-            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            id: Arc::as_ptr(&alive) as usize as u64,
             plugin,
             phases,
-            alive: Arc::new(()),
+            alive,
+            settings,
         }
+    }
+
+    /// This thread's compiled functions of this config, if compiled (and not those of a
+    /// config that lived at the same address before).
+    fn compiled<'r>(&self, rt: &'r mut Runtime) -> Option<&'r mut Compiled> {
+        rt.compiled.get_mut(&self.id).filter(|c| {
+            std::ptr::eq(c.alive.as_ptr(), Arc::as_ptr(&self.alive)) && c.alive.strong_count() > 0
+        })
     }
 
     pub fn has(&self, phase: Phase) -> bool {
@@ -157,11 +175,11 @@ impl Code {
 
 /// Checks that `code` is Lua the node would load: it compiles, and `untrusted_lua` is not off.
 /// Kong's message for a syntax error names the plugin.
-pub fn check(plugin: &str, code: &str) -> Result<(), String> {
-    if settings().mode == Mode::Off {
+pub fn check(plugin: &str, code: &str, settings: &Arc<Settings>) -> Result<(), String> {
+    if settings.mode == Mode::Off {
         return Err(DISABLED.into());
     }
-    with_runtime(|rt| {
+    with_runtime(settings, |rt| {
         rt.lua
             .load(code)
             .set_name(code)
@@ -204,29 +222,38 @@ struct Runtime {
 }
 
 thread_local! {
-    static RUNTIME: RefCell<Option<Runtime>> = const { RefCell::new(None) };
+    /// This worker thread's Lua state, and the settings it was made with.
+    static RUNTIME: RefCell<Option<(Weak<Settings>, Runtime)>> = const { RefCell::new(None) };
 }
 
-/// Runs `f` with this thread's Lua state, made on first use. A state that cannot be made (out
-/// of memory) is an error for the caller to report, and is tried again next time.
-fn with_runtime<R>(f: impl FnOnce(&mut Runtime) -> R) -> Result<R, String> {
+/// Runs `f` with this thread's Lua state for `settings`, made on first use (or again if the
+/// thread ran another node's, which only tests do). A state that cannot be made (out of
+/// memory) is an error for the caller to report, and is tried again next time.
+fn with_runtime<R>(
+    settings: &Arc<Settings>,
+    f: impl FnOnce(&mut Runtime) -> R,
+) -> Result<R, String> {
     RUNTIME.with(|cell| {
         let mut slot = cell.borrow_mut();
-        if slot.is_none() {
-            *slot = Some(Runtime::new().map_err(|e| format!("cannot start Lua: {e}"))?);
+        let current = slot.as_ref().is_some_and(|(s, _)| {
+            std::ptr::eq(s.as_ptr(), Arc::as_ptr(settings)) && s.strong_count() > 0
+        });
+        if !current {
+            let rt = Runtime::new(settings).map_err(|e| format!("cannot start Lua: {e}"))?;
+            *slot = Some((Arc::downgrade(settings), rt));
         }
         match slot.as_mut() {
-            Some(rt) => Ok(f(rt)),
+            Some((_, rt)) => Ok(f(rt)),
             None => Err("no Lua state".into()),
         }
     })
 }
 
 impl Runtime {
-    fn new() -> mlua::Result<Runtime> {
+    fn new(settings: &Settings) -> mlua::Result<Runtime> {
         let lua = Lua::new();
         let (kong, ngx) = pdk::install(&lua)?;
-        let env = sandbox::environment(&lua, settings(), &kong, &ngx)?;
+        let env = sandbox::environment(&lua, settings, &kong, &ngx)?;
         Ok(Runtime {
             lua,
             env,
@@ -360,13 +387,13 @@ pub(crate) fn run(code: &Code, phase: Phase, target: Target, ctx: *mut PluginCtx
     let _guard = CallGuard;
     // The functions are called in place: nothing the code can reach (the PDK) touches the
     // runtime, and not cloning them saves a registry round trip per function per request.
-    with_runtime(|rt| {
-        if !rt.compiled.contains_key(&code.id) {
+    with_runtime(&code.settings, |rt| {
+        if code.compiled(rt).is_none() {
             if let Err(e) = rt.compile(code) {
                 return Outcome::Failed(e.to_string());
             }
         }
-        let Some(compiled) = rt.compiled.get_mut(&code.id) else {
+        let Some(compiled) = code.compiled(rt) else {
             return Outcome::Failed("compiled functions missing".into());
         };
         for slot in compiled.phases[phase as usize].iter_mut() {
@@ -469,7 +496,11 @@ pub struct LogFields {
 
 impl LogFields {
     /// `None` when the map is empty.
-    pub fn new(plugin: &'static str, fields: &serde_json::Value) -> Option<LogFields> {
+    pub fn new(
+        plugin: &'static str,
+        fields: &serde_json::Value,
+        settings: &Arc<Settings>,
+    ) -> Option<LogFields> {
         let map = fields.as_object().filter(|m| !m.is_empty())?;
         let names: Vec<String> = map.keys().cloned().collect();
         let exprs: Vec<String> = map
@@ -479,7 +510,7 @@ impl LogFields {
         let mut phases: [Vec<String>; 6] = Default::default();
         phases[Phase::Log as usize] = exprs;
         Some(LogFields {
-            code: Code::new(plugin, phases),
+            code: Code::new(plugin, phases, settings.clone()),
             names,
         })
     }
@@ -498,31 +529,32 @@ impl LogFields {
             c.ctx = ctx;
         });
         let _guard = CallGuard;
-        let values: Vec<Result<Option<serde_json::Value>, String>> = with_runtime(|rt| {
-            if !rt.compiled.contains_key(&self.code.id) {
-                if let Err(e) = rt.compile(&self.code) {
-                    return vec![Err(e.to_string())];
-                }
-            }
-            let lua = &rt.lua;
-            rt.compiled[&self.code.id].phases[Phase::Log as usize]
-                .iter()
-                .map(|slot| {
-                    let (Slot::First(f) | Slot::Ready(f)) = slot;
-                    match f.call::<Value>(()) {
-                        Ok(Value::Nil) => Ok(None),
-                        Ok(v) => {
-                            use mlua::LuaSerdeExt;
-                            lua.from_value::<serde_json::Value>(v)
-                                .map(Some)
-                                .map_err(|e| e.to_string())
-                        }
-                        Err(e) => Err(e.to_string()),
+        let values: Vec<Result<Option<serde_json::Value>, String>> =
+            with_runtime(&self.code.settings, |rt| {
+                if self.code.compiled(rt).is_none() {
+                    if let Err(e) = rt.compile(&self.code) {
+                        return vec![Err(e.to_string())];
                     }
-                })
-                .collect()
-        })
-        .unwrap_or_else(|e| vec![Err(e)]);
+                }
+                let lua = &rt.lua;
+                rt.compiled[&self.code.id].phases[Phase::Log as usize]
+                    .iter()
+                    .map(|slot| {
+                        let (Slot::First(f) | Slot::Ready(f)) = slot;
+                        match f.call::<Value>(()) {
+                            Ok(Value::Nil) => Ok(None),
+                            Ok(v) => {
+                                use mlua::LuaSerdeExt;
+                                lua.from_value::<serde_json::Value>(v)
+                                    .map(Some)
+                                    .map_err(|e| e.to_string())
+                            }
+                            Err(e) => Err(e.to_string()),
+                        }
+                    })
+                    .collect()
+            })
+            .unwrap_or_else(|e| vec![Err(e)]);
         for (name, value) in self.names.iter().zip(values) {
             match value {
                 Ok(v) => set_path(json, name, v),
@@ -563,12 +595,16 @@ fn set_path(json: &mut serde_json::Value, path: &str, value: Option<serde_json::
 }
 
 /// Checks a `custom_fields_by_lua` map: each value is Lua the node would load.
-pub fn check_log_fields(plugin: &str, config: &serde_json::Value) -> Vec<(String, String)> {
+pub fn check_log_fields(
+    plugin: &str,
+    config: &serde_json::Value,
+    settings: &Arc<Settings>,
+) -> Vec<(String, String)> {
     let mut errs = Vec::new();
     if let Some(map) = config["custom_fields_by_lua"].as_object() {
         for (k, v) in map {
             let res = match v.as_str() {
-                Some(code) => check(plugin, code),
+                Some(code) => check(plugin, code, settings),
                 None => Err("expected a string".into()),
             };
             if let Err(e) = res {

@@ -9,7 +9,7 @@ use crate::{Access, Handler, PluginCtx, ResponseHead, TestRequest};
 
 fn handler(config: Value) -> Serverless {
     let config = crate::schema::validate(schema::FIELDS, &config).expect("valid config");
-    Serverless::new("pre-function", &config)
+    Serverless::new("pre-function", &config, Default::default())
 }
 
 fn exit_of(a: Access) -> crate::Exit {
@@ -253,13 +253,17 @@ fn phases_outside_their_place_are_refused() {
 #[test]
 fn configs_are_checked_as_kong_checks_them() {
     let none = crate::schema::validate(schema::FIELDS, &json!({})).unwrap();
-    let errs = schema::entity_checks("pre-function", &none);
+    let errs = schema::entity_checks(&none);
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert_eq!(errs[0].0, "/@entity");
     assert!(errs[0]
         .1
         .starts_with("at least one of these fields must be non-empty: 'config.certificate'"));
-    let errs = schema::entity_checks("pre-function", &json!({"access": ["local = 1"]}));
+    let errs = schema::lua_checks(
+        "pre-function",
+        &json!({"access": ["local = 1"]}),
+        &Default::default(),
+    );
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert_eq!(errs[0].0, "access");
     assert!(
@@ -271,7 +275,8 @@ fn configs_are_checked_as_kong_checks_them() {
     );
     let ok =
         crate::schema::validate(schema::FIELDS, &json!({"log": ["kong.log.err('x')"]})).unwrap();
-    assert!(schema::entity_checks("pre-function", &ok).is_empty());
+    assert!(schema::entity_checks(&ok).is_empty());
+    assert!(schema::lua_checks("pre-function", &ok, &Default::default()).is_empty());
 }
 
 #[test]
@@ -282,6 +287,39 @@ fn cjson_is_there_for_code_that_requires_it_when_allowed() {
         exit_of(TestRequest::new().run(&h)).status,
         StatusCode::INTERNAL_SERVER_ERROR
     );
+}
+
+#[test]
+fn each_node_runs_lua_under_its_own_untrusted_lua_settings() {
+    // Two nodes' settings in one process (the plugins' runtime is per node, not static): one
+    // lets `require 'cjson'` through the sandbox, the other does not, one refuses Lua at all.
+    let config = crate::schema::validate(
+        schema::FIELDS,
+        &json!({"access": ["local cjson = require 'cjson'"]}),
+    )
+    .unwrap();
+    let allowing = std::sync::Arc::new(super::Settings {
+        requires: vec!["cjson".into()],
+        ..Default::default()
+    });
+    let allowed = Serverless::new("pre-function", &config, allowing.clone());
+    let refused = Serverless::new("pre-function", &config, Default::default());
+    assert!(matches!(TestRequest::new().run(&allowed), Access::Continue));
+    assert_eq!(
+        exit_of(TestRequest::new().run(&refused)).status,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+    assert!(matches!(TestRequest::new().run(&allowed), Access::Continue));
+    let off = std::sync::Arc::new(super::Settings {
+        mode: super::Mode::Off,
+        ..Default::default()
+    });
+    let errs = schema::lua_checks("pre-function", &config, &off);
+    assert_eq!(
+        errs,
+        vec![("access".to_string(), super::DISABLED.to_string())]
+    );
+    assert!(schema::lua_checks("pre-function", &config, &allowing).is_empty());
 }
 
 #[test]
@@ -306,10 +344,14 @@ fn get_headers_reads_any_case_and_many_values() {
 
 #[test]
 fn custom_fields_are_checked_and_set_at_dotted_paths() {
-    assert!(super::check_log_fields("file-log", &json!({"path": "/tmp/x"})).is_empty());
+    assert!(
+        super::check_log_fields("file-log", &json!({"path": "/tmp/x"}), &Default::default())
+            .is_empty()
+    );
     let errs = super::check_log_fields(
         "file-log",
         &json!({"custom_fields_by_lua": {"ok": "return 1", "bad": "return +"}}),
+        &Default::default(),
     );
     assert_eq!(errs.len(), 1);
     assert_eq!(errs[0].0, "custom_fields_by_lua.bad");

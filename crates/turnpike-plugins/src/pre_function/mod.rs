@@ -40,13 +40,20 @@ impl PluginSpec for ServerlessSpec {
         schema::FIELDS
     }
     fn entity_checks(&self, config: &Value) -> Vec<(String, String)> {
-        schema::entity_checks(self.name, config)
+        schema::entity_checks(config)
+    }
+    fn lua_checks(&self, config: &Value, lua: &Arc<crate::lua::Settings>) -> Vec<(String, String)> {
+        schema::lua_checks(self.name, config, lua)
     }
     fn allows_consumer(&self) -> bool {
         false
     }
-    fn build(&self, config: &Value, _: &crate::BuildContext) -> Result<Arc<dyn Handler>, String> {
-        Ok(Arc::new(Serverless::new(self.name, config)))
+    fn build(&self, config: &Value, ctx: &crate::BuildContext) -> Result<Arc<dyn Handler>, String> {
+        Ok(Arc::new(Serverless::new(
+            self.name,
+            config,
+            ctx.runtime.lua.settings().clone(),
+        )))
     }
 }
 
@@ -58,7 +65,7 @@ pub struct Serverless {
 }
 
 impl Serverless {
-    pub fn new(plugin: &'static str, config: &Value) -> Serverless {
+    pub fn new(plugin: &'static str, config: &Value, lua: Arc<crate::lua::Settings>) -> Serverless {
         let phases = schema::phases(config);
         // The body is read ahead only for code that asks for it (a name search: reading it
         // for every request would cost every request a buffer).
@@ -68,7 +75,7 @@ impl Serverless {
                 .any(|f| src.contains(f))
         });
         Serverless {
-            code: Arc::new(Code::new(plugin, phases)),
+            code: Arc::new(Code::new(plugin, phases, lua)),
             wants_body,
         }
     }

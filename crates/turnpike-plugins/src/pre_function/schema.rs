@@ -23,7 +23,7 @@ pub const FIELDS: &[Field] = &[
 
 /// Kong's `at_least_one_of` over the phases, and every function checked as Lua the node would
 /// load (it compiles; `untrusted_lua` is not off).
-pub fn entity_checks(plugin: &str, config: &Value) -> Vec<(String, String)> {
+pub fn entity_checks(config: &Value) -> Vec<(String, String)> {
     let mut errs = Vec::new();
     let phases: Vec<&str> = Phase::ALL.iter().map(|p| p.name()).collect();
     let nonempty = |p: &&str| config[*p].as_array().is_some_and(|a| !a.is_empty());
@@ -38,10 +38,20 @@ pub fn entity_checks(plugin: &str, config: &Value) -> Vec<(String, String)> {
             ),
         ));
     }
-    for p in phases {
+    errs
+}
+
+/// Each phase's code compiles, and `untrusted_lua` lets it load.
+pub fn lua_checks(
+    plugin: &str,
+    config: &Value,
+    settings: &std::sync::Arc<lua::Settings>,
+) -> Vec<(String, String)> {
+    let mut errs = Vec::new();
+    for p in Phase::ALL.iter().map(|p| p.name()) {
         for code in config[p].as_array().into_iter().flatten() {
             if let Some(code) = code.as_str() {
-                if let Err(e) = lua::check(plugin, code) {
+                if let Err(e) = lua::check(plugin, code, settings) {
                     errs.push((p.to_string(), e));
                     break;
                 }

@@ -5,7 +5,7 @@
 
 use std::cell::RefCell;
 use std::fmt::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use rustc_hash::FxHashMap;
 
@@ -87,14 +87,49 @@ struct Shard {
     series: FxHashMap<String, Series>,
 }
 
-static SHARDS: Mutex<Vec<Arc<Mutex<Shard>>>> = Mutex::new(Vec::new());
+type Shards = Mutex<Vec<Arc<Mutex<Shard>>>>;
+
+/// prometheus's part of the node's [`crate::Runtime`]: one shard of series per worker thread
+/// (a request locks only its own thread's), merged when `/metrics` is scraped; and whether a
+/// config asked for the upstream health family.
+#[derive(Default)]
+pub struct State {
+    shards: Arc<Shards>,
+    /// Set once a config turns `upstream_health_metrics` on (Kong keeps exporting them until a
+    /// restart after that, and so do we).
+    pub upstream_health: std::sync::atomic::AtomicBool,
+}
+
+/// A thread's shards: one per node's state it recorded for.
+type Mine = RefCell<Vec<(Weak<Shards>, Arc<Mutex<Shard>>)>>;
 
 thread_local! {
-    static LOCAL: (Arc<Mutex<Shard>>, RefCell<String>) = {
+    /// This thread's shard of each node's state (one node in a process but in tests), and the
+    /// series key being built.
+    static LOCAL: (Mine, RefCell<String>) =
+        const { (RefCell::new(Vec::new()), RefCell::new(String::new())) };
+}
+
+impl State {
+    /// This thread's shard, made and registered at its first request.
+    fn local_shard(&self, mine: &Mine) -> Arc<Mutex<Shard>> {
+        let mut mine = mine.borrow_mut();
+        if let Some((_, s)) = mine
+            .iter()
+            .find(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&self.shards)))
+        {
+            return s.clone();
+        }
+        // A node's state that is gone leaves its entry: dropped here.
+        mine.retain(|(w, _)| w.strong_count() > 0);
         let shard = Arc::new(Mutex::new(Shard::default()));
-        SHARDS.lock().unwrap_or_else(|e| e.into_inner()).push(shard.clone());
-        (shard, RefCell::new(String::with_capacity(128)))
-    };
+        self.shards
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(shard.clone());
+        mine.push((Arc::downgrade(&self.shards), shard.clone()));
+        shard
+    }
 }
 
 /// What a prometheus config records.
@@ -108,7 +143,7 @@ pub struct Families {
 
 /// Records one request (the plugin's log phase). Kong records nothing for requests without
 /// a service.
-pub fn record(f: Families, e: &LogEntry<'_>) {
+pub fn record(state: &State, f: Families, e: &LogEntry<'_>) {
     let Some(service) = e.service else { return };
     let service = service.name.as_deref().unwrap_or(&service.host);
     let route = e.route.name.as_deref().unwrap_or(&e.route.id);
@@ -116,7 +151,8 @@ pub fn record(f: Families, e: &LogEntry<'_>) {
         (true, Some(c)) => c.username.as_deref().unwrap_or(""),
         _ => "",
     };
-    LOCAL.with(|(shard, key)| {
+    LOCAL.with(|(mine, key)| {
+        let shard = state.local_shard(mine);
         let mut key = key.borrow_mut();
         key.clear();
         key.push_str(service);
@@ -211,10 +247,14 @@ fn histogram<const N: usize>(
 
 /// Writes the recorded families in the Prometheus text format (Kong's names, labels and
 /// help texts), the workers' shards merged.
-pub fn render(out: &mut String) {
+pub fn render(state: &State, out: &mut String) {
     // Merged by (service, route, consumer).
     let mut merged: FxHashMap<String, Series> = FxHashMap::default();
-    let shards: Vec<_> = SHARDS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let shards: Vec<_> = state
+        .shards
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
     for shard in shards {
         let s = shard.lock().unwrap_or_else(|e| e.into_inner());
         for (k, v) in &s.series {

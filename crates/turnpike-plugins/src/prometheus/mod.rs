@@ -6,7 +6,7 @@
 pub mod metrics;
 mod schema;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -16,17 +16,18 @@ use crate::{Access, AccessRequest, Handler, PluginSpec};
 
 pub struct Prometheus;
 
-/// Set once a config turns `upstream_health_metrics` on (Kong keeps exporting them until a
-/// restart after that, and so do we).
-static UPSTREAM_HEALTH: AtomicBool = AtomicBool::new(false);
+pub use metrics::State;
 
-/// Whether `kong_upstream_target_health` is exported.
-pub fn upstream_health_metrics() -> bool {
-    UPSTREAM_HEALTH.load(Ordering::Relaxed)
+impl State {
+    /// Whether `kong_upstream_target_health` is exported.
+    pub fn upstream_health_metrics(&self) -> bool {
+        self.upstream_health.load(Ordering::Relaxed)
+    }
 }
 
 struct Configured {
     families: metrics::Families,
+    state: Arc<State>,
 }
 
 impl PluginSpec for Prometheus {
@@ -39,16 +40,14 @@ impl PluginSpec for Prometheus {
     fn fields(&self) -> &'static [crate::schema::Field] {
         schema::FIELDS
     }
-    fn build(
-        &self,
-        config: &Value,
-        _ctx: &crate::BuildContext,
-    ) -> Result<Arc<dyn Handler>, String> {
+    fn build(&self, config: &Value, ctx: &crate::BuildContext) -> Result<Arc<dyn Handler>, String> {
         let flag = |name: &str| config[name].as_bool().unwrap_or(false);
+        let state = ctx.runtime.prometheus.clone();
         if flag("upstream_health_metrics") {
-            UPSTREAM_HEALTH.store(true, Ordering::Relaxed);
+            state.upstream_health.store(true, Ordering::Relaxed);
         }
         Ok(Arc::new(Configured {
+            state,
             families: metrics::Families {
                 per_consumer: flag("per_consumer"),
                 status_code: flag("status_code_metrics"),
@@ -68,6 +67,6 @@ impl Handler for Configured {
         f.status_code || f.latency || f.bandwidth
     }
     fn log(&self, entry: &LogEntry<'_>) {
-        metrics::record(self.families, entry);
+        metrics::record(&self.state, self.families, entry);
     }
 }

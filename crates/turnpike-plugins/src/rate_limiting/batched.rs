@@ -15,7 +15,7 @@
 //! Use `sync_rate = -1` (the default) for an exact limit.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -58,26 +58,31 @@ impl Batched {
     }
 }
 
-/// Counters by Redis key, with their sync period.
-static COUNTERS: LazyLock<DashMap<String, (Arc<Batched>, Duration), rustc_hash::FxBuildHasher>> =
-    LazyLock::new(Default::default);
-
-static SYNCER: Mutex<bool> = Mutex::new(false);
-static FAILING: AtomicBool = AtomicBool::new(false);
+/// The node's batched counters, part of its rate-limiting state; their sync thread runs
+/// while they exist.
+#[derive(Default)]
+pub struct Batches {
+    /// Counters by Redis key, with their sync period.
+    counters: DashMap<String, (Arc<Batched>, Duration), rustc_hash::FxBuildHasher>,
+    syncer: Mutex<bool>,
+    failing: AtomicBool,
+}
 
 /// The counter for `key`, created at its first request (and the sync thread with the first).
 pub fn counter(
+    batches: &Arc<Batches>,
     key: &str,
     limit: u64,
     end: u64,
     target: &Arc<RedisTarget>,
     sync_rate: Duration,
 ) -> Arc<Batched> {
-    if let Some(c) = COUNTERS.get(key) {
+    if let Some(c) = batches.counters.get(key) {
         return c.0.clone();
     }
-    start_syncer();
-    COUNTERS
+    start_syncer(batches);
+    batches
+        .counters
         .entry(key.to_string())
         .or_insert_with(|| {
             (
@@ -95,26 +100,30 @@ pub fn counter(
         .clone()
 }
 
-fn start_syncer() {
-    let mut started = SYNCER.lock().unwrap_or_else(|e| e.into_inner());
+fn start_syncer(batches: &Arc<Batches>) {
+    let mut started = batches.syncer.lock().unwrap_or_else(|e| e.into_inner());
     if *started {
         return;
     }
     *started = true;
     let spawned = std::thread::Builder::new()
         .name("ratelimit-sync".into())
-        .spawn(|| {
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    tracing::error!("rate-limiting: cannot start the sync thread: {e}");
-                    return;
-                }
-            };
-            rt.block_on(sync_loop());
+        .spawn({
+            // Weak: the thread ends once the node's plugin state is gone.
+            let batches = Arc::downgrade(batches);
+            move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        tracing::error!("rate-limiting: cannot start the sync thread: {e}");
+                        return;
+                    }
+                };
+                rt.block_on(sync_loop(batches));
+            }
         });
     if let Err(e) = spawned {
         tracing::error!("rate-limiting: cannot start the sync thread: {e}");
@@ -123,13 +132,17 @@ fn start_syncer() {
 }
 
 /// Pushes pending counts and reads totals, each counter on its own period.
-async fn sync_loop() {
+async fn sync_loop(batches: std::sync::Weak<Batches>) {
     let mut last_sync: std::collections::HashMap<String, std::time::Instant> = Default::default();
     loop {
         tokio::time::sleep(Duration::from_millis(10)).await;
+        let Some(batches) = batches.upgrade() else {
+            return;
+        };
         let now = std::time::Instant::now();
         let unix = super::now_secs();
-        let due: Vec<(String, Arc<Batched>)> = COUNTERS
+        let due: Vec<(String, Arc<Batched>)> = batches
+            .counters
             .iter()
             .filter(|e| {
                 last_sync
@@ -154,12 +167,12 @@ async fn sync_loop() {
                         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| {
                             Some(p.saturating_sub(pending))
                         });
-                    if FAILING.swap(false, Ordering::Relaxed) {
+                    if batches.failing.swap(false, Ordering::Relaxed) {
                         tracing::warn!("rate-limiting: batched counts reach redis again");
                     }
                 }
                 Err(e) => {
-                    if !FAILING.swap(true, Ordering::Relaxed) {
+                    if !batches.failing.swap(true, Ordering::Relaxed) {
                         tracing::error!(
                             "rate-limiting: pushing batched counts to redis failed ({e}); \
                              counting on this node until it answers"
@@ -169,7 +182,7 @@ async fn sync_loop() {
             }
         }
         // Windows that have ended, once their last count is pushed.
-        COUNTERS.retain(|k, (c, _)| {
+        batches.counters.retain(|k, (c, _)| {
             let keep = c.end + 1 >= unix || c.pending.load(Ordering::Acquire) > 0;
             if !keep {
                 last_sync.remove(k);

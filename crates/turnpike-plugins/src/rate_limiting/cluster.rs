@@ -35,27 +35,37 @@ pub trait CounterStore: Send + Sync {
     fn count(&self, windows: Vec<Window>) -> Counted;
 }
 
-static STORE: OnceLock<Arc<dyn CounterStore>> = OnceLock::new();
-
-/// Gives the cluster policy its database (a database node, at start).
-pub fn install(store: Arc<dyn CounterStore>) {
-    let _ = STORE.set(store);
+/// The cluster policy's database, part of the node's rate-limiting state.
+#[derive(Default)]
+pub struct Cluster {
+    store: OnceLock<Arc<dyn CounterStore>>,
+    /// Whether the last count failed: failures are logged when this flips, not per request.
+    down: std::sync::atomic::AtomicBool,
 }
 
-/// Whether the last count failed: failures are logged when this flips, not per request.
-static DOWN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+impl Cluster {
+    /// Gives the cluster policy its database (a database node, at start).
+    pub fn install(&self, store: Arc<dyn CounterStore>) {
+        let _ = self.store.set(store);
+    }
 
-pub async fn count(windows: Vec<Window>) -> Result<Vec<i64>, String> {
-    let result = match STORE.get() {
+    pub async fn count(&self, windows: Vec<Window>) -> Result<Vec<i64>, String> {
+        count(self, windows).await
+    }
+}
+
+async fn count(cluster: &Cluster, windows: Vec<Window>) -> Result<Vec<i64>, String> {
+    let (store, down) = (&cluster.store, &cluster.down);
+    let result = match store.get() {
         Some(s) => s.count(windows).await,
         None => Err("the cluster policy needs a database (database = sqlite or postgres)".into()),
     };
     use std::sync::atomic::Ordering;
     match &result {
-        Ok(_) if DOWN.swap(false, Ordering::Relaxed) => {
+        Ok(_) if down.swap(false, Ordering::Relaxed) => {
             tracing::warn!("rate-limiting: the database counts again (cluster policy)")
         }
-        Err(e) if !DOWN.swap(true, Ordering::Relaxed) => tracing::error!(
+        Err(e) if !down.swap(true, Ordering::Relaxed) => tracing::error!(
             "rate-limiting: counting in the database failed ({e}); until it works, \
              fault_tolerant configs count on each node and others answer 500"
         ),

@@ -21,7 +21,7 @@ mod schema;
 
 use crate::now_secs;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
 use dashmap::DashMap;
 use http::{HeaderName, HeaderValue, StatusCode};
@@ -136,9 +136,19 @@ fn year_month(now: u64) -> (i64, u64) {
 /// Keys are bytes: route id, service id and identifier (separated by 0x1f), then the window's
 /// end (8 bytes) and its period (1 byte) — built without formatting numbers.
 type Counters = DashMap<Box<[u8]>, Arc<AtomicU64>, rustc_hash::FxBuildHasher>;
-static COUNTERS: LazyLock<Counters> = LazyLock::new(Counters::default);
 
-static LAST_SWEEP: AtomicU64 = AtomicU64::new(0);
+/// rate-limiting's part of the node's [`crate::Runtime`]: the local policy's counters, the
+/// batched policy's, the cluster policy's database, and whether Redis answers.
+#[derive(Default)]
+pub struct State {
+    counters: Counters,
+    last_sweep: AtomicU64,
+    batches: Arc<batched::Batches>,
+    /// The cluster policy's database (installed on a database node at start).
+    pub cluster: cluster::Cluster,
+    /// Whether the last Redis count failed.
+    redis_down: std::sync::atomic::AtomicBool,
+}
 
 static RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
 static RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
@@ -152,8 +162,8 @@ thread_local! {
 }
 
 /// Drops counters of windows that have ended (called now and then, not per request).
-fn sweep(now: u64) {
-    COUNTERS.retain(|k, _| {
+fn sweep(counters: &Counters, now: u64) {
+    counters.retain(|k, _| {
         k.len() < 9 || {
             let end = &k[k.len() - 9..k.len() - 1];
             u64::from_le_bytes(end.try_into().unwrap_or([0; 8])) > now
@@ -184,6 +194,7 @@ enum Policy {
 struct Limiter(Arc<Configured>);
 
 struct Configured {
+    state: Arc<State>,
     policy: Policy,
     fault_tolerant: bool,
     /// (period, limit, its X-RateLimit-Limit-* header and value, X-RateLimit-Remaining-*).
@@ -212,8 +223,11 @@ impl PluginSpec for RateLimiting {
     fn entity_checks(&self, config: &Value) -> Vec<(String, String)> {
         schema::entity_checks(config)
     }
-    fn build(&self, config: &Value, _ctx: &BuildContext) -> Result<Arc<dyn Handler>, String> {
-        Ok(Arc::new(Limiter(Arc::new(configure(config)?))))
+    fn build(&self, config: &Value, ctx: &BuildContext) -> Result<Arc<dyn Handler>, String> {
+        Ok(Arc::new(Limiter(Arc::new(configure(
+            config,
+            ctx.runtime.rate_limiting.clone(),
+        )?))))
     }
 
     fn shorthands(&self, config: &mut Value) {
@@ -253,7 +267,7 @@ static X_RATELIMIT_REMAINING: [HeaderName; 6] = [
 ];
 
 /// Precomputes a validated config: header names and values, the policy's target.
-fn configure(config: &Value) -> Result<Configured, String> {
+fn configure(config: &Value, state: Arc<State>) -> Result<Configured, String> {
     let c: schema::Config = crate::typed(config)?;
     let limits = Period::ALL
         .iter()
@@ -290,6 +304,7 @@ fn configure(config: &Value) -> Result<Configured, String> {
         _ => Policy::Local,
     };
     Ok(Configured {
+        state,
         policy,
         fault_tolerant: c.fault_tolerant,
         limits,
@@ -408,13 +423,15 @@ impl Configured {
     /// Counts the request in this node's counters.
     fn decide_local(&self, req: &AccessRequest<'_>, now: u64) -> Decision {
         // Ended windows are dropped at most once a minute.
-        let last = LAST_SWEEP.load(Ordering::Relaxed);
+        let state = &*self.state;
+        let last = state.last_sweep.load(Ordering::Relaxed);
         if now >= last + 60
-            && LAST_SWEEP
+            && state
+                .last_sweep
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            sweep(now);
+            sweep(&state.counters, now);
         }
         const NONE: Option<Arc<AtomicU64>> = None;
         let mut taken = [NONE; 6];
@@ -440,9 +457,10 @@ impl Configured {
                 key.push(*period as u8);
                 // A shared read lock on one shard in the common case; the write lock (and the
                 // key's allocation) only for a window's first request.
-                let counter = match COUNTERS.get(key.as_slice()) {
+                let counter = match state.counters.get(key.as_slice()) {
                     Some(c) => c.clone(),
-                    None => COUNTERS
+                    None => state
+                        .counters
                         .entry(key.clone().into_boxed_slice())
                         .or_default()
                         .clone(),
@@ -520,7 +538,7 @@ impl Configured {
         for (i, (period, limit, _, _, _)) in self.limits.iter().enumerate() {
             let (_, end) = period.window(now);
             self.redis_key(req, now, *period, &mut key);
-            let c = batched::counter(&key, *limit, end, target, rate);
+            let c = batched::counter(&self.state.batches, &key, *limit, end, target, rate);
             d.seen = i + 1;
             if c.take() {
                 d.remaining[i] = limit.saturating_sub(c.used());
@@ -677,13 +695,17 @@ impl Handler for Limiter {
             Policy::Redis(target) => {
                 let (keys, args) = conf.redis_keys(req, now);
                 let target = target.clone();
+                let state = conf.state.clone();
                 Self::wait_for(self.0.clone(), now, async move {
-                    redis::count(&target, &keys, &args).await
+                    redis::count(&target, &keys, &args, &state.redis_down).await
                 })
             }
             Policy::Cluster => {
                 let windows = conf.cluster_windows(req, now);
-                Self::wait_for(self.0.clone(), now, cluster::count(windows))
+                let state = conf.state.clone();
+                Self::wait_for(self.0.clone(), now, async move {
+                    state.cluster.count(windows).await
+                })
             }
             Policy::Batched(target, rate) => {
                 let d = conf.decide_batched(req, now, target, *rate);
@@ -777,7 +799,7 @@ mod tests {
             &serde_json::json!({"second": 5, "minute": 10, "policy": "redis", "redis": {"host": "h"}}),
         )
         .unwrap();
-        let conf = configure(&full).unwrap();
+        let conf = configure(&full, Arc::default()).unwrap();
         assert!(matches!(&conf.policy, Policy::Redis(t) if t.host == "h" && t.port == 6379));
         let t = 1_795_305_599;
         // Allowed: counts include the request.

@@ -116,9 +116,6 @@ thread_local! {
     static SLOTS: RefCell<HashMap<Arc<RedisTarget>, Slot>> = RefCell::new(HashMap::new());
 }
 
-/// Whether the last Redis operation failed: failures are logged when this flips, not per request.
-static DOWN: AtomicBool = AtomicBool::new(false);
-
 /// How long a worker waits before trying a failed server again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
@@ -191,10 +188,13 @@ fn forget(target: &Arc<RedisTarget>) {
 }
 
 /// Runs the counting script: `Ok([blocked window or 0, counts...])`.
+/// `down`: whether the last count failed (the node's, in its rate-limiting state): failures
+/// are logged when it flips, not per request.
 pub async fn count(
     target: &Arc<RedisTarget>,
     keys: &[String],
     args: &[u64],
+    down: &AtomicBool,
 ) -> Result<Vec<i64>, String> {
     let mut invocation = SCRIPT_HANDLE.prepare_invoke();
     for k in keys {
@@ -234,7 +234,7 @@ pub async fn count(
     .await;
     match &result {
         Ok(_) => {
-            if DOWN.swap(false, Ordering::Relaxed) {
+            if down.swap(false, Ordering::Relaxed) {
                 tracing::warn!(
                     "rate-limiting: redis at {}:{} answers again; counting there",
                     target.host,
@@ -243,7 +243,7 @@ pub async fn count(
             }
         }
         Err(e) => {
-            if !DOWN.swap(true, Ordering::Relaxed) {
+            if !down.swap(true, Ordering::Relaxed) {
                 tracing::error!(
                     "rate-limiting: redis at {}:{} failed ({e}); until it answers, fault_tolerant \
                      configs count on each node and others answer 500",

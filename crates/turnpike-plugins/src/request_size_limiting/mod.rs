@@ -92,7 +92,10 @@ mod tests {
     fn status(config: Value, headers: &[(&str, &str)]) -> Option<u16> {
         let full = validate(schema::FIELDS, &config).unwrap();
         let h = RequestSizeLimiting
-            .build(&full, &crate::BuildContext::new(&Default::default()))
+            .build(
+                &full,
+                &crate::BuildContext::new(&Default::default(), &crate::Runtime::new()),
+            )
             .unwrap();
         let mut t = crate::TestRequest::new();
         for (k, v) in headers {

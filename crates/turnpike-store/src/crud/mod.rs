@@ -153,9 +153,7 @@ fn decode_offset(o: &str) -> Result<String, StoreError> {
 }
 
 /// Kong treats a key that parses as a UUID as an id, anything else as the endpoint key.
-pub fn is_uuid(s: &str) -> bool {
-    uuid::Uuid::parse_str(s).is_ok() && s.len() == 36
-}
+pub use crate::entity::is_uuid;
 
 fn parse_entity(text: &str) -> Result<Map<String, Value>, StoreError> {
     match serde_json::from_str(text) {
@@ -173,8 +171,7 @@ fn parse_entity(text: &str) -> Result<Map<String, Value>, StoreError> {
     }
 }
 
-/// Where a stored entity with a `ttl` keeps its expiry (seconds since the epoch).
-pub(crate) const EXPIRES_AT: &str = "_expires_at";
+use crate::entity::EXPIRES_AT;
 
 /// A stored entity, unless its `ttl` has run out (Kong no longer shows or uses it).
 fn parse_live(text: &str) -> Result<Option<Map<String, Value>>, StoreError> {

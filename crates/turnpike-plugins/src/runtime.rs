@@ -1,0 +1,37 @@
+//! What the plugins keep while a node runs, beside their configs: credential caches, counters,
+//! queues, writers. One per node, made with its plugin registry and handed to every plugin
+//! as it is built (`BuildContext::runtime`); each plugin keeps the part it uses. Nothing of it
+//! is a process-wide static: two nodes in one process (the tests) never share a counter.
+
+use std::sync::Arc;
+
+use crate::*;
+
+pub struct Runtime {
+    /// Where credentials come from on a database node (`credentials::Store::install`).
+    pub credentials: Arc<credentials::Store>,
+    pub key_auth: Arc<key_auth::State>,
+    pub basic_auth: Arc<basic_auth::State>,
+    pub rate_limiting: Arc<rate_limiting::State>,
+    pub http_log: Arc<http_log::State>,
+    pub file_log: Arc<file_log::State>,
+    pub prometheus: Arc<prometheus::State>,
+    /// The `untrusted_lua*` properties (`lua::State::configure`, at start).
+    pub lua: lua::State,
+}
+
+impl Runtime {
+    pub fn new() -> Arc<Runtime> {
+        let credentials = Arc::new(credentials::Store::default());
+        Arc::new(Runtime {
+            key_auth: Arc::new(key_auth::State::new(credentials.clone())),
+            basic_auth: Arc::new(basic_auth::State::new(credentials.clone())),
+            credentials,
+            rate_limiting: Arc::default(),
+            http_log: Arc::default(),
+            file_log: Arc::default(),
+            prometheus: Arc::default(),
+            lua: lua::State::default(),
+        })
+    }
+}
