@@ -208,39 +208,64 @@ pub trait BodyFilter {
 }
 
 /// A configured plugin instance.
+/// The phases a plugin config runs in (the functions Kong's `handler.lua` defines), as one
+/// set: the snapshot compiles per-phase lists from it, so a phase no config of a route has
+/// costs that route nothing.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Phases(u8);
+
+impl Phases {
+    pub const NONE: Phases = Phases(0);
+    /// During a TLS handshake, for global plugins only.
+    pub const CERTIFICATE: Phases = Phases(1);
+    /// Before the router, for global plugins only.
+    pub const REWRITE: Phases = Phases(2);
+    pub const ACCESS: Phases = Phases(4);
+    /// header_filter, and the body_filter it may return.
+    pub const RESPONSE: Phases = Phases(8);
+    pub const LOG: Phases = Phases(16);
+
+    pub const fn and(self, other: Phases) -> Phases {
+        Phases(self.0 | other.0)
+    }
+
+    pub const fn has(self, phase: Phases) -> bool {
+        self.0 & phase.0 == phase.0
+    }
+}
+
+impl std::ops::BitOr for Phases {
+    type Output = Phases;
+    fn bitor(self, other: Phases) -> Phases {
+        self.and(other)
+    }
+}
+
+/// A built plugin config: the phase functions it has (`phases`), each with a default that
+/// does nothing, so a plugin writes only the ones it runs in.
 pub trait Handler: Send + Sync {
-    /// Kong's certificate phase, during a TLS handshake, for global plugins only (see
-    /// `certifies`); an error aborts the handshake.
+    /// The phases this config runs in.
+    fn phases(&self) -> Phases;
+    /// Kong's certificate phase, during a TLS handshake, for global plugins only; an error
+    /// aborts the handshake.
     fn certificate(&self, _hello: &CertificateRequest<'_>) -> Result<(), String> {
         Ok(())
     }
-    /// Whether this config has a certificate phase: handshakes check one list, empty unless
-    /// some global plugin has.
-    fn certifies(&self) -> bool {
-        false
-    }
-    /// Kong's rewrite phase, before the router, for global plugins only (see `rewrites`):
-    /// it may change the request (which the router then sees) or answer it.
+    /// Kong's rewrite phase, before the router, for global plugins only: it may change the
+    /// request (which the router then sees) or answer it.
     fn rewrite(&self, _req: &mut AccessRequest<'_>) -> Option<Exit> {
         None
     }
-    /// Whether this config has a rewrite phase: requests check one list, empty unless some
-    /// global plugin has.
-    fn rewrites(&self) -> bool {
-        false
+    /// Kong's access phase, in PRIORITY order: may authenticate, change the request, or
+    /// answer it (`Access::Exit`) instead of the upstream.
+    fn access(&self, _req: &mut AccessRequest<'_>) -> Access {
+        Access::Continue
     }
-    fn access(&self, req: &mut AccessRequest<'_>) -> Access;
     /// Kong's header_filter phase, in PRIORITY order after the access phase, on every
     /// response of a request the plugin's route served; returns the response's body filter
-    /// (Kong's body_filter phase) when the plugin changes the body. Only called for configs
-    /// whose `filters_response` is true.
+    /// (Kong's body_filter phase) when the plugin changes the body.
     fn header_filter(&self, _resp: &mut ResponseHead<'_>) -> Option<Box<dyn BodyFilter>> {
         None
-    }
-    /// Whether this config has a header_filter (and so maybe a body_filter) phase: routes
-    /// without one never build the list of filters.
-    fn filters_response(&self) -> bool {
-        false
     }
     /// Whether this config reads the request body (key-auth's `key_in_body`): the proxy then
     /// reads the body before the route's chain runs. Costs nothing to routes that do not.
@@ -250,10 +275,6 @@ pub trait Handler: Send + Sync {
     /// Kong's log phase, after the response went to the client. Must not block: a plugin
     /// that ships entries elsewhere queues them.
     fn log(&self, _entry: &log::LogEntry<'_>) {}
-    /// Whether this config has a log phase: routes without one build no log entry.
-    fn logs(&self) -> bool {
-        false
-    }
     /// Whether its log phase reads request and response headers (copied only then).
     fn log_headers(&self) -> bool {
         false

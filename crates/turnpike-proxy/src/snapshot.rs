@@ -12,6 +12,7 @@ use turnpike_config::Config;
 use turnpike_router::Router;
 
 use turnpike_plugins::Handler;
+use turnpike_plugins::Phases;
 
 use crate::tls::{self, CertStore};
 pub use crate::upstream::balancer::Balancer;
@@ -52,6 +53,9 @@ pub struct Snapshot {
 struct BrokenPlugin;
 
 impl Handler for BrokenPlugin {
+    fn phases(&self) -> turnpike_plugins::Phases {
+        turnpike_plugins::Phases::ACCESS
+    }
     fn access(&self, _req: &mut turnpike_plugins::AccessRequest<'_>) -> turnpike_plugins::Access {
         turnpike_plugins::Access::Exit(turnpike_plugins::Exit::message(
             http::StatusCode::INTERNAL_SERVER_ERROR,
@@ -471,12 +475,14 @@ impl Snapshot {
         let (chains, global) = compile_chains(&config, plugins, &mut problems);
         let global_rewrite = global
             .iter()
-            .filter(|b| b.handler.rewrites())
+            .filter(|b| b.handler.phases().has(Phases::REWRITE))
             .cloned()
             .collect();
         let global_certificate = global
             .iter()
-            .filter(|b| b.handler.certifies() && b.protocols & PROTO_HTTPS != 0)
+            .filter(|b| {
+                b.handler.phases().has(Phases::CERTIFICATE) && b.protocols & PROTO_HTTPS != 0
+            })
             .cloned()
             .collect();
         // Whether any config of a chain (consumer-scoped ones included) says `has`.
@@ -494,7 +500,7 @@ impl Snapshot {
                 .collect()
         };
         let chains_want_body = any_config(|h| h.wants_body());
-        let chains_filter = any_config(|h| h.filters_response());
+        let chains_filter = any_config(|h| h.phases().has(Phases::RESPONSE));
         let chains_log = chains
             .iter()
             .map(|c| {
@@ -505,7 +511,7 @@ impl Snapshot {
                         .iter()
                         .chain(s.by_consumer.iter().flat_map(|m| m.values()));
                     for h in handlers {
-                        if h.handler.logs() {
+                        if h.handler.phases().has(Phases::LOG) {
                             flags |= LOGS;
                             if h.handler.log_headers() {
                                 flags |= LOG_HEADERS;

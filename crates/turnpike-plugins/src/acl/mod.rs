@@ -62,6 +62,9 @@ impl PluginSpec for Acl {
 }
 
 impl Handler for Configured {
+    fn phases(&self) -> crate::Phases {
+        crate::Phases::ACCESS
+    }
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {
         let Some(who) = req.consumer.clone() else {
             return Access::Exit(Exit::message(StatusCode::UNAUTHORIZED, "Unauthorized"));

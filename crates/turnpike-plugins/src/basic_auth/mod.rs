@@ -189,6 +189,9 @@ impl Configured {
 struct Authenticator(Arc<Configured>);
 
 impl Handler for Authenticator {
+    fn phases(&self) -> crate::Phases {
+        crate::Phases::ACCESS
+    }
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {
         let conf = &self.0;
         // With `anonymous`, auth plugins form a logical OR: one that already found a real

@@ -94,6 +94,9 @@ impl Configured {
 }
 
 impl Handler for Configured {
+    fn phases(&self) -> crate::Phases {
+        crate::Phases::ACCESS
+    }
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {
         let value = match req.headers.get(&self.header) {
             Some(v) => v.clone(),

@@ -143,6 +143,9 @@ impl Configured {
 }
 
 impl Handler for Configured {
+    fn phases(&self) -> crate::Phases {
+        crate::Phases::ACCESS
+    }
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {
         if !self.allow_origin_absent && !req.headers.contains_key(header::ORIGIN) {
             return Access::Continue;

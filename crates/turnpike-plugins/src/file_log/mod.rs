@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 
 use crate::log::LogEntry;
-use crate::{Access, AccessRequest, Handler, PluginSpec};
+use crate::{Handler, PluginSpec};
 
 pub struct FileLog;
 
@@ -153,11 +153,8 @@ impl PluginSpec for FileLog {
 }
 
 impl Handler for Configured {
-    fn access(&self, _req: &mut AccessRequest<'_>) -> Access {
-        Access::Continue
-    }
-    fn logs(&self) -> bool {
-        true
+    fn phases(&self) -> crate::Phases {
+        crate::Phases::LOG
     }
     fn log_headers(&self) -> bool {
         true

@@ -21,7 +21,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::log::LogEntry;
-use crate::{Access, AccessRequest, Handler, PluginSpec};
+use crate::{Handler, PluginSpec};
 
 pub struct HttpLog;
 
@@ -338,11 +338,8 @@ impl PluginSpec for HttpLog {
 }
 
 impl Handler for Configured {
-    fn access(&self, _req: &mut AccessRequest<'_>) -> Access {
-        Access::Continue
-    }
-    fn logs(&self) -> bool {
-        true
+    fn phases(&self) -> crate::Phases {
+        crate::Phases::LOG
     }
     fn log_headers(&self) -> bool {
         true

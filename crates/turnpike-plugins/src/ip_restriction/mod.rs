@@ -59,6 +59,9 @@ impl PluginSpec for IpRestriction {
 }
 
 impl Handler for Configured {
+    fn phases(&self) -> crate::Phases {
+        crate::Phases::ACCESS
+    }
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {
         let ip = req.client_ip;
         let in_list = |list: &[(IpAddr, u8)]| list.iter().any(|(n, l)| cidr_contains(*n, *l, ip));

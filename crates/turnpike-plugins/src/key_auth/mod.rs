@@ -216,6 +216,9 @@ impl Configured {
 }
 
 impl Handler for Authenticator {
+    fn phases(&self) -> crate::Phases {
+        crate::Phases::ACCESS
+    }
     fn wants_body(&self) -> bool {
         self.0.in_body
     }

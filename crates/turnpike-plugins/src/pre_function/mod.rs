@@ -91,11 +91,19 @@ impl Serverless {
 }
 
 impl Handler for Serverless {
+    /// The phases the config has code for.
+    fn phases(&self) -> crate::Phases {
+        use crate::Phases;
+        let has = |p, set| if self.code.has(p) { set } else { Phases::NONE };
+        has(Phase::Certificate, Phases::CERTIFICATE)
+            | has(Phase::Rewrite, Phases::REWRITE)
+            | has(Phase::Access, Phases::ACCESS)
+            | has(Phase::HeaderFilter, Phases::RESPONSE)
+            | has(Phase::BodyFilter, Phases::RESPONSE)
+            | has(Phase::Log, Phases::LOG)
+    }
     fn certificate(&self, hello: &CertificateRequest<'_>) -> Result<(), String> {
         lua::run_certificate(&self.code, hello)
-    }
-    fn certifies(&self) -> bool {
-        self.code.has(Phase::Certificate)
     }
     fn rewrite(&self, req: &mut AccessRequest<'_>) -> Option<Exit> {
         match lua::run_request(&self.code, Phase::Rewrite, req) {
@@ -103,9 +111,6 @@ impl Handler for Serverless {
             Outcome::Exit(e) => Some(e),
             Outcome::Failed(e) => Some(self.failed(Phase::Rewrite, &e)),
         }
-    }
-    fn rewrites(&self) -> bool {
-        self.code.has(Phase::Rewrite)
     }
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {
         if !self.code.has(Phase::Access) {
@@ -131,9 +136,6 @@ impl Handler for Serverless {
             Box::new(lua::LuaBodyFilter::new(self.code.clone(), resp.ctx)) as Box<dyn BodyFilter>
         })
     }
-    fn filters_response(&self) -> bool {
-        self.code.has(Phase::HeaderFilter) || self.code.has(Phase::BodyFilter)
-    }
     fn wants_body(&self) -> bool {
         self.wants_body
     }
@@ -141,9 +143,6 @@ impl Handler for Serverless {
         if let Outcome::Failed(e) = lua::run_log(&self.code, entry) {
             tracing::error!("[{}] log: {e}", self.code.plugin);
         }
-    }
-    fn logs(&self) -> bool {
-        self.code.has(Phase::Log)
     }
     fn log_headers(&self) -> bool {
         // kong.log.serialize() and the client's address need the request's details.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::log::LogEntry;
-use crate::{Access, AccessRequest, Handler, PluginSpec};
+use crate::{Handler, PluginSpec};
 
 pub struct Prometheus;
 
@@ -59,12 +59,14 @@ impl PluginSpec for Prometheus {
 }
 
 impl Handler for Configured {
-    fn access(&self, _req: &mut AccessRequest<'_>) -> Access {
-        Access::Continue
-    }
-    fn logs(&self) -> bool {
+    /// A log phase only when some per-request family is on.
+    fn phases(&self) -> crate::Phases {
         let f = self.families;
-        f.status_code || f.latency || f.bandwidth
+        if f.status_code || f.latency || f.bandwidth {
+            crate::Phases::LOG
+        } else {
+            crate::Phases::NONE
+        }
     }
     fn log(&self, entry: &LogEntry<'_>) {
         metrics::record(&self.state, self.families, entry);

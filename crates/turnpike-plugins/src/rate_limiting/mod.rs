@@ -681,6 +681,9 @@ impl Limiter {
 }
 
 impl Handler for Limiter {
+    fn phases(&self) -> crate::Phases {
+        crate::Phases::ACCESS
+    }
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {
         let conf = &self.0;
         if !conf.applies(req) {

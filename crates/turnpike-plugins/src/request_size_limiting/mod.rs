@@ -51,6 +51,9 @@ impl PluginSpec for RequestSizeLimiting {
 }
 
 impl Handler for Configured {
+    fn phases(&self) -> crate::Phases {
+        crate::Phases::ACCESS
+    }
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {
         let declared = req
             .headers

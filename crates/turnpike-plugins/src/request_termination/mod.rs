@@ -97,6 +97,9 @@ impl PluginSpec for RequestTermination {
 }
 
 impl Handler for Configured {
+    fn phases(&self) -> crate::Phases {
+        crate::Phases::ACCESS
+    }
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {
         if let Some(arg) = &self.trigger_arg {
             let by_header = self

@@ -15,7 +15,7 @@ use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderName, HeaderValue};
 use serde_json::{Map, Value};
 
-use crate::{Access, AccessRequest, BodyFilter, Handler, PluginSpec, ResponseHead};
+use crate::{BodyFilter, Handler, PluginSpec, ResponseHead};
 
 pub struct ResponseTransformer;
 
@@ -198,12 +198,8 @@ fn is_json(content_type: Option<&HeaderValue>) -> bool {
 }
 
 impl Handler for Configured {
-    fn access(&self, _req: &mut AccessRequest<'_>) -> Access {
-        Access::Continue
-    }
-
-    fn filters_response(&self) -> bool {
-        true
+    fn phases(&self) -> crate::Phases {
+        crate::Phases::RESPONSE
     }
 
     fn header_filter(&self, resp: &mut ResponseHead<'_>) -> Option<Box<dyn BodyFilter>> {

@@ -218,7 +218,7 @@ fn response_filters(
     chain
         .iter()
         .filter_map(|s| s.handler_for(consumer, protocol))
-        .filter(|h| h.filters_response())
+        .filter(|h| h.phases().has(turnpike_plugins::Phases::RESPONSE))
         .cloned()
         .collect()
 }

@@ -65,7 +65,7 @@ impl LogState {
         let consumer = self.consumer.as_deref().map(|c| c.consumer_id.as_str());
         for slot in snap.chains[self.route].iter() {
             if let Some(h) = slot.handler_for(consumer, self.protocol) {
-                if h.logs() {
+                if h.phases().has(turnpike_plugins::Phases::LOG) {
                     h.log(&entry);
                 }
             }
