@@ -72,7 +72,7 @@ pub struct Registry {
 /// The entities the plugins bring (each folder's `daos`, as Kong's `daos.lua`), in the order
 /// Kong's declarative files list them: the store, the declarative loader and the Admin API
 /// learn the plugins' tables from this list alone.
-pub static ENTITIES: [&PluginEntity; 6] = [
+pub static ENTITIES: &[&PluginEntity] = &[
     &key_auth::daos::KEYAUTH_CREDENTIALS,
     &basic_auth::daos::BASICAUTH_CREDENTIALS,
     &acl::daos::ACLS,
@@ -180,7 +180,7 @@ impl Registry {
 
 impl PluginRegistry for Registry {
     fn entities(&self) -> &'static [&'static PluginEntity] {
-        &ENTITIES
+        ENTITIES
     }
 
     fn check(&self, name: &str, config: &Value) -> Option<Result<Value, Vec<(String, String)>>> {
