@@ -145,7 +145,7 @@ impl PluginSpec for FileLog {
             writer: writer(&ctx.runtime.file_log, &c.path, c.reopen)?,
             fields: crate::lua::LogFields::new(
                 "file-log",
-                &config["custom_fields_by_lua"],
+                c.custom_fields_by_lua.as_ref(),
                 ctx.runtime.lua.settings(),
             ),
         }))

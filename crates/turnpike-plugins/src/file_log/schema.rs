@@ -10,6 +10,8 @@ use crate::schema::{Default, Field, Type};
 pub struct Config {
     pub path: String,
     pub reopen: bool,
+    /// Field path → Lua expression, in the order written.
+    pub custom_fields_by_lua: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 pub const FIELDS: &[Field] = &[

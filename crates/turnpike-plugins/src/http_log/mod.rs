@@ -109,13 +109,13 @@ fn target(c: &schema::Config) -> Result<(Target, usize), String> {
 }
 
 /// The queue of a sending config (see [`State`]).
-fn queue(state: &State, config: &Value) -> Result<Arc<Queue>, String> {
+fn queue(state: &State, config: &Value, c: &schema::Config) -> Result<Arc<Queue>, String> {
     let key = config.to_string();
     let mut queues = state.queues.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(q) = queues.get(&key) {
         return Ok(q.clone());
     }
-    let (target, max_entries) = target(&crate::typed(config)?)?;
+    let (target, max_entries) = target(c)?;
     let (tx, rx) = mpsc::channel(max_entries);
     let tally = state.tally.clone();
     let sent = tally.clone();
@@ -326,11 +326,12 @@ impl PluginSpec for HttpLog {
         crate::lua::check_log_fields("http-log", config, lua)
     }
     fn build(&self, config: &Value, ctx: &crate::BuildContext) -> Result<Arc<dyn Handler>, String> {
+        let c: schema::Config = crate::typed(config)?;
         Ok(Arc::new(Configured {
-            queue: queue(&ctx.runtime.http_log, config)?,
+            queue: queue(&ctx.runtime.http_log, config, &c)?,
             fields: crate::lua::LogFields::new(
                 "http-log",
-                &config["custom_fields_by_lua"],
+                c.custom_fields_by_lua.as_ref(),
                 ctx.runtime.lua.settings(),
             ),
         }))

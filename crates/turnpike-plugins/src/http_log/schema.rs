@@ -7,8 +7,7 @@ use serde::Deserialize;
 
 use crate::schema::{Default, Field, Type};
 
-/// The validated config, typed (what sending needs; `custom_fields_by_lua` stays JSON for the
-/// Lua runtime).
+/// The validated config, typed.
 #[derive(Deserialize)]
 pub struct Config {
     pub http_endpoint: String,
@@ -18,6 +17,8 @@ pub struct Config {
     pub queue_size: Option<u64>,
     pub headers: Option<std::collections::BTreeMap<String, String>>,
     pub queue: Queue,
+    /// Field path → Lua expression, in the order written.
+    pub custom_fields_by_lua: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 #[derive(Deserialize)]

@@ -498,10 +498,10 @@ impl LogFields {
     /// `None` when the map is empty.
     pub fn new(
         plugin: &'static str,
-        fields: &serde_json::Value,
+        fields: Option<&serde_json::Map<String, serde_json::Value>>,
         settings: &Arc<Settings>,
     ) -> Option<LogFields> {
-        let map = fields.as_object().filter(|m| !m.is_empty())?;
+        let map = fields.filter(|m| !m.is_empty())?;
         let names: Vec<String> = map.keys().cloned().collect();
         let exprs: Vec<String> = map
             .values()

@@ -41,18 +41,18 @@ impl PluginSpec for Prometheus {
         schema::FIELDS
     }
     fn build(&self, config: &Value, ctx: &crate::BuildContext) -> Result<Arc<dyn Handler>, String> {
-        let flag = |name: &str| config[name].as_bool().unwrap_or(false);
+        let c: schema::Config = crate::typed(config)?;
         let state = ctx.runtime.prometheus.clone();
-        if flag("upstream_health_metrics") {
+        if c.upstream_health_metrics {
             state.upstream_health.store(true, Ordering::Relaxed);
         }
         Ok(Arc::new(Configured {
             state,
             families: metrics::Families {
-                per_consumer: flag("per_consumer"),
-                status_code: flag("status_code_metrics"),
-                latency: flag("latency_metrics"),
-                bandwidth: flag("bandwidth_metrics"),
+                per_consumer: c.per_consumer,
+                status_code: c.status_code_metrics,
+                latency: c.latency_metrics,
+                bandwidth: c.bandwidth_metrics,
             },
         }))
     }

@@ -2,7 +2,19 @@
 //! costs something per request is off until asked for, as in Kong 3.
 //! `ai_metrics` and `wasm_metrics` are accepted for Kong's sake; Turnpike records neither.
 
+use serde::Deserialize;
+
 use crate::schema::{Default, Field, Type};
+
+/// The validated config, typed (what this build records).
+#[derive(Deserialize)]
+pub struct Config {
+    pub per_consumer: bool,
+    pub status_code_metrics: bool,
+    pub latency_metrics: bool,
+    pub bandwidth_metrics: bool,
+    pub upstream_health_metrics: bool,
+}
 
 pub const FIELDS: &[Field] = &[
     Field::new("per_consumer", Type::Boolean).default(Default::Bool(false)),

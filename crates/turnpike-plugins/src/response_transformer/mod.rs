@@ -53,13 +53,6 @@ fn split_entry(entry: &str) -> (&str, Option<&str>) {
     }
 }
 
-fn strings<'a>(config: &'a Value, record: &str, field: &str) -> Vec<&'a str> {
-    config[record][field]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default()
-}
-
 fn header_name(name: &str) -> Result<HeaderName, String> {
     HeaderName::from_bytes(name.trim().as_bytes())
         .map_err(|_| format!("invalid header name: {name}"))
@@ -70,9 +63,9 @@ fn header_value(name: &str, value: &str) -> Result<HeaderValue, String> {
 }
 
 /// `name:value` header entries with a value, parsed.
-fn header_pairs(config: &Value, record: &str) -> Result<Vec<(HeaderName, HeaderValue)>, String> {
+fn header_pairs(ops: &schema::Ops) -> Result<Vec<(HeaderName, HeaderValue)>, String> {
     let mut out = Vec::new();
-    for entry in strings(config, record, "headers") {
+    for entry in &ops.headers {
         if let (name, Some(value)) = split_entry(entry) {
             out.push((header_name(name)?, header_value(name, value)?));
         }
@@ -102,14 +95,13 @@ fn typed_value(value: &str, ty: Option<&str>) -> Option<Value> {
 
 /// `name:value` JSON entries with their `json_types`, parsed; entries without a usable value
 /// are dropped, as Kong skips them.
-fn json_pairs(config: &Value, record: &str) -> Vec<(String, Value)> {
-    let types = strings(config, record, "json_types");
-    strings(config, record, "json")
-        .into_iter()
+fn json_pairs(ops: &schema::Ops) -> Vec<(String, Value)> {
+    ops.json
+        .iter()
         .enumerate()
         .filter_map(|(i, entry)| {
             let (name, value) = split_entry(entry);
-            let v = typed_value(value?, types.get(i).copied())?;
+            let v = typed_value(value?, ops.json_types.get(i).map(String::as_str))?;
             Some((name.to_string(), v))
         })
         .collect()
@@ -136,42 +128,44 @@ struct JsonRewrite {
 
 impl Configured {
     fn new(config: &Value) -> Result<Configured, String> {
-        let remove_headers = strings(config, "remove", "headers")
-            .into_iter()
-            .map(header_name)
+        let c: schema::Config = crate::typed(config)?;
+        let remove_headers = c
+            .remove
+            .headers
+            .iter()
+            .map(|h| header_name(h))
             .collect::<Result<_, _>>()?;
         let mut rename_headers = Vec::new();
-        for entry in strings(config, "rename", "headers") {
+        for entry in &c.rename.headers {
             if let (old, Some(new)) = split_entry(entry) {
                 rename_headers.push((header_name(old)?, header_name(new)?));
             }
         }
         let json = JsonRewrite {
-            remove: strings(config, "remove", "json")
-                .into_iter()
-                .map(String::from)
-                .collect(),
-            rename: strings(config, "rename", "json")
-                .into_iter()
+            remove: c.remove.json.clone(),
+            rename: c
+                .rename
+                .json
+                .iter()
                 .filter_map(|e| match split_entry(e) {
                     (old, Some(new)) => Some((old.to_string(), new.to_string())),
                     _ => None,
                 })
                 .collect(),
-            replace: json_pairs(config, "replace"),
-            add: json_pairs(config, "add"),
-            append: json_pairs(config, "append"),
+            replace: json_pairs(&c.replace),
+            add: json_pairs(&c.add),
+            append: json_pairs(&c.append),
         };
         // Kong's is_body_transform_set: any JSON entry at all, even one without a value.
-        let any_json = ["remove", "rename", "replace", "add", "append"]
+        let any_json = [&c.remove, &c.rename, &c.replace, &c.add, &c.append]
             .iter()
-            .any(|r| !strings(config, r, "json").is_empty());
+            .any(|r| !r.json.is_empty());
         Ok(Configured {
             remove_headers,
             rename_headers,
-            replace_headers: header_pairs(config, "replace")?,
-            add_headers: header_pairs(config, "add")?,
-            append_headers: header_pairs(config, "append")?,
+            replace_headers: header_pairs(&c.replace)?,
+            add_headers: header_pairs(&c.add)?,
+            append_headers: header_pairs(&c.append)?,
             json: any_json.then(|| Arc::new(json)),
         })
     }

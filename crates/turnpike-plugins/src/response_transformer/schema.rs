@@ -2,7 +2,29 @@
 //! with `rename.json`): five records of header and JSON-field operations, every array empty by
 //! default.
 
+use serde::Deserialize;
+
 use crate::schema::{Default, Field, Type};
+
+/// The validated config, typed: five records of operations.
+#[derive(Deserialize)]
+pub struct Config {
+    pub remove: Ops,
+    pub rename: Ops,
+    pub replace: Ops,
+    pub add: Ops,
+    pub append: Ops,
+}
+
+/// One record: `name:value` (or bare name) entries for headers and JSON fields, and the
+/// JSON values' types by position.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct Ops {
+    pub headers: Vec<String>,
+    pub json: Vec<String>,
+    pub json_types: Vec<String>,
+}
 
 /// `json_types`: how the value of the `json` entry at the same position is written.
 const JSON_TYPES: Type = Type::OneOfArray(&["boolean", "number", "string"]);
