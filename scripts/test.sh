@@ -35,3 +35,6 @@ cargo test --workspace --locked
 # Performance is tested like a feature: instructions per request of the plain-proxy and
 # key-auth + rate-limiting cases must stay within 5% of bench/instructions-baseline.json.
 bench/instructions-gate.sh
+# Memory is tested like a feature too: a 100k-consumer config's RSS, peak, and what reloads
+# retain, against bench/memory-baseline.json.
+bench/memory-gate.sh

@@ -107,9 +107,12 @@ pub struct Gateway {
     pub reload_micros_last: AtomicU64,
     /// Serialises reloads (SIGHUP and `POST /config`); never taken on the request path.
     reload_lock: Mutex<()>,
-    /// Replaced snapshots, kept until no worker holds them so that the reloading thread, not
-    /// a proxy worker, pays for freeing them (a 10k-route snapshot takes milliseconds to free).
+    /// Replaced snapshots, kept until no worker or request holds them, then freed by the
+    /// reaper thread (`start_reaper`), not by a proxy worker (a 10k-route snapshot takes
+    /// milliseconds to free).
     retired: Mutex<Vec<Arc<Snapshot>>>,
+    /// Wakes the reaper when a snapshot is retired.
+    retired_added: std::sync::Condvar,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -139,6 +142,7 @@ impl Gateway {
             reload_micros_last: AtomicU64::new(0),
             reload_lock: Mutex::new(()),
             retired: Mutex::new(Vec::new()),
+            retired_added: std::sync::Condvar::new(),
         }
     }
 
@@ -162,14 +166,55 @@ impl Gateway {
         self.reload_micros_last.store(took, Ordering::Relaxed);
         let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
         retired.push(old);
-        self.reap(&mut retired);
+        retired.retain(|s| Arc::strong_count(s) > 1);
+        self.retired_added.notify_one();
         Ok(())
     }
 
-    /// Frees the retired snapshots no worker or request still holds. Called on every reload;
-    /// the rest wait for the next one (at most one per worker, for idle workers).
-    fn reap(&self, retired: &mut Vec<Arc<Snapshot>>) {
-        retired.retain(|s| Arc::strong_count(s) > 1);
+    /// Starts the thread that frees retired snapshots as soon as nothing holds them: workers
+    /// let go of theirs within a second of a reload (`WorkerCtx::snapshot`, from their
+    /// sweeper), requests when they end. Without it, a node with no traffic kept its previous
+    /// snapshot until the next reload (twice the config's memory). `release` hands the freed
+    /// memory back to the system.
+    pub fn start_reaper(self: &Arc<Self>, release: fn()) {
+        let gw = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("snapshot-reaper".into())
+            .spawn(move || loop {
+                let Some(gateway) = gw.upgrade() else {
+                    return;
+                };
+                let mut retired = gateway.retired.lock().unwrap_or_else(|e| e.into_inner());
+                if retired.is_empty() {
+                    // Woken by a reload; the timeout lets the thread notice the gateway is gone.
+                    retired = gateway
+                        .retired_added
+                        .wait_timeout(retired, std::time::Duration::from_secs(5))
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+                // Freed outside the lock.
+                let free: Vec<Arc<Snapshot>> = {
+                    let (free, keep) = std::mem::take(&mut *retired)
+                        .into_iter()
+                        .partition(|s| Arc::strong_count(s) == 1);
+                    *retired = keep;
+                    free
+                };
+                let waiting = !retired.is_empty();
+                drop(retired);
+                drop(gateway);
+                if !free.is_empty() {
+                    drop(free);
+                    release();
+                }
+                if waiting {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start the snapshot reaper ({e}): replaced configs are freed at the next reload");
+        }
     }
 
     pub fn config_hash(&self) -> String {

@@ -574,6 +574,9 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
     let _ = std::fs::write(pid_dir.join("turnpike.pid"), std::process::id().to_string());
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    // Replaced configs are freed as soon as nothing holds them, and their memory handed back
+    // at once (mimalloc otherwise purges it only when the threads that own it next collect).
+    gateway.start_reaper(release_memory_now);
     let workers = server::start_workers(
         gateway.clone(),
         proxy,

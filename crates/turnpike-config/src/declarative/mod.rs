@@ -36,6 +36,7 @@ pub use registry::*;
 pub use text::*;
 
 use crate::entity::{FieldKind, PluginEntity};
+use std::borrow::Cow;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -416,43 +417,54 @@ fn load_inner(
     }
 
     // 5. Uniqueness: primary keys per table and Kong's unique fields.
-    let mut seen: HashMap<(&'static str, &'static str, String), usize> = HashMap::new();
+    // Keys borrowed from the entities (a 100k-consumer config cloned 51 MB of them).
+    let mut seen: HashMap<(&'static str, &'static str, Cow<'_, str>), usize> = HashMap::new();
     for (i, it) in items.iter().enumerate() {
         let table = it.kind.table();
-        let mut check = |field: &'static str,
-                         value: Option<String>,
-                         errs: &mut Vec<Vec<(String, String)>>| {
-            if let Some(v) = value {
-                if seen.insert((table, field, v.clone()), i).is_some() {
-                    let what = if field == "id" { "primary key" } else { field };
-                    errs[i].push((
-                        "@entity".into(),
-                        format!("uniqueness violation: '{table}' entity with {what} set to '{v}' already declared"),
-                    ));
-                }
-            }
+        let mut check = |field: &'static str, value, errs: &mut Vec<Vec<(String, String)>>| {
+            unique(&mut seen, (table, field, value), i, &mut errs[i]);
         };
-        check("id", Some(it.id.clone()), &mut errs);
+        check("id", Some(Cow::Borrowed(&it.id)), &mut errs);
         let s = slot[i];
         match it.kind {
-            Kind::Service => check("name", cfg.services[s].name.clone(), &mut errs),
-            Kind::Route => check("name", cfg.routes[s].name.clone(), &mut errs),
-            Kind::Upstream => check("name", Some(cfg.upstreams[s].name.clone()), &mut errs),
+            Kind::Service => check(
+                "name",
+                cfg.services[s].name.as_deref().map(Cow::Borrowed),
+                &mut errs,
+            ),
+            Kind::Route => check(
+                "name",
+                cfg.routes[s].name.as_deref().map(Cow::Borrowed),
+                &mut errs,
+            ),
+            Kind::Upstream => check(
+                "name",
+                Some(Cow::Borrowed(&cfg.upstreams[s].name)),
+                &mut errs,
+            ),
             Kind::Consumer => {
-                check("username", cfg.consumers[s].username.clone(), &mut errs);
-                check("custom_id", cfg.consumers[s].custom_id.clone(), &mut errs);
+                check(
+                    "username",
+                    cfg.consumers[s].username.as_deref().map(Cow::Borrowed),
+                    &mut errs,
+                );
+                check(
+                    "custom_id",
+                    cfg.consumers[s].custom_id.as_deref().map(Cow::Borrowed),
+                    &mut errs,
+                );
             }
-            Kind::Sni => check("name", Some(cfg.snis[s].name.clone()), &mut errs),
+            Kind::Sni => check("name", Some(Cow::Borrowed(&cfg.snis[s].name)), &mut errs),
             Kind::Record(k) => {
                 let ek = records::RECORDS[k].endpoint_key;
                 let v = cfg.records[s].fields.get(ek).and_then(|v| v.as_str());
-                check(ek, v.map(String::from), &mut errs)
+                check(ek, v.map(Cow::Borrowed), &mut errs)
             }
             Kind::Target => {
                 let t = &cfg.targets[s];
                 check(
                     "target",
-                    Some(format!("{}:{}", t.upstream.id, t.target)),
+                    Some(Cow::Owned(format!("{}:{}", t.upstream.id, t.target))),
                     &mut errs,
                 )
             }
@@ -464,7 +476,7 @@ fn load_inner(
                             .fields
                             .get(f)
                             .and_then(|v| v.as_str())
-                            .map(String::from),
+                            .map(Cow::Borrowed),
                         &mut errs,
                     );
                 }
@@ -500,6 +512,26 @@ fn load_inner(
     }
     cfg.hash = hash.unwrap_or_else(|| ids::config_hash(input));
     Ok(cfg)
+}
+
+/// Kong's uniqueness rule for one field of one entity: a value already declared by another
+/// entity of the table is an error of this one.
+fn unique<'a>(
+    seen: &mut HashMap<(&'static str, &'static str, Cow<'a, str>), usize>,
+    (table, field, value): (&'static str, &'static str, Option<Cow<'a, str>>),
+    i: usize,
+    errs: &mut Vec<(String, String)>,
+) {
+    let Some(v) = value else { return };
+    if seen.insert((table, field, v.clone()), i).is_some() {
+        let what = if field == "id" { "primary key" } else { field };
+        errs.push((
+            "@entity".into(),
+            format!(
+                "uniqueness violation: '{table}' entity with {what} set to '{v}' already declared"
+            ),
+        ));
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -239,6 +239,9 @@ async fn worker_main(
             let mut quiet = QuietWatch::new(ctx.stats.requests.get());
             loop {
                 tick.tick().await;
+                // Lets go of a replaced snapshot even when no request comes (the reaper then
+                // frees it).
+                drop(ctx.snapshot());
                 ctx.pool.sweep();
                 if let Some(log) = &ctx.access_log {
                     log.flush();

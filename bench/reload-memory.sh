@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Memory across config reloads (issue #23's table): for each config, a fresh DB-less gateway
+# (release build, 2 workers) starts on it; RSS is read 2 s after the Admin API answers, then
+# after each of 3 `POST /config` of the same file (2 s after each answers). Peak is VmHWM.
+#   bench/reload-memory.sh [CASES]        CASES: routes10k routes100k services10k consumers100k mixed
+# BINS="/tmp/turnpike-before target/release/turnpike" measures several builds in one run.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+cd "$ROOT"
+CASES=${1:-"routes10k routes100k services10k consumers100k mixed"}
+BINS=${BINS:-$ROOT/target/release/turnpike}
+W=$(mktemp -d)
+BENCH_TMP+=("$W")
+python3 - "$W" <<'PY'
+import json, sys, pathlib
+out = pathlib.Path(sys.argv[1])
+def svc(i, routes):
+    return {"name": f"s{i}", "url": f"http://127.0.0.1:{9001 + i % 8}",
+            "routes": [{"name": f"r{i}-{j}", "paths": [f"/s{i}/r{j}"]} for j in routes]}
+def consumers(n):
+    return [{"username": f"c{i}", "keyauth_credentials": [{"key": f"key-{i:08d}"}]} for i in range(n)]
+cases = {
+    "routes10k": {"services": [svc(0, range(10_000))]},
+    "routes100k": {"services": [svc(0, range(100_000))]},
+    "services10k": {"services": [svc(i, [0]) for i in range(10_000)]},
+    "consumers100k": {"services": [svc(0, [0])], "plugins": [{"name": "key-auth"}], "consumers": consumers(100_000)},
+    "mixed": {"services": [svc(i, [0]) for i in range(10_000)], "plugins": [{"name": "key-auth"}], "consumers": consumers(100_000)},
+}
+for name, body in cases.items():
+    body = {"_format_version": "3.0", **body}
+    (out / f"{name}.json").write_text(json.dumps(body))
+PY
+mb() { awk -v k="$1" '$1 == k":" {printf "%d", $2 / 1024}' "/proc/$2/status"; }
+post() { curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1/config" -H 'content-type: application/json' --data-binary "@$2"; }
+now() { date +%s.%N; }
+since() { python3 -c "print(f'{$(now) - $1:.2f}')"; }
+echo "| binary | config | file | ready | steady RSS | reload | after 1 reload | after 3 reloads | peak |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
+for BIN in $BINS; do
+  for CASE in $CASES; do
+    F=$W/$CASE.json
+    PORT=$((30000 + RANDOM % 5000)); ADMIN=$((PORT + 1))
+    t0=$(now)
+    TURNPIKE_PREFIX=$W/prefix-$PORT TURNPIKE_DATABASE=off TURNPIKE_DECLARATIVE_CONFIG=$F \
+      TURNPIKE_PROXY_LISTEN=127.0.0.1:$PORT TURNPIKE_ADMIN_LISTEN=127.0.0.1:$ADMIN \
+      TURNPIKE_NGINX_WORKER_PROCESSES=2 TURNPIKE_LOG_LEVEL=warn "$BIN" start >"$W/log-$PORT" 2>&1 &
+    PID=$!
+    BENCH_PIDS+=($PID)
+    until curl -sf -o /dev/null "http://127.0.0.1:$ADMIN/status"; do sleep 0.01; done
+    ready=$(since "$t0")
+    sleep 2
+    steady=$(mb VmRSS $PID)
+    t1=$(now); code=$(post $ADMIN "$F"); reload=$(since "$t1")
+    [ "$code" = 201 ] || { echo "POST /config answered $code" >&2; exit 1; }
+    sleep 2
+    r1=$(mb VmRSS $PID)
+    post $ADMIN "$F" >/dev/null; sleep 2
+    post $ADMIN "$F" >/dev/null; sleep 2
+    r3=$(mb VmRSS $PID); hwm=$(mb VmHWM $PID)
+    printf '| %s | %s | %d MB | %s s | %s MB | %s s | %s MB | %s MB | %s MB |\n' "$(basename "$(dirname "$(dirname "$BIN")")")/$(basename "$BIN")" \
+      "$CASE" $(( $(stat -c %s "$F") / 1048576 )) "$ready" "$steady" "$reload" "$r1" "$r3" "$hwm"
+    kill $PID; wait $PID 2>/dev/null || true
+  done
+done
