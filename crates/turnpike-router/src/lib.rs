@@ -338,7 +338,10 @@ impl Router {
             .map(|(i, s)| (s.id.as_str(), i))
             .collect();
         let mut router = Router::default();
-        let mut matchers = Vec::new();
+        // One entry per route, and (usually) one matcher: sized up front rather than grown by
+        // doubling, which left up to half of each list empty for the snapshot's life.
+        router.entries.reserve_exact(config.routes.len());
+        let mut matchers = Vec::with_capacity(config.routes.len());
         for (ri, route) in config.routes.iter().enumerate() {
             let accepts_http = route.protocols.iter().any(|p| p == "http" || p == "ws");
             let accepts_https = route.protocols.iter().any(|p| p == "https" || p == "wss");
@@ -445,6 +448,7 @@ impl Router {
         for b in router.exact_hosts.values_mut() {
             b.finish();
         }
+        matchers.shrink_to_fit();
         router.matchers = matchers;
         router
     }

@@ -242,6 +242,17 @@ fn load_inner(
         transform,
         ..Default::default()
     };
+    // Each list at its exact size: grown by doubling, a 100k-route config's list kept 31% of
+    // its 46 MB empty for the snapshot's life.
+    let count = |of: fn(Kind) -> bool| items.iter().filter(|it| of(it.kind)).count();
+    cfg.services.reserve_exact(count(|k| k == Kind::Service));
+    cfg.routes.reserve_exact(count(|k| k == Kind::Route));
+    cfg.upstreams.reserve_exact(count(|k| k == Kind::Upstream));
+    cfg.targets.reserve_exact(count(|k| k == Kind::Target));
+    cfg.consumers.reserve_exact(count(|k| k == Kind::Consumer));
+    cfg.plugins.reserve_exact(count(|k| k == Kind::Plugin));
+    cfg.credentials
+        .reserve_exact(count(|k| matches!(k, Kind::Credential(_))));
     let mut errs: Vec<Vec<(String, String)>> = vec![Vec::new(); items.len()];
     // (kind, position in cfg vector) per item, and unresolved references per item.
     let mut slot: Vec<usize> = vec![usize::MAX; items.len()];
