@@ -16,7 +16,9 @@ pub mod records;
 pub mod vault;
 pub mod yaml;
 
-use std::collections::HashMap;
+/// The loader's own maps (uniqueness, references): foldhash, seeded per process. SipHash was
+/// 14% of a 100k-consumer config's load (perf).
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 use serde_json::{Map, Value};
 
@@ -429,7 +431,8 @@ fn load_inner(
 
     // 5. Uniqueness: primary keys per table and Kong's unique fields.
     // Keys borrowed from the entities (a 100k-consumer config cloned 51 MB of them).
-    let mut seen: HashMap<(&'static str, &'static str, Cow<'_, str>), usize> = HashMap::new();
+    let mut seen: HashMap<(&'static str, &'static str, Cow<'_, str>), usize> =
+        HashMap::with_capacity_and_hasher(items.len() * 2, Default::default());
     for (i, it) in items.iter().enumerate() {
         let table = it.kind.table();
         let mut check = |field: &'static str, value, errs: &mut Vec<Vec<(String, String)>>| {

@@ -1,6 +1,6 @@
 //! Foreign keys: references by id or endpoint key resolved, and set on the entity.
 
-use std::collections::HashMap;
+use super::HashMap;
 
 use super::*;
 
@@ -30,7 +30,7 @@ pub(super) struct KeyIndex {
 
 impl KeyIndex {
     pub(super) fn build(cfg: &Config) -> KeyIndex {
-        let mut map = HashMap::new();
+        let mut map = HashMap::default();
         for s in &cfg.services {
             map.insert(("services", s.id.clone()), s.id.clone());
             if let Some(n) = &s.name {
