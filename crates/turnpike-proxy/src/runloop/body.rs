@@ -30,19 +30,7 @@ pub enum BodyKind {
     ReadAhead(ReadAhead),
 }
 
-fn poll_kind(
-    kind: &mut BodyKind,
-    cx: &mut Context<'_>,
-) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-    match kind {
-        BodyKind::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-        BodyKind::Upstream(u) => boxed(Pin::new(u).poll_frame(cx)),
-        BodyKind::Hyper(i) => boxed(Pin::new(i).poll_frame(cx)),
-        BodyKind::Filtered(f) => f.poll_frame(cx),
-        BodyKind::ReadAhead(r) => Pin::new(r).poll_frame(cx),
-    }
-}
-
+/// What each kind of body is: the `ProxyBody` around it only adds the request's guard.
 impl Body for BodyKind {
     type Data = Bytes;
     type Error = BoxError;
@@ -51,7 +39,34 @@ impl Body for BodyKind {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        poll_kind(self.get_mut(), cx)
+        match self.get_mut() {
+            BodyKind::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            BodyKind::Upstream(u) => boxed(Pin::new(u).poll_frame(cx)),
+            BodyKind::Hyper(i) => boxed(Pin::new(i).poll_frame(cx)),
+            BodyKind::Filtered(f) => f.poll_frame(cx),
+            BodyKind::ReadAhead(r) => Pin::new(r).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            BodyKind::Full(b) => b.is_none(),
+            BodyKind::Upstream(u) => u.is_end_stream(),
+            BodyKind::Hyper(i) => i.is_end_stream(),
+            BodyKind::Filtered(f) => f.ended(),
+            BodyKind::ReadAhead(r) => r.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            BodyKind::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
+            BodyKind::Full(None) => SizeHint::with_exact(0),
+            BodyKind::Upstream(u) => u.size_hint(),
+            BodyKind::Hyper(i) => i.size_hint(),
+            BodyKind::Filtered(_) => SizeHint::default(),
+            BodyKind::ReadAhead(r) => r.size_hint(),
+        }
     }
 }
 
@@ -212,7 +227,7 @@ impl Body for ProxyBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        let polled = poll_kind(&mut this.kind, cx);
+        let polled = Pin::new(&mut this.kind).poll_frame(cx);
         // Bytes sent, for the log phase and the access log (only logged requests count).
         if let (Poll::Ready(Some(Ok(frame))), Some(g)) = (&polled, &mut this.guard) {
             if g.log.is_some() || g.access.is_some() {
@@ -225,24 +240,11 @@ impl Body for ProxyBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        match &self.kind {
-            BodyKind::Full(b) => b.is_none(),
-            BodyKind::Upstream(u) => u.is_end_stream(),
-            BodyKind::Hyper(i) => i.is_end_stream(),
-            BodyKind::Filtered(f) => f.ended(),
-            BodyKind::ReadAhead(r) => r.is_end_stream(),
-        }
+        self.kind.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        match &self.kind {
-            BodyKind::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
-            BodyKind::Full(None) => SizeHint::with_exact(0),
-            BodyKind::Upstream(u) => u.size_hint(),
-            BodyKind::Hyper(i) => i.size_hint(),
-            BodyKind::Filtered(_) => SizeHint::default(),
-            BodyKind::ReadAhead(r) => r.size_hint(),
-        }
+        self.kind.size_hint()
     }
 }
 
