@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Memory across config reloads (issue #23's table): for each config, a fresh DB-less gateway
-# (release build, 2 workers) starts on it; RSS is read 2 s after the Admin API answers, then
+# (release build, WORKERS workers) starts on it; RSS is read 2 s after the Admin API answers, then
 # after each of 3 `POST /config` of the same file (2 s after each answers). Peak is VmHWM.
-#   bench/reload-memory.sh [CASES]        CASES: routes10k routes100k services10k consumers100k mixed
+#   [WORKERS=2] bench/reload-memory.sh [CASES]   CASES: empty routes10k routes100k services10k consumers100k mixed
 # BINS="/tmp/turnpike-before target/release/turnpike" measures several builds in one run.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 CASES=${1:-"routes10k routes100k services10k consumers100k mixed"}
 BINS=${BINS:-$ROOT/target/release/turnpike}
+WORKERS=${WORKERS:-2}
 W=$(mktemp -d)
 BENCH_TMP+=("$W")
 python3 - "$W" <<'PY'
@@ -20,6 +21,7 @@ def svc(i, routes):
 def consumers(n):
     return [{"username": f"c{i}", "keyauth_credentials": [{"key": f"key-{i:08d}"}]} for i in range(n)]
 cases = {
+    "empty": {},
     "routes10k": {"services": [svc(0, range(10_000))]},
     "routes100k": {"services": [svc(0, range(100_000))]},
     "services10k": {"services": [svc(i, [0]) for i in range(10_000)]},
@@ -43,7 +45,7 @@ for BIN in $BINS; do
     t0=$(now)
     TURNPIKE_PREFIX=$W/prefix-$PORT TURNPIKE_DATABASE=off TURNPIKE_DECLARATIVE_CONFIG=$F \
       TURNPIKE_PROXY_LISTEN=127.0.0.1:$PORT TURNPIKE_ADMIN_LISTEN=127.0.0.1:$ADMIN \
-      TURNPIKE_ADMIN_GUI_LISTEN=off TURNPIKE_NGINX_WORKER_PROCESSES=2 TURNPIKE_LOG_LEVEL=warn "$BIN" start >"$W/log-$PORT" 2>&1 &
+      TURNPIKE_ADMIN_GUI_LISTEN=off TURNPIKE_NGINX_WORKER_PROCESSES=$WORKERS TURNPIKE_LOG_LEVEL=warn "$BIN" start >"$W/log-$PORT" 2>&1 &
     PID=$!
     BENCH_PIDS+=($PID)
     until curl -sf -o /dev/null "http://127.0.0.1:$ADMIN/status"; do sleep 0.01; done
