@@ -27,7 +27,7 @@ echo "config: $SERVICES services and routes, $((SIZE / 1024 / 1024)) MiB"
 printf '| binary | fresh RSS | POST /config | answer | RSS after load | peak | RSS after reload | peak |\n|---|---:|---:|---:|---:|---:|---:|---:|\n'
 mb() { awk -v k="$1" '$1 == k":" {printf "%d MB", $2 / 1024}' "/proc/$2/status"; }
 for BIN in $BINS; do
-  PORT=$((30000 + RANDOM % 5000)); ADMIN=$((PORT + 1))
+  PORT=$((20000 + RANDOM % 10000)); ADMIN=$((PORT + 1))  # below the ephemeral range (32768-)
   printf '_format_version: "3.0"\n' >"$W/empty.yml"
   TURNPIKE_PREFIX=$W/prefix-$PORT TURNPIKE_DATABASE=off TURNPIKE_DECLARATIVE_CONFIG=$W/empty.yml \
     TURNPIKE_PROXY_LISTEN=127.0.0.1:$PORT TURNPIKE_ADMIN_LISTEN=127.0.0.1:$ADMIN \

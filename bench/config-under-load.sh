@@ -31,7 +31,7 @@ p99() { awk '/ 99%/ {print $2}'; }
 rps() { awk '/Requests\/sec/ {print $2}'; }
 printf '| binary | admin load | RPS | p99 | RPS vs idle | POST /config answered |\n|---|---|---:|---:|---:|---|\n'
 for BIN in $BINS; do
-  PORT=$((30000 + RANDOM % 5000)); ADMIN=$((PORT + 1))
+  PORT=$((20000 + RANDOM % 10000)); ADMIN=$((PORT + 1))  # below the ephemeral range (32768-)
   TURNPIKE_PREFIX=$W/prefix-$PORT TURNPIKE_DATABASE=off TURNPIKE_DECLARATIVE_CONFIG=$W/plain.yml \
     TURNPIKE_PROXY_LISTEN=127.0.0.1:$PORT TURNPIKE_ADMIN_LISTEN=127.0.0.1:$ADMIN \
     TURNPIKE_NGINX_WORKER_PROCESSES=1 taskset -c "$PROXY_CPUS" "$BIN" start >"$W/log-$PORT" 2>&1 &

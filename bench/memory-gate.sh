@@ -26,22 +26,28 @@ json.dump({"_format_version": "3.0", "services": [{"name": "s", "url": "http://1
 PY
 mb() { awk -v k="$1" '$1 == k":" {printf "%d", $2 / 1024}' "/proc/$2/status"; }
 post() { curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1/config" -H 'content-type: application/json' --data-binary "@$2"; }
-# Two free ports (a port left in use by another test's server would stop the gateway).
-while :; do
-  PORT=$((30000 + RANDOM % 5000)); ADMIN=$((PORT + 1))
-  ports_free "$PORT" "$ADMIN" 2>/dev/null && break
-done
-TURNPIKE_PREFIX=$W/prefix TURNPIKE_DATABASE=off TURNPIKE_DECLARATIVE_CONFIG=$W/c.json \
-  TURNPIKE_PROXY_LISTEN=127.0.0.1:$PORT TURNPIKE_ADMIN_LISTEN=127.0.0.1:$ADMIN \
-  TURNPIKE_ADMIN_GUI_LISTEN=off TURNPIKE_NGINX_WORKER_PROCESSES=2 TURNPIKE_LOG_LEVEL=warn "$BIN" start >"$W/log" 2>&1 &
-PID=$!
-BENCH_PIDS+=($PID)
-for _ in $(seq 1 600); do curl -sf -o /dev/null "http://127.0.0.1:$ADMIN/status" && break; sleep 0.1; done
-if ! kill -0 $PID 2>/dev/null || ! curl -sf -o /dev/null "http://127.0.0.1:$ADMIN/status"; then
-  echo "the gateway did not start; its log:" >&2
+# Two free ports, below the ephemeral range (a port an outgoing connection holds cannot be
+# bound even when nothing listens on it); another try on other ports if the bind still fails.
+for attempt in 1 2 3; do
+  while :; do
+    PORT=$((20000 + RANDOM % 10000)); ADMIN=$((PORT + 1))
+    ports_free "$PORT" "$ADMIN" 2>/dev/null && break
+  done
+  TURNPIKE_PREFIX=$W/prefix-$attempt TURNPIKE_DATABASE=off TURNPIKE_DECLARATIVE_CONFIG=$W/c.json \
+    TURNPIKE_PROXY_LISTEN=127.0.0.1:$PORT TURNPIKE_ADMIN_LISTEN=127.0.0.1:$ADMIN \
+    TURNPIKE_ADMIN_GUI_LISTEN=off TURNPIKE_NGINX_WORKER_PROCESSES=2 TURNPIKE_LOG_LEVEL=warn "$BIN" start >"$W/log" 2>&1 &
+  PID=$!
+  BENCH_PIDS+=($PID)
+  for _ in $(seq 1 600); do
+    curl -sf -o /dev/null "http://127.0.0.1:$ADMIN/status" && break
+    kill -0 $PID 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -0 $PID 2>/dev/null && curl -sf -o /dev/null "http://127.0.0.1:$ADMIN/status" && break
+  echo "the gateway did not start (attempt $attempt); its log:" >&2
   cat "$W/log" >&2
-  exit 1
-fi
+  [ $attempt = 3 ] && exit 1
+done
 sleep 2
 STEADY=$(mb VmRSS $PID)
 for _ in 1 2 3; do

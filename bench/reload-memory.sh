@@ -41,7 +41,7 @@ echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
 for BIN in $BINS; do
   for CASE in $CASES; do
     F=$W/$CASE.json
-    PORT=$((30000 + RANDOM % 5000)); ADMIN=$((PORT + 1))
+    PORT=$((20000 + RANDOM % 10000)); ADMIN=$((PORT + 1))  # below the ephemeral range (32768-)
     t0=$(now)
     TURNPIKE_PREFIX=$W/prefix-$PORT TURNPIKE_DATABASE=off TURNPIKE_DECLARATIVE_CONFIG=$F \
       TURNPIKE_PROXY_LISTEN=127.0.0.1:$PORT TURNPIKE_ADMIN_LISTEN=127.0.0.1:$ADMIN \
