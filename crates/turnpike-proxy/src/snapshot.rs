@@ -8,8 +8,9 @@ use std::time::Duration;
 use http::HeaderValue;
 use rustc_hash::FxHashMap;
 use turnpike_config::declarative::vault;
+use turnpike_config::declarative::{same_id, Changes};
 use turnpike_config::Config;
-use turnpike_router::Router;
+use turnpike_router::{ChunkedVec, Router};
 
 use turnpike_plugins::Handler;
 use turnpike_plugins::Phases;
@@ -22,19 +23,16 @@ pub use crate::upstream::peer::{peer_address, Peer};
 
 pub struct Snapshot {
     pub config: Config,
-    pub router: Router,
-    /// Aligned with `config.services`.
-    pub services: Vec<ServiceInfo>,
-    pub certs: CertStore,
-    /// Aligned with `config.routes`: the plugins that run on each route, highest PRIORITY first.
-    pub chains: Vec<Chain>,
-    /// Aligned with `config.routes`: whether a plugin of the route reads the request body.
-    pub chains_want_body: Vec<bool>,
-    /// Aligned with `config.routes`: whether a plugin of the route has a header_filter phase.
-    pub chains_filter: Vec<bool>,
-    /// Aligned with `config.routes`: whether plugins of the route have a log phase
-    /// (`LOGS`) and read headers there (`LOG_HEADERS`).
-    pub chains_log: Vec<u8>,
+    /// Shared with the next snapshot when a change leaves the routes alone.
+    pub router: Arc<Router>,
+    /// Aligned with `config.services` (whose indices a patch keeps).
+    pub services: Arc<Vec<ServiceInfo>>,
+    pub certs: Arc<CertStore>,
+    /// By router slot (`RouteEntry::route_index`): each route and what its plugins need.
+    pub routes: ChunkedVec<RouteSlot>,
+    /// Aligned with `config.plugins`: each enabled plugin's built handler, reused by a patch
+    /// that changes no plugin.
+    built: Arc<Vec<Option<Bound>>>,
     /// The targets active health checks probe while this config runs.
     pub probes: Vec<Arc<crate::upstream::health::Probe>>,
     /// Global plugins with a rewrite phase, highest PRIORITY first: run before the router on
@@ -46,6 +44,58 @@ pub struct Snapshot {
     /// route, a certificate) or failing closed (a plugin answers 500, a service 502) while
     /// everything else applies: one line per entity, for the log, `/status` and a metric.
     pub problems: Vec<String>,
+    /// The routes' part of `problems` (routes that do not compile), and the rest of it.
+    route_problems: Vec<String>,
+    other_problems: Vec<String>,
+}
+
+fn slot_mut(routes: &mut ChunkedVec<RouteSlot>, slot: usize) -> &mut RouteSlot {
+    routes.get_mut(slot).expect("a slot in range")
+}
+
+/// One route of a snapshot, by router slot.
+#[derive(Clone)]
+pub struct RouteSlot {
+    pub route: Arc<turnpike_config::declarative::Route>,
+    /// The plugins that run on the route, highest PRIORITY first.
+    pub chain: Chain,
+    /// Whether a plugin of the route reads the request body.
+    pub want_body: bool,
+    /// Whether a plugin of the route has a header_filter phase.
+    pub filter: bool,
+    /// Whether plugins of the route have a log phase (`LOGS`) and read headers there
+    /// (`LOG_HEADERS`).
+    pub log: u8,
+}
+
+impl RouteSlot {
+    fn new(route: Arc<turnpike_config::declarative::Route>, chain: Chain) -> RouteSlot {
+        // Whether any config of the chain (consumer-scoped ones included) says `has`.
+        let any = |has: &dyn Fn(&dyn Handler) -> bool| {
+            chain.iter().any(|s| {
+                s.handler.iter().any(|h| has(&*h.handler))
+                    || s.by_consumer
+                        .as_ref()
+                        .is_some_and(|m| m.values().any(|h| has(&*h.handler)))
+            })
+        };
+        let want_body = any(&|h| h.wants_body());
+        let filter = any(&|h| h.phases().has(Phases::RESPONSE));
+        let mut log = 0;
+        if any(&|h| h.phases().has(Phases::LOG)) {
+            log |= LOGS;
+        }
+        if any(&|h| h.phases().has(Phases::LOG) && h.log_headers()) {
+            log |= LOG_HEADERS;
+        }
+        RouteSlot {
+            route,
+            chain,
+            want_body,
+            filter,
+            log,
+        }
+    }
 }
 
 /// Stands in for a plugin config that does not build: requests on its routes get 500, as in
@@ -115,110 +165,160 @@ impl Slot {
     }
 }
 
-/// Per route, the most specific enabled config of each plugin, in Kong's precedence:
-/// Route+Service+Consumer > Route+Consumer > Service+Consumer > Route+Service > Consumer >
-/// Route > Service > Global. The consumer-free part is resolved here; the consumer-scoped
-/// part becomes a per-slot map looked up, per request, with the consumer authentication found
-/// (plugins run in PRIORITY order, so the auth plugins have run by then). Plugins are indexed
-/// by scope first, so the cost is per route times the plugins that apply to it.
-fn compile_chains(
+/// Builds each enabled plugin of the config (aligned with `config.plugins`; `None` for a
+/// disabled one). A config that does not build fails closed (see `BrokenPlugin`).
+fn build_plugins(
     config: &Config,
     registry: &turnpike_plugins::Registry,
     problems: &mut Vec<String>,
-) -> (Vec<Chain>, Vec<Bound>) {
-    type Entry = (i32, &'static str, Bound);
-    type Chosen = (&'static str, Option<Bound>, bool);
-    type ByConsumer<'a> = FxHashMap<&'static str, FxHashMap<&'a str, Bound>>;
+) -> Vec<Option<Bound>> {
     let build_ctx = registry.build_context(config);
-    let mut global: Vec<Entry> = Vec::new();
-    let mut by_service: FxHashMap<&str, Vec<Entry>> = FxHashMap::default();
-    let mut by_route: FxHashMap<&str, Vec<Entry>> = FxHashMap::default();
-    let mut by_both: FxHashMap<(&str, &str), Vec<Entry>> = FxHashMap::default();
-    // Consumer-scoped: consumer only (shared by every route), and with a route and/or service.
-    let mut consumer_only: ByConsumer = FxHashMap::default();
-    let mut consumer_scoped: FxHashMap<(Option<&str>, Option<&str>), ByConsumer> =
-        FxHashMap::default();
-    let mut priorities: FxHashMap<&'static str, i32> = FxHashMap::default();
-    for p in config.plugins.iter().filter(|p| p.enabled) {
-        // A config that does not build fails closed (see `BrokenPlugin`), under its own name
-        // and priority where the plugin exists, first in the chain where it does not.
-        let spec = registry.get(&p.name);
-        let (name, priority) = spec.map_or(("(unavailable plugin)", i32::MAX), |s| {
-            (s.name(), s.priority())
-        });
-        // Secrets written as `{vault://...}` references are resolved here, into a copy: the
-        // stored config keeps the reference.
-        let resolved;
-        let plugin_config = if vault::has_reference(&p.config) {
-            let mut c = p.config.clone();
-            match vault::resolve_in(&mut c, &config.records, &vault::process_env) {
-                Ok(()) => {
-                    resolved = c;
-                    Ok(&resolved)
-                }
-                Err(e) => Err(format!("plugin {} ({}): {e}", p.id, p.name)),
+    config
+        .plugins
+        .iter()
+        .map(|p| {
+            if !p.enabled {
+                return None;
             }
-        } else {
-            Ok(&p.config)
-        };
-        let built = match (spec, plugin_config) {
-            (_, Err(e)) => Err(e),
-            (Some(spec), Ok(plugin_config)) => spec
-                .build(plugin_config, &build_ctx)
-                .map_err(|e| format!("plugin {} ({}): {e}", p.id, p.name)),
-            (None, _) => Err(format!("plugin {}: '{}' is not available", p.id, p.name)),
-        };
-        let handler = Bound {
-            handler: built.unwrap_or_else(|e| {
-                problems.push(e);
-                Arc::new(BrokenPlugin)
-            }),
-            protocols: protocol_mask(&p.protocols),
-        };
-        priorities.insert(name, priority);
-        let route = p.route.as_ref().map(|r| r.id.as_str());
-        let service = p.service.as_ref().map(|s| s.id.as_str());
-        if let Some(c) = &p.consumer {
-            let target = match (route, service) {
-                (None, None) => &mut consumer_only,
-                key => consumer_scoped.entry(key).or_default(),
+            let spec = registry.get(&p.name);
+            // Secrets written as `{vault://...}` references are resolved here, into a copy:
+            // the stored config keeps the reference.
+            let resolved;
+            let plugin_config = if vault::has_reference(&p.config) {
+                let mut c = p.config.clone();
+                match vault::resolve_in(&mut c, &config.records, &vault::process_env) {
+                    Ok(()) => {
+                        resolved = c;
+                        Ok(&resolved)
+                    }
+                    Err(e) => Err(format!("plugin {} ({}): {e}", p.id, p.name)),
+                }
+            } else {
+                Ok(&p.config)
             };
-            target
-                .entry(name)
-                .or_default()
-                .insert(c.id.as_str(), handler);
-            continue;
-        }
-        let entry = (priority, name, handler);
-        match (route, service) {
-            (Some(r), Some(s)) => by_both.entry((r, s)).or_default().push(entry),
-            (Some(r), None) => by_route.entry(r).or_default().push(entry),
-            (None, Some(s)) => by_service.entry(s).or_default().push(entry),
-            (None, None) => global.push(entry),
-        }
-    }
-    let consumer_only: FxHashMap<&'static str, Arc<ConsumerHandlers>> = consumer_only
-        .into_iter()
-        .map(|(name, m)| {
-            let owned: ConsumerHandlers = m.into_iter().map(|(c, h)| (c.to_string(), h)).collect();
-            (name, Arc::new(owned))
+            let built = match (spec, plugin_config) {
+                (_, Err(e)) => Err(e),
+                (Some(spec), Ok(plugin_config)) => spec
+                    .build(plugin_config, &build_ctx)
+                    .map_err(|e| format!("plugin {} ({}): {e}", p.id, p.name)),
+                (None, _) => Err(format!("plugin {}: '{}' is not available", p.id, p.name)),
+            };
+            Some(Bound {
+                handler: built.unwrap_or_else(|e| {
+                    problems.push(e);
+                    Arc::new(BrokenPlugin)
+                }),
+                protocols: protocol_mask(&p.protocols),
+            })
         })
-        .collect();
-    let empty: Chain = Arc::from(Vec::<Slot>::new());
-    let nothing: &[Entry] = &[];
-    let no_scoped: ByConsumer = FxHashMap::default();
-    let mut chains = Vec::with_capacity(config.routes.len());
-    for r in &config.routes {
+        .collect()
+}
+
+type Entry = (i32, &'static str, Bound);
+type ByConsumer<'a> = FxHashMap<&'static str, FxHashMap<&'a str, Bound>>;
+
+/// The built plugins indexed by scope, to compile route chains: per route, the most specific
+/// enabled config of each plugin, in Kong's precedence: Route+Service+Consumer >
+/// Route+Consumer > Service+Consumer > Route+Service > Consumer > Route > Service > Global.
+/// The consumer-free part is resolved here; the consumer-scoped part becomes a per-slot map
+/// looked up, per request, with the consumer authentication found (plugins run in PRIORITY
+/// order, so the auth plugins have run by then). The cost is per route times the plugins
+/// that apply to it.
+struct ChainIndex<'a> {
+    global: Vec<Entry>,
+    by_service: FxHashMap<&'a str, Vec<Entry>>,
+    by_route: FxHashMap<&'a str, Vec<Entry>>,
+    by_both: FxHashMap<(&'a str, &'a str), Vec<Entry>>,
+    /// Consumer-scoped: consumer only (shared by every route), and with a route and/or service.
+    consumer_only: FxHashMap<&'static str, Arc<ConsumerHandlers>>,
+    consumer_scoped: FxHashMap<(Option<&'a str>, Option<&'a str>), ByConsumer<'a>>,
+    priorities: FxHashMap<&'static str, i32>,
+    empty: Chain,
+}
+
+impl<'a> ChainIndex<'a> {
+    fn new(
+        config: &'a Config,
+        built: &[Option<Bound>],
+        registry: &turnpike_plugins::Registry,
+    ) -> ChainIndex<'a> {
+        let mut ix = ChainIndex {
+            global: Vec::new(),
+            by_service: FxHashMap::default(),
+            by_route: FxHashMap::default(),
+            by_both: FxHashMap::default(),
+            consumer_only: FxHashMap::default(),
+            consumer_scoped: FxHashMap::default(),
+            priorities: FxHashMap::default(),
+            empty: Arc::from(Vec::<Slot>::new()),
+        };
+        let mut consumer_only: ByConsumer = FxHashMap::default();
+        for (p, handler) in config.plugins.iter().zip(built) {
+            let Some(handler) = handler else { continue };
+            // Under its own name and priority where the plugin exists, first in the chain
+            // where it does not.
+            let (name, priority) = registry
+                .get(&p.name)
+                .map_or(("(unavailable plugin)", i32::MAX), |s| {
+                    (s.name(), s.priority())
+                });
+            ix.priorities.insert(name, priority);
+            let route = p.route.as_ref().map(|r| r.id.as_str());
+            let service = p.service.as_ref().map(|s| s.id.as_str());
+            let handler = handler.clone();
+            if let Some(c) = &p.consumer {
+                let target = match (route, service) {
+                    (None, None) => &mut consumer_only,
+                    key => ix.consumer_scoped.entry(key).or_default(),
+                };
+                target
+                    .entry(name)
+                    .or_default()
+                    .insert(c.id.as_str(), handler);
+                continue;
+            }
+            let entry = (priority, name, handler);
+            match (route, service) {
+                (Some(r), Some(s)) => ix.by_both.entry((r, s)).or_default().push(entry),
+                (Some(r), None) => ix.by_route.entry(r).or_default().push(entry),
+                (None, Some(s)) => ix.by_service.entry(s).or_default().push(entry),
+                (None, None) => ix.global.push(entry),
+            }
+        }
+        ix.consumer_only = consumer_only
+            .into_iter()
+            .map(|(name, m)| {
+                let owned: ConsumerHandlers =
+                    m.into_iter().map(|(c, h)| (c.to_string(), h)).collect();
+                (name, Arc::new(owned))
+            })
+            .collect();
+        ix
+    }
+
+    /// Global plugins, highest PRIORITY first.
+    fn global(&self) -> Vec<Bound> {
+        let mut global = self.global.clone();
+        global.sort_by_key(|e| std::cmp::Reverse(e.0));
+        global.into_iter().map(|e| e.2).collect()
+    }
+
+    /// The chain of one route.
+    fn chain(&self, r: &turnpike_config::declarative::Route) -> Chain {
+        type Chosen = (&'static str, Option<Bound>, bool);
+        let nothing: &[Entry] = &[];
+        let no_scoped: ByConsumer = FxHashMap::default();
         let sid = r.service.as_ref().map(|s| s.id.as_str());
         let rid = Some(r.id.as_str());
         let both = sid
-            .and_then(|s| by_both.get(&(r.id.as_str(), s)))
+            .and_then(|s| self.by_both.get(&(r.id.as_str(), s)))
             .map_or(nothing, |v| v.as_slice());
-        let route = by_route
+        let route = self
+            .by_route
             .get(r.id.as_str())
             .map_or(nothing, |v| v.as_slice());
         let service = sid
-            .and_then(|s| by_service.get(s))
+            .and_then(|s| self.by_service.get(s))
             .map_or(nothing, |v| v.as_slice());
         // Most specific first: the first config seen for a plugin name wins.
         // (plugin, its consumer-free config, whether that is a Route+Service one)
@@ -227,7 +327,7 @@ fn compile_chains(
             .iter()
             .chain(route)
             .chain(service)
-            .chain(&global)
+            .chain(&self.global)
             .enumerate()
         {
             if !chosen.iter().any(|c| c.0 == e.1) {
@@ -235,13 +335,14 @@ fn compile_chains(
                 chosen.push((e.1, Some(e.2.clone()), i < both.len()));
             }
         }
+        let scoped = |key| self.consumer_scoped.get(&key).unwrap_or(&no_scoped);
         let crs = match sid {
-            Some(_) => consumer_scoped.get(&(rid, sid)).unwrap_or(&no_scoped),
+            Some(_) => scoped((rid, sid)),
             None => &no_scoped,
         };
-        let cr = consumer_scoped.get(&(rid, None)).unwrap_or(&no_scoped);
+        let cr = scoped((rid, None));
         let cs = match sid {
-            Some(_) => consumer_scoped.get(&(None, sid)).unwrap_or(&no_scoped),
+            Some(_) => scoped((None, sid)),
             None => &no_scoped,
         };
         let mut names: Vec<&'static str> = chosen.iter().map(|c| c.0).collect();
@@ -249,15 +350,14 @@ fn compile_chains(
             .keys()
             .chain(cr.keys())
             .chain(cs.keys())
-            .chain(consumer_only.keys())
+            .chain(self.consumer_only.keys())
         {
             if !names.contains(n) {
                 names.push(n);
             }
         }
         if names.is_empty() {
-            chains.push(empty.clone());
-            continue;
+            return self.empty.clone();
         }
         let mut slots: Vec<(i32, Slot)> = Vec::with_capacity(names.len());
         for name in names {
@@ -269,7 +369,7 @@ fn compile_chains(
                 [crs, cr, cs].iter().filter_map(|m| m.get(name)).collect();
             // A Route+Service config outranks Consumer-only configs.
             let general = (!route_and_service)
-                .then(|| consumer_only.get(name))
+                .then(|| self.consumer_only.get(name))
                 .flatten();
             let by_consumer = if specific.is_empty() {
                 general.cloned()
@@ -288,7 +388,7 @@ fn compile_chains(
                 continue;
             }
             slots.push((
-                priorities.get(name).copied().unwrap_or(0),
+                self.priorities.get(name).copied().unwrap_or(0),
                 Slot {
                     handler,
                     by_consumer,
@@ -296,10 +396,8 @@ fn compile_chains(
             ));
         }
         slots.sort_by_key(|s| std::cmp::Reverse(s.0));
-        chains.push(slots.into_iter().map(|s| s.1).collect());
+        slots.into_iter().map(|s| s.1).collect()
     }
-    global.sort_by_key(|e| std::cmp::Reverse(e.0));
-    (chains, global.into_iter().map(|e| e.2).collect())
 }
 
 /// Where a service's traffic goes.
@@ -364,8 +462,152 @@ impl Snapshot {
         config: Config,
         plugins: &turnpike_plugins::Registry,
     ) -> Result<Snapshot, String> {
-        let mut problems = config.left_out.clone();
-        let router = Router::build_skipping(&config, &mut problems);
+        let mut route_problems = Vec::new();
+        let router = Router::build_skipping(&config, &mut route_problems);
+        // Slot i is route i.
+        let routes = config
+            .routes
+            .iter()
+            .map(|r| RouteSlot {
+                route: r.clone(),
+                chain: Arc::from(Vec::<Slot>::new()),
+                want_body: false,
+                filter: false,
+                log: 0,
+            })
+            .collect();
+        Ok(Snapshot::assemble(
+            config,
+            plugins,
+            Arc::new(router),
+            route_problems,
+            routes,
+        ))
+    }
+
+    /// The snapshot of `config`, a change of the config `prev` was built from: what the change
+    /// leaves alone is shared with `prev`. A change to routes patches the router (and compiles
+    /// those routes' chains) instead of rebuilding it; any other change rebuilds all but the
+    /// router; a change that moves or disables services rebuilds everything.
+    pub fn patch(
+        prev: &Snapshot,
+        config: Config,
+        changes: &Changes,
+        plugins: &turnpike_plugins::Registry,
+    ) -> Result<Snapshot, String> {
+        // Routes refer to services by index, and the router leaves out routes of disabled
+        // services: both must hold for every service the previous config had.
+        let services_kept = prev.config.services.len() <= config.services.len()
+            && prev
+                .config
+                .services
+                .iter()
+                .zip(&config.services)
+                .all(|(a, b)| a.id == b.id && a.enabled == b.enabled);
+        if !services_kept {
+            return Snapshot::compile(config, plugins);
+        }
+        let mut routes = prev.routes.clone();
+        let mut route_problems = prev.route_problems.clone();
+        let mut touched = Vec::new();
+        let router = if changes.routes.is_empty() {
+            prev.router.clone()
+        } else {
+            let mut router = (*prev.router).clone();
+            let vacant = Arc::new(turnpike_config::declarative::Route::default());
+            for id in &changes.routes {
+                // A vacant slot holds a route with an empty id.
+                let old = routes.iter().position(|s| same_id(&s.route.id, id));
+                let new = config.routes.iter().find(|r| same_id(&r.id, id));
+                route_problems.retain(|p| !p.starts_with(&format!("route {id}:")));
+                let service = new.and_then(|r| {
+                    let sid = &r.service.as_ref()?.id;
+                    let i = config.services.iter().position(|s| &s.id == sid)?;
+                    Some((i, config.services[i].enabled))
+                });
+                let slot = match (old, new) {
+                    (Some(slot), Some(route)) => {
+                        if let Err(e) = router.update(slot, route, service) {
+                            route_problems.push(e.0);
+                        }
+                        slot
+                    }
+                    (None, Some(route)) => {
+                        let (slot, compiled) = router.add(route, service);
+                        if let Err(e) = compiled {
+                            route_problems.push(e.0);
+                        }
+                        slot
+                    }
+                    (Some(slot), None) => {
+                        router.remove(slot);
+                        *slot_mut(&mut routes, slot) =
+                            RouteSlot::new(vacant.clone(), Arc::from(Vec::<Slot>::new()));
+                        continue;
+                    }
+                    (None, None) => continue,
+                };
+                while slot >= routes.len() {
+                    routes.push(RouteSlot::new(
+                        vacant.clone(),
+                        Arc::from(Vec::<Slot>::new()),
+                    ));
+                }
+                slot_mut(&mut routes, slot).route = new.expect("a route added or updated").clone();
+                touched.push(slot);
+            }
+            Arc::new(router)
+        };
+        if changes.others {
+            return Ok(Snapshot::assemble(
+                config,
+                plugins,
+                router,
+                route_problems,
+                routes,
+            ));
+        }
+        // Only routes changed: the plugins, services and certificates are the previous ones.
+        let index = ChainIndex::new(&config, &prev.built, plugins);
+        for slot in touched {
+            let route = routes[slot].route.clone();
+            let chain = index.chain(&route);
+            *slot_mut(&mut routes, slot) = RouteSlot::new(route, chain);
+        }
+        drop(index);
+        let problems = config
+            .left_out
+            .iter()
+            .chain(&route_problems)
+            .chain(&prev.other_problems)
+            .cloned()
+            .collect();
+        Ok(Snapshot {
+            config,
+            router,
+            services: prev.services.clone(),
+            certs: prev.certs.clone(),
+            routes,
+            built: prev.built.clone(),
+            probes: prev.probes.clone(),
+            global_rewrite: prev.global_rewrite.clone(),
+            global_certificate: prev.global_certificate.clone(),
+            problems,
+            route_problems,
+            other_problems: prev.other_problems.clone(),
+        })
+    }
+
+    /// Everything but the router: services, balancers, certificates, plugins and the chains
+    /// of `routes` (by router slot).
+    fn assemble(
+        config: Config,
+        plugins: &turnpike_plugins::Registry,
+        router: Arc<Router>,
+        route_problems: Vec<String>,
+        routes: ChunkedVec<RouteSlot>,
+    ) -> Snapshot {
+        let mut problems = Vec::new();
         let certs = CertStore::build_skipping(&config, &mut problems);
         let cert_by_id: FxHashMap<&str, (&str, &str)> = config
             .certificates
@@ -472,7 +714,14 @@ impl Snapshot {
                 tls,
             });
         }
-        let (chains, global) = compile_chains(&config, plugins, &mut problems);
+        let built = build_plugins(&config, plugins, &mut problems);
+        let index = ChainIndex::new(&config, &built, plugins);
+        let routes = routes
+            .iter()
+            .map(|slot| RouteSlot::new(slot.route.clone(), index.chain(&slot.route)))
+            .collect();
+        let global = index.global();
+        drop(index);
         let global_rewrite = global
             .iter()
             .filter(|b| b.handler.phases().has(Phases::REWRITE))
@@ -485,57 +734,28 @@ impl Snapshot {
             })
             .cloned()
             .collect();
-        // Whether any config of a chain (consumer-scoped ones included) says `has`.
-        let any_config = |has: fn(&dyn Handler) -> bool| -> Vec<bool> {
-            chains
-                .iter()
-                .map(|c| {
-                    c.iter().any(|s| {
-                        s.handler.iter().any(|h| has(&*h.handler))
-                            || s.by_consumer
-                                .as_ref()
-                                .is_some_and(|m| m.values().any(|h| has(&*h.handler)))
-                    })
-                })
-                .collect()
-        };
-        let chains_want_body = any_config(|h| h.wants_body());
-        let chains_filter = any_config(|h| h.phases().has(Phases::RESPONSE));
-        let chains_log = chains
+        let other_problems = problems;
+        let problems = config
+            .left_out
             .iter()
-            .map(|c| {
-                let mut flags = 0;
-                for s in c.iter() {
-                    let handlers = s
-                        .handler
-                        .iter()
-                        .chain(s.by_consumer.iter().flat_map(|m| m.values()));
-                    for h in handlers {
-                        if h.handler.phases().has(Phases::LOG) {
-                            flags |= LOGS;
-                            if h.handler.log_headers() {
-                                flags |= LOG_HEADERS;
-                            }
-                        }
-                    }
-                }
-                flags
-            })
+            .chain(&route_problems)
+            .chain(&other_problems)
+            .cloned()
             .collect();
-        Ok(Snapshot {
+        Snapshot {
             config,
             router,
-            services,
-            certs,
-            chains,
-            chains_want_body,
-            chains_filter,
-            chains_log,
+            services: Arc::new(services),
+            certs: Arc::new(certs),
+            routes,
+            built: Arc::new(built),
             probes,
             global_rewrite,
             global_certificate,
             problems,
-        })
+            route_problems,
+            other_problems,
+        }
     }
 }
 
@@ -588,7 +808,7 @@ mod tests {
         }));
         // As if stored by an older version: a regex the engine refuses, a plugin this build
         // does not carry.
-        cfg.routes[1].paths = Some(vec!["~/bad(".into()]);
+        std::sync::Arc::make_mut(&mut cfg.routes[1]).paths = Some(vec!["~/bad(".into()]);
         cfg.plugins[0].name = "no-such-plugin".into();
         let snap = Snapshot::compile(cfg, &turnpike_plugins::bundled()).unwrap();
         assert_eq!(snap.problems.len(), 2, "{:?}", snap.problems);
@@ -605,6 +825,111 @@ mod tests {
         // The good route is served, and its broken plugin is not dropped (which would serve
         // it without its authentication) but stands in, failing closed.
         assert!(!snap.router.is_empty());
-        assert_eq!(snap.chains[0].len(), 1);
+        assert_eq!(snap.routes[0].chain.len(), 1);
+    }
+
+    /// What each path routes to in a snapshot: the route's name and its chain's length.
+    fn routing(snap: &Snapshot, paths: &[&str]) -> Vec<Option<(String, usize)>> {
+        let headers = http::HeaderMap::new();
+        paths
+            .iter()
+            .map(|path| {
+                let view = turnpike_router::RequestView {
+                    method: "GET",
+                    host: "example.com",
+                    port: 8000,
+                    path,
+                    headers: &headers,
+                    sni: None,
+                };
+                let m = snap.router.find(&view)?;
+                let slot = &snap.routes[m.route.route_index];
+                Some((
+                    slot.route.name.clone().unwrap_or_default(),
+                    slot.chain.len(),
+                ))
+            })
+            .collect()
+    }
+
+    /// A snapshot patched with route changes (and then with a plugin change) routes and runs
+    /// plugins as one compiled whole from the same config, and shares what did not change.
+    #[test]
+    fn a_patched_snapshot_serves_as_a_compiled_one() {
+        let plugins = turnpike_plugins::bundled();
+        let routes: Vec<serde_json::Value> = (0..10)
+            .map(|i| serde_json::json!({"name": format!("r{i}"), "paths": [format!("/r{i}")]}))
+            .collect();
+        let mut cfg = load(serde_json::json!({
+            "_format_version": "3.0",
+            "services": [{"name": "s", "url": "http://127.0.0.1:1", "routes": routes}],
+            "plugins": [{"name": "cors"}],
+        }));
+        let sid = cfg.services[0].id.clone();
+        let r3 = cfg.routes[3].id.clone();
+        cfg.plugins.push(
+            load(serde_json::json!({
+                "_format_version": "3.0",
+                "plugins": [{"name": "request-termination", "route": r3.clone()}],
+                "routes": [{"id": r3, "paths": ["/r3"]}],
+            }))
+            .plugins
+            .remove(0),
+        );
+        let first = Snapshot::compile(cfg.clone(), &plugins).unwrap();
+        let paths = ["/r0", "/r2", "/x2", "/r3", "/r5", "/r9", "/r10", "/r11"];
+        assert_eq!(routing(&first, &paths)[3], Some(("r3".into(), 2)));
+
+        // Routes only: r2 moves to /x2, r5 goes, r10 comes.
+        let mut next = cfg.clone();
+        next.hash = "next".into();
+        let row = |id: &str, name: &str, path: &str| {
+            serde_json::json!({"id": id, "name": name, "paths": [path], "service": {"id": sid}})
+                .as_object()
+                .unwrap()
+                .clone()
+        };
+        let (r2, r5) = (cfg.routes[2].id.clone(), cfg.routes[5].id.clone());
+        let r10 = "6b1d8a0e-3c9f-4b7a-9e2d-5f4c3b2a1d00".to_string();
+        next.apply_change("routes", &r2, Some(&row(&r2, "r2", "/x2")), &plugins)
+            .unwrap();
+        next.apply_change("routes", &r5, None, &plugins).unwrap();
+        next.apply_change("routes", &r10, Some(&row(&r10, "r10", "/r10")), &plugins)
+            .unwrap();
+        let changes = Changes {
+            from: cfg.hash.clone(),
+            routes: vec![r2, r5, r10.clone()],
+            others: false,
+        };
+        let patched = Snapshot::patch(&first, next.clone(), &changes, &plugins).unwrap();
+        let whole = Snapshot::compile(next.clone(), &plugins).unwrap();
+        assert_eq!(routing(&patched, &paths), routing(&whole, &paths));
+        assert_eq!(routing(&patched, &paths)[1], None);
+        assert_eq!(routing(&patched, &paths)[2], Some(("r2".into(), 1)));
+        assert_eq!(routing(&patched, &paths)[6], Some(("r10".into(), 1)));
+        // The deleted route's slot went to the new route; the services were not rebuilt.
+        assert_eq!(patched.routes.len(), first.routes.len());
+        assert!(Arc::ptr_eq(&patched.services, &first.services));
+
+        // Another route plus a plugin on it: the router is patched, the chains rebuilt.
+        let mut third = next.clone();
+        let r11 = "6b1d8a0e-3c9f-4b7a-9e2d-5f4c3b2a1d11".to_string();
+        third
+            .apply_change("routes", &r11, Some(&row(&r11, "r11", "/r11")), &plugins)
+            .unwrap();
+        let pid = "6b1d8a0e-3c9f-4b7a-9e2d-5f4c3b2a1d12";
+        let plugin = serde_json::json!({"id": pid, "name": "request-termination", "route": {"id": r11}, "config": {}});
+        third
+            .apply_change("plugins", pid, Some(plugin.as_object().unwrap()), &plugins)
+            .unwrap();
+        let changes = Changes {
+            from: next.hash.clone(),
+            routes: vec![r11],
+            others: true,
+        };
+        let patched = Snapshot::patch(&patched, third.clone(), &changes, &plugins).unwrap();
+        let whole = Snapshot::compile(third, &plugins).unwrap();
+        assert_eq!(routing(&patched, &paths), routing(&whole, &paths));
+        assert_eq!(routing(&patched, &paths)[7], Some(("r11".into(), 2)));
     }
 }

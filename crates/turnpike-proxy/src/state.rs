@@ -10,6 +10,7 @@ use arc_swap::ArcSwap;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use turnpike_config::conf::{cidr_contains, parse_cidr, Conf, HeaderSet};
+use turnpike_config::declarative::Changes;
 use turnpike_config::Config;
 
 use crate::snapshot::Snapshot;
@@ -149,9 +150,32 @@ impl Gateway {
     /// Compiles `config` and swaps it in. On error the current snapshot stays in place.
     /// In-flight requests finish on the snapshot they started with.
     pub fn apply(&self, config: Config) -> Result<(), String> {
+        self.apply_changes(config, None)
+    }
+
+    /// Like `apply`, for a config made from the running one by `changes`: when the running
+    /// snapshot is the one they start from, it is patched (`Snapshot::patch`: the router
+    /// keeps every route but the changed ones) rather than compiled whole.
+    pub fn apply_changes(&self, config: Config, changes: Option<&Changes>) -> Result<(), String> {
         let _guard = self.reload_lock.lock().unwrap_or_else(|e| e.into_inner());
         let started = std::time::Instant::now();
-        let snap = Snapshot::compile(config, &self.plugins)?;
+        let current = self.snapshot.load();
+        let patch = changes.filter(|c| current.config.hash == c.from);
+        let snap = match patch {
+            Some(c) => Snapshot::patch(&current, config, c, &self.plugins)?,
+            None => Snapshot::compile(config, &self.plugins)?,
+        };
+        drop(current);
+        tracing::debug!(
+            "config {}: {} in {:?}",
+            snap.config.hash,
+            if patch.is_some() {
+                "patched"
+            } else {
+                "compiled"
+            },
+            started.elapsed()
+        );
         // What could not be built is left out (or fails closed); everything else applies.
         for p in &snap.problems {
             tracing::error!("config: {p}: left out, the rest of the configuration applies");

@@ -9,6 +9,7 @@
 //! the first candidate in priority order whose every field matches wins.
 
 mod path;
+mod shared;
 
 use std::sync::Arc;
 
@@ -18,6 +19,7 @@ use rustc_hash::FxHashMap;
 use turnpike_config::declarative::{Config, Route};
 
 pub use path::{normalize_path, upstream_uri};
+pub use shared::{ChunkedVec, ShardedMap};
 
 /// What the router needs to know of a request.
 pub struct RequestView<'a> {
@@ -33,9 +35,10 @@ pub struct RequestView<'a> {
 }
 
 /// A compiled route: what the proxy needs after a match.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct RouteEntry {
-    /// Index into the configuration's `routes`.
+    /// The route's slot: stable for the route's life across patches ([`Router::update`]),
+    /// so that the data a snapshot keeps per route can be kept by slot too.
     pub route_index: usize,
     /// Index into the configuration's `services`, when the route has one.
     pub service_index: Option<usize>,
@@ -64,9 +67,9 @@ pub struct Match<'r> {
     pub captures: Option<Vec<(Option<String>, String)>>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum HostPattern {
-    Exact(Box<str>, Option<u16>),
+    Exact(Arc<str>, Option<u16>),
     /// `*.example.com`: stored as `.example.com`.
     Suffix(Box<str>, Option<u16>),
     /// `example.*`: stored as `example.`.
@@ -84,7 +87,7 @@ impl HostPattern {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum ValueMatch {
     /// Compared case-insensitively (stored lower-case).
     Exact(Box<str>),
@@ -95,15 +98,19 @@ enum ValueMatch {
 #[derive(Debug)]
 enum PathMatch {
     Any,
-    Prefix(Vec<Box<str>>),
+    /// Shared with the index's keys.
+    Prefix(Vec<Arc<str>>),
     Regex(Vec<Regex>),
 }
 
 #[derive(Debug)]
 struct Matcher {
+    /// The route's slot.
     entry: u32,
     priority: u64,
     created_at: i64,
+    /// Kong's last tie-break, file order: the route's position at the full build, and after
+    /// that a number past every other route's for a route added by a patch.
     order: usize,
     methods: Option<Vec<Box<str>>>,
     hosts: Option<Vec<HostPattern>>,
@@ -112,44 +119,86 @@ struct Matcher {
     snis: Option<Vec<HostPattern>>,
 }
 
-/// Candidate lists for one host key.
-#[derive(Default, Debug)]
+impl Matcher {
+    /// Highest priority first; among equals the oldest route, then file order.
+    fn rank(&self) -> (std::cmp::Reverse<u64>, i64, usize) {
+        (
+            std::cmp::Reverse(self.priority),
+            self.created_at,
+            self.order,
+        )
+    }
+}
+
+/// Matcher ids: most keys name one or two matchers, kept inline.
+type Ids = smallvec::SmallVec<[u32; 2]>;
+
+/// Candidate lists for one host key. Shared between the routers of successive snapshots
+/// until a patch changes it.
+#[derive(Default, Debug, Clone)]
 struct Bucket {
-    /// Plain prefix → matchers (indices into the priority-sorted matcher list).
-    prefixes: FxHashMap<Box<str>, Vec<u32>>,
-    /// Distinct prefix lengths present, longest first.
-    prefix_lens: Vec<usize>,
+    /// Plain prefix → matchers.
+    prefixes: ShardedMap<Ids>,
+    /// Distinct prefix lengths present, longest first, with how many prefixes have each.
+    prefix_lens: Vec<(usize, u32)>,
     /// Regex-path and path-less matchers.
     others: Vec<u32>,
-    /// The last matcher added: a matcher listing the same host twice is added once.
-    last: Option<u32>,
 }
 
 impl Bucket {
-    fn add(&mut self, m: &Matcher, idx: u32) {
-        if self.last == Some(idx) {
-            return;
-        }
-        self.last = Some(idx);
+    /// Adds matcher `id`; adding it again right after (a host listed twice) does nothing.
+    fn add(&mut self, m: &Matcher, id: u32) {
         match &m.paths {
             PathMatch::Prefix(ps) => {
                 for p in ps {
-                    self.prefixes.entry(p.clone()).or_default().push(idx);
-                    if !self.prefix_lens.contains(&p.len()) {
-                        self.prefix_lens.push(p.len());
+                    let ids = self.prefixes.get_or_default(p);
+                    if ids.is_empty() {
+                        match self.prefix_lens.iter().position(|l| l.0 <= p.len()) {
+                            Some(i) if self.prefix_lens[i].0 == p.len() => {
+                                self.prefix_lens[i].1 += 1
+                            }
+                            Some(i) => self.prefix_lens.insert(i, (p.len(), 1)),
+                            None => self.prefix_lens.push((p.len(), 1)),
+                        }
+                    }
+                    if ids.last() != Some(&id) {
+                        ids.push(id);
                     }
                 }
             }
-            _ => self.others.push(idx),
+            _ => {
+                if self.others.last() != Some(&id) {
+                    self.others.push(id)
+                }
+            }
         }
     }
 
-    fn finish(&mut self) {
-        self.prefix_lens.sort_unstable_by(|a, b| b.cmp(a));
+    fn remove(&mut self, m: &Matcher, id: u32) {
+        match &m.paths {
+            PathMatch::Prefix(ps) => {
+                for p in ps {
+                    let Some(ids) = self.prefixes.get_mut(&**p) else {
+                        continue;
+                    };
+                    ids.retain(|x| *x != id);
+                    if ids.is_empty() {
+                        self.prefixes.remove(&**p);
+                        if let Some(i) = self.prefix_lens.iter().position(|l| l.0 == p.len()) {
+                            self.prefix_lens[i].1 -= 1;
+                            if self.prefix_lens[i].1 == 0 {
+                                self.prefix_lens.remove(i);
+                            }
+                        }
+                    }
+                }
+            }
+            _ => self.others.retain(|x| *x != id),
+        }
     }
 
     fn candidates(&self, path: &str, out: &mut Candidates) {
-        for &len in &self.prefix_lens {
+        for &(len, _) in &self.prefix_lens {
             if let Some(prefix) = path.get(..len) {
                 if let Some(v) = self.prefixes.get(prefix) {
                     out.extend_from_slice(v);
@@ -162,14 +211,33 @@ impl Bucket {
 
 type Candidates = smallvec::SmallVec<[u32; 16]>;
 
+/// One route's place in the router.
+#[derive(Debug, Clone)]
+struct Slot {
+    /// `None` for a route the HTTP router does not serve (stream protocols, a disabled
+    /// service, a route that does not compile) and for a free slot.
+    entry: Option<RouteEntry>,
+    matchers: Ids,
+    order: usize,
+}
+
 /// A compiled router for one configuration snapshot.
-#[derive(Debug, Default)]
+///
+/// Built whole from a config ([`Router::build_skipping`]), then patched route by route
+/// ([`Router::add`], [`Router::update`], [`Router::remove`]) on a clone: the clone copies
+/// pointers, and only the buckets a patch touches are copied, so a change to one route of
+/// 100k costs far less than a rebuild while the previous snapshot keeps serving.
+#[derive(Debug, Default, Clone)]
 pub struct Router {
-    entries: Vec<RouteEntry>,
-    matchers: Vec<Matcher>,
-    exact_hosts: FxHashMap<Box<str>, Bucket>,
-    wildcard_hosts: Bucket,
-    any_host: Bucket,
+    slots: ChunkedVec<Slot>,
+    free_slots: Vec<u32>,
+    matchers: ChunkedVec<Option<Arc<Matcher>>>,
+    free_matchers: Vec<u32>,
+    live_matchers: usize,
+    next_order: usize,
+    exact_hosts: ShardedMap<Arc<Bucket>>,
+    wildcard_hosts: Arc<Bucket>,
+    any_host: Arc<Bucket>,
 }
 
 const MAX_HEADER_COUNT: u64 = 255;
@@ -294,7 +362,7 @@ fn route_matchers(
         None => groups.push(PathMatch::Any),
         Some(paths) => {
             let mut regexes = Vec::new();
-            let mut by_len: std::collections::BTreeMap<usize, Vec<Box<str>>> = Default::default();
+            let mut by_len: std::collections::BTreeMap<usize, Vec<Arc<str>>> = Default::default();
             for p in paths {
                 if let Some(re) = p.strip_prefix('~') {
                     // Kong anchors regex paths at the start of the path.
@@ -317,6 +385,70 @@ fn route_matchers(
     Ok((headers, groups))
 }
 
+/// What one route needs of its service: its index in `config.services`, and whether it is
+/// enabled (Kong leaves routes of disabled services out of the router).
+pub type ServiceRef = Option<(usize, bool)>;
+
+/// A route compiled, not yet in the index: its entry (None when the HTTP router does not serve
+/// it) and its matchers.
+type Compiled = (Option<RouteEntry>, Vec<Matcher>);
+
+fn compile(
+    route: &Route,
+    slot: u32,
+    service: ServiceRef,
+    order: usize,
+) -> Result<Compiled, CompileError> {
+    let accepts_http = route.protocols.iter().any(|p| p == "http" || p == "ws");
+    let accepts_https = route.protocols.iter().any(|p| p == "https" || p == "wss");
+    if (!accepts_http && !accepts_https) || service.is_some_and(|s| !s.1) {
+        return Ok((None, Vec::new()));
+    }
+    let methods: Option<Vec<Box<str>>> = route
+        .methods
+        .as_ref()
+        .filter(|m| !m.is_empty())
+        .map(|m| m.iter().map(|s| s.as_str().into()).collect());
+    let hosts: Option<Vec<HostPattern>> = route
+        .hosts
+        .as_ref()
+        .filter(|h| !h.is_empty())
+        .map(|h| h.iter().map(|s| host_pattern(s)).collect());
+    let snis: Option<Vec<HostPattern>> = route
+        .snis
+        .as_ref()
+        .filter(|h| !h.is_empty())
+        .map(|h| h.iter().map(|s| host_pattern(s)).collect());
+    let (headers, groups) = route_matchers(route)?;
+    let entry = RouteEntry {
+        route_index: slot as usize,
+        service_index: service.map(|s| s.0),
+        strip_path: route.strip_path,
+        preserve_host: route.preserve_host,
+        path_handling_v1: route.path_handling == "v1",
+        accepts_http,
+        accepts_https,
+        https_redirect_status_code: route.https_redirect_status_code,
+        request_buffering: route.request_buffering,
+        response_buffering: route.response_buffering,
+    };
+    let matchers = groups
+        .into_iter()
+        .map(|paths| Matcher {
+            entry: slot,
+            priority: priority(route, &paths),
+            created_at: route.created_at,
+            order,
+            methods: methods.clone(),
+            hosts: hosts.clone(),
+            headers: headers.clone(),
+            paths,
+            snis: snis.clone(),
+        })
+        .collect();
+    Ok((Some(entry), matchers))
+}
+
 impl Router {
     /// Compiles the HTTP routes of a configuration. Stream routes (tcp, tls, udp,
     /// tls_passthrough) and gRPC routes are not served by the HTTP router.
@@ -330,6 +462,7 @@ impl Router {
     }
 
     /// Like `build`, leaving out the routes that do not compile, each named in `problems`.
+    /// Route `i` of the config gets slot `i`.
     pub fn build_skipping(config: &Config, problems: &mut Vec<String>) -> Router {
         let service_index: FxHashMap<&str, usize> = config
             .services
@@ -338,132 +471,162 @@ impl Router {
             .map(|(i, s)| (s.id.as_str(), i))
             .collect();
         let mut router = Router::default();
-        // One entry per route, and (usually) one matcher: sized up front rather than grown by
-        // doubling, which left up to half of each list empty for the snapshot's life.
-        router.entries.reserve_exact(config.routes.len());
-        let mut matchers = Vec::with_capacity(config.routes.len());
-        for (ri, route) in config.routes.iter().enumerate() {
-            let accepts_http = route.protocols.iter().any(|p| p == "http" || p == "ws");
-            let accepts_https = route.protocols.iter().any(|p| p == "https" || p == "wss");
-            if !accepts_http && !accepts_https {
-                continue;
-            }
-            let service = route
-                .service
-                .as_ref()
-                .and_then(|s| service_index.get(s.id.as_str()).copied());
-            // Kong leaves routes of disabled services out of the router.
-            if service.is_some_and(|i| !config.services[i].enabled) {
-                continue;
-            }
-            let methods = route
-                .methods
-                .as_ref()
-                .filter(|m| !m.is_empty())
-                .map(|m| m.iter().map(|s| s.as_str().into()).collect());
-            let hosts: Option<Vec<HostPattern>> = route
-                .hosts
-                .as_ref()
-                .filter(|h| !h.is_empty())
-                .map(|h| h.iter().map(|s| host_pattern(s)).collect());
-            let snis: Option<Vec<HostPattern>> = route
-                .snis
-                .as_ref()
-                .filter(|h| !h.is_empty())
-                .map(|h| h.iter().map(|s| host_pattern(s)).collect());
-            // A route that does not compile is left out (and reported); the others are served.
-            let (headers, groups) = match route_matchers(route) {
-                Ok(m) => m,
-                Err(e) => {
-                    problems.push(e.0);
-                    continue;
-                }
-            };
-            let entry = router.entries.len() as u32;
-            router.entries.push(RouteEntry {
-                route_index: ri,
-                service_index: service,
-                strip_path: route.strip_path,
-                preserve_host: route.preserve_host,
-                path_handling_v1: route.path_handling == "v1",
-                accepts_http,
-                accepts_https,
-                https_redirect_status_code: route.https_redirect_status_code,
-                request_buffering: route.request_buffering,
-                response_buffering: route.response_buffering,
+        for route in &config.routes {
+            let service = route.service.as_ref().and_then(|s| {
+                let i = *service_index.get(s.id.as_str())?;
+                Some((i, config.services[i].enabled))
             });
-            for paths in groups {
-                matchers.push(Matcher {
-                    entry,
-                    priority: priority(route, &paths),
-                    created_at: route.created_at,
-                    order: ri,
-                    methods: methods.clone(),
-                    hosts: hosts
-                        .as_ref()
-                        .map(|h| h.iter().map(clone_pattern).collect()),
-                    headers: headers
-                        .iter()
-                        .map(|(n, v)| (n.clone(), v.iter().map(clone_value).collect()))
-                        .collect(),
-                    paths,
-                    snis: snis.as_ref().map(|h| h.iter().map(clone_pattern).collect()),
-                });
+            if let (_, Err(e)) = router.add(route, service) {
+                problems.push(e.0);
             }
         }
-        // Highest priority first; among equals the oldest route, then file order.
-        matchers.sort_by(|a, b| {
-            b.priority
-                .cmp(&a.priority)
-                .then(a.created_at.cmp(&b.created_at))
-                .then(a.order.cmp(&b.order))
-        });
-        for (i, m) in matchers.iter().enumerate() {
-            let idx = i as u32;
-            match &m.hosts {
-                None => router.any_host.add(m, idx),
-                Some(hs) => {
-                    let mut wildcard_added = false;
-                    for h in hs {
-                        match h {
-                            HostPattern::Exact(name, _) => {
-                                router
-                                    .exact_hosts
-                                    .entry(name.clone())
-                                    .or_default()
-                                    .add(m, idx);
+        router
+    }
+
+    /// Adds a route in a new slot (a free one or the next): the slot its entry will carry.
+    /// A route that does not compile keeps its slot, unserved, and the error names it.
+    pub fn add(&mut self, route: &Route, service: ServiceRef) -> (usize, Result<(), CompileError>) {
+        let slot = match self.free_slots.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(Slot {
+                    entry: None,
+                    matchers: Ids::new(),
+                    order: 0,
+                });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let order = self.next_order;
+        self.next_order += 1;
+        self.slot_mut(slot as usize).order = order;
+        (slot as usize, self.place(slot, route, service))
+    }
+
+    /// Replaces the route in `slot` by its new version: it keeps its place in file order.
+    pub fn update(
+        &mut self,
+        slot: usize,
+        route: &Route,
+        service: ServiceRef,
+    ) -> Result<(), CompileError> {
+        self.unplace(slot);
+        self.place(slot as u32, route, service)
+    }
+
+    /// Removes the route in `slot`; the slot may be given to a route added later.
+    pub fn remove(&mut self, slot: usize) {
+        if slot < self.slots.len() {
+            self.unplace(slot);
+            self.free_slots.push(slot as u32);
+        }
+    }
+
+    /// Compiles a route into `slot` (empty) and indexes its matchers.
+    fn place(&mut self, slot: u32, route: &Route, service: ServiceRef) -> Result<(), CompileError> {
+        let order = self.slots[slot as usize].order;
+        let (entry, matchers) = compile(route, slot, service, order)?;
+        let mut ids = Ids::new();
+        for m in matchers {
+            let id = match self.free_matchers.pop() {
+                Some(id) => id,
+                None => {
+                    self.matchers.push(None);
+                    (self.matchers.len() - 1) as u32
+                }
+            };
+            self.index(&m, id, true);
+            *self.matchers.get_mut(id as usize).expect("a matcher id") = Some(Arc::new(m));
+            self.live_matchers += 1;
+            ids.push(id);
+        }
+        let s = self.slot_mut(slot as usize);
+        s.entry = entry;
+        s.matchers = ids;
+        Ok(())
+    }
+
+    /// Takes the route in `slot` out of the index, leaving the slot empty.
+    fn unplace(&mut self, slot: usize) {
+        if slot >= self.slots.len() {
+            return;
+        }
+        let s = self.slot_mut(slot);
+        s.entry = None;
+        for id in std::mem::take(&mut s.matchers) {
+            if let Some(m) = self.matchers.get_mut(id as usize).and_then(Option::take) {
+                self.index(&m, id, false);
+                self.live_matchers -= 1;
+                self.free_matchers.push(id);
+            }
+        }
+    }
+
+    /// Adds matcher `id` to (or removes it from) the buckets of its hosts. A bucket shared with
+    /// an earlier router is copied first.
+    fn index(&mut self, m: &Matcher, id: u32, add: bool) {
+        let apply = |b: &mut Arc<Bucket>| {
+            let b = Arc::make_mut(b);
+            if add {
+                b.add(m, id)
+            } else {
+                b.remove(m, id)
+            }
+        };
+        match &m.hosts {
+            None => apply(&mut self.any_host),
+            Some(hs) => {
+                let mut wildcard_done = false;
+                for h in hs {
+                    match h {
+                        HostPattern::Exact(name, _) => {
+                            if add {
+                                apply(self.exact_hosts.get_or_default(name));
+                            } else if let Some(b) = self.exact_hosts.get_mut(&**name) {
+                                apply(b);
+                                if b.prefixes.is_empty() && b.others.is_empty() {
+                                    self.exact_hosts.remove(&**name);
+                                }
                             }
-                            _ if !wildcard_added => {
-                                router.wildcard_hosts.add(m, idx);
-                                wildcard_added = true;
-                            }
-                            _ => {}
                         }
+                        _ if !wildcard_done => {
+                            apply(&mut self.wildcard_hosts);
+                            wildcard_done = true;
+                        }
+                        _ => {}
                     }
                 }
             }
         }
-        router.any_host.finish();
-        router.wildcard_hosts.finish();
-        for b in router.exact_hosts.values_mut() {
-            b.finish();
-        }
-        matchers.shrink_to_fit();
-        router.matchers = matchers;
-        router
     }
 
     pub fn is_empty(&self) -> bool {
-        self.matchers.is_empty()
+        self.live_matchers == 0
     }
 
-    pub fn entries(&self) -> &[RouteEntry] {
-        &self.entries
+    /// The entry of the route in `slot`, when the router serves it.
+    pub fn entry(&self, slot: usize) -> Option<&RouteEntry> {
+        self.slots.get(slot)?.entry.as_ref()
+    }
+
+    /// How many slots there are (routes, served or not, and free slots).
+    pub fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn slot_mut(&mut self, slot: usize) -> &mut Slot {
+        self.slots.get_mut(slot).expect("a slot in range")
+    }
+
+    fn matcher(&self, id: u32) -> &Matcher {
+        self.matchers[id as usize]
+            .as_deref()
+            .expect("the index names live matchers only")
     }
 
     /// Finds the route for a request.
     pub fn find(&self, req: &RequestView) -> Option<Match<'_>> {
-        // Candidate indices are ranks in priority order; small lists stay on the stack.
+        // Candidate matcher ids; small lists stay on the stack.
         let mut cands = Candidates::new();
         if let Some(b) = self.exact_hosts.get(req.host) {
             b.candidates(req.path, &mut cands);
@@ -471,12 +634,11 @@ impl Router {
         self.wildcard_hosts.candidates(req.path, &mut cands);
         self.any_host.candidates(req.path, &mut cands);
         if cands.len() > 1 {
-            cands.sort_unstable();
+            cands.sort_unstable_by_key(|&id| (self.matcher(id).rank(), id));
             cands.dedup();
         }
-        for idx in cands {
-            let m = &self.matchers[idx as usize];
-            if let Some(found) = self.check(m, req) {
+        for id in cands {
+            if let Some(found) = self.check(self.matcher(id), req) {
                 return Some(found);
             }
         }
@@ -516,7 +678,7 @@ impl Router {
                 return None;
             }
         }
-        let route = &self.entries[m.entry as usize];
+        let route = self.slots[m.entry as usize].entry.as_ref()?;
         match &m.paths {
             PathMatch::Any => Some(Match {
                 route,
@@ -561,21 +723,6 @@ impl Router {
                 None
             }
         }
-    }
-}
-
-fn clone_pattern(h: &HostPattern) -> HostPattern {
-    match h {
-        HostPattern::Exact(a, p) => HostPattern::Exact(a.clone(), *p),
-        HostPattern::Suffix(a, p) => HostPattern::Suffix(a.clone(), *p),
-        HostPattern::Prefix(a, p) => HostPattern::Prefix(a.clone(), *p),
-    }
-}
-
-fn clone_value(v: &ValueMatch) -> ValueMatch {
-    match v {
-        ValueMatch::Exact(e) => ValueMatch::Exact(e.clone()),
-        ValueMatch::Regex(r) => ValueMatch::Regex(r.clone()),
     }
 }
 

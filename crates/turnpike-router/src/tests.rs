@@ -183,3 +183,112 @@ fn equal_priority_prefers_file_order() {
     ));
     assert_eq!(name(&r, &c, &req("/a")), "first");
 }
+
+/// A router patched route by route routes every request as one built whole from the patched
+/// config: same winner (ties included: equal priorities and `created_at`, file order), after
+/// adds, updates and removals that reuse slots.
+#[test]
+fn a_patched_router_routes_as_a_rebuilt_one() {
+    let mut seed = 7u64;
+    let mut next = move |n: u64| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) % n
+    };
+    let route = |i: u64, next: &mut dyn FnMut(u64) -> u64| -> String {
+        let paths = match next(4) {
+            0 => format!("[/p{}]", next(6)),
+            1 => format!("[/p{}/x, /q{}]", next(6), next(3)),
+            2 => format!("['~/p{}/[0-9]+$']", next(6)),
+            _ => "[/]".to_string(),
+        };
+        let hosts = match next(3) {
+            0 => format!(", hosts: [h{}.test]", next(3)),
+            1 => ", hosts: ['*.test']".to_string(),
+            _ => String::new(),
+        };
+        let methods = if next(3) == 0 { ", methods: [GET]" } else { "" };
+        // One created_at for all (a load stamps a missing one with the time of day).
+        format!("  - {{name: r{i}, created_at: 1700000000, paths: {paths}{hosts}{methods}}}\n")
+    };
+    let mut routes: Vec<(u64, String)> = (0..40).map(|i| (i, route(i, &mut next))).collect();
+    let doc = |routes: &[(u64, String)]| {
+        let body: String = routes.iter().map(|r| r.1.clone()).collect();
+        format!("{BASE}{body}")
+    };
+    let (mut patched, _) = router(&doc(&routes));
+    // Slot of each route by name (slots are positions at the full build).
+    let mut slots: std::collections::HashMap<u64, usize> =
+        routes.iter().enumerate().map(|(s, r)| (r.0, s)).collect();
+    let mut fresh_id = 40;
+    for round in 0..30 {
+        let before = patched.clone();
+        match next(3) {
+            0 if routes.len() > 5 => {
+                let at = next(routes.len() as u64) as usize;
+                let (name, _) = routes.remove(at);
+                patched.remove(slots.remove(&name).unwrap());
+            }
+            1 => {
+                let at = next(routes.len() as u64) as usize;
+                routes[at].1 = route(routes[at].0, &mut next);
+                let cfg = load_str(&doc(&routes), &NoPlugins).unwrap();
+                let r = &cfg.routes[at];
+                patched
+                    .update(slots[&routes[at].0], r, Some((0, true)))
+                    .unwrap();
+            }
+            _ => {
+                routes.push((fresh_id, route(fresh_id, &mut next)));
+                let cfg = load_str(&doc(&routes), &NoPlugins).unwrap();
+                let (slot, compiled) = patched.add(cfg.routes.last().unwrap(), Some((0, true)));
+                compiled.unwrap();
+                slots.insert(fresh_id, slot);
+                fresh_id += 1;
+            }
+        }
+        let (rebuilt, cfg) = router(&doc(&routes));
+        let by_slot: std::collections::HashMap<usize, u64> =
+            slots.iter().map(|(n, s)| (*s, *n)).collect();
+        for host in ["h0.test", "h1.test", "h2.test", "a.test", "other"] {
+            for path in [
+                "/", "/p1", "/p2/x", "/p3/17", "/q1", "/q2/y", "/p5/x/1", "/z",
+            ] {
+                for method in ["GET", "POST"] {
+                    let mut q = req(path);
+                    q.host = host;
+                    q.method = method;
+                    let want = find(&rebuilt, &cfg, &q).map(|x| x.0);
+                    let view = RequestView {
+                        method,
+                        host,
+                        port: 8000,
+                        path,
+                        headers: &q.headers,
+                        sni: None,
+                    };
+                    let got = patched
+                        .find(&view)
+                        .map(|m| format!("r{}", by_slot[&m.route.route_index]));
+                    if got != want {
+                        let d = doc(&routes);
+                        let lines: Vec<&str> = d
+                            .lines()
+                            .filter(|l| {
+                                got.as_ref()
+                                    .is_some_and(|g| l.contains(&format!("name: {g},")))
+                                    || want
+                                        .as_ref()
+                                        .is_some_and(|g| l.contains(&format!("name: {g},")))
+                            })
+                            .collect();
+                        panic!("round {round}: {method} {host}{path}: patched {got:?}, rebuilt {want:?}: {lines:?}");
+                    }
+                }
+            }
+        }
+        // The router the patch started from is untouched (it serves until the swap).
+        drop(before);
+    }
+}

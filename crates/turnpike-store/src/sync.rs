@@ -16,13 +16,15 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::{watch, Notify};
-use turnpike_config::declarative;
+use turnpike_config::declarative::{self, Changes};
 use turnpike_config::Config;
 
 use crate::{Backend, Store, StoreError, NOTIFY_CHANNEL};
 
-/// Installs a validated config into the data plane (the gateway's atomic swap).
-pub type ApplyFn = dyn Fn(Config) -> Result<(), String> + Send + Sync;
+/// Installs a validated config into the data plane (the gateway's atomic swap). With
+/// `Changes`, the config is the previous one with those changes applied, and the data plane
+/// may patch what it compiled rather than compile the whole again.
+pub type ApplyFn = dyn Fn(Config, Option<&Changes>) -> Result<(), String> + Send + Sync;
 
 /// Work for the builder thread.
 enum Job {
@@ -347,7 +349,7 @@ fn builder_loop(
                         load_leaving_out(export, plugins, format!("{version:032x}"))
                     })
                     .and_then(|cfg| {
-                        apply(cfg.clone())
+                        apply(cfg.clone(), None)
                             .map_err(|e| format!("stored config does not compile: {e}"))?;
                         Ok(cfg)
                     });
@@ -376,17 +378,26 @@ fn builder_loop(
                     Err("entities were left out of the running config".to_string())
                 }
                 Some((at, mut cfg)) if at == from => {
+                    let mut changes = Changes {
+                        from: std::mem::take(&mut cfg.hash),
+                        ..Changes::default()
+                    };
                     let patched = delta.iter().try_for_each(|(table, id, text)| {
                         let entity: Option<serde_json::Map<String, Value>> = match text {
                             Some(t) => Some(serde_json::from_str(t).map_err(|e| e.to_string())?),
                             None => None,
                         };
+                        if *table == "routes" {
+                            changes.routes.push(id.clone());
+                        } else {
+                            changes.others = true;
+                        }
                         cfg.apply_change(table, id, entity.as_ref(), plugins)
                     });
                     cfg.hash = format!("{version:032x}");
                     let t1 = std::time::Instant::now();
                     // A failed patch leaves no state behind: the next sync rebuilds in full.
-                    match patched.and_then(|()| apply(cfg.clone())) {
+                    match patched.and_then(|()| apply(cfg.clone(), Some(&changes))) {
                         Ok(()) => {
                             tracing::debug!(
                                 "config version {version}: {} changed rows applied in {:?} (patch {:?}, compile and swap {:?})",

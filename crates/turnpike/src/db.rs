@@ -210,7 +210,7 @@ pub async fn start(
     let gw = gateway.clone();
     let sync = ConfigSync::new(
         store.clone(),
-        Arc::new(move |cfg| gw.apply(cfg)),
+        Arc::new(move |cfg, changes| gw.apply_changes(cfg, changes)),
         &conf.prefix,
         conf.db_update_frequency,
     );

@@ -277,7 +277,7 @@ fn load_inner(
                     refs[i].push(("service", s));
                 }
                 slot[i] = cfg.routes.len();
-                cfg.routes.push(r);
+                cfg.routes.push(std::sync::Arc::new(r));
             }
             Kind::Upstream => {
                 let (u, er) = entities::upstream(&it.map, id, now);

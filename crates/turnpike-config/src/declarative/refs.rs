@@ -7,7 +7,7 @@ use super::*;
 pub(super) fn set_fk(cfg: &mut Config, kind: Kind, slot: usize, field: &str, id: String) {
     let fk = Some(ForeignKey { id: id.clone() });
     match (kind, field) {
-        (Kind::Route, "service") => cfg.routes[slot].service = fk,
+        (Kind::Route, "service") => std::sync::Arc::make_mut(&mut cfg.routes[slot]).service = fk,
         (Kind::Plugin, "service") => cfg.plugins[slot].service = fk,
         (Kind::Plugin, "route") => cfg.plugins[slot].route = fk,
         (Kind::Plugin, "consumer") => cfg.plugins[slot].consumer = fk,

@@ -527,3 +527,14 @@ fn deep_yaml_nesting_is_refused_fast() {
     let deep_json = format!("{{\"a\": {}{}}}", "[".repeat(100_000), "]".repeat(100_000));
     assert!(super::parse_text(&deep_json).is_err());
 }
+
+#[test]
+fn same_id_compares_whole_ids() {
+    use super::same_id;
+    let a = "6b1d8a0e-3c9f-4b7a-9e2d-5f4c3b2a1d00";
+    assert!(same_id(a, &a.to_string()));
+    assert!(!same_id(a, "6b1d8a0e-3c9f-4b7a-9e2d-5f4c3b2a1d01"));
+    assert!(!same_id(a, "7b1d8a0e-3c9f-4b7a-9e2d-5f4c3b2a1d00"));
+    assert!(!same_id(a, "6b1d8a0e"));
+    assert!(same_id("r1", "r1") && !same_id("r1", "r2"));
+}

@@ -56,14 +56,14 @@ impl LogState {
             latency_request_ms: request_ms,
             latency_proxy_ms: proxy_ms,
             latency_kong_ms: request_ms.saturating_sub(proxy_ms.unwrap_or(0)),
-            route: &snap.config.routes[self.route],
+            route: &snap.routes[self.route].route,
             service: self.service.map(|i| &snap.config.services[i]),
             consumer: self.consumer.as_deref(),
             tries: self.tries,
             ctx: Some(&self.ctx),
         };
         let consumer = self.consumer.as_deref().map(|c| c.consumer_id.as_str());
-        for slot in snap.chains[self.route].iter() {
+        for slot in snap.routes[self.route].chain.iter() {
             if let Some(h) = slot.handler_for(consumer, self.protocol) {
                 if h.phases().has(turnpike_plugins::Phases::LOG) {
                     h.log(&entry);

@@ -165,7 +165,7 @@ async fn proxy(
     let mut body = BodySource::Stream(body);
     let query = orig_uri.query();
     // Only a route with plugins pays for the access phase's future.
-    let plugins = !snap.chains[route.route_index].is_empty();
+    let plugins = !snap.routes[route.route_index].chain.is_empty();
     if plugins {
         if let Err(r) = access::run(
             ctx,

@@ -43,7 +43,7 @@ pub fn run<'s>(
         )));
     };
     let route = m.route;
-    if snap.chains_log[route.route_index] != 0 {
+    if snap.routes[route.route_index].log != 0 {
         rc.log = Some(log_state(
             snap,
             conn,
@@ -110,7 +110,7 @@ fn log_state(
     let start_line = parts.method.as_str().len()
         + t.orig_uri.path_and_query().map_or(1, |p| p.as_str().len())
         + 10;
-    let details = (snap.chains_log[route] & LOG_HEADERS != 0).then(|| {
+    let details = (snap.routes[route].log & LOG_HEADERS != 0).then(|| {
         Box::new(RequestDetails {
             started_at: std::time::SystemTime::now() - rc.start.elapsed(),
             client_ip: client_ip(conn, &parts.headers),

@@ -89,17 +89,53 @@ async fn three_nodes_share_one_postgres() {
         c.admin("GET", "/routes/r", None).await.json()["paths"],
         json!(["/shared"])
     );
-    // A delete on C removes the route everywhere.
+    // An update on B moves the route on every node (each patches its router), a second
+    // route and a plugin on it arrive together, and a delete on C removes the route
+    // everywhere.
+    let r = b
+        .admin("PATCH", "/routes/r", Some(json!({"paths": ["/moved"]})))
+        .await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let r = b
+        .admin(
+            "POST",
+            "/services/svc/routes",
+            Some(json!({"name": "r2", "paths": ["/closed"]})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let r = b
+        .admin(
+            "POST",
+            "/routes/r2/plugins",
+            Some(json!({"name": "request-termination", "config": {"status_code": 418}})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    for n in [&a, &c] {
+        let proxy = n.proxy;
+        assert!(
+            eventually(Duration::from_secs(10), async || {
+                get(proxy, "x", "/moved").await.status == 200
+                    && get(proxy, "x", "/shared").await.status == 404
+                    && get(proxy, "x", "/closed").await.status == 418
+            })
+            .await,
+            "node did not learn the update:\n{}",
+            n.log_text()
+        );
+    }
     assert_eq!(c.admin("DELETE", "/routes/r", None).await.status, 204);
     for n in [&a, &b] {
         let proxy = n.proxy;
         assert!(
-            eventually(Duration::from_secs(10), async || get(proxy, "x", "/shared")
+            eventually(Duration::from_secs(10), async || get(proxy, "x", "/moved")
                 .await
                 .status
                 == 404)
             .await
         );
+        assert_eq!(get(proxy, "x", "/closed").await.status, 418);
     }
     // Two nodes racing to create the same name: exactly one wins, the other gets Kong's 409.
     let (ra, rb) = tokio::join!(

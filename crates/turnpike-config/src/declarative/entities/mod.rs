@@ -78,7 +78,7 @@ pub struct Service {
     pub enabled: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Route {
     pub id: String,
     pub created_at: i64,
