@@ -178,12 +178,12 @@ impl Bucket {
         match &m.paths {
             PathMatch::Prefix(ps) => {
                 for p in ps {
-                    let Some(ids) = self.prefixes.get_mut(&**p) else {
+                    let Some(ids) = self.prefixes.get_mut(p) else {
                         continue;
                     };
                     ids.retain(|x| *x != id);
                     if ids.is_empty() {
-                        self.prefixes.remove(&**p);
+                        self.prefixes.remove(p);
                         if let Some(i) = self.prefix_lens.iter().position(|l| l.0 == p.len()) {
                             self.prefix_lens[i].1 -= 1;
                             if self.prefix_lens[i].1 == 0 {
@@ -582,10 +582,10 @@ impl Router {
                         HostPattern::Exact(name, _) => {
                             if add {
                                 apply(self.exact_hosts.get_or_default(name));
-                            } else if let Some(b) = self.exact_hosts.get_mut(&**name) {
+                            } else if let Some(b) = self.exact_hosts.get_mut(name) {
                                 apply(b);
                                 if b.prefixes.is_empty() && b.others.is_empty() {
-                                    self.exact_hosts.remove(&**name);
+                                    self.exact_hosts.remove(name);
                                 }
                             }
                         }

@@ -57,7 +57,7 @@ impl<T: Clone> ChunkedVec<T> {
     }
 
     pub fn push(&mut self, v: T) {
-        if self.len % CHUNK == 0 {
+        if self.len.is_multiple_of(CHUNK) {
             self.chunks.push(Arc::new(Vec::with_capacity(CHUNK)));
         }
         let last = self.chunks.last_mut().expect("a chunk with room");

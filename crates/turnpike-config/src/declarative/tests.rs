@@ -532,7 +532,7 @@ fn deep_yaml_nesting_is_refused_fast() {
 fn same_id_compares_whole_ids() {
     use super::same_id;
     let a = "6b1d8a0e-3c9f-4b7a-9e2d-5f4c3b2a1d00";
-    assert!(same_id(a, &a.to_string()));
+    assert!(same_id(a, &String::from(a)));
     assert!(!same_id(a, "6b1d8a0e-3c9f-4b7a-9e2d-5f4c3b2a1d01"));
     assert!(!same_id(a, "7b1d8a0e-3c9f-4b7a-9e2d-5f4c3b2a1d00"));
     assert!(!same_id(a, "6b1d8a0e"));
