@@ -48,7 +48,11 @@ for BIN in $BINS; do
       TURNPIKE_ADMIN_GUI_LISTEN=off TURNPIKE_NGINX_WORKER_PROCESSES=$WORKERS TURNPIKE_LOG_LEVEL=warn "$BIN" start >"$W/log-$PORT" 2>&1 &
     PID=$!
     BENCH_PIDS+=($PID)
-    until curl -sf -o /dev/null "http://127.0.0.1:$ADMIN/status"; do sleep 0.01; done
+    until curl -sf -o /dev/null "http://127.0.0.1:$ADMIN/status"; do
+      # A gateway that stopped (a port taken by another program) ends the run with its log.
+      kill -0 $PID 2>/dev/null || { echo "turnpike stopped:" >&2; cat "$W/log-$PORT" >&2; exit 1; }
+      sleep 0.01
+    done
     ready=$(since "$t0")
     sleep 2
     steady=$(mb VmRSS $PID)
