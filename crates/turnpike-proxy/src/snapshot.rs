@@ -465,17 +465,7 @@ impl Snapshot {
         let mut route_problems = Vec::new();
         let router = Router::build_skipping(&config, &mut route_problems);
         // Slot i is route i.
-        let routes = config
-            .routes
-            .iter()
-            .map(|r| RouteSlot {
-                route: r.clone(),
-                chain: Arc::from(Vec::<Slot>::new()),
-                want_body: false,
-                filter: false,
-                log: 0,
-            })
-            .collect();
+        let routes = config.routes.clone();
         Ok(Snapshot::assemble(
             config,
             plugins,
@@ -514,9 +504,12 @@ impl Snapshot {
             prev.router.clone()
         } else {
             let mut router = (*prev.router).clone();
-            let vacant = Arc::new(turnpike_config::declarative::Route::default());
+            // A vacant slot holds a route with an empty id.
+            let vacant = RouteSlot::new(
+                Arc::new(turnpike_config::declarative::Route::default()),
+                Arc::from(Vec::<Slot>::new()),
+            );
             for id in &changes.routes {
-                // A vacant slot holds a route with an empty id.
                 let old = routes.iter().position(|s| same_id(&s.route.id, id));
                 let new = config.routes.iter().find(|r| same_id(&r.id, id));
                 route_problems.retain(|p| !p.starts_with(&format!("route {id}:")));
@@ -541,17 +534,13 @@ impl Snapshot {
                     }
                     (Some(slot), None) => {
                         router.remove(slot);
-                        *slot_mut(&mut routes, slot) =
-                            RouteSlot::new(vacant.clone(), Arc::from(Vec::<Slot>::new()));
+                        *slot_mut(&mut routes, slot) = vacant.clone();
                         continue;
                     }
                     (None, None) => continue,
                 };
                 while slot >= routes.len() {
-                    routes.push(RouteSlot::new(
-                        vacant.clone(),
-                        Arc::from(Vec::<Slot>::new()),
-                    ));
+                    routes.push(vacant.clone());
                 }
                 slot_mut(&mut routes, slot).route = new.expect("a route added or updated").clone();
                 touched.push(slot);
@@ -564,7 +553,7 @@ impl Snapshot {
                 plugins,
                 router,
                 route_problems,
-                routes,
+                routes.iter().map(|slot| slot.route.clone()),
             ));
         }
         // Only routes changed: the plugins, services and certificates are the previous ones.
@@ -605,7 +594,8 @@ impl Snapshot {
         plugins: &turnpike_plugins::Registry,
         router: Arc<Router>,
         route_problems: Vec<String>,
-        routes: ChunkedVec<RouteSlot>,
+        // The route of each slot, in slot order.
+        routes: impl IntoIterator<Item = Arc<turnpike_config::declarative::Route>>,
     ) -> Snapshot {
         let mut problems = Vec::new();
         let certs = CertStore::build_skipping(&config, &mut problems);
@@ -717,8 +707,11 @@ impl Snapshot {
         let built = build_plugins(&config, plugins, &mut problems);
         let index = ChainIndex::new(&config, &built, plugins);
         let routes = routes
-            .iter()
-            .map(|slot| RouteSlot::new(slot.route.clone(), index.chain(&slot.route)))
+            .into_iter()
+            .map(|route| {
+                let chain = index.chain(&route);
+                RouteSlot::new(route, chain)
+            })
             .collect();
         let global = index.global();
         drop(index);

@@ -45,6 +45,26 @@ async fn start_refuses_an_unbootstrapped_database() {
 
 /// A route added on node A is served by nodes B and C. The poll interval is set far beyond
 /// the test's patience, so only LISTEN/NOTIFY can bring the change in time.
+/// Waits (10 s at most) until every node answers each path with its status.
+async fn every_node_serves(nodes: &[&Gateway], want: &[(&str, u16)]) {
+    for n in nodes {
+        let proxy = n.proxy;
+        assert!(
+            eventually(Duration::from_secs(10), async || {
+                for (path, status) in want {
+                    if get(proxy, "x", path).await.status != *status {
+                        return false;
+                    }
+                }
+                true
+            })
+            .await,
+            "node did not reach {want:?}:\n{}",
+            n.log_text()
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_share_one_postgres() {
     let up = Upstream::start("shared");
@@ -72,18 +92,7 @@ async fn three_nodes_share_one_postgres() {
         .await;
     assert_eq!(r.status, 201, "{:?}", r.body);
     assert_eq!(until_status(a.proxy, "/shared", 200).await.status, 200);
-    for n in [&b, &c] {
-        let proxy = n.proxy;
-        assert!(
-            eventually(Duration::from_secs(10), async || get(proxy, "x", "/shared")
-                .await
-                .status
-                == 200)
-            .await,
-            "node did not learn the route:\n{}",
-            n.log_text()
-        );
-    }
+    every_node_serves(&[&b, &c], &[("/shared", 200)]).await;
     // Every node's Admin API reads the shared store.
     assert_eq!(
         c.admin("GET", "/routes/r", None).await.json()["paths"],
@@ -112,31 +121,13 @@ async fn three_nodes_share_one_postgres() {
         )
         .await;
     assert_eq!(r.status, 201, "{:?}", r.body);
-    for n in [&a, &c] {
-        let proxy = n.proxy;
-        assert!(
-            eventually(Duration::from_secs(10), async || {
-                get(proxy, "x", "/moved").await.status == 200
-                    && get(proxy, "x", "/shared").await.status == 404
-                    && get(proxy, "x", "/closed").await.status == 418
-            })
-            .await,
-            "node did not learn the update:\n{}",
-            n.log_text()
-        );
-    }
+    every_node_serves(
+        &[&a, &c],
+        &[("/moved", 200), ("/shared", 404), ("/closed", 418)],
+    )
+    .await;
     assert_eq!(c.admin("DELETE", "/routes/r", None).await.status, 204);
-    for n in [&a, &b] {
-        let proxy = n.proxy;
-        assert!(
-            eventually(Duration::from_secs(10), async || get(proxy, "x", "/moved")
-                .await
-                .status
-                == 404)
-            .await
-        );
-        assert_eq!(get(proxy, "x", "/closed").await.status, 418);
-    }
+    every_node_serves(&[&a, &b], &[("/moved", 404), ("/closed", 418)]).await;
     // Two nodes racing to create the same name: exactly one wins, the other gets Kong's 409.
     let (ra, rb) = tokio::join!(
         a.admin("POST", "/consumers", Some(json!({"username": "race"}))),
