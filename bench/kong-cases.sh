@@ -109,7 +109,7 @@ PY
 ngx_tls_conf() { # dir http-port https-port with-lua
   if [ "$4" = lua ]; then ngx_lua_conf "$1" "$2"; else ngx_conf "$1" "$2"; fi
   # The same server again on the HTTPS port.
-  sed -i "s|listen 127.0.0.1:$2 backlog=4096;|listen 127.0.0.1:$2 backlog=4096; listen 127.0.0.1:$3 ssl http2 backlog=4096; ssl_certificate $W/cert.pem; ssl_certificate_key $W/key.pem;|" "$1/nginx.conf"
+  sed -i "s|listen 127.0.0.1:$2 backlog=4096;|listen 127.0.0.1:$2 backlog=4096; listen 127.0.0.1:$3 ssl http2 backlog=4096; ssl_certificate $W/cert.pem; ssl_certificate_key $W/key.pem; $NGX_KONG_TLS|" "$1/nginx.conf"
 }
 ngx_tls_conf "$W/nginx" 8002 8445 plain
 ngx_tls_conf "$W/ngxlua" 8003 8446 lua

@@ -160,6 +160,11 @@ ngx_conf() {
   ngx_workers "$1"
 }
 
+# The TLS settings Kong gives nginx (kong.conf.default: ssl_protocols, ssl_session_*), for the
+# HTTPS listeners of the nginx references: nginx 1.22's own default ssl_protocols lacks TLS 1.3,
+# which would compare Turnpike's TLS 1.3 with nginx's TLS 1.2.
+NGX_KONG_TLS="ssl_protocols TLSv1.2 TLSv1.3; ssl_session_tickets on; ssl_session_timeout 1d; ssl_session_cache shared:SSL:10m;"
+
 # ngx_workers DIR: one nginx worker per proxy CPU (the reference's one on 2 CPUs).
 ngx_workers() {
   sed -i "s/^worker_processes 1;/worker_processes $PROXY_N;/" "$1/nginx.conf"
