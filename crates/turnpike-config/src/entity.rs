@@ -91,7 +91,14 @@ pub struct PluginEntity {
     pub fields: &'static [(&'static str, FieldKind)],
     /// A valid entity's own fields as JSON, for the Admin API's `/schemas/{table}/validate`.
     pub sample: &'static str,
+    /// The entity's own checks (Kong's `one_of`, defaults and `entity_checks` of its
+    /// `daos.lua`), run on its fields as read, wherever it is written (Admin API or
+    /// declarative file): may fill defaults in; returns violations as (field, message).
+    pub check: Option<EntityCheck>,
 }
+
+/// A plugin entity's own checks: may fill defaults in; returns violations as (field, message).
+pub type EntityCheck = fn(&mut serde_json::Map<String, serde_json::Value>) -> Vec<(String, String)>;
 
 /// One entity per table: two are the same when they name the same table.
 impl PartialEq for PluginEntity {

@@ -95,6 +95,7 @@ pub fn bundled() -> Registry {
             &file_log::FileLog,
             &http_log::HttpLog,
             &ip_restriction::IpRestriction,
+            &jwt::Jwt,
             &key_auth::KeyAuth,
             &post_function::POST_FUNCTION,
             &pre_function::PRE_FUNCTION,
@@ -240,7 +241,11 @@ impl PluginRegistry for Registry {
 
     fn cached_tables(&self) -> &'static [&'static str] {
         if self.runtime.credentials.installed() {
-            &[key_auth::daos::TABLE, basic_auth::daos::TABLE]
+            &[
+                key_auth::daos::TABLE,
+                basic_auth::daos::TABLE,
+                jwt::daos::TABLE,
+            ]
         } else {
             &[]
         }
@@ -257,10 +262,12 @@ impl PluginRegistry for Registry {
                 .key_auth
                 .invalidate(id, field("key").map(key_auth::stored_form_of).as_deref()),
             basic_auth::daos::TABLE => rt.basic_auth.invalidate(id, field("username")),
+            jwt::daos::TABLE => rt.jwt.invalidate(id, field("key")),
             // A consumer's identity is part of every cached credential of it.
             "consumers" => {
                 rt.key_auth.invalidate(id, None);
                 rt.basic_auth.invalidate(id, None);
+                rt.jwt.invalidate(id, None);
             }
             _ => {}
         }
@@ -269,6 +276,7 @@ impl PluginRegistry for Registry {
     fn invalidate_all(&self) {
         self.runtime.key_auth.invalidate_all();
         self.runtime.basic_auth.invalidate_all();
+        self.runtime.jwt.invalidate_all();
     }
 
     fn stored_keys(&self, table: &str, key: &str) -> Vec<String> {

@@ -12,6 +12,7 @@ pub struct Runtime {
     pub credentials: Arc<credentials::Store>,
     pub key_auth: Arc<key_auth::State>,
     pub basic_auth: Arc<basic_auth::State>,
+    pub jwt: Arc<jwt::State>,
     pub rate_limiting: Arc<rate_limiting::State>,
     pub http_log: Arc<http_log::State>,
     pub file_log: Arc<file_log::State>,
@@ -26,6 +27,7 @@ impl Runtime {
         Arc::new(Runtime {
             key_auth: Arc::new(key_auth::State::new(credentials.clone())),
             basic_auth: Arc::new(basic_auth::State::new(credentials.clone())),
+            jwt: Arc::new(jwt::State::new(credentials.clone())),
             credentials,
             rate_limiting: Arc::default(),
             http_log: Arc::default(),

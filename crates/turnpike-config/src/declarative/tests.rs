@@ -24,6 +24,7 @@ const fn table(
         },
         fields,
         sample: "{}",
+        check: None,
     }
 }
 

@@ -18,6 +18,7 @@ pub static ACLS: PluginEntity = PluginEntity {
     },
     fields: &[("group", FieldKind::Required)],
     sample: r#"{"group": "g"}"#,
+    check: None,
 };
 
 /// Each consumer's groups (from its `acls` credentials), in the order written: built once

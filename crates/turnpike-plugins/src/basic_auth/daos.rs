@@ -23,6 +23,7 @@ pub static BASICAUTH_CREDENTIALS: PluginEntity = PluginEntity {
         ("password", FieldKind::Required),
     ],
     sample: r#"{"username": "u", "password": "p"}"#,
+    check: None,
 };
 
 /// Every basic-auth credential of the snapshot by username, with the consumer it

@@ -20,4 +20,5 @@ pub static HMACAUTH_CREDENTIALS: PluginEntity = PluginEntity {
         ("secret", FieldKind::Auto),
     ],
     sample: r#"{"username": "u", "password": "p"}"#,
+    check: None,
 };

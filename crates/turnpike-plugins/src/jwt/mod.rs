@@ -1,4 +1,432 @@
-//! jwt: its entity only so far (the handler is the authentication wave's, issue #24): Kong's
-//! `jwt_secrets` are stored, synced by decK and exported like every credential.
+//! jwt (PRIORITY 1450): authenticates a request by a signed JSON Web Token found in a query
+//! argument, a cookie or a header (`Bearer <token>`), whose `key_claim_name` claim (or header
+//! field) names a consumer's `jwt_secrets` entry; Kong 3.9's `handler.lua` and `jwt_parser.lua`
+//! are the reference for the order of checks, the messages and the headers.
+//!
+//! Verification keys (HMAC secrets, RSA/EC/Ed25519 public keys) are parsed when the secret is
+//! loaded: with the snapshot on a DB-less node, on first use from the store (cached by key,
+//! misses too) on a database node. A request costs a look-up, a base64 and JSON decode of the
+//! token and one signature check.
 
 pub mod daos;
+mod schema;
+pub mod token;
+
+use std::sync::Arc;
+
+use http::{HeaderName, HeaderValue, StatusCode};
+use serde_json::Value;
+
+use crate::credentials::Outcome;
+use crate::{Access, AccessRequest, BuildContext, Exit, Handler, Identity, PluginSpec};
+use daos::{Secret, SecretIndex};
+
+pub struct Jwt;
+
+/// jwt's part of the node's [`crate::Runtime`]: secrets found in a store (database nodes), by
+/// key. See `crate::credentials`.
+pub struct State {
+    stored: crate::credentials::Cache<Box<str>, Arc<Secret>>,
+}
+
+impl State {
+    pub fn new(store: Arc<crate::credentials::Store>) -> State {
+        State {
+            stored: crate::credentials::Cache::new(store, daos::TABLE, "key"),
+        }
+    }
+
+    /// Drops cached secrets of a credential or consumer that changed (`key`: its key).
+    pub fn invalidate(&self, id: &str, key: Option<&str>) {
+        self.stored.invalidate(id, key);
+    }
+
+    pub fn invalidate_all(&self) {
+        self.stored.invalidate_all();
+    }
+}
+
+/// Where secrets are looked up.
+enum Secrets {
+    Snapshot(Arc<SecretIndex>),
+    Store(Arc<State>),
+}
+
+struct Configured {
+    secrets: Secrets,
+    uri_param_names: Vec<String>,
+    cookie_names: Vec<String>,
+    header_names: Vec<HeaderName>,
+    key_claim_name: String,
+    secret_is_base64: bool,
+    claims_to_verify: Vec<String>,
+    maximum_expiration: f64,
+    run_on_preflight: bool,
+    /// `Bearer` or `Bearer realm="..."`, and the same with ` error="invalid_token"`.
+    www_authenticate: HeaderValue,
+    www_authenticate_invalid: HeaderValue,
+    anonymous: Option<Result<Arc<Identity>, String>>,
+}
+
+struct Authenticator(Arc<Configured>);
+
+impl PluginSpec for Jwt {
+    fn name(&self) -> &'static str {
+        "jwt"
+    }
+    fn priority(&self) -> i32 {
+        1450
+    }
+    fn allows_consumer(&self) -> bool {
+        false
+    }
+    fn fields(&self) -> &'static [crate::schema::Field] {
+        schema::FIELDS
+    }
+    fn entity_checks(&self, config: &Value) -> Vec<(String, String)> {
+        schema::entity_checks(config)
+    }
+    fn build(&self, config: &Value, ctx: &BuildContext) -> Result<Arc<dyn Handler>, String> {
+        let c: schema::Config = crate::typed(config)?;
+        let base = match &c.realm {
+            Some(r) => format!("Bearer realm=\"{r}\""),
+            None => "Bearer".to_string(),
+        };
+        let header = |v: &str| HeaderValue::from_str(v).map_err(|_| "invalid realm".to_string());
+        let anonymous = c.anonymous.as_deref().map(|a| {
+            ctx.consumer(a)
+                .ok_or_else(|| format!("anonymous consumer {a} is configured but doesn't exist"))
+        });
+        let header_names = c
+            .header_names
+            .iter()
+            .map(|h| {
+                HeaderName::from_bytes(h.to_ascii_lowercase().as_bytes())
+                    .map_err(|_| format!("invalid header name '{h}'"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Arc::new(Authenticator(Arc::new(Configured {
+            secrets: if ctx.runtime.credentials.installed() {
+                Secrets::Store(ctx.runtime.jwt.clone())
+            } else {
+                Secrets::Snapshot(ctx.shared(daos::index))
+            },
+            uri_param_names: c.uri_param_names,
+            cookie_names: c.cookie_names,
+            header_names,
+            key_claim_name: c.key_claim_name,
+            secret_is_base64: c.secret_is_base64,
+            claims_to_verify: c.claims_to_verify.unwrap_or_default(),
+            maximum_expiration: c.maximum_expiration,
+            run_on_preflight: c.run_on_preflight,
+            www_authenticate: header(&base)?,
+            www_authenticate_invalid: header(&format!("{base} error=\"invalid_token\""))?,
+            anonymous,
+        }))))
+    }
+}
+
+/// Why authentication failed: Kong's 401 with a message or, for claim checks, the errors
+/// object as the body.
+enum Failure {
+    Message(&'static str, bool),
+    Text(String),
+    Claims(Vec<(String, String)>),
+}
+
+/// The tokens a request carries (Kong's `retrieve_tokens`): query arguments, then cookies,
+/// then `Bearer` headers; the same token found twice counts once.
+fn tokens(conf: &Configured, req: &AccessRequest<'_>) -> Vec<String> {
+    let mut found: Vec<String> = Vec::new();
+    let mut add = |t: String| {
+        if !t.is_empty() && !found.contains(&t) {
+            found.push(t);
+        }
+    };
+    if let Some(q) = req.query {
+        for kv in q.split('&') {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            if conf
+                .uri_param_names
+                .iter()
+                .any(|n| n.as_bytes() == k.as_bytes())
+            {
+                add(percent_decode(v));
+            }
+        }
+    }
+    if !conf.cookie_names.is_empty() {
+        for h in req.headers.get_all(http::header::COOKIE) {
+            let Ok(s) = h.to_str() else { continue };
+            for pair in s.split(';') {
+                let (k, v) = pair.trim().split_once('=').unwrap_or((pair.trim(), ""));
+                if conf.cookie_names.iter().any(|n| n == k) {
+                    add(v.to_string());
+                }
+            }
+        }
+    }
+    for name in &conf.header_names {
+        let Some(v) = req.headers.get(name).and_then(|v| v.to_str().ok()) else {
+            continue;
+        };
+        // Kong's `\s*[Bb]earer\s+(.+)`, searched anywhere in the value.
+        if let Some(t) = bearer(v) {
+            add(t.to_string());
+        }
+    }
+    found
+}
+
+/// The token of a `Bearer <token>` value, as Kong's unanchored regex finds it.
+fn bearer(v: &str) -> Option<&str> {
+    let b = v.as_bytes();
+    let mut i = 0;
+    while let Some(p) = v[i..].find("earer").map(|p| p + i) {
+        if p > 0 && (b[p - 1] == b'B' || b[p - 1] == b'b') {
+            let rest = &v[p + 5..];
+            let trimmed = rest.trim_start_matches([' ', '\t', '\r', '\n', '\x0b', '\x0c']);
+            if trimmed.len() < rest.len() && !trimmed.is_empty() {
+                // `.+` stops at a newline.
+                return Some(trimmed.split('\n').next().unwrap_or(trimmed));
+            }
+        }
+        i = p + 5;
+    }
+    None
+}
+
+/// A query value as Kong's `get_query` gives it: `%XX` and `+` decoded.
+fn percent_decode(s: &str) -> String {
+    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(h << 4 | l);
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+impl Configured {
+    fn fail(&self, req: &mut AccessRequest<'_>, why: Failure) -> Access {
+        match &self.anonymous {
+            Some(Ok(who)) => {
+                req.set_consumer(who.clone());
+                Access::Continue
+            }
+            Some(Err(e)) => Access::Exit(Exit::message(StatusCode::INTERNAL_SERVER_ERROR, e)),
+            None => {
+                let (mut exit, invalid) = match why {
+                    Failure::Message(m, invalid) => {
+                        (Exit::message(StatusCode::UNAUTHORIZED, m), invalid)
+                    }
+                    Failure::Text(m) => (Exit::message(StatusCode::UNAUTHORIZED, &m), true),
+                    Failure::Claims(errs) => {
+                        let mut body = serde_json::Map::new();
+                        for (k, v) in errs {
+                            body.insert(k, Value::String(v));
+                        }
+                        let mut e = Exit::message(StatusCode::UNAUTHORIZED, "");
+                        e.body = serde_json::to_vec(&Value::Object(body))
+                            .unwrap_or_default()
+                            .into();
+                        (e, true)
+                    }
+                };
+                exit.headers.push((
+                    http::header::WWW_AUTHENTICATE,
+                    if invalid {
+                        self.www_authenticate_invalid.clone()
+                    } else {
+                        self.www_authenticate.clone()
+                    },
+                ));
+                Access::Exit(exit)
+            }
+        }
+    }
+
+    /// Checks the token (`t`, decoded from `token`) against the secret found for its key.
+    fn verify(
+        &self,
+        req: &mut AccessRequest<'_>,
+        token: &str,
+        t: &token::Token,
+        secret: Option<Arc<Secret>>,
+    ) -> Access {
+        let Some(secret) = secret else {
+            return self.fail(
+                req,
+                Failure::Text(format!(
+                    "No credentials found for given '{}'",
+                    self.key_claim_name
+                )),
+            );
+        };
+        if t.alg != secret.alg {
+            return self.fail(req, Failure::Message("Invalid algorithm", true));
+        }
+        let k = if self.secret_is_base64 {
+            secret.decoded.as_ref()
+        } else {
+            secret.plain.as_ref()
+        };
+        let Some(k) = k else {
+            return self.fail(req, Failure::Message("Invalid key/secret", true));
+        };
+        if !k.verify(t.signing_input(token), &t.signature) {
+            return self.fail(req, Failure::Message("Invalid signature", true));
+        }
+        let now = crate::clock::now_secs() as f64;
+        let errs = token::verify_claims(&t.claims, &self.claims_to_verify, now);
+        if !errs.is_empty() {
+            return self.fail(req, Failure::Claims(errs));
+        }
+        if self.maximum_expiration > 0.0 {
+            let exp = t.claims.get("exp").and_then(|v| v.as_f64());
+            if exp.is_none_or(|e| e - now > self.maximum_expiration) {
+                return self.fail(
+                    req,
+                    Failure::Claims(vec![(
+                        "exp".into(),
+                        "exceeds maximum allowed expiration".into(),
+                    )]),
+                );
+            }
+        }
+        req.set_consumer(secret.who.clone());
+        Access::Continue
+    }
+}
+
+impl Handler for Authenticator {
+    fn phases(&self) -> crate::Phases {
+        crate::Phases::ACCESS
+    }
+    fn access(&self, req: &mut AccessRequest<'_>) -> Access {
+        let conf = &self.0;
+        if !conf.run_on_preflight && req.method == "OPTIONS" {
+            return Access::Continue;
+        }
+        // With `anonymous`, auth plugins form a logical OR: one that already found a real
+        // consumer settles it.
+        if conf.anonymous.is_some()
+            && req
+                .consumer
+                .as_ref()
+                .is_some_and(|c| c.credential_id.is_some())
+        {
+            return Access::Continue;
+        }
+        let mut found = tokens(conf, req);
+        let token = match found.len() {
+            0 => return conf.fail(req, Failure::Message("Unauthorized", false)),
+            1 => found.pop().unwrap_or_default(),
+            _ => return conf.fail(req, Failure::Message("Multiple tokens provided", true)),
+        };
+        let t = match token::decode(&token) {
+            Ok(t) => t,
+            Err(e) => {
+                return conf.fail(req, Failure::Text(format!("Bad token; {e}")));
+            }
+        };
+        let claim = t
+            .claims
+            .get(&conf.key_claim_name)
+            .or_else(|| t.header.get(&conf.key_claim_name));
+        let key = match claim {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => {
+                return conf.fail(
+                    req,
+                    Failure::Text(format!("No mandatory '{}' in claims", conf.key_claim_name)),
+                )
+            }
+            Some(Value::String(s)) if s.is_empty() => {
+                return conf.fail(
+                    req,
+                    Failure::Text(format!("Invalid '{}' in claims", conf.key_claim_name)),
+                )
+            }
+            Some(Value::String(s)) => s.clone(),
+            // Kong looks a non-string claim up as it is; no key is stored that way.
+            Some(other) => other.to_string(),
+        };
+        match &conf.secrets {
+            Secrets::Snapshot(index) => {
+                let secret = index.get(key.as_str()).cloned();
+                conf.verify(req, &token, &t, secret)
+            }
+            Secrets::Store(state) => {
+                if let Some(e) = state.stored.get(key.as_str()) {
+                    return conf.verify(req, &token, &t, e.value);
+                }
+                let conf = self.0.clone();
+                let state = state.clone();
+                Access::Wait(Box::pin(async move {
+                    let outcome = state
+                        .stored
+                        .load(key.as_str().into(), key.clone(), key, |f| {
+                            let who = Arc::new(Identity::new(
+                                f.consumer_id.clone(),
+                                f.username.clone(),
+                                f.custom_id.clone(),
+                                f.fields
+                                    .get("key")
+                                    .and_then(|v| v.as_str())
+                                    .map(String::from),
+                            ));
+                            Secret::from_fields(&f.fields, who).map(Arc::new)
+                        })
+                        .await;
+                    let resume: crate::Resume = Box::new(move |req| match outcome {
+                        Outcome::Found(s) => conf.verify(req, &token, &t, Some(s)),
+                        Outcome::Missing => conf.verify(req, &token, &t, None),
+                        Outcome::Failed(e) => {
+                            tracing::error!("jwt: secret look-up failed: {e}");
+                            Access::Exit(Exit::message(
+                                StatusCode::INTERNAL_SERVER_ERROR,
+                                "An unexpected error occurred",
+                            ))
+                        }
+                    });
+                    resume
+                }))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_bearer_tokens_as_kongs_regex_does() {
+        assert_eq!(bearer("Bearer abc"), Some("abc"));
+        assert_eq!(bearer("  bearer   abc.def"), Some("abc.def"));
+        assert_eq!(bearer("Token x, Bearer y"), Some("y"));
+        assert_eq!(bearer("Bearer"), None);
+        assert_eq!(bearer("Bearerabc"), None);
+        assert_eq!(bearer("Basic abc"), None);
+    }
+
+    #[test]
+    fn decodes_query_values() {
+        assert_eq!(percent_decode("a%2Eb"), "a.b");
+        assert_eq!(percent_decode("a%zz"), "a%zz");
+        assert_eq!(percent_decode("%"), "%");
+    }
+}

@@ -17,4 +17,5 @@ pub static KEYAUTH_CREDENTIALS: PluginEntity = PluginEntity {
     },
     fields: &[("key", FieldKind::Auto), ("ttl", FieldKind::Int)],
     sample: "{}",
+    check: None,
 };

@@ -24,4 +24,5 @@ pub static OAUTH2_CREDENTIALS: PluginEntity = PluginEntity {
         ("client_type", FieldKind::Optional),
     ],
     sample: r#"{"name": "n"}"#,
+    check: None,
 };

@@ -35,7 +35,12 @@ pub fn credential(
         fields.insert("tags".into(), Value::Null);
     }
     let consumer = f.raw("consumer").map(foreign_ref_value);
-    let errors = f.finish();
+    let mut errors = f.finish();
+    if let Some(check) = spec.check {
+        if errors.is_empty() {
+            errors.extend(check(&mut fields));
+        }
+    }
     (
         Credential {
             table: spec.spec.table,

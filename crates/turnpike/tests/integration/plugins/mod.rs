@@ -7,6 +7,7 @@ mod basic_auth;
 mod correlation_id;
 mod cors;
 mod ip_restriction;
+mod jwt;
 mod key_auth;
 mod rate_limiting;
 mod rate_limiting_redis;
