@@ -46,6 +46,18 @@ impl Identity {
     }
 }
 
+impl Identity {
+    /// The same identity with `X-Credential-Identifier` set to `identifier`: Kong tells the
+    /// upstream a credential's id for key-auth, but its username (basic-auth, hmac-auth) or
+    /// key (jwt) for others, while logs and `limit_by = credential` use the id.
+    pub fn identified_by(mut self, identifier: &str) -> Identity {
+        if self.credential_id.is_some() {
+            self.headers[3].1 = HeaderValue::from_str(identifier).ok();
+        }
+        self
+    }
+}
+
 pub static X_CONSUMER_ID: HeaderName = HeaderName::from_static("x-consumer-id");
 pub static X_CONSUMER_CUSTOM_ID: HeaderName = HeaderName::from_static("x-consumer-custom-id");
 pub static X_CONSUMER_USERNAME: HeaderName = HeaderName::from_static("x-consumer-username");

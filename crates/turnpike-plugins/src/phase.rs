@@ -14,6 +14,11 @@ pub struct AccessRequest<'a> {
     /// The normalised request path.
     pub path: &'a str,
     pub query: Option<&'a str>,
+    /// The request target as the client sent it (path and query, not normalised; Kong's
+    /// `get_path_with_query`); empty where unknown.
+    pub target: &'a str,
+    /// The client's HTTP version.
+    pub version: http::Version,
     /// The request headers, as they will go upstream: plugins may add or remove some.
     pub headers: &'a mut HeaderMap,
     /// Headers to add to the response the client gets (upstream's or a plugin's), for plugins
@@ -77,6 +82,8 @@ impl<'a> AccessRequest<'a> {
             method,
             path,
             query,
+            target: "",
+            version: http::Version::HTTP_11,
             headers,
             response_headers,
             tls,

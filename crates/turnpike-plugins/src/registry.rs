@@ -93,6 +93,7 @@ pub fn bundled() -> Registry {
             &correlation_id::CorrelationId,
             &cors::Cors,
             &file_log::FileLog,
+            &hmac_auth::HmacAuth,
             &http_log::HttpLog,
             &ip_restriction::IpRestriction,
             &jwt::Jwt,
@@ -245,6 +246,7 @@ impl PluginRegistry for Registry {
                 key_auth::daos::TABLE,
                 basic_auth::daos::TABLE,
                 jwt::daos::TABLE,
+                hmac_auth::daos::TABLE,
             ]
         } else {
             &[]
@@ -263,11 +265,13 @@ impl PluginRegistry for Registry {
                 .invalidate(id, field("key").map(key_auth::stored_form_of).as_deref()),
             basic_auth::daos::TABLE => rt.basic_auth.invalidate(id, field("username")),
             jwt::daos::TABLE => rt.jwt.invalidate(id, field("key")),
+            hmac_auth::daos::TABLE => rt.hmac_auth.invalidate(id, field("username")),
             // A consumer's identity is part of every cached credential of it.
             "consumers" => {
                 rt.key_auth.invalidate(id, None);
                 rt.basic_auth.invalidate(id, None);
                 rt.jwt.invalidate(id, None);
+                rt.hmac_auth.invalidate(id, None);
             }
             _ => {}
         }
@@ -277,6 +281,7 @@ impl PluginRegistry for Registry {
         self.runtime.key_auth.invalidate_all();
         self.runtime.basic_auth.invalidate_all();
         self.runtime.jwt.invalidate_all();
+        self.runtime.hmac_auth.invalidate_all();
     }
 
     fn stored_keys(&self, table: &str, key: &str) -> Vec<String> {

@@ -41,12 +41,15 @@ pub fn index(ctx: &crate::BuildContext<'_>) -> super::CredentialIndex {
         m.insert(
             username.into(),
             Arc::new(super::Credential {
-                who: Arc::new(crate::Identity::new(
-                    who.consumer_id.clone(),
-                    who.username.clone(),
-                    who.custom_id.clone(),
-                    Some(cred.id.clone()),
-                )),
+                who: Arc::new(
+                    crate::Identity::new(
+                        who.consumer_id.clone(),
+                        who.username.clone(),
+                        who.custom_id.clone(),
+                        Some(cred.id.clone()),
+                    )
+                    .identified_by(username),
+                ),
                 secret: super::password::Secret::from_stored(stored, &cred.consumer.id),
                 stored: stored.into(),
             }),

@@ -234,12 +234,15 @@ impl Handler for Authenticator {
                     .load(username.clone(), username.clone(), username, |f| {
                         let stored = f.fields.get("password")?.as_str()?;
                         Some(Arc::new(Credential {
-                            who: Arc::new(Identity::new(
-                                f.consumer_id.clone(),
-                                f.username.clone(),
-                                f.custom_id.clone(),
-                                Some(f.id.clone()),
-                            )),
+                            who: Arc::new(
+                                Identity::new(
+                                    f.consumer_id.clone(),
+                                    f.username.clone(),
+                                    f.custom_id.clone(),
+                                    Some(f.id.clone()),
+                                )
+                                .identified_by(f.fields.get("username").and_then(|v| v.as_str())?),
+                            ),
                             secret: Secret::from_stored(stored, &f.consumer_id),
                             stored: stored.into(),
                         }))

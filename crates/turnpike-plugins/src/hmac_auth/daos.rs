@@ -1,7 +1,12 @@
 //! hmac-auth's entity (Kong's `kong/plugins/hmac-auth/daos.lua`): `hmacauth_credentials`, at
 //! `/hmac-auths` and `/consumers/{c}/hmac-auth`.
 
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
 use turnpike_config::entity::{EntitySpec, FieldKind, PluginEntity, CONSUMER};
+
+use crate::Identity;
 
 pub const TABLE: &str = "hmacauth_credentials";
 
@@ -12,13 +17,62 @@ pub static HMACAUTH_CREDENTIALS: PluginEntity = PluginEntity {
         nested_path: "hmac-auth",
         endpoint_key: Some("username"),
         unique: &["username"],
-        cache_key: &[],
+        cache_key: &["username"],
         foreign: CONSUMER,
     },
     fields: &[
         ("username", FieldKind::Required),
         ("secret", FieldKind::Auto),
     ],
-    sample: r#"{"username": "u", "password": "p"}"#,
+    sample: r#"{"username": "u"}"#,
     check: None,
 };
+
+/// A credential as the plugin checks signatures with it.
+pub struct Credential {
+    pub who: Arc<Identity>,
+    pub secret: Box<[u8]>,
+}
+
+impl Credential {
+    pub fn from_fields(
+        fields: &Map<String, Value>,
+        who: impl FnOnce() -> Identity,
+    ) -> Option<Arc<Credential>> {
+        let secret = fields.get("secret").and_then(|v| v.as_str())?;
+        Some(Arc::new(Credential {
+            who: Arc::new(who()),
+            secret: secret.as_bytes().into(),
+        }))
+    }
+}
+
+/// hmacauth_credentials by username (FxHash: only the config inserts usernames).
+pub type CredentialIndex = rustc_hash::FxHashMap<Box<str>, Arc<Credential>>;
+
+/// Every hmac-auth credential of the snapshot by username: built once per snapshot
+/// (`BuildContext::shared`).
+pub fn index(ctx: &crate::BuildContext<'_>) -> CredentialIndex {
+    let mut m = CredentialIndex::default();
+    for cred in ctx.config.credentials.iter().filter(|c| c.table == TABLE) {
+        let (Some(username), Some(who)) = (
+            cred.fields.get("username").and_then(|v| v.as_str()),
+            ctx.consumer(&cred.consumer.id),
+        ) else {
+            continue;
+        };
+        let c = Credential::from_fields(&cred.fields, || {
+            Identity::new(
+                who.consumer_id.clone(),
+                who.username.clone(),
+                who.custom_id.clone(),
+                Some(cred.id.clone()),
+            )
+            .identified_by(username)
+        });
+        if let Some(c) = c {
+            m.insert(username.into(), c);
+        }
+    }
+    m
+}

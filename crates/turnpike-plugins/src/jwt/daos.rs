@@ -75,10 +75,12 @@ fn check(fields: &mut Map<String, Value>) -> Vec<(String, String)> {
 pub struct Secret {
     pub who: Arc<Identity>,
     pub alg: Alg,
-    /// The key for the secret as written, and for the secret base64-decoded (a route's
-    /// `secret_is_base64`); `None` where that form is not a key (Kong: "Invalid key/secret").
+    /// The key for the secret as written; `None` where it is not a key (Kong: "Invalid
+    /// key/secret").
     pub plain: Option<Key>,
-    pub decoded: Option<Key>,
+    /// An HMAC secret base64-decoded, for routes with `secret_is_base64` (their key is
+    /// prepared per request: rare, and it keeps a secret's memory to one key).
+    pub decoded: Option<Box<[u8]>>,
 }
 
 impl Secret {
@@ -93,7 +95,7 @@ impl Secret {
             let secret = fields.get("secret").and_then(|v| v.as_str()).unwrap_or("");
             (
                 Some(Key::hmac(alg, secret.as_bytes())),
-                token::b64_secret(secret).map(|b| Key::hmac(alg, &b)),
+                token::b64_secret(secret).map(Vec::into_boxed_slice),
             )
         } else {
             let pem = fields.get("rsa_public_key").and_then(|v| v.as_str())?;
@@ -124,12 +126,15 @@ pub fn index(ctx: &crate::BuildContext<'_>) -> SecretIndex {
         ) else {
             continue;
         };
-        let who = Arc::new(Identity::new(
-            who.consumer_id.clone(),
-            who.username.clone(),
-            who.custom_id.clone(),
-            Some(key.to_string()),
-        ));
+        let who = Arc::new(
+            Identity::new(
+                who.consumer_id.clone(),
+                who.username.clone(),
+                who.custom_id.clone(),
+                Some(cred.id.clone()),
+            )
+            .identified_by(key),
+        );
         if let Some(s) = Secret::from_fields(&cred.fields, who) {
             m.insert(key.into(), Arc::new(s));
         }

@@ -279,8 +279,13 @@ impl Configured {
         if t.alg != secret.alg {
             return self.fail(req, Failure::Message("Invalid algorithm", true));
         }
+        let decoded;
         let k = if self.secret_is_base64 {
-            secret.decoded.as_ref()
+            decoded = secret
+                .decoded
+                .as_deref()
+                .map(|b| token::Key::hmac(secret.alg, b));
+            decoded.as_ref()
         } else {
             secret.plain.as_ref()
         };
@@ -379,15 +384,16 @@ impl Handler for Authenticator {
                     let outcome = state
                         .stored
                         .load(key.as_str().into(), key.clone(), key, |f| {
-                            let who = Arc::new(Identity::new(
-                                f.consumer_id.clone(),
-                                f.username.clone(),
-                                f.custom_id.clone(),
-                                f.fields
-                                    .get("key")
-                                    .and_then(|v| v.as_str())
-                                    .map(String::from),
-                            ));
+                            let key = f.fields.get("key").and_then(|v| v.as_str())?;
+                            let who = Arc::new(
+                                Identity::new(
+                                    f.consumer_id.clone(),
+                                    f.username.clone(),
+                                    f.custom_id.clone(),
+                                    Some(f.id.clone()),
+                                )
+                                .identified_by(key),
+                            );
                             Secret::from_fields(&f.fields, who).map(Arc::new)
                         })
                         .await;

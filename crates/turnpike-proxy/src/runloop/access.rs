@@ -32,7 +32,8 @@ pub async fn run(
     conn: &ConnInfo,
     route: &RouteEntry,
     parts: &mut Parts,
-    (path, query): (&str, Option<&str>),
+    // The normalised path, the query and the request target as sent.
+    (path, query, target): (&str, Option<&str>, &str),
     body: &mut BodySource,
     upgrade: bool,
     rc: &mut RequestCtx,
@@ -71,6 +72,8 @@ pub async fn run(
     let protocol = request_protocol(conn);
     let chain_filters = snap.routes[route.route_index].filter;
     let mut access = AccessRequest {
+        target,
+        version: parts.version,
         upstream_query: rc.upstream_query.take(),
         body: buffered,
         route_id: &snap.routes[route.route_index].route.id,

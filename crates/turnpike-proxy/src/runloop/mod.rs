@@ -173,7 +173,11 @@ async fn proxy(
             conn,
             route,
             &mut parts,
-            (&path, query),
+            (
+                &path,
+                query,
+                orig_uri.path_and_query().map_or("/", |pq| pq.as_str()),
+            ),
             &mut body,
             upgrade,
             rc,

@@ -106,7 +106,8 @@ services:
     let h = r.json()["headers"].clone();
     assert_eq!(h["x-consumer-username"], "alice");
     assert_eq!(h["x-consumer-custom-id"], "A-1");
-    assert!(h["x-credential-identifier"].is_string());
+    // Kong names a basic-auth credential by its username (logs and limit_by use its id).
+    assert_eq!(h["x-credential-identifier"], "alice");
     assert_eq!(h["authorization"], good.as_str());
     // Proxy-Authorization is read first, as Kong does.
     let r = get_with(

@@ -6,6 +6,7 @@ mod acl;
 mod basic_auth;
 mod correlation_id;
 mod cors;
+mod hmac_auth;
 mod ip_restriction;
 mod jwt;
 mod key_auth;
