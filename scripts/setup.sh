@@ -8,14 +8,15 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 # postgresql, redis-server, dnsmasq-base: the test harness starts its own throw-away servers
-# (sqlite3: a test writes a row straight into the SQLite store)
+# (sqlite3: a test writes a row straight into the SQLite store; slapd: ldap-auth binds to a
+# real OpenLDAP server)
 # from these binaries. nginx and valgrind: the instructions-per-request regression gate the test
 # command ends with (bench/instructions-gate.sh).
 # golang-go: decK is built from ../shared/tools/deck for its integration test (a newer Go already
 # installed is used instead); chromium, nodejs and npm: Kong Manager is built and driven in a
 # headless browser by its integration test.
 $SUDO apt-get install -y -qq build-essential pkg-config curl ca-certificates postgresql redis-server \
-  dnsmasq-base nginx valgrind sqlite3 chromium nodejs npm
+  dnsmasq-base nginx valgrind sqlite3 chromium nodejs npm slapd
 command -v go >/dev/null 2>&1 || test -x /usr/local/go/bin/go || $SUDO apt-get install -y -qq golang-go
 if [ "${TURNPIKE_SETUP_BENCH:-0}" = 1 ]; then
   $SUDO apt-get install -y -qq wrk libnginx-mod-http-lua haproxy openssl python3-matplotlib

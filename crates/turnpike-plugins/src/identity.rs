@@ -50,6 +50,15 @@ impl Identity {
     /// The same identity with `X-Credential-Identifier` set to `identifier`: Kong tells the
     /// upstream a credential's id for key-auth, but its username (basic-auth, hmac-auth) or
     /// key (jwt) for others, while logs and `limit_by = credential` use the id.
+    /// A credential that maps to no consumer (ldap-auth): the upstream gets
+    /// `X-Credential-Identifier` and no `X-Consumer-*` (what the client sent under those names
+    /// is removed).
+    pub fn credential_only(identifier: &str) -> Identity {
+        let mut who = Identity::new(String::new(), None, None, Some(identifier.to_string()));
+        who.headers[0].1 = None;
+        who
+    }
+
     pub fn identified_by(mut self, identifier: &str) -> Identity {
         if self.credential_id.is_some() {
             self.headers[3].1 = HeaderValue::from_str(identifier).ok();

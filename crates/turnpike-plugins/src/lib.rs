@@ -18,6 +18,7 @@ pub mod http_log;
 pub mod ip_restriction;
 pub mod jwt;
 pub mod key_auth;
+pub mod ldap_auth;
 pub mod log;
 pub mod lua;
 pub mod oauth2;

@@ -98,6 +98,7 @@ pub fn bundled() -> Registry {
             &ip_restriction::IpRestriction,
             &jwt::Jwt,
             &key_auth::KeyAuth,
+            &ldap_auth::LdapAuth,
             &post_function::POST_FUNCTION,
             &pre_function::PRE_FUNCTION,
             &prometheus::Prometheus,

@@ -13,9 +13,9 @@ mod schema;
 
 use std::sync::Arc;
 
-use aws_lc_rs::{digest, hmac};
 use base64::Engine;
 use http::{HeaderMap, HeaderValue, StatusCode};
+use ring::{digest, hmac};
 use serde_json::Value;
 
 use crate::credentials::Outcome;

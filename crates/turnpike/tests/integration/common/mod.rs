@@ -22,6 +22,7 @@ use tokio::net::{TcpListener, TcpStream};
 pub mod dns;
 pub mod pg;
 pub mod redis;
+pub mod slapd;
 
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -10,6 +10,7 @@ mod hmac_auth;
 mod ip_restriction;
 mod jwt;
 mod key_auth;
+mod ldap_auth;
 mod rate_limiting;
 mod rate_limiting_redis;
 mod request_size_limiting;
