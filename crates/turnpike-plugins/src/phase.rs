@@ -51,10 +51,42 @@ pub struct AccessRequest<'a> {
 }
 
 /// Per-request state that plugins keep from one phase to the next (Kong's `kong.ctx.shared`
-/// and `kong.ctx.plugin`): empty, and free, unless a plugin puts something there. Only the
-/// plugin that put it knows its type.
+/// and `kong.ctx.plugin`): empty, and free, unless a plugin puts something there. Each value
+/// is found by its type, which only the plugin that put it knows.
 #[derive(Default)]
-pub struct PluginCtx(pub Option<Box<dyn std::any::Any>>);
+pub struct PluginCtx(Vec<Box<dyn std::any::Any>>);
+
+impl PluginCtx {
+    pub fn get<T: 'static>(&self) -> Option<&T> {
+        self.0.iter().find_map(|b| b.downcast_ref::<T>())
+    }
+
+    pub fn get_mut<T: 'static>(&mut self) -> Option<&mut T> {
+        self.0.iter_mut().find_map(|b| b.downcast_mut::<T>())
+    }
+
+    /// The value of type `T`, made with `make` if there is none yet.
+    pub fn get_or_insert_with<T: 'static>(
+        &mut self,
+        make: impl FnOnce() -> Result<T, mlua::Error>,
+    ) -> Result<&mut T, mlua::Error> {
+        let i = match self.0.iter().position(|b| b.is::<T>()) {
+            Some(i) => i,
+            None => {
+                self.0.push(Box::new(make()?));
+                self.0.len() - 1
+            }
+        };
+        Ok(self.0[i].downcast_mut::<T>().expect("checked type"))
+    }
+
+    pub fn insert<T: 'static>(&mut self, v: T) {
+        match self.get_mut::<T>() {
+            Some(old) => *old = v,
+            None => self.0.push(Box::new(v)),
+        }
+    }
+}
 
 /// What a plugin's certificate phase sees of a TLS handshake (Kong runs only global plugins
 /// there: no route is known yet).
@@ -201,6 +233,9 @@ pub struct ResponseHead<'a> {
     pub headers: &'a mut HeaderMap,
     /// The response is the upstream's (false: the gateway's or a plugin's own).
     pub from_upstream: bool,
+    /// Who the access phase authenticated (Kong's `kong.client.get_consumer` and
+    /// `get_credential` in header_filter).
+    pub consumer: Option<&'a Identity>,
     /// What the request's plugins keep between phases (Kong's `kong.ctx`).
     pub ctx: &'a mut PluginCtx,
 }

@@ -106,6 +106,7 @@ pub fn bundled() -> Registry {
             &request_size_limiting::RequestSizeLimiting,
             &request_termination::RequestTermination,
             &response_transformer::ResponseTransformer,
+            &session::Session,
         ],
     }
 }

@@ -17,7 +17,7 @@ pub static HMACAUTH_CREDENTIALS: PluginEntity = PluginEntity {
         nested_path: "hmac-auth",
         endpoint_key: Some("username"),
         unique: &["username"],
-        cache_key: &["username"],
+        cache_key: &[],
         foreign: CONSUMER,
     },
     fields: &[

@@ -19,7 +19,7 @@ pub static JWT_SECRETS: PluginEntity = PluginEntity {
         nested_path: "jwt",
         endpoint_key: Some("key"),
         unique: &["key"],
-        cache_key: &["key"],
+        cache_key: &[],
         foreign: CONSUMER,
     },
     fields: &[

@@ -625,18 +625,17 @@ pub struct LuaBodyFilter {
 
 impl LuaBodyFilter {
     pub fn new(code: Arc<Code>, ctx: &PluginCtx) -> LuaBodyFilter {
-        let shared = ctx
-            .0
-            .as_ref()
-            .and_then(|b| b.downcast_ref::<LuaCtx>())
-            .map(|c| LuaCtx {
+        let mut own = PluginCtx::default();
+        if let Some(c) = ctx.get::<LuaCtx>() {
+            own.insert(LuaCtx {
                 shared: c.shared.clone(),
                 ngx: c.ngx.clone(),
                 plugin: c.plugin.clone(),
             });
+        }
         LuaBodyFilter {
             code,
-            ctx: PluginCtx(shared.map(|c| Box::new(c) as Box<dyn std::any::Any>)),
+            ctx: own,
             gathered: Vec::new(),
         }
     }

@@ -159,6 +159,7 @@ fn ctx_shared_carries_from_access_to_the_response() {
         status: StatusCode::OK,
         headers: &mut headers,
         from_upstream: true,
+        consumer: None,
         ctx: &mut req.ctx,
     };
     let mut filter = h.header_filter(&mut head).expect("a body filter");
@@ -178,6 +179,7 @@ fn get_raw_body_gathers_the_pieces_and_set_raw_body_replaces_them() {
         status: StatusCode::OK,
         headers: &mut headers,
         from_upstream: true,
+        consumer: None,
         ctx: &mut ctx,
     };
     let mut f = h.header_filter(&mut head).unwrap();
@@ -199,6 +201,7 @@ fn header_filter_changes_status_and_headers() {
         status: StatusCode::NOT_FOUND,
         headers: &mut headers,
         from_upstream: true,
+        consumer: None,
         ctx: &mut ctx,
     };
     assert!(h.header_filter(&mut head).is_none());

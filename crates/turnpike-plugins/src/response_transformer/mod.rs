@@ -337,6 +337,7 @@ mod tests {
             status: StatusCode::OK,
             headers,
             from_upstream: true,
+            consumer: None,
             ctx: &mut crate::PluginCtx::default(),
         };
         let out = c.header_filter(&mut head).map(|mut f| {
@@ -475,6 +476,7 @@ mod tests {
             status: StatusCode::OK,
             headers: &mut h,
             from_upstream: true,
+            consumer: None,
             ctx: &mut crate::PluginCtx::default(),
         };
         let mut f = c.header_filter(&mut head).unwrap();

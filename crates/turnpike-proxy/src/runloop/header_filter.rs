@@ -108,6 +108,7 @@ pub fn run(ctx: &WorkerCtx, conn: &ConnInfo, resp: &mut Response<ProxyBody>, rc:
             status: parts.status,
             headers: &mut parts.headers,
             from_upstream: rc.from_upstream,
+            consumer: rc.consumer.as_deref(),
             ctx: &mut rc.plugin_ctx,
         };
         let body_filters: Vec<_> = rc

@@ -486,16 +486,13 @@ fn ctx_table(lua: &Lua, which: CtxTable) -> mlua::Result<Table> {
     }
     // SAFETY: set by the runner from a live borrow of the request's context for this call.
     let ctx = unsafe { &mut *ctx };
-    if ctx.0.is_none() {
-        ctx.0 = Some(Box::new(LuaCtx {
+    let lc = ctx.get_or_insert_with(|| {
+        Ok(LuaCtx {
             shared: lua.create_table()?,
             ngx: lua.create_table()?,
             plugin: Default::default(),
-        }));
-    }
-    let Some(lc) = ctx.0.as_mut().and_then(|b| b.downcast_mut::<LuaCtx>()) else {
-        return Err(mlua::Error::runtime("kong.ctx is held by another plugin"));
-    };
+        })
+    })?;
     Ok(match which {
         CtxTable::Shared => lc.shared.clone(),
         CtxTable::Ngx => lc.ngx.clone(),

@@ -16,6 +16,7 @@ mod rate_limiting_redis;
 mod request_size_limiting;
 mod response_transformer;
 mod serverless;
+mod session;
 
 use crate::common::*;
 use serde_json::json;

@@ -1,0 +1,218 @@
+//! session on the real binary, set up as Kong's documentation sets it up: key-auth with an
+//! anonymous consumer that request-termination turns away, and the session plugin that keeps
+//! a signed-in consumer signed in by cookie. Cookies are checked for their attributes, forgery,
+//! timeouts, logout (query and form body) and the session headers.
+
+use serde_json::json;
+
+use crate::common::*;
+
+/// The `name=value` of the Set-Cookie for `name`, and the whole header.
+fn set_cookie(r: &Reply, name: &str) -> Option<(String, String)> {
+    r.headers
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with(&format!("{name}=")))
+        .map(|v| (v.split(';').next().unwrap().to_string(), v.to_string()))
+}
+
+#[tokio::test]
+async fn session_keeps_a_consumer_signed_in_as_kong_documents() {
+    let up = Upstream::start("session");
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
+consumers:
+- username: alice
+  custom_id: A-1
+  keyauth_credentials:
+  - id: 3bd1b8b5-0b5b-4ab5-8d3c-8d7b0e8f6d1a
+    key: alice-key
+- username: anonymous
+  plugins:
+  - name: request-termination
+    config: {{status_code: 403, message: "So long and thanks for all the fish!"}}
+services:
+- name: svc
+  url: {url}
+  routes:
+  - name: app
+    paths: [/app]
+    plugins:
+    - name: session
+      config: {{secret: "opensesame", response_headers: [audience, timeout], request_headers: [id]}}
+    - name: key-auth
+      config: {{anonymous: anonymous}}
+  - name: short
+    paths: [/short]
+    plugins:
+    - name: session
+      config: {{secret: "opensesame", absolute_timeout: 1, cookie_name: short, cookie_secure: false, cookie_same_site: Lax, read_body_for_logout: true}}
+    - name: key-auth
+      config: {{anonymous: anonymous}}
+"#,
+        url = up.url()
+    ))
+    .start();
+    let p = gw.proxy;
+
+    // Signed in with the key: the session cookie comes back.
+    let r = call(p, "GET", "/app", &[("apikey", "alice-key")]).await;
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    let (cookie, header) = set_cookie(&r, "session").expect("a session cookie");
+    assert!(
+        header.ends_with("; Path=/; SameSite=Strict; HttpOnly; Secure"),
+        "{header}"
+    );
+    // Kong's anonymous consumer is turned away without a key or a session.
+    let r = call(p, "GET", "/app", &[]).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (
+            403,
+            json!({"message": "So long and thanks for all the fish!"})
+        )
+    );
+    assert!(
+        set_cookie(&r, "session").is_none(),
+        "no session for the anonymous"
+    );
+
+    // The cookie alone signs alice in, with the credential that made the session.
+    let r = call(
+        p,
+        "GET",
+        "/app",
+        &[("cookie", &format!("theme=dark; {cookie}"))],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    let h = &r.json()["headers"];
+    assert_eq!(h["x-consumer-username"], "alice");
+    assert_eq!(h["x-consumer-custom-id"], "A-1");
+    assert_eq!(
+        h["x-credential-identifier"],
+        "3bd1b8b5-0b5b-4ab5-8d3c-8d7b0e8f6d1a"
+    );
+    assert!(h["x-anonymous-consumer"].is_null());
+    assert!(h["session-id"].is_string(), "{h}");
+    assert_eq!(r.header("session-audience"), Some("default"));
+    let timeout: u64 = r.header("session-timeout").unwrap().parse().unwrap();
+    assert!(timeout <= 900 && timeout > 800, "{timeout}");
+    assert!(
+        set_cookie(&r, "session").is_none(),
+        "not renewed on every request"
+    );
+
+    // Forged, truncated or foreign cookies sign nobody in.
+    let value = cookie.split_once('=').unwrap().1.to_string();
+    let mut forged = value.clone().into_bytes();
+    let mid = forged.len() / 2;
+    forged[mid] = if forged[mid] == b'A' { b'B' } else { b'A' };
+    for bad in [
+        format!("session={}", String::from_utf8(forged).unwrap()),
+        format!("session={}", &value[..value.len() - 4]),
+        "session=".to_string(),
+        format!("short={value}"),
+    ] {
+        let r = call(p, "GET", "/app", &[("cookie", &bad)]).await;
+        assert_eq!(r.status, 403, "{bad}");
+    }
+
+    // Logout: one of logout_methods with the query argument clears the cookie.
+    let r = call(
+        p,
+        "DELETE",
+        "/app?session_logout=true",
+        &[("cookie", &cookie)],
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert!(r.body.is_empty());
+    let (cleared, header) = set_cookie(&r, "session").unwrap();
+    assert_eq!(cleared, "session=");
+    assert!(header.contains("Max-Age=0"), "{header}");
+    // GET is not a logout method by default: the request goes through.
+    let r = call(p, "GET", "/app?session_logout=true", &[("cookie", &cookie)]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["headers"]["x-consumer-username"], "alice");
+
+    // absolute_timeout, other cookie attributes, and logout by form body.
+    let r = call(p, "GET", "/short", &[("apikey", "alice-key")]).await;
+    let (short, header) = set_cookie(&r, "short").unwrap();
+    assert!(
+        header.ends_with("; Path=/; SameSite=Lax; HttpOnly"),
+        "{header}"
+    );
+    let logout = send(
+        p,
+        req("POST", "/short")
+            .header("cookie", &short)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(http_body_util::Full::new(bytes::Bytes::from_static(
+                b"a=1&session_logout=yes",
+            )))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(logout.status, 200);
+    assert!(set_cookie(&logout, "short")
+        .unwrap()
+        .1
+        .contains("Max-Age=0"));
+    assert_eq!(
+        call(p, "GET", "/short", &[("cookie", &short)]).await.status,
+        200
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    assert_eq!(
+        call(p, "GET", "/short", &[("cookie", &short)]).await.status,
+        403
+    );
+}
+
+#[tokio::test]
+async fn session_configs_through_the_admin_api() {
+    let gw = Gateway::sqlite().start();
+    let r = gw
+        .admin(
+            "POST",
+            "/plugins",
+            Some(json!({"name": "session", "config": {"cookie_lifetime": 120, "cookie_samesite": "off"}})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.json());
+    let c = &r.json()["config"];
+    // A random secret when none is given; Kong's deprecated names moved into place.
+    assert!(c["secret"].as_str().is_some_and(|s| s.len() >= 40), "{c}");
+    assert_eq!(c["rolling_timeout"], 120);
+    assert_eq!(c["cookie_same_site"], "Lax");
+    assert_eq!(c["logout_methods"], json!(["POST", "DELETE"]));
+    let r = gw
+        .admin(
+            "POST",
+            "/routes",
+            Some(json!({"name": "r", "paths": ["/r"]})),
+        )
+        .await;
+    assert_eq!(r.status, 201);
+    for (config, field) in [
+        (json!({"storage": "kong"}), "storage"),
+        (json!({"cookie_same_site": "Sometimes"}), "cookie_same_site"),
+        (json!({"logout_methods": ["PUT"]}), "logout_methods"),
+    ] {
+        let r = gw
+            .admin(
+                "POST",
+                "/routes/r/plugins",
+                Some(json!({"name": "session", "config": config})),
+            )
+            .await;
+        assert_eq!(r.status, 400, "{config}");
+        assert!(
+            !r.json()["fields"]["config"][field].is_null(),
+            "{}",
+            r.json()
+        );
+    }
+}
