@@ -49,12 +49,15 @@ pub struct Settings {
     pub via_value: http::HeaderValue,
     /// `proxy_access_log`, opened by the caller (`None`: off).
     pub access_log: Option<Arc<crate::worker::access_log::AccessLog>>,
+    /// What the TLS listeners serve (Kong's `ssl_*` properties).
+    pub tls: turnpike_config::conf::TlsConf,
 }
 
 impl Settings {
     pub fn from_conf(conf: &Conf) -> Settings {
         Settings {
             headers: conf.headers,
+            tls: conf.tls.clone(),
             headers_upstream_request_id: conf.headers_upstream_request_id,
             keepalive_requests: conf.keepalive_requests,
             keepalive_timeout: conf.keepalive_timeout,

@@ -12,6 +12,7 @@ use rustls::server::ResolvesServerCert;
 use rustls::sign::CertifiedKey;
 use rustls::{DigitallySignedStruct, SignatureScheme};
 
+use turnpike_config::conf::TlsConf;
 use turnpike_config::declarative::pem;
 
 pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
@@ -110,11 +111,65 @@ impl CertStore {
     }
 }
 
-/// A server configuration picking certificates with `certs` (the snapshot's, by SNI).
-pub fn server_config(certs: Arc<dyn ResolvesServerCert>, http2: bool) -> Arc<rustls::ServerConfig> {
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default TLS versions")
+/// TLS session state shared by the proxy's listeners: the session cache (`ssl_session_cache_size`)
+/// and, with `ssl_session_tickets`, the ticket keys (rotated by rustls).
+pub struct Sessions {
+    cache: Arc<dyn rustls::server::StoresServerSessions>,
+    ticketer: Option<Arc<dyn rustls::server::ProducesTickets>>,
+}
+
+impl Sessions {
+    pub fn new(conf: &TlsConf) -> Sessions {
+        Sessions {
+            cache: rustls::server::ServerSessionMemoryCache::new(conf.session_cache_entries),
+            ticketer: if conf.session_tickets {
+                rustls::crypto::ring::Ticketer::new().ok()
+            } else {
+                None
+            },
+        }
+    }
+}
+
+/// The crypto provider with the TLS 1.2 suites `conf` allows, in its order (TLS 1.3's are
+/// kept whole).
+fn provider_for(conf: &TlsConf) -> rustls::crypto::CryptoProvider {
+    let mut p = rustls::crypto::ring::default_provider();
+    if let Some(wanted) = &conf.tls12_suites {
+        let all = std::mem::take(&mut p.cipher_suites);
+        let name = |s: &rustls::SupportedCipherSuite| format!("{:?}", s.suite());
+        p.cipher_suites = all
+            .iter()
+            .filter(|s| s.tls13().is_some())
+            .cloned()
+            .collect();
+        for w in wanted {
+            if let Some(s) = all.iter().find(|s| s.tls13().is_none() && name(s) == *w) {
+                p.cipher_suites.push(*s);
+            }
+        }
+    }
+    p
+}
+
+/// A server configuration picking certificates with `certs` (the snapshot's, by SNI), serving
+/// the protocols and suites of `conf`.
+pub fn server_config(
+    certs: Arc<dyn ResolvesServerCert>,
+    http2: bool,
+    conf: &TlsConf,
+    sessions: &Sessions,
+) -> Arc<rustls::ServerConfig> {
+    let mut versions: Vec<&'static rustls::SupportedProtocolVersion> = Vec::new();
+    if conf.tls13 {
+        versions.push(&rustls::version::TLS13);
+    }
+    if conf.tls12 {
+        versions.push(&rustls::version::TLS12);
+    }
+    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(provider_for(conf)))
+        .with_protocol_versions(&versions)
+        .expect("the configuration checks leave at least one version with its suites")
         .with_no_client_auth()
         .with_cert_resolver(certs);
     cfg.alpn_protocols = if http2 {
@@ -122,6 +177,11 @@ pub fn server_config(certs: Arc<dyn ResolvesServerCert>, http2: bool) -> Arc<rus
     } else {
         vec![b"http/1.1".to_vec()]
     };
+    cfg.ignore_client_order = conf.prefer_server_ciphers;
+    cfg.session_storage = sessions.cache.clone();
+    if let Some(t) = &sessions.ticketer {
+        cfg.ticketer = t.clone();
+    }
     Arc::new(cfg)
 }
 

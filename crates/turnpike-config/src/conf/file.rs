@@ -54,6 +54,12 @@ pub(super) const DEFAULTS: &[(&str, &str)] = &[
     ("nginx_http_client_body_buffer_size", "8k"),
     ("ssl_cert", ""),
     ("ssl_cert_key", ""),
+    ("ssl_cipher_suite", "intermediate"),
+    ("ssl_protocols", "TLSv1.2 TLSv1.3"),
+    ("ssl_ciphers", ""),
+    ("ssl_prefer_server_ciphers", "on"),
+    ("ssl_session_tickets", "on"),
+    ("ssl_session_cache_size", "10m"),
     (
         "headers",
         "server_tokens, latency_tokens, X-Kong-Request-Id",

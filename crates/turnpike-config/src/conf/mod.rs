@@ -14,12 +14,14 @@ use crate::kong_properties::KONG_PROPERTIES;
 mod dns;
 mod file;
 mod json;
+mod tls;
 mod values;
 
 use dns::dns_conf;
 pub use dns::*;
 pub use file::*;
 use file::{canonical, DEFAULTS};
+pub use tls::TlsConf;
 pub use values::*;
 use values::{parse_header_buffers, parse_headers, parse_num, split_list};
 
@@ -213,6 +215,8 @@ pub struct Conf {
     pub max_header_size: usize,
     /// How upstream host names are resolved (Kong's `dns_*` properties).
     pub dns: DnsConf,
+    /// What the proxy's TLS listeners serve (Kong's `ssl_*` properties).
+    pub tls: TlsConf,
     /// Where each value came from, for `GET /` and for start-up logging.
     pub sources: BTreeMap<String, String>,
 }
@@ -588,6 +592,7 @@ impl Conf {
             ));
         }
         let dns = dns_conf(&|name: &str| get(name).to_string())?;
+        let tls = tls::tls_conf(&|name: &str| get(name).to_string(), warnings)?;
         let sources = values
             .iter()
             .map(|(k, (_, s))| (k.clone(), s.clone()))
@@ -629,6 +634,7 @@ impl Conf {
             client_body_buffer_size,
             ssl_cert,
             ssl_cert_key,
+            tls,
             headers,
             headers_upstream_request_id,
             trusted_ips,

@@ -135,17 +135,24 @@ pub fn start_workers(
             per_worker[i].push((l.spec.clone(), s));
         }
     }
+    // One session cache and one ticket key for both listener kinds and every worker, so a
+    // session resumes whichever of them the client reaches next.
+    let sessions = tls::Sessions::new(&gateway.settings.tls);
     let tls_h1 = tls::server_config(
         Arc::new(SniResolver {
             gateway: gateway.clone(),
         }),
         false,
+        &gateway.settings.tls,
+        &sessions,
     );
     let tls_h2 = tls::server_config(
         Arc::new(SniResolver {
             gateway: gateway.clone(),
         }),
         true,
+        &gateway.settings.tls,
+        &sessions,
     );
     per_worker
         .into_iter()

@@ -749,3 +749,112 @@ async fn a_response_header_set_by_two_plugins_is_sent_once() {
     let (out, values) = header_values(gw.proxy, "/", "x-ratelimit-limit-minute").await;
     assert_eq!(values, ["7"], "{out}");
 }
+
+/// `openssl s_client` against `addr` with `args`, sending one request; its whole output
+/// (session details and the response).
+fn s_client(addr: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new("openssl")
+        .args([
+            "s_client",
+            "-connect",
+            addr,
+            "-servername",
+            "localhost",
+            "-ign_eof",
+        ])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin
+                .take()
+                .unwrap()
+                .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+            c.wait_with_output()
+        })
+        .expect("openssl s_client");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Kong's TLS properties: `ssl_cipher_suite` (modern: TLS 1.3 only; custom: `ssl_protocols`
+/// and `ssl_ciphers`), and resumption through the shared session cache, with or without
+/// `ssl_session_tickets`; a bad value stops the start with a clear error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kong_tls_properties_shape_what_the_proxy_serves() {
+    let up = Upstream::start("tls-props");
+    let config = format!(
+        "_format_version: '3.0'\nservices: [{{name: s, url: '{}', routes: [{{paths: [/]}}]}}]\n",
+        up.url()
+    );
+    let modern = Gateway::with_config(&config)
+        .env("TURNPIKE_SSL_CIPHER_SUITE", "modern")
+        .start();
+    let custom = Gateway::with_config(&config)
+        .env("TURNPIKE_SSL_CIPHER_SUITE", "custom")
+        .env("TURNPIKE_SSL_PROTOCOLS", "TLSv1.2")
+        .env(
+            "TURNPIKE_SSL_CIPHERS",
+            "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256",
+        )
+        .env("TURNPIKE_SSL_SESSION_TICKETS", "off")
+        .start();
+    let (m, c) = (modern.proxy_tls.to_string(), custom.proxy_tls.to_string());
+    tokio::task::spawn_blocking(move || {
+        let out = s_client(&m, &["-tls1_3"]);
+        assert!(
+            out.contains("New, TLSv1.3") && out.contains("HTTP/1.1 200"),
+            "{out}"
+        );
+        let out = s_client(&m, &["-tls1_2"]);
+        assert!(
+            !out.contains("HTTP/1.1 200"),
+            "modern refuses TLS 1.2: {out}"
+        );
+
+        let out = s_client(&c, &["-tls1_3"]);
+        assert!(
+            !out.contains("HTTP/1.1 200"),
+            "custom TLSv1.2 refuses TLS 1.3: {out}"
+        );
+        let out = s_client(&c, &["-tls1_2"]);
+        assert!(
+            out.contains("New, TLSv1.2, Cipher is ECDHE-ECDSA-AES128-GCM-SHA256"),
+            "{out}"
+        );
+        let out = s_client(&c, &["-tls1_2", "-cipher", "ECDHE-ECDSA-AES256-GCM-SHA384"]);
+        assert!(!out.contains("HTTP/1.1 200"), "a suite left out: {out}");
+
+        // Resumption: by ticket (TLS 1.3, tickets on) and by the session cache (TLS 1.2,
+        // tickets off), on the next connection.
+        let dir = tempfile::tempdir().unwrap();
+        for (addr, version) in [(&m, "-tls1_3"), (&c, "-tls1_2")] {
+            let sess = dir.path().join(format!("{version}.pem"));
+            let sess = sess.to_str().unwrap();
+            let first = s_client(addr, &[version, "-sess_out", sess]);
+            assert!(first.contains("New,"), "{first}");
+            let again = s_client(addr, &[version, "-sess_in", sess]);
+            assert!(again.contains("Reused,"), "{version}: {again}");
+        }
+    })
+    .await
+    .unwrap();
+
+    for (k, v, expect) in [
+        ("TURNPIKE_SSL_CIPHER_SUITE", "strong", "ssl_cipher_suite"),
+        (
+            "TURNPIKE_SSL_SESSION_CACHE_SIZE",
+            "0",
+            "ssl_session_cache_size",
+        ),
+    ] {
+        let (ok, out) = run(&["config", "parse", "/dev/null"], &[(k, v)]);
+        assert!(!ok && out.contains(expect), "{k}={v}: {out}");
+    }
+}
