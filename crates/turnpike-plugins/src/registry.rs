@@ -79,6 +79,7 @@ pub static ENTITIES: &[&PluginEntity] = &[
     &jwt::daos::JWT_SECRETS,
     &hmac_auth::daos::HMACAUTH_CREDENTIALS,
     &oauth2::daos::OAUTH2_CREDENTIALS,
+    &oauth2::daos::OAUTH2_TOKENS,
 ];
 
 /// Every plugin compiled in (Kong's `plugins = bundled`).
@@ -99,6 +100,7 @@ pub fn bundled() -> Registry {
             &jwt::Jwt,
             &key_auth::KeyAuth,
             &ldap_auth::LdapAuth,
+            &oauth2::OAuth2,
             &post_function::POST_FUNCTION,
             &pre_function::PRE_FUNCTION,
             &prometheus::Prometheus,
@@ -249,6 +251,7 @@ impl PluginRegistry for Registry {
                 basic_auth::daos::TABLE,
                 jwt::daos::TABLE,
                 hmac_auth::daos::TABLE,
+                oauth2::daos::TOKENS,
             ]
         } else {
             &[]
@@ -268,12 +271,16 @@ impl PluginRegistry for Registry {
             basic_auth::daos::TABLE => rt.basic_auth.invalidate(id, field("username")),
             jwt::daos::TABLE => rt.jwt.invalidate(id, field("key")),
             hmac_auth::daos::TABLE => rt.hmac_auth.invalidate(id, field("username")),
+            oauth2::daos::TOKENS => rt.oauth2.invalidate(id, field("access_token")),
+            // Tokens carry their application's client_id.
+            oauth2::daos::TABLE => rt.oauth2.invalidate_all(),
             // A consumer's identity is part of every cached credential of it.
             "consumers" => {
                 rt.key_auth.invalidate(id, None);
                 rt.basic_auth.invalidate(id, None);
                 rt.jwt.invalidate(id, None);
                 rt.hmac_auth.invalidate(id, None);
+                rt.oauth2.invalidate(id, None);
             }
             _ => {}
         }
@@ -284,6 +291,7 @@ impl PluginRegistry for Registry {
         self.runtime.basic_auth.invalidate_all();
         self.runtime.jwt.invalidate_all();
         self.runtime.hmac_auth.invalidate_all();
+        self.runtime.oauth2.invalidate_all();
     }
 
     fn stored_keys(&self, table: &str, key: &str) -> Vec<String> {

@@ -167,7 +167,7 @@ pub fn check(
         value.insert(field.to_string(), serde_json::json!({ "id": key }));
     }
     // Required foreign keys that are absent entirely.
-    for required in ["upstream", "certificate", "consumer"] {
+    for required in ["upstream", "certificate", "consumer", "credential"] {
         if spec.foreign.iter().any(|f| f.field == required)
             && spec.table != "plugins"
             && !refs.iter().any(|(f, _)| *f == required)

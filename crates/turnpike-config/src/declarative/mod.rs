@@ -417,6 +417,14 @@ fn load_inner(
             Kind::Sni if cfg.snis[slot[i]].certificate.id.is_empty() => {
                 errs[i].push(("certificate".into(), fields::REQUIRED.into()))
             }
+            Kind::Credential(k) if !k.spec.foreign.iter().any(|f| f.field == "consumer") => errs[i]
+                .push((
+                    "@entity".into(),
+                    format!(
+                        "{} are kept in a database only; a declarative config cannot hold them",
+                        k.spec.table
+                    ),
+                )),
             Kind::Credential(_) if cfg.credentials[slot[i]].consumer.id.is_empty() => {
                 errs[i].push(("consumer".into(), fields::REQUIRED.into()))
             }

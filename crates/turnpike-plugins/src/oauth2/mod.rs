@@ -1,5 +1,315 @@
-//! oauth2: its entity only so far (the handler, tokens and codes are the authentication
-//! wave's, issue #24): Kong's `oauth2_credentials` are stored, synced by decK and exported
-//! like every credential.
+//! oauth2 (PRIORITY 1400): authenticates requests bearing an access token that a database
+//! holds (`oauth2_tokens`), as Kong's `access.lua` does for proxied requests: the token from
+//! `auth_header_name` (`Bearer`/`Token <token>`), else the `access_token` query argument;
+//! valid for the route's service (or any, with `global_credentials`) until `expires_in` after
+//! it was made; the upstream learns the consumer, the application (`X-Credential-Identifier`:
+//! its `client_id`), `X-Authenticated-Scope` and `X-Authenticated-Userid`.
+//!
+//! A token is looked up by its own unique key, once, and then kept in the node's bounded
+//! credential cache for its remaining `ttl`; a token that does not exist is remembered too, so a
+//! flood of made-up tokens costs one store read per distinct token. A token deleted or changed
+//! in the store is dropped from every node's cache by the config sync's change log.
+//!
+//! Not yet here (issue #24): the proxy-side endpoints `/oauth2/authorize` and `/oauth2/token`
+//! that issue tokens (the grants, refresh tokens, PKCE, provision_key, hashed secrets); until
+//! then tokens come from `POST /oauth2_tokens`, as the site in the issue wrote them.
 
 pub mod daos;
+mod schema;
+
+use std::sync::Arc;
+
+use http::{HeaderName, HeaderValue, StatusCode};
+use serde_json::{json, Value};
+
+use crate::credentials::Outcome;
+use crate::{Access, AccessRequest, BuildContext, Exit, Handler, Identity, PluginSpec};
+
+pub struct OAuth2;
+
+/// A token as the plugin checks it.
+pub struct Token {
+    who: Arc<Identity>,
+    /// The service it was issued for; `None`: any (only with `global_credentials`).
+    service_id: Option<String>,
+    created_at: u64,
+    expires_in: u64,
+    scope: Option<HeaderValue>,
+    userid: Option<HeaderValue>,
+}
+
+/// oauth2's part of the node's [`crate::Runtime`]: tokens found in the store, by access token.
+pub struct State {
+    tokens: crate::credentials::Cache<Box<str>, Arc<Token>>,
+}
+
+impl State {
+    pub fn new(store: Arc<crate::credentials::Store>) -> State {
+        State {
+            tokens: crate::credentials::Cache::new(store, daos::TOKENS, "access_token"),
+        }
+    }
+
+    /// Drops the cached answer for a token (or the tokens of a consumer) that changed.
+    pub fn invalidate(&self, id: &str, access_token: Option<&str>) {
+        self.tokens.invalidate(id, access_token);
+    }
+
+    /// Drops every cached token (an application changed: its tokens carry its client_id).
+    pub fn invalidate_all(&self) {
+        self.tokens.invalidate_all();
+    }
+
+    /// Tokens (and known misses) cached, for tests and status.
+    pub fn cached(&self) -> u64 {
+        self.tokens.len()
+    }
+}
+
+struct Configured {
+    state: Arc<State>,
+    header: HeaderName,
+    hide_credentials: bool,
+    global_credentials: bool,
+    missing_challenge: HeaderValue,
+    invalid_challenge: HeaderValue,
+    anonymous: Option<Result<Arc<Identity>, String>>,
+}
+
+struct Authenticator(Arc<Configured>);
+
+static X_AUTHENTICATED_SCOPE: HeaderName = HeaderName::from_static("x-authenticated-scope");
+static X_AUTHENTICATED_USERID: HeaderName = HeaderName::from_static("x-authenticated-userid");
+const INVALID: &str = "The access token is invalid or has expired";
+
+impl PluginSpec for OAuth2 {
+    fn name(&self) -> &'static str {
+        "oauth2"
+    }
+    fn priority(&self) -> i32 {
+        1400
+    }
+    fn allows_consumer(&self) -> bool {
+        false
+    }
+    fn fields(&self) -> &'static [crate::schema::Field] {
+        schema::FIELDS
+    }
+    fn entity_checks(&self, config: &Value) -> Vec<(String, String)> {
+        schema::entity_checks(config)
+    }
+    fn needs_database(&self, _config: &Value) -> Option<(String, String)> {
+        Some((
+            "name".into(),
+            "oauth2 keeps its tokens in a database and is not supported in DB-less mode".into(),
+        ))
+    }
+    fn shorthands(&self, config: &mut Value) {
+        // Kong draws a provision_key when the config is written.
+        if let Some(m) = config.as_object_mut() {
+            if m.get("provision_key").is_none_or(|v| v.is_null()) {
+                m.insert(
+                    "provision_key".into(),
+                    Value::from(uuid::Uuid::new_v4().simple().to_string()),
+                );
+            }
+        }
+    }
+    fn build(&self, config: &Value, ctx: &BuildContext) -> Result<Arc<dyn Handler>, String> {
+        let c: schema::Config = crate::typed(config)?;
+        let realm = c.realm.as_deref().unwrap_or("service");
+        let anonymous = c.anonymous.as_deref().map(|a| {
+            ctx.consumer(a)
+                .ok_or_else(|| format!("anonymous consumer {a} is configured but doesn't exist"))
+        });
+        let header = |v: String| HeaderValue::from_str(&v).map_err(|_| "invalid realm".to_string());
+        Ok(Arc::new(Authenticator(Arc::new(Configured {
+            state: ctx.runtime.oauth2.clone(),
+            header: HeaderName::from_bytes(c.auth_header_name.to_ascii_lowercase().as_bytes())
+                .map_err(|_| "auth_header_name: invalid header name")?,
+            hide_credentials: c.hide_credentials,
+            global_credentials: c.global_credentials,
+            missing_challenge: header(format!("Bearer realm=\"{realm}\""))?,
+            invalid_challenge: header(format!(
+                "Bearer realm=\"{realm}\" error=\"invalid_token\" error_description=\"{INVALID}\""
+            ))?,
+            anonymous,
+        }))))
+    }
+}
+
+impl Token {
+    /// From a token row found in the store, with its application in `credential`.
+    fn from_found(f: &crate::credentials::Found) -> Option<Arc<Token>> {
+        let str_of = |v: Option<&Value>| v.and_then(|v| v.as_str()).map(String::from);
+        let client_id = f.fields.get("credential")?.get("client_id")?.as_str()?;
+        let header = |v: Option<&Value>| {
+            v.and_then(|v| v.as_str())
+                .and_then(|s| HeaderValue::from_str(s).ok())
+        };
+        Some(Arc::new(Token {
+            who: Arc::new(
+                Identity::new(
+                    f.consumer_id.clone(),
+                    f.username.clone(),
+                    f.custom_id.clone(),
+                    str_of(f.fields.get("credential").and_then(|c| c.get("id"))),
+                )
+                .identified_by(client_id),
+            ),
+            service_id: str_of(f.fields.get("service").and_then(|s| s.get("id"))),
+            created_at: f.fields.get("created_at")?.as_u64()?,
+            expires_in: f
+                .fields
+                .get("expires_in")
+                .and_then(|v| v.as_u64())
+                .unwrap_or(0),
+            scope: header(f.fields.get("scope")),
+            userid: header(f.fields.get("authenticated_userid")),
+        }))
+    }
+}
+
+impl Configured {
+    fn fail(&self, req: &mut AccessRequest<'_>, missing: bool) -> Access {
+        match &self.anonymous {
+            Some(Ok(who)) => {
+                req.set_consumer(who.clone());
+                Access::Continue
+            }
+            Some(Err(e)) => Access::Exit(Exit::message(StatusCode::INTERNAL_SERVER_ERROR, e)),
+            None => {
+                let (error, description, challenge) = if missing {
+                    (
+                        "invalid_request",
+                        "The access token is missing",
+                        &self.missing_challenge,
+                    )
+                } else {
+                    ("invalid_token", INVALID, &self.invalid_challenge)
+                };
+                let mut e = Exit::message(StatusCode::UNAUTHORIZED, "");
+                e.body =
+                    serde_json::to_vec(&json!({"error": error, "error_description": description}))
+                        .unwrap_or_default()
+                        .into();
+                e.headers
+                    .push((http::header::WWW_AUTHENTICATE, challenge.clone()));
+                Access::Exit(e)
+            }
+        }
+    }
+
+    /// Kong's checks of a token found (or not) for this request.
+    fn verify(&self, req: &mut AccessRequest<'_>, token: Option<Arc<Token>>) -> Access {
+        let Some(t) = token else {
+            return self.fail(req, false);
+        };
+        let for_service = match &t.service_id {
+            Some(s) => self.global_credentials || req.service_id == Some(s.as_str()),
+            None => self.global_credentials,
+        };
+        if !for_service {
+            return self.fail(req, false);
+        }
+        if t.expires_in > 0 && crate::clock::now_secs().saturating_sub(t.created_at) > t.expires_in
+        {
+            return self.fail(req, false);
+        }
+        for (name, value) in [
+            (&X_AUTHENTICATED_SCOPE, &t.scope),
+            (&X_AUTHENTICATED_USERID, &t.userid),
+        ] {
+            match value {
+                Some(v) => req.headers.insert(name.clone(), v.clone()),
+                None => req.headers.remove(name),
+            };
+        }
+        req.set_consumer(t.who.clone());
+        Access::Continue
+    }
+
+    /// The token of a request (Kong's `parse_access_token`): `Bearer`/`Token` in the header,
+    /// else the `access_token` query argument; hidden from the upstream when asked.
+    fn token(&self, req: &mut AccessRequest<'_>) -> Option<String> {
+        if let Some(v) = req.headers.get(&self.header) {
+            let s = v.to_str().ok()?.to_string();
+            let parts: Vec<&str> = s.split_ascii_whitespace().collect();
+            let token = match parts.as_slice() {
+                [scheme, t]
+                    if scheme.eq_ignore_ascii_case("bearer")
+                        || scheme.eq_ignore_ascii_case("token") =>
+                {
+                    t.to_string()
+                }
+                _ => s.clone(),
+            };
+            if self.hide_credentials {
+                req.headers.remove(&self.header);
+            }
+            return Some(token);
+        }
+        let q = req.query?;
+        let token = q.split('&').find_map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            (k == "access_token").then(|| v.to_string())
+        })?;
+        if self.hide_credentials {
+            let kept: Vec<&str> = q
+                .split('&')
+                .filter(|kv| kv.split('=').next() != Some("access_token"))
+                .collect();
+            req.upstream_query = Some(kept.join("&"));
+        }
+        Some(token)
+    }
+}
+
+impl Handler for Authenticator {
+    fn phases(&self) -> crate::Phases {
+        crate::Phases::ACCESS
+    }
+    fn access(&self, req: &mut AccessRequest<'_>) -> Access {
+        let conf = &self.0;
+        if conf.anonymous.is_some()
+            && req
+                .consumer
+                .as_ref()
+                .is_some_and(|c| c.credential_id.is_some())
+        {
+            return Access::Continue;
+        }
+        let token = match conf.token(req) {
+            Some(t) if !t.is_empty() => t,
+            _ => return conf.fail(req, true),
+        };
+        if let Some(e) = conf.state.tokens.get(token.as_str()) {
+            return conf.verify(req, e.value);
+        }
+        let conf = self.0.clone();
+        Access::Wait(Box::pin(async move {
+            let outcome = conf
+                .state
+                .tokens
+                .load(
+                    token.as_str().into(),
+                    token.clone(),
+                    token,
+                    Token::from_found,
+                )
+                .await;
+            let resume: crate::Resume = Box::new(move |req| match outcome {
+                Outcome::Found(t) => conf.verify(req, Some(t)),
+                Outcome::Missing => conf.verify(req, None),
+                Outcome::Failed(e) => {
+                    tracing::error!("oauth2: token look-up failed: {e}");
+                    Access::Exit(Exit::message(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "An unexpected error occurred",
+                    ))
+                }
+            });
+            resume
+        }))
+    }
+}

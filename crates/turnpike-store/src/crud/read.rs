@@ -30,7 +30,10 @@ impl Store {
     }
 
     /// A credential by one of its unique columns, with its consumer's entity: the data
-    /// plane's look-up for credentials it caches (two primary/unique-key reads).
+    /// plane's look-up for credentials it caches (two primary/unique-key reads). An entity
+    /// that hangs under a credential instead of a consumer (an oauth2 token under its
+    /// application) comes with that credential's entity in its `credential` field, and the
+    /// credential's consumer (three such reads).
     pub async fn find_credential(
         &self,
         table: &str,
@@ -43,25 +46,50 @@ impl Store {
                 "{table}.{field} is not unique"
             )));
         }
+        // The foreign key that leads to the consumer: the consumer's own, or a parent
+        // credential's.
+        let via = match spec.foreign_to("consumers") {
+            Some(fk) => fk,
+            None => spec
+                .foreign
+                .iter()
+                .find(|fk| {
+                    self.tables
+                        .by_table(fk.table)
+                        .is_some_and(|p| p.foreign_to("consumers").is_some())
+                })
+                .ok_or_else(|| StoreError::Database(format!("{table} belongs to no consumer")))?,
+        };
         let mut conn = self.pool.acquire().await?;
         let mut sql = String::new();
-        let Some(row) = by_stored_key(
-            self,
-            &mut sql,
-            "entity, consumer_id",
-            spec.table,
-            field,
-            value,
-        )
-        .fetch_optional(&mut *conn)
-        .await?
+        let columns = format!("entity, {}", via.column());
+        let Some(row) = by_stored_key(self, &mut sql, &columns, spec.table, field, value)
+            .fetch_optional(&mut *conn)
+            .await?
         else {
             return Ok(None);
         };
-        let Some(credential) = parse_live(&row.try_get::<String, _>(0)?)? else {
+        let Some(mut found) = parse_live(&row.try_get::<String, _>(0)?)? else {
             return Ok(None);
         };
-        let consumer_id: String = row.try_get(1)?;
+        let mut consumer_id: String = row.try_get(1)?;
+        if via.table != "consumers" {
+            let Some(parent) = sqlx::query(&format!(
+                "SELECT entity, consumer_id FROM {} WHERE id = $1",
+                via.table
+            ))
+            .bind(&consumer_id)
+            .fetch_optional(&mut *conn)
+            .await?
+            else {
+                return Ok(None);
+            };
+            let Some(credential) = parse_live(&parent.try_get::<String, _>(0)?)? else {
+                return Ok(None);
+            };
+            found.insert(via.field.to_string(), Value::Object(credential));
+            consumer_id = parent.try_get(1)?;
+        }
         let Some(c) = sqlx::query("SELECT entity FROM consumers WHERE id = $1")
             .bind(&consumer_id)
             .fetch_optional(&mut *conn)
@@ -69,10 +97,7 @@ impl Store {
         else {
             return Ok(None);
         };
-        Ok(Some((
-            credential,
-            parse_entity(&c.try_get::<String, _>(0)?)?,
-        )))
+        Ok(Some((found, parse_entity(&c.try_get::<String, _>(0)?)?)))
     }
 
     /// A target inside its upstream, by id or by `host:port`.

@@ -500,6 +500,8 @@ impl Store {
         if let Some((field, shown)) = reveal {
             value.insert(field, shown);
         }
+        // The expiry is stored, not shown: the answer has the `ttl` as written.
+        value.remove(crate::entity::EXPIRES_AT);
         Ok(value)
     }
 }

@@ -35,6 +35,16 @@ pub fn credential(
         fields.insert("tags".into(), Value::Null);
     }
     let consumer = f.raw("consumer").map(foreign_ref_value);
+    // Other foreign keys (an oauth2 token's credential and service) are kept in the fields as
+    // `{"id": ...}`, which is how the store reads and indexes them.
+    for fk in spec.spec.foreign.iter().filter(|fk| fk.field != "consumer") {
+        if let Some(v) = f.raw(fk.field).filter(|v| !v.is_null()) {
+            fields.insert(
+                fk.field.to_string(),
+                serde_json::json!({ "id": foreign_ref_value(v) }),
+            );
+        }
+    }
     let mut errors = f.finish();
     if let Some(check) = spec.check {
         if errors.is_empty() {

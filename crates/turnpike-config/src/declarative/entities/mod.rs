@@ -30,6 +30,12 @@ pub struct ForeignKey {
     pub id: String,
 }
 
+impl ForeignKey {
+    pub fn is_unset(&self) -> bool {
+        self.id.is_empty()
+    }
+}
+
 pub const SERVICE_PROTOCOLS: &[&str] = &[
     "grpc",
     "grpcs",
@@ -207,6 +213,8 @@ pub struct Credential {
     pub table: &'static str,
     pub id: String,
     pub created_at: i64,
+    /// Empty for entities that belong to no consumer (an oauth2 token), and then not written.
+    #[serde(skip_serializing_if = "ForeignKey::is_unset")]
     pub consumer: ForeignKey,
     #[serde(flatten)]
     pub fields: Map<String, Value>,
