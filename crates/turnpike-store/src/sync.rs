@@ -133,6 +133,12 @@ impl ConfigSync {
                         plugins.invalidate(table, id, parsed.as_ref().and_then(|v| v.as_object()));
                     }
                     delta.retain(|(table, _, _)| !cached.contains(table));
+                    // Only cached credentials changed (an oauth2 token written, a key
+                    // added): the caches are right again and the config is as it was.
+                    if delta.is_empty() {
+                        self.applied.send_replace(version);
+                        return Ok(version);
+                    }
                     let job = Job::Delta {
                         from: applied,
                         version,

@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# oauth2 at a million tokens (issue #24): the failure that started this project was a gateway
+# whose token look-ups slowed down as tokens were written through the Admin API. One Turnpike
+# node (1 worker, CPU 0) on PostgreSQL holding TOKENS live oauth2 tokens; wrk (CPU 1)
+# authenticates every request with a token drawn at random from all of them, for DUR, RUNS
+# times each with no writes and while new tokens are written through `POST /oauth2_tokens` at
+# each rate of RATES (a Python writer, unpinned, as is PostgreSQL). Reports proxy RPS and p99
+# beside the no-write runs, the table's size, and the share of requests answered from the
+# node's token cache (1 - token index reads / requests; PostgreSQL's `pg_stat_user_tables`,
+# so the writes' own index reads count against it in the write runs).
+# Usage: [TOKENS=1000000] [RATES="150 1500"] bench/oauth2-tokens.sh [RUNS] [DUR]
+#        (needs postgresql, nginx, wrk, python3)
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+RUNS=${1:-2}
+DUR=${2:-10s}
+TOKENS=${TOKENS:-1000000}
+RATES=${RATES:-150 1500}
+OUT=$ROOT/bench/results/oauth2-tokens-$TOKENS-$(date -u +%Y%m%d-%H%M%S)
+mkdir -p "$OUT/raw"
+cargo build --release --locked -p turnpike >&2
+BIN=$ROOT/target/release/turnpike
+git -C "$ROOT" rev-parse --short HEAD > "$OUT/commit" 2>/dev/null || true
+WORK=$(mktemp -d /tmp/turnpike-oauth2.XXXXXX)
+BENCH_TMP+=("$WORK")
+chmod 755 "$WORK"
+
+PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+PGPORT=55433
+AS=()
+if [ "$(id -u)" = 0 ]; then AS=(runuser -u postgres --); chown postgres "$WORK"; fi
+"${AS[@]}" "$PGBIN/initdb" -D "$WORK/pg" -U kong --auth=trust -E UTF8 --locale=C --no-sync > /dev/null
+"${AS[@]}" "$PGBIN/postgres" -D "$WORK/pg" -p $PGPORT -k "$WORK" -c listen_addresses=127.0.0.1 \
+  -c fsync=off -c synchronous_commit=off -c shared_buffers=256MB > "$WORK/pg.log" 2>&1 &
+BENCH_PIDS+=($!)
+wait_port $PGPORT
+sleep 0.5
+psql() { "$PGBIN/psql" -h 127.0.0.1 -p $PGPORT -U kong -d postgres -qAt "$@"; }
+export TURNPIKE_DATABASE=postgres TURNPIKE_PG_HOST=127.0.0.1 TURNPIKE_PG_PORT=$PGPORT \
+  TURNPIKE_PG_USER=kong TURNPIKE_PG_DATABASE=postgres TURNPIKE_LOG_LEVEL=warn \
+  TURNPIKE_NGINX_WORKER_PROCESSES=1 TURNPIKE_PREFIX=$WORK/node \
+  TURNPIKE_PROXY_LISTEN="127.0.0.1:8000 reuseport backlog=4096" TURNPIKE_ADMIN_LISTEN=127.0.0.1:8001 \
+  TURNPIKE_UPSTREAM_KEEPALIVE_MAX_REQUESTS=1000000 TURNPIKE_NGINX_HTTP_KEEPALIVE_REQUESTS=1000000
+"$BIN" migrations bootstrap
+start_upstream "$LOAD_CPUS"
+taskset -c "$PROXY_CPUS" "$BIN" start > "$OUT/node.log" 2>&1 &
+NODE=$!
+BENCH_PIDS+=($NODE)
+wait_port 8001
+
+A=http://127.0.0.1:8001
+post() { curl -sf -X POST "$A$1" -H 'content-type: application/json' -d "$2"; }
+SVC=$(post /services '{"name":"s","url":"http://127.0.0.1:9001"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+post /services/s/routes '{"name":"r","paths":["/o"]}' > /dev/null
+post /services/s/plugins '{"name":"oauth2","config":{"enable_client_credentials":true}}' > /dev/null
+post /consumers '{"username":"owner"}' > /dev/null
+CRED=$(post /consumers/owner/oauth2 '{"name":"app"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+
+# The tokens, written in one statement in the rows' stored form (as POST /oauth2_tokens
+# writes them).
+NOW=$(date +%s)
+t0=$(date +%s.%N)
+psql <<SQL
+INSERT INTO oauth2_tokens (id, access_token, credential_id, service_id, created_at, entity)
+SELECT u, 'tok-' || g, '$CRED', '$SVC', $NOW,
+  json_build_object('id', u, 'created_at', $NOW, 'access_token', 'tok-' || g,
+    'refresh_token', NULL, 'token_type', 'bearer', 'expires_in', 86400,
+    'authenticated_userid', 'user-' || g, 'scope', 'email', 'ttl', NULL, 'tags', NULL,
+    'credential', json_build_object('id', '$CRED'), 'service', json_build_object('id', '$SVC'))::text
+FROM (SELECT gen_random_uuid()::text AS u, g FROM generate_series(1, $TOKENS) g) s;
+ANALYZE oauth2_tokens;
+SQL
+t1=$(date +%s.%N)
+echo "inserted $TOKENS tokens in $(echo "$t1 - $t0" | bc) s" | tee "$OUT/setup.txt"
+
+cat > "$WORK/random.lua" <<LUA
+math.randomseed(os.time())
+request = function()
+  return wrk.format("GET", "/o", { ["Authorization"] = "Bearer tok-" .. math.random(1, $TOKENS) })
+end
+LUA
+curl -sf -o /dev/null -H "Authorization: Bearer tok-1" http://127.0.0.1:8000/o
+
+# CPU ticks (1/100 s) used so far by these processes and their threads.
+ticks() { for p in "$@"; do cat /proc/"$p"/task/*/stat 2>/dev/null; done | awk '{s += $14 + $15} END {print s + 0}'; }
+idx_scans() { psql -c "SELECT idx_scan FROM pg_stat_user_tables WHERE relname = 'oauth2_tokens'"; }
+writer() { # rate seconds
+  python3 - "$1" "$2" <<'PY' &
+import json, sys, time, urllib.request, uuid
+rate, secs = float(sys.argv[1]), float(sys.argv[2])
+start = time.time(); n = 0; errors = 0
+cred = json.load(urllib.request.urlopen("http://127.0.0.1:8001/oauth2"))["data"][0]["id"]
+svc = json.load(urllib.request.urlopen("http://127.0.0.1:8001/services/s"))["id"]
+while time.time() - start < secs:
+    body = json.dumps({"credential": {"id": cred}, "service": {"id": svc}, "expires_in": 7200,
+                       "access_token": "w-" + uuid.uuid4().hex, "scope": "email"}).encode()
+    req = urllib.request.Request("http://127.0.0.1:8001/oauth2_tokens", body, {"content-type": "application/json"})
+    try:
+        urllib.request.urlopen(req).read()
+    except Exception:
+        errors += 1
+    n += 1
+    lag = start + n / rate - time.time()
+    if lag > 0:
+        time.sleep(lag)
+print(json.dumps({"writes": n, "errors": errors, "seconds": round(time.time() - start, 2)}))
+PY
+}
+run() { # label rate run
+  local secs=${DUR%s} s0 s1 f=$OUT/raw/$1-run$3.txt
+  local wp="" n0 n1 p0 p1
+  s0=$(idx_scans)
+  n0=$(ticks "$NODE")
+  p0=$(ticks $(pgrep -u postgres postgres))
+  if [ "$2" != 0 ]; then
+    writer "$2" "$secs" > "$f.writer"
+    wp=$!
+  fi
+  taskset -c "$LOAD_CPUS" wrk -t1 -c50 -d"$DUR" --latency -s "$WORK/random.lua" http://127.0.0.1:8000/o > "$f"
+  # Only the writer: a bare `wait` would wait for the servers too.
+  if [ -n "$wp" ]; then wait "$wp"; fi
+  s1=$(idx_scans)
+  n1=$(ticks "$NODE")
+  p1=$(ticks $(pgrep -u postgres postgres))
+  echo "token_index_reads $((s1 - s0))" >> "$f"
+  echo "cpu_ticks node $((n1 - n0)) postgres $((p1 - p0))" >> "$f"
+}
+taskset -c "$LOAD_CPUS" wrk -t1 -c50 -d3s -s "$WORK/random.lua" http://127.0.0.1:8000/o > /dev/null
+for i in $(seq 1 "$RUNS"); do
+  run none 0 "$i"
+  for r in $RATES; do run "w$r" "$r" "$i"; done
+done
+psql -c "SELECT count(*), pg_size_pretty(pg_total_relation_size('oauth2_tokens')) FROM oauth2_tokens" > "$OUT/store.txt"
+
+python3 - "$OUT" "$TOKENS" "$RATES" <<'PY' | tee "$OUT/summary.md"
+import json, pathlib, re, statistics, sys
+out, tokens, rates = pathlib.Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split()
+def lat(t):
+    m = re.search(r"99%\s+([\d.]+)(us|ms|s)\b", t)
+    v, u = float(m.group(1)), m.group(2)
+    return v / 1000 if u == "us" else v * 1000 if u == "s" else v
+def runs(label):
+    rs = []
+    for f in sorted((out / "raw").glob(f"{label}-run*.txt")):
+        t = f.read_text()
+        rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
+        n = int(re.search(r"(\d+) requests in", t).group(1))
+        non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", t)
+        reads = int(re.search(r"token_index_reads (\d+)", t).group(1))
+        w = f.with_suffix(".txt.writer")
+        writes = json.loads(w.read_text()) if w.exists() else None
+        cpu = re.search(r"cpu_ticks node (\d+) postgres (\d+)", t)
+        secs = float(re.search(r"requests in ([\d.]+)s", t).group(1))
+        rs.append(dict(rps=rps, p99=lat(t), hit=1 - reads / max(n, 1), bad=int(non2xx.group(1)) if non2xx else 0, writes=writes,
+                       node=int(cpu.group(1)) / secs, pg=int(cpu.group(2)) / secs))
+    return rs
+store = (out / "store.txt").read_text().strip().replace("|", " rows, ")
+base = runs("none")
+print(f"{tokens:,} tokens in PostgreSQL; table after the runs: {store}\n")
+print("| writes | RPS (median; runs) | p99 ms (runs) | token cache hit ratio | writes done/s | non-2xx | node CPU % | PostgreSQL CPU % |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
+for label, name in [("none", "none")] + [("w" + r, r + "/s") for r in rates]:
+    rs = runs(label)
+    wd = [r["writes"]["writes"] / r["writes"]["seconds"] for r in rs if r["writes"]]
+    rps = ", ".join("{:,.0f}".format(r["rps"]) for r in rs)
+    p99 = ", ".join("{:.2f}".format(r["p99"]) for r in rs)
+    done = "{:,.0f}".format(statistics.median(wd)) if wd else "-"
+    print("| {} | {:,.0f} ({}) | {} | {:.2f} | {} | {} | {:.0f} | {:.0f} |".format(
+        name, statistics.median(r["rps"] for r in rs), rps, p99,
+        statistics.median(r["hit"] for r in rs), done, sum(r["bad"] for r in rs),
+        statistics.median(r["node"] for r in rs), statistics.median(r["pg"] for r in rs)))
+PY
+echo "raw results: $OUT"
