@@ -99,6 +99,9 @@ pub struct Cache<K, V> {
     store: Arc<Store>,
     table: &'static str,
     field: &'static str,
+    /// Approximate bytes of a found entry (key, value, the map's overhead), against
+    /// `mem_cache_size`.
+    weight: u32,
     entries: OnceLock<moka::sync::Cache<K, Entry<V>>>,
 }
 
@@ -116,10 +119,22 @@ where
     V: Clone + Send + Sync + 'static,
 {
     pub fn new(store: Arc<Store>, table: &'static str, field: &'static str) -> Cache<K, V> {
+        Cache::weighing(store, table, field, 512)
+    }
+
+    /// A cache whose found entries weigh about `weight` bytes each (a credential whose
+    /// identity is shared with others weighs less than one with its own).
+    pub fn weighing(
+        store: Arc<Store>,
+        table: &'static str,
+        field: &'static str,
+        weight: u32,
+    ) -> Cache<K, V> {
         Cache {
             store,
             table,
             field,
+            weight,
             entries: OnceLock::new(),
         }
     }
@@ -132,9 +147,10 @@ where
                 .get()
                 .map_or(16 << 20, |i| i.settings.max_bytes)
                 .max(1 << 20);
+            let weight = self.weight;
             moka::sync::Cache::builder()
-                // Approximate bytes per entry: the key, the identity, the map's overhead.
-                .weigher(|_, e: &Entry<V>| if e.value.is_some() { 512 } else { 96 })
+                // Approximate bytes per entry: the key, the value, the map's overhead.
+                .weigher(move |_, e: &Entry<V>| if e.value.is_some() { weight } else { 96 })
                 .max_capacity(max)
                 .support_invalidation_closures()
                 .build()

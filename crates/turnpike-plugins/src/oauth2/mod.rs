@@ -38,26 +38,49 @@ pub struct Token {
     userid: Option<HeaderValue>,
 }
 
-/// oauth2's part of the node's [`crate::Runtime`]: tokens found in the store, by access token.
+/// oauth2's part of the node's [`crate::Runtime`]: tokens found in the store, by access token,
+/// and the identities they share (one per application: a million tokens of a few applications
+/// hold a few identities).
 pub struct State {
     tokens: crate::credentials::Cache<Box<str>, Arc<Token>>,
+    identities: moka::sync::Cache<String, Arc<Identity>>,
 }
+
+/// Bytes of a cached token: the key (an access token), the `Token` with its two header values,
+/// an `Arc` to its application's identity, the cache's own overhead.
+const TOKEN_WEIGHT: u32 = 224;
 
 impl State {
     pub fn new(store: Arc<crate::credentials::Store>) -> State {
         State {
-            tokens: crate::credentials::Cache::new(store, daos::TOKENS, "access_token"),
+            tokens: crate::credentials::Cache::weighing(
+                store,
+                daos::TOKENS,
+                "access_token",
+                TOKEN_WEIGHT,
+            ),
+            identities: moka::sync::Cache::builder()
+                .max_capacity(10_000)
+                .support_invalidation_closures()
+                .build(),
         }
     }
 
     /// Drops the cached answer for a token (or the tokens of a consumer) that changed.
     pub fn invalidate(&self, id: &str, access_token: Option<&str>) {
         self.tokens.invalidate(id, access_token);
+        // A consumer that changed: the identities naming it go too.
+        self.identities.invalidate(id);
+        let id = id.to_string();
+        let _ = self
+            .identities
+            .invalidate_entries_if(move |_, who| who.consumer_id == id);
     }
 
     /// Drops every cached token (an application changed: its tokens carry its client_id).
     pub fn invalidate_all(&self) {
         self.tokens.invalidate_all();
+        self.identities.invalidate_all();
     }
 
     /// Tokens (and known misses) cached, for tests and status.
@@ -139,24 +162,33 @@ impl PluginSpec for OAuth2 {
 }
 
 impl Token {
-    /// From a token row found in the store, with its application in `credential`.
-    fn from_found(f: &crate::credentials::Found) -> Option<Arc<Token>> {
+    /// From a token row found in the store, with its application in `credential`; the
+    /// application's identity is shared through `identities`.
+    fn from_found(
+        f: &crate::credentials::Found,
+        identities: &moka::sync::Cache<String, Arc<Identity>>,
+    ) -> Option<Arc<Token>> {
         let str_of = |v: Option<&Value>| v.and_then(|v| v.as_str()).map(String::from);
-        let client_id = f.fields.get("credential")?.get("client_id")?.as_str()?;
+        let app = f.fields.get("credential")?;
+        let client_id = app.get("client_id")?.as_str()?;
+        let app_id = str_of(app.get("id"))?;
         let header = |v: Option<&Value>| {
             v.and_then(|v| v.as_str())
                 .and_then(|s| HeaderValue::from_str(s).ok())
         };
-        Some(Arc::new(Token {
-            who: Arc::new(
+        let who = identities.get_with(app_id.clone(), || {
+            Arc::new(
                 Identity::new(
                     f.consumer_id.clone(),
                     f.username.clone(),
                     f.custom_id.clone(),
-                    str_of(f.fields.get("credential").and_then(|c| c.get("id"))),
+                    Some(app_id),
                 )
                 .identified_by(client_id),
-            ),
+            )
+        });
+        Some(Arc::new(Token {
+            who,
             service_id: str_of(f.fields.get("service").and_then(|s| s.get("id"))),
             created_at: f.fields.get("created_at")?.as_u64()?,
             expires_in: f
@@ -291,12 +323,9 @@ impl Handler for Authenticator {
             let outcome = conf
                 .state
                 .tokens
-                .load(
-                    token.as_str().into(),
-                    token.clone(),
-                    token,
-                    Token::from_found,
-                )
+                .load(token.as_str().into(), token.clone(), token, |f| {
+                    Token::from_found(f, &conf.state.identities)
+                })
                 .await;
             let resume: crate::Resume = Box::new(move |req| match outcome {
                 Outcome::Found(t) => conf.verify(req, Some(t)),
