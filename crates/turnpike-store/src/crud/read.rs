@@ -60,10 +60,31 @@ impl Store {
                 })
                 .ok_or_else(|| StoreError::Database(format!("{table} belongs to no consumer")))?,
         };
+        // One round trip: the row, its parent credential (if any) and the consumer, joined.
+        let (parent_col, join) = if via.table == "consumers" {
+            ("", format!("JOIN consumers k ON k.id = t.{}", via.column()))
+        } else {
+            (
+                "p.entity, ",
+                format!(
+                    "JOIN {} p ON p.id = t.{} JOIN consumers k ON k.id = p.consumer_id",
+                    via.table,
+                    via.column()
+                ),
+            )
+        };
+        let forms = self.plugins.stored_keys(spec.table, value);
+        let marks: Vec<String> = (1..=forms.len()).map(|i| format!("${i}")).collect();
+        let sql = format!(
+            "SELECT t.entity, {parent_col}k.entity FROM {} t {join} WHERE t.{} IN ({})",
+            spec.table,
+            quote(field),
+            marks.join(", ")
+        );
         let mut conn = self.pool.acquire().await?;
-        let mut sql = String::new();
-        let columns = format!("entity, {}", via.column());
-        let Some(row) = by_stored_key(self, &mut sql, &columns, spec.table, field, value)
+        let Some(row) = forms
+            .into_iter()
+            .fold(sqlx::query(&sql), |q, f| q.bind(f))
             .fetch_optional(&mut *conn)
             .await?
         else {
@@ -72,32 +93,18 @@ impl Store {
         let Some(mut found) = parse_live(&row.try_get::<String, _>(0)?)? else {
             return Ok(None);
         };
-        let mut consumer_id: String = row.try_get(1)?;
+        let mut consumer = 1;
         if via.table != "consumers" {
-            let Some(parent) = sqlx::query(&format!(
-                "SELECT entity, consumer_id FROM {} WHERE id = $1",
-                via.table
-            ))
-            .bind(&consumer_id)
-            .fetch_optional(&mut *conn)
-            .await?
-            else {
-                return Ok(None);
-            };
-            let Some(credential) = parse_live(&parent.try_get::<String, _>(0)?)? else {
+            let Some(credential) = parse_live(&row.try_get::<String, _>(1)?)? else {
                 return Ok(None);
             };
             found.insert(via.field.to_string(), Value::Object(credential));
-            consumer_id = parent.try_get(1)?;
+            consumer = 2;
         }
-        let Some(c) = sqlx::query("SELECT entity FROM consumers WHERE id = $1")
-            .bind(&consumer_id)
-            .fetch_optional(&mut *conn)
-            .await?
-        else {
-            return Ok(None);
-        };
-        Ok(Some((found, parse_entity(&c.try_get::<String, _>(0)?)?)))
+        Ok(Some((
+            found,
+            parse_entity(&row.try_get::<String, _>(consumer)?)?,
+        )))
     }
 
     /// A target inside its upstream, by id or by `host:port`.
