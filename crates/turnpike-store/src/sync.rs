@@ -133,12 +133,6 @@ impl ConfigSync {
                         plugins.invalidate(table, id, parsed.as_ref().and_then(|v| v.as_object()));
                     }
                     delta.retain(|(table, _, _)| !cached.contains(table));
-                    // Only cached credentials changed (an oauth2 token written, a key
-                    // added): the caches are right again and the config is as it was.
-                    if delta.is_empty() {
-                        self.applied.send_replace(version);
-                        return Ok(version);
-                    }
                     let job = Job::Delta {
                         from: applied,
                         version,
@@ -382,6 +376,13 @@ fn builder_loop(
                 // so that a fix or a delete of what failed shows at once.
                 Some((at, cfg)) if at == from && !cfg.left_out.is_empty() => {
                     Err("entities were left out of the running config".to_string())
+                }
+                // Only cached credentials changed (an oauth2 token written, a key added): the
+                // caches are right again and the config is as it was; the builder moves to the
+                // new version without compiling or swapping anything.
+                Some((at, cfg)) if at == from && delta.is_empty() => {
+                    state = Some((version, cfg));
+                    Ok(())
                 }
                 Some((at, mut cfg)) if at == from => {
                     let mut changes = Changes {

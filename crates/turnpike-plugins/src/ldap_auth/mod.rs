@@ -145,7 +145,11 @@ fn credentials(value: &HeaderValue, scheme: &str) -> Option<(String, String)> {
         .decode(rest.trim())
         .ok()?;
     let text = String::from_utf8(decoded).ok()?;
-    let colon = text[..text.len().saturating_sub(1)].rfind(':')?;
+    // The last colon with something after it (a colon is one byte: slicing there is safe).
+    let colon = text
+        .rmatch_indices(':')
+        .map(|(i, _)| i)
+        .find(|i| i + 1 < text.len())?;
     let (user, pass) = (&text[..colon], &text[colon + 1..]);
     (!user.is_empty() && !pass.is_empty()).then(|| (user.to_string(), pass.to_string()))
 }
@@ -376,6 +380,15 @@ mod tests {
         );
         assert_eq!(credentials(&h("basic", "a:b"), "ldap"), None);
         assert_eq!(credentials(&h("ldap", "a:"), "ldap"), None);
+        // Multi-byte text at the end (a panic before: the split sliced inside a character).
+        assert_eq!(
+            credentials(&h("ldap", "jo:pé"), "ldap"),
+            Some(("jo".into(), "pé".into()))
+        );
+        assert_eq!(
+            credentials(&h("ldap", "a:b:"), "ldap"),
+            Some(("a".into(), "b:".into()))
+        );
         assert_eq!(credentials(&h("ldap", ":b"), "ldap"), None);
         assert_eq!(
             credentials(&HeaderValue::from_static("ldap !!"), "ldap"),
