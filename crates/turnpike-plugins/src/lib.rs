@@ -8,6 +8,7 @@
 //! chain. A route without plugins pays one empty-slice check.
 
 pub mod acl;
+pub mod anonymous;
 pub mod basic_auth;
 pub mod correlation_id;
 pub mod cors;

@@ -81,7 +81,7 @@ struct Configured {
     state: Arc<State>,
     hide_credentials: bool,
     www_authenticate: HeaderValue,
-    anonymous: Option<Result<Arc<Identity>, String>>,
+    anonymous: crate::anonymous::Anonymous,
 }
 
 /// A verification's outcome, remembered by the digest of the header that carried it.
@@ -121,10 +121,7 @@ impl PluginSpec for BasicAuth {
     fn build(&self, config: &Value, ctx: &BuildContext) -> Result<Arc<dyn Handler>, String> {
         let c: schema::Config = crate::typed(config)?;
         let realm = c.realm.as_str();
-        let anonymous = c.anonymous.as_deref().map(|a| {
-            ctx.consumer(a)
-                .ok_or_else(|| format!("anonymous consumer {a} is configured but doesn't exist"))
-        });
+        let anonymous = crate::anonymous::Anonymous::new(ctx, c.anonymous.as_deref());
         Ok(Arc::new(Authenticator(Arc::new(Configured {
             credentials: (!ctx.runtime.credentials.installed()).then(|| ctx.shared(daos::index)),
             state: ctx.runtime.basic_auth.clone(),
@@ -153,26 +150,19 @@ fn parse(value: &[u8]) -> Option<(String, Vec<u8>)> {
 
 impl Configured {
     fn fail(&self, req: &mut AccessRequest<'_>, status: StatusCode, message: &str) -> Access {
-        match &self.anonymous {
-            Some(Ok(who)) => {
-                req.set_consumer(who.clone());
-                Access::Continue
+        self.anonymous.fail(req, || {
+            let mut e = Exit::message(status, message);
+            if status == StatusCode::UNAUTHORIZED {
+                e.headers.push((
+                    http::header::WWW_AUTHENTICATE,
+                    self.www_authenticate.clone(),
+                ));
+            } else {
+                e.headers
+                    .push((http::header::RETRY_AFTER, HeaderValue::from_static("1")));
             }
-            Some(Err(e)) => Access::Exit(Exit::message(StatusCode::INTERNAL_SERVER_ERROR, e)),
-            None => {
-                let mut e = Exit::message(status, message);
-                if status == StatusCode::UNAUTHORIZED {
-                    e.headers.push((
-                        http::header::WWW_AUTHENTICATE,
-                        self.www_authenticate.clone(),
-                    ));
-                } else {
-                    e.headers
-                        .push((http::header::RETRY_AFTER, HeaderValue::from_static("1")));
-                }
-                Access::Exit(e)
-            }
-        }
+            e
+        })
     }
 
     fn succeed(&self, req: &mut AccessRequest<'_>, cred: &Credential) -> Access {
@@ -194,14 +184,7 @@ impl Handler for Authenticator {
     }
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {
         let conf = &self.0;
-        // With `anonymous`, auth plugins form a logical OR: one that already found a real
-        // consumer settles it.
-        if conf.anonymous.is_some()
-            && req
-                .consumer
-                .as_ref()
-                .is_some_and(|c| c.credential_id.is_some())
-        {
+        if conf.anonymous.already_settled(req) {
             return Access::Continue;
         }
         // Kong reads Proxy-Authorization first.
@@ -251,13 +234,7 @@ impl Handler for Authenticator {
                 let resume: crate::Resume = Box::new(move |req| match outcome {
                     Outcome::Found(cred) => verify(&conf, req, cred, &header, password),
                     Outcome::Missing => conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED),
-                    Outcome::Failed(e) => {
-                        tracing::error!("basic-auth: credential look-up failed: {e}");
-                        Access::Exit(Exit::message(
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            "An unexpected error occurred",
-                        ))
-                    }
+                    Outcome::Failed(e) => crate::anonymous::store_failed("basic-auth", &e),
                 });
                 resume
             }));

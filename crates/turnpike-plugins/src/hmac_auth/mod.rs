@@ -60,7 +60,7 @@ struct Configured {
     /// Allowed algorithms, by [`Algorithm`].
     algorithms: Vec<Algorithm>,
     www_authenticate: HeaderValue,
-    anonymous: Option<Result<Arc<Identity>, String>>,
+    anonymous: crate::anonymous::Anonymous,
     /// Kong's pattern for the header's parameters.
     pattern: regex::Regex,
 }
@@ -123,10 +123,7 @@ impl PluginSpec for HmacAuth {
             Some(r) => format!("hmac realm=\"{r}\""),
             None => "hmac".to_string(),
         };
-        let anonymous = c.anonymous.as_deref().map(|a| {
-            ctx.consumer(a)
-                .ok_or_else(|| format!("anonymous consumer {a} is configured but doesn't exist"))
-        });
+        let anonymous = crate::anonymous::Anonymous::new(ctx, c.anonymous.as_deref());
         Ok(Arc::new(Authenticator(Arc::new(Configured {
             credentials: if ctx.runtime.credentials.installed() {
                 Credentials::Store(ctx.runtime.hmac_auth.clone())
@@ -173,21 +170,14 @@ impl Configured {
     }
 
     fn fail(&self, req: &mut AccessRequest<'_>, message: &str) -> Access {
-        match &self.anonymous {
-            Some(Ok(who)) => {
-                req.set_consumer(who.clone());
-                Access::Continue
-            }
-            Some(Err(e)) => Access::Exit(Exit::message(StatusCode::INTERNAL_SERVER_ERROR, e)),
-            None => {
-                let mut e = Exit::message(StatusCode::UNAUTHORIZED, message);
-                e.headers.push((
-                    http::header::WWW_AUTHENTICATE,
-                    self.www_authenticate.clone(),
-                ));
-                Access::Exit(e)
-            }
-        }
+        self.anonymous.fail(req, || {
+            let mut e = Exit::message(StatusCode::UNAUTHORIZED, message);
+            e.headers.push((
+                http::header::WWW_AUTHENTICATE,
+                self.www_authenticate.clone(),
+            ));
+            e
+        })
     }
 
     /// Kong's `validate_params`: the enforced headers are all signed, the algorithm allowed.
@@ -318,12 +308,7 @@ impl Handler for Authenticator {
     }
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {
         let conf = &self.0;
-        if conf.anonymous.is_some()
-            && req
-                .consumer
-                .as_ref()
-                .is_some_and(|c| c.credential_id.is_some())
-        {
+        if conf.anonymous.already_settled(req) {
             return Access::Continue;
         }
         let authorization = req.headers.get(http::header::AUTHORIZATION);
@@ -381,13 +366,7 @@ impl Handler for Authenticator {
                     let resume: crate::Resume = Box::new(move |req| match outcome {
                         Outcome::Found(c) => conf.verify(req, &p, alg, Some(c)),
                         Outcome::Missing => conf.verify(req, &p, alg, None),
-                        Outcome::Failed(e) => {
-                            tracing::error!("hmac-auth: credential look-up failed: {e}");
-                            Access::Exit(Exit::message(
-                                StatusCode::INTERNAL_SERVER_ERROR,
-                                "An unexpected error occurred",
-                            ))
-                        }
+                        Outcome::Failed(e) => crate::anonymous::store_failed("hmac-auth", &e),
                     });
                     resume
                 }))

@@ -65,7 +65,7 @@ struct Configured {
     /// `Bearer` or `Bearer realm="..."`, and the same with ` error="invalid_token"`.
     www_authenticate: HeaderValue,
     www_authenticate_invalid: HeaderValue,
-    anonymous: Option<Result<Arc<Identity>, String>>,
+    anonymous: crate::anonymous::Anonymous,
 }
 
 struct Authenticator(Arc<Configured>);
@@ -93,10 +93,7 @@ impl PluginSpec for Jwt {
             None => "Bearer".to_string(),
         };
         let header = |v: &str| HeaderValue::from_str(v).map_err(|_| "invalid realm".to_string());
-        let anonymous = c.anonymous.as_deref().map(|a| {
-            ctx.consumer(a)
-                .ok_or_else(|| format!("anonymous consumer {a} is configured but doesn't exist"))
-        });
+        let anonymous = crate::anonymous::Anonymous::new(ctx, c.anonymous.as_deref());
         let header_names = c
             .header_names
             .iter()
@@ -222,41 +219,34 @@ fn percent_decode(s: &str) -> String {
 
 impl Configured {
     fn fail(&self, req: &mut AccessRequest<'_>, why: Failure) -> Access {
-        match &self.anonymous {
-            Some(Ok(who)) => {
-                req.set_consumer(who.clone());
-                Access::Continue
-            }
-            Some(Err(e)) => Access::Exit(Exit::message(StatusCode::INTERNAL_SERVER_ERROR, e)),
-            None => {
-                let (mut exit, invalid) = match why {
-                    Failure::Message(m, invalid) => {
-                        (Exit::message(StatusCode::UNAUTHORIZED, m), invalid)
+        self.anonymous.fail(req, || {
+            let (mut exit, invalid) = match why {
+                Failure::Message(m, invalid) => {
+                    (Exit::message(StatusCode::UNAUTHORIZED, m), invalid)
+                }
+                Failure::Text(m) => (Exit::message(StatusCode::UNAUTHORIZED, &m), true),
+                Failure::Claims(errs) => {
+                    let mut body = serde_json::Map::new();
+                    for (k, v) in errs {
+                        body.insert(k, Value::String(v));
                     }
-                    Failure::Text(m) => (Exit::message(StatusCode::UNAUTHORIZED, &m), true),
-                    Failure::Claims(errs) => {
-                        let mut body = serde_json::Map::new();
-                        for (k, v) in errs {
-                            body.insert(k, Value::String(v));
-                        }
-                        let mut e = Exit::message(StatusCode::UNAUTHORIZED, "");
-                        e.body = serde_json::to_vec(&Value::Object(body))
-                            .unwrap_or_default()
-                            .into();
-                        (e, true)
-                    }
-                };
-                exit.headers.push((
-                    http::header::WWW_AUTHENTICATE,
-                    if invalid {
-                        self.www_authenticate_invalid.clone()
-                    } else {
-                        self.www_authenticate.clone()
-                    },
-                ));
-                Access::Exit(exit)
-            }
-        }
+                    let mut e = Exit::message(StatusCode::UNAUTHORIZED, "");
+                    e.body = serde_json::to_vec(&Value::Object(body))
+                        .unwrap_or_default()
+                        .into();
+                    (e, true)
+                }
+            };
+            exit.headers.push((
+                http::header::WWW_AUTHENTICATE,
+                if invalid {
+                    self.www_authenticate_invalid.clone()
+                } else {
+                    self.www_authenticate.clone()
+                },
+            ));
+            exit
+        })
     }
 
     /// Checks the token (`t`, decoded from `token`) against the secret found for its key.
@@ -326,14 +316,7 @@ impl Handler for Authenticator {
         if !conf.run_on_preflight && req.method == "OPTIONS" {
             return Access::Continue;
         }
-        // With `anonymous`, auth plugins form a logical OR: one that already found a real
-        // consumer settles it.
-        if conf.anonymous.is_some()
-            && req
-                .consumer
-                .as_ref()
-                .is_some_and(|c| c.credential_id.is_some())
-        {
+        if conf.anonymous.already_settled(req) {
             return Access::Continue;
         }
         let mut found = tokens(conf, req);
@@ -400,13 +383,7 @@ impl Handler for Authenticator {
                     let resume: crate::Resume = Box::new(move |req| match outcome {
                         Outcome::Found(s) => conf.verify(req, &token, &t, Some(s)),
                         Outcome::Missing => conf.verify(req, &token, &t, None),
-                        Outcome::Failed(e) => {
-                            tracing::error!("jwt: secret look-up failed: {e}");
-                            Access::Exit(Exit::message(
-                                StatusCode::INTERNAL_SERVER_ERROR,
-                                "An unexpected error occurred",
-                            ))
-                        }
+                        Outcome::Failed(e) => crate::anonymous::store_failed("jwt", &e),
                     });
                     resume
                 }))

@@ -118,7 +118,7 @@ struct Configured {
     run_on_preflight: bool,
     www_authenticate: HeaderValue,
     /// `Err` when `anonymous` names a consumer that does not exist (Kong answers 500 then).
-    anonymous: Option<Result<Arc<Identity>, String>>,
+    anonymous: crate::anonymous::Anonymous,
 }
 
 impl PluginSpec for KeyAuth {
@@ -148,10 +148,7 @@ impl PluginSpec for KeyAuth {
             Some(r) => format!("Key realm=\"{r}\""),
             None => "Key".to_string(),
         };
-        let anonymous = c.anonymous.as_deref().map(|a| {
-            ctx.consumer(a)
-                .ok_or_else(|| format!("anonymous consumer {a} is configured but doesn't exist"))
-        });
+        let anonymous = crate::anonymous::Anonymous::new(ctx, c.anonymous.as_deref());
         Ok(Arc::new(Authenticator(Arc::new(Configured {
             keys: if ctx.runtime.credentials.installed() {
                 Keys::Store(ctx.runtime.key_auth.clone())
@@ -197,21 +194,14 @@ fn without_arg(query: &str, name: &str) -> String {
 
 impl Configured {
     fn fail(&self, req: &mut AccessRequest<'_>, message: &str) -> Access {
-        match &self.anonymous {
-            Some(Ok(who)) => {
-                req.set_consumer(who.clone());
-                Access::Continue
-            }
-            Some(Err(e)) => Access::Exit(Exit::message(StatusCode::INTERNAL_SERVER_ERROR, e)),
-            None => {
-                let mut e = Exit::message(StatusCode::UNAUTHORIZED, message);
-                e.headers.push((
-                    http::header::WWW_AUTHENTICATE,
-                    self.www_authenticate.clone(),
-                ));
-                Access::Exit(e)
-            }
-        }
+        self.anonymous.fail(req, || {
+            let mut e = Exit::message(StatusCode::UNAUTHORIZED, message);
+            e.headers.push((
+                http::header::WWW_AUTHENTICATE,
+                self.www_authenticate.clone(),
+            ));
+            e
+        })
     }
 }
 
@@ -277,13 +267,7 @@ impl Authenticator {
             let resume: crate::Resume = Box::new(move |req| match outcome {
                 Outcome::Found(who) => conf.succeed(req, who, name, location),
                 Outcome::Missing => conf.fail(req, INVALID),
-                Outcome::Failed(e) => {
-                    tracing::error!("key-auth: credential look-up failed: {e}");
-                    Access::Exit(Exit::message(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "An unexpected error occurred",
-                    ))
-                }
+                Outcome::Failed(e) => crate::anonymous::store_failed("key-auth", &e),
             });
             resume
         }))
@@ -331,14 +315,7 @@ impl Configured {
         if !self.run_on_preflight && req.method == "OPTIONS" {
             return Found::Nothing;
         }
-        // With `anonymous`, auth plugins form a logical OR: one that already found a real
-        // consumer settles it.
-        if self.anonymous.is_some()
-            && req
-                .consumer
-                .as_ref()
-                .is_some_and(|c| c.credential_id.is_some())
-        {
+        if self.anonymous.already_settled(req) {
             return Found::Nothing;
         }
         let ct = if self.in_body {

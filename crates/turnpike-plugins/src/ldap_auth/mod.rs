@@ -59,7 +59,7 @@ struct Configured {
     www_authenticate: HeaderValue,
     /// Digest of the settings a bind depends on: part of every cache key.
     fingerprint: [u8; 32],
-    anonymous: Option<Result<Arc<Identity>, String>>,
+    anonymous: crate::anonymous::Anonymous,
     /// Idle bound connections, newest last.
     idle: Mutex<Vec<(Ldap, Instant)>>,
 }
@@ -94,10 +94,7 @@ impl PluginSpec for LdapAuth {
         } else {
             c.header_type.clone()
         };
-        let anonymous = c.anonymous.as_deref().map(|a| {
-            ctx.consumer(a)
-                .ok_or_else(|| format!("anonymous consumer {a} is configured but doesn't exist"))
-        });
+        let anonymous = crate::anonymous::Anonymous::new(ctx, c.anonymous.as_deref());
         let fingerprint: [u8; 32] = sha2::Sha256::digest(format!(
             "{}:{}:{}:{}:{}:{}:{}",
             c.ldap_host.to_ascii_lowercase(),
@@ -186,23 +183,16 @@ impl Configured {
     }
 
     fn fail(&self, req: &mut AccessRequest<'_>, status: StatusCode, message: &str) -> Access {
-        match &self.anonymous {
-            Some(Ok(who)) => {
-                req.set_consumer(who.clone());
-                Access::Continue
+        self.anonymous.fail(req, || {
+            let mut e = Exit::message(status, message);
+            if message == "Unauthorized" {
+                e.headers.push((
+                    http::header::WWW_AUTHENTICATE,
+                    self.www_authenticate.clone(),
+                ));
             }
-            Some(Err(e)) => Access::Exit(Exit::message(StatusCode::INTERNAL_SERVER_ERROR, e)),
-            None => {
-                let mut e = Exit::message(status, message);
-                if message == "Unauthorized" {
-                    e.headers.push((
-                        http::header::WWW_AUTHENTICATE,
-                        self.www_authenticate.clone(),
-                    ));
-                }
-                Access::Exit(e)
-            }
-        }
+            e
+        })
     }
 
     fn succeed(&self, req: &mut AccessRequest<'_>, who: Arc<Identity>) -> Access {
@@ -269,12 +259,7 @@ impl Handler for Authenticator {
     }
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {
         let conf = &self.0;
-        if conf.anonymous.is_some()
-            && req
-                .consumer
-                .as_ref()
-                .is_some_and(|c| c.credential_id.is_some())
-        {
+        if conf.anonymous.already_settled(req) {
             return Access::Continue;
         }
         let proxy = req.headers.get(http::header::PROXY_AUTHORIZATION);

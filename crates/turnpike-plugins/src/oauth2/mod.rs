@@ -96,7 +96,7 @@ struct Configured {
     global_credentials: bool,
     missing_challenge: HeaderValue,
     invalid_challenge: HeaderValue,
-    anonymous: Option<Result<Arc<Identity>, String>>,
+    anonymous: crate::anonymous::Anonymous,
 }
 
 struct Authenticator(Arc<Configured>);
@@ -141,10 +141,7 @@ impl PluginSpec for OAuth2 {
     fn build(&self, config: &Value, ctx: &BuildContext) -> Result<Arc<dyn Handler>, String> {
         let c: schema::Config = crate::typed(config)?;
         let realm = c.realm.as_deref().unwrap_or("service");
-        let anonymous = c.anonymous.as_deref().map(|a| {
-            ctx.consumer(a)
-                .ok_or_else(|| format!("anonymous consumer {a} is configured but doesn't exist"))
-        });
+        let anonymous = crate::anonymous::Anonymous::new(ctx, c.anonymous.as_deref());
         let header = |v: String| HeaderValue::from_str(&v).map_err(|_| "invalid realm".to_string());
         Ok(Arc::new(Authenticator(Arc::new(Configured {
             state: ctx.runtime.oauth2.clone(),
@@ -204,32 +201,24 @@ impl Token {
 
 impl Configured {
     fn fail(&self, req: &mut AccessRequest<'_>, missing: bool) -> Access {
-        match &self.anonymous {
-            Some(Ok(who)) => {
-                req.set_consumer(who.clone());
-                Access::Continue
-            }
-            Some(Err(e)) => Access::Exit(Exit::message(StatusCode::INTERNAL_SERVER_ERROR, e)),
-            None => {
-                let (error, description, challenge) = if missing {
-                    (
-                        "invalid_request",
-                        "The access token is missing",
-                        &self.missing_challenge,
-                    )
-                } else {
-                    ("invalid_token", INVALID, &self.invalid_challenge)
-                };
-                let mut e = Exit::message(StatusCode::UNAUTHORIZED, "");
-                e.body =
-                    serde_json::to_vec(&json!({"error": error, "error_description": description}))
-                        .unwrap_or_default()
-                        .into();
-                e.headers
-                    .push((http::header::WWW_AUTHENTICATE, challenge.clone()));
-                Access::Exit(e)
-            }
-        }
+        self.anonymous.fail(req, || {
+            let (error, description, challenge) = if missing {
+                (
+                    "invalid_request",
+                    "The access token is missing",
+                    &self.missing_challenge,
+                )
+            } else {
+                ("invalid_token", INVALID, &self.invalid_challenge)
+            };
+            let mut e = Exit::message(StatusCode::UNAUTHORIZED, "");
+            e.body = serde_json::to_vec(&json!({"error": error, "error_description": description}))
+                .unwrap_or_default()
+                .into();
+            e.headers
+                .push((http::header::WWW_AUTHENTICATE, challenge.clone()));
+            e
+        })
     }
 
     /// Kong's checks of a token found (or not) for this request.
@@ -303,12 +292,7 @@ impl Handler for Authenticator {
     }
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {
         let conf = &self.0;
-        if conf.anonymous.is_some()
-            && req
-                .consumer
-                .as_ref()
-                .is_some_and(|c| c.credential_id.is_some())
-        {
+        if conf.anonymous.already_settled(req) {
             return Access::Continue;
         }
         let token = match conf.token(req) {
@@ -330,13 +314,7 @@ impl Handler for Authenticator {
             let resume: crate::Resume = Box::new(move |req| match outcome {
                 Outcome::Found(t) => conf.verify(req, Some(t)),
                 Outcome::Missing => conf.verify(req, None),
-                Outcome::Failed(e) => {
-                    tracing::error!("oauth2: token look-up failed: {e}");
-                    Access::Exit(Exit::message(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "An unexpected error occurred",
-                    ))
-                }
+                Outcome::Failed(e) => crate::anonymous::store_failed("oauth2", &e),
             });
             resume
         }))
