@@ -5,8 +5,9 @@
 //! allowed by the config, the signing string built exactly as Kong builds it, and optionally the
 //! body's `Digest`.
 //!
-//! A check allocates the signing string and nothing else: the signature is decoded and the
-//! HMAC computed into stack buffers, and compared in constant time.
+//! A check allocates the signing string and the pattern's capture slots, nothing else: the
+//! parameters stay in the header's own bytes, the signature is decoded and the HMAC computed
+//! into stack buffers and compared in constant time.
 
 pub mod daos;
 mod schema;
@@ -149,24 +150,40 @@ impl PluginSpec for HmacAuth {
     }
 }
 
-/// The parameters of an `hmac ...` header value.
+/// The parameters of an `hmac ...` header value: where they stand in the value, which is
+/// kept (a shared handle to the request's bytes, not a copy) so that they outlive a wait for
+/// the store without being copied out one by one.
 struct Params {
-    username: String,
-    algorithm: String,
-    headers: String,
-    signature: String,
+    value: HeaderValue,
+    groups: [std::ops::Range<usize>; 4],
+}
+
+impl Params {
+    fn group(&self, i: usize) -> &str {
+        // Checked UTF-8 when parsed; the ranges are the pattern's groups in it.
+        std::str::from_utf8(&self.value.as_bytes()[self.groups[i].clone()]).unwrap_or("")
+    }
+    fn username(&self) -> &str {
+        self.group(0)
+    }
+    fn algorithm(&self) -> &str {
+        self.group(1)
+    }
+    fn headers(&self) -> &str {
+        self.group(2)
+    }
+    fn signature(&self) -> &str {
+        self.group(3)
+    }
 }
 
 impl Configured {
     fn params(&self, value: Option<&HeaderValue>) -> Option<Params> {
-        let s = value?.to_str().ok()?;
+        let value = value?.clone();
+        let s = value.to_str().ok()?;
         let m = self.pattern.captures(s)?;
-        Some(Params {
-            username: m[1].to_string(),
-            algorithm: m[2].to_string(),
-            headers: m[3].to_string(),
-            signature: m[4].to_string(),
-        })
+        let groups = [1, 2, 3, 4].map(|i| m.get(i).map_or(0..0, |g| g.range()));
+        Some(Params { value, groups })
     }
 
     fn fail(&self, req: &mut AccessRequest<'_>, message: &str) -> Access {
@@ -182,15 +199,14 @@ impl Configured {
 
     /// Kong's `validate_params`: the enforced headers are all signed, the algorithm allowed.
     fn allowed(&self, p: &Params) -> Option<Algorithm> {
-        let signed: Vec<&str> = p.headers.split(' ').collect();
         if self
             .enforce_headers
             .iter()
-            .any(|h| !signed.contains(&h.as_str()))
+            .any(|h| !p.headers().split(' ').any(|s| s == h))
         {
             return None;
         }
-        Algorithm::parse(&p.algorithm).filter(|a| self.algorithms.contains(a))
+        Algorithm::parse(p.algorithm()).filter(|a| self.algorithms.contains(a))
     }
 
     /// Checks the signature (and the body's digest) with the credential found.
@@ -206,7 +222,7 @@ impl Configured {
         };
         let mut sig = [0u8; 64];
         let sig =
-            match base64::engine::general_purpose::STANDARD.decode_slice(&p.signature, &mut sig) {
+            match base64::engine::general_purpose::STANDARD.decode_slice(p.signature(), &mut sig) {
                 Ok(n) => &sig[..n],
                 Err(_) => return self.fail(req, NOT_SAME),
             };
@@ -216,12 +232,12 @@ impl Configured {
         } else {
             req.target
         };
-        let ok = hmac::verify(&key, signing_string(req, &p.headers, target).as_bytes(), sig)
+        let ok = hmac::verify(&key, signing_string(req, p.headers(), target).as_bytes(), sig)
             .is_ok()
             // Kong still accepts the request line with the normalised path, without the
             // query (deprecated by Kong/kong#3339).
             || (target != req.path
-                && hmac::verify(&key, signing_string(req, &p.headers, req.path).as_bytes(), sig)
+                && hmac::verify(&key, signing_string(req, p.headers(), req.path).as_bytes(), sig)
                     .is_ok());
         if !ok {
             return self.fail(req, NOT_SAME);
@@ -338,17 +354,17 @@ impl Handler for Authenticator {
         };
         match &conf.credentials {
             Credentials::Snapshot(index) => {
-                let cred = index.get(p.username.as_str()).cloned();
+                let cred = index.get(p.username()).cloned();
                 conf.verify(req, &p, alg, cred)
             }
             Credentials::Store(state) => {
-                if let Some(e) = state.stored.get(p.username.as_str()) {
+                if let Some(e) = state.stored.get(p.username()) {
                     return conf.verify(req, &p, alg, e.value);
                 }
                 let conf = self.0.clone();
                 let state = state.clone();
                 Access::Wait(Box::pin(async move {
-                    let name = p.username.clone();
+                    let name = p.username().to_string();
                     let outcome = state
                         .stored
                         .load(name.as_str().into(), name.clone(), name, |f| {
@@ -359,7 +375,7 @@ impl Handler for Authenticator {
                                     f.custom_id.clone(),
                                     Some(f.id.clone()),
                                 )
-                                .identified_by(&p.username)
+                                .identified_by(p.username())
                             })
                         })
                         .await;
