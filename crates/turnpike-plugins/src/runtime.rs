@@ -30,8 +30,8 @@ impl Runtime {
         Arc::new(Runtime {
             key_auth: Arc::new(key_auth::State::new(credentials.clone())),
             basic_auth: Arc::new(basic_auth::State::new(credentials.clone())),
-            jwt: Arc::new(jwt::State::new(credentials.clone())),
-            hmac_auth: Arc::new(hmac_auth::State::new(credentials.clone())),
+            jwt: Arc::new(jwt::state(credentials.clone())),
+            hmac_auth: Arc::new(hmac_auth::state(credentials.clone())),
             ldap_auth: Arc::default(),
             oauth2: Arc::new(oauth2::State::new(credentials.clone())),
             credentials,

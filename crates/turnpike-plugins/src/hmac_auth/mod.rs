@@ -26,25 +26,12 @@ use daos::{Credential, CredentialIndex};
 pub struct HmacAuth;
 
 /// hmac-auth's part of the node's [`crate::Runtime`]: credentials found in a store (database
-/// nodes), by username. See `crate::credentials`.
-pub struct State {
-    stored: crate::credentials::Cache<Box<str>, Arc<Credential>>,
-}
+/// nodes), by username: the credential cache itself (see `crate::credentials`).
+pub type State = crate::credentials::Cache<Box<str>, Arc<Credential>>;
 
-impl State {
-    pub fn new(store: Arc<crate::credentials::Store>) -> State {
-        State {
-            stored: crate::credentials::Cache::new(store, daos::TABLE, "username"),
-        }
-    }
-
-    pub fn invalidate(&self, id: &str, username: Option<&str>) {
-        self.stored.invalidate(id, username);
-    }
-
-    pub fn invalidate_all(&self) {
-        self.stored.invalidate_all();
-    }
+/// The node's cache of this plugin's credentials.
+pub fn state(store: Arc<crate::credentials::Store>) -> State {
+    crate::credentials::Cache::new(store, daos::TABLE, "username")
 }
 
 enum Credentials {
@@ -358,7 +345,7 @@ impl Handler for Authenticator {
                 conf.verify(req, &p, alg, cred)
             }
             Credentials::Store(state) => {
-                if let Some(e) = state.stored.get(p.username()) {
+                if let Some(e) = state.get(p.username()) {
                     return conf.verify(req, &p, alg, e.value);
                 }
                 let conf = self.0.clone();
@@ -366,7 +353,6 @@ impl Handler for Authenticator {
                 Access::Wait(Box::pin(async move {
                     let name = p.username().to_string();
                     let outcome = state
-                        .stored
                         .load(name.as_str().into(), name.clone(), name, |f| {
                             Credential::from_fields(&f.fields, || {
                                 Identity::new(

@@ -23,27 +23,13 @@ use daos::{Secret, SecretIndex};
 
 pub struct Jwt;
 
-/// jwt's part of the node's [`crate::Runtime`]: secrets found in a store (database nodes), by
-/// key. See `crate::credentials`.
-pub struct State {
-    stored: crate::credentials::Cache<Box<str>, Arc<Secret>>,
-}
+/// jwt's part of the node's [`crate::Runtime`]: secrets found in a store (database nodes),
+/// by key: the credential cache itself (see `crate::credentials`).
+pub type State = crate::credentials::Cache<Box<str>, Arc<Secret>>;
 
-impl State {
-    pub fn new(store: Arc<crate::credentials::Store>) -> State {
-        State {
-            stored: crate::credentials::Cache::new(store, daos::TABLE, "key"),
-        }
-    }
-
-    /// Drops cached secrets of a credential or consumer that changed (`key`: its key).
-    pub fn invalidate(&self, id: &str, key: Option<&str>) {
-        self.stored.invalidate(id, key);
-    }
-
-    pub fn invalidate_all(&self) {
-        self.stored.invalidate_all();
-    }
+/// The node's cache of this plugin's credentials.
+pub fn state(store: Arc<crate::credentials::Store>) -> State {
+    crate::credentials::Cache::new(store, daos::TABLE, "key")
 }
 
 /// Where secrets are looked up.
@@ -358,14 +344,13 @@ impl Handler for Authenticator {
                 conf.verify(req, &token, &t, secret)
             }
             Secrets::Store(state) => {
-                if let Some(e) = state.stored.get(key.as_str()) {
+                if let Some(e) = state.get(key.as_str()) {
                     return conf.verify(req, &token, &t, e.value);
                 }
                 let conf = self.0.clone();
                 let state = state.clone();
                 Access::Wait(Box::pin(async move {
                     let outcome = state
-                        .stored
                         .load(key.as_str().into(), key.clone(), key, |f| {
                             let key = f.fields.get("key").and_then(|v| v.as_str())?;
                             let who = Arc::new(
