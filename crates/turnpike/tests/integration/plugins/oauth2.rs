@@ -63,6 +63,13 @@ async fn tokens_from_the_admin_api_authenticate_requests() {
     .await;
     assert_eq!(r.status, 201, "{:?}", r.json());
     assert_eq!(r.json()["token_type"], "bearer");
+    // A token with a ttl: the answer shows the ttl as written, not the stored expiry.
+    let mut with_ttl = token("tok-ttl", &service, 7200);
+    with_ttl["ttl"] = json!(3600);
+    let r = admin("POST", "/oauth2_tokens".into(), Some(with_ttl)).await;
+    assert_eq!(r.status, 201, "{:?}", r.json());
+    assert_eq!(r.json()["ttl"], 3600);
+    assert!(r.json().get("_expires_at").is_none(), "{}", r.json());
     // Kong's schema errors; nothing stored.
     let r = admin(
         "POST",
