@@ -30,7 +30,7 @@ impl Admin {
         let targets: Vec<_> = cfg
             .targets
             .iter()
-            .filter(|t| t.upstream.id == upstream.id)
+            .filter(|t| *t.upstream.id == *upstream.id)
             .collect();
         let entry = |t: &turnpike_config::declarative::Target, with_health: bool| -> Value {
             let mut v = serde_json::to_value(t).unwrap_or(Value::Null);

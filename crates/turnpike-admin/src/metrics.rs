@@ -105,7 +105,12 @@ impl Admin {
             let snap = gw.snapshot.load();
             for u in &snap.config.upstreams {
                 let checks = turnpike_proxy::upstream::health::Checks::from_config(&u.healthchecks);
-                for t in snap.config.targets.iter().filter(|t| t.upstream.id == u.id) {
+                for t in snap
+                    .config
+                    .targets
+                    .iter()
+                    .filter(|t| *t.upstream.id == *u.id)
+                {
                     let state = if !checks.enabled() {
                         "healthchecks_off"
                     } else if turnpike_proxy::upstream::health::lookup(&u.id, &t.target)

@@ -263,8 +263,8 @@ impl<'a> ChainIndex<'a> {
                     (s.name(), s.priority())
                 });
             ix.priorities.insert(name, priority);
-            let route = p.route.as_ref().map(|r| r.id.as_str());
-            let service = p.service.as_ref().map(|s| s.id.as_str());
+            let route = p.route.as_ref().map(|r| r.id.as_ref());
+            let service = p.service.as_ref().map(|s| s.id.as_ref());
             let handler = handler.clone();
             if let Some(c) = &p.consumer {
                 let target = match (route, service) {
@@ -274,7 +274,7 @@ impl<'a> ChainIndex<'a> {
                 target
                     .entry(name)
                     .or_default()
-                    .insert(c.id.as_str(), handler);
+                    .insert(c.id.as_ref(), handler);
                 continue;
             }
             let entry = (priority, name, handler);
@@ -308,7 +308,7 @@ impl<'a> ChainIndex<'a> {
         type Chosen = (&'static str, Option<Bound>, bool);
         let nothing: &[Entry] = &[];
         let no_scoped: ByConsumer = FxHashMap::default();
-        let sid = r.service.as_ref().map(|s| s.id.as_str());
+        let sid = r.service.as_ref().map(|s| s.id.as_ref());
         let rid = Some(r.id.as_str());
         let both = sid
             .and_then(|s| self.by_both.get(&(r.id.as_str(), s)))
@@ -515,7 +515,7 @@ impl Snapshot {
                 route_problems.retain(|p| !p.starts_with(&format!("route {id}:")));
                 let service = new.and_then(|r| {
                     let sid = &r.service.as_ref()?.id;
-                    let i = config.services.iter().position(|s| &s.id == sid)?;
+                    let i = config.services.iter().position(|s| *s.id == **sid)?;
                     Some((i, config.services[i].enabled))
                 });
                 let slot = match (old, new) {
@@ -618,7 +618,7 @@ impl Snapshot {
             ));
             let mut peers = Vec::new();
             let mut health = Vec::new();
-            for t in config.targets.iter().filter(|t| t.upstream.id == u.id) {
+            for t in config.targets.iter().filter(|t| *t.upstream.id == *u.id) {
                 let (h, p) = t.target.rsplit_once(':').unwrap_or((&t.target, "8000"));
                 let port = p.parse().unwrap_or(8000);
                 let state = crate::upstream::health::target(&u.id, &t.target);
@@ -762,7 +762,7 @@ fn service_tls(
     let client = match &s.client_certificate {
         Some(fk) => Some(
             *cert_by_id
-                .get(fk.id.as_str())
+                .get(fk.id.as_ref())
                 .ok_or_else(|| format!("client_certificate {} not found", fk.id))?,
         ),
         None => None,

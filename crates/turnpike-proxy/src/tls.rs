@@ -76,7 +76,7 @@ impl CertStore {
         }
         let mut store = CertStore::default();
         for sni in &config.snis {
-            let Some(k) = keys.get(sni.certificate.id.as_str()) else {
+            let Some(k) = keys.get(sni.certificate.id.as_ref()) else {
                 continue;
             };
             if let Some(s) = sni.name.strip_prefix('*') {

@@ -473,7 +473,7 @@ impl Router {
         let mut router = Router::default();
         for route in &config.routes {
             let service = route.service.as_ref().and_then(|s| {
-                let i = *service_index.get(s.id.as_str())?;
+                let i = *service_index.get(s.id.as_ref())?;
                 Some((i, config.services[i].enabled))
             });
             if let (_, Err(e)) = router.add(route, service) {

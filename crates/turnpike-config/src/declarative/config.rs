@@ -163,7 +163,7 @@ fn stored_fk(map: &Map<String, Value>, field: &str) -> Option<ForeignKey> {
     map.get(field)
         .and_then(|v| v.get("id"))
         .and_then(|v| v.as_str())
-        .map(|id| ForeignKey { id: id.to_string() })
+        .map(|id| ForeignKey::new(id))
 }
 
 /// Whether two entity ids are equal. Finding one id among 100k (a change applied to a big
@@ -249,7 +249,7 @@ impl Config {
             Kind::Target => {
                 let (mut e, _, errs) = entities::target(map, id, now * 1000);
                 fail(errs)?;
-                e.upstream = stored_fk(map, "upstream").unwrap_or(ForeignKey { id: String::new() });
+                e.upstream = stored_fk(map, "upstream").unwrap_or(ForeignKey::new(String::new()));
                 replace_or_push(&mut self.targets, id, e, |x| &x.id);
             }
             Kind::Consumer => {
@@ -275,7 +275,7 @@ impl Config {
                 let (mut e, _, errs) = entities::sni(map, id, now);
                 fail(errs)?;
                 e.certificate =
-                    stored_fk(map, "certificate").unwrap_or(ForeignKey { id: String::new() });
+                    stored_fk(map, "certificate").unwrap_or(ForeignKey::new(String::new()));
                 replace_or_push(&mut self.snis, id, e, |x| &x.id);
             }
             Kind::CaCertificate => {
@@ -286,7 +286,7 @@ impl Config {
             Kind::Credential(k) => {
                 let (mut e, _, errs) = entities::credential(k, map, id, now);
                 fail(errs)?;
-                e.consumer = stored_fk(map, "consumer").unwrap_or(ForeignKey { id: String::new() });
+                e.consumer = stored_fk(map, "consumer").unwrap_or(ForeignKey::new(String::new()));
                 replace_or_push(&mut self.credentials, id, e, |x| &x.id);
             }
             Kind::Record(k) => {

@@ -260,6 +260,8 @@ fn load_inner(
     let mut slot: Vec<usize> = vec![usize::MAX; items.len()];
     let mut refs: Vec<Vec<(&'static str, String)>> = vec![Vec::new(); items.len()];
     let mut transient_snis: Vec<(usize, Vec<String>)> = Vec::new();
+    // One copy of each id that foreign keys name, whatever the number of children.
+    let mut shared_ids = refs::SharedIds::default();
     for (i, it) in items.iter().enumerate() {
         let id = it.id.as_str();
         let e = &mut errs[i];
@@ -364,7 +366,7 @@ fn load_inner(
             if refs[i].iter().any(|(f, _)| *f == ck) {
                 errs[i].push((ck.into(), "value must be null".into()));
             }
-            let pid = items[p].id.clone();
+            let pid = shared_ids.intern(&items[p].id);
             refs[i].retain(|(f, _)| *f != ck);
             set_fk(&mut cfg, it.kind, slot[i], ck, pid);
         }
@@ -380,7 +382,7 @@ fn load_inner(
                 updated_at: now,
                 name: name.to_ascii_lowercase(),
                 certificate: ForeignKey {
-                    id: items[i].id.clone(),
+                    id: items[i].id.as_str().into(),
                 },
                 tags: None,
             });
@@ -401,7 +403,10 @@ fn load_inner(
                 _ => unreachable!(),
             };
             match index.resolve(target, &value) {
-                Some(id) => set_fk(&mut cfg, items[i].kind, slot[i], field, id),
+                Some(id) => {
+                    let id = shared_ids.intern(&id);
+                    set_fk(&mut cfg, items[i].kind, slot[i], field, id)
+                }
                 None => errs[i].push((
                     "@entity".into(),
                     format!("invalid reference '{field}: {value}' (no such entry in '{target}')"),

@@ -1,23 +1,39 @@
 //! Foreign keys: references by id or endpoint key resolved, and set on the entity.
 
 use super::HashMap;
+use std::sync::Arc;
 
 use super::*;
 
-pub(super) fn set_fk(cfg: &mut Config, kind: Kind, slot: usize, field: &str, id: String) {
-    let fk = Some(ForeignKey { id: id.clone() });
+/// The ids foreign keys point at, each allocated once and shared by every key naming it.
+#[derive(Default)]
+pub(super) struct SharedIds(HashMap<String, Arc<str>>);
+
+impl SharedIds {
+    pub(super) fn intern(&mut self, id: &str) -> Arc<str> {
+        if let Some(a) = self.0.get(id) {
+            return a.clone();
+        }
+        let a: Arc<str> = id.into();
+        self.0.insert(id.to_string(), a.clone());
+        a
+    }
+}
+
+pub(super) fn set_fk(cfg: &mut Config, kind: Kind, slot: usize, field: &str, id: Arc<str>) {
+    let fk = Some(ForeignKey::new(id.clone()));
     match (kind, field) {
         (Kind::Route, "service") => std::sync::Arc::make_mut(&mut cfg.routes[slot]).service = fk,
         (Kind::Plugin, "service") => cfg.plugins[slot].service = fk,
         (Kind::Plugin, "route") => cfg.plugins[slot].route = fk,
         (Kind::Plugin, "consumer") => cfg.plugins[slot].consumer = fk,
-        (Kind::Target, "upstream") => cfg.targets[slot].upstream = ForeignKey { id },
-        (Kind::Sni, "certificate") => cfg.snis[slot].certificate = ForeignKey { id },
-        (Kind::Credential(_), "consumer") => cfg.credentials[slot].consumer = ForeignKey { id },
+        (Kind::Target, "upstream") => cfg.targets[slot].upstream = ForeignKey::new(id),
+        (Kind::Sni, "certificate") => cfg.snis[slot].certificate = ForeignKey::new(id),
+        (Kind::Credential(_), "consumer") => cfg.credentials[slot].consumer = ForeignKey::new(id),
         (Kind::Record(_), f) => {
             cfg.records[slot]
                 .fields
-                .insert(f.to_string(), serde_json::json!({ "id": id }));
+                .insert(f.to_string(), serde_json::json!({ "id": &*id }));
         }
         _ => {}
     }

@@ -93,8 +93,8 @@ services:
     assert_eq!(s.connect_timeout, 60000);
     assert_eq!(s.id, ids::entity_id("services", "example-service"));
     let r = &c.routes[0];
-    assert_eq!(r.service.as_ref().unwrap().id, s.id);
-    assert_eq!(r.protocols, vec!["http", "https"]);
+    assert_eq!(r.service.as_ref().unwrap().id.as_ref(), s.id.as_str());
+    assert_eq!(r.protocols.iter().collect::<Vec<_>>(), ["http", "https"]);
     assert!(r.strip_path && !r.preserve_host);
     assert_eq!(r.https_redirect_status_code, 426);
     assert_eq!(r.path_handling, "v0");
@@ -140,13 +140,16 @@ routes:
     service: { id: 0a9b8c1e-0000-4000-8000-000000000001 }
     paths: [/z]
 "#);
-    assert_eq!(c.routes[0].service.as_ref().unwrap().id, c.services[0].id);
     assert_eq!(
-        c.routes[1].service.as_ref().unwrap().id,
+        c.routes[0].service.as_ref().unwrap().id.as_ref(),
+        c.services[0].id.as_str()
+    );
+    assert_eq!(
+        c.routes[1].service.as_ref().unwrap().id.as_ref(),
         "0a9b8c1e-0000-4000-8000-000000000001"
     );
     assert_eq!(
-        c.routes[2].service.as_ref().unwrap().id,
+        c.routes[2].service.as_ref().unwrap().id.as_ref(),
         "0a9b8c1e-0000-4000-8000-000000000001"
     );
 }
@@ -283,7 +286,7 @@ services:
     let up = &c.upstreams[0];
     assert_eq!(up.slots, 10000);
     assert_eq!(up.algorithm, "round-robin");
-    assert_eq!(c.targets[0].upstream.id, up.id);
+    assert_eq!(c.targets[0].upstream.id.as_ref(), up.id.as_str());
     assert_eq!(c.targets[1].target, "10.0.0.2:8000");
     assert_eq!(c.targets[1].weight, 0);
     // Kong: uuid5("targets", "targets:*:<upstream id>:<target as written>").
@@ -329,7 +332,10 @@ fn plugins_are_checked_against_the_registry() {
         &One,
     )
     .unwrap();
-    assert_eq!(c.plugins[0].service.as_ref().unwrap().id, c.services[0].id);
+    assert_eq!(
+        c.plugins[0].service.as_ref().unwrap().id.as_ref(),
+        c.services[0].id.as_str()
+    );
     assert_eq!(c.plugins[0].config["x"], 1);
     assert_eq!(
         c.plugins[0].id,
@@ -365,7 +371,7 @@ keyauth_credentials:
     assert!(c
         .credentials
         .iter()
-        .all(|cr| cr.consumer.id == c.consumers[0].id));
+        .all(|cr| *cr.consumer.id == *c.consumers[0].id));
     let basic = c
         .credentials
         .iter()
@@ -411,7 +417,10 @@ fn certificates_with_transient_snis() {
         "_format_version: '3.0'\ncertificates:\n- cert: {pem}\n  key: {key}\n  snis: [a.example.com, '*.b.example.com']\n"
     ));
     assert_eq!(c.snis.len(), 2);
-    assert_eq!(c.snis[0].certificate.id, c.certificates[0].id);
+    assert_eq!(
+        c.snis[0].certificate.id.as_ref(),
+        c.certificates[0].id.as_str()
+    );
     let e = err("_format_version: '3.0'\ncertificates: [{cert: nope}]");
     let s = e.to_string();
     assert!(
@@ -487,7 +496,10 @@ fn apply_change_matches_a_full_load() {
     cfg.apply_change("routes", rid, route.as_object(), &NoPlugins)
         .unwrap();
     assert_eq!(cfg.routes.len(), 2);
-    assert_eq!(cfg.routes[1].service.as_ref().unwrap().id, sid);
+    assert_eq!(
+        cfg.routes[1].service.as_ref().unwrap().id.as_ref(),
+        sid.as_str()
+    );
     // Replace in place, then remove.
     let route =
         serde_json::json!({"id": rid, "name": "rb", "paths": ["/c"], "service": {"id": sid}});
@@ -538,4 +550,39 @@ fn same_id_compares_whole_ids() {
     assert!(!same_id(a, "7b1d8a0e-3c9f-4b7a-9e2d-5f4c3b2a1d00"));
     assert!(!same_id(a, "6b1d8a0e"));
     assert!(same_id("r1", "r1") && !same_id("r1", "r2"));
+}
+
+#[test]
+fn route_protocols_keep_their_order_and_foreign_keys_share_one_id() {
+    let c = ok(r#"
+_format_version: "3.0"
+services:
+  - name: s
+    url: http://example.com
+    routes:
+      - {name: a, paths: ["/a"], protocols: [https, http]}
+      - {name: b, paths: ["/b"]}
+routes:
+  - {name: c, paths: ["/c"], service: s, protocols: [grpcs]}
+"#);
+    let json = serde_json::to_value(&*c.routes[0]).unwrap();
+    assert_eq!(json["protocols"], serde_json::json!(["https", "http"]));
+    assert_eq!(
+        serde_json::to_value(&*c.routes[1]).unwrap()["protocols"],
+        serde_json::json!(["http", "https"])
+    );
+    let c_route = c
+        .routes
+        .iter()
+        .find(|r| r.name.as_deref() == Some("c"))
+        .unwrap();
+    assert!(c_route.protocols.contains("grpcs") && !c_route.protocols.contains("http"));
+    // Nested and top-level routes of one service hold the same allocation of its id.
+    let fks: Vec<_> = c
+        .routes
+        .iter()
+        .map(|r| r.service.clone().unwrap().id)
+        .collect();
+    assert_eq!(&*fks[0], c.services[0].id);
+    assert!(fks.iter().all(|id| std::sync::Arc::ptr_eq(id, &fks[0])));
 }

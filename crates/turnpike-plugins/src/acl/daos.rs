@@ -27,7 +27,7 @@ pub fn groups(ctx: &crate::BuildContext<'_>) -> super::GroupIndex {
     let mut m = super::GroupIndex::new();
     for cred in ctx.config.credentials.iter().filter(|c| c.table == TABLE) {
         if let Some(g) = cred.fields.get("group").and_then(|g| g.as_str()) {
-            m.entry(cred.consumer.id.clone())
+            m.entry(cred.consumer.id.to_string())
                 .or_default()
                 .0
                 .push(g.to_string());

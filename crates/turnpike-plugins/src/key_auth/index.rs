@@ -53,7 +53,7 @@ impl KeyIndex {
         {
             let (Some(key), Some(c)) = (
                 cred.fields.get("key").and_then(|k| k.as_str()),
-                consumers.get(cred.consumer.id.as_str()),
+                consumers.get(cred.consumer.id.as_ref()),
             ) else {
                 continue;
             };

@@ -118,7 +118,7 @@ pub fn sni(
             created_at,
             updated_at,
             name: name.to_ascii_lowercase(),
-            certificate: ForeignKey { id: String::new() },
+            certificate: ForeignKey::new(String::new()),
             tags,
         },
         certificate,

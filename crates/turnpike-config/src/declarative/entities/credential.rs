@@ -56,7 +56,7 @@ pub fn credential(
             table: spec.spec.table,
             id,
             created_at,
-            consumer: ForeignKey { id: String::new() },
+            consumer: ForeignKey::new(String::new()),
             fields,
         },
         consumer,

@@ -24,10 +24,17 @@ pub use route::*;
 pub use service::*;
 pub use upstream::*;
 
-/// A foreign key as Kong shows it: `{"id": "..."}`.
+/// A foreign key as Kong shows it: `{"id": "..."}`. The id is shared: a config's 100k routes
+/// of one service hold one copy of its id, not 100k (48 bytes each).
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct ForeignKey {
-    pub id: String,
+    pub id: std::sync::Arc<str>,
+}
+
+impl ForeignKey {
+    pub fn new(id: impl Into<std::sync::Arc<str>>) -> ForeignKey {
+        ForeignKey { id: id.into() }
+    }
 }
 
 impl ForeignKey {
@@ -90,7 +97,7 @@ pub struct Route {
     pub created_at: i64,
     pub updated_at: i64,
     pub name: Option<String>,
-    pub protocols: Vec<String>,
+    pub protocols: Protocols,
     pub methods: Option<Vec<String>>,
     pub hosts: Option<Vec<String>>,
     pub paths: Option<Vec<String>>,
@@ -98,7 +105,8 @@ pub struct Route {
     pub https_redirect_status_code: u16,
     pub regex_priority: i64,
     pub strip_path: bool,
-    pub path_handling: String,
+    /// `v0` or `v1`.
+    pub path_handling: &'static str,
     pub preserve_host: bool,
     pub request_buffering: bool,
     pub response_buffering: bool,
@@ -107,6 +115,67 @@ pub struct Route {
     pub destinations: Option<Vec<Value>>,
     pub tags: Option<Vec<String>>,
     pub service: Option<ForeignKey>,
+}
+
+/// A route's `protocols`: a set of [`ROUTE_PROTOCOLS`] kept in the order given, inline (two
+/// bytes for the usual `[http, https]` rather than a vector of strings: 90 bytes less per route,
+/// 9 MB at 100k routes).
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub struct Protocols {
+    /// Indices into [`ROUTE_PROTOCOLS`], `len` of them.
+    list: [u8; ROUTE_PROTOCOLS.len()],
+    len: u8,
+}
+
+impl Protocols {
+    /// Kong's default for a route: `[http, https]`.
+    pub fn http() -> Protocols {
+        Protocols::from_names(["http", "https"])
+    }
+
+    /// The known names of `names`, in order, each once (validation reports the rest).
+    pub fn from_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Protocols {
+        let mut p = Protocols::default();
+        for n in names {
+            if let Some(i) = ROUTE_PROTOCOLS.iter().position(|k| *k == n) {
+                if !p.list[..p.len as usize].contains(&(i as u8)) {
+                    p.list[p.len as usize] = i as u8;
+                    p.len += 1;
+                }
+            }
+        }
+        p
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.list[..self.len as usize]
+            .iter()
+            .map(|&i| ROUTE_PROTOCOLS[i as usize])
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.iter().any(|p| p == name)
+    }
+
+    pub fn first(&self) -> Option<&'static str> {
+        self.iter().next()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl std::fmt::Debug for Protocols {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl Serialize for Protocols {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -16,17 +16,20 @@ pub fn route(
     let id = read_id(&mut f, id);
     let (created_at, updated_at) = timestamps(&mut f, now);
     let name = f.name("name");
-    let protocols = f
-        .str_set("protocols")
-        .unwrap_or_else(|| vec!["http".into(), "https".into()]);
-    for (i, p) in protocols.iter().enumerate() {
-        if !ROUTE_PROTOCOLS.contains(&p.as_str()) {
-            f.err(
-                format!("protocols.{}", i + 1),
-                format!("expected one of: {}", ROUTE_PROTOCOLS.join(", ")),
-            );
+    let protocols = match f.str_set("protocols") {
+        None => Protocols::http(),
+        Some(names) => {
+            for (i, p) in names.iter().enumerate() {
+                if !ROUTE_PROTOCOLS.contains(&p.as_str()) {
+                    f.err(
+                        format!("protocols.{}", i + 1),
+                        format!("expected one of: {}", ROUTE_PROTOCOLS.join(", ")),
+                    );
+                }
+            }
+            Protocols::from_names(names.iter().map(String::as_str))
         }
-    }
+    };
     let methods = f.str_set("methods");
     if let Some(ms) = &methods {
         for (i, m) in ms.iter().enumerate() {
@@ -130,9 +133,10 @@ pub fn route(
         .int("regex_priority", i64::MIN, i64::MAX, Some(0))
         .unwrap();
     let strip_path = f.bool("strip_path", true);
-    let path_handling = f
-        .one_of("path_handling", &["v0", "v1"], Some("v0"))
-        .unwrap();
+    let path_handling = match f.one_of("path_handling", &["v0", "v1"], Some("v0")) {
+        Some(v) if v == "v1" => "v1",
+        _ => "v0",
+    };
     let preserve_host = f.bool("preserve_host", false);
     let request_buffering = f.bool("request_buffering", true);
     let response_buffering = f.bool("response_buffering", true);
@@ -183,7 +187,7 @@ pub fn route(
     if non_empty(&snis)
         && !protocols
             .iter()
-            .any(|p| matches!(p.as_str(), "grpcs" | "https" | "tls" | "tls_passthrough"))
+            .any(|p| matches!(p, "grpcs" | "https" | "tls" | "tls_passthrough"))
     {
         f.err("snis", "'snis' can only be set when 'protocols' is 'grpcs', 'https', 'tls' or 'tls_passthrough'");
     }

@@ -129,7 +129,7 @@ pub fn upstream(map: &Map<String, Value>, id: &str, now: i64) -> (Upstream, Vec<
         healthchecks,
         tags,
         host_header,
-        client_certificate: client_certificate.map(|id| ForeignKey { id }),
+        client_certificate: client_certificate.map(|id| ForeignKey::new(id)),
         use_srv_name,
     };
     (u, errors)
@@ -190,7 +190,7 @@ pub fn target(
             id,
             created_at,
             updated_at,
-            upstream: ForeignKey { id: String::new() },
+            upstream: ForeignKey::new(String::new()),
             target,
             weight,
             tags,
