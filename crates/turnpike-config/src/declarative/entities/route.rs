@@ -198,7 +198,7 @@ pub fn route(
         &["grpc", "grpcs"],
     ];
     let group_of = |p: &str| groups.iter().position(|g| g.contains(&p));
-    if let Some(first) = protocols.first().and_then(|p| group_of(p)) {
+    if let Some(first) = protocols.first().and_then(group_of) {
         if protocols
             .iter()
             .any(|p| group_of(p).is_some_and(|g| g != first))

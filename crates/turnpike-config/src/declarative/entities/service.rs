@@ -104,7 +104,7 @@ pub fn service(map: &Map<String, Value>, id: &str, now: i64) -> (Service, Vec<(S
         write_timeout,
         read_timeout,
         tags,
-        client_certificate: client_certificate.map(|id| ForeignKey::new(id)),
+        client_certificate: client_certificate.map(ForeignKey::new),
         tls_verify,
         tls_verify_depth,
         ca_certificates,

@@ -129,7 +129,7 @@ pub fn upstream(map: &Map<String, Value>, id: &str, now: i64) -> (Upstream, Vec<
         healthchecks,
         tags,
         host_header,
-        client_certificate: client_certificate.map(|id| ForeignKey::new(id)),
+        client_certificate: client_certificate.map(ForeignKey::new),
         use_srv_name,
     };
     (u, errors)
