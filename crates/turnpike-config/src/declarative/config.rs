@@ -163,7 +163,7 @@ fn stored_fk(map: &Map<String, Value>, field: &str) -> Option<ForeignKey> {
     map.get(field)
         .and_then(|v| v.get("id"))
         .and_then(|v| v.as_str())
-        .map(|id| ForeignKey::new(id))
+        .map(ForeignKey::new)
 }
 
 /// Whether two entity ids are equal. Finding one id among 100k (a change applied to a big
