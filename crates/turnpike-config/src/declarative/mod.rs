@@ -261,7 +261,7 @@ fn load_inner(
     let mut refs: Vec<Vec<(&'static str, String)>> = vec![Vec::new(); items.len()];
     let mut transient_snis: Vec<(usize, Vec<String>)> = Vec::new();
     // One copy of each id that foreign keys name, whatever the number of children.
-    let mut shared_ids = refs::SharedIds::default();
+    let mut shared_ids = refs::SharedIds::new(items.len());
     for (i, it) in items.iter().enumerate() {
         let id = it.id.as_str();
         let e = &mut errs[i];
@@ -366,7 +366,7 @@ fn load_inner(
             if refs[i].iter().any(|(f, _)| *f == ck) {
                 errs[i].push((ck.into(), "value must be null".into()));
             }
-            let pid = shared_ids.intern(&items[p].id);
+            let pid = shared_ids.of_item(p, &items[p].id);
             refs[i].retain(|(f, _)| *f != ck);
             set_fk(&mut cfg, it.kind, slot[i], ck, pid);
         }
