@@ -7,31 +7,40 @@ use super::*;
 
 /// The ids foreign keys point at, each allocated once and shared by every key naming it:
 /// by the parent's position for nested children (no hashing: a 100k-consumer load spent 10%
-/// more time hashing each consumer's id), by id for references.
+/// more time hashing each consumer's id), by id for references, which also find the ids of
+/// nested children's parents (gathered at the first reference).
 pub(super) struct SharedIds {
     by_item: Vec<Option<Arc<str>>>,
-    by_id: HashMap<String, Arc<str>>,
+    by_id: Option<std::collections::HashSet<Arc<str>, foldhash::fast::RandomState>>,
 }
 
 impl SharedIds {
     pub(super) fn new(items: usize) -> SharedIds {
         SharedIds {
             by_item: vec![None; items],
-            by_id: HashMap::default(),
+            by_id: None,
         }
     }
 
     /// The id of item `i`, `id`.
     pub(super) fn of_item(&mut self, i: usize, id: &str) -> Arc<str> {
-        self.by_item[i].get_or_insert_with(|| id.into()).clone()
+        let a = self.by_item[i].get_or_insert_with(|| id.into()).clone();
+        if let Some(set) = &mut self.by_id {
+            set.insert(a.clone());
+        }
+        a
     }
 
     pub(super) fn intern(&mut self, id: &str) -> Arc<str> {
-        if let Some(a) = self.by_id.get(id) {
+        let by_item = &self.by_item;
+        let set = self
+            .by_id
+            .get_or_insert_with(|| by_item.iter().flatten().cloned().collect());
+        if let Some(a) = set.get(id) {
             return a.clone();
         }
         let a: Arc<str> = id.into();
-        self.by_id.insert(id.to_string(), a.clone());
+        set.insert(a.clone());
         a
     }
 }
