@@ -35,10 +35,35 @@ pub struct Found {
 
 pub type Lookup = Pin<Box<dyn Future<Output = Result<Option<Found>, String>> + Send>>;
 
-/// The store, as the data plane sees it: a look-up by one unique column.
+/// The store, as the data plane sees it: a look-up by one unique column, and the writes of
+/// the entities the data plane itself makes (oauth2's tokens and authorization codes).
 pub trait CredentialSource: Send + Sync {
     fn find(&self, table: &'static str, field: &'static str, value: String) -> Lookup;
+    /// One write, validated and stored as an Admin API write is; answers the stored entity
+    /// (`None` for a delete).
+    fn write(&self, write: Write) -> Written;
 }
+
+/// A write of the data plane (each one transaction of the store).
+#[derive(Debug)]
+pub enum Write {
+    Insert {
+        table: &'static str,
+        entity: Map<String, Value>,
+    },
+    /// Merges `patch` into the entity `id`.
+    Update {
+        table: &'static str,
+        id: String,
+        patch: Map<String, Value>,
+    },
+    Delete {
+        table: &'static str,
+        id: String,
+    },
+}
+
+pub type Written = Pin<Box<dyn Future<Output = Result<Option<Map<String, Value>>, String>> + Send>>;
 
 /// Cache settings (Kong's `db_cache_ttl`, `db_cache_neg_ttl`, `mem_cache_size`).
 #[derive(Debug, Clone, Copy)]
@@ -76,6 +101,24 @@ impl Store {
     /// Whether credentials come from a store (and so not from the snapshot).
     pub fn installed(&self) -> bool {
         self.installed.get().is_some()
+    }
+
+    /// A row by one of its unique columns, uncached (what is read once and then changed: an
+    /// authorization code, a refresh token).
+    pub async fn find(
+        &self,
+        table: &'static str,
+        field: &'static str,
+        value: String,
+    ) -> Result<Option<Found>, String> {
+        let installed = self.installed.get().ok_or("no credential store")?;
+        installed.source.find(table, field, value).await
+    }
+
+    /// Writes through the installed store.
+    pub async fn write(&self, write: Write) -> Result<Option<Map<String, Value>>, String> {
+        let installed = self.installed.get().ok_or("no credential store")?;
+        installed.source.write(write).await
     }
 }
 

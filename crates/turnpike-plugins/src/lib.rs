@@ -35,6 +35,7 @@ pub use turnpike_config::schema;
 
 mod build;
 mod clock;
+pub mod form;
 mod identity;
 mod phase;
 mod registry;

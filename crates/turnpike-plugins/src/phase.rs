@@ -27,6 +27,8 @@ pub struct AccessRequest<'a> {
     pub tls: bool,
     /// The client's address: the connection's peer, or the X-Real-IP a trusted proxy sent.
     pub client_ip: std::net::IpAddr,
+    /// Whether the connection's peer is one of `trusted_ips` (its X-Forwarded-* count).
+    pub trusted: bool,
     /// Set by an authentication plugin; read by the plugins after it.
     pub consumer: Option<Arc<Identity>>,
     /// A replacement for the query string sent upstream (e.g. a credential removed from it).
@@ -120,6 +122,7 @@ impl<'a> AccessRequest<'a> {
             response_headers,
             tls,
             client_ip,
+            trusted: false,
             consumer: None,
             upstream_query: None,
             body_limit: None,

@@ -80,6 +80,7 @@ pub static ENTITIES: &[&PluginEntity] = &[
     &hmac_auth::daos::HMACAUTH_CREDENTIALS,
     &oauth2::daos::OAUTH2_CREDENTIALS,
     &oauth2::daos::OAUTH2_TOKENS,
+    &oauth2::daos::OAUTH2_AUTHORIZATION_CODES,
 ];
 
 /// Every plugin compiled in (Kong's `plugins = bundled`).
@@ -252,6 +253,8 @@ impl PluginRegistry for Registry {
                 jwt::daos::TABLE,
                 hmac_auth::daos::TABLE,
                 oauth2::daos::TOKENS,
+                // Read once, by the token endpoint, never by the snapshot.
+                oauth2::daos::CODES,
             ]
         } else {
             &[]

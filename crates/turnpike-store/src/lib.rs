@@ -51,8 +51,9 @@ impl std::fmt::Debug for StoreOptions {
 
 /// The schema version this build writes; `migrations up` brings older stores here.
 /// 1: the entity tables; 2: the change log (`changes`); 3: rate-limiting counters
-/// (`ratelimiting_metrics`, the cluster policy); 4: `key_sets`, `keys`, `vaults`.
-pub const SCHEMA_VERSION: i64 = 4;
+/// (`ratelimiting_metrics`, the cluster policy); 4: `key_sets`, `keys`, `vaults`;
+/// 5: `oauth2_authorization_codes`.
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Channel PostgreSQL notifies on when the config version changes.
 pub const NOTIFY_CHANNEL: &str = "turnpike_config";

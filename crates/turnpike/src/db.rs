@@ -277,6 +277,37 @@ impl turnpike_plugins::credentials::CredentialSource for StoreCredentials {
             }))
         })
     }
+
+    fn write(
+        &self,
+        write: turnpike_plugins::credentials::Write,
+    ) -> turnpike_plugins::credentials::Written {
+        use turnpike_plugins::credentials::Write;
+        let store = self.store.clone();
+        let task = self.runtime.spawn(async move {
+            let spec = |table: &str| {
+                store.tables.by_table(table).ok_or_else(|| {
+                    turnpike_store::StoreError::Database(format!("no table {table}"))
+                })
+            };
+            match write {
+                Write::Insert { table, entity } => {
+                    store.insert(spec(table)?, entity, None).await.map(Some)
+                }
+                Write::Update { table, id, patch } => {
+                    store.update(spec(table)?, &id, patch, None).await.map(Some)
+                }
+                Write::Delete { table, id } => {
+                    store.delete(spec(table)?, &id, None).await.map(|_| None)
+                }
+            }
+        });
+        Box::pin(async move {
+            task.await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())
+        })
+    }
 }
 
 /// The store as the cluster policy's counter store; like credential look-ups, the queries run

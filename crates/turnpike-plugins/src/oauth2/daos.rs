@@ -76,3 +76,30 @@ fn check_token(fields: &mut Map<String, Value>) -> Vec<(String, String)> {
     }
     errs
 }
+
+pub const CODES: &str = "oauth2_authorization_codes";
+
+/// An authorization code (`/oauth2/authorize` with `response_type=code`), exchanged once for a
+/// token at `/oauth2/token`. Kong gives it no Admin API (`generate_admin_api = false`): no path
+/// here either. It lives 300 s (`ttl`), with its PKCE challenge when the client sent one.
+pub static OAUTH2_AUTHORIZATION_CODES: PluginEntity = PluginEntity {
+    spec: EntitySpec {
+        table: CODES,
+        path: "",
+        nested_path: "",
+        endpoint_key: Some("code"),
+        unique: &["code"],
+        cache_key: &[],
+        foreign: TOKEN_FOREIGN,
+    },
+    fields: &[
+        ("code", FieldKind::Auto),
+        ("authenticated_userid", FieldKind::Optional),
+        ("scope", FieldKind::Optional),
+        ("challenge", FieldKind::Optional),
+        ("challenge_method", FieldKind::Optional),
+        ("ttl", FieldKind::Int),
+    ],
+    sample: r#"{"credential": {"id": "00000000-0000-4000-8000-000000000000"}}"#,
+    check: None,
+};

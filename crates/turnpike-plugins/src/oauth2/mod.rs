@@ -10,11 +10,12 @@
 //! flood of made-up tokens costs one store read per distinct token. A token deleted or changed
 //! in the store is dropped from every node's cache by the config sync's change log.
 //!
-//! Not yet here (issue #24): the proxy-side endpoints `/oauth2/authorize` and `/oauth2/token`
-//! that issue tokens (the grants, refresh tokens, PKCE, provision_key, hashed secrets); until
-//! then tokens come from `POST /oauth2_tokens`, as the site in the issue wrote them.
+//! Tokens come from the plugin's own endpoints (`grants.rs`: `.../oauth2/token` and
+//! `.../oauth2/authorize` on the plugin's routes) or from other systems through
+//! `POST /oauth2_tokens`, as the site in issue #24 wrote them.
 
 pub mod daos;
+mod grants;
 mod schema;
 
 use std::sync::Arc;
@@ -91,6 +92,11 @@ impl State {
 
 struct Configured {
     state: Arc<State>,
+    /// The endpoints' settings and the snapshot's applications.
+    grants: Arc<grants::Settings>,
+    clients: Arc<grants::Clients>,
+    store: Arc<crate::credentials::Store>,
+    accept_terminated: bool,
     header: HeaderName,
     hide_credentials: bool,
     global_credentials: bool,
@@ -143,8 +149,28 @@ impl PluginSpec for OAuth2 {
         let realm = c.realm.as_deref().unwrap_or("service");
         let anonymous = crate::anonymous::Anonymous::new(ctx, c.anonymous.as_deref());
         let header = |v: String| HeaderValue::from_str(&v).map_err(|_| "invalid realm".to_string());
+        let secs = |f: f64| if f > 0.0 { f as u64 } else { 0 };
+        let grants = Arc::new(grants::Settings {
+            provision_key: c.provision_key.clone(),
+            scopes: c.scopes.clone(),
+            mandatory_scope: c.mandatory_scope,
+            token_expiration: secs(c.token_expiration),
+            enable_authorization_code: c.enable_authorization_code,
+            enable_implicit_grant: c.enable_implicit_grant,
+            enable_client_credentials: c.enable_client_credentials,
+            enable_password_grant: c.enable_password_grant,
+            accept_http_if_already_terminated: c.accept_http_if_already_terminated,
+            refresh_token_ttl: secs(c.refresh_token_ttl),
+            reuse_refresh_token: c.reuse_refresh_token,
+            global_credentials: c.global_credentials,
+            pkce: c.pkce.clone(),
+        });
         Ok(Arc::new(Authenticator(Arc::new(Configured {
             state: ctx.runtime.oauth2.clone(),
+            accept_terminated: grants.accept_http_if_already_terminated,
+            grants,
+            clients: ctx.shared(grants::clients),
+            store: ctx.runtime.credentials.clone(),
             header: HeaderName::from_bytes(c.auth_header_name.to_ascii_lowercase().as_bytes())
                 .map_err(|_| "auth_header_name: invalid header name")?,
             hide_credentials: c.hide_credentials,
@@ -290,8 +316,29 @@ impl Handler for Authenticator {
     fn phases(&self) -> crate::Phases {
         crate::Phases::ACCESS
     }
+    /// The endpoints read their parameters from form or JSON bodies, and a token may come
+    /// in a form body too (Kong's `retrieve_parameters`).
+    fn wants_body(&self) -> bool {
+        true
+    }
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {
         let conf = &self.0;
+        if let Some(endpoint) = grants::Endpoint::of(req.path) {
+            if req.method != "POST" {
+                return Access::Exit(grants::invalid_method(endpoint, req.method));
+            }
+            let call = grants::Call::read(endpoint, req, &conf.header, conf.accept_terminated);
+            let (settings, clients, store) = (
+                conf.grants.clone(),
+                conf.clients.clone(),
+                conf.store.clone(),
+            );
+            return Access::Wait(Box::pin(async move {
+                let exit = grants::serve(call, settings, clients, store).await;
+                let resume: crate::Resume = Box::new(move |_| Access::Exit(exit));
+                resume
+            }));
+        }
         if conf.anonymous.already_settled(req) {
             return Access::Continue;
         }

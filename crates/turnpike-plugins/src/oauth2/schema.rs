@@ -5,8 +5,7 @@ use serde_json::Value;
 
 use crate::schema::{Default, Field, Type};
 
-/// The validated config, typed (what the token check reads; the grant settings are the
-/// token endpoints', which are not here yet).
+/// The validated config, typed: what the token check and the endpoints read.
 #[derive(Deserialize)]
 pub struct Config {
     pub hide_credentials: bool,
@@ -14,6 +13,18 @@ pub struct Config {
     pub global_credentials: bool,
     pub auth_header_name: String,
     pub realm: Option<String>,
+    pub scopes: Option<Vec<String>>,
+    pub mandatory_scope: bool,
+    pub provision_key: Option<String>,
+    pub token_expiration: f64,
+    pub enable_authorization_code: bool,
+    pub enable_implicit_grant: bool,
+    pub enable_client_credentials: bool,
+    pub enable_password_grant: bool,
+    pub accept_http_if_already_terminated: bool,
+    pub refresh_token_ttl: f64,
+    pub reuse_refresh_token: bool,
+    pub pkce: String,
 }
 
 pub const FIELDS: &[Field] = &[

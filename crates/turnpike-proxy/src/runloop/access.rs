@@ -82,6 +82,7 @@ pub async fn run(
             .map(|i| snap.config.services[i].id.as_str()),
         upstream_path: rc.upstream_path.take(),
         upstream_host: rc.upstream_host.take(),
+        trusted: conn.trusted,
         ..AccessRequest::new(
             parts.method.as_str(),
             path,

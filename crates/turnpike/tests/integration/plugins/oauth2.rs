@@ -1,8 +1,8 @@
 //! oauth2's token check on the real binary, on a database node: tokens written through
 //! `POST /oauth2_tokens` (as the site in issue #24 wrote them) authenticate requests for their
 //! service, with Kong's headers and errors; deleted or expired tokens stop working; misses are
-//! remembered but a token created after one works at once. The token endpoints
-//! (`/oauth2/token`, `/oauth2/authorize`) are not built yet.
+//! remembered but a token created after one works at once. The endpoints
+//! (`/oauth2/token`, `/oauth2/authorize`) issue tokens by every grant, as Kong's do.
 
 use std::time::Duration;
 
@@ -306,4 +306,375 @@ async fn oauth2_needs_a_database_and_a_grant() {
         c["provision_key"].as_str().is_some_and(|k| k.len() == 32),
         "{c}"
     );
+}
+
+/// A form POST to the proxy, as Kong's documented `curl --data` examples send it; over
+/// plain HTTP from a trusted peer that says it terminated TLS.
+async fn post_form(
+    proxy: std::net::SocketAddr,
+    path: &str,
+    form: &str,
+    headers: &[(&str, &str)],
+) -> Reply {
+    let mut b = req("POST", path)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("x-forwarded-proto", "https");
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    send(
+        proxy,
+        b.body(http_body_util::Full::new(bytes::Bytes::from(
+            form.to_string(),
+        )))
+        .unwrap(),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_endpoints_issue_tokens_by_every_grant() {
+    use base64::Engine;
+    let up = Upstream::start("oauth2-grants");
+    let gw = Gateway::sqlite()
+        .env("TURNPIKE_TRUSTED_IPS", "127.0.0.1")
+        .start();
+    let admin = |m: &'static str, p: String, b: Option<Value>| {
+        let a = gw.admin;
+        async move { admin_call(a, m, &p, b).await }
+    };
+    for (path, body) in [
+        ("/services", json!({"name": "s", "url": up.url()})),
+        (
+            "/services/s/routes",
+            json!({"name": "r", "paths": ["/api"]}),
+        ),
+        (
+            "/services/s/plugins",
+            json!({"name": "oauth2", "config": {
+                "enable_authorization_code": true, "enable_implicit_grant": true,
+                "enable_client_credentials": true, "enable_password_grant": true,
+                "provision_key": "pk", "scopes": ["email", "profile"],
+                "accept_http_if_already_terminated": true, "token_expiration": 600}}),
+        ),
+        ("/consumers", json!({"username": "owner"})),
+        (
+            "/consumers/owner/oauth2",
+            json!({"name": "app", "client_id": "cid", "client_secret": "csecret",
+                   "redirect_uris": ["https://app.test/cb?x=1"]}),
+        ),
+        (
+            "/consumers/owner/oauth2",
+            json!({"name": "spa", "client_id": "pub", "client_type": "public",
+                   "redirect_uris": ["https://spa.test/cb"]}),
+        ),
+    ] {
+        let r = admin("POST", path.to_string(), Some(body)).await;
+        assert_eq!(r.status, 201, "{path}: {:?}", r.json());
+    }
+    let p = gw.proxy;
+    // The application is in the data plane's snapshot once the config syncs.
+    let first = "grant_type=client_credentials&client_id=cid&client_secret=csecret&scope=email";
+    assert!(
+        eventually(Duration::from_secs(10), async || {
+            post_form(p, "/api/oauth2/token", first, &[]).await.status == 200
+        })
+        .await
+    );
+    let works = async |token: &str| {
+        let r = call(
+            p,
+            "GET",
+            "/api/x",
+            &[("authorization", &format!("Bearer {token}"))],
+        )
+        .await;
+        (r.status, r.json())
+    };
+
+    // client_credentials, with the secret in the body: no refresh token.
+    let r = post_form(p, "/api/oauth2/token", first, &[]).await;
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+    assert_eq!(r.header("pragma"), Some("no-cache"));
+    let t = r.json();
+    assert_eq!(
+        (t["token_type"].as_str(), t["expires_in"].as_u64()),
+        (Some("bearer"), Some(600))
+    );
+    assert!(t["refresh_token"].is_null(), "{t}");
+    let (status, seen) = works(t["access_token"].as_str().unwrap()).await;
+    assert_eq!(status, 200);
+    assert_eq!(seen["headers"]["x-authenticated-scope"], "email");
+    assert_eq!(seen["headers"]["x-credential-identifier"], "cid");
+    assert_eq!(seen["headers"]["x-consumer-username"], "owner");
+    // ... and with HTTP Basic; a wrong secret there is a 401 with Kong's challenge.
+    let basic = |id: &str, secret: &str| {
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{id}:{secret}"))
+        )
+    };
+    let r = post_form(
+        p,
+        "/api/oauth2/token",
+        "grant_type=client_credentials",
+        &[("authorization", &basic("cid", "csecret"))],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    let r = post_form(
+        p,
+        "/api/oauth2/token",
+        "grant_type=client_credentials",
+        &[("authorization", &basic("cid", "wrong"))],
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.json()),
+        (
+            401,
+            json!({"error": "invalid_client", "error_description": "Invalid client authentication"})
+        )
+    );
+    assert_eq!(
+        r.header("www-authenticate"),
+        Some("Basic realm=\"OAuth2.0\"")
+    );
+
+    // password: the provision key and a user; a refresh token comes back.
+    let r = post_form(p, "/api/oauth2/token",
+        "grant_type=password&client_id=cid&client_secret=csecret&provision_key=pk&authenticated_userid=u-9&scope=profile&state=st",
+        &[]).await;
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    let t = r.json();
+    assert_eq!(t["state"], "st");
+    let refresh = t["refresh_token"].as_str().unwrap().to_string();
+    let (status, seen) = works(t["access_token"].as_str().unwrap()).await;
+    assert_eq!(
+        (status, &seen["headers"]["x-authenticated-userid"]),
+        (200, &json!("u-9"))
+    );
+
+    // refresh_token: a new pair; the old access token and refresh token are gone.
+    let r = post_form(
+        p,
+        "/api/oauth2/token",
+        &format!(
+            "grant_type=refresh_token&client_id=cid&client_secret=csecret&refresh_token={refresh}"
+        ),
+        &[],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    let t2 = r.json();
+    assert_ne!(t2["refresh_token"], t["refresh_token"]);
+    let (status, seen) = works(t2["access_token"].as_str().unwrap()).await;
+    assert_eq!(
+        (status, &seen["headers"]["x-authenticated-scope"]),
+        (200, &json!("profile"))
+    );
+    assert!(
+        eventually(Duration::from_secs(10), async || works(
+            t["access_token"].as_str().unwrap()
+        )
+        .await
+        .0 == 401)
+        .await,
+        "the refreshed token stops working"
+    );
+    let r = post_form(
+        p,
+        "/api/oauth2/token",
+        &format!(
+            "grant_type=refresh_token&client_id=cid&client_secret=csecret&refresh_token={refresh}"
+        ),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        r.json(),
+        json!({"error": "invalid_request", "error_description": "Invalid refresh_token"})
+    );
+
+    // authorization_code: authorize (a JSON body here), then exchange the code once.
+    let r = send(
+        p,
+        req("POST", "/api/oauth2/authorize")
+            .header("content-type", "application/json")
+            .header("x-forwarded-proto", "https")
+            .body(http_body_util::Full::new(bytes::Bytes::from(
+                json!({
+            "response_type": "code", "client_id": "cid", "provision_key": "pk",
+            "authenticated_userid": "u-1", "scope": "email profile", "state": "xyz"})
+                .to_string(),
+            )))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    let uri = r.json()["redirect_uri"].as_str().unwrap().to_string();
+    let code = uri
+        .split("code=")
+        .nth(1)
+        .unwrap()
+        .split('&')
+        .next()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        uri,
+        format!("https://app.test/cb?code={code}&state=xyz&x=1")
+    );
+    let exchange =
+        format!("grant_type=authorization_code&client_id=cid&client_secret=csecret&code={code}");
+    let r = post_form(p, "/api/oauth2/token", &exchange, &[]).await;
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    let (status, seen) = works(r.json()["access_token"].as_str().unwrap()).await;
+    assert_eq!(
+        (status, &seen["headers"]["x-authenticated-userid"]),
+        (200, &json!("u-1"))
+    );
+    assert_eq!(seen["headers"]["x-authenticated-scope"], "email profile");
+    let r = post_form(p, "/api/oauth2/token", &exchange, &[]).await;
+    assert_eq!(
+        r.json(),
+        json!({"error": "invalid_request", "error_description": "Invalid code"}),
+        "a code works once"
+    );
+
+    // PKCE: a public client must send a challenge, then the verifier.
+    let authorize = |extra: &str| {
+        format!("response_type=code&client_id=pub&provision_key=pk&authenticated_userid=u-2{extra}")
+    };
+    let r = post_form(p, "/api/oauth2/authorize", &authorize(""), &[]).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["redirect_uri"], "https://spa.test/cb?error=invalid_request&error_description=code_challenge%20is%20required%20for%20public%20clients");
+    let verifier = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
+    let r = post_form(p, "/api/oauth2/authorize",
+        &authorize("&code_challenge=E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM&code_challenge_method=S256"), &[]).await;
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    let uri = r.json()["redirect_uri"].as_str().unwrap().to_string();
+    let code = uri.split("code=").nth(1).unwrap().to_string();
+    let r = post_form(
+        p,
+        "/api/oauth2/token",
+        &format!("grant_type=authorization_code&client_id=pub&code={code}"),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        r.json()["error_description"],
+        "code_verifier is required for PKCE authorization requests"
+    );
+    let r = post_form(
+        p,
+        "/api/oauth2/token",
+        &format!(
+            "grant_type=authorization_code&client_id=pub&code={code}&code_verifier={}",
+            "x".repeat(43)
+        ),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        r.json(),
+        json!({"error": "invalid_grant", "error_description": "Invalid code"})
+    );
+    let r = post_form(
+        p,
+        "/api/oauth2/token",
+        &format!(
+            "grant_type=authorization_code&client_id=pub&code={code}&code_verifier={verifier}"
+        ),
+        &[],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    let r = post_form(
+        p,
+        "/api/oauth2/token",
+        &format!("grant_type=authorization_code&client_id=pub&client_secret=s&code={code}"),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        r.json()["error_description"],
+        "client_secret is disallowed for public clients"
+    );
+
+    // Implicit: the token in the redirect's fragment, never refreshable.
+    let r = post_form(
+        p,
+        "/api/oauth2/authorize",
+        "response_type=token&client_id=cid&provision_key=pk&authenticated_userid=u-3&state=s1",
+        &[],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    let uri = r.json()["redirect_uri"].as_str().unwrap().to_string();
+    let (base, fragment) = uri.split_once('#').unwrap();
+    assert_eq!(base, "https://app.test/cb?x=1");
+    assert!(
+        fragment.contains("token_type=bearer")
+            && fragment.contains("state=s1")
+            && !fragment.contains("refresh_token"),
+        "{fragment}"
+    );
+    let token = fragment
+        .split("access_token=")
+        .nth(1)
+        .unwrap()
+        .split('&')
+        .next()
+        .unwrap();
+    assert_eq!(works(token).await.0, 200);
+
+    // Kong's refusals.
+    let expect = |status: u16, error: &str, description: &str| {
+        (
+            status,
+            json!({"error": error, "error_description": description}),
+        )
+    };
+    for (form, want) in [
+        ("grant_type=nope&client_id=cid&client_secret=csecret", expect(400, "unsupported_grant_type", "Invalid grant_type")),
+        ("grant_type=client_credentials&client_id=cid&client_secret=csecret&scope=admin", expect(400, "invalid_scope", "\"admin\" is an invalid scope")),
+        ("grant_type=client_credentials&client_id=cid&client_secret=csecret&authenticated_userid=u", expect(400, "invalid_provision_key", "Invalid provision_key")),
+        ("grant_type=password&client_id=cid&client_secret=csecret&provision_key=pk", expect(400, "invalid_authenticated_userid", "Missing authenticated_userid parameter")),
+        ("grant_type=password&client_id=nobody&client_secret=x&provision_key=pk&authenticated_userid=u", expect(400, "invalid_client", "Invalid client authentication")),
+        ("grant_type=password&client_id=cid&client_secret=csecret&provision_key=pk&authenticated_userid=u&redirect_uri=https://evil.test", expect(400, "invalid_request", "Invalid redirect_uri that does not match with any redirect_uri created with the application")),
+    ] {
+        let r = post_form(p, "/api/oauth2/token", form, &[]).await;
+        assert_eq!((r.status, r.json()), want, "{form}");
+    }
+    // Plain HTTP without a terminating proxy's word; GET at an endpoint.
+    let r = send(
+        p,
+        req("POST", "/api/oauth2/token")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(http_body_util::Full::new(bytes::Bytes::from(first)))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.json()),
+        expect(400, "access_denied", "You must use HTTPS")
+    );
+    let r = call(p, "GET", "/api/oauth2/token", &[]).await;
+    assert_eq!(
+        (r.status, r.json()),
+        expect(
+            405,
+            "invalid_method",
+            "The HTTP method GET is invalid for the token endpoint"
+        )
+    );
+    let r = call(p, "PUT", "/api/oauth2/authorize", &[]).await;
+    assert_eq!(
+        r.json()["error_description"],
+        "The HTTP method PUT is invalid for the authorization endpoint"
+    );
+    // The endpoints never reach the upstream, and tokens are in the store.
+    let tokens = admin("GET", "/oauth2_tokens".into(), None).await.json();
+    assert!(tokens["data"].as_array().unwrap().len() >= 5, "{tokens}");
 }
