@@ -209,6 +209,33 @@ const ARRAY_FIELDS: &[&str] = &[
     "redirect_uris",
 ];
 
+/// Whether a body is a form (its values are all text, typed by the schema they fill).
+fn is_form(content_type: Option<&str>) -> bool {
+    let ct = content_type.unwrap_or("").to_ascii_lowercase();
+    ct.starts_with("application/x-www-form-urlencoded") || ct.starts_with("multipart/form-data")
+}
+
+/// In a plugin's config sent as a form, a single value for an array field is an array of one
+/// (Kong's `arguments.decode` infers it from the schema): `--data config.scopes=email`.
+/// `schema` is the plugin's schema as `/schemas/plugins/{name}` shows it.
+pub fn form_arrays(config: &mut Map<String, Value>, fields: &Value) {
+    for f in fields.as_array().into_iter().flatten() {
+        let Some((name, def)) = f.as_object().and_then(|o| o.iter().next()) else {
+            continue;
+        };
+        let Some(v) = config.get_mut(name) else {
+            continue;
+        };
+        match (def["type"].as_str(), v) {
+            (Some("array" | "set"), v @ (Value::String(_) | Value::Number(_) | Value::Bool(_))) => {
+                *v = Value::Array(vec![v.take()]);
+            }
+            (Some("record"), Value::Object(inner)) => form_arrays(inner, &def["fields"]),
+            _ => {}
+        }
+    }
+}
+
 /// Turns form pairs into a JSON object, typing values the way Kong's schema would.
 pub fn form_to_json(pairs: &[(String, String)]) -> Map<String, Value> {
     let mut root = Value::Object(Map::new());
@@ -278,9 +305,18 @@ fn insert_path(node: &mut Value, parts: &[String], value: Value) {
     let (head, rest) = (&parts[0], &parts[1..]);
     if rest.is_empty() {
         match node {
-            Value::Object(m) => {
-                m.insert(head.clone(), value);
-            }
+            // A name given again (`config.scopes=a&config.scopes=b`, as curl's repeated
+            // `--data` sends it) collects its values, as Kong's form arguments do.
+            Value::Object(m) => match m.get_mut(head.as_str()) {
+                Some(Value::Array(a)) => a.push(value),
+                Some(old) => {
+                    let first = old.take();
+                    *old = Value::Array(vec![first, value]);
+                }
+                None => {
+                    m.insert(head.clone(), value);
+                }
+            },
             Value::Array(a) => a.push(value),
             _ => {}
         }
@@ -346,6 +382,26 @@ fn list_body(page: Page, base: &str, q: &ListQuery, query: &str) -> Value {
 }
 
 impl Admin {
+    /// A plugin written as a form: its config's single values for array fields become arrays.
+    fn form_config_arrays(&self, body: &mut Map<String, Value>) {
+        let Some(name) = body.get("name").and_then(|n| n.as_str()).map(String::from) else {
+            return;
+        };
+        let Some(schema) = self.plugins.schema_json(&name) else {
+            return;
+        };
+        let config_fields = schema["fields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find_map(|f| f.get("config"))
+            .map(|c| c["fields"].clone());
+        if let (Some(Value::Object(config)), Some(fields)) = (body.get_mut("config"), config_fields)
+        {
+            form_arrays(config, &fields);
+        }
+    }
+
     /// Serves an entity path; `None` when the path is not an entity path.
     pub(crate) async fn entities(
         &self,
@@ -395,7 +451,7 @@ impl Admin {
             }
         };
         let write = matches!(*method, Method::POST | Method::PUT | Method::PATCH);
-        let body = if write {
+        let mut body = if write {
             match parse_body(content_type, body) {
                 Ok(b) => b,
                 Err(r) => return r,
@@ -403,6 +459,9 @@ impl Admin {
         } else {
             Map::new()
         };
+        if write && is_form(content_type) {
+            self.form_config_arrays(&mut body);
+        }
         let result: Result<(StatusCode, Option<Value>), StoreError> = async {
             match target {
                 Target::Collection { spec, parent } => {
@@ -695,6 +754,32 @@ mod tests {
 
     fn pairs(s: &str) -> Vec<(String, String)> {
         url_pairs(s)
+    }
+
+    #[test]
+    fn kong_documented_form_arrays() {
+        // `--data config.scopes=email --data config.scopes=phone`: repeated names collect.
+        let m = form_to_json(&pairs(
+            "name=oauth2&config.scopes=email&config.scopes=phone&config.scopes=address",
+        ));
+        assert_eq!(m["config"]["scopes"], json!(["email", "phone", "address"]));
+        // One value for an array field becomes an array of one, by the plugin's schema.
+        let mut m = form_to_json(&pairs("name=oauth2&config.scopes=email&config.realm=r"));
+        let schema = turnpike_config::declarative::PluginRegistry::schema_json(
+            &turnpike_plugins::bundled(),
+            "oauth2",
+        )
+        .unwrap();
+        let fields = schema["fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find_map(|f| f.get("config"))
+            .unwrap()["fields"]
+            .clone();
+        form_arrays(m["config"].as_object_mut().unwrap(), &fields);
+        assert_eq!(m["config"]["scopes"], json!(["email"]));
+        assert_eq!(m["config"]["realm"], "r");
     }
 
     #[test]

@@ -233,6 +233,17 @@ impl PluginRegistry for Registry {
                 }
                 Ok(None)
             }
+            // Kong's `hash_secret`: the stored secret is an argon2id hash (shown as such).
+            oauth2::daos::TABLE if value.get("hash_secret") == Some(&Value::Bool(true)) => {
+                if let Some(Value::String(p)) = value.get("client_secret") {
+                    if !p.starts_with("$argon2") {
+                        let hashed = basic_auth::password::hash(p)
+                            .map_err(|e| ("client_secret".into(), e))?;
+                        value.insert("client_secret".into(), Value::String(hashed));
+                    }
+                }
+                Ok(None)
+            }
             key_auth::daos::TABLE if self.hash_keys => match value.get("key") {
                 Some(Value::String(k)) if !k.starts_with(key_auth::DIGEST_PREFIX) => {
                     let plain = k.clone();

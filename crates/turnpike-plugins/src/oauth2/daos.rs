@@ -27,8 +27,23 @@ pub static OAUTH2_CREDENTIALS: PluginEntity = PluginEntity {
         ("client_type", FieldKind::Optional),
     ],
     sample: r#"{"name": "n"}"#,
-    check: None,
+    check: Some(check_client),
 };
+
+/// Kong's `client_type`: `confidential` (the default) or `public`.
+fn check_client(fields: &mut Map<String, Value>) -> Vec<(String, String)> {
+    match fields.get("client_type") {
+        None | Some(Value::Null) => {
+            fields.insert("client_type".into(), Value::from("confidential"));
+            Vec::new()
+        }
+        Some(v) if v == "confidential" || v == "public" => Vec::new(),
+        Some(_) => vec![(
+            "client_type".into(),
+            "expected one of: confidential, public".into(),
+        )],
+    }
+}
 
 pub const TOKENS: &str = "oauth2_tokens";
 

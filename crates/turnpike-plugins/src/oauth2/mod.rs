@@ -296,20 +296,63 @@ impl Configured {
             }
             return Some(token);
         }
-        let q = req.query?;
-        let token = q.split('&').find_map(|kv| {
-            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            (k == "access_token").then(|| v.to_string())
-        })?;
+        let in_query = req.query.and_then(|q| {
+            q.split('&').find_map(|kv| {
+                let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                (k == "access_token").then(|| v.to_string())
+            })
+        });
+        if let Some(token) = in_query {
+            if self.hide_credentials {
+                let kept: Vec<&str> = req
+                    .query
+                    .unwrap_or("")
+                    .split('&')
+                    .filter(|kv| kv.split('=').next() != Some("access_token"))
+                    .collect();
+                req.upstream_query = Some(kept.join("&"));
+            }
+            return Some(token);
+        }
+        // Kong's `retrieve_parameters`: a POST/PUT/PATCH body's, form or JSON.
+        req.body.as_ref()?;
+        let token = match grants::parameters(req).get("access_token") {
+            Some(Value::String(t)) => t.clone(),
+            _ => return None,
+        };
         if self.hide_credentials {
-            let kept: Vec<&str> = q
-                .split('&')
-                .filter(|kv| kv.split('=').next() != Some("access_token"))
-                .collect();
-            req.upstream_query = Some(kept.join("&"));
+            hide_in_form_body(req);
         }
         Some(token)
     }
+}
+
+/// Takes `access_token` out of a form body (what Kong's `hide_credentials` does to one).
+fn hide_in_form_body(req: &mut AccessRequest<'_>) {
+    let form = req
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|c| {
+            c.to_ascii_lowercase()
+                .starts_with("application/x-www-form-urlencoded")
+        });
+    let Some(text) = req
+        .body
+        .as_ref()
+        .and_then(|b| std::str::from_utf8(b).ok())
+        .filter(|_| form)
+    else {
+        return;
+    };
+    let kept: Vec<&str> = text
+        .split('&')
+        .filter(|kv| {
+            crate::form::percent_decode(kv.split('=').next().unwrap_or("")) != "access_token"
+        })
+        .collect();
+    // The proxy sends it with its new length.
+    req.body = Some(bytes::Bytes::from(kept.join("&")));
 }
 
 impl Handler for Authenticator {

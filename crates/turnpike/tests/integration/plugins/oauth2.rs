@@ -355,7 +355,8 @@ async fn the_endpoints_issue_tokens_by_every_grant() {
                 "enable_authorization_code": true, "enable_implicit_grant": true,
                 "enable_client_credentials": true, "enable_password_grant": true,
                 "provision_key": "pk", "scopes": ["email", "profile"],
-                "accept_http_if_already_terminated": true, "token_expiration": 600}}),
+                "accept_http_if_already_terminated": true, "token_expiration": 600,
+                "hide_credentials": true}}),
         ),
         ("/consumers", json!({"username": "owner"})),
         (
@@ -367,6 +368,11 @@ async fn the_endpoints_issue_tokens_by_every_grant() {
             "/consumers/owner/oauth2",
             json!({"name": "spa", "client_id": "pub", "client_type": "public",
                    "redirect_uris": ["https://spa.test/cb"]}),
+        ),
+        (
+            "/consumers/owner/oauth2",
+            json!({"name": "hashed", "client_id": "hid", "client_secret": "s3cret",
+                   "hash_secret": true, "redirect_uris": ["https://h.test/cb"]}),
         ),
     ] {
         let r = admin("POST", path.to_string(), Some(body)).await;
@@ -406,6 +412,10 @@ async fn the_endpoints_issue_tokens_by_every_grant() {
     assert_eq!(status, 200);
     assert_eq!(seen["headers"]["x-authenticated-scope"], "email");
     assert_eq!(seen["headers"]["x-credential-identifier"], "cid");
+    assert!(
+        seen["headers"]["authorization"].is_null(),
+        "hide_credentials"
+    );
     assert_eq!(seen["headers"]["x-consumer-username"], "owner");
     // ... and with HTTP Basic; a wrong secret there is a 401 with Kong's challenge.
     let basic = |id: &str, secret: &str| {
@@ -674,6 +684,56 @@ async fn the_endpoints_issue_tokens_by_every_grant() {
         r.json()["error_description"],
         "The HTTP method PUT is invalid for the authorization endpoint"
     );
+    // hash_secret: stored as an argon2id hash, verified against it.
+    let apps = admin("GET", "/oauth2?size=10".into(), None).await.json();
+    let hashed = apps["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["client_id"] == "hid")
+        .unwrap()
+        .clone();
+    assert!(
+        hashed["client_secret"]
+            .as_str()
+            .unwrap()
+            .starts_with("$argon2id$"),
+        "{hashed}"
+    );
+    assert_eq!(hashed["client_type"], "confidential", "Kong's default");
+    let r = post_form(
+        p,
+        "/api/oauth2/token",
+        "grant_type=client_credentials&client_id=hid&client_secret=s3cret",
+        &[],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    let hashed_token = r.json()["access_token"].as_str().unwrap().to_string();
+    let r = post_form(
+        p,
+        "/api/oauth2/token",
+        "grant_type=client_credentials&client_id=hid&client_secret=nope",
+        &[],
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    // A token in a form body (Kong's `retrieve_parameters`), taken out before the upstream
+    // (hide_credentials).
+    let r = send(
+        p,
+        req("POST", "/api/x")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(http_body_util::Full::new(bytes::Bytes::from(format!(
+                "access_token={hashed_token}&a=1"
+            ))))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    assert_eq!(r.json()["body_len"], 3, "the upstream got `a=1`");
+    assert_eq!(r.json()["headers"]["content-length"], "3");
+
     // The endpoints never reach the upstream, and tokens are in the store.
     let tokens = admin("GET", "/oauth2_tokens".into(), None).await.json();
     assert!(tokens["data"].as_array().unwrap().len() >= 5, "{tokens}");
