@@ -150,9 +150,43 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         for spec in self.tables.iter() {
-            for stmt in schema::ddl(spec) {
+            for stmt in schema::ddl(spec, self.tables.has_ttl(spec.table)) {
                 sqlx::query(&stmt).execute(&mut *tx).await?;
             }
+        }
+        // Schema 5: ttl tables made before it get their `expires_at` column, filled from the
+        // expiry each row carries in its entity.
+        for table in self.tables.ttl_tables() {
+            let sql = match self.backend {
+                Backend::Sqlite => format!(
+                    "SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name = 'expires_at'"
+                ),
+                Backend::Postgres => format!(
+                    "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = '{table}' AND column_name = 'expires_at'"
+                ),
+            };
+            let has_column = sqlx::query(&sql)
+                .fetch_one(&mut *tx)
+                .await?
+                .try_get::<i64, _>(0)?
+                > 0;
+            if !has_column {
+                sqlx::query(&format!("ALTER TABLE {table} ADD COLUMN expires_at BIGINT"))
+                    .execute(&mut *tx)
+                    .await?;
+                let from_entity = match self.backend {
+                    Backend::Sqlite => "CAST(json_extract(entity, '$._expires_at') AS BIGINT)",
+                    Backend::Postgres => "CAST(CAST(entity AS json)->>'_expires_at' AS BIGINT)",
+                };
+                sqlx::query(&format!(
+                    "UPDATE {table} SET expires_at = {from_entity} WHERE entity LIKE '%_expires_at%'"
+                ))
+                .execute(&mut *tx)
+                .await?;
+            }
+            sqlx::query(&schema::expires_index(table))
+                .execute(&mut *tx)
+                .await?;
         }
         sqlx::query(
             "CREATE TABLE IF NOT EXISTS tags (entity_id TEXT NOT NULL, entity_name TEXT NOT NULL, tag TEXT NOT NULL, PRIMARY KEY (entity_id, tag))",
@@ -295,6 +329,30 @@ impl Store {
         }
         tx.commit().await?;
         Ok(out)
+    }
+
+    /// Deletes rows whose `ttl` ran out (Kong's ttl cleanup), `batch` rows per statement so
+    /// that a table of millions never holds a long lock; returns the rows deleted. Expired
+    /// rows already read as absent, so no node needs telling.
+    pub async fn purge_expired(&self, now: i64, batch: i64) -> Result<u64, StoreError> {
+        let mut total = 0;
+        for table in self.tables.ttl_tables() {
+            loop {
+                let n = sqlx::query(&format!(
+                    "DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE expires_at <= $1 LIMIT $2)"
+                ))
+                .bind(now)
+                .bind(batch)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+                total += n;
+                if (n as i64) < batch {
+                    break;
+                }
+            }
+        }
+        Ok(total)
     }
 
     /// Deletes counter rows whose window has ended.

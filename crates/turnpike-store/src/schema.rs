@@ -144,6 +144,20 @@ impl Tables {
         CORE.iter().chain(self.plugins.iter().map(|e| &e.spec))
     }
 
+    /// Whether rows of `table` may expire (a plugin entity with a `ttl` field).
+    pub fn has_ttl(&self, table: &str) -> bool {
+        self.plugin_entity(table)
+            .is_some_and(|e| e.fields.iter().any(|(f, _)| *f == "ttl"))
+    }
+
+    /// The tables whose rows may expire.
+    pub fn ttl_tables(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.plugins
+            .iter()
+            .filter(|e| e.fields.iter().any(|(f, _)| *f == "ttl"))
+            .map(|e| e.spec.table)
+    }
+
     /// The spec of a table (`services`).
     pub fn by_table(&self, table: &str) -> Option<&'static EntitySpec> {
         self.iter().find(|e| e.table == table)
@@ -168,7 +182,10 @@ impl Tables {
 }
 
 /// `CREATE TABLE` and index statements, the same text for SQLite and PostgreSQL.
-pub fn ddl(spec: &EntitySpec) -> Vec<String> {
+/// `ttl`: the table's rows may expire (Kong's `ttl = true`): an `expires_at` column (indexed
+/// by [`expires_index`], made once the column surely exists) lets the store delete expired
+/// rows in batches.
+pub fn ddl(spec: &EntitySpec, ttl: bool) -> Vec<String> {
     let mut cols = vec!["id TEXT PRIMARY KEY".to_string()];
     for u in spec.unique {
         cols.push(format!("{} TEXT UNIQUE", quote(u)));
@@ -181,6 +198,9 @@ pub fn ddl(spec: &EntitySpec) -> Vec<String> {
     }
     cols.push("created_at BIGINT NOT NULL".into());
     cols.push("entity TEXT NOT NULL".into());
+    if ttl {
+        cols.push("expires_at BIGINT".into());
+    }
     let mut out = vec![format!(
         "CREATE TABLE IF NOT EXISTS {} ({})",
         spec.table,
@@ -194,6 +214,11 @@ pub fn ddl(spec: &EntitySpec) -> Vec<String> {
         ));
     }
     out
+}
+
+/// The index that finds a ttl table's expired rows.
+pub fn expires_index(table: &str) -> String {
+    format!("CREATE INDEX IF NOT EXISTS {table}_expires_at ON {table} (expires_at) WHERE expires_at IS NOT NULL")
 }
 
 /// Quotes a column name that is an SQL keyword.

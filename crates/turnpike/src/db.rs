@@ -207,6 +207,22 @@ pub async fn start(
             }
         });
     }
+    {
+        // Kong's ttl cleanup: expired tokens, codes and keys leave the store in batches, so
+        // a token table stays at its live size.
+        let store = store.clone();
+        let every = conf.ttl_cleanup_interval;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                match store.purge_expired(turnpike_store::now_secs(), 1000).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::debug!("ttl cleanup: {n} expired rows deleted"),
+                    Err(e) => tracing::debug!("ttl cleanup failed: {e}"),
+                }
+            }
+        });
+    }
     let gw = gateway.clone();
     let sync = ConfigSync::new(
         store.clone(),

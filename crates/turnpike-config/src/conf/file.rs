@@ -33,6 +33,9 @@ pub(super) const DEFAULTS: &[(&str, &str)] = &[
     ("pg_ssl_verify", "off"),
     ("pg_pool_size", "10"),
     ("db_update_frequency", "5"),
+    // Turnpike's own: how often expired rows (`ttl`: oauth2 tokens and codes, key-auth keys)
+    // are deleted from the store, in batches (Kong runs this every 60 s).
+    ("ttl_cleanup_interval", "60"),
     ("plugins", "bundled"),
     ("untrusted_lua", "sandbox"),
     ("untrusted_lua_sandbox_requires", ""),

@@ -172,6 +172,8 @@ pub struct Conf {
     /// How often a node polls the store's config version (Kong's `db_update_frequency`); with
     /// PostgreSQL, LISTEN/NOTIFY normally brings changes long before that.
     pub db_update_frequency: Duration,
+    /// How often expired rows are purged from the store (`ttl_cleanup_interval`).
+    pub ttl_cleanup_interval: Duration,
     /// Which plugins this node loads (Kong's `plugins`: `bundled`, names, or `off`).
     pub plugins: Vec<String>,
     /// What Lua code in plugin configs (pre-function, post-function) may do: `sandbox`, `on`
@@ -383,6 +385,18 @@ impl Conf {
             .ok_or_else(|| {
                 invalid(
                     "db_update_frequency",
+                    "must be a positive number of seconds".into(),
+                )
+            })?;
+        let ttl_cleanup_interval = get("ttl_cleanup_interval")
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|f| *f > 0.0 && *f <= 86400.0)
+            .map(Duration::from_secs_f64)
+            .ok_or_else(|| {
+                invalid(
+                    "ttl_cleanup_interval",
                     "must be a positive number of seconds".into(),
                 )
             })?;
@@ -613,6 +627,7 @@ impl Conf {
             database,
             pg,
             db_update_frequency,
+            ttl_cleanup_interval,
             plugins,
             untrusted_lua,
             untrusted_lua_sandbox_requires,

@@ -420,6 +420,10 @@ impl Store {
         cols.extend(fk_ids.iter().map(|(c, _)| c.clone()));
         cols.push("created_at".into());
         cols.push("entity".into());
+        let ttl = self.tables.has_ttl(spec.table);
+        if ttl {
+            cols.push("expires_at".into());
+        }
         let placeholders: Vec<String> = (1..=cols.len()).map(|i| format!("${i}")).collect();
         let updates: Vec<String> = cols[1..]
             .iter()
@@ -443,6 +447,13 @@ impl Store {
             q = q.bind(v.clone());
         }
         q = q.bind(created_at).bind(text);
+        if ttl {
+            q = q.bind(
+                value
+                    .get(crate::entity::EXPIRES_AT)
+                    .and_then(|v| v.as_i64()),
+            );
+        }
         q.execute(&mut **tx).await?;
         record_change(tx, spec.table, id).await?;
 

@@ -738,3 +738,137 @@ async fn the_endpoints_issue_tokens_by_every_grant() {
     let tokens = admin("GET", "/oauth2_tokens".into(), None).await.json();
     assert!(tokens["data"].as_array().unwrap().len() >= 5, "{tokens}");
 }
+
+/// Rows of `oauth2_tokens` as the database holds them (expired ones included).
+fn stored_tokens(sql_count: &dyn Fn(&str) -> String) -> i64 {
+    sql_count("SELECT COUNT(*) FROM oauth2_tokens")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Writes an application, then tokens: `live` without a ttl and `expiring` with `ttl: 1`.
+async fn write_tokens(admin: std::net::SocketAddr, live: usize, expiring: usize) {
+    for (path, body) in [
+        ("/consumers", json!({"username": "owner"})),
+        (
+            "/consumers/owner/oauth2",
+            json!({"name": "app", "client_id": "cid"}),
+        ),
+    ] {
+        let r = admin_call(admin, "POST", path, Some(body)).await;
+        assert_eq!(r.status, 201, "{path}: {:?}", r.json());
+    }
+    let app = admin_call(admin, "GET", "/oauth2/cid", None).await.json();
+    for i in 0..live + expiring {
+        let mut t = json!({"credential": {"id": app["id"]}, "expires_in": 10});
+        if i >= live {
+            t["ttl"] = json!(1);
+        }
+        let r = admin_call(admin, "POST", "/oauth2_tokens", Some(t)).await;
+        assert_eq!(r.status, 201, "{:?}", r.json());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_tokens_leave_the_store_on_sqlite_and_postgres() {
+    // SQLite: the node's own file.
+    let gw = Gateway::sqlite()
+        .env("TURNPIKE_TTL_CLEANUP_INTERVAL", "0.5")
+        .start();
+    let db = gw.dir.path().join("prefix/turnpike.db");
+    let sqlite = |sql: &str| {
+        let out = std::process::Command::new("sqlite3")
+            .arg(&db)
+            .arg(sql)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    write_tokens(gw.admin, 2, 5).await;
+    assert_eq!(
+        sqlite("SELECT COUNT(*) FROM oauth2_tokens WHERE expires_at IS NOT NULL").trim(),
+        "5",
+        "the expiry is a column the purge finds by index"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), async || stored_tokens(&sqlite)
+            == 2)
+        .await,
+        "the 5 expired rows are deleted, the 2 live ones stay"
+    );
+
+    // A store made before schema 5 (no expires_at column): `migrations up` adds it, filled
+    // from each row's stored expiry.
+    drop(gw);
+    let gw = Gateway::sqlite()
+        .env("TURNPIKE_TTL_CLEANUP_INTERVAL", "3600")
+        .start();
+    let db2 = gw.dir.path().join("prefix/turnpike.db");
+    let sqlite2 = |sql: &str| {
+        let out = std::process::Command::new("sqlite3")
+            .arg(&db2)
+            .arg(sql)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    write_tokens(gw.admin, 1, 2).await;
+    let prefix = gw.dir.path().join("prefix");
+    gw.signal("TERM");
+    assert!(
+        eventually(Duration::from_secs(10), async || {
+            std::net::TcpStream::connect(gw.admin).is_err()
+        })
+        .await
+    );
+    sqlite2("DROP INDEX oauth2_tokens_expires_at; ALTER TABLE oauth2_tokens DROP COLUMN expires_at; UPDATE turnpike_meta SET value = 4 WHERE name = 'schema_version';");
+    let env = [
+        ("TURNPIKE_DATABASE", "sqlite"),
+        ("TURNPIKE_PREFIX", prefix.to_str().unwrap()),
+    ];
+    let (ok, out) = run(&["migrations", "up"], &env);
+    assert!(ok && out.contains("schema version 5"), "{out}");
+    assert_eq!(
+        sqlite2("SELECT COUNT(*) FROM oauth2_tokens WHERE expires_at IS NOT NULL").trim(),
+        "2"
+    );
+
+    // PostgreSQL.
+    let pg = crate::common::pg::Postgres::start();
+    let env: Vec<(&str, String)> = pg.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (ok, out) = run(&["migrations", "bootstrap"], &env);
+    assert!(ok, "{out}");
+    let mut b = Gateway::with_config("_format_version: \"3.0\"\n")
+        .env("TURNPIKE_TTL_CLEANUP_INTERVAL", "0.5");
+    for (k, v) in &env {
+        b = b.env(k, v);
+    }
+    let gw = b.start();
+    let port = pg.port.to_string();
+    let psql = |sql: &str| {
+        let out = std::process::Command::new("psql")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                "kong",
+                "-d",
+                "postgres",
+                "-tAc",
+                sql,
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    write_tokens(gw.admin, 3, 4).await;
+    assert!(
+        eventually(Duration::from_secs(10), async || stored_tokens(&psql) == 3).await,
+        "{}",
+        psql("SELECT COUNT(*) FROM oauth2_tokens")
+    );
+}
