@@ -146,6 +146,10 @@ pub struct Cache<K, V> {
     /// `mem_cache_size`.
     weight: u32,
     entries: OnceLock<moka::sync::Cache<K, Entry<V>>>,
+    /// Row id -> key of its cached entry, for tables written at a high rate (oauth2 tokens):
+    /// a write then drops its entries by key, where a scan of the whole cache per write
+    /// (`invalidate_entries_if`) cost more than the reads it served.
+    rows: Option<Arc<dashmap::DashMap<Arc<str>, K>>>,
 }
 
 /// What a look-up found.
@@ -179,7 +183,14 @@ where
             field,
             weight,
             entries: OnceLock::new(),
+            rows: None,
         }
+    }
+
+    /// Keeps an index from row id to key, so that [`Cache::invalidate_row`] needs no scan.
+    pub fn indexed_by_row(mut self) -> Self {
+        self.rows = Some(Arc::default());
+        self
     }
 
     fn entries(&self) -> &moka::sync::Cache<K, Entry<V>> {
@@ -191,12 +202,23 @@ where
                 .map_or(16 << 20, |i| i.settings.max_bytes)
                 .max(1 << 20);
             let weight = self.weight;
-            moka::sync::Cache::builder()
+            let mut b = moka::sync::Cache::builder()
                 // Approximate bytes per entry: the key, the value, the map's overhead.
                 .weigher(move |_, e: &Entry<V>| if e.value.is_some() { weight } else { 96 })
                 .max_capacity(max)
-                .support_invalidation_closures()
-                .build()
+                .support_invalidation_closures();
+            if let Some(rows) = self.rows.clone() {
+                // An entry gone (evicted, expired, invalidated) leaves the index too; one
+                // replaced under the same key keeps its place.
+                b = b.eviction_listener(move |k: Arc<K>, e: Entry<V>, cause| {
+                    if cause != moka::notification::RemovalCause::Replaced {
+                        if let Some(id) = &e.credential_id {
+                            rows.remove_if(id, |_, v| *v == *k);
+                        }
+                    }
+                });
+            }
+            b.build()
         })
     }
 
@@ -257,6 +279,9 @@ where
                     None => (None, None, None),
                 };
                 if self.store.generation.load(Ordering::Acquire) == generation {
+                    if let (Some(rows), Some(id)) = (&self.rows, &credential_id) {
+                        rows.insert(Arc::clone(id), key.clone());
+                    }
                     self.entries().insert(
                         key,
                         Entry {
@@ -303,6 +328,30 @@ where
         });
     }
 
+    /// Drops the entries of one row that was written: the one under `lookup` (a negative
+    /// answer for a key that now exists, or the row's own) and the one the row was cached
+    /// under (its key may have changed, or it was deleted). By key, without a scan; needs
+    /// [`Cache::indexed_by_row`] (else it scans, as [`Cache::invalidate`]).
+    pub fn invalidate_row<Q>(&self, id: &str, lookup: Option<&Q>)
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let Some(rows) = &self.rows else {
+            return self.invalidate(id, None);
+        };
+        self.store.generation.fetch_add(1, Ordering::AcqRel);
+        let Some(entries) = self.entries.get() else {
+            return;
+        };
+        if let Some(l) = lookup {
+            entries.invalidate(l);
+        }
+        if let Some((_, key)) = rows.remove(id) {
+            entries.invalidate(&key);
+        }
+    }
+
     pub fn invalidate_all(&self) {
         self.store.generation.fetch_add(1, Ordering::AcqRel);
         if let Some(entries) = self.entries.get() {
@@ -345,6 +394,53 @@ mod tests {
         }
         assert!(c.get(&1).is_some());
         assert!(c.get(&2).is_none());
+    }
+
+    /// A store holding one row, `row-1`, found by `tok-1`.
+    struct OneRow;
+
+    impl CredentialSource for OneRow {
+        fn find(&self, _: &'static str, _: &'static str, value: String) -> Lookup {
+            Box::pin(async move {
+                Ok((value == "tok-1").then(|| Found {
+                    id: "row-1".into(),
+                    fields: Map::new(),
+                    consumer_id: "c".into(),
+                    username: None,
+                    custom_id: None,
+                }))
+            })
+        }
+        fn write(&self, _: Write) -> Written {
+            Box::pin(async { Ok(None) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_row_written_is_dropped_by_key_without_a_scan() {
+        let store = Arc::new(Store::default());
+        store.install(
+            Arc::new(OneRow),
+            CacheSettings {
+                ttl: None,
+                neg_ttl: None,
+                max_bytes: 1 << 20,
+            },
+        );
+        let c: Cache<Box<str>, String> = Cache::new(store, "t", "f").indexed_by_row();
+        for k in ["tok-1", "tok-2"] {
+            c.load(k.into(), k.into(), k.into(), |_| Some("v".to_string()))
+                .await;
+        }
+        assert!(c.get("tok-1").unwrap().value.is_some());
+        assert!(c.get("tok-2").unwrap().value.is_none(), "a negative entry");
+        // The row changed (say, a new access token): its entry goes, found by its id alone.
+        c.invalidate_row::<str>("row-1", None);
+        assert!(c.get("tok-1").is_none());
+        assert!(c.get("tok-2").is_some(), "others stay");
+        // A row written under a key that was a miss: the negative entry goes.
+        c.invalidate_row("row-2", Some("tok-2"));
+        assert!(c.get("tok-2").is_none());
     }
 
     #[test]

@@ -285,7 +285,7 @@ impl PluginRegistry for Registry {
             basic_auth::daos::TABLE => rt.basic_auth.invalidate(id, field("username")),
             jwt::daos::TABLE => rt.jwt.invalidate(id, field("key")),
             hmac_auth::daos::TABLE => rt.hmac_auth.invalidate(id, field("username")),
-            oauth2::daos::TOKENS => rt.oauth2.invalidate(id, field("access_token")),
+            oauth2::daos::TOKENS => rt.oauth2.invalidate_token(id, field("access_token")),
             // Tokens carry their application's client_id.
             oauth2::daos::TABLE => rt.oauth2.invalidate_all(),
             // A consumer's identity is part of every cached credential of it.
