@@ -8,7 +8,7 @@
 # beside the no-write runs, the table's size, and the share of requests answered from the
 # node's token cache (1 - token index reads / requests; PostgreSQL's `pg_stat_user_tables`,
 # so the writes' own index reads count against it in the write runs).
-# Usage: [TOKENS=1000000] [RATES="150 1500"] bench/oauth2-tokens.sh [RUNS] [DUR]
+# Usage: [TOKENS=1000000] [RATES="150 1500"] [BENCH_BIN=path] bench/oauth2-tokens.sh [RUNS] [DUR]
 #        (needs postgresql, nginx, wrk, python3)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -16,13 +16,8 @@ RUNS=${1:-2}
 DUR=${2:-10s}
 TOKENS=${TOKENS:-1000000}
 RATES=${RATES:-150 1500}
-OUT=$ROOT/bench/results/oauth2-tokens-$TOKENS-$(date -u +%Y%m%d-%H%M%S)
-mkdir -p "$OUT/raw"
-cargo build --release --locked -p turnpike >&2
-BIN=$ROOT/target/release/turnpike
-git -C "$ROOT" rev-parse --short HEAD > "$OUT/commit" 2>/dev/null || true
-WORK=$(mktemp -d /tmp/turnpike-oauth2.XXXXXX)
-BENCH_TMP+=("$WORK")
+bench_begin "oauth2-tokens-$TOKENS"
+WORK=$W
 chmod 755 "$WORK"
 
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
