@@ -1005,6 +1005,46 @@ mod tests {
     }
 
     #[test]
+    fn scopes_as_kong_checks_them() {
+        let settings = |mandatory: bool, scopes: Option<&[&str]>| Settings {
+            provision_key: None,
+            scopes: scopes.map(|s| s.iter().map(|x| x.to_string()).collect()),
+            mandatory_scope: mandatory,
+            token_expiration: 7200,
+            enable_authorization_code: true,
+            enable_implicit_grant: false,
+            enable_client_credentials: false,
+            enable_password_grant: false,
+            accept_http_if_already_terminated: false,
+            refresh_token_ttl: 0,
+            reuse_refresh_token: false,
+            global_credentials: false,
+            pkce: "lax".into(),
+        };
+        let p = |v: Option<Value>| {
+            let mut m = Map::new();
+            if let Some(v) = v {
+                m.insert("scope".into(), v);
+            }
+            m
+        };
+        let s = settings(true, Some(&["email", "phone"]));
+        assert_eq!(
+            scope(&p(None), &s).unwrap_err()["error_description"],
+            "You must specify a scope"
+        );
+        assert_eq!(
+            scope(&p(Some(Value::from("email  phone"))), &s).unwrap(),
+            Some("email phone".into())
+        );
+        // No scopes configured: whatever is asked is not recorded.
+        assert_eq!(
+            scope(&p(Some(Value::from("x"))), &settings(false, None)).unwrap(),
+            None
+        );
+    }
+
+    #[test]
     fn pkce_verifier_matches_the_rfc_7636_example() {
         // RFC 7636, appendix B.
         let mut p = Map::new();

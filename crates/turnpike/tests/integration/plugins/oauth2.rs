@@ -657,6 +657,71 @@ async fn the_endpoints_issue_tokens_by_every_grant() {
         let r = post_form(p, "/api/oauth2/token", form, &[]).await;
         assert_eq!((r.status, r.json()), want, "{form}");
     }
+    for (form, want) in [
+        (
+            "response_type=code&client_id=cid&provision_key=bad&authenticated_userid=u",
+            expect(400, "invalid_provision_key", "Invalid provision_key"),
+        ),
+        (
+            "response_type=code&client_id=cid&provision_key=pk&authenticated_userid=%20",
+            expect(
+                400,
+                "invalid_authenticated_userid",
+                "Missing authenticated_userid parameter",
+            ),
+        ),
+        (
+            "response_type=code&client_id=nobody&provision_key=pk&authenticated_userid=u",
+            expect(400, "invalid_client", "Invalid client authentication"),
+        ),
+    ] {
+        let r = post_form(p, "/api/oauth2/authorize", form, &[]).await;
+        assert_eq!((r.status, r.json()), want, "{form}");
+    }
+    // Errors with a known application go back in its redirect_uri.
+    let r = post_form(
+        p,
+        "/api/oauth2/authorize",
+        "response_type=nope&client_id=cid&provision_key=pk&authenticated_userid=u&state=s",
+        &[],
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["redirect_uri"], "https://app.test/cb?error=unsupported_response_type&error_description=Invalid%20response_type&state=s&x=1");
+    let r = post_form(p, "/api/oauth2/authorize", "response_type=code&client_id=cid&provision_key=pk&authenticated_userid=u&code_challenge_method=S256", &[]).await;
+    assert!(
+        r.json()["redirect_uri"]
+            .as_str()
+            .unwrap()
+            .contains("code_challenge%20is%20required%20when%20code_method%20is%20present"),
+        "{:?}",
+        r.json()
+    );
+    // A JSON scope that is not a string; two X-Forwarded-Proto headers.
+    let r = send(p, req("POST", "/api/oauth2/token")
+        .header("content-type", "application/json")
+        .header("x-forwarded-proto", "https")
+        .body(http_body_util::Full::new(bytes::Bytes::from(json!({"grant_type": "client_credentials", "client_id": "cid", "client_secret": "csecret", "scope": ["email"]}).to_string()))).unwrap()).await;
+    assert_eq!(
+        (r.status, r.json()),
+        expect(400, "invalid_scope", "scope must be a string")
+    );
+    let r = post_form(
+        p,
+        "/api/oauth2/token",
+        first,
+        &[("x-forwarded-proto", "https")],
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.json()),
+        expect(
+            400,
+            "access_denied",
+            "Only one X-Forwarded-Proto header allowed"
+        )
+    );
+
     // Plain HTTP without a terminating proxy's word; GET at an endpoint.
     let r = send(
         p,
