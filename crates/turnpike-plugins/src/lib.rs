@@ -29,6 +29,7 @@ pub mod prometheus;
 pub mod rate_limiting;
 pub mod request_size_limiting;
 pub mod request_termination;
+pub mod request_transformer;
 pub mod response_transformer;
 pub mod session;
 pub use turnpike_config::schema;

@@ -29,6 +29,11 @@ pub struct AccessRequest<'a> {
     pub client_ip: std::net::IpAddr,
     /// Whether the connection's peer is one of `trusted_ips` (its X-Forwarded-* count).
     pub trusted: bool,
+    /// The route's regex path captures, (name, value), numbered ones unnamed (Kong's
+    /// `uri_captures`).
+    pub captures: Option<&'a [(Option<String>, String)]>,
+    /// A replacement for the request method sent upstream (`kong.service.request.set_method`).
+    pub upstream_method: Option<http::Method>,
     /// Set by an authentication plugin; read by the plugins after it.
     pub consumer: Option<Arc<Identity>>,
     /// A replacement for the query string sent upstream (e.g. a credential removed from it).
@@ -123,6 +128,8 @@ impl<'a> AccessRequest<'a> {
             tls,
             client_ip,
             trusted: false,
+            captures: None,
+            upstream_method: None,
             consumer: None,
             upstream_query: None,
             body_limit: None,

@@ -107,6 +107,7 @@ pub fn bundled() -> Registry {
             &prometheus::Prometheus,
             &rate_limiting::RateLimiting,
             &request_size_limiting::RequestSizeLimiting,
+            &request_transformer::RequestTransformer,
             &request_termination::RequestTermination,
             &response_transformer::ResponseTransformer,
             &session::Session,

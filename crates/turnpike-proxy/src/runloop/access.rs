@@ -24,6 +24,14 @@ use crate::worker::ctx::{ConnInfo, WorkerCtx};
 /// client_body_buffer_size; we refuse instead of holding unbounded bodies in memory).
 const PLUGIN_BODY_MAX: usize = 8 << 20;
 
+/// The normalised path, the query, the request target as sent, the route's path captures.
+pub type Target<'a> = (
+    &'a str,
+    Option<&'a str>,
+    &'a str,
+    Option<&'a [(Option<String>, String)]>,
+);
+
 /// Runs the route's access phase over the request's head and body.
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
@@ -32,8 +40,7 @@ pub async fn run(
     conn: &ConnInfo,
     route: &RouteEntry,
     parts: &mut Parts,
-    // The normalised path, the query and the request target as sent.
-    (path, query, target): (&str, Option<&str>, &str),
+    (path, query, target, captures): Target<'_>,
     body: &mut BodySource,
     upgrade: bool,
     rc: &mut RequestCtx,
@@ -83,6 +90,7 @@ pub async fn run(
         upstream_path: rc.upstream_path.take(),
         upstream_host: rc.upstream_host.take(),
         trusted: conn.trusted,
+        captures,
         ..AccessRequest::new(
             parts.method.as_str(),
             path,
@@ -123,6 +131,7 @@ pub async fn run(
     rc.upstream_path = access.upstream_path;
     rc.upstream_host = access.upstream_host;
     rc.body_limit = access.body_limit;
+    let upstream_method = access.upstream_method;
     let consumer = access.consumer;
     let plugin_body = access.body;
     if chain_filters {
@@ -145,6 +154,9 @@ pub async fn run(
         }
     }
     rc.consumer = consumer;
+    if let Some(m) = upstream_method {
+        parts.method = m;
+    }
     Ok(())
 }
 

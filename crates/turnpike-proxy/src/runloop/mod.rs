@@ -177,6 +177,7 @@ async fn proxy(
                 &path,
                 query,
                 orig_uri.path_and_query().map_or("/", |pq| pq.as_str()),
+                m.captures.as_deref(),
             ),
             &mut body,
             upgrade,

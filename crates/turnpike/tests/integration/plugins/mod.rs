@@ -15,6 +15,7 @@ mod oauth2;
 mod rate_limiting;
 mod rate_limiting_redis;
 mod request_size_limiting;
+mod request_transformer;
 mod response_transformer;
 mod serverless;
 mod session;
