@@ -21,6 +21,7 @@ pub mod jwt;
 pub mod key_auth;
 pub mod ldap_auth;
 pub mod log;
+pub mod log_sender;
 pub mod lua;
 pub mod oauth2;
 pub mod post_function;
@@ -32,6 +33,8 @@ pub mod request_termination;
 pub mod request_transformer;
 pub mod response_transformer;
 pub mod session;
+pub mod tcp_log;
+pub mod udp_log;
 pub use turnpike_config::schema;
 
 mod build;

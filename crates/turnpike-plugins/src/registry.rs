@@ -111,6 +111,8 @@ pub fn bundled() -> Registry {
             &request_termination::RequestTermination,
             &response_transformer::ResponseTransformer,
             &session::Session,
+            &tcp_log::TcpLog,
+            &udp_log::UdpLog,
         ],
     }
 }

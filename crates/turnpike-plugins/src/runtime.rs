@@ -19,6 +19,8 @@ pub struct Runtime {
     pub rate_limiting: Arc<rate_limiting::State>,
     pub http_log: Arc<http_log::State>,
     pub file_log: Arc<file_log::State>,
+    /// tcp-log's and udp-log's senders, by destination.
+    pub log_senders: Arc<crate::log_sender::Senders>,
     pub prometheus: Arc<prometheus::State>,
     /// The `untrusted_lua*` properties (`lua::State::configure`, at start).
     pub lua: lua::State,
@@ -38,6 +40,7 @@ impl Runtime {
             rate_limiting: Arc::default(),
             http_log: Arc::default(),
             file_log: Arc::default(),
+            log_senders: Arc::default(),
             prometheus: Arc::default(),
             lua: lua::State::default(),
         })

@@ -11,6 +11,7 @@ mod ip_restriction;
 mod jwt;
 mod key_auth;
 mod ldap_auth;
+mod network_logs;
 mod oauth2;
 mod rate_limiting;
 mod rate_limiting_redis;
