@@ -10,6 +10,7 @@
 pub mod acl;
 pub mod anonymous;
 pub mod basic_auth;
+pub mod bot_detection;
 pub mod correlation_id;
 pub mod cors;
 pub mod credentials;
@@ -28,6 +29,7 @@ pub mod post_function;
 pub mod pre_function;
 pub mod prometheus;
 pub mod rate_limiting;
+pub mod redirect;
 pub mod request_size_limiting;
 pub mod request_termination;
 pub mod request_transformer;

@@ -92,6 +92,7 @@ pub fn bundled() -> Registry {
         plugins: vec![
             &acl::Acl,
             &basic_auth::BasicAuth,
+            &bot_detection::BotDetection,
             &correlation_id::CorrelationId,
             &cors::Cors,
             &file_log::FileLog,
@@ -106,6 +107,7 @@ pub fn bundled() -> Registry {
             &pre_function::PRE_FUNCTION,
             &prometheus::Prometheus,
             &rate_limiting::RateLimiting,
+            &redirect::Redirect,
             &request_size_limiting::RequestSizeLimiting,
             &request_transformer::RequestTransformer,
             &request_termination::RequestTermination,

@@ -20,6 +20,7 @@ mod request_transformer;
 mod response_transformer;
 mod serverless;
 mod session;
+mod traffic;
 
 use crate::common::*;
 use serde_json::json;
