@@ -43,6 +43,8 @@ pub enum Type {
     /// A nested record with its own fields (e.g. rate-limiting's `redis`); defaults apply inside
     /// it, and an absent record is filled with its defaults.
     Record(&'static [Field]),
+    /// An array of records (statsd's `metrics`), each validated as a record.
+    RecordArray(&'static [Field]),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -73,6 +75,8 @@ pub enum Default {
     EmptyArray,
     StrArray(&'static [&'static str]),
     IntArray(&'static [i64]),
+    /// Any value, as JSON text (an array of records: statsd's default `metrics`).
+    Json(&'static str),
 }
 
 impl Default {
@@ -85,6 +89,7 @@ impl Default {
             Default::EmptyArray => Value::Array(Vec::new()),
             Default::StrArray(a) => Value::from(a.to_vec()),
             Default::IntArray(a) => Value::from(a.to_vec()),
+            Default::Json(text) => serde_json::from_str(text).unwrap_or(Value::Null),
         }
     }
 }
@@ -166,6 +171,33 @@ fn validate_record(
             },
             Some(v) => v.clone(),
         };
+        if let (Type::RecordArray(inner), Some(items)) = (f.ty, v.as_array()) {
+            let mut checked = Vec::with_capacity(items.len());
+            let mut bad = false;
+            for (i, item) in items.iter().enumerate() {
+                let at = format!("{prefix}{}.{}.", f.name, i + 1);
+                match item.as_object() {
+                    Some(m) => match validate_record(inner, m, &at) {
+                        Ok(v) => checked.push(v),
+                        Err(e) => {
+                            errs.extend(e);
+                            bad = true;
+                        }
+                    },
+                    None => {
+                        errs.push((
+                            at.trim_end_matches('.').to_string(),
+                            "expected a record".into(),
+                        ));
+                        bad = true;
+                    }
+                }
+            }
+            if !bad {
+                out.insert(f.name.into(), Value::Array(checked));
+            }
+            continue;
+        }
         if !v.is_null() {
             if let Err(m) = check_type(f.ty, &v) {
                 errs.push((format!("{prefix}{}", f.name), m));
@@ -287,6 +319,10 @@ fn check_type(ty: Type, v: &Value) -> Result<(), String> {
         },
         // Records are validated field by field in `validate_record`.
         Type::Record(_) => Ok(()),
+        Type::RecordArray(_) => match v.as_array() {
+            Some(_) => Ok(()),
+            None => Err("expected an array".into()),
+        },
     }
 }
 
@@ -384,6 +420,13 @@ fn type_json(ty: Type) -> Map<String, Value> {
                 ("required", json!(true)),
                 ("fields", json!(record_fields_json(inner))),
             ],
+        ),
+        Type::RecordArray(inner) => (
+            "array",
+            vec![(
+                "elements",
+                json!({"type": "record", "fields": record_fields_json(inner)}),
+            )],
         ),
     };
     d.insert("type".into(), json!(name));

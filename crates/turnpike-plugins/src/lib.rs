@@ -35,6 +35,7 @@ pub mod request_termination;
 pub mod request_transformer;
 pub mod response_transformer;
 pub mod session;
+pub mod statsd;
 pub mod tcp_log;
 pub mod udp_log;
 pub use turnpike_config::schema;

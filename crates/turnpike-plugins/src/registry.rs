@@ -113,6 +113,7 @@ pub fn bundled() -> Registry {
             &request_termination::RequestTermination,
             &response_transformer::ResponseTransformer,
             &session::Session,
+            &statsd::Statsd,
             &tcp_log::TcpLog,
             &udp_log::UdpLog,
         ],

@@ -84,3 +84,133 @@ services:
         "the failure is logged once"
     );
 }
+
+/// Datagrams until `want` lines arrived (or 10 s passed).
+fn datagrams(udp: &std::net::UdpSocket, want: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while lines.len() < want && std::time::Instant::now() < until {
+        if let Ok(n) = udp.recv(&mut buf) {
+            lines.extend(
+                String::from_utf8_lossy(&buf[..n])
+                    .split('\n')
+                    .map(String::from),
+            );
+        }
+    }
+    lines
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statsd_sends_kongs_metric_names() {
+    let up = Upstream::start("statsd");
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let packed = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    packed
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
+consumers:
+- username: alice
+  custom_id: cust-1
+  keyauth_credentials: [{{key: alice-key}}]
+services:
+- name: my.api
+  url: {url}
+  routes:
+  - name: r
+    paths: [/m]
+    plugins:
+    - name: key-auth
+    - name: statsd
+      config: {{host: 127.0.0.1, port: {udp}}}
+  - name: packed
+    paths: [/packed]
+    plugins:
+    - name: statsd
+      config:
+        host: 127.0.0.1
+        port: {packed}
+        prefix: gw
+        udp_packet_size: 1000
+        allow_status_codes: ["200-299"]
+        metrics:
+        - {{name: request_count, stat_type: counter, sample_rate: 0.5}}
+        - {{name: status_count, stat_type: counter, sample_rate: 1, service_identifier: service_host}}
+"#,
+        url = up.url(),
+        udp = udp.local_addr().unwrap().port(),
+        packed = packed.local_addr().unwrap().port(),
+    ))
+    .start();
+    let r = call(gw.proxy, "GET", "/m", &[("apikey", "alice-key")]).await;
+    assert_eq!(r.status, 200);
+    let lines = datagrams(&udp, 12);
+    let has = |prefix: &str| lines.iter().any(|l| l.starts_with(prefix));
+    for want in [
+        "kong.service.my_api.request.count:1|c",
+        "kong.service.my_api.status.200:1|c",
+        "kong.service.my_api.user.uniques:cust-1|s",
+        "kong.service.my_api.user.cust-1.request.count:1|c",
+        "kong.service.my_api.user.cust-1.status.200:1|c",
+        "kong.service.my_api.workspace.default.status.200:1|c",
+    ] {
+        assert!(lines.iter().any(|l| l == want), "{want} in {lines:?}");
+    }
+    for timer in [
+        "kong.service.my_api.latency:",
+        "kong.service.my_api.upstream_latency:",
+        "kong.service.my_api.kong_latency:",
+    ] {
+        assert!(
+            has(timer)
+                && lines
+                    .iter()
+                    .any(|l| l.starts_with(timer) && l.ends_with("|ms")),
+            "{timer} in {lines:?}"
+        );
+    }
+    assert!(has("kong.service.my_api.request.size:") && has("kong.service.my_api.response.size:"));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("kong.route.") && l.ends_with(".user.cust-1.status.200:1|c")),
+        "{lines:?}"
+    );
+
+    // Packed into one datagram, a sample rate, the service's host; a 404 is not counted.
+    call(gw.proxy, "GET", "/packed/missing-is-fine", &[]).await;
+    let mut buf = vec![0u8; 65536];
+    let n = packed.recv(&mut buf).unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]).to_string();
+    assert_eq!(
+        text, "gw.service.my_api.request.count:1|c|@0.5\ngw.service.127_0_0_1.status.200:1|c",
+        "one datagram"
+    );
+    call(gw.proxy, "GET", "/packed/status/404", &[]).await;
+    assert!(
+        packed.recv(&mut buf).is_err(),
+        "allow_status_codes leaves the 404 out"
+    );
+
+    let r = gw_admin_refusal().await;
+    assert!(r.contains("sample_rate"), "{r}");
+}
+
+/// An Admin API refusal of a counter without a sample rate (Kong's conditional check).
+async fn gw_admin_refusal() -> String {
+    let gw = Gateway::sqlite().start();
+    let r = gw
+        .admin(
+            "POST",
+            "/plugins",
+            Some(serde_json::json!({"name": "statsd", "config": {"metrics": [{"name": "request_count", "stat_type": "counter"}]}})),
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    r.json()["fields"].to_string()
+}
