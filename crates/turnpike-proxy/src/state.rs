@@ -51,6 +51,8 @@ pub struct Settings {
     pub access_log: Option<Arc<crate::worker::access_log::AccessLog>>,
     /// What the TLS listeners serve (Kong's `ssl_*` properties).
     pub tls: turnpike_config::conf::TlsConf,
+    /// Response compression (`nginx_proxy_gzip`), when on.
+    pub gzip: Option<turnpike_config::conf::GzipConf>,
 }
 
 impl Settings {
@@ -58,6 +60,7 @@ impl Settings {
         Settings {
             headers: conf.headers,
             tls: conf.tls.clone(),
+            gzip: conf.gzip.clone(),
             headers_upstream_request_id: conf.headers_upstream_request_id,
             keepalive_requests: conf.keepalive_requests,
             keepalive_timeout: conf.keepalive_timeout,

@@ -13,6 +13,7 @@ use crate::kong_properties::KONG_PROPERTIES;
 
 mod dns;
 mod file;
+mod gzip;
 mod json;
 mod tls;
 mod values;
@@ -21,6 +22,7 @@ use dns::dns_conf;
 pub use dns::*;
 pub use file::*;
 use file::{canonical, DEFAULTS};
+pub use gzip::{GzipConf, Proxied};
 pub use tls::TlsConf;
 pub use values::*;
 use values::{parse_header_buffers, parse_headers, parse_num, split_list};
@@ -219,6 +221,8 @@ pub struct Conf {
     pub dns: DnsConf,
     /// What the proxy's TLS listeners serve (Kong's `ssl_*` properties).
     pub tls: TlsConf,
+    /// Response compression (`nginx_proxy_gzip`); `None`: off.
+    pub gzip: Option<GzipConf>,
     /// Where each value came from, for `GET /` and for start-up logging.
     pub sources: BTreeMap<String, String>,
 }
@@ -607,6 +611,7 @@ impl Conf {
         }
         let dns = dns_conf(&|name: &str| get(name).to_string())?;
         let tls = tls::tls_conf(&|name: &str| get(name).to_string(), warnings)?;
+        let gzip = gzip::gzip_conf(&|name: &str| get(name).to_string())?;
         let sources = values
             .iter()
             .map(|(k, (_, s))| (k.clone(), s.clone()))
@@ -650,6 +655,7 @@ impl Conf {
             ssl_cert,
             ssl_cert_key,
             tls,
+            gzip,
             headers,
             headers_upstream_request_id,
             trusted_ips,

@@ -52,6 +52,8 @@ pub struct RequestCtx {
     pub log: Option<Box<LogState>>,
     /// The access-log line's data, when the access log is on.
     pub access_record: Option<Box<AccessRecord>>,
+    /// What response compression needs of the request, when `nginx_proxy_gzip` is on.
+    pub gzip: Option<crate::runloop::gzip::GzipRequest>,
 }
 
 impl RequestCtx {
@@ -73,6 +75,7 @@ impl RequestCtx {
             upstream_named_kong: false,
             proxy_latency: Duration::ZERO,
             upstream_latency: Duration::ZERO,
+            gzip: None,
             log: None,
             access_record: None,
         }

@@ -32,6 +32,7 @@ pub fn run(ctx: &WorkerCtx, conn: &ConnInfo, resp: &mut Response<ProxyBody>, rc:
     let head_direct = conn.http1
         && rc.log.is_none()
         && rc.filters.is_empty()
+        && rc.gzip.is_none()
         && !rc.upstream_named_kong
         && !plugin_named_kong;
     // The same holds for the upstream's headers, which are also kept out of the map (as it
@@ -119,6 +120,16 @@ pub fn run(ctx: &WorkerCtx, conn: &ConnInfo, resp: &mut Response<ProxyBody>, rc:
         parts.status = head.status;
         if !body_filters.is_empty() {
             body.filter(body_filters);
+        }
+        *resp = Response::from_parts(parts, body);
+    }
+    // Response compression, after the plugins (nginx's gzip filter runs after Kong's).
+    if let (Some(g), Some(conf)) = (rc.gzip, settings.gzip.as_ref()) {
+        let (mut parts, mut body) = take(resp).into_parts();
+        if crate::runloop::gzip::apply(conf, &g, parts.status, &mut parts.headers) {
+            body.filter(vec![Box::new(crate::runloop::gzip::Encoder::new(
+                conf.level,
+            ))]);
         }
         *resp = Response::from_parts(parts, body);
     }

@@ -12,6 +12,7 @@ pub mod body_filter;
 pub mod ctx;
 pub mod errors;
 pub mod forward;
+pub mod gzip;
 pub mod header_filter;
 pub mod log;
 pub mod rewrite;
@@ -108,6 +109,12 @@ pub async fn handle(
     // In flight until the response body is done: the keepalive timeout does not run meanwhile.
     let guard = RequestGuard::new(conn.clone(), ctx.clone());
     let mut rc = RequestCtx::new(start, ctx.request_id(), seen);
+    rc.gzip = ctx
+        .gateway
+        .settings
+        .gzip
+        .as_ref()
+        .map(|g| gzip::request(g, &req));
     rc.access_record = ctx.access_log.as_ref().map(|_| {
         Box::new(crate::worker::access_log::AccessRecord::new(
             start,

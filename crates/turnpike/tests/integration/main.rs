@@ -9,6 +9,7 @@ mod common;
 mod admin_api;
 mod admin_fuzz;
 mod balancing;
+mod compression;
 mod config_faults;
 mod conformance;
 mod deck;

@@ -1,0 +1,191 @@
+//! Response compression, as nginx's gzip filter does it for Kong (`conf::GzipConf`, from
+//! `nginx_proxy_gzip*`): responses of status 200, 403 or 404, of a listed type, not already
+//! encoded, not shorter than `min_length`, to a client that accepts gzip over HTTP/1.1 (and,
+//! through a proxy, as `gzip_proxied` allows), are compressed as they stream: each piece the
+//! upstream sends goes out compressed and flushed, the whole response is never held.
+//! `gzip_vary` adds `Vary: Accept-Encoding` to every response that could be compressed, as
+//! nginx does, whether or not this client accepts gzip.
+
+use std::io::Write;
+
+use flate2::write::GzEncoder;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, Request, StatusCode, Version};
+use turnpike_config::conf::{GzipConf, Proxied};
+
+/// What the response check needs of the request (taken before the request is consumed).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GzipRequest {
+    /// The client accepts gzip, over an HTTP version the config allows.
+    accepts: bool,
+    /// It came through a proxy (`Via`).
+    via: bool,
+    /// It carries credentials (`Authorization`).
+    auth: bool,
+    head: bool,
+}
+
+/// Kong's Accept-Encoding check (nginx's `ngx_http_gzip_accept_encoding`): `gzip` without
+/// `q=0`.
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|coding| {
+            let mut parts = coding.split(';');
+            let name = parts.next().unwrap_or("").trim();
+            let zero = parts.any(|p| {
+                p.trim()
+                    .strip_prefix("q=")
+                    .and_then(|q| q.trim().parse::<f32>().ok())
+                    .is_some_and(|q| q == 0.0)
+            });
+            (name.eq_ignore_ascii_case("gzip") || name == "*") && !zero
+        })
+}
+
+pub fn request<B>(conf: &GzipConf, req: &Request<B>) -> GzipRequest {
+    let version_ok = match req.version() {
+        Version::HTTP_09 => false,
+        Version::HTTP_10 => conf.http_1_0,
+        _ => true,
+    };
+    GzipRequest {
+        accepts: version_ok && accepts_gzip(req.headers()),
+        via: req.headers().contains_key(header::VIA),
+        auth: req.headers().contains_key(header::AUTHORIZATION),
+        head: req.method() == Method::HEAD,
+    }
+}
+
+/// The response's media type (no parameters), lower-cased.
+fn media_type(h: &HeaderMap) -> Option<String> {
+    let ct = h.get(header::CONTENT_TYPE)?.to_str().ok()?;
+    Some(ct.split(';').next()?.trim().to_ascii_lowercase())
+}
+
+fn type_listed(conf: &GzipConf, h: &HeaderMap) -> bool {
+    if conf.any_type {
+        return true;
+    }
+    let Some(t) = media_type(h) else {
+        return false;
+    };
+    t == "text/html" || conf.types.iter().any(|listed| *listed == t)
+}
+
+/// `gzip_proxied`: whether a request that came through a proxy may get compression.
+fn proxied_ok(conf: &GzipConf, r: &GzipRequest, h: &HeaderMap) -> bool {
+    let cache_control = |token: &str| {
+        h.get_all(header::CACHE_CONTROL)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.split(',').any(|d| d.trim().eq_ignore_ascii_case(token)))
+    };
+    conf.proxied.iter().any(|p| match p {
+        Proxied::Any => true,
+        Proxied::Expired => h.contains_key(header::EXPIRES),
+        Proxied::NoCache => cache_control("no-cache"),
+        Proxied::NoStore => cache_control("no-store"),
+        Proxied::Private => cache_control("private"),
+        Proxied::NoLastModified => !h.contains_key(header::LAST_MODIFIED),
+        Proxied::NoEtag => !h.contains_key(header::ETAG),
+        Proxied::Auth => r.auth,
+    })
+}
+
+/// Whether to compress this response (and, with `gzip_vary`, adds `Vary`): if so, the
+/// headers are changed (Content-Encoding set, Content-Length gone) and the caller wraps the
+/// body in [`Encoder`].
+pub fn apply(conf: &GzipConf, r: &GzipRequest, status: StatusCode, h: &mut HeaderMap) -> bool {
+    let eligible = matches!(status.as_u16(), 200 | 403 | 404)
+        && h.get(header::CONTENT_ENCODING).is_none_or(|v| v.is_empty())
+        && h.get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+            .is_none_or(|n| n >= conf.min_length)
+        && type_listed(conf, h)
+        && !r.head;
+    if !eligible {
+        return false;
+    }
+    if conf.vary {
+        h.append(header::VARY, HeaderValue::from_static("Accept-Encoding"));
+    }
+    if !r.accepts || (r.via && !proxied_ok(conf, r, h)) {
+        return false;
+    }
+    h.remove(header::CONTENT_LENGTH);
+    h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    true
+}
+
+/// The body filter that compresses: each piece is compressed and flushed (a client reading
+/// a stream gets it as it comes), the gzip trailer at the end.
+pub struct Encoder(Option<GzEncoder<Vec<u8>>>);
+
+impl Encoder {
+    pub fn new(level: u32) -> Encoder {
+        Encoder(Some(GzEncoder::new(
+            Vec::new(),
+            flate2::Compression::new(level),
+        )))
+    }
+}
+
+impl turnpike_plugins::BodyFilter for Encoder {
+    fn filter(&mut self, piece: bytes::Bytes, eof: bool) -> bytes::Bytes {
+        let Some(enc) = self.0.as_mut() else {
+            return bytes::Bytes::new();
+        };
+        // Writing to a Vec cannot fail.
+        let _ = enc.write_all(&piece);
+        if eof {
+            let done = self.0.take().map(|e| e.finish().unwrap_or_default());
+            return bytes::Bytes::from(done.unwrap_or_default());
+        }
+        if piece.is_empty() {
+            return bytes::Bytes::new();
+        }
+        let _ = enc.flush();
+        bytes::Bytes::from(std::mem::take(enc.get_mut()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use turnpike_plugins::BodyFilter;
+
+    #[test]
+    fn accept_encoding_as_nginx_reads_it() {
+        let h = |v: &str| {
+            let mut m = HeaderMap::new();
+            m.insert(header::ACCEPT_ENCODING, v.parse().unwrap());
+            m
+        };
+        assert!(accepts_gzip(&h("gzip, deflate, br")));
+        assert!(accepts_gzip(&h("br;q=1.0, gzip;q=0.5")));
+        assert!(!accepts_gzip(&h("gzip;q=0")));
+        assert!(!accepts_gzip(&h("identity")));
+    }
+
+    #[test]
+    fn pieces_come_out_compressed_and_whole() {
+        let mut e = Encoder::new(6);
+        let mut out = Vec::new();
+        for piece in ["hello ", "streaming ", "world"] {
+            let b = e.filter(bytes::Bytes::from(piece), false);
+            assert!(!b.is_empty(), "each piece is flushed");
+            out.extend_from_slice(&b);
+        }
+        out.extend_from_slice(&e.filter(bytes::Bytes::new(), true));
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(&out[..])
+            .read_to_string(&mut text)
+            .unwrap();
+        assert_eq!(text, "hello streaming world");
+    }
+}
