@@ -73,7 +73,7 @@ fn type_listed(conf: &GzipConf, h: &HeaderMap) -> bool {
     let Some(t) = media_type(h) else {
         return false;
     };
-    t == "text/html" || conf.types.iter().any(|listed| *listed == t)
+    t == "text/html" || conf.types.contains(&t)
 }
 
 /// `gzip_proxied`: whether a request that came through a proxy may get compression.
