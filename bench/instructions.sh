@@ -2,10 +2,10 @@
 # Instructions per proxied request under callgrind: (Ir(N) - Ir(0)) / N over one keep-alive
 # connection, Turnpike with one worker in front of a local upstream (nginx from
 # shared/bench-reference/upstream.conf). Stable on noisy machines; prints one number.
-# Usage: [CONFIG=kong.yml] [APIKEY=key] [AUTH=value] [DB=sqlite] bench/instructions.sh [N]
+# Usage: [CONFIG=kong.yml] [APIKEY=key] [AUTH=value] [HEADERS="name: value|..."] [DB=sqlite] bench/instructions.sh [N]
 #   CONFIG: a declarative file to run instead of the one-route default (its route must answer
 #   GET / with 200); APIKEY: sent as the `apikey` header (key-auth); AUTH: sent as the
-#   Authorization header (basic-auth); DB=sqlite: import CONFIG into a SQLite store and run on
+#   Authorization header (basic-auth); HEADERS: more request headers, `|`-separated; DB=sqlite: import CONFIG into a SQLite store and run on
 #   it (credentials then come through the node's cache, not the snapshot).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -18,7 +18,7 @@ BIN=$ROOT/target/release/turnpike
 start_upstream
 turnpike_env "$OUT/tp"
 [ -n "${CONFIG:-}" ] && export TURNPIKE_DECLARATIVE_CONFIG=$CONFIG
-export APIKEY=${APIKEY:-} AUTH=${AUTH:-}
+export APIKEY=${APIKEY:-} AUTH=${AUTH:-} HEADERS=${HEADERS:-}
 if [ "${DB:-off}" = sqlite ]; then
   export TURNPIKE_DATABASE=sqlite
   "$BIN" config db_import "$TURNPIKE_DECLARATIVE_CONFIG" > /dev/null
@@ -33,6 +33,9 @@ c = http.client.HTTPConnection("127.0.0.1", 8000)
 h = {"apikey": os.environ["APIKEY"]} if os.environ.get("APIKEY") else {}
 if os.environ.get("AUTH"):
     h["authorization"] = os.environ["AUTH"]
+for kv in filter(None, os.environ.get("HEADERS", "").split("|")):
+    k, v = kv.split(": ", 1)
+    h[k] = v
 for _ in range(int(sys.argv[1])):
     c.request("GET", "/", headers=h); r = c.getresponse(); r.read(); assert r.status == 200, r.status
 PY

@@ -2,7 +2,8 @@
 # Instructions per request of the reference proxies under callgrind, measured like
 # bench/instructions.sh: (Ir(N) - Ir(1)) / N over one keep-alive connection, nginx running as a
 # single process (master_process off) in front of the same upstream.
-# Usage: bench/reference-instructions.sh [N]   prints "nginx <n>" and "nginx-lua-karl <n>"
+# Usage: bench/reference-instructions.sh [N]   prints "nginx <n>", "nginx-lua-karl <n>" and
+#   "nginx-gzip <n>" (gzip on for text/plain at any length, the client accepting gzip)
 #   (needs nginx, libnginx-mod-http-lua, valgrind)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -15,6 +16,11 @@ mkdir -p "$OUT/nginx"/{cbt,pt,ft,ut,st}
 sed -e "s|@NAME@|nginx|g" -e "s|/tmp/bench/nginx|$OUT/nginx|g" -e 's/@PORT@/8000/' \
     -e 's/@UPKA@/keepalive 64; keepalive_requests 1000000;/' -e 's/@ACCESS@//' \
     -e 's/@EXTRA_HTTP@//' -e 's/@EXTRA_MAIN@//' "$SHARED/nginx_proxy.conf.tmpl" > "$OUT/nginx/nginx.conf"
+mkdir -p "$OUT/nginx-gzip"/{cbt,pt,ft,ut,st}
+sed -e "s|@NAME@|nginx|g" -e "s|/tmp/bench/nginx|$OUT/nginx-gzip|g" -e 's/@PORT@/8000/' \
+    -e 's/@UPKA@/keepalive 64; keepalive_requests 1000000;/' -e 's/@ACCESS@//' \
+    -e 's/@EXTRA_HTTP@/gzip on; gzip_types text\/plain; gzip_min_length 0;/' -e 's/@EXTRA_MAIN@//' \
+    "$SHARED/nginx_proxy.conf.tmpl" > "$OUT/nginx-gzip/nginx.conf"
 count() { # dir requests header
   valgrind --tool=callgrind --collect-atstart=yes --callgrind-out-file="$OUT/cg.$2" \
     nginx -c "$1/nginx.conf" -p "$1" -e "$1/error.log" -g 'daemon off; master_process off;' \
@@ -31,7 +37,7 @@ PY
   kill -QUIT $vp; wait $vp 2>/dev/null || true
   grep -E '^(summary|totals):' "$OUT/cg.$2" | head -1 | awk '{print $2}'
 }
-for case in "nginx||$OUT/nginx" "nginx-lua-karl|apikey: key1|$OUT/ngxlua"; do
+for case in "nginx||$OUT/nginx" "nginx-lua-karl|apikey: key1|$OUT/ngxlua" "nginx-gzip|accept-encoding: gzip|$OUT/nginx-gzip"; do
   IFS='|' read -r name hdr dir <<< "$case"
   A=$(count "$dir" 1 "$hdr"); B=$(count "$dir" $((N + 1)) "$hdr")
   echo "$name $(( (B - A) / N ))"

@@ -129,6 +129,7 @@ pub fn run(ctx: &WorkerCtx, conn: &ConnInfo, resp: &mut Response<ProxyBody>, rc:
         if crate::runloop::gzip::apply(conf, &g, parts.status, &mut parts.headers) {
             body.filter(vec![Box::new(crate::runloop::gzip::Encoder::new(
                 conf.level,
+                &ctx.gzip_encoders,
             ))]);
         }
         *resp = Response::from_parts(parts, body);

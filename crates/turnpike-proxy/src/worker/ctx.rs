@@ -35,6 +35,8 @@ pub struct WorkerCtx {
     /// (`server::serve_active`), so one slot per worker serves all its connections; held
     /// per connection, its ~400 bytes would stay with every idle one.
     pub response_extra: RefCell<OutsideHeaders>,
+    /// Deflate states for response compression, reused from one response to the next.
+    pub gzip_encoders: crate::runloop::gzip::EncoderPool,
     snapshot: RefCell<(u64, Rc<Arc<Snapshot>>)>,
     ids: RequestIds,
 }
@@ -55,6 +57,7 @@ impl WorkerCtx {
             ids: RequestIds::new(seed),
             closing: Cell::new(false),
             response_extra: RefCell::default(),
+            gzip_encoders: Default::default(),
             deadlines,
             access_log: access_log.map(Writer::new),
         }
