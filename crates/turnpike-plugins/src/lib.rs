@@ -36,6 +36,7 @@ pub mod request_transformer;
 pub mod response_transformer;
 pub mod session;
 pub mod statsd;
+pub mod syslog;
 pub mod tcp_log;
 pub mod udp_log;
 pub use turnpike_config::schema;

@@ -114,6 +114,7 @@ pub fn bundled() -> Registry {
             &response_transformer::ResponseTransformer,
             &session::Session,
             &statsd::Statsd,
+            &syslog::Syslog,
             &tcp_log::TcpLog,
             &udp_log::UdpLog,
         ],

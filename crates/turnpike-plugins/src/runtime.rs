@@ -24,6 +24,8 @@ pub struct Runtime {
     pub prometheus: Arc<prometheus::State>,
     /// The `untrusted_lua*` properties (`lua::State::configure`, at start).
     pub lua: lua::State,
+    /// Where the syslog plugin writes (the `syslog_socket` property, set at start).
+    pub syslog_socket: std::sync::OnceLock<std::path::PathBuf>,
 }
 
 impl Runtime {
@@ -43,6 +45,7 @@ impl Runtime {
             log_senders: Arc::default(),
             prometheus: Arc::default(),
             lua: lua::State::default(),
+            syslog_socket: std::sync::OnceLock::new(),
         })
     }
 }

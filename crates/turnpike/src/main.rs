@@ -169,6 +169,10 @@ fn plugin_registry(conf: &Conf) -> Result<Arc<turnpike_plugins::Registry>, Strin
         .map_err(|e| format!("invalid configuration: {e}"))?
         .hashing_keys(conf.key_auth_hash_keys);
     // Before any plugin config is checked: whether and how Lua code in configs may run.
+    let _ = registry
+        .runtime()
+        .syslog_socket
+        .set(conf.syslog_socket.clone());
     registry.runtime().lua.configure(
         turnpike_plugins::lua::Settings::parse(
             &conf.untrusted_lua,

@@ -36,6 +36,8 @@ pub(super) const DEFAULTS: &[(&str, &str)] = &[
     // Turnpike's own: how often expired rows (`ttl`: oauth2 tokens and codes, key-auth keys)
     // are deleted from the store, in batches (Kong runs this every 60 s).
     ("ttl_cleanup_interval", "60"),
+    // Turnpike's own: the local syslog socket the syslog plugin writes to.
+    ("syslog_socket", "/dev/log"),
     ("plugins", "bundled"),
     ("untrusted_lua", "sandbox"),
     ("untrusted_lua_sandbox_requires", ""),

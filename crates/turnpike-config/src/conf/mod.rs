@@ -176,6 +176,8 @@ pub struct Conf {
     pub db_update_frequency: Duration,
     /// How often expired rows are purged from the store (`ttl_cleanup_interval`).
     pub ttl_cleanup_interval: Duration,
+    /// The local syslog socket (`syslog_socket`).
+    pub syslog_socket: PathBuf,
     /// Which plugins this node loads (Kong's `plugins`: `bundled`, names, or `off`).
     pub plugins: Vec<String>,
     /// What Lua code in plugin configs (pre-function, post-function) may do: `sandbox`, `on`
@@ -633,6 +635,7 @@ impl Conf {
             pg,
             db_update_frequency,
             ttl_cleanup_interval,
+            syslog_socket: PathBuf::from(get("syslog_socket")),
             plugins,
             untrusted_lua,
             untrusted_lua_sandbox_requires,

@@ -214,3 +214,48 @@ async fn gw_admin_refusal() -> String {
     assert_eq!(r.status, 400);
     r.json()["fields"].to_string()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn syslog_gets_entries_by_severity() {
+    let up = Upstream::start("syslog");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.sock");
+    let sock = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(1500)))
+        .unwrap();
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
+services:
+- name: svc
+  url: {url}
+  routes:
+  - name: r
+    paths: [/s]
+    plugins:
+    - name: syslog
+      config: {{client_errors_severity: debug, server_errors_severity: crit, syslog_facility: LOCAL0}}
+"#,
+        url = up.url()
+    ))
+    .env("TURNPIKE_SYSLOG_SOCKET", path.to_str().unwrap())
+    .start();
+    let mut buf = vec![0u8; 65536];
+    // 200: info (LOCAL0 = 16: <134>); 404: debug, above log_level info, not sent; 500: crit.
+    call(gw.proxy, "GET", "/s/ok", &[]).await;
+    let n = sock.recv(&mut buf).unwrap();
+    let msg = String::from_utf8_lossy(&buf[..n]).to_string();
+    assert!(msg.starts_with("<134>"), "{msg}");
+    let (head, json) = msg.split_once(": ").unwrap();
+    assert!(head.contains(" kong["), "{head}");
+    let e: Value = serde_json::from_str(json).unwrap();
+    assert_eq!(e["request"]["uri"], "/s/ok");
+    call(gw.proxy, "GET", "/s/status/404", &[]).await;
+    call(gw.proxy, "GET", "/s/status/500", &[]).await;
+    let n = sock.recv(&mut buf).unwrap();
+    let msg = String::from_utf8_lossy(&buf[..n]).to_string();
+    assert!(
+        msg.starts_with("<130>"),
+        "the 500 (crit), the 404 left out: {msg}"
+    );
+    assert!(sock.recv(&mut buf).is_err(), "nothing else");
+}
