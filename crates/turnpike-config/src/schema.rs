@@ -45,6 +45,9 @@ pub enum Type {
     Record(&'static [Field]),
     /// An array of records (statsd's `metrics`), each validated as a record.
     RecordArray(&'static [Field]),
+    /// A map of names to records (response-ratelimiting's `limits`), each value validated as
+    /// a record.
+    MapOfRecords(&'static [Field]),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -171,6 +174,35 @@ fn validate_record(
             },
             Some(v) => v.clone(),
         };
+        if let (Type::MapOfRecords(inner), Some(items)) = (f.ty, v.as_object()) {
+            let mut checked = Map::new();
+            let mut bad = false;
+            for (name, item) in items {
+                let at = format!("{prefix}{}.{name}.", f.name);
+                match item.as_object() {
+                    Some(m) => match validate_record(inner, m, &at) {
+                        Ok(v) => {
+                            checked.insert(name.clone(), v);
+                        }
+                        Err(e) => {
+                            errs.extend(e);
+                            bad = true;
+                        }
+                    },
+                    None => {
+                        errs.push((
+                            at.trim_end_matches('.').to_string(),
+                            "expected a record".into(),
+                        ));
+                        bad = true;
+                    }
+                }
+            }
+            if !bad {
+                out.insert(f.name.into(), Value::Object(checked));
+            }
+            continue;
+        }
         if let (Type::RecordArray(inner), Some(items)) = (f.ty, v.as_array()) {
             let mut checked = Vec::with_capacity(items.len());
             let mut bad = false;
@@ -323,6 +355,10 @@ fn check_type(ty: Type, v: &Value) -> Result<(), String> {
             Some(_) => Ok(()),
             None => Err("expected an array".into()),
         },
+        Type::MapOfRecords(_) => match v.as_object() {
+            Some(_) => Ok(()),
+            None => Err("expected a map".into()),
+        },
     }
 }
 
@@ -419,6 +455,16 @@ fn type_json(ty: Type) -> Map<String, Value> {
             vec![
                 ("required", json!(true)),
                 ("fields", json!(record_fields_json(inner))),
+            ],
+        ),
+        Type::MapOfRecords(inner) => (
+            "map",
+            vec![
+                ("keys", json!({"type": "string"})),
+                (
+                    "values",
+                    json!({"type": "record", "required": true, "fields": record_fields_json(inner)}),
+                ),
             ],
         ),
         Type::RecordArray(inner) => (

@@ -33,6 +33,7 @@ pub mod redirect;
 pub mod request_size_limiting;
 pub mod request_termination;
 pub mod request_transformer;
+pub mod response_ratelimiting;
 pub mod response_transformer;
 pub mod session;
 pub mod statsd;

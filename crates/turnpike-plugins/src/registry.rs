@@ -111,6 +111,7 @@ pub fn bundled() -> Registry {
             &request_size_limiting::RequestSizeLimiting,
             &request_transformer::RequestTransformer,
             &request_termination::RequestTermination,
+            &response_ratelimiting::ResponseRateLimiting,
             &response_transformer::ResponseTransformer,
             &session::Session,
             &statsd::Statsd,

@@ -17,6 +17,7 @@ pub struct Runtime {
     pub ldap_auth: Arc<ldap_auth::State>,
     pub oauth2: Arc<oauth2::State>,
     pub rate_limiting: Arc<rate_limiting::State>,
+    pub response_ratelimiting: Arc<response_ratelimiting::State>,
     pub http_log: Arc<http_log::State>,
     pub file_log: Arc<file_log::State>,
     /// tcp-log's and udp-log's senders, by destination.
@@ -40,6 +41,7 @@ impl Runtime {
             oauth2: Arc::new(oauth2::State::new(credentials.clone())),
             credentials,
             rate_limiting: Arc::default(),
+            response_ratelimiting: Arc::default(),
             http_log: Arc::default(),
             file_log: Arc::default(),
             log_senders: Arc::default(),

@@ -16,8 +16,8 @@
 
 mod batched;
 pub mod cluster;
-mod redis;
-mod schema;
+pub(crate) mod redis;
+pub(crate) mod schema;
 
 use crate::now_secs;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,7 +32,7 @@ use crate::{Access, AccessRequest, BuildContext, Exit, Handler, PluginSpec};
 pub struct RateLimiting;
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-enum Period {
+pub(crate) enum Period {
     Second,
     Minute,
     Hour,
@@ -42,7 +42,7 @@ enum Period {
 }
 
 impl Period {
-    const ALL: [Period; 6] = [
+    pub(crate) const ALL: [Period; 6] = [
         Period::Second,
         Period::Minute,
         Period::Hour,
@@ -51,12 +51,12 @@ impl Period {
         Period::Year,
     ];
 
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         schema::PERIODS[self as usize]
     }
 
     /// (window start, window end) in seconds since the epoch, calendar-aligned in UTC.
-    fn window(self, now: u64) -> (u64, u64) {
+    pub(crate) fn window(self, now: u64) -> (u64, u64) {
         match self {
             Period::Second => (now, now + 1),
             Period::Minute => (now - now % 60, now - now % 60 + 60),

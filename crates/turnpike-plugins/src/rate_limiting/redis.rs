@@ -286,3 +286,29 @@ pub async fn add(
         }
     }
 }
+
+/// The counters under `keys` (absent ones 0), in one round trip (response-ratelimiting's
+/// usage read).
+pub async fn get_many(target: &Arc<RedisTarget>, keys: &[String]) -> Result<Vec<i64>, String> {
+    let mut conn = connection(target).await?;
+    let mut cmd = redis::cmd("MGET");
+    for k in keys {
+        cmd.arg(k);
+    }
+    match tokio::time::timeout(
+        target.timeout,
+        cmd.query_async::<Vec<Option<i64>>>(&mut conn),
+    )
+    .await
+    {
+        Ok(Ok(v)) => Ok(v.into_iter().map(|x| x.unwrap_or(0)).collect()),
+        Ok(Err(e)) => {
+            forget(target);
+            Err(e.to_string())
+        }
+        Err(_) => {
+            forget(target);
+            Err(format!("timed out after {:?}", target.timeout))
+        }
+    }
+}

@@ -204,6 +204,10 @@ async fn upstream_handler(
             .header("x-kong-upstream-latency", "999")
             .header("x-kong-request-id", "from-upstream");
     }
+    if let Some(spent) = path.strip_prefix("/limit/") {
+        // response-ratelimiting: what the upstream says this response spent.
+        r = r.header("x-kong-limit", spent.replace("%20", " "));
+    }
     let json = json.to_string();
     if path.starts_with("/sized") {
         // An upstream that announces its body's length (the others stream, chunked).

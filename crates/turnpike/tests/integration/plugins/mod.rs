@@ -17,6 +17,7 @@ mod rate_limiting;
 mod rate_limiting_redis;
 mod request_size_limiting;
 mod request_transformer;
+mod response_ratelimiting;
 mod response_transformer;
 mod serverless;
 mod session;
