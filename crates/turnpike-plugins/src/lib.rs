@@ -14,6 +14,7 @@ pub mod bot_detection;
 pub mod correlation_id;
 pub mod cors;
 pub mod credentials;
+pub mod datadog;
 pub mod file_log;
 pub mod hmac_auth;
 pub mod http_log;

@@ -95,6 +95,7 @@ pub fn bundled() -> Registry {
             &bot_detection::BotDetection,
             &correlation_id::CorrelationId,
             &cors::Cors,
+            &datadog::Datadog,
             &file_log::FileLog,
             &hmac_auth::HmacAuth,
             &http_log::HttpLog,

@@ -92,7 +92,7 @@ fn service_id(s: &str) -> ServiceId {
 }
 
 /// Lua's `tostring` of a number: integers without a decimal point.
-fn number(f: f64) -> String {
+pub(crate) fn number(f: f64) -> String {
     if f.fract() == 0.0 && f.abs() < 1e15 {
         format!("{}", f as i64)
     } else {
@@ -315,7 +315,7 @@ impl Handler for Configured {
 
 /// The sender thread: each request's lines as datagrams (one per line, or packed up to
 /// `packet` bytes) or over one TCP connection, `\n`-terminated.
-fn send_metrics(
+pub(crate) fn send_metrics(
     host: String,
     port: u16,
     tcp: bool,

@@ -259,3 +259,59 @@ services:
     );
     assert!(sock.recv(&mut buf).is_err(), "nothing else");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn datadog_sends_tagged_metrics() {
+    let up = Upstream::start("dd");
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
+consumers:
+- username: alice
+  custom_id: cust-1
+  keyauth_credentials: [{{key: alice-key}}]
+services:
+- name: my.api
+  url: {url}
+  routes:
+  - name: r
+    paths: [/d]
+    plugins:
+    - name: key-auth
+    - name: datadog
+      config: {{host: 127.0.0.1, port: {udp}}}
+"#,
+        url = up.url(),
+        udp = udp.local_addr().unwrap().port(),
+    ))
+    .start();
+    assert_eq!(
+        call(gw.proxy, "GET", "/d", &[("apikey", "alice-key")])
+            .await
+            .status,
+        200
+    );
+    let lines = datagrams(&udp, 6);
+    assert!(
+        lines.contains(
+            &"kong.request.count:1|c|#name:my_api,status:200,consumer:cust-1,app:kong".to_string()
+        ),
+        "{lines:?}"
+    );
+    for stat in [
+        "latency",
+        "request.size",
+        "response.size",
+        "upstream_latency",
+        "kong_latency",
+    ] {
+        let prefix = format!("kong.{stat}:");
+        assert!(
+            lines.iter().any(|l| l.starts_with(&prefix)
+                && l.ends_with("|ms|#name:my_api,status:200,consumer:cust-1,app:kong")),
+            "{stat}: {lines:?}"
+        );
+    }
+}
