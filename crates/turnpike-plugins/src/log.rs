@@ -6,7 +6,9 @@ use std::net::IpAddr;
 use std::time::SystemTime;
 
 use http::{HeaderMap, Method, Uri};
-use serde_json::{json, Map, Value};
+use serde::ser::SerializeMap;
+use serde::Serialize;
+use serde_json::Value;
 use turnpike_config::declarative::{Route, Service};
 
 use crate::Identity;
@@ -72,115 +74,216 @@ pub struct LogEntry<'a> {
     pub ctx: Option<&'a crate::PluginCtx>,
 }
 
-fn headers_json(h: &HeaderMap) -> Value {
-    let mut m = Map::new();
-    for name in h.keys() {
-        let values: Vec<Value> = h
-            .get_all(name)
-            .iter()
-            .map(|v| Value::from(String::from_utf8_lossy(v.as_bytes()).into_owned()))
-            .collect();
-        let v = if values.len() == 1 {
-            values.into_iter().next().unwrap_or(Value::Null)
-        } else {
-            Value::Array(values)
-        };
-        m.insert(name.as_str().to_string(), v);
-    }
-    Value::Object(m)
+/// A header map as Kong serializes it: one value as a string, several as a list; credentials'
+/// headers (`authorization`, `proxy-authorization`) redacted when `redact`.
+struct Headers<'a> {
+    map: &'a HeaderMap,
+    redact: bool,
 }
 
-impl LogEntry<'_> {
-    /// Kong's serialized log message (the JSON file-log writes and http-log sends), with
-    /// credentials' headers redacted as Kong does (`authorization`, `proxy-authorization`).
-    pub fn to_json(&self) -> Value {
-        let empty = HeaderMap::new();
-        let (
-            method,
-            uri,
-            host,
-            tls,
-            request_headers,
-            response_headers,
-            upstream_uri,
-            client_ip,
-            started_at,
-        ) = match self.details {
-            Some(d) => (
-                d.method.as_str(),
-                Some(&d.uri),
-                d.host.as_str(),
-                d.tls,
-                &d.request_headers,
-                &d.response_headers,
-                d.upstream_uri
-                    .as_ref()
-                    .and_then(|u| u.path_and_query())
-                    .map(|p| p.as_str()),
-                d.client_ip.to_string(),
-                d.started_at
-                    .duration_since(SystemTime::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as u64),
-            ),
-            None => ("", None, "", false, &empty, &empty, None, String::new(), 0),
-        };
-        let scheme = if tls { "https" } else { "http" };
+impl Serialize for Headers<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.map.keys_len()))?;
+        for name in self.map.keys() {
+            let key = name.as_str();
+            if self.redact && (key == "authorization" || key == "proxy-authorization") {
+                m.serialize_entry(key, "REDACTED")?;
+                continue;
+            }
+            let mut values = self.map.get_all(name).iter();
+            let first = values.next().map(|v| String::from_utf8_lossy(v.as_bytes()));
+            match (first, values.next()) {
+                (Some(one), None) => m.serialize_entry(key, &one)?,
+                _ => {
+                    let all: Vec<_> = self
+                        .map
+                        .get_all(name)
+                        .iter()
+                        .map(|v| String::from_utf8_lossy(v.as_bytes()))
+                        .collect();
+                    m.serialize_entry(key, &all)?
+                }
+            }
+        }
+        m.end()
+    }
+}
+
+/// A query string as Kong serializes it: `k=v` as strings, a bare `k` as `true`, the last of
+/// a repeated name.
+struct Query<'a>(Option<&'a str>);
+
+impl Serialize for Query<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let pairs: Vec<(&str, Option<&str>)> = self
+            .0
+            .into_iter()
+            .flat_map(|q| q.split('&'))
+            .filter(|p| !p.is_empty())
+            .map(|p| match p.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (p, None),
+            })
+            .collect();
+        let mut m = s.serialize_map(None)?;
+        for (i, (k, v)) in pairs.iter().enumerate() {
+            // A name given again: the last one counts, where it first appeared.
+            if pairs[..i].iter().any(|(o, _)| o == k) {
+                continue;
+            }
+            let last = pairs
+                .iter()
+                .rev()
+                .find(|(o, _)| o == k)
+                .map_or(*v, |(_, v)| *v);
+            match last {
+                Some(v) => m.serialize_entry(k, v)?,
+                None => m.serialize_entry(k, &true)?,
+            }
+        }
+        m.end()
+    }
+}
+
+#[derive(Serialize)]
+struct SerializedRequest<'a> {
+    method: &'a str,
+    uri: &'a str,
+    url: String,
+    querystring: Query<'a>,
+    headers: Headers<'a>,
+    size: u64,
+}
+
+#[derive(Serialize)]
+struct SerializedResponse<'a> {
+    status: u16,
+    headers: Headers<'a>,
+    size: u64,
+}
+
+#[derive(Serialize)]
+struct Latencies {
+    request: u64,
+    proxy: i64,
+    kong: u64,
+    receive: u64,
+}
+
+#[derive(Serialize)]
+struct SerializedConsumer<'a> {
+    id: &'a str,
+    username: &'a Option<String>,
+    custom_id: &'a Option<String>,
+}
+
+#[derive(Serialize)]
+struct EntityId<'a> {
+    id: &'a str,
+}
+
+/// Kong's serialized log message, borrowed from the entry: written straight to JSON text (no
+/// `Value` tree for the text the log plugins send).
+#[derive(Serialize)]
+struct Serialized<'a> {
+    request: SerializedRequest<'a>,
+    response: SerializedResponse<'a>,
+    latencies: Latencies,
+    tries: u32,
+    client_ip: String,
+    started_at: u64,
+    upstream_uri: &'a str,
+    source: &'static str,
+    route: &'a Route,
+    service: Option<&'a Service>,
+    consumer: Option<SerializedConsumer<'a>>,
+    authenticated_entity: Option<EntityId<'a>>,
+    workspace: &'static str,
+}
+
+static EMPTY_HEADERS: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new(HeaderMap::new);
+
+impl<'e> LogEntry<'e> {
+    fn serialized(&self) -> Serialized<'_> {
+        let d = self.details;
+        let empty: &HeaderMap = &EMPTY_HEADERS;
+        let uri = d.map(|d| &d.uri);
         let path_query = uri
             .and_then(|u| u.path_and_query())
             .map_or("/", |p| p.as_str());
-        let mut query = Map::new();
-        if let Some(q) = uri.and_then(|u| u.query()) {
-            for pair in q.split('&').filter(|p| !p.is_empty()) {
-                let (k, v) = match pair.split_once('=') {
-                    Some((k, v)) => (k, Value::from(v)),
-                    None => (pair, Value::Bool(true)),
-                };
-                query.insert(k.to_string(), v);
-            }
+        let (scheme, host) = match d {
+            Some(d) => (if d.tls { "https" } else { "http" }, d.host.as_str()),
+            None => ("http", ""),
+        };
+        Serialized {
+            request: SerializedRequest {
+                method: d.map_or("", |d| d.method.as_str()),
+                uri: path_query,
+                url: format!("{scheme}://{host}{path_query}"),
+                querystring: Query(uri.and_then(|u| u.query())),
+                headers: Headers {
+                    map: d.map_or(empty, |d| &d.request_headers),
+                    redact: true,
+                },
+                size: self.request_size,
+            },
+            response: SerializedResponse {
+                status: self.status,
+                headers: Headers {
+                    map: d.map_or(empty, |d| &d.response_headers),
+                    redact: false,
+                },
+                size: self.response_size,
+            },
+            latencies: Latencies {
+                request: self.latency_request_ms,
+                proxy: self.latency_proxy_ms.map_or(-1, |v| v as i64),
+                kong: self.latency_kong_ms,
+                receive: 0,
+            },
+            tries: self.tries,
+            client_ip: d.map(|d| d.client_ip.to_string()).unwrap_or_default(),
+            started_at: d.map_or(0, |d| {
+                d.started_at
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0, |t| t.as_millis() as u64)
+            }),
+            upstream_uri: d
+                .and_then(|d| d.upstream_uri.as_ref())
+                .and_then(|u| u.path_and_query())
+                .map_or("", |p| p.as_str()),
+            source: self.source.as_str(),
+            route: self.route,
+            service: self.service,
+            consumer: self.consumer.map(|c| SerializedConsumer {
+                id: &c.consumer_id,
+                username: &c.username,
+                custom_id: &c.custom_id,
+            }),
+            authenticated_entity: self
+                .consumer
+                .and_then(|c| c.credential_id.as_deref())
+                .map(|id| EntityId { id }),
+            workspace: "00000000-0000-0000-0000-000000000000",
         }
-        let mut request_headers = headers_json(request_headers);
-        for secret in ["authorization", "proxy-authorization"] {
-            if let Some(v) = request_headers.get_mut(secret) {
-                *v = Value::from("REDACTED");
+    }
+
+    /// Kong's serialized log message (the JSON file-log writes and http-log sends), with
+    /// credentials' headers redacted as Kong does (`authorization`, `proxy-authorization`).
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self.serialized()).unwrap_or(Value::Null)
+    }
+
+    /// The same as JSON text, with `custom_fields_by_lua` applied when the plugin has them
+    /// (which need the `Value`); without, written straight to text.
+    pub fn to_json_text(&self, fields: Option<&crate::lua::LogFields>) -> String {
+        match fields {
+            Some(f) => {
+                let mut json = self.to_json();
+                f.apply(self, &mut json);
+                json.to_string()
             }
+            None => serde_json::to_string(&self.serialized()).unwrap_or_default(),
         }
-        let consumer = self.consumer.map(|c| {
-            json!({
-                "id": c.consumer_id,
-                "username": c.username,
-                "custom_id": c.custom_id,
-            })
-        });
-        json!({
-            "request": {
-                "method": method,
-                "uri": path_query,
-                "url": format!("{scheme}://{host}{path_query}"),
-                "querystring": query,
-                "headers": request_headers,
-                "size": self.request_size,
-            },
-            "response": {
-                "status": self.status,
-                "headers": headers_json(response_headers),
-                "size": self.response_size,
-            },
-            "latencies": {
-                "request": self.latency_request_ms,
-                "proxy": self.latency_proxy_ms.map_or(-1, |v| v as i64),
-                "kong": self.latency_kong_ms,
-                "receive": 0,
-            },
-            "tries": self.tries,
-            "client_ip": client_ip,
-            "started_at": started_at,
-            "upstream_uri": upstream_uri.unwrap_or(""),
-            "source": self.source.as_str(),
-            "route": self.route,
-            "service": self.service,
-            "consumer": consumer,
-            "authenticated_entity": self.consumer.and_then(|c| c.credential_id.as_ref()).map(|id| json!({"id": id})),
-            "workspace": "00000000-0000-0000-0000-000000000000",
-        })
     }
 }

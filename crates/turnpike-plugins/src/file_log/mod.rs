@@ -160,11 +160,7 @@ impl Handler for Configured {
         true
     }
     fn log(&self, entry: &LogEntry<'_>) {
-        let mut json = entry.to_json();
-        if let Some(fields) = &self.fields {
-            fields.apply(entry, &mut json);
-        }
-        let line = json.to_string();
+        let line = entry.to_json_text(self.fields.as_ref());
         match self.writer.queue.try_send(line) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {

@@ -122,10 +122,6 @@ impl Handler for Configured {
         true
     }
     fn log(&self, entry: &LogEntry<'_>) {
-        let mut json = entry.to_json();
-        if let Some(fields) = &self.fields {
-            fields.apply(entry, &mut json);
-        }
-        self.sender.send(json.to_string());
+        self.sender.send(entry.to_json_text(self.fields.as_ref()));
     }
 }
