@@ -274,16 +274,9 @@ impl<'e> LogEntry<'e> {
         serde_json::to_value(self.serialized()).unwrap_or(Value::Null)
     }
 
-    /// The same as JSON text, with `custom_fields_by_lua` applied when the plugin has them
-    /// (which need the `Value`); without, written straight to text.
-    pub fn to_json_text(&self, fields: Option<&crate::lua::LogFields>) -> String {
-        match fields {
-            Some(f) => {
-                let mut json = self.to_json();
-                f.apply(self, &mut json);
-                json.to_string()
-            }
-            None => serde_json::to_string(&self.serialized()).unwrap_or_default(),
-        }
+    /// The same written straight to JSON text (no `Value` tree), for the log plugins
+    /// (`crate::lua::log_text` adds `custom_fields_by_lua` when a plugin has them).
+    pub fn to_json_text(&self) -> String {
+        serde_json::to_string(&self.serialized()).unwrap_or_default()
     }
 }

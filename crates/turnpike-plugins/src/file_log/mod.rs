@@ -160,7 +160,7 @@ impl Handler for Configured {
         true
     }
     fn log(&self, entry: &LogEntry<'_>) {
-        let line = entry.to_json_text(self.fields.as_ref());
+        let line = crate::lua::log_text(entry, self.fields.as_ref());
         match self.writer.queue.try_send(line) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {

@@ -346,7 +346,7 @@ impl Handler for Configured {
         true
     }
     fn log(&self, entry: &LogEntry<'_>) {
-        let line = entry.to_json_text(self.fields.as_ref());
+        let line = crate::lua::log_text(entry, self.fields.as_ref());
         if self.queue.tx.try_send(line).is_err() {
             let n = self.queue.tally.dropped.fetch_add(1, Ordering::Relaxed);
             if n.is_multiple_of(1000) {

@@ -667,3 +667,17 @@ impl crate::BodyFilter for LuaBodyFilter {
 
 #[cfg(test)]
 mod tests;
+
+/// A log entry as the log plugins send it: Kong's serialized JSON, with the plugin's
+/// `custom_fields_by_lua` applied when it has them (which need the `Value`); without, written
+/// straight to text.
+pub fn log_text(entry: &crate::log::LogEntry<'_>, fields: Option<&LogFields>) -> String {
+    match fields {
+        Some(f) => {
+            let mut json = entry.to_json();
+            f.apply(entry, &mut json);
+            json.to_string()
+        }
+        None => entry.to_json_text(),
+    }
+}

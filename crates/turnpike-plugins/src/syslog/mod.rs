@@ -192,7 +192,7 @@ impl Handler for Configured {
         if sev > self.level {
             return;
         }
-        let json = entry.to_json_text(self.fields.as_ref());
+        let json = crate::lua::log_text(entry, self.fields.as_ref());
         let pri = u16::from(self.facility) * 8 + u16::from(sev);
         self.sender.send(format!(
             "<{pri}>{} kong[{}]: {json}",

@@ -183,6 +183,7 @@ impl Handler for Configured {
         true
     }
     fn log(&self, entry: &LogEntry<'_>) {
-        self.sender.send(entry.to_json_text(self.fields.as_ref()));
+        self.sender
+            .send(crate::lua::log_text(entry, self.fields.as_ref()));
     }
 }
