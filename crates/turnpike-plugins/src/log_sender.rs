@@ -65,3 +65,41 @@ impl Senders {
         Ok(s)
     }
 }
+
+/// A network log plugin's config as built: its destination's queue and its
+/// `custom_fields_by_lua`. As a handler (tcp-log, udp-log), it queues each entry's text.
+pub struct Entries {
+    pub sender: Arc<Sender>,
+    fields: Option<crate::lua::LogFields>,
+}
+
+impl Entries {
+    pub fn new(
+        plugin: &'static str,
+        sender: Arc<Sender>,
+        custom_fields: Option<&serde_json::Map<String, serde_json::Value>>,
+        ctx: &crate::BuildContext<'_>,
+    ) -> Entries {
+        Entries {
+            sender,
+            fields: crate::lua::LogFields::new(plugin, custom_fields, ctx.runtime.lua.settings()),
+        }
+    }
+
+    /// The entry as Kong serializes it, custom fields applied.
+    pub fn text(&self, entry: &crate::log::LogEntry<'_>) -> String {
+        crate::lua::log_text(entry, self.fields.as_ref())
+    }
+}
+
+impl crate::Handler for Entries {
+    fn phases(&self) -> crate::Phases {
+        crate::Phases::LOG
+    }
+    fn log_headers(&self) -> bool {
+        true
+    }
+    fn log(&self, entry: &crate::log::LogEntry<'_>) {
+        self.sender.send(self.text(entry));
+    }
+}

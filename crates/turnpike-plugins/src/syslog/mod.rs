@@ -13,7 +13,6 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::log::LogEntry;
-use crate::log_sender::Sender;
 use crate::schema::{Default, Field, Type};
 use crate::{Handler, PluginSpec};
 
@@ -75,8 +74,7 @@ struct Configured {
     /// Severity by response class: 2xx/3xx, 4xx, 5xx.
     severities: [u8; 3],
     facility: u8,
-    sender: Arc<Sender>,
-    fields: Option<crate::lua::LogFields>,
+    entries: crate::log_sender::Entries,
 }
 
 /// `Mmm dd hh:mm:ss` of now (UTC), as syslog(3) stamps a message.
@@ -166,11 +164,11 @@ impl PluginSpec for Syslog {
                 severity(&c.server_errors_severity),
             ],
             facility: facility_code(&c.syslog_facility),
-            sender,
-            fields: crate::lua::LogFields::new(
+            entries: crate::log_sender::Entries::new(
                 "syslog",
+                sender,
                 c.custom_fields_by_lua.as_ref(),
-                ctx.runtime.lua.settings(),
+                ctx,
             ),
         }))
     }
@@ -192,9 +190,9 @@ impl Handler for Configured {
         if sev > self.level {
             return;
         }
-        let json = crate::lua::log_text(entry, self.fields.as_ref());
+        let json = self.entries.text(entry);
         let pri = u16::from(self.facility) * 8 + u16::from(sev);
-        self.sender.send(format!(
+        self.entries.sender.send(format!(
             "<{pri}>{} kong[{}]: {json}",
             timestamp(),
             std::process::id()

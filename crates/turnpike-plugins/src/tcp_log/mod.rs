@@ -13,8 +13,6 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::log::LogEntry;
-use crate::log_sender::Sender;
 use crate::schema::{Default, Field, Type};
 use crate::{Handler, PluginSpec};
 
@@ -126,11 +124,6 @@ fn send_lines(t: Target, rx: std::sync::mpsc::Receiver<String>) {
     }
 }
 
-struct Configured {
-    sender: Arc<Sender>,
-    fields: Option<crate::lua::LogFields>,
-}
-
 impl PluginSpec for TcpLog {
     fn name(&self) -> &'static str {
         "tcp-log"
@@ -164,26 +157,11 @@ impl PluginSpec for TcpLog {
             .runtime
             .log_senders
             .get("tcp-log", key, move |rx| send_lines(target, rx))?;
-        Ok(Arc::new(Configured {
+        Ok(Arc::new(crate::log_sender::Entries::new(
+            "tcp-log",
             sender,
-            fields: crate::lua::LogFields::new(
-                "tcp-log",
-                c.custom_fields_by_lua.as_ref(),
-                ctx.runtime.lua.settings(),
-            ),
-        }))
-    }
-}
-
-impl Handler for Configured {
-    fn phases(&self) -> crate::Phases {
-        crate::Phases::LOG
-    }
-    fn log_headers(&self) -> bool {
-        true
-    }
-    fn log(&self, entry: &LogEntry<'_>) {
-        self.sender
-            .send(crate::lua::log_text(entry, self.fields.as_ref()));
+            c.custom_fields_by_lua.as_ref(),
+            ctx,
+        )))
     }
 }

@@ -9,8 +9,6 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::log::LogEntry;
-use crate::log_sender::Sender;
 use crate::schema::{Default, Field, Type};
 use crate::{Handler, PluginSpec};
 
@@ -76,11 +74,6 @@ fn send_datagrams(
     }
 }
 
-struct Configured {
-    sender: Arc<Sender>,
-    fields: Option<crate::lua::LogFields>,
-}
-
 impl PluginSpec for UdpLog {
     fn name(&self) -> &'static str {
         "udp-log"
@@ -103,26 +96,11 @@ impl PluginSpec for UdpLog {
             format!("udp {}:{} {}", c.host, c.port, timeout.as_millis()),
             move |rx| send_datagrams(host, port, timeout, rx),
         )?;
-        Ok(Arc::new(Configured {
+        Ok(Arc::new(crate::log_sender::Entries::new(
+            "udp-log",
             sender,
-            fields: crate::lua::LogFields::new(
-                "udp-log",
-                c.custom_fields_by_lua.as_ref(),
-                ctx.runtime.lua.settings(),
-            ),
-        }))
-    }
-}
-
-impl Handler for Configured {
-    fn phases(&self) -> crate::Phases {
-        crate::Phases::LOG
-    }
-    fn log_headers(&self) -> bool {
-        true
-    }
-    fn log(&self, entry: &LogEntry<'_>) {
-        self.sender
-            .send(crate::lua::log_text(entry, self.fields.as_ref()));
+            c.custom_fields_by_lua.as_ref(),
+            ctx,
+        )))
     }
 }
