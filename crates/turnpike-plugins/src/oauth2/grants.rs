@@ -439,6 +439,18 @@ struct Grant<'a> {
     scope: Option<&'a str>,
 }
 
+impl<'a> Grant<'a> {
+    /// The grant a stored code or token carries (its user and scopes), for `client`.
+    fn stored(client: &'a Client, row: &'a crate::credentials::Found) -> Grant<'a> {
+        let field = |f: &str| row.fields.get(f).and_then(|v| v.as_str());
+        Grant {
+            client,
+            userid: field("authenticated_userid"),
+            scope: field("scope"),
+        }
+    }
+}
+
 /// Kong's `generate_token`: a new token (or, with `reuse_refresh_token`, the refreshed one
 /// given a new access token), answered as the client sees it.
 async fn generate_token(
@@ -638,16 +650,11 @@ async fn issue_token(
                     match pkce_error {
                         Some(e) => r.params = e,
                         None => {
-                            let str_field = |f: &str| code.fields.get(f).and_then(|v| v.as_str());
                             r.params = generate_token(
                                 s,
                                 store,
                                 service_id,
-                                Grant {
-                                    client: &client,
-                                    userid: str_field("authenticated_userid"),
-                                    scope: str_field("scope"),
-                                },
+                                Grant::stored(&client, code),
                                 false,
                                 None,
                             )
@@ -744,16 +751,11 @@ async fn issue_token(
                     r.error("invalid_client", "Invalid client authentication")
                 }
                 Some(t) => {
-                    let str_field = |f: &str| t.fields.get(f).and_then(|v| v.as_str());
                     r.params = generate_token(
                         s,
                         store,
                         service_id,
-                        Grant {
-                            client: &client,
-                            userid: str_field("authenticated_userid"),
-                            scope: str_field("scope"),
-                        },
+                        Grant::stored(&client, t),
                         false,
                         Some(t),
                     )

@@ -383,10 +383,11 @@ impl Handler for Configured {
         } else {
             http::HeaderMap::new()
         };
-        let original_query = req.query.map(String::from);
+        // The query as the client sent it (changes go to `upstream_query`, not here).
+        let original_query: Option<&str> = req.query;
         let env = Env {
             headers: &original,
-            query: original_query.as_deref(),
+            query: original_query,
             captures: req.captures,
         };
         if let Some(uri) = &self.uri {
