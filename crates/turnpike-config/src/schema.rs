@@ -182,7 +182,7 @@ fn validate_record(
                 match item.as_object() {
                     Some(m) => match validate_record(inner, m, &at) {
                         Ok(v) => {
-                            checked.insert(name.clone(), v);
+                            checked.insert(name.clone(), without_nulls(v));
                         }
                         Err(e) => {
                             errs.extend(e);
@@ -249,6 +249,15 @@ fn validate_record(
         Ok(Value::Object(out))
     } else {
         Err(errs)
+    }
+}
+
+/// A record inside a map, as Kong returns it: its unset fields left out rather than null
+/// (decK compares a file's values, which have none, with what it reads back).
+fn without_nulls(v: Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(m.into_iter().filter(|(_, x)| !x.is_null()).collect()),
+        other => other,
     }
 }
 
@@ -492,7 +501,26 @@ fn record_fields_json(fields: &[Field]) -> Vec<Value> {
                 d.insert("required".into(), json!(true));
             }
             if let Some(def) = f.default {
-                d.insert("default".into(), def.to_value());
+                let mut v = def.to_value();
+                // An array of records' default as it is stored: each element with every field
+                // (null when unset). decK fills the elements of a file's array that way, and
+                // compares a file without the field with this default.
+                if let (Type::RecordArray(inner), Value::Array(items)) = (f.ty, &mut v) {
+                    for item in items.iter_mut() {
+                        if let Value::Object(m) = item {
+                            *m = inner
+                                .iter()
+                                .map(|x| {
+                                    (
+                                        x.name.to_string(),
+                                        m.get(x.name).cloned().unwrap_or(Value::Null),
+                                    )
+                                })
+                                .collect();
+                        }
+                    }
+                }
+                d.insert("default".into(), v);
             }
             json!({ f.name: Value::Object(d) })
         })
