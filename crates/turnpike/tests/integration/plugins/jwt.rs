@@ -320,13 +320,16 @@ services:
     assert_eq!(r.json(), json!({"message": "Invalid algorithm"}));
 
     // Registered claims, and the maximum expiration.
+    // The gateway reads a coarse clock (as Kong's cached `ngx.time()`), a few ms behind the
+    // test's: a token valid from "now" could be refused in the second's first ms, so the
+    // tokens meant to be valid were minted a second ago.
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs() as i64;
     for (claims, status, body) in [
         (
-            json!({"iss": "alice-hs", "exp": now + 60, "nbf": now}),
+            json!({"iss": "alice-hs", "exp": now + 60, "nbf": now - 1}),
             200,
             None,
         ),
@@ -337,7 +340,7 @@ services:
             Some(json!({"nbf": "must be a number"})),
         ),
         (
-            json!({"iss": "alice-hs", "exp": now - 1, "nbf": now}),
+            json!({"iss": "alice-hs", "exp": now - 2, "nbf": now - 3}),
             401,
             Some(json!({"exp": "token expired"})),
         ),
@@ -352,7 +355,7 @@ services:
             Some(json!({"exp": "must be a number", "nbf": "must be a number"})),
         ),
         (
-            json!({"iss": "alice-hs", "exp": now + 7200, "nbf": now}),
+            json!({"iss": "alice-hs", "exp": now + 7200, "nbf": now - 1}),
             401,
             Some(json!({"exp": "exceeds maximum allowed expiration"})),
         ),
