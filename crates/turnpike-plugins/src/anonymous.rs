@@ -27,7 +27,7 @@ impl Anonymous {
             && req
                 .consumer
                 .as_ref()
-                .is_some_and(|c| c.credential_id.is_some())
+                .is_some_and(|c| c.credential_id().is_some())
     }
 
     /// A failed authentication: the anonymous consumer goes on, else the plugin's answer.

@@ -39,9 +39,9 @@ impl<'a> BuildContext<'a> {
                 let mut m = ConsumerIndex::new();
                 for c in &self.config.consumers {
                     let who = Arc::new(Identity::new(
-                        c.id.clone(),
-                        c.username.clone(),
-                        c.custom_id.clone(),
+                        &c.id,
+                        c.username.as_deref(),
+                        c.custom_id.as_deref(),
                         None,
                     ));
                     if let Some(u) = &c.username {

@@ -173,8 +173,8 @@ struct Latencies {
 #[derive(Serialize)]
 struct SerializedConsumer<'a> {
     id: &'a str,
-    username: &'a Option<String>,
-    custom_id: &'a Option<String>,
+    username: Option<&'a str>,
+    custom_id: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -256,13 +256,13 @@ impl<'e> LogEntry<'e> {
             route: self.route,
             service: self.service,
             consumer: self.consumer.map(|c| SerializedConsumer {
-                id: &c.consumer_id,
-                username: &c.username,
-                custom_id: &c.custom_id,
+                id: c.consumer_id(),
+                username: c.username(),
+                custom_id: c.custom_id(),
             }),
             authenticated_entity: self
                 .consumer
-                .and_then(|c| c.credential_id.as_deref())
+                .and_then(|c| c.credential_id())
                 .map(|id| EntityId { id }),
             workspace: "00000000-0000-0000-0000-000000000000",
         }

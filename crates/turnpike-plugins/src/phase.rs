@@ -155,11 +155,11 @@ impl AccessRequest<'_> {
 
     /// A request header as the upstream will see it: the consumer's identity headers (set by
     /// an authentication plugin) over the client's.
-    pub fn header(&self, name: &HeaderName) -> Option<&HeaderValue> {
+    pub fn header(&self, name: &HeaderName) -> Option<std::borrow::Cow<'_, HeaderValue>> {
         if let Some(v) = self.consumer.as_deref().and_then(|c| c.header(name)) {
-            return v;
+            return v.map(std::borrow::Cow::Owned);
         }
-        self.headers.get(name)
+        self.headers.get(name).map(std::borrow::Cow::Borrowed)
     }
 }
 

@@ -69,7 +69,7 @@ impl Handler for Configured {
         let Some(who) = req.consumer.clone() else {
             return Access::Exit(Exit::message(StatusCode::UNAUTHORIZED, "Unauthorized"));
         };
-        let (groups, header) = match self.groups.get(&who.consumer_id) {
+        let (groups, header) = match self.groups.get(who.consumer_id()) {
             Some((g, h)) => (g.as_slice(), h.clone()),
             None => (&[][..], None),
         };

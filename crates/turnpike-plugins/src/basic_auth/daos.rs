@@ -43,10 +43,10 @@ pub fn index(ctx: &crate::BuildContext<'_>) -> super::CredentialIndex {
             Arc::new(super::Credential {
                 who: Arc::new(
                     crate::Identity::new(
-                        who.consumer_id.clone(),
-                        who.username.clone(),
-                        who.custom_id.clone(),
-                        Some(cred.id.clone()),
+                        who.consumer_id(),
+                        who.username(),
+                        who.custom_id(),
+                        Some(&cred.id),
                     )
                     .identified_by(username),
                 ),

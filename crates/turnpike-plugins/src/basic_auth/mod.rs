@@ -219,10 +219,10 @@ impl Handler for Authenticator {
                         Some(Arc::new(Credential {
                             who: Arc::new(
                                 Identity::new(
-                                    f.consumer_id.clone(),
-                                    f.username.clone(),
-                                    f.custom_id.clone(),
-                                    Some(f.id.clone()),
+                                    &f.consumer_id,
+                                    f.username.as_deref(),
+                                    f.custom_id.as_deref(),
+                                    Some(&f.id),
                                 )
                                 .identified_by(f.fields.get("username").and_then(|v| v.as_str())?),
                             ),

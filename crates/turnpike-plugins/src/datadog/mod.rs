@@ -200,9 +200,9 @@ impl PluginSpec for Datadog {
                     suffix: format!("|{kind}{rate}"),
                     tags: m.tags.as_deref().unwrap_or_default().join(","),
                     consumer: match m.consumer_identifier.as_deref() {
-                        Some("consumer_id") => Some(|w| Some(w.consumer_id.replace('-', "_"))),
-                        Some("custom_id") => Some(|w| w.custom_id.clone()),
-                        Some("username") => Some(|w| w.username.clone()),
+                        Some("consumer_id") => Some(|w| Some(w.consumer_id().replace('-', "_"))),
+                        Some("custom_id") => Some(|w| w.custom_id().map(String::from)),
+                        Some("username") => Some(|w| w.username().map(String::from)),
                         _ => None,
                     },
                 }

@@ -63,10 +63,10 @@ pub fn index(ctx: &crate::BuildContext<'_>) -> CredentialIndex {
         };
         let c = Credential::from_fields(&cred.fields, || {
             Identity::new(
-                who.consumer_id.clone(),
-                who.username.clone(),
-                who.custom_id.clone(),
-                Some(cred.id.clone()),
+                who.consumer_id(),
+                who.username(),
+                who.custom_id(),
+                Some(&cred.id),
             )
             .identified_by(username)
         });

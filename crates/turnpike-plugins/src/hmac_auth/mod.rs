@@ -356,10 +356,10 @@ impl Handler for Authenticator {
                         .load(name.as_str().into(), name.clone(), name, |f| {
                             Credential::from_fields(&f.fields, || {
                                 Identity::new(
-                                    f.consumer_id.clone(),
-                                    f.username.clone(),
-                                    f.custom_id.clone(),
-                                    Some(f.id.clone()),
+                                    &f.consumer_id,
+                                    f.username.as_deref(),
+                                    f.custom_id.as_deref(),
+                                    Some(&f.id),
                                 )
                                 .identified_by(p.username())
                             })

@@ -128,10 +128,10 @@ pub fn index(ctx: &crate::BuildContext<'_>) -> SecretIndex {
         };
         let who = Arc::new(
             Identity::new(
-                who.consumer_id.clone(),
-                who.username.clone(),
-                who.custom_id.clone(),
-                Some(cred.id.clone()),
+                who.consumer_id(),
+                who.username(),
+                who.custom_id(),
+                Some(&cred.id),
             )
             .identified_by(key),
         );

@@ -60,10 +60,10 @@ impl KeyIndex {
             m.insert(
                 key,
                 Arc::new(Identity::new(
-                    c.id.clone(),
-                    c.username.clone(),
-                    c.custom_id.clone(),
-                    Some(cred.id.clone()),
+                    &c.id,
+                    c.username.as_deref(),
+                    c.custom_id.as_deref(),
+                    Some(&cred.id),
                 )),
             );
         }

@@ -257,10 +257,10 @@ impl Authenticator {
                 .stored
                 .load(key.clone().into_boxed_str(), key, token, |f| {
                     Some(Arc::new(Identity::new(
-                        f.consumer_id.clone(),
-                        f.username.clone(),
-                        f.custom_id.clone(),
-                        Some(f.id.clone()),
+                        &f.consumer_id,
+                        f.username.as_deref(),
+                        f.custom_id.as_deref(),
+                        Some(&f.id),
                     )))
                 })
                 .await;

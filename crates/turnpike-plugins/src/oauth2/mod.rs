@@ -76,7 +76,7 @@ impl State {
         let id = id.to_string();
         let _ = self
             .identities
-            .invalidate_entries_if(move |_, who| who.consumer_id == id);
+            .invalidate_entries_if(move |_, who| who.consumer_id() == id);
     }
 
     /// Drops what is cached for one token row that was written (by its access token and its
@@ -209,10 +209,10 @@ impl Token {
         let who = identities.get_with(app_id.clone(), || {
             Arc::new(
                 Identity::new(
-                    f.consumer_id.clone(),
-                    f.username.clone(),
-                    f.custom_id.clone(),
-                    Some(app_id),
+                    &f.consumer_id,
+                    f.username.as_deref(),
+                    f.custom_id.as_deref(),
+                    Some(&app_id),
                 )
                 .identified_by(client_id),
             )

@@ -148,7 +148,7 @@ pub fn record(state: &State, f: Families, e: &LogEntry<'_>) {
     let service = service.name.as_deref().unwrap_or(&service.host);
     let route = e.route.name.as_deref().unwrap_or(&e.route.id);
     let consumer = match (f.per_consumer, e.consumer) {
-        (true, Some(c)) => c.username.as_deref().unwrap_or(""),
+        (true, Some(c)) => c.username().unwrap_or(""),
         _ => "",
     };
     LOCAL.with(|(mine, key)| {

@@ -20,6 +20,7 @@ pub(crate) mod redis;
 pub(crate) mod schema;
 
 use crate::now_secs;
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -335,19 +336,19 @@ impl Configured {
     }
 
     /// The chosen entity's id; `None`: the client IP.
-    fn identifier_str<'r>(&self, req: &'r AccessRequest<'_>) -> Option<&'r str> {
+    fn identifier_str<'r>(&self, req: &'r AccessRequest<'_>) -> Option<Cow<'r, str>> {
         let who = req.consumer.as_deref();
         match self.limit_by {
-            LimitBy::Consumer => who.map(|c| c.consumer_id.as_str()),
-            LimitBy::Credential => who.and_then(|c| c.credential_id.as_deref()),
+            LimitBy::Consumer => who.map(|c| Cow::Borrowed(c.consumer_id())),
+            LimitBy::Credential => who.and_then(|c| c.credential_id()).map(Cow::Borrowed),
             LimitBy::Ip => None,
-            LimitBy::Service => req.service_id,
-            LimitBy::Header => self
-                .header_name
-                .as_ref()
-                .and_then(|h| req.header(h))
-                .and_then(|v| v.to_str().ok()),
-            LimitBy::Path => Some(req.path),
+            LimitBy::Service => req.service_id.map(Cow::Borrowed),
+            // An identity header (`X-Consumer-ID`) is built per request: owned.
+            LimitBy::Header => match req.header(self.header_name.as_ref()?)? {
+                Cow::Borrowed(v) => v.to_str().ok().map(Cow::Borrowed),
+                Cow::Owned(v) => v.to_str().ok().map(|s| Cow::Owned(s.to_string())),
+            },
+            LimitBy::Path => Some(Cow::Borrowed(req.path)),
         }
     }
 
@@ -355,7 +356,7 @@ impl Configured {
     fn identifier(&self, req: &AccessRequest<'_>, out: &mut String) {
         use std::fmt::Write;
         match self.identifier_str(req) {
-            Some(s) => out.push_str(s),
+            Some(s) => out.push_str(&s),
             None => {
                 let _ = write!(out, "{}", req.client_ip);
             }

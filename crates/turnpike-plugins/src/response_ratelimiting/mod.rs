@@ -203,13 +203,13 @@ impl Configured {
         let who = req.consumer.as_deref();
         let id = match self.limit_by {
             LimitBy::Consumer => who.map(|c| {
-                if c.consumer_id.is_empty() {
-                    c.credential_id.as_deref().unwrap_or("")
+                if c.consumer_id().is_empty() {
+                    c.credential_id().unwrap_or("")
                 } else {
-                    c.consumer_id.as_str()
+                    c.consumer_id()
                 }
             }),
-            LimitBy::Credential => who.and_then(|c| c.credential_id.as_deref()),
+            LimitBy::Credential => who.and_then(|c| c.credential_id()),
             LimitBy::Ip => None,
         };
         match id.filter(|s| !s.is_empty()) {

@@ -364,10 +364,10 @@ impl Handler for Handle {
             return Access::Continue;
         };
         req.set_consumer(Arc::new(Identity::new(
-            data.c.clone(),
-            username.clone(),
-            custom_id.clone(),
-            Some(data.k.clone()),
+            &data.c,
+            username.as_deref(),
+            custom_id.as_deref(),
+            Some(&data.k),
         )));
         // Renewed as used: the idling clock on every use a minute or more after the last
         // renewal (or sooner for short timeouts), the rolling clock halfway through its period.
@@ -403,13 +403,13 @@ impl Handler for Handle {
         let conf = &self.0;
         // Kong opens sessions for authenticated requests only, never the anonymous consumer.
         let who = resp.consumer?;
-        let credential = who.credential_id.as_deref()?;
-        if who.consumer_id.is_empty() {
+        let credential = who.credential_id()?;
+        if who.consumer_id().is_empty() {
             return None;
         }
         let opened = resp.ctx.get_mut::<Opened>();
         let data = match opened {
-            Some(o) if o.data.c == who.consumer_id && o.data.k == credential => {
+            Some(o) if o.data.c == who.consumer_id() && o.data.k == credential => {
                 if !o.renew {
                     return None;
                 }
@@ -418,7 +418,7 @@ impl Handler for Handle {
             _ => {
                 let now = crate::clock::now_secs();
                 Data {
-                    c: who.consumer_id.clone(),
+                    c: who.consumer_id().to_string(),
                     k: credential.to_string(),
                     t0: now,
                     tr: now,

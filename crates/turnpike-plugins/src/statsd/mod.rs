@@ -202,9 +202,9 @@ impl Configured {
     fn consumer<'a>(&self, m: &Metric, who: Option<&'a Identity>) -> Option<&'a str> {
         let who = who?;
         match m.consumer {
-            ConsumerId::Id => Some(who.consumer_id.as_str()).filter(|s| !s.is_empty()),
-            ConsumerId::CustomId => who.custom_id.as_deref(),
-            ConsumerId::Username => who.username.as_deref(),
+            ConsumerId::Id => Some(who.consumer_id()).filter(|s| !s.is_empty()),
+            ConsumerId::CustomId => who.custom_id(),
+            ConsumerId::Username => who.username(),
         }
     }
 

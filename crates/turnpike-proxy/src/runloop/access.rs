@@ -103,7 +103,7 @@ pub async fn run(
         )
     };
     for slot in chain.iter() {
-        let consumer = access.consumer.as_deref().map(|c| c.consumer_id.as_str());
+        let consumer = access.consumer.as_deref().map(|c| c.consumer_id());
         let Some(plugin) = slot.handler_for(consumer, protocol) else {
             continue;
         };
@@ -230,7 +230,7 @@ fn response_filters(
     consumer: Option<&Identity>,
     protocol: u8,
 ) -> Vec<Arc<dyn Handler>> {
-    let consumer = consumer.map(|c| c.consumer_id.as_str());
+    let consumer = consumer.map(|c| c.consumer_id());
     chain
         .iter()
         .filter_map(|s| s.handler_for(consumer, protocol))
@@ -243,13 +243,13 @@ fn response_filters(
 /// what `set_header` left): the client's with the consumer's identity headers over them.
 fn with_identity(h: &HeaderMap, who: Option<&Identity>) -> HeaderMap {
     let mut h = h.clone();
-    for (name, value) in who.map(|w| w.upstream_headers()).unwrap_or_default() {
+    for (name, value) in who.into_iter().flat_map(|w| w.upstream_headers()) {
         match value {
             Some(v) => {
-                h.insert(*name, v.clone());
+                h.insert(name, v);
             }
             None => {
-                h.remove(*name);
+                h.remove(name);
             }
         }
     }

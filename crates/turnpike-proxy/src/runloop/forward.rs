@@ -108,14 +108,13 @@ pub fn run(
     // to drop are listed only when the client sent one of those names (one pass over its
     // header names tells), which keeps `overrides` on the stack.
     if let Some(who) = rc.consumer.as_deref() {
-        let ids = who.upstream_headers();
         let spoofed = parts
             .headers
             .keys()
-            .any(|k| ids.iter().any(|(name, _)| *name == k));
-        for (name, value) in ids {
+            .any(turnpike_plugins::Identity::is_identity_header);
+        for (name, value) in who.upstream_headers() {
             if value.is_some() || spoofed {
-                overrides.push(((*name).clone(), value.clone()));
+                overrides.push((name.clone(), value));
             }
         }
     }

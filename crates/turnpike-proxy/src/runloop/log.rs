@@ -62,7 +62,7 @@ impl LogState {
             tries: self.tries,
             ctx: Some(&self.ctx),
         };
-        let consumer = self.consumer.as_deref().map(|c| c.consumer_id.as_str());
+        let consumer = self.consumer.as_deref().map(|c| c.consumer_id());
         for slot in snap.routes[self.route].chain.iter() {
             if let Some(h) = slot.handler_for(consumer, self.protocol) {
                 if h.phases().has(turnpike_plugins::Phases::LOG) {

@@ -230,7 +230,7 @@ async fn proxy(
     let call = Call {
         preserved_host,
         upgrade,
-        consumer_id: rc.consumer.as_deref().map(|c| c.consumer_id.as_str()),
+        consumer_id: rc.consumer.as_deref().map(|c| c.consumer_id()),
         client_ip: match service.destination {
             Destination::Balanced(_) => Some(forward::client_ip(conn, &parts.headers)),
             _ => None,

@@ -25,9 +25,9 @@ pub(super) fn client(lua: &Lua) -> mlua::Result<Table> {
         match who {
             Some(c) => {
                 let t = lua.create_table()?;
-                t.set("id", c.consumer_id.as_str())?;
-                t.set("username", c.username.as_deref())?;
-                t.set("custom_id", c.custom_id.as_deref())?;
+                t.set("id", c.consumer_id())?;
+                t.set("username", c.username())?;
+                t.set("custom_id", c.custom_id())?;
                 Ok(Value::Table(t))
             }
             None => Ok(Value::Nil),
@@ -35,12 +35,12 @@ pub(super) fn client(lua: &Lua) -> mlua::Result<Table> {
     })?;
     set_fn(lua, &t, "get_credential", |lua, ()| {
         let who = consumer()?;
-        match who.filter(|c| c.credential_id.is_some()) {
+        match who.filter(|c| c.credential_id().is_some()) {
             Some(c) => {
                 let t = lua.create_table()?;
-                t.set("id", c.credential_id.as_deref())?;
+                t.set("id", c.credential_id())?;
                 let consumer = lua.create_table()?;
-                consumer.set("id", c.consumer_id.as_str())?;
+                consumer.set("id", c.consumer_id())?;
                 t.set("consumer", consumer)?;
                 Ok(Value::Table(t))
             }
@@ -56,10 +56,10 @@ pub(super) fn consumer() -> mlua::Result<Option<std::sync::Arc<crate::Identity>>
         Target::Request(p) => Ok(unsafe { &*p }.consumer.clone()),
         Target::Log(p) => Ok(unsafe { &*p }.consumer.map(|c| {
             std::sync::Arc::new(crate::Identity::new(
-                c.consumer_id.clone(),
-                c.username.clone(),
-                c.custom_id.clone(),
-                c.credential_id.clone(),
+                c.consumer_id(),
+                c.username(),
+                c.custom_id(),
+                c.credential_id(),
             ))
         })),
         _ => not_in_phase(c.phase),

@@ -119,10 +119,10 @@ impl View<'_> {
             View::Log(d) => d.uri.query(),
         }
     }
-    fn header(&self, name: &HeaderName) -> Option<&HeaderValue> {
+    fn header(&self, name: &HeaderName) -> Option<std::borrow::Cow<'_, HeaderValue>> {
         match self {
             View::Req(r) => r.header(name),
-            View::Log(d) => d.request_headers.get(name),
+            View::Log(d) => d.request_headers.get(name).map(std::borrow::Cow::Borrowed),
         }
     }
     fn headers(&self) -> &HeaderMap {

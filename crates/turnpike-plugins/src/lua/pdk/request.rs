@@ -38,7 +38,7 @@ pub(super) fn request(lua: &Lua) -> mlua::Result<Table> {
     })?;
     set_fn(lua, &t, "get_header", |lua, name: LuaString| {
         let name = header_name(&name)?;
-        with_view(|r| header_value(lua, r.header(&name)))
+        with_view(|r| header_value(lua, r.header(&name).as_deref()))
     })?;
     set_fn(lua, &t, "get_headers", |lua, ()| {
         with_view(|r| headers_table(lua, r.headers()))
