@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
 use turnpike_config::entity::{EntitySpec, FieldKind, PluginEntity, CONSUMER};
 
 use crate::Identity;
@@ -36,10 +35,10 @@ pub struct Credential {
 
 impl Credential {
     pub fn from_fields(
-        fields: &Map<String, Value>,
+        fields: &impl turnpike_config::declarative::FieldMap,
         who: impl FnOnce() -> Identity,
     ) -> Option<Arc<Credential>> {
-        let secret = fields.get("secret").and_then(|v| v.as_str())?;
+        let secret = fields.field("secret").and_then(|v| v.as_str())?;
         Some(Arc::new(Credential {
             who: Arc::new(who()),
             secret: secret.as_bytes().into(),

@@ -86,19 +86,25 @@ pub struct Secret {
 impl Secret {
     /// From a stored row's fields; `None` if they do not make a secret (a row the checks above
     /// would refuse).
-    pub fn from_fields(fields: &Map<String, Value>, who: Arc<Identity>) -> Option<Secret> {
-        let alg = match fields.get("algorithm").and_then(|v| v.as_str()) {
+    pub fn from_fields(
+        fields: &impl turnpike_config::declarative::FieldMap,
+        who: Arc<Identity>,
+    ) -> Option<Secret> {
+        let alg = match fields.field("algorithm").and_then(|v| v.as_str()) {
             Some(a) => Alg::parse(a)?,
             None => Alg::HS256,
         };
         let (plain, decoded) = if alg.is_hmac() {
-            let secret = fields.get("secret").and_then(|v| v.as_str()).unwrap_or("");
+            let secret = fields
+                .field("secret")
+                .and_then(|v| v.as_str())
+                .unwrap_or("");
             (
                 Some(Key::hmac(alg, secret.as_bytes())),
                 token::b64_secret(secret).map(Vec::into_boxed_slice),
             )
         } else {
-            let pem = fields.get("rsa_public_key").and_then(|v| v.as_str())?;
+            let pem = fields.field("rsa_public_key").and_then(|v| v.as_str())?;
             // Kong base64-decodes the PEM text too under `secret_is_base64`, which never
             // yields a key.
             (Key::public(alg, pem).ok(), None)

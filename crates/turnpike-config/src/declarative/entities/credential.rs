@@ -57,11 +57,78 @@ pub fn credential(
             id,
             created_at,
             consumer: ForeignKey::new(String::new()),
-            fields,
+            fields: CredentialFields::new(spec, fields),
         },
         consumer,
         errors,
     )
+}
+
+/// A credential's own fields, in their order. A snapshot holds one per credential (100k
+/// consumers with keys: 100k of these), so they are a boxed slice named by the plugin's
+/// entity spec (`&'static str`), not a map with its hash table and a copy of each name:
+/// a key-auth key's fields cost 144 bytes here against 364 as a `serde_json::Map`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CredentialFields(Box<[(&'static str, Value)]>);
+
+impl CredentialFields {
+    /// The fields of `map` the spec names (its own fields, `tags` and foreign keys); the
+    /// loader writes no others.
+    pub fn new(spec: &'static PluginEntity, map: Map<String, Value>) -> CredentialFields {
+        let names = spec
+            .fields
+            .iter()
+            .map(|(n, _)| *n)
+            .chain(["tags"])
+            .chain(spec.spec.foreign.iter().map(|fk| fk.field));
+        let static_name = |k: &str| names.clone().find(|n| *n == k);
+        CredentialFields(
+            map.into_iter()
+                .filter_map(|(k, v)| {
+                    let name = static_name(&k);
+                    debug_assert!(name.is_some(), "{k} is no field of {}", spec.spec.table);
+                    Some((name?, v))
+                })
+                .collect(),
+        )
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        self.0.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &Value)> {
+        self.0.iter().map(|(n, v)| (*n, v))
+    }
+}
+
+impl Serialize for CredentialFields {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in self.0.iter() {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+/// Field look-up over a credential's fields, as the snapshot holds them or as the store
+/// returns them (a JSON object), for the code that reads both.
+pub trait FieldMap {
+    fn field(&self, name: &str) -> Option<&Value>;
+}
+
+impl FieldMap for CredentialFields {
+    fn field(&self, name: &str) -> Option<&Value> {
+        self.get(name)
+    }
+}
+
+impl FieldMap for Map<String, Value> {
+    fn field(&self, name: &str) -> Option<&Value> {
+        self.get(name)
+    }
 }
 
 /// Kong generates 32 hex characters of randomness for auto credential fields.

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::fields::Fields;
 
@@ -286,7 +286,7 @@ pub struct Credential {
     #[serde(skip_serializing_if = "ForeignKey::is_unset")]
     pub consumer: ForeignKey,
     #[serde(flatten)]
-    pub fields: Map<String, Value>,
+    pub fields: CredentialFields,
 }
 
 /// Reads the common `id`; a missing id is filled in by the loader.
