@@ -337,6 +337,7 @@ impl Store {
     pub async fn purge_expired(&self, now: i64, batch: i64) -> Result<u64, StoreError> {
         let mut total = 0;
         for table in self.tables.ttl_tables() {
+            let mut purged = 0;
             loop {
                 let n = sqlx::query(&format!(
                     "DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE expires_at <= $1 LIMIT $2)"
@@ -346,11 +347,21 @@ impl Store {
                 .execute(&self.pool)
                 .await?
                 .rows_affected();
-                total += n;
+                purged += n;
                 if (n as i64) < batch {
                     break;
                 }
             }
+            // Their tags go with them (a write of a new entity does not clear tags first).
+            if purged > 0 {
+                sqlx::query(&format!(
+                    "DELETE FROM tags WHERE entity_name = $1 AND entity_id NOT IN (SELECT id FROM {table})"
+                ))
+                .bind(table)
+                .execute(&self.pool)
+                .await?;
+            }
+            total += purged;
         }
         Ok(total)
     }

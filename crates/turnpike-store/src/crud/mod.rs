@@ -17,6 +17,25 @@ pub const MAX_PAGE_SIZE: usize = 1000;
 
 type Tx<'a> = Transaction<'a, Any>;
 
+/// A write's transaction with the config version it makes (`begin_write` bumped it).
+pub(crate) struct WriteTx {
+    tx: Tx<'static>,
+    version: i64,
+}
+
+impl std::ops::Deref for WriteTx {
+    type Target = Tx<'static>;
+    fn deref(&self) -> &Tx<'static> {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for WriteTx {
+    fn deref_mut(&mut self) -> &mut Tx<'static> {
+        &mut self.tx
+    }
+}
+
 /// A list request: Kong's `size`, `offset` and `tags` options, plus the parent filter of a
 /// nested collection (`/services/{s}/routes` lists routes whose `service_id` is s).
 #[derive(Debug, Default, Clone)]

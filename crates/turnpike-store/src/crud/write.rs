@@ -13,18 +13,21 @@ impl Store {
         if let Some((field, id)) = &parent {
             body.insert(field.clone(), json!({ "id": id }));
         }
-        let id = match body.get("id") {
-            Some(Value::String(s)) if is_uuid(s) => s.to_ascii_lowercase(),
+        let (id, given) = match body.get("id") {
+            Some(Value::String(s)) if is_uuid(s) => (s.to_ascii_lowercase(), true),
             Some(Value::String(_)) | Some(Value::Number(_)) | Some(Value::Bool(_)) => {
                 return Err(StoreError::Schema(vec![(
                     "id".into(),
                     "expected a valid UUID".into(),
                 )]))
             }
-            _ => uuid::Uuid::new_v4().to_string(),
+            _ => (uuid::Uuid::new_v4().to_string(), false),
         };
         let mut tx = self.begin_write().await?;
-        if self.row_exists(&mut tx, spec.table, &id).await? {
+        // An id the client chose may be taken (Kong's primary-key error); one drawn here
+        // (122 random bits) is not, and the primary key backs that up: a token written by
+        // the oauth2 endpoints or `POST /oauth2_tokens` saves the round trip.
+        if given && self.row_exists(&mut tx, spec.table, &id).await? {
             return Err(StoreError::PrimaryKey(id));
         }
         let now = now_secs();
@@ -219,21 +222,27 @@ impl Store {
     }
 
     /// Starts a write: the version bump comes first so that concurrent writers queue here.
-    pub(super) async fn begin_write(&self) -> Result<Tx<'static>, StoreError> {
+    pub(super) async fn begin_write(&self) -> Result<WriteTx, StoreError> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query("UPDATE turnpike_meta SET value = value + 1 WHERE name = 'config_version'")
-            .execute(&mut *tx)
-            .await?;
-        Ok(tx)
+        let version: i64 = sqlx::query(
+            "UPDATE turnpike_meta SET value = value + 1 WHERE name = 'config_version' RETURNING value",
+        )
+        .fetch_one(&mut *tx)
+        .await?
+        .try_get(0)?;
+        Ok(WriteTx { tx, version })
     }
 
-    pub(super) async fn commit(&self, mut tx: Tx<'static>) -> Result<(), StoreError> {
-        // Nodes further behind than this re-read everything instead.
-        sqlx::query(
-            "DELETE FROM changes WHERE version < (SELECT value FROM turnpike_meta WHERE name = 'config_version') - 10000",
-        )
-        .execute(&mut *tx)
-        .await?;
+    pub(super) async fn commit(&self, w: WriteTx) -> Result<(), StoreError> {
+        let WriteTx { mut tx, version } = w;
+        // Nodes further behind than 10,000 versions re-read everything instead. Pruned every
+        // 64th version (the log holds at most 64 more), not in every write's transaction.
+        if version % 64 == 0 {
+            sqlx::query("DELETE FROM changes WHERE version < $1")
+                .bind(version - 10000)
+                .execute(&mut *tx)
+                .await?;
+        }
         if self.backend == Backend::Postgres {
             // Delivered to every listening node when (and only if) the transaction commits.
             sqlx::query(&format!("NOTIFY {NOTIFY_CHANNEL}"))
@@ -297,6 +306,14 @@ impl Store {
         key: &str,
     ) -> Result<Option<String>, StoreError> {
         let spec = self.tables.by_table(table).expect("known table");
+        if is_uuid(key) {
+            // The id alone (a token's credential is named by id): not the entity's text.
+            let row = sqlx::query(&format!("SELECT id FROM {} WHERE id = $1", spec.table))
+                .bind(key.to_ascii_lowercase())
+                .fetch_optional(&mut **tx)
+                .await?;
+            return Ok(row.map(|r| r.try_get::<String, _>(0)).transpose()?);
+        }
         Ok(self.find_tx(tx, spec, key).await?.map(|(id, _)| id))
     }
 
@@ -347,40 +364,52 @@ impl Store {
             }
             fk_ids.push((f.column(), resolved));
         }
-        // Unique keys, checked here for Kong's error; the UNIQUE columns back them up.
-        let mut uniques: Vec<(&str, Option<String>)> = Vec::new();
-        for u in spec.unique {
-            let v = value.get(*u).and_then(|v| v.as_str()).map(String::from);
-            if let Some(v) = &v {
-                let taken = sqlx::query(&format!(
-                    "SELECT id FROM {} WHERE {} = $1 AND id <> $2",
-                    spec.table,
-                    quote(u)
-                ))
-                .bind(v.as_str())
-                .bind(id)
-                .fetch_optional(&mut **tx)
-                .await?;
-                if taken.is_some() {
+        // Unique keys and the cache key, checked here for Kong's error (the UNIQUE columns
+        // back them up): one query with a sub-select per value written, not one per key.
+        let uniques: Vec<(&str, Option<String>)> = spec
+            .unique
+            .iter()
+            .map(|u| (*u, value.get(*u).and_then(|v| v.as_str()).map(String::from)))
+            .collect();
+        let cache_key = entity::cache_key(spec, &value);
+        let checked: Vec<(&str, &str)> = uniques
+            .iter()
+            .filter_map(|(u, v)| Some((*u, v.as_deref()?)))
+            .chain(cache_key.as_deref().map(|ck| ("cache_key", ck)))
+            .collect();
+        if !checked.is_empty() {
+            let subs: Vec<String> = checked
+                .iter()
+                .enumerate()
+                .map(|(i, (col, _))| {
+                    let col = if *col == "cache_key" {
+                        "cache_key".into()
+                    } else {
+                        quote(col)
+                    };
+                    format!(
+                        "(SELECT id FROM {} WHERE {col} = ${} AND id <> $1 LIMIT 1)",
+                        spec.table,
+                        i + 2
+                    )
+                })
+                .collect();
+            let sql = format!("SELECT {}", subs.join(", "));
+            let mut q = sqlx::query(&sql).bind(id);
+            for (_, v) in &checked {
+                q = q.bind(*v);
+            }
+            let row = q.fetch_one(&mut **tx).await?;
+            for (i, (col, v)) in checked.iter().enumerate() {
+                if row.try_get::<Option<String>, _>(i)?.is_none() {
+                    continue;
+                }
+                if *col != "cache_key" {
                     return Err(StoreError::Unique {
-                        fields: format!("{{{u}=\"{v}\"}}"),
-                        detail: json!({ *u: v }),
+                        fields: format!("{{{col}=\"{v}\"}}"),
+                        detail: json!({ *col: v }),
                     });
                 }
-            }
-            uniques.push((u, v));
-        }
-        let cache_key = entity::cache_key(spec, &value);
-        if let Some(ck) = &cache_key {
-            let taken = sqlx::query(&format!(
-                "SELECT id FROM {} WHERE cache_key = $1 AND id <> $2",
-                spec.table
-            ))
-            .bind(ck.as_str())
-            .bind(id)
-            .fetch_optional(&mut **tx)
-            .await?;
-            if taken.is_some() {
                 let detail: Map<String, Value> = spec
                     .cache_key
                     .iter()
@@ -457,10 +486,13 @@ impl Store {
         q.execute(&mut **tx).await?;
         record_change(tx, spec.table, id).await?;
 
-        sqlx::query("DELETE FROM tags WHERE entity_id = $1")
-            .bind(id)
-            .execute(&mut **tx)
-            .await?;
+        // A new entity has no tags to replace.
+        if old.is_some() {
+            sqlx::query("DELETE FROM tags WHERE entity_id = $1")
+                .bind(id)
+                .execute(&mut **tx)
+                .await?;
+        }
         if let Some(Value::Array(tags)) = value.get("tags") {
             let mut seen = std::collections::HashSet::new();
             for t in tags.iter().filter_map(|t| t.as_str()) {

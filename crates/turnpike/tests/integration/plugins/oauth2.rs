@@ -826,7 +826,7 @@ async fn write_tokens(admin: std::net::SocketAddr, live: usize, expiring: usize)
     }
     let app = admin_call(admin, "GET", "/oauth2/cid", None).await.json();
     for i in 0..live + expiring {
-        let mut t = json!({"credential": {"id": app["id"]}, "expires_in": 10});
+        let mut t = json!({"credential": {"id": app["id"]}, "expires_in": 10, "tags": ["batch"]});
         if i >= live {
             t["ttl"] = json!(1);
         }
@@ -861,6 +861,15 @@ async fn expired_tokens_leave_the_store_on_sqlite_and_postgres() {
             == 2)
         .await,
         "the 5 expired rows are deleted, the 2 live ones stay"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), async || sqlite(
+            "SELECT COUNT(*) FROM tags WHERE entity_name = 'oauth2_tokens'"
+        )
+        .trim()
+            == "2")
+        .await,
+        "their tags go with them"
     );
 
     // A store made before schema 5 (no expires_at column): `migrations up` adds it, filled
