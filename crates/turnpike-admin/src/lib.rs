@@ -322,6 +322,19 @@ impl Admin {
         if let Some(tag) = path.strip_prefix("/tags/") {
             return self.tags(&method, Some(tag), &path, &query).await;
         }
+        if path.starts_with("/proxy-cache") {
+            let snapshot = self.gateway.snapshot.load();
+            if let Some((status, body)) =
+                self.plugins
+                    .admin_api(method.as_str(), &path, &snapshot.config.plugins)
+            {
+                let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+                return match body {
+                    Some(b) => json_response(status, &b),
+                    None => no_content(),
+                };
+            }
+        }
         if let Some(key) = path.strip_prefix("/cache/") {
             // Entries are credentials looked up by what a request presents, not by Kong's
             // cache keys: none is readable by key; deleting one purges the credential caches.
@@ -408,6 +421,7 @@ impl Admin {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        paths.extend(self.plugins.admin_endpoints().iter().map(|s| s.to_string()));
         // Kong names each placeholder after its entity's table.
         let tables = self.tables();
         for spec in tables.iter() {

@@ -29,6 +29,7 @@ pub mod oauth2;
 pub mod post_function;
 pub mod pre_function;
 pub mod prometheus;
+pub mod proxy_cache;
 pub mod rate_limiting;
 pub mod redirect;
 pub mod request_size_limiting;

@@ -32,6 +32,10 @@ pub trait PluginSpec: Send + Sync {
     fn lua_checks(&self, _config: &Value, _lua: &Arc<lua::Settings>) -> Vec<(String, String)> {
         Vec::new()
     }
+    /// Checks against the node's own setup (proxy-cache's shared dictionary exists).
+    fn runtime_checks(&self, _config: &Value, _runtime: &Runtime) -> Vec<(String, String)> {
+        Vec::new()
+    }
     /// Whether the plugin may be scoped to a consumer. Kong's authentication plugins (and acl,
     /// cors) may not: they run before the consumer is known, or decide who it is.
     fn allows_consumer(&self) -> bool {
@@ -107,6 +111,7 @@ pub fn bundled() -> Registry {
             &post_function::POST_FUNCTION,
             &pre_function::PRE_FUNCTION,
             &prometheus::Prometheus,
+            &proxy_cache::ProxyCache,
             &rate_limiting::RateLimiting,
             &redirect::Redirect,
             &request_size_limiting::RequestSizeLimiting,
@@ -206,6 +211,7 @@ impl PluginRegistry for Registry {
         Some(schema::validate(p.fields(), &config).and_then(|full| {
             let mut errs = p.entity_checks(&full);
             errs.extend(p.lua_checks(&full, self.runtime.lua.settings()));
+            errs.extend(p.runtime_checks(&full, &self.runtime));
             if self.database_off {
                 errs.extend(p.needs_database(&full));
             }
@@ -306,6 +312,27 @@ impl PluginRegistry for Registry {
                 rt.oauth2.invalidate(id, None);
             }
             _ => {}
+        }
+    }
+
+    fn admin_api(
+        &self,
+        method: &str,
+        path: &str,
+        plugins: &[turnpike_config::declarative::Plugin],
+    ) -> Option<(u16, Option<Value>)> {
+        self.get("proxy-cache")?;
+        proxy_cache::admin_api(&self.runtime.proxy_cache, method, path, plugins)
+    }
+
+    fn admin_endpoints(&self) -> Vec<&'static str> {
+        match self.get("proxy-cache") {
+            Some(_) => vec![
+                "/proxy-cache",
+                "/proxy-cache/{cache_key}",
+                "/proxy-cache/{plugin_id}/caches/{cache_key}",
+            ],
+            None => Vec::new(),
         }
     }
 

@@ -173,6 +173,10 @@ fn plugin_registry(conf: &Conf) -> Result<Arc<turnpike_plugins::Registry>, Strin
         .runtime()
         .syslog_socket
         .set(conf.syslog_socket.clone());
+    registry
+        .runtime()
+        .proxy_cache
+        .configure(conf.shared_dicts.iter().cloned());
     registry.runtime().lua.configure(
         turnpike_plugins::lua::Settings::parse(
             &conf.untrusted_lua,

@@ -45,6 +45,9 @@ pub(super) const DEFAULTS: &[(&str, &str)] = &[
     ("db_cache_ttl", "0"),
     ("db_cache_neg_ttl", ""),
     ("mem_cache_size", "128m"),
+    // Shared dictionaries beyond Kong's own (`lua_shared_dict`, "name size", several separated
+    // by `;`): proxy-cache's `memory.dictionary_name` may name one.
+    ("nginx_http_lua_shared_dict", ""),
     ("admin_auth_token", ""),
     ("key_auth_hash_keys", "off"),
     ("declarative_config", ""),

@@ -192,6 +192,9 @@ pub struct Conf {
     pub db_cache_neg_ttl: Option<Duration>,
     /// Bound on the credential cache, in bytes (Kong's `mem_cache_size`).
     pub mem_cache_size: u64,
+    /// Shared dictionaries by name, with their sizes in bytes (Kong's `lua_shared_dict`s and
+    /// `nginx_http_lua_shared_dict`).
+    pub shared_dicts: Vec<(String, u64)>,
     /// Bearer token the Admin API requires when set (mandatory on a non-loopback admin_listen).
     pub admin_auth_token: Option<String>,
     /// Turnpike's own: store key-auth keys as SHA-256 digests (Kong stores them as written).
@@ -462,6 +465,32 @@ impl Conf {
                     "must be a size of at least 1m (e.g. 128m, 1g)".into(),
                 )
             })?;
+        // Kong's shared dictionaries that a plugin may name (`kong_db_cache`, sized by
+        // mem_cache_size), and the operator's own.
+        let mut shared_dicts = vec![
+            ("kong".to_string(), 5u64 << 20),
+            ("kong_db_cache".to_string(), mem_cache_size),
+            ("kong_core_db_cache".to_string(), mem_cache_size),
+        ];
+        for d in get("nginx_http_lua_shared_dict")
+            .split(';')
+            .map(str::trim)
+            .filter(|d| !d.is_empty())
+        {
+            let mut it = d.split_whitespace();
+            let parsed = match (it.next(), it.next().and_then(parse_size), it.next()) {
+                (Some(name), Some(size), None) if size > 0 => Some((name.to_string(), size as u64)),
+                _ => None,
+            };
+            let Some((name, size)) = parsed else {
+                return Err(invalid(
+                    "nginx_http_lua_shared_dict",
+                    format!("expected \"name size\" (e.g. \"proxy_cache 64m\"), got \"{d}\""),
+                ));
+            };
+            shared_dicts.retain(|(n, _)| *n != name);
+            shared_dicts.push((name, size));
+        }
         let admin_auth_token = match get("admin_auth_token") {
             "" => None,
             t => Some(t.to_string()),
@@ -643,6 +672,7 @@ impl Conf {
             db_cache_ttl,
             db_cache_neg_ttl,
             mem_cache_size,
+            shared_dicts,
             admin_auth_token,
             key_auth_hash_keys: on_off("key_auth_hash_keys")?,
             declarative_config,

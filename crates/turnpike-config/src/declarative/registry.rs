@@ -62,6 +62,23 @@ pub trait PluginRegistry: Send + Sync {
     fn stored_keys(&self, _table: &str, key: &str) -> Vec<String> {
         vec![key.to_string()]
     }
+
+    /// A plugin's own Admin API endpoints (Kong's `api.lua`, e.g. `/proxy-cache`): the
+    /// answer (status, JSON body) when `path` is one of them. `plugins` are the node's plugin
+    /// entities.
+    fn admin_api(
+        &self,
+        _method: &str,
+        _path: &str,
+        _plugins: &[super::Plugin],
+    ) -> Option<(u16, Option<Value>)> {
+        None
+    }
+
+    /// The paths of those endpoints, as `GET /endpoints` lists them.
+    fn admin_endpoints(&self) -> Vec<&'static str> {
+        Vec::new()
+    }
 }
 
 /// The registry before any plugin is compiled in: every plugin name is unknown.

@@ -45,10 +45,11 @@ pub fn dead_port() -> (socket2::Socket, u16) {
 
 /// A real upstream: echoes what it received as JSON; `/status/N` answers N; `/delay/MS`
 /// sleeps first; `/bytes/N` streams N bytes; `/ws` accepts a WebSocket-style upgrade and
-/// echoes raw bytes. Counts the TCP connections it accepted.
+/// echoes raw bytes. Counts the TCP connections it accepted and the requests it answered.
 pub struct Upstream {
     pub addr: SocketAddr,
     pub connections: Arc<AtomicUsize>,
+    pub requests: Arc<AtomicUsize>,
     pub name: String,
     rt: Option<tokio::runtime::Runtime>,
 }
@@ -96,6 +97,8 @@ impl Upstream {
         let addr = std_listener.local_addr().unwrap();
         let connections = Arc::new(AtomicUsize::new(0));
         let conns = connections.clone();
+        let requests = Arc::new(AtomicUsize::new(0));
+        let reqs = requests.clone();
         let name_owned = name.to_string();
         rt.spawn(async move {
             let listener = TcpListener::from_std(std_listener).unwrap();
@@ -105,9 +108,11 @@ impl Upstream {
                 };
                 conns.fetch_add(1, Ordering::SeqCst);
                 let name = name_owned.clone();
+                let reqs = reqs.clone();
                 tokio::spawn(async move {
                     let svc = service_fn(move |req| {
                         let name = name.clone();
+                        reqs.fetch_add(1, Ordering::SeqCst);
                         async move {
                             if !delay.is_zero() {
                                 tokio::time::sleep(delay).await;
@@ -125,6 +130,7 @@ impl Upstream {
         Upstream {
             addr,
             connections,
+            requests,
             name: name.to_string(),
             rt: Some(rt),
         }
