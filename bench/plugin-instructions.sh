@@ -5,7 +5,8 @@
 # User-Agent, checked against Kong's rules), statsd and udp-log (one request's metrics or
 # entry queued to the sender thread, which sends to a port nobody listens on), and response
 # compression (gzip of the 3-byte body, the client accepting gzip) beside nginx's gzip
-# (bench/reference-instructions.sh's nginx-gzip).
+# (bench/reference-instructions.sh's nginx-gzip), and proxy-cache hits (every request after the
+# first) beside nginx's proxy_cache (nginx-cache).
 # Usage: bench/plugin-instructions.sh [N]   (needs valgrind, nginx)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -36,6 +37,9 @@ cfg bot-detection '    plugins:
 cfg statsd '    plugins:
     - name: statsd
       config: {host: 127.0.0.1, port: 9}'
+cfg proxy-cache '    plugins:
+    - name: proxy-cache
+      config: {strategy: memory, content_type: [text/plain]}'
 cfg udp-log '    plugins:
     - name: udp-log
       config: {host: 127.0.0.1, port: 9}'
@@ -45,7 +49,7 @@ UA="user-agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like 
   echo "|---|---:|---:|"
   plain=$(CONFIG=$W/plain.yml HEADERS="$UA" bench/instructions.sh "$N")
   echo "| plain | $plain | |"
-  for c in request-transformer bot-detection statsd udp-log; do
+  for c in request-transformer bot-detection statsd udp-log proxy-cache; do
     n=$(CONFIG=$W/$c.yml HEADERS="$UA|x-user: u1|x-old: o|x-drop: d" bench/instructions.sh "$N")
     echo "| $c | $n | +$((n - plain)) |"
   done

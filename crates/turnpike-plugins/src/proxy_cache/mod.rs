@@ -145,6 +145,8 @@ struct Configured {
 /// A miss being fetched, from the access phase to the end of the response (Kong's
 /// `kong.ctx.plugin.proxy_cache`).
 struct Miss {
+    /// The key's text, and Kong's key (its digest).
+    text: Box<str>,
     key: String,
     debug: bool,
     /// A HEAD request: its response has no body (nor a body_filter phase) to wait for.
@@ -166,7 +168,7 @@ impl Configured {
 
     /// The cached response as the client gets it (Kong's hit: the stored headers but the
     /// hop-by-hop ones, `Age`, `X-Cache-Status: Hit`, `X-Cache-Key`).
-    fn hit(&self, e: &Entry, key: &str, debug: bool, now: u64) -> Exit {
+    fn hit(&self, e: &Entry, debug: bool, now: u64) -> Exit {
         let mut headers: Vec<(HeaderName, HeaderValue)> = e.headers.clone();
         if self.header_shown(self.show_age, debug) {
             headers.push((
@@ -178,7 +180,7 @@ impl Configured {
             headers.push((X_CACHE_STATUS.clone(), HeaderValue::from_static("Hit")));
         }
         if self.header_shown(self.show_key, debug) {
-            if let Ok(v) = HeaderValue::from_str(key) {
+            if let Ok(v) = HeaderValue::from_str(&e.key) {
                 headers.push((X_CACHE_KEY.clone(), v));
             }
         }
@@ -205,15 +207,15 @@ impl Configured {
     fn serve_or_fetch(
         self: &Arc<Self>,
         req: &mut AccessRequest<'_>,
-        key: String,
+        text: String,
         cc: &Directives,
         debug: bool,
         may_wait: bool,
     ) -> Access {
         let now = crate::now_secs();
-        let status = match self.dict.get(&key) {
+        let status = match self.dict.get(&text) {
             Some(e) if self.fresh(&e, cc, now) => {
-                return Access::Exit(self.hit(&e, &key, debug, now));
+                return Access::Exit(self.hit(&e, debug, now));
             }
             Some(_) => "Refresh",
             None if self.cache_control && cc.has("only-if-cached") => {
@@ -225,7 +227,7 @@ impl Configured {
             }
             None => "Miss",
         };
-        let guard = match self.dict.claim(&key) {
+        let guard = match self.dict.claim(&text) {
             Ok(g) => Some(g),
             Err(mut done) if may_wait => {
                 // Another request is fetching this key: wait for it, then look again.
@@ -234,12 +236,13 @@ impl Configured {
                 return Access::Wait(Box::pin(async move {
                     let _ = tokio::time::timeout(LOCK_TIMEOUT, done.changed()).await;
                     let resume: crate::Resume =
-                        Box::new(move |req| conf.serve_or_fetch(req, key, &cc, debug, false));
+                        Box::new(move |req| conf.serve_or_fetch(req, text, &cc, debug, false));
                     resume
                 }));
             }
             Err(_) => None,
         };
+        let key = cache_key::digest(&text);
         if self.header_shown(self.show_status, debug) {
             req.response_headers
                 .push((X_CACHE_STATUS.clone(), HeaderValue::from_static(status)));
@@ -251,6 +254,7 @@ impl Configured {
         }
         let head = req.method == "HEAD";
         req.ctx.insert(Miss {
+            text: text.into(),
             key,
             debug,
             head,
@@ -317,7 +321,7 @@ impl Handler for Handle {
         } else {
             req.target
         };
-        let key = cache_key::build(
+        let text = cache_key::text(
             &cache_key::Request {
                 consumer_id: req.consumer.as_deref().map(|c| c.consumer_id()),
                 route_id: req.route_id,
@@ -331,14 +335,15 @@ impl Handler for Handle {
             &conf.vary_query_params,
             &conf.vary_headers,
         );
-        conf.serve_or_fetch(req, key, &cc, debug, true)
+        conf.serve_or_fetch(req, text, &cc, debug, true)
     }
 
     fn header_filter(&self, resp: &mut ResponseHead<'_>) -> Option<Box<dyn BodyFilter>> {
         let conf = &self.0;
         // Not cacheable, or answered from the cache: nothing to do.
         let miss = resp.ctx.get_mut::<Miss>()?;
-        let (key, debug, head, guard) = (
+        let (text, key, debug, head, guard) = (
+            std::mem::take(&mut miss.text),
             std::mem::take(&mut miss.key),
             miss.debug,
             miss.head,
@@ -360,6 +365,7 @@ impl Handler for Handle {
             .collect();
         let mut tee = Tee {
             dict: conf.dict.clone(),
+            text,
             key,
             status: resp.status.as_u16(),
             headers,
@@ -411,6 +417,7 @@ fn stored_header(k: &HeaderName) -> bool {
 /// the end), stored in the dictionary when the body is complete.
 struct Tee {
     dict: Arc<Dict>,
+    text: Box<str>,
     key: String,
     status: u16,
     headers: Vec<(HeaderName, HeaderValue)>,
@@ -434,8 +441,9 @@ impl BodyFilter for Tee {
                 body.extend_from_slice(&p);
             }
             self.dict.put(
-                std::mem::take(&mut self.key),
+                std::mem::take(&mut self.text),
                 Entry {
+                    key: std::mem::take(&mut self.key),
                     status: self.status,
                     headers: std::mem::take(&mut self.headers),
                     body: body.freeze(),
@@ -541,7 +549,7 @@ pub fn admin_api(
             _ => not_allowed,
         },
         [key] => {
-            let found = caches().find_map(|d| d.get(key).map(|e| (d, e)));
+            let found = caches().find_map(|d| d.get_by_key(key).map(|e| (d, e)));
             match (method, found) {
                 ("GET", Some((_, e))) => Some((200, Some(e.to_json()))),
                 ("DELETE", Some((d, _))) => {
@@ -560,7 +568,7 @@ pub fn admin_api(
             else {
                 return not_found;
             };
-            match (method, d.get(key)) {
+            match (method, d.get_by_key(key)) {
                 ("GET", Some(e)) => Some((200, Some(e.to_json()))),
                 ("DELETE", Some(_)) => {
                     d.purge(key);

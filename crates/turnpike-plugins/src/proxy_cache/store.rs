@@ -17,6 +17,8 @@ pub const CACHE_VERSION: u64 = 1;
 
 /// A cached response (Kong's `res` table).
 pub struct Entry {
+    /// Kong's cache key (the digest of the text the dictionary finds it by).
+    pub key: String,
     pub status: u16,
     pub headers: Vec<(HeaderName, HeaderValue)>,
     pub body: Bytes,
@@ -66,10 +68,10 @@ impl Entry {
 
 struct StorageTtl;
 
-impl moka::Expiry<String, Arc<Entry>> for StorageTtl {
+impl moka::Expiry<Box<str>, Arc<Entry>> for StorageTtl {
     fn expire_after_create(
         &self,
-        _key: &String,
+        _key: &Box<str>,
         e: &Arc<Entry>,
         _now: std::time::Instant,
     ) -> Option<Duration> {
@@ -77,41 +79,69 @@ impl moka::Expiry<String, Arc<Entry>> for StorageTtl {
     }
 }
 
-/// One dictionary.
+/// The key text's hasher: fast, with a seed of its own per process (a client chooses what
+/// goes into the text).
+type Hasher = foldhash::fast::RandomState;
+
+/// One dictionary: entries by their key's text, and the text by Kong's key (its digest) for
+/// the Admin API.
 pub struct Dict {
-    entries: moka::sync::Cache<String, Arc<Entry>>,
+    entries: moka::sync::Cache<Box<str>, Arc<Entry>, Hasher>,
+    by_key: Arc<DashMap<String, Box<str>, Hasher>>,
     /// Keys whose miss is being fetched: waiters see the sender dropped when it is over.
-    in_flight: DashMap<String, tokio::sync::watch::Receiver<()>>,
+    in_flight: DashMap<Box<str>, tokio::sync::watch::Receiver<()>, Hasher>,
 }
 
 impl Dict {
     fn new(bytes: u64) -> Dict {
+        let by_key: Arc<DashMap<String, Box<str>, Hasher>> = Arc::default();
+        let index = by_key.clone();
         Dict {
             entries: moka::sync::Cache::builder()
                 .max_capacity(bytes)
                 .weigher(|_, e: &Arc<Entry>| e.weight())
                 .expire_after(StorageTtl)
-                .build(),
-            in_flight: DashMap::new(),
+                .eviction_listener(move |_, e: Arc<Entry>, cause| {
+                    // A replaced entry had the same key, which now names the new one.
+                    if cause != moka::notification::RemovalCause::Replaced {
+                        index.remove(&e.key);
+                    }
+                })
+                .build_with_hasher(Hasher::default()),
+            by_key,
+            in_flight: DashMap::default(),
         }
     }
 
-    pub fn get(&self, key: &str) -> Option<Arc<Entry>> {
-        self.entries.get(key)
+    /// The entry for a key's text.
+    pub fn get(&self, text: &str) -> Option<Arc<Entry>> {
+        self.entries.get(text)
     }
 
-    pub fn put(&self, key: String, e: Entry) {
+    /// The entry for Kong's key.
+    pub fn get_by_key(&self, key: &str) -> Option<Arc<Entry>> {
+        let text = self.by_key.get(key)?.clone();
+        self.entries.get(&text)
+    }
+
+    pub fn put(&self, text: Box<str>, e: Entry) {
         if e.storage_ttl > 0 {
-            self.entries.insert(key, Arc::new(e));
+            self.by_key.insert(e.key.clone(), text.clone());
+            self.entries.insert(text, Arc::new(e));
         }
     }
 
+    /// Removes the entry of Kong's key.
     pub fn purge(&self, key: &str) -> bool {
-        self.entries.remove(key).is_some()
+        let Some((_, text)) = self.by_key.remove(key) else {
+            return false;
+        };
+        self.entries.remove(&text).is_some()
     }
 
     pub fn flush(&self) {
         self.entries.invalidate_all();
+        self.by_key.clear();
     }
 
     /// Claims the fetch of `key`: `Ok` for the first asker (the claim ends when the guard is
@@ -121,14 +151,14 @@ impl Dict {
         key: &str,
     ) -> Result<FetchGuard, tokio::sync::watch::Receiver<()>> {
         use dashmap::mapref::entry::Entry as E;
-        match self.in_flight.entry(key.to_string()) {
+        match self.in_flight.entry(key.into()) {
             E::Occupied(o) => Err(o.get().clone()),
             E::Vacant(v) => {
                 let (tx, rx) = tokio::sync::watch::channel(());
                 v.insert(rx);
                 Ok(FetchGuard {
                     dict: self.clone(),
-                    key: key.to_string(),
+                    key: key.into(),
                     _done: tx,
                 })
             }
@@ -140,13 +170,13 @@ impl Dict {
 /// gone) lets the waiting requests go on.
 pub struct FetchGuard {
     dict: Arc<Dict>,
-    key: String,
+    key: Box<str>,
     _done: tokio::sync::watch::Sender<()>,
 }
 
 impl Drop for FetchGuard {
     fn drop(&mut self) {
-        self.dict.in_flight.remove(&self.key);
+        self.dict.in_flight.remove(&*self.key);
     }
 }
 
@@ -211,6 +241,7 @@ mod tests {
 
     fn entry(body: &str, storage_ttl: u64) -> Entry {
         Entry {
+            key: format!("{:x}", body.len()),
             status: 200,
             headers: vec![(
                 http::header::CONTENT_TYPE,
@@ -227,11 +258,31 @@ mod tests {
     fn a_dictionary_holds_at_most_its_size() {
         let d = Dict::new(64 * 1024);
         for i in 0..100 {
-            d.put(format!("k{i}"), entry(&"x".repeat(4096), 60));
+            d.put(format!("k{i}").into(), entry(&"x".repeat(4096), 60));
         }
         d.entries.run_pending_tasks();
         assert!(d.entries.weighted_size() <= 64 * 1024);
         assert!(d.entries.entry_count() < 100);
+    }
+
+    #[test]
+    fn entries_are_found_by_kongs_key_until_they_go() {
+        let d = Dict::new(1 << 20);
+        d.put("text-a".into(), entry("aaa", 60));
+        assert_eq!(d.get("text-a").unwrap().body, "aaa");
+        assert_eq!(d.get_by_key("3").unwrap().body, "aaa");
+        // Replaced: still found by its key.
+        d.put("text-a".into(), entry("bbb", 60));
+        d.entries.run_pending_tasks();
+        assert_eq!(d.get_by_key("3").unwrap().body, "bbb");
+        assert!(d.purge("3"));
+        assert!(d.get("text-a").is_none());
+        assert!(!d.purge("3"));
+        d.put("text-b".into(), entry("cc", 60));
+        d.flush();
+        d.entries.run_pending_tasks();
+        assert!(d.get_by_key("2").is_none());
+        assert!(d.by_key.is_empty());
     }
 
     #[test]
