@@ -26,6 +26,7 @@ pub mod log;
 pub mod log_sender;
 pub mod lua;
 pub mod oauth2;
+pub mod opentelemetry;
 pub mod post_function;
 pub mod pre_function;
 pub mod prometheus;

@@ -108,6 +108,7 @@ pub fn bundled() -> Registry {
             &key_auth::KeyAuth,
             &ldap_auth::LdapAuth,
             &oauth2::OAuth2,
+            &opentelemetry::OpenTelemetry,
             &post_function::POST_FUNCTION,
             &pre_function::PRE_FUNCTION,
             &prometheus::Prometheus,

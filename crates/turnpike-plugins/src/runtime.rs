@@ -23,6 +23,8 @@ pub struct Runtime {
     /// tcp-log's and udp-log's senders, by destination.
     pub log_senders: Arc<crate::log_sender::Senders>,
     pub prometheus: Arc<prometheus::State>,
+    /// The tracing properties and opentelemetry's span queues.
+    pub opentelemetry: Arc<opentelemetry::State>,
     /// proxy-cache's shared dictionaries (sized at start from the properties).
     pub proxy_cache: Arc<proxy_cache::State>,
     /// The `untrusted_lua*` properties (`lua::State::configure`, at start).
@@ -48,6 +50,7 @@ impl Runtime {
             file_log: Arc::default(),
             log_senders: Arc::default(),
             prometheus: Arc::default(),
+            opentelemetry: Arc::default(),
             proxy_cache: Arc::default(),
             lua: lua::State::default(),
             syslog_socket: std::sync::OnceLock::new(),

@@ -177,6 +177,11 @@ fn plugin_registry(conf: &Conf) -> Result<Arc<turnpike_plugins::Registry>, Strin
         .runtime()
         .proxy_cache
         .configure(conf.shared_dicts.iter().cloned());
+    registry.runtime().opentelemetry.configure(
+        &conf.tracing_instrumentations,
+        conf.tracing_sampling_rate,
+        &node_id(&conf.prefix),
+    );
     registry.runtime().lua.configure(
         turnpike_plugins::lua::Settings::parse(
             &conf.untrusted_lua,

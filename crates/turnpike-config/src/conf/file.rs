@@ -45,6 +45,10 @@ pub(super) const DEFAULTS: &[(&str, &str)] = &[
     ("db_cache_ttl", "0"),
     ("db_cache_neg_ttl", ""),
     ("mem_cache_size", "128m"),
+    // Kong's tracing: which spans are made (`off`: none; opentelemetry then only propagates)
+    // and the share of traces sampled.
+    ("tracing_instrumentations", "off"),
+    ("tracing_sampling_rate", "0.01"),
     // Shared dictionaries beyond Kong's own (`lua_shared_dict`, "name size", several separated
     // by `;`): proxy-cache's `memory.dictionary_name` may name one.
     ("nginx_http_lua_shared_dict", ""),

@@ -195,6 +195,10 @@ pub struct Conf {
     /// Shared dictionaries by name, with their sizes in bytes (Kong's `lua_shared_dict`s and
     /// `nginx_http_lua_shared_dict`).
     pub shared_dicts: Vec<(String, u64)>,
+    /// Kong's `tracing_instrumentations` (which spans are made; `off` by default).
+    pub tracing_instrumentations: Vec<String>,
+    /// Kong's `tracing_sampling_rate`.
+    pub tracing_sampling_rate: f64,
     /// Bearer token the Admin API requires when set (mandatory on a non-loopback admin_listen).
     pub admin_auth_token: Option<String>,
     /// Turnpike's own: store key-auth keys as SHA-256 digests (Kong stores them as written).
@@ -438,6 +442,48 @@ impl Conf {
         };
         let untrusted_lua_sandbox_requires = list("untrusted_lua_sandbox_requires");
         let untrusted_lua_sandbox_environment = list("untrusted_lua_sandbox_environment");
+        // Kong's tracing properties (the opentelemetry plugin reads them).
+        const INSTRUMENTATIONS: &[&str] = &[
+            "off",
+            "all",
+            "request",
+            "db_query",
+            "dns_query",
+            "router",
+            "http_client",
+            "balancer",
+            "plugin_rewrite",
+            "plugin_access",
+            "plugin_header_filter",
+        ];
+        let tracing_instrumentations = list("tracing_instrumentations");
+        if let Some(bad) = tracing_instrumentations
+            .iter()
+            .find(|i| !INSTRUMENTATIONS.contains(&i.as_str()))
+        {
+            return Err(invalid(
+                "tracing_instrumentations",
+                format!("invalid tracing type: {bad}"),
+            ));
+        }
+        if tracing_instrumentations.len() > 1 && tracing_instrumentations.iter().any(|i| i == "off")
+        {
+            return Err(invalid(
+                "tracing_instrumentations",
+                "invalid tracing types: off, other types are mutually exclusive".into(),
+            ));
+        }
+        let tracing_sampling_rate = get("tracing_sampling_rate")
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|r| (0.0..=1.0).contains(r))
+            .ok_or_else(|| {
+                invalid(
+                    "tracing_sampling_rate",
+                    "must be a number between 0 and 1".into(),
+                )
+            })?;
         // Kong's entity cache: time-to-live of found entities and of misses (0: until the
         // store says they changed), and its size.
         let secs = |name: &str, v: &str| -> Result<Option<Duration>, ConfError> {
@@ -673,6 +719,8 @@ impl Conf {
             db_cache_neg_ttl,
             mem_cache_size,
             shared_dicts,
+            tracing_instrumentations,
+            tracing_sampling_rate,
             admin_auth_token,
             key_auth_hash_keys: on_off("key_auth_hash_keys")?,
             declarative_config,

@@ -7,7 +7,7 @@
 //! (`initial_retry_delay` doubling up to `max_retry_delay`) for up to `max_retry_time`, after
 //! which the batch is dropped and counted.
 
-mod schema;
+pub(crate) mod schema;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,28 +41,70 @@ pub struct Tally {
     pub dropped: AtomicU64,
 }
 
-/// Where and how a queue sends.
-#[derive(Clone, Debug)]
-struct Target {
-    uri: Uri,
-    method: Method,
-    content_type: HeaderValue,
-    headers: Vec<(HeaderName, HeaderValue)>,
-    timeout: Duration,
-    batch: usize,
-    coalescing: Duration,
-    max_retry_time: Duration,
-    initial_retry_delay: Duration,
-    max_retry_delay: Duration,
+/// Where and how a queue sends (http-log's, and opentelemetry's with its own body).
+#[derive(Clone)]
+pub(crate) struct Target {
+    pub uri: Uri,
+    pub method: Method,
+    pub content_type: HeaderValue,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub timeout: Duration,
+    pub batch: usize,
+    pub coalescing: Duration,
+    pub max_retry_time: Duration,
+    pub initial_retry_delay: Duration,
+    pub max_retry_delay: Duration,
+    /// The request body for a batch of entries.
+    pub assemble: Assemble,
+    /// Who sends, in the sender's log lines.
+    pub plugin: &'static str,
 }
 
-struct Queue {
-    tx: mpsc::Sender<String>,
+/// Makes one request body of a batch of queued entries.
+pub(crate) type Assemble = Arc<dyn Fn(&[Bytes]) -> Bytes + Send + Sync>;
+
+/// A sending config's bounded queue: entries are offered, never waited for.
+pub(crate) struct Queue {
+    tx: mpsc::Sender<Bytes>,
     tally: Arc<Tally>,
+    plugin: &'static str,
 }
 
-fn seconds(v: f64) -> Duration {
+impl Queue {
+    /// Queues an entry; when the queue is full it is dropped and counted.
+    pub(crate) fn offer(&self, entry: Bytes) {
+        if self.tx.try_send(entry).is_err() {
+            let n = self.tally.dropped.fetch_add(1, Ordering::Relaxed);
+            if n.is_multiple_of(1000) {
+                tracing::warn!(
+                    "{}: queue full; entries dropped ({} so far)",
+                    self.plugin,
+                    n + 1
+                );
+            }
+        }
+    }
+}
+
+pub(crate) fn seconds(v: f64) -> Duration {
     Duration::from_secs_f64(v.clamp(0.0, 1e6))
+}
+
+/// http-log's bodies: one entry as itself, several as a JSON array (Kong's shapes).
+fn json_batch(batch: &[Bytes]) -> Bytes {
+    if batch.len() == 1 {
+        return batch[0].clone();
+    }
+    let mut out = Vec::with_capacity(batch.iter().map(|b| b.len() + 1).sum::<usize>() + 2);
+    out.push(b'[');
+    for (i, e) in batch.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(e);
+    }
+    out.push(b']');
+    Bytes::from(out)
 }
 
 fn target(c: &schema::Config) -> Result<(Target, usize), String> {
@@ -103,6 +145,8 @@ fn target(c: &schema::Config) -> Result<(Target, usize), String> {
             initial_retry_delay: seconds(q.initial_retry_delay),
             max_retry_delay: seconds(q.max_retry_delay),
             uri,
+            assemble: Arc::new(json_batch),
+            plugin: "http-log",
         },
         max_entries,
     ))
@@ -110,28 +154,38 @@ fn target(c: &schema::Config) -> Result<(Target, usize), String> {
 
 /// The queue of a sending config (see [`State`]).
 fn queue(state: &State, config: &Value, c: &schema::Config) -> Result<Arc<Queue>, String> {
-    let key = config.to_string();
+    start_queue(state, config.to_string(), || target(c))
+}
+
+/// The queue for `key` in `state` (one per distinct sending config, kept across reloads),
+/// its sender thread started with the target `make` gives the first time.
+pub(crate) fn start_queue(
+    state: &State,
+    key: String,
+    make: impl FnOnce() -> Result<(Target, usize), String>,
+) -> Result<Arc<Queue>, String> {
     let mut queues = state.queues.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(q) = queues.get(&key) {
         return Ok(q.clone());
     }
-    let (target, max_entries) = target(c)?;
+    let (target, max_entries) = make()?;
+    let plugin = target.plugin;
     let (tx, rx) = mpsc::channel(max_entries);
     let tally = state.tally.clone();
     let sent = tally.clone();
     std::thread::Builder::new()
-        .name("http-log".into())
+        .name(plugin.into())
         .spawn(move || {
             match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
             {
                 Ok(rt) => rt.block_on(send_loop(target, rx, sent)),
-                Err(e) => tracing::error!("http-log: cannot start its sender: {e}"),
+                Err(e) => tracing::error!("{plugin}: cannot start its sender: {e}"),
             }
         })
-        .map_err(|e| format!("cannot start the http-log sender: {e}"))?;
-    let q = Arc::new(Queue { tx, tally });
+        .map_err(|e| format!("cannot start the {plugin} sender: {e}"))?;
+    let q = Arc::new(Queue { tx, tally, plugin });
     queues.insert(key, q.clone());
     Ok(q)
 }
@@ -226,7 +280,7 @@ async fn send(t: &Target, conn: &mut Option<Sender>, body: Bytes) -> Result<(), 
 }
 
 /// The sender: batches, sends, retries with back-off, drops what could not go in time.
-async fn send_loop(t: Target, mut rx: mpsc::Receiver<String>, tally: Arc<Tally>) {
+async fn send_loop(t: Target, mut rx: mpsc::Receiver<Bytes>, tally: Arc<Tally>) {
     let mut conn: Option<Sender> = None;
     let mut failing = false;
     while let Some(first) = rx.recv().await {
@@ -238,12 +292,7 @@ async fn send_loop(t: Target, mut rx: mpsc::Receiver<String>, tally: Arc<Tally>)
                 Ok(None) | Err(_) => break,
             }
         }
-        // One entry: the object itself; several: a JSON array (Kong's body shapes).
-        let body = if batch.len() == 1 {
-            Bytes::from(batch[0].clone())
-        } else {
-            Bytes::from(format!("[{}]", batch.join(",")))
-        };
+        let body = (t.assemble)(&batch);
         let started = Instant::now();
         let mut delay = t.initial_retry_delay;
         loop {
@@ -251,14 +300,14 @@ async fn send_loop(t: Target, mut rx: mpsc::Receiver<String>, tally: Arc<Tally>)
                 Ok(()) => {
                     tally.sent.fetch_add(batch.len() as u64, Ordering::Relaxed);
                     if failing {
-                        tracing::warn!("http-log: {} reachable again", t.uri);
+                        tracing::warn!("{}: {} reachable again", t.plugin, t.uri);
                         failing = false;
                     }
                     break;
                 }
                 Err(e) => {
                     if !failing {
-                        tracing::warn!("http-log: cannot send to {}: {e}; retrying", t.uri);
+                        tracing::warn!("{}: cannot send to {}: {e}; retrying", t.plugin, t.uri);
                         failing = true;
                     }
                     if started.elapsed() + delay > t.max_retry_time {
@@ -266,7 +315,8 @@ async fn send_loop(t: Target, mut rx: mpsc::Receiver<String>, tally: Arc<Tally>)
                             .dropped
                             .fetch_add(batch.len() as u64, Ordering::Relaxed);
                         tracing::error!(
-                            "http-log: {} entries dropped after {:?} of retries to {}",
+                            "{}: {} entries dropped after {:?} of retries to {}",
+                            t.plugin,
                             batch.len(),
                             t.max_retry_time,
                             t.uri
@@ -347,11 +397,6 @@ impl Handler for Configured {
     }
     fn log(&self, entry: &LogEntry<'_>) {
         let line = crate::lua::log_text(entry, self.fields.as_ref());
-        if self.queue.tx.try_send(line).is_err() {
-            let n = self.queue.tally.dropped.fetch_add(1, Ordering::Relaxed);
-            if n.is_multiple_of(1000) {
-                tracing::warn!("http-log: queue full; entries dropped ({} so far)", n + 1);
-            }
-        }
+        self.queue.offer(Bytes::from(line));
     }
 }

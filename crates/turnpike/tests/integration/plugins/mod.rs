@@ -13,6 +13,7 @@ mod key_auth;
 mod ldap_auth;
 mod network_logs;
 mod oauth2;
+mod opentelemetry;
 mod proxy_cache;
 mod rate_limiting;
 mod rate_limiting_redis;

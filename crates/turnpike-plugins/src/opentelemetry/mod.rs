@@ -1,0 +1,462 @@
+//! opentelemetry (PRIORITY 14): Kong 3.9's tracing plugin. The access phase reads the caller's
+//! trace context (`propagation.extract`, or `header_type`), decides whether the trace is sampled
+//! (`sampling_rate`, else the parent's decision, else the `tracing_sampling_rate` property),
+//! and writes the context the upstream gets (`propagation.inject`; `preserve` writes the format
+//! that came in). The header_filter phase may tell the client the trace id
+//! (`http_response_header_for_traceid`). The log phase encodes the request's span as OTLP
+//! protobuf and queues it; a sender thread batches spans under the resource
+//! (`service.name`, `service.instance.id`, `service.version`, and `resource_attributes`) and
+//! POSTs them to `traces_endpoint` with the queue's retries (http-log's sender).
+//!
+//! As in Kong, spans exist only when the `tracing_instrumentations` property turns tracing on
+//! (`all` or `request`); otherwise the plugin propagates context, marked not sampled. The span
+//! made here is Kong's request span (`kong`, SERVER, its `http.*` attributes, an error status
+//! for 5xx); the router, balancer and plugin-phase spans Kong adds for the other
+//! instrumentations are not made. OTLP logs (`logs_endpoint`) are refused.
+
+mod otlp;
+mod propagation;
+mod schema;
+
+use std::sync::{Arc, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue};
+use serde_json::Value;
+
+use crate::http_log::{self, seconds, Target};
+use crate::log::LogEntry;
+use crate::{Access, AccessRequest, BodyFilter, BuildContext, Handler, PluginSpec, ResponseHead};
+use propagation::Format;
+
+pub struct OpenTelemetry;
+
+/// The node's tracing settings (properties read at start) and the plugin's queues.
+#[derive(Default)]
+pub struct State {
+    settings: OnceLock<Settings>,
+    queues: http_log::State,
+}
+
+struct Settings {
+    /// `tracing_instrumentations` holds `all` or `request`.
+    request_spans: bool,
+    /// `tracing_sampling_rate`.
+    sampling_rate: f64,
+    node_id: String,
+}
+
+impl State {
+    /// Sets the properties (once, at start).
+    pub fn configure(&self, instrumentations: &[String], sampling_rate: f64, node_id: &str) {
+        let _ = self.settings.set(Settings {
+            request_spans: instrumentations
+                .iter()
+                .any(|i| i == "all" || i == "request"),
+            sampling_rate,
+            node_id: node_id.to_string(),
+        });
+    }
+
+    fn settings(&self) -> &Settings {
+        self.settings.get_or_init(|| Settings {
+            request_spans: false,
+            sampling_rate: 0.01,
+            node_id: String::new(),
+        })
+    }
+}
+
+enum Injector {
+    Preserve,
+    Format(Format),
+}
+
+struct Configured {
+    extract: Vec<Format>,
+    inject: Vec<Injector>,
+    clear: Vec<HeaderName>,
+    default_format: Format,
+    /// The plugin's `sampling_rate`.
+    plugin_rate: Option<f64>,
+    global_rate: f64,
+    request_spans: bool,
+    trace_id_header: Option<HeaderName>,
+    queue: Option<Arc<http_log::Queue>>,
+}
+
+/// This request's trace (Kong's root span and tracing context).
+struct Trace {
+    trace_id: Vec<u8>,
+    span_id: [u8; 8],
+    parent_id: Option<[u8; 8]>,
+    sampled: bool,
+    start_ns: u64,
+    attributes: Vec<(&'static str, String)>,
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Kong's probability sampler: the trace id's low 64 bits against the rate's share of them.
+fn sample(trace_id: &[u8], rate: f64) -> bool {
+    if rate >= 1.0 {
+        return true;
+    }
+    if rate <= 0.0 || trace_id.len() < 8 {
+        return false;
+    }
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&trace_id[trace_id.len() - 8..]);
+    (u64::from_be_bytes(b) as f64) < rate * u64::MAX as f64
+}
+
+impl Configured {
+    /// Kong's sampling decision (`tracer.get_sampling_decision`).
+    fn sampled(&self, trace_id: &[u8], parent: Option<bool>) -> bool {
+        if !self.request_spans {
+            // Propagation only: nothing is recorded, the callee is told so.
+            return false;
+        }
+        match (self.plugin_rate, parent) {
+            (Some(rate), None | Some(true)) => sample(trace_id, rate),
+            (_, Some(p)) => p,
+            (None, None) => sample(trace_id, self.global_rate),
+        }
+    }
+}
+
+struct Handle(Arc<Configured>);
+
+impl Handler for Handle {
+    fn phases(&self) -> crate::Phases {
+        let mut p = crate::Phases::ACCESS | crate::Phases::LOG;
+        if self.0.trace_id_header.is_some() {
+            p = p | crate::Phases::RESPONSE;
+        }
+        p
+    }
+
+    fn access(&self, req: &mut AccessRequest<'_>) -> Access {
+        let conf = &self.0;
+        let (found, ex) = match propagation::extract(req.headers, &conf.extract) {
+            Some((f, e)) => (Some(f), e),
+            None => (None, propagation::Extracted::default()),
+        };
+        let random = uuid::Uuid::new_v4().into_bytes();
+        let trace_id = ex.trace_id.clone().unwrap_or_else(|| random.to_vec());
+        let mut span_id = [0u8; 8];
+        span_id.copy_from_slice(&uuid::Uuid::new_v4().into_bytes()[..8]);
+        span_id[0] |= 1;
+        let sampled = conf.sampled(&trace_id, ex.sampled);
+        for h in &conf.clear {
+            req.headers.remove(h);
+        }
+        let ctx = propagation::Inject {
+            trace_id: &trace_id,
+            span_id,
+            parent_id: ex.span_id,
+            sampled,
+            flags: ex.flags.unwrap_or(0) & !1,
+        };
+        for i in &conf.inject {
+            let f = match i {
+                Injector::Format(f) => *f,
+                Injector::Preserve => match found.unwrap_or(conf.default_format) {
+                    Format::B3 if ex.single_header => Format::B3Single,
+                    f => f,
+                },
+            };
+            for (k, v) in propagation::inject(f, &ctx) {
+                req.headers.insert(k, v);
+            }
+        }
+        let attributes = if sampled {
+            let host = req
+                .headers
+                .get(http::header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            let scheme = if req.tls { "https" } else { "http" };
+            let target = if req.target.is_empty() {
+                match req.query {
+                    Some(q) => format!("{}?{q}", req.path),
+                    None => req.path.to_string(),
+                }
+            } else {
+                req.target.to_string()
+            };
+            let flavor = match req.version {
+                http::Version::HTTP_10 => "1.0",
+                http::Version::HTTP_2 => "2",
+                _ => "1.1",
+            };
+            vec![
+                ("http.method", req.method.to_string()),
+                ("http.url", format!("{scheme}://{host}{target}")),
+                ("http.host", host),
+                ("http.scheme", scheme.to_string()),
+                ("http.flavor", flavor.to_string()),
+                ("net.peer.ip", req.client_ip.to_string()),
+            ]
+        } else {
+            Vec::new()
+        };
+        req.ctx.insert(Trace {
+            trace_id,
+            span_id,
+            parent_id: ex.span_id,
+            sampled,
+            start_ns: now_ns(),
+            attributes,
+        });
+        Access::Continue
+    }
+
+    fn header_filter(&self, resp: &mut ResponseHead<'_>) -> Option<Box<dyn BodyFilter>> {
+        let name = self.0.trace_id_header.as_ref()?;
+        let t = resp.ctx.get::<Trace>()?;
+        if let Ok(v) = HeaderValue::from_str(&hex::encode(&t.trace_id)) {
+            resp.headers.append(name.clone(), v);
+        }
+        None
+    }
+
+    fn log(&self, entry: &LogEntry<'_>) {
+        let (Some(queue), Some(t)) = (&self.0.queue, entry.ctx.and_then(|c| c.get::<Trace>()))
+        else {
+            return;
+        };
+        if !t.sampled {
+            return;
+        }
+        let mut attributes: Vec<(&str, otlp::Value<'_>)> = t
+            .attributes
+            .iter()
+            .map(|(k, v)| (*k, otlp::Value::Str(v)))
+            .collect();
+        attributes.push(("http.status_code", otlp::Value::Int(entry.status as i64)));
+        queue.offer(otlp::encode_span(&otlp::Span {
+            trace_id: propagation::pad16(&t.trace_id),
+            span_id: t.span_id,
+            parent_span_id: t.parent_id,
+            name: "kong",
+            kind: 2,
+            start_ns: t.start_ns,
+            end_ns: now_ns().max(t.start_ns),
+            attributes: &attributes,
+            status: if entry.status >= 500 { 2 } else { 0 },
+        }));
+    }
+}
+
+/// The formats of a config, with Kong's reading of the older `header_type`
+/// (`propagation.get_plugin_params`): when `propagation` names no extractor, injector or
+/// header to clear, `header_type` decides.
+fn formats(c: &schema::Config) -> (Vec<Format>, Vec<Injector>, Vec<HeaderName>, Format) {
+    let parse = |v: &Option<Vec<String>>| -> Vec<String> { v.clone().unwrap_or_default() };
+    let p = &c.propagation;
+    let default_format = Format::parse(&p.default_format).unwrap_or(Format::W3c);
+    let injector = |s: &str| match s {
+        "preserve" => Some(Injector::Preserve),
+        f => Format::parse(f).map(Injector::Format),
+    };
+    let clear: Vec<HeaderName> = parse(&p.clear)
+        .iter()
+        .filter_map(|h| HeaderName::from_bytes(h.to_ascii_lowercase().as_bytes()).ok())
+        .collect();
+    if p.extract.is_some() || p.inject.is_some() || p.clear.is_some() {
+        return (
+            parse(&p.extract)
+                .iter()
+                .filter_map(|f| Format::parse(f))
+                .collect(),
+            parse(&p.inject)
+                .iter()
+                .filter_map(|f| injector(f))
+                .collect(),
+            clear,
+            default_format,
+        );
+    }
+    let legacy_extract = vec![
+        Format::B3,
+        Format::W3c,
+        Format::Jaeger,
+        Format::Ot,
+        Format::Datadog,
+        Format::Aws,
+        Format::Gcp,
+    ];
+    match c.header_type.as_str() {
+        "preserve" => (
+            legacy_extract,
+            vec![Injector::Preserve],
+            clear,
+            default_format,
+        ),
+        "ignore" => (
+            Vec::new(),
+            vec![Injector::Format(default_format)],
+            clear,
+            default_format,
+        ),
+        other => (
+            legacy_extract,
+            [Some(Injector::Preserve), injector(other)]
+                .into_iter()
+                .flatten()
+                .collect(),
+            clear,
+            default_format,
+        ),
+    }
+}
+
+fn target(c: &schema::Config, node_id: &str) -> Result<(Target, usize), String> {
+    let endpoint = c.traces_endpoint.as_deref().unwrap_or_default();
+    let uri: http::Uri = endpoint
+        .parse()
+        .map_err(|e| format!("traces_endpoint: {e}"))?;
+    let mut headers = Vec::new();
+    for (k, v) in c.headers.iter().flatten() {
+        let name = HeaderName::from_bytes(k.as_bytes())
+            .map_err(|_| format!("headers: invalid header name '{k}'"))?;
+        let value =
+            HeaderValue::from_str(v).map_err(|_| format!("headers: invalid value for '{k}'"))?;
+        headers.push((name, value));
+    }
+    // Kong's defaults, then the config's (which may override them).
+    let mut attributes: Vec<(String, String)> = vec![
+        ("service.name".into(), "kong".into()),
+        ("service.instance.id".into(), node_id.to_string()),
+        (
+            "service.version".into(),
+            crate::registry::KONG_VERSION.into(),
+        ),
+    ];
+    for (k, v) in c.resource_attributes.iter().flatten() {
+        attributes.retain(|(name, _)| name != k);
+        attributes.push((k.clone(), v.clone()));
+    }
+    let resource = Arc::new(otlp::encode_resource(&attributes));
+    let q = &c.queue;
+    let batch = c
+        .batch_span_count
+        .filter(|n| *n > 0 && q.max_batch_size == 200);
+    let delay = c
+        .batch_flush_delay
+        .filter(|_| q.max_coalescing_delay == 1.0)
+        .map(|d| d as f64);
+    Ok((
+        Target {
+            uri,
+            method: http::Method::POST,
+            content_type: HeaderValue::from_static("application/x-protobuf"),
+            headers,
+            timeout: std::time::Duration::from_millis(
+                c.connect_timeout.max(c.send_timeout).max(c.read_timeout),
+            ),
+            batch: batch.unwrap_or(q.max_batch_size).max(1) as usize,
+            coalescing: seconds(delay.unwrap_or(q.max_coalescing_delay)),
+            max_retry_time: seconds(q.max_retry_time),
+            initial_retry_delay: seconds(q.initial_retry_delay),
+            max_retry_delay: seconds(q.max_retry_delay),
+            assemble: Arc::new(move |spans: &[Bytes]| otlp::encode_request(&resource, spans)),
+            plugin: "opentelemetry",
+        },
+        q.max_entries.unwrap_or(10000) as usize,
+    ))
+}
+
+impl PluginSpec for OpenTelemetry {
+    fn name(&self) -> &'static str {
+        "opentelemetry"
+    }
+    fn priority(&self) -> i32 {
+        14
+    }
+    fn fields(&self) -> &'static [crate::schema::Field] {
+        schema::FIELDS
+    }
+    fn shorthands(&self, config: &mut Value) {
+        // Kong 3.x's `endpoint`, now `traces_endpoint`.
+        if let Some(m) = config.as_object_mut() {
+            if let Some(e) = m.remove("endpoint") {
+                if !e.is_null() {
+                    m.entry("traces_endpoint").or_insert(e);
+                }
+            }
+        }
+    }
+    fn entity_checks(&self, config: &Value) -> Vec<(String, String)> {
+        schema::entity_checks(config)
+    }
+    fn build(&self, config: &Value, ctx: &BuildContext) -> Result<Arc<dyn Handler>, String> {
+        let c: schema::Config = crate::typed(config)?;
+        let state = &ctx.runtime.opentelemetry;
+        let settings = state.settings();
+        let (extract, inject, clear, default_format) = formats(&c);
+        let queue = match &c.traces_endpoint {
+            Some(_) if settings.request_spans => Some(http_log::start_queue(
+                &state.queues,
+                config.to_string(),
+                || target(&c, &settings.node_id),
+            )?),
+            _ => None,
+        };
+        Ok(Arc::new(Handle(Arc::new(Configured {
+            extract,
+            inject,
+            clear,
+            default_format,
+            plugin_rate: c.sampling_rate,
+            global_rate: settings.sampling_rate,
+            request_spans: settings.request_spans,
+            trace_id_header: c
+                .http_response_header_for_traceid
+                .as_deref()
+                .and_then(|h| HeaderName::from_bytes(h.to_ascii_lowercase().as_bytes()).ok()),
+            queue,
+        }))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sampler_follows_the_rate_and_the_parent() {
+        assert!(sample(&[0xff; 16], 1.0));
+        assert!(!sample(&[0; 16], 0.0));
+        assert!(sample(&[0; 16], 0.5));
+        assert!(!sample(&[0xff; 16], 0.5));
+        let mut c = Configured {
+            extract: Vec::new(),
+            inject: Vec::new(),
+            clear: Vec::new(),
+            default_format: Format::W3c,
+            plugin_rate: None,
+            global_rate: 0.0,
+            request_spans: true,
+            trace_id_header: None,
+            queue: None,
+        };
+        assert!(c.sampled(&[0; 16], Some(true)), "parent-based");
+        assert!(!c.sampled(&[0; 16], None), "the global rate");
+        c.plugin_rate = Some(1.0);
+        assert!(c.sampled(&[0; 16], None));
+        assert!(!c.sampled(&[0; 16], Some(false)), "a parent's no stands");
+        c.request_spans = false;
+        assert!(
+            !c.sampled(&[0; 16], Some(true)),
+            "tracing off: propagation only"
+        );
+    }
+}

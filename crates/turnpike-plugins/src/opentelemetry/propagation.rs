@@ -1,0 +1,467 @@
+//! Kong's tracing header formats (`kong/observability/tracing/propagation`): each format's
+//! extractor reads the incoming context (trace id, the caller's span id, the sampled flag), and
+//! its injector writes the outgoing one. Extraction takes the first format of `extract` that
+//! finds its headers; `preserve` injects in the format found (or `default_format`).
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Format {
+    B3,
+    B3Single,
+    W3c,
+    Jaeger,
+    Ot,
+    Datadog,
+    Aws,
+    Gcp,
+}
+
+impl Format {
+    pub fn parse(s: &str) -> Option<Format> {
+        Some(match s {
+            "b3" => Format::B3,
+            "b3-single" => Format::B3Single,
+            "w3c" => Format::W3c,
+            "jaeger" => Format::Jaeger,
+            "ot" => Format::Ot,
+            "datadog" => Format::Datadog,
+            "aws" => Format::Aws,
+            "gcp" => Format::Gcp,
+            _ => return None,
+        })
+    }
+}
+
+/// What an extractor found.
+#[derive(Default, Debug, PartialEq)]
+pub struct Extracted {
+    /// 8 or 16 bytes.
+    pub trace_id: Option<Vec<u8>>,
+    /// The caller's span: the parent of this request's span.
+    pub span_id: Option<[u8; 8]>,
+    pub sampled: Option<bool>,
+    /// The W3C trace flags as received.
+    pub flags: Option<u8>,
+    /// b3 came in its single-header form.
+    pub single_header: bool,
+}
+
+fn hex_bytes(s: &str) -> Option<Vec<u8>> {
+    if s.is_empty() || !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// A trace id in hex of up to 32 digits, left-padded to 8 or 16 bytes.
+fn trace_id(s: &str) -> Option<Vec<u8>> {
+    if s.is_empty() || s.len() > 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let width = if s.len() > 16 { 32 } else { 16 };
+    let id = hex_bytes(&format!("{s:0>width$}"))?;
+    (!id.iter().all(|b| *b == 0)).then_some(id)
+}
+
+fn span_id(s: &str) -> Option<[u8; 8]> {
+    if s.is_empty() || s.len() > 16 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let b = hex_bytes(&format!("{s:0>16}"))?;
+    let id: [u8; 8] = b.try_into().ok()?;
+    (id != [0; 8]).then_some(id)
+}
+
+fn get<'h>(h: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    h.get(name).and_then(|v| v.to_str().ok()).map(str::trim)
+}
+
+fn truthy(s: &str) -> Option<bool> {
+    match s.to_ascii_lowercase().as_str() {
+        "1" | "true" | "d" => Some(true),
+        "0" | "false" => Some(false),
+        _ => None,
+    }
+}
+
+/// The first format of `formats` whose headers are there, with what it found.
+pub fn extract(h: &HeaderMap, formats: &[Format]) -> Option<(Format, Extracted)> {
+    formats
+        .iter()
+        .find_map(|f| extract_one(h, *f).map(|e| (*f, e)))
+}
+
+fn extract_one(h: &HeaderMap, f: Format) -> Option<Extracted> {
+    match f {
+        Format::W3c => {
+            let tp = get(h, "traceparent")?;
+            let mut parts = tp.split('-');
+            let (v, t, s, fl) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+            if v.len() != 2 || v == "ff" || t.len() != 32 || s.len() != 16 || fl.len() != 2 {
+                return None;
+            }
+            if v == "00" && parts.next().is_some() {
+                return None;
+            }
+            let flags = u8::from_str_radix(fl, 16).ok()?;
+            Some(Extracted {
+                trace_id: Some(trace_id(t)?),
+                span_id: Some(span_id(s)?),
+                sampled: Some(flags & 1 == 1),
+                flags: Some(flags),
+                single_header: false,
+            })
+        }
+        Format::B3 | Format::B3Single => {
+            if let Some(single) = get(h, "b3") {
+                let parts: Vec<&str> = single.split('-').collect();
+                if parts.len() == 1 {
+                    return Some(Extracted {
+                        sampled: truthy(parts[0]),
+                        single_header: true,
+                        ..Extracted::default()
+                    });
+                }
+                return Some(Extracted {
+                    trace_id: Some(trace_id(parts[0])?),
+                    span_id: Some(span_id(parts[1])?),
+                    sampled: parts.get(2).and_then(|s| truthy(s)),
+                    flags: None,
+                    single_header: true,
+                });
+            }
+            let t = get(h, "x-b3-traceid");
+            let sampled = get(h, "x-b3-flags")
+                .filter(|f| *f == "1")
+                .map(|_| true)
+                .or_else(|| get(h, "x-b3-sampled").and_then(truthy));
+            if t.is_none() && sampled.is_none() {
+                return None;
+            }
+            Some(Extracted {
+                trace_id: match t {
+                    Some(t) => Some(trace_id(t)?),
+                    None => None,
+                },
+                span_id: get(h, "x-b3-spanid").and_then(span_id),
+                sampled,
+                flags: None,
+                single_header: false,
+            })
+        }
+        Format::Jaeger => {
+            let v = get(h, "uber-trace-id")?;
+            let parts: Vec<&str> = v.split(':').collect();
+            if parts.len() != 4 {
+                return None;
+            }
+            let flags = u8::from_str_radix(parts[3], 16).ok()?;
+            Some(Extracted {
+                trace_id: Some(trace_id(parts[0])?),
+                span_id: Some(span_id(parts[1])?),
+                sampled: Some(flags & 1 == 1),
+                flags: None,
+                single_header: false,
+            })
+        }
+        Format::Ot => {
+            let t = get(h, "ot-tracer-traceid")?;
+            Some(Extracted {
+                trace_id: Some(trace_id(t)?),
+                span_id: get(h, "ot-tracer-spanid").and_then(span_id),
+                sampled: get(h, "ot-tracer-sampled").and_then(truthy),
+                flags: None,
+                single_header: false,
+            })
+        }
+        Format::Datadog => {
+            let t: u64 = get(h, "x-datadog-trace-id")?.parse().ok()?;
+            if t == 0 {
+                return None;
+            }
+            let p: Option<u64> = get(h, "x-datadog-parent-id").and_then(|p| p.parse().ok());
+            Some(Extracted {
+                trace_id: Some(t.to_be_bytes().to_vec()),
+                span_id: p.filter(|p| *p != 0).map(u64::to_be_bytes),
+                sampled: get(h, "x-datadog-sampling-priority")
+                    .and_then(|p| p.parse::<i64>().ok())
+                    .map(|p| p > 0),
+                flags: None,
+                single_header: false,
+            })
+        }
+        Format::Aws => {
+            let v = get(h, "x-amzn-trace-id")?;
+            let mut e = Extracted::default();
+            for kv in v.split(';') {
+                let (k, val) = kv.trim().split_once('=')?;
+                match k {
+                    "Root" => {
+                        let mut p = val.split('-');
+                        let (one, time, rest) = (p.next()?, p.next()?, p.next()?);
+                        if one != "1" || time.len() != 8 || rest.len() != 24 {
+                            return None;
+                        }
+                        e.trace_id = Some(trace_id(&format!("{time}{rest}"))?);
+                    }
+                    "Parent" => e.span_id = Some(span_id(val)?),
+                    "Sampled" => e.sampled = truthy(val),
+                    _ => {}
+                }
+            }
+            e.trace_id.as_ref()?;
+            Some(e)
+        }
+        Format::Gcp => {
+            let v = get(h, "x-cloud-trace-context")?;
+            let (t, rest) = v.split_once('/')?;
+            let (span, opts) = rest.split_once(';').unwrap_or((rest, ""));
+            let span: u64 = span.parse().ok()?;
+            if t.len() != 32 {
+                return None;
+            }
+            Some(Extracted {
+                trace_id: Some(trace_id(t)?),
+                span_id: (span != 0).then(|| span.to_be_bytes()),
+                sampled: opts.strip_prefix("o=").and_then(truthy),
+                flags: None,
+                single_header: false,
+            })
+        }
+    }
+}
+
+/// What is injected: this request's trace and span, its parent, and the decision.
+pub struct Inject<'a> {
+    /// 8 or 16 bytes.
+    pub trace_id: &'a [u8],
+    pub span_id: [u8; 8],
+    pub parent_id: Option<[u8; 8]>,
+    pub sampled: bool,
+    pub flags: u8,
+}
+
+/// The headers of format `f` for `c`.
+pub fn inject(f: Format, c: &Inject<'_>) -> Vec<(HeaderName, HeaderValue)> {
+    let t = hex::encode(c.trace_id);
+    let t16 = hex::encode(pad16(c.trace_id));
+    let s = hex::encode(c.span_id);
+    let sampled = if c.sampled { "1" } else { "0" };
+    let h = |n: &'static str, v: String| {
+        HeaderValue::from_str(&v)
+            .ok()
+            .map(|v| (HeaderName::from_static(n), v))
+    };
+    let low64 = |id: &[u8]| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&id[id.len() - 8..]);
+        u64::from_be_bytes(b)
+    };
+    let out = match f {
+        Format::W3c => vec![h(
+            "traceparent",
+            format!("00-{t16}-{s}-{:02x}", c.flags | c.sampled as u8),
+        )],
+        Format::B3 => {
+            let mut v = vec![
+                h("x-b3-traceid", t.clone()),
+                h("x-b3-spanid", s.clone()),
+                h("x-b3-sampled", sampled.to_string()),
+            ];
+            if let Some(p) = c.parent_id {
+                v.push(h("x-b3-parentspanid", hex::encode(p)));
+            }
+            v
+        }
+        Format::B3Single => {
+            let mut v = format!("{t}-{s}-{sampled}");
+            if let Some(p) = c.parent_id {
+                v.push('-');
+                v.push_str(&hex::encode(p));
+            }
+            vec![h("b3", v)]
+        }
+        Format::Jaeger => vec![h(
+            "uber-trace-id",
+            format!(
+                "{t}:{s}:{}:{}",
+                c.parent_id.map_or("0".to_string(), hex::encode),
+                if c.sampled { "01" } else { "00" }
+            ),
+        )],
+        Format::Ot => vec![
+            h("ot-tracer-traceid", t.clone()),
+            h("ot-tracer-spanid", s.clone()),
+            h(
+                "ot-tracer-sampled",
+                if c.sampled { "true" } else { "false" }.to_string(),
+            ),
+        ],
+        Format::Datadog => vec![
+            h("x-datadog-trace-id", low64(c.trace_id).to_string()),
+            h(
+                "x-datadog-parent-id",
+                u64::from_be_bytes(c.span_id).to_string(),
+            ),
+            h("x-datadog-sampling-priority", sampled.to_string()),
+        ],
+        Format::Aws => vec![h(
+            "x-amzn-trace-id",
+            format!(
+                "Root=1-{}-{};Parent={s};Sampled={sampled}",
+                &t16[..8],
+                &t16[8..]
+            ),
+        )],
+        Format::Gcp => vec![h(
+            "x-cloud-trace-context",
+            format!("{t16}/{};o={sampled}", u64::from_be_bytes(c.span_id)),
+        )],
+    };
+    out.into_iter().flatten().collect()
+}
+
+/// A trace id as OTLP's 16 bytes (an 8-byte id left-padded with zeros).
+pub fn pad16(id: &[u8]) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    let n = id.len().min(16);
+    out[16 - n..].copy_from_slice(&id[id.len() - n..]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    const ALL: &[Format] = &[
+        Format::B3,
+        Format::W3c,
+        Format::Jaeger,
+        Format::Ot,
+        Format::Datadog,
+        Format::Aws,
+        Format::Gcp,
+    ];
+
+    #[test]
+    fn every_format_reads_back_what_it_writes() {
+        let trace = hex_bytes("0af7651916cd43dd8448eb211c80319c").unwrap();
+        let c = Inject {
+            trace_id: &trace,
+            span_id: [0xb7, 0xad, 0x6b, 0x71, 0x69, 0x20, 0x33, 0x31],
+            parent_id: None,
+            sampled: true,
+            flags: 0,
+        };
+        for f in [
+            Format::W3c,
+            Format::B3,
+            Format::B3Single,
+            Format::Jaeger,
+            Format::Ot,
+            Format::Aws,
+            Format::Gcp,
+        ] {
+            let mut h = HeaderMap::new();
+            for (k, v) in inject(f, &c) {
+                h.insert(k, v);
+            }
+            let (_, e) = extract(&h, &[f]).unwrap_or_else(|| panic!("{f:?}: {h:?}"));
+            assert_eq!(e.trace_id.as_deref(), Some(&trace[..]), "{f:?}");
+            assert_eq!(e.span_id, Some(c.span_id), "{f:?}");
+            assert_eq!(e.sampled, Some(true), "{f:?}");
+        }
+        // Datadog carries the low 64 bits.
+        let mut h = HeaderMap::new();
+        for (k, v) in inject(Format::Datadog, &c) {
+            h.insert(k, v);
+        }
+        assert_eq!(h["x-datadog-trace-id"], "9532127138774266268");
+        let (_, e) = extract(&h, &[Format::Datadog]).unwrap();
+        assert_eq!(e.trace_id.unwrap(), trace[8..]);
+    }
+
+    #[test]
+    fn the_specs_examples() {
+        let h = headers(&[(
+            "traceparent",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        )]);
+        let (f, e) = extract(&h, ALL).unwrap();
+        assert_eq!(f, Format::W3c);
+        assert_eq!(
+            hex::encode(e.trace_id.unwrap()),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
+        assert_eq!(e.sampled, Some(true));
+        // Invalid ids are no context.
+        for bad in [
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-xyz-00f067aa0ba902b7-01",
+        ] {
+            assert!(
+                extract(&headers(&[("traceparent", bad)]), ALL).is_none(),
+                "{bad}"
+            );
+        }
+        let h = headers(&[(
+            "b3",
+            "80f198ee56343ba864fe8b2a57d3eff7-e457b5a2e4d86bd1-1-05e3ac9a4f6e3b90",
+        )]);
+        let (f, e) = extract(&h, ALL).unwrap();
+        assert_eq!(
+            (f, e.single_header, e.sampled),
+            (Format::B3, true, Some(true))
+        );
+        let h = headers(&[("uber-trace-id", "abc:def:0:1")]);
+        let (_, e) = extract(&h, ALL).unwrap();
+        assert_eq!(hex::encode(e.trace_id.unwrap()), "0000000000000abc");
+        let h = headers(&[(
+            "x-amzn-trace-id",
+            "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1",
+        )]);
+        let (f, e) = extract(&h, ALL).unwrap();
+        assert_eq!(f, Format::Aws);
+        assert_eq!(
+            hex::encode(e.trace_id.unwrap()),
+            "5759e988bd862e3fe1be46a994272793"
+        );
+        let h = headers(&[(
+            "x-cloud-trace-context",
+            "105445aa7843bc8bf206b12000100000/1;o=1",
+        )]);
+        let (f, e) = extract(&h, ALL).unwrap();
+        assert_eq!(
+            (f, e.span_id, e.sampled),
+            (Format::Gcp, Some(1u64.to_be_bytes()), Some(true))
+        );
+        // The first format of the list that finds its headers wins.
+        let h = headers(&[
+            ("x-b3-traceid", "463ac35c9f6413ad"),
+            ("x-b3-spanid", "a2fb4a1d1a96d312"),
+            (
+                "traceparent",
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            ),
+        ]);
+        assert_eq!(extract(&h, ALL).unwrap().0, Format::B3);
+        assert_eq!(
+            extract(&h, &[Format::W3c, Format::B3]).unwrap().0,
+            Format::W3c
+        );
+    }
+}

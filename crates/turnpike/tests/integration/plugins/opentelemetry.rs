@@ -1,0 +1,377 @@
+//! opentelemetry on the real binary, with a real OTLP/HTTP receiver that decodes what it gets
+//! with the official protobuf definitions (`opentelemetry-proto`): the request's span under the
+//! caller's trace, its attributes and the resource's, the context the upstream gets in each
+//! format, the trace id told to the client, propagation alone when tracing is off, and bad
+//! configs refused.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::common::*;
+use http_body_util::BodyExt;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message;
+use serde_json::json;
+
+/// An OTLP/HTTP collector: decodes each POST as an `ExportTraceServiceRequest`.
+struct Collector {
+    port: u16,
+    requests: Arc<Mutex<Vec<(String, ExportTraceServiceRequest)>>>,
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        // Dropped inside the test's runtime: don't block there.
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl Collector {
+    fn start() -> Collector {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests: Arc<Mutex<Vec<(String, ExportTraceServiceRequest)>>> = Arc::default();
+        let seen = requests.clone();
+        rt.spawn(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(
+                        move |req: http::Request<hyper::body::Incoming>| {
+                            let seen = seen.clone();
+                            async move {
+                                let ct = req
+                                    .headers()
+                                    .get("content-type")
+                                    .map(|v| v.to_str().unwrap().to_string())
+                                    .unwrap_or_default();
+                                let auth = req
+                                    .headers()
+                                    .get("x-api-key")
+                                    .map(|v| v.to_str().unwrap().to_string())
+                                    .unwrap_or_default();
+                                let body = req.into_body().collect().await?.to_bytes();
+                                let decoded = ExportTraceServiceRequest::decode(body).unwrap();
+                                seen.lock().unwrap().push((format!("{ct}|{auth}"), decoded));
+                                Ok::<_, hyper::Error>(http::Response::new(
+                                    http_body_util::Full::new(bytes::Bytes::new()),
+                                ))
+                            }
+                        },
+                    );
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        Collector {
+            port,
+            requests,
+            rt: Some(rt),
+        }
+    }
+
+    fn spans(&self) -> Vec<Span> {
+        self.requests
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|(_, r)| r.resource_spans.iter())
+            .flat_map(|rs| rs.scope_spans.iter())
+            .flat_map(|ss| ss.spans.iter().cloned())
+            .collect()
+    }
+
+    async fn span_of(&self, trace_id: &str) -> Span {
+        assert!(
+            eventually(Duration::from_secs(10), async || self
+                .spans()
+                .iter()
+                .any(|s| hex::encode(&s.trace_id) == trace_id))
+            .await,
+            "no span of trace {trace_id}: {:?}",
+            self.spans()
+        );
+        self.spans()
+            .into_iter()
+            .find(|s| hex::encode(&s.trace_id) == trace_id)
+            .unwrap()
+    }
+}
+
+fn attr(s: &Span, key: &str) -> Option<Any> {
+    s.attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.clone()?.value)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_reach_an_otlp_collector_and_context_reaches_the_upstream() {
+    let collector = Collector::start();
+    let up = Upstream::start("traced");
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
+services:
+- name: svc
+  url: {url}
+  routes:
+  - name: traced
+    paths: [/t]
+    plugins:
+    - name: opentelemetry
+      config:
+        traces_endpoint: http://127.0.0.1:{port}/v1/traces
+        headers: {{x-api-key: secret}}
+        resource_attributes: {{service.name: edge, deployment.environment: test}}
+        queue: {{max_coalescing_delay: 0.1}}
+        http_response_header_for_traceid: x-trace-id
+  - name: converted
+    paths: [/conv]
+    plugins:
+    - name: opentelemetry
+      config:
+        traces_endpoint: http://127.0.0.1:{port}/v1/traces
+        queue: {{max_coalescing_delay: 0.1}}
+        propagation: {{extract: [w3c], inject: [b3, datadog], clear: [traceparent]}}
+"#,
+        url = up.url(),
+        port = collector.port
+    ))
+    .env("TURNPIKE_TRACING_INSTRUMENTATIONS", "all")
+    .env("TURNPIKE_TRACING_SAMPLING_RATE", "1")
+    .start();
+
+    // A caller's W3C context: the upstream gets the same trace, Kong's span as parent, sampled.
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let caller_span = "00f067aa0ba902b7";
+    let r = call(
+        gw.proxy,
+        "GET",
+        "/t/x?q=1",
+        &[("traceparent", &format!("00-{trace}-{caller_span}-01"))],
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-trace-id"), Some(trace));
+    let sent = r.json()["headers"]["traceparent"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let parts: Vec<&str> = sent.split('-').collect();
+    assert_eq!(
+        (parts[0], parts[1], parts[3]),
+        ("00", trace, "01"),
+        "{sent}"
+    );
+    assert_ne!(
+        parts[2], caller_span,
+        "the upstream's parent is Kong's span"
+    );
+
+    // The span, decoded by the official definitions.
+    let span = collector.span_of(trace).await;
+    assert_eq!(span.name, "kong");
+    assert_eq!(span.kind, 2, "SERVER");
+    assert_eq!(hex::encode(&span.span_id), parts[2]);
+    assert_eq!(hex::encode(&span.parent_span_id), caller_span);
+    assert!(span.end_time_unix_nano >= span.start_time_unix_nano);
+    assert!(span.start_time_unix_nano > 1_700_000_000_000_000_000);
+    assert_eq!(
+        attr(&span, "http.method"),
+        Some(Any::StringValue("GET".into()))
+    );
+    assert_eq!(attr(&span, "http.status_code"), Some(Any::IntValue(200)));
+    assert_eq!(
+        attr(&span, "http.scheme"),
+        Some(Any::StringValue("http".into()))
+    );
+    match attr(&span, "http.url") {
+        Some(Any::StringValue(u)) => assert!(u.ends_with("/t/x?q=1"), "{u}"),
+        other => panic!("{other:?}"),
+    }
+    {
+        let reqs = collector.requests.lock().unwrap();
+        let (meta, req) = &reqs[0];
+        assert_eq!(meta, "application/x-protobuf|secret");
+        let resource = req.resource_spans[0].resource.clone().unwrap();
+        let res = |k: &str| {
+            resource
+                .attributes
+                .iter()
+                .find(|kv| kv.key == k)
+                .and_then(|kv| kv.value.clone()?.value)
+        };
+        assert_eq!(res("service.name"), Some(Any::StringValue("edge".into())));
+        assert_eq!(
+            res("service.version"),
+            Some(Any::StringValue("3.9.1".into()))
+        );
+        assert_eq!(
+            res("deployment.environment"),
+            Some(Any::StringValue("test".into()))
+        );
+        assert!(res("service.instance.id").is_some());
+        assert_eq!(
+            req.resource_spans[0].scope_spans[0]
+                .scope
+                .clone()
+                .unwrap()
+                .name,
+            "kong-internal"
+        );
+    }
+
+    // No context: a new trace, written in the default format (w3c); a 5xx is an error span.
+    let r = call(gw.proxy, "GET", "/t/status/503", &[]).await;
+    assert_eq!(r.status, 503);
+    let new_trace = r.header("x-trace-id").unwrap().to_string();
+    assert_eq!(new_trace.len(), 32);
+    let span = collector.span_of(&new_trace).await;
+    assert!(span.parent_span_id.is_empty());
+    assert_eq!(span.status.clone().unwrap().code, 2, "error");
+    assert_eq!(attr(&span, "http.status_code"), Some(Any::IntValue(503)));
+
+    // preserve: the format that came in goes on (b3 single header here, 64-bit trace id).
+    let r = call(
+        gw.proxy,
+        "GET",
+        "/t/b3",
+        &[("b3", "463ac35c9f6413ad-a2fb4a1d1a96d312-1")],
+    )
+    .await;
+    let b3 = r.json()["headers"]["b3"].as_str().unwrap().to_string();
+    assert!(b3.starts_with("463ac35c9f6413ad-"), "{b3}");
+    assert!(b3.ends_with("-1-a2fb4a1d1a96d312"), "{b3}");
+    assert!(r.json()["headers"].get("traceparent").is_none());
+    let span = collector.span_of("0000000000000000463ac35c9f6413ad").await;
+    assert_eq!(hex::encode(&span.parent_span_id), "a2fb4a1d1a96d312");
+
+    // propagation: extracted from w3c, injected as b3 and datadog, traceparent cleared.
+    let r = call(
+        gw.proxy,
+        "GET",
+        "/conv/x",
+        &[("traceparent", &format!("00-{trace}-{caller_span}-01"))],
+    )
+    .await;
+    let h = &r.json()["headers"];
+    assert_eq!(h["x-b3-traceid"], trace);
+    assert_eq!(h["x-b3-sampled"], "1");
+    assert_eq!(h["x-b3-parentspanid"], caller_span);
+    assert_eq!(
+        h["x-datadog-trace-id"],
+        u64::from_str_radix(&trace[16..], 16).unwrap().to_string()
+    );
+    assert!(h.get("traceparent").is_none(), "{h}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_tracing_off_context_is_propagated_and_nothing_is_sent() {
+    let collector = Collector::start();
+    let up = Upstream::start("untraced");
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
+services:
+- name: svc
+  url: {url}
+  routes:
+  - name: r
+    paths: [/t]
+plugins:
+- name: opentelemetry
+  config:
+    endpoint: http://127.0.0.1:{port}/v1/traces
+    queue: {{max_coalescing_delay: 0.1}}
+"#,
+        url = up.url(),
+        port = collector.port
+    ))
+    .start();
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let r = call(
+        gw.proxy,
+        "GET",
+        "/t/x",
+        &[("traceparent", &format!("00-{trace}-00f067aa0ba902b7-01"))],
+    )
+    .await;
+    let sent = r.json()["headers"]["traceparent"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(sent.starts_with(&format!("00-{trace}-")), "{sent}");
+    assert!(
+        sent.ends_with("-00"),
+        "not sampled when tracing is off: {sent}"
+    );
+    // The deprecated `endpoint` reads as `traces_endpoint`.
+    let cfg = gw.admin("GET", "/plugins", None).await.json();
+    assert_eq!(
+        cfg["data"][0]["config"]["traces_endpoint"],
+        format!("http://127.0.0.1:{}/v1/traces", collector.port)
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(collector.spans().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opentelemetry_configs_are_checked() {
+    let gw = Gateway::sqlite().start();
+    let post = |config: serde_json::Value| {
+        let admin = gw.admin;
+        async move {
+            admin_call(
+                admin,
+                "POST",
+                "/plugins",
+                Some(json!({"name": "opentelemetry", "config": config})),
+            )
+            .await
+        }
+    };
+    let r = post(json!({})).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.json()["fields"]["config"]["@entity"],
+        json!([
+            "at least one of these fields must be non-empty: 'traces_endpoint', 'logs_endpoint'"
+        ]),
+        "{:?}",
+        r.json()
+    );
+    let r = post(json!({"traces_endpoint": "ftp://x"})).await;
+    assert_eq!(r.status, 400);
+    let r = post(json!({"traces_endpoint": "http://c:4318/v1/traces", "sampling_rate": 2})).await;
+    assert_eq!(r.status, 400);
+    let r = post(
+        json!({"traces_endpoint": "http://c:4318/v1/traces", "propagation": {"extract": ["nope"]}}),
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    let r = post(json!({"logs_endpoint": "http://c:4318/v1/logs"})).await;
+    assert_eq!(r.status, 400, "{:?}", r.json());
+    let r = post(json!({"traces_endpoint": "http://c:4318/v1/traces"})).await;
+    assert_eq!(r.status, 201, "{:?}", r.json());
+    let c = &r.json()["config"];
+    assert_eq!(c["queue"]["max_batch_size"], 200);
+    assert_eq!(c["header_type"], "preserve");
+    assert_eq!(c["propagation"]["default_format"], "w3c");
+    assert_eq!(c["connect_timeout"], 1000);
+}
