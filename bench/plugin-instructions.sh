@@ -40,6 +40,9 @@ cfg statsd '    plugins:
 cfg proxy-cache '    plugins:
     - name: proxy-cache
       config: {strategy: memory, content_type: [text/plain]}'
+cfg opentelemetry '    plugins:
+    - name: opentelemetry
+      config: {traces_endpoint: "http://127.0.0.1:9/v1/traces"}'
 cfg udp-log '    plugins:
     - name: udp-log
       config: {host: 127.0.0.1, port: 9}'
@@ -53,6 +56,10 @@ UA="user-agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like 
     n=$(CONFIG=$W/$c.yml HEADERS="$UA|x-user: u1|x-old: o|x-drop: d" bench/instructions.sh "$N")
     echo "| $c | $n | +$((n - plain)) |"
   done
+  # Every request traced and its span queued (sampling 1.0; the collector port refuses).
+  n=$(CONFIG=$W/opentelemetry.yml HEADERS="$UA" TURNPIKE_TRACING_INSTRUMENTATIONS=all \
+      TURNPIKE_TRACING_SAMPLING_RATE=1 bench/instructions.sh "$N")
+  echo "| opentelemetry (sampling 1.0) | $n | +$((n - plain)) |"
   # A hit, with the same request headers as plain (the response is the upstream's, cached).
   n=$(CONFIG=$W/proxy-cache.yml HEADERS="$UA" bench/instructions.sh "$N")
   echo "| proxy-cache (hits) | $n | $((n - plain)) |"

@@ -93,7 +93,16 @@ struct Trace {
     parent_id: Option<[u8; 8]>,
     sampled: bool,
     start_ns: u64,
-    attributes: Vec<(&'static str, String)>,
+    request: Option<Box<SpanRequest>>,
+}
+
+struct SpanRequest {
+    method: Box<str>,
+    host: Option<HeaderValue>,
+    target: Box<str>,
+    tls: bool,
+    version: http::Version,
+    client_ip: std::net::IpAddr,
 }
 
 fn now_ns() -> u64 {
@@ -143,15 +152,16 @@ impl Handler for Handle {
 
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {
         let conf = &self.0;
-        let (found, ex) = match propagation::extract(req.headers, &conf.extract) {
+        let (found, mut ex) = match propagation::extract(req.headers, &conf.extract) {
             Some((f, e)) => (Some(f), e),
             None => (None, propagation::Extracted::default()),
         };
-        let random = uuid::Uuid::new_v4().into_bytes();
-        let trace_id = ex.trace_id.clone().unwrap_or_else(|| random.to_vec());
-        let mut span_id = [0u8; 8];
-        span_id.copy_from_slice(&uuid::Uuid::new_v4().into_bytes()[..8]);
-        span_id[0] |= 1;
+        // Ids from the thread's fast generator (they name a trace, they guard nothing).
+        let trace_id = ex
+            .trace_id
+            .take()
+            .unwrap_or_else(|| (fastrand::u128(..) | 1).to_be_bytes().to_vec());
+        let span_id = (fastrand::u64(..) | 1).to_be_bytes();
         let sampled = conf.sampled(&trace_id, ex.sampled);
         for h in &conf.clear {
             req.headers.remove(h);
@@ -175,45 +185,31 @@ impl Handler for Handle {
                 req.headers.insert(k, v);
             }
         }
-        let attributes = if sampled {
-            let host = req
-                .headers
-                .get(http::header::HOST)
-                .and_then(|h| h.to_str().ok())
-                .unwrap_or("")
-                .to_string();
-            let scheme = if req.tls { "https" } else { "http" };
-            let target = if req.target.is_empty() {
-                match req.query {
-                    Some(q) => format!("{}?{q}", req.path),
-                    None => req.path.to_string(),
-                }
-            } else {
-                req.target.to_string()
-            };
-            let flavor = match req.version {
-                http::Version::HTTP_10 => "1.0",
-                http::Version::HTTP_2 => "2",
-                _ => "1.1",
-            };
-            vec![
-                ("http.method", req.method.to_string()),
-                ("http.url", format!("{scheme}://{host}{target}")),
-                ("http.host", host),
-                ("http.scheme", scheme.to_string()),
-                ("http.flavor", flavor.to_string()),
-                ("net.peer.ip", req.client_ip.to_string()),
-            ]
-        } else {
-            Vec::new()
-        };
+        // What the span will say of the request (its text is written in the log phase).
+        let request = sampled.then(|| {
+            Box::new(SpanRequest {
+                method: req.method.into(),
+                host: req.headers.get(http::header::HOST).cloned(),
+                target: if req.target.is_empty() {
+                    match req.query {
+                        Some(q) => format!("{}?{q}", req.path).into(),
+                        None => req.path.into(),
+                    }
+                } else {
+                    req.target.into()
+                },
+                tls: req.tls,
+                version: req.version,
+                client_ip: req.client_ip,
+            })
+        });
         req.ctx.insert(Trace {
             trace_id,
             span_id,
             parent_id: ex.span_id,
             sampled,
             start_ns: now_ns(),
-            attributes,
+            request,
         });
         Access::Continue
     }
@@ -232,15 +228,29 @@ impl Handler for Handle {
         else {
             return;
         };
-        if !t.sampled {
+        let Some(r) = t.request.as_deref().filter(|_| t.sampled) else {
             return;
-        }
-        let mut attributes: Vec<(&str, otlp::Value<'_>)> = t
-            .attributes
-            .iter()
-            .map(|(k, v)| (*k, otlp::Value::Str(v)))
-            .collect();
-        attributes.push(("http.status_code", otlp::Value::Int(entry.status as i64)));
+        };
+        let host = r.host.as_ref().and_then(|h| h.to_str().ok()).unwrap_or("");
+        let scheme = if r.tls { "https" } else { "http" };
+        let flavor = match r.version {
+            http::Version::HTTP_10 => "1.0",
+            http::Version::HTTP_2 => "2",
+            _ => "1.1",
+        };
+        let ip = r.client_ip.to_string();
+        let attributes = [
+            ("http.method", otlp::Value::Str(&r.method)),
+            (
+                "http.url",
+                otlp::Value::Concat(&[scheme, "://", host, &r.target]),
+            ),
+            ("http.host", otlp::Value::Str(host)),
+            ("http.scheme", otlp::Value::Str(scheme)),
+            ("http.flavor", otlp::Value::Str(flavor)),
+            ("net.peer.ip", otlp::Value::Str(&ip)),
+            ("http.status_code", otlp::Value::Int(entry.status as i64)),
+        ];
         queue.offer(otlp::encode_span(&otlp::Span {
             trace_id: propagation::pad16(&t.trace_id),
             span_id: t.span_id,

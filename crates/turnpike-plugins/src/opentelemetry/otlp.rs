@@ -21,6 +21,8 @@ pub struct Span<'a> {
 
 pub enum Value<'a> {
     Str(&'a str),
+    /// A string written from its pieces (a URL from scheme, host and target).
+    Concat(&'a [&'a str]),
     Int(i64),
 }
 
@@ -49,17 +51,43 @@ fn message(out: &mut Vec<u8>, field: u32, f: impl FnOnce(&mut Vec<u8>)) {
     bytes_field(out, field, &inner);
 }
 
+fn varint_len(v: u64) -> usize {
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+/// A length-delimited field's bytes: its tag, its length and the contents (tags here are one
+/// byte: fields below 16).
+fn field_len(len: usize) -> usize {
+    1 + varint_len(len as u64) + len
+}
+
+/// A `KeyValue` written in place: its sizes are computed, no buffer per level.
 fn key_value(out: &mut Vec<u8>, field: u32, key: &str, value: &Value<'_>) {
-    message(out, field, |kv| {
-        bytes_field(kv, 1, key.as_bytes());
-        message(kv, 2, |any| match value {
-            Value::Str(s) => bytes_field(any, 1, s.as_bytes()),
-            Value::Int(i) => {
-                tag(any, 3, 0);
-                varint(any, *i as u64);
+    let any_len = match value {
+        Value::Str(s) => field_len(s.len()),
+        Value::Concat(parts) => field_len(parts.iter().map(|p| p.len()).sum()),
+        Value::Int(i) => 1 + varint_len(*i as u64),
+    };
+    let kv_len = field_len(key.len()) + field_len(any_len);
+    tag(out, field, 2);
+    varint(out, kv_len as u64);
+    bytes_field(out, 1, key.as_bytes());
+    tag(out, 2, 2);
+    varint(out, any_len as u64);
+    match value {
+        Value::Str(s) => bytes_field(out, 1, s.as_bytes()),
+        Value::Concat(parts) => {
+            tag(out, 1, 2);
+            varint(out, parts.iter().map(|p| p.len()).sum::<usize>() as u64);
+            for p in *parts {
+                out.extend_from_slice(p.as_bytes());
             }
-        });
-    });
+        }
+        Value::Int(i) => {
+            tag(out, 3, 0);
+            varint(out, *i as u64);
+        }
+    }
 }
 
 /// One `Span` message.
@@ -81,10 +109,10 @@ pub fn encode_span(s: &Span<'_>) -> Bytes {
         key_value(&mut out, 9, k, v);
     }
     if s.status != 0 {
-        message(&mut out, 15, |st| {
-            tag(st, 3, 0);
-            varint(st, s.status);
-        });
+        tag(&mut out, 15, 2);
+        varint(&mut out, 1 + varint_len(s.status) as u64);
+        tag(&mut out, 3, 0);
+        varint(&mut out, s.status);
     }
     Bytes::from(out)
 }
@@ -120,6 +148,49 @@ pub fn encode_request(resource: &[u8], spans: &[Bytes]) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn computed_sizes_match_what_is_written() {
+        for v in [0u64, 1, 127, 128, 300, 16383, 16384, u64::MAX] {
+            let mut b = Vec::new();
+            varint(&mut b, v);
+            assert_eq!(b.len(), varint_len(v), "{v}");
+        }
+        for value in [
+            Value::Str("x".repeat(200).leak()),
+            Value::Int(-1),
+            Value::Int(200),
+        ] {
+            let mut direct = Vec::new();
+            key_value(&mut direct, 9, "http.status_code", &value);
+            let mut nested = Vec::new();
+            message(&mut nested, 9, |kv| {
+                bytes_field(kv, 1, b"http.status_code");
+                message(kv, 2, |any| match &value {
+                    Value::Str(s) => bytes_field(any, 1, s.as_bytes()),
+                    Value::Concat(_) => unreachable!(),
+                    Value::Int(i) => {
+                        tag(any, 3, 0);
+                        varint(any, *i as u64);
+                    }
+                });
+            });
+            assert_eq!(direct, nested);
+        }
+    }
+
+    #[test]
+    fn a_concatenated_string_is_the_string() {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        key_value(
+            &mut a,
+            9,
+            "http.url",
+            &Value::Concat(&["http", "://", "h", "/x?q=1"]),
+        );
+        key_value(&mut b, 9, "http.url", &Value::Str("http://h/x?q=1"));
+        assert_eq!(a, b);
+    }
 
     #[test]
     fn varints_and_fields_are_protobuf() {

@@ -47,33 +47,51 @@ pub struct Extracted {
     pub single_header: bool,
 }
 
+#[cfg(test)]
 fn hex_bytes(s: &str) -> Option<Vec<u8>> {
-    if s.is_empty() || !s.len().is_multiple_of(2) {
+    let mut out = vec![0u8; s.len() / 2];
+    (s.len().is_multiple_of(2) && hex_into(s, &mut out).is_some()).then_some(out)
+}
+
+/// Hex digits into `out`, right-aligned (left-padded with zeros); `None` if not hex or too
+/// long.
+fn hex_into(s: &str, out: &mut [u8]) -> Option<()> {
+    let b = s.as_bytes();
+    if b.is_empty() || b.len() > out.len() * 2 {
         return None;
     }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
+    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    out.fill(0);
+    let mut pos = out.len() * 2 - b.len();
+    for &c in b {
+        let d = digit(c)?;
+        let byte = &mut out[pos / 2];
+        *byte |= if pos % 2 == 0 { d << 4 } else { d };
+        pos += 1;
+    }
+    Some(())
 }
 
 /// A trace id in hex of up to 32 digits, left-padded to 8 or 16 bytes.
 fn trace_id(s: &str) -> Option<Vec<u8>> {
-    if s.is_empty() || s.len() > 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    let width = if s.len() > 16 { 32 } else { 16 };
-    let id = hex_bytes(&format!("{s:0>width$}"))?;
+    let mut id = vec![0u8; if s.len() > 16 { 16 } else { 8 }];
+    hex_into(s, &mut id)?;
     (!id.iter().all(|b| *b == 0)).then_some(id)
 }
 
 fn span_id(s: &str) -> Option<[u8; 8]> {
-    if s.is_empty() || s.len() > 16 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    let b = hex_bytes(&format!("{s:0>16}"))?;
-    let id: [u8; 8] = b.try_into().ok()?;
+    let mut id = [0u8; 8];
+    hex_into(s, &mut id)?;
     (id != [0; 8]).then_some(id)
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+fn push_hex(out: &mut Vec<u8>, b: &[u8]) {
+    for x in b {
+        out.push(HEX[(x >> 4) as usize]);
+        out.push(HEX[(x & 15) as usize]);
+    }
 }
 
 fn get<'h>(h: &'h HeaderMap, name: &str) -> Option<&'h str> {
@@ -247,6 +265,21 @@ pub struct Inject<'a> {
 
 /// The headers of format `f` for `c`.
 pub fn inject(f: Format, c: &Inject<'_>) -> Vec<(HeaderName, HeaderValue)> {
+    if f == Format::W3c {
+        // The common case, written straight into the header's bytes.
+        let mut v = Vec::with_capacity(55);
+        v.extend_from_slice(b"00-");
+        push_hex(&mut v, &pad16(c.trace_id));
+        v.push(b'-');
+        push_hex(&mut v, &c.span_id);
+        v.push(b'-');
+        push_hex(&mut v, &[c.flags | c.sampled as u8]);
+        return HeaderValue::from_maybe_shared(bytes::Bytes::from(v))
+            .ok()
+            .map(|v| (HeaderName::from_static("traceparent"), v))
+            .into_iter()
+            .collect();
+    }
     let t = hex::encode(c.trace_id);
     let t16 = hex::encode(pad16(c.trace_id));
     let s = hex::encode(c.span_id);
@@ -262,10 +295,7 @@ pub fn inject(f: Format, c: &Inject<'_>) -> Vec<(HeaderName, HeaderValue)> {
         u64::from_be_bytes(b)
     };
     let out = match f {
-        Format::W3c => vec![h(
-            "traceparent",
-            format!("00-{t16}-{s}-{:02x}", c.flags | c.sampled as u8),
-        )],
+        Format::W3c => unreachable!("written above"),
         Format::B3 => {
             let mut v = vec![
                 h("x-b3-traceid", t.clone()),
