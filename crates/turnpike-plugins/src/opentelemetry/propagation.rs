@@ -62,12 +62,9 @@ fn hex_into(s: &str, out: &mut [u8]) -> Option<()> {
     }
     let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
     out.fill(0);
-    let mut pos = out.len() * 2 - b.len();
-    for &c in b {
+    for (pos, &c) in (out.len() * 2 - b.len()..).zip(b) {
         let d = digit(c)?;
-        let byte = &mut out[pos / 2];
-        *byte |= if pos % 2 == 0 { d << 4 } else { d };
-        pos += 1;
+        out[pos / 2] |= if pos.is_multiple_of(2) { d << 4 } else { d };
     }
     Some(())
 }
