@@ -111,6 +111,27 @@ fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// An address as text; IPv4 without the formatter's machinery (a tenth of its cost).
+fn ip_text(ip: std::net::IpAddr) -> String {
+    let std::net::IpAddr::V4(v4) = ip else {
+        return ip.to_string();
+    };
+    let mut out = String::with_capacity(15);
+    for (i, o) in v4.octets().into_iter().enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        if o >= 100 {
+            out.push((b'0' + o / 100) as char);
+        }
+        if o >= 10 {
+            out.push((b'0' + o / 10 % 10) as char);
+        }
+        out.push((b'0' + o % 10) as char);
+    }
+    out
+}
+
 /// Kong's probability sampler: the trace id's low 64 bits against the rate's share of them.
 fn sample(trace_id: &[u8], rate: f64) -> bool {
     if rate >= 1.0 {
@@ -238,7 +259,7 @@ impl Handler for Handle {
             http::Version::HTTP_2 => "2",
             _ => "1.1",
         };
-        let ip = r.client_ip.to_string();
+        let ip = ip_text(r.client_ip);
         let attributes = [
             ("http.method", otlp::Value::Str(&r.method)),
             (
@@ -440,6 +461,20 @@ impl PluginSpec for OpenTelemetry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn addresses_read_as_std_writes_them() {
+        for ip in [
+            "0.0.0.0",
+            "127.0.0.1",
+            "10.200.30.4",
+            "255.255.255.255",
+            "::1",
+            "fe80::1",
+        ] {
+            assert_eq!(ip_text(ip.parse().unwrap()), ip);
+        }
+    }
 
     #[test]
     fn the_sampler_follows_the_rate_and_the_parent() {

@@ -113,7 +113,9 @@ pub(crate) fn parse_head<B: From<Http1Body>>(
         return Err(Refused::BadRequest);
     }
     let head = rbuf.split_to(len).freeze();
-    let mut map = HeaderMap::with_capacity(fields.len());
+    // Room for a few headers the plugins add (a tracing context, a transformer's): a full
+    // map grows and rehashes on its next insert (~4,000 instructions for one traceparent).
+    let mut map = HeaderMap::with_capacity(fields.len() + 4);
     for (name, at, n) in fields.drain(..) {
         let value = HeaderValue::from_maybe_shared(head.slice(at..at + n))
             .map_err(|_| Refused::BadRequest)?;
