@@ -7,8 +7,12 @@
 //! datagram per line or packed up to `udp_packet_size` bytes (`crate::log_sender`), so a request
 //! never waits on the network.
 //!
-//! Not here: `tag_style` (refused when set), `shdict_usage` (there are no shared dicts; the
-//! metric sends nothing).
+//! With `tag_style` (dogstatsd, influxdb, librato, signalfx), as Kong 3.2+: the request's
+//! sizes, count and latencies go out under their own names (`kong.request.count`) tagged with
+//! the service, route, workspace, consumer, node and status; the per-consumer and per-status
+//! metrics are not sent in that mode, as in Kong.
+//!
+//! Not here: `shdict_usage` (the metric sends nothing).
 
 mod schema;
 
@@ -64,11 +68,29 @@ struct Metric {
     suffix: String,
     consumer: ConsumerId,
     service: ServiceId,
+    /// The workspace tag is its name (`default`), not its id.
+    workspace_name: bool,
+}
+
+/// How tags are written (Kong's `statsd_logger`).
+#[derive(Clone, Copy)]
+enum TagStyle {
+    /// `name:value|c|#k:v,k:v`
+    Dogstatsd,
+    /// `name,k=v,k=v:value|c`
+    Influxdb,
+    /// `name#k=v,k=v:value|c`
+    Librato,
+    /// `name[k=v,k=v]:value|c`
+    Signalfx,
 }
 
 struct Configured {
     prefix: String,
     metrics: Vec<Metric>,
+    tag_style: Option<TagStyle>,
+    /// The node's host name, dots as `_` (the `node` tag).
+    node: String,
     /// Inclusive status ranges logged; empty: all.
     allow: Vec<(u16, u16)>,
     sender: Arc<Sender>,
@@ -166,6 +188,11 @@ impl PluginSpec for Statsd {
                         .as_deref()
                         .unwrap_or(&c.service_identifier_default),
                 ),
+                workspace_name: m
+                    .workspace_identifier
+                    .as_deref()
+                    .unwrap_or(&c.workspace_identifier_default)
+                    == "workspace_name",
             });
         }
         let allow = c
@@ -177,8 +204,17 @@ impl PluginSpec for Statsd {
                 Some((a.parse().ok()?, b.parse().ok()?))
             })
             .collect();
-        let prefix = if c.hostname_in_prefix {
-            format!("{}.node.{}", c.prefix, hostname())
+        let tag_style = match c.tag_style.as_deref() {
+            Some("dogstatsd") => Some(TagStyle::Dogstatsd),
+            Some("influxdb") => Some(TagStyle::Influxdb),
+            Some("librato") => Some(TagStyle::Librato),
+            Some("signalfx") => Some(TagStyle::Signalfx),
+            _ => None,
+        };
+        let node = hostname();
+        // Kong puts the host in the prefix only without tags (it is the `node` tag then).
+        let prefix = if c.hostname_in_prefix && tag_style.is_none() {
+            format!("{}.node.{node}", c.prefix)
         } else {
             c.prefix.clone()
         };
@@ -192,6 +228,8 @@ impl PluginSpec for Statsd {
         Ok(Arc::new(Configured {
             prefix,
             metrics,
+            tag_style,
+            node,
             allow,
             sender,
         }))
@@ -223,8 +261,87 @@ impl Configured {
         ))
     }
 
+    /// The request's tags for a metric (Kong's `get_tags`): none when the service has no such
+    /// identifier (or no service matched).
+    fn tags<'a>(&'a self, m: &Metric, e: &'a LogEntry<'_>) -> Option<Vec<(&'static str, String)>> {
+        let s = e.service?;
+        let service = match m.service {
+            ServiceId::Id => Some(s.id.as_str()),
+            ServiceId::Name => s.name.as_deref(),
+            ServiceId::Host => Some(s.host.as_str()),
+            ServiceId::NameOrHost => Some(s.name.as_deref().unwrap_or(s.host.as_str())),
+        }?;
+        let mut tags = vec![
+            ("service", service.to_string()),
+            (
+                "route",
+                e.route.name.clone().unwrap_or_else(|| e.route.id.clone()),
+            ),
+            (
+                "workspace",
+                if m.workspace_name {
+                    "default"
+                } else {
+                    "00000000-0000-0000-0000-000000000000"
+                }
+                .to_string(),
+            ),
+        ];
+        if let Some(c) = self.consumer(m, e.consumer) {
+            tags.push(("consumer", c.to_string()));
+        }
+        tags.push(("node", self.node.clone()));
+        tags.push(("status", e.status.to_string()));
+        Some(tags)
+    }
+
+    /// The request's lines in a tag style: the sizes, count and latencies only.
+    fn tagged_lines(&self, e: &LogEntry<'_>, style: TagStyle) -> String {
+        let mut out = String::new();
+        for m in &self.metrics {
+            let (stat, value) = match m.name {
+                Name::RequestCount => ("request.count", Some(1)),
+                Name::Latency => ("latency", Some(e.latency_request_ms)),
+                Name::KongLatency => ("kong_latency", Some(e.latency_kong_ms)),
+                Name::UpstreamLatency => ("upstream_latency", e.latency_proxy_ms),
+                Name::RequestSize => ("request.size", Some(e.request_size)),
+                Name::ResponseSize => ("response.size", Some(e.response_size)),
+                _ => continue,
+            };
+            let Some(value) = value else { continue };
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            let (p, suffix) = (&self.prefix, &m.suffix);
+            let Some(tags) = self.tags(m, e) else {
+                let _ = write!(out, "{p}.{stat}:{value}{suffix}");
+                continue;
+            };
+            let sep = if matches!(style, TagStyle::Dogstatsd) {
+                ':'
+            } else {
+                '='
+            };
+            let list = tags
+                .iter()
+                .map(|(k, v)| format!("{k}{sep}{v}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            let _ = match style {
+                TagStyle::Dogstatsd => write!(out, "{p}.{stat}:{value}{suffix}|#{list}"),
+                TagStyle::Influxdb => write!(out, "{p}.{stat},{list}:{value}{suffix}"),
+                TagStyle::Librato => write!(out, "{p}.{stat}#{list}:{value}{suffix}"),
+                TagStyle::Signalfx => write!(out, "{p}.{stat}[{list}]:{value}{suffix}"),
+            };
+        }
+        out
+    }
+
     /// The request's lines, `\n`-separated.
     fn lines(&self, e: &LogEntry<'_>) -> String {
+        if let Some(style) = self.tag_style {
+            return self.tagged_lines(e, style);
+        }
         let mut out = String::new();
         let status = e.status;
         let mut line = |stat: &str, value: &dyn std::fmt::Display, suffix: &str| {

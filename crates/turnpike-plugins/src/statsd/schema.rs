@@ -44,6 +44,8 @@ pub struct Config {
     pub hostname_in_prefix: bool,
     pub consumer_identifier_default: String,
     pub service_identifier_default: String,
+    pub workspace_identifier_default: String,
+    pub tag_style: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -53,6 +55,7 @@ pub struct Metric {
     pub sample_rate: Option<f64>,
     pub consumer_identifier: Option<String>,
     pub service_identifier: Option<String>,
+    pub workspace_identifier: Option<String>,
 }
 
 const METRIC: &[Field] = &[
@@ -173,12 +176,6 @@ pub fn entity_checks(config: &Value) -> Vec<(String, String)> {
                 format!("invalid value: {s}"),
             ));
         }
-    }
-    if !config["tag_style"].is_null() {
-        errs.push((
-            "tag_style".into(),
-            "tagged metrics are not supported by this gateway yet; leave tag_style unset".into(),
-        ));
     }
     errs
 }

@@ -117,6 +117,10 @@ async fn statsd_sends_kongs_metric_names() {
     packed
         .set_read_timeout(Some(Duration::from_millis(500)))
         .unwrap();
+    let tagged = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    tagged
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
     let gw = Gateway::with_config(&format!(
         r#"_format_version: "3.0"
 consumers:
@@ -146,10 +150,28 @@ services:
         metrics:
         - {{name: request_count, stat_type: counter, sample_rate: 0.5}}
         - {{name: status_count, stat_type: counter, sample_rate: 1, service_identifier: service_host}}
+  - name: tagged
+    paths: [/tagged]
+    plugins:
+    - name: key-auth
+    - name: statsd
+      config: {{host: 127.0.0.1, port: {tagged}, tag_style: dogstatsd, hostname_in_prefix: true}}
+  - name: influx
+    paths: [/influx]
+    plugins:
+    - name: statsd
+      config:
+        host: 127.0.0.1
+        port: {tagged}
+        tag_style: influxdb
+        metrics:
+        - {{name: request_count, stat_type: counter, sample_rate: 1, workspace_identifier: workspace_name}}
+        - {{name: status_count, stat_type: counter, sample_rate: 1}}
 "#,
         url = up.url(),
         udp = udp.local_addr().unwrap().port(),
         packed = packed.local_addr().unwrap().port(),
+        tagged = tagged.local_addr().unwrap().port(),
     ))
     .start();
     let r = call(gw.proxy, "GET", "/m", &[("apikey", "alice-key")]).await;
@@ -200,6 +222,52 @@ services:
     assert!(
         packed.recv(&mut buf).is_err(),
         "allow_status_codes leaves the 404 out"
+    );
+
+    // tag_style: the metric's own name, tagged (the host is the node tag, not in the prefix);
+    // the per-consumer and per-status metrics are not sent in that mode.
+    let node = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .replace('.', "_");
+    let consumer = gw.admin("GET", "/consumers/alice", None).await.json()["custom_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    call(gw.proxy, "GET", "/tagged", &[("apikey", "alice-key")]).await;
+    let lines = datagrams(&tagged, 6);
+    let tags = format!(
+        "service:my.api,route:tagged,workspace:00000000-0000-0000-0000-000000000000,consumer:{consumer},node:{node},status:200"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| *l == format!("kong.request.count:1|c|#{tags}")),
+        "{lines:?}"
+    );
+    for stat in [
+        "latency",
+        "upstream_latency",
+        "kong_latency",
+        "request.size",
+        "response.size",
+    ] {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with(&format!("kong.{stat}:"))
+                    && l.ends_with(&format!("|#{tags}"))),
+            "{stat} in {lines:?}"
+        );
+    }
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    call(gw.proxy, "GET", "/influx", &[]).await;
+    let lines = datagrams(&tagged, 1);
+    assert_eq!(
+        lines,
+        [format!(
+            "kong.request.count,service=my.api,route=influx,workspace=default,node={node},status=200:1|c"
+        )]
     );
 
     let r = gw_admin_refusal().await;
