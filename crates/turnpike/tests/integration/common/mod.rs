@@ -660,6 +660,17 @@ pub async fn admin_call(
     send(addr, r).await
 }
 
+/// `POST /plugins` of plugin `name` with `config` (a global plugin).
+pub async fn post_plugin(admin: SocketAddr, name: &str, config: serde_json::Value) -> Reply {
+    admin_call(
+        admin,
+        "POST",
+        "/plugins",
+        Some(serde_json::json!({"name": name, "config": config})),
+    )
+    .await
+}
+
 /// Raw-body Admin API call (forms, broken JSON).
 pub async fn admin_raw(
     addr: SocketAddr,

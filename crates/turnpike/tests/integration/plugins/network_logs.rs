@@ -90,6 +90,14 @@ services:
     );
 }
 
+/// A UDP socket on a free port that gives up a read after 500 ms.
+fn udp_receiver() -> std::net::UdpSocket {
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    udp
+}
+
 /// Datagrams until `want` lines arrived (or 10 s passed).
 fn datagrams(udp: &std::net::UdpSocket, want: usize) -> Vec<String> {
     let mut lines = Vec::new();
@@ -110,17 +118,9 @@ fn datagrams(udp: &std::net::UdpSocket, want: usize) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statsd_sends_kongs_metric_names() {
     let up = Upstream::start("statsd");
-    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    udp.set_read_timeout(Some(Duration::from_millis(500)))
-        .unwrap();
-    let packed = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    packed
-        .set_read_timeout(Some(Duration::from_millis(500)))
-        .unwrap();
-    let tagged = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    tagged
-        .set_read_timeout(Some(Duration::from_millis(500)))
-        .unwrap();
+    let udp = udp_receiver();
+    let packed = udp_receiver();
+    let tagged = udp_receiver();
     let gw = Gateway::with_config(&format!(
         r#"_format_version: "3.0"
 consumers:
@@ -336,9 +336,7 @@ services:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn datadog_sends_tagged_metrics() {
     let up = Upstream::start("dd");
-    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    udp.set_read_timeout(Some(Duration::from_millis(500)))
-        .unwrap();
+    let udp = udp_receiver();
     let gw = Gateway::with_config(&format!(
         r#"_format_version: "3.0"
 consumers:

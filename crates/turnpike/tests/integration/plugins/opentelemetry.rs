@@ -11,6 +11,7 @@ use crate::common::*;
 use http_body_util::BodyExt;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use serde_json::json;
@@ -116,7 +117,11 @@ impl Collector {
 }
 
 fn attr(s: &Span, key: &str) -> Option<Any> {
-    s.attributes
+    value_of(&s.attributes, key)
+}
+
+fn value_of(attributes: &[KeyValue], key: &str) -> Option<Any> {
+    attributes
         .iter()
         .find(|kv| kv.key == key)
         .and_then(|kv| kv.value.clone()?.value)
@@ -211,13 +216,7 @@ services:
         let (meta, req) = &reqs[0];
         assert_eq!(meta, "application/x-protobuf|secret");
         let resource = req.resource_spans[0].resource.clone().unwrap();
-        let res = |k: &str| {
-            resource
-                .attributes
-                .iter()
-                .find(|kv| kv.key == k)
-                .and_then(|kv| kv.value.clone()?.value)
-        };
+        let res = |k: &str| value_of(&resource.attributes, k);
         assert_eq!(res("service.name"), Some(Any::StringValue("edge".into())));
         assert_eq!(
             res("service.version"),
@@ -334,18 +333,7 @@ plugins:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opentelemetry_configs_are_checked() {
     let gw = Gateway::sqlite().start();
-    let post = |config: serde_json::Value| {
-        let admin = gw.admin;
-        async move {
-            admin_call(
-                admin,
-                "POST",
-                "/plugins",
-                Some(json!({"name": "opentelemetry", "config": config})),
-            )
-            .await
-        }
-    };
+    let post = |config| post_plugin(gw.admin, "opentelemetry", config);
     let r = post(json!({})).await;
     assert_eq!(r.status, 400);
     assert_eq!(

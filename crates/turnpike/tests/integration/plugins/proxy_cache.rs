@@ -316,18 +316,7 @@ async fn proxy_cache_configs_are_checked_as_kong_checks_them() {
     let gw = Gateway::sqlite()
         .env("KONG_NGINX_HTTP_LUA_SHARED_DICT", "my_cache 1m")
         .start();
-    let post = |config: serde_json::Value| {
-        let admin = gw.admin;
-        async move {
-            admin_call(
-                admin,
-                "POST",
-                "/plugins",
-                Some(json!({"name": "proxy-cache", "config": config})),
-            )
-            .await
-        }
-    };
+    let post = |config| post_plugin(gw.admin, "proxy-cache", config);
     let r = post(json!({})).await;
     assert_eq!(r.status, 400);
     assert_eq!(
