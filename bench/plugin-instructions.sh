@@ -3,7 +3,8 @@
 # plain proxying, each on one route to the reference upstream (GET / -> "ok\n", text/plain):
 # request-transformer (headers, querystring, templates), bot-detection (a browser's
 # User-Agent, checked against Kong's rules), statsd and udp-log (one request's metrics or
-# entry queued to the sender thread, which sends to a port nobody listens on), and response
+# entry queued to the sender thread, which sends to a port nobody listens on; datadog's tagged
+# metrics, tcp-log's entry, syslog's entry to a socket that is not there, likewise), and response
 # compression (gzip of the 3-byte body, the client accepting gzip) beside nginx's gzip
 # (bench/reference-instructions.sh's nginx-gzip), and proxy-cache hits (every request after the
 # first) beside nginx's proxy_cache (nginx-cache).
@@ -43,6 +44,14 @@ cfg proxy-cache '    plugins:
 cfg opentelemetry '    plugins:
     - name: opentelemetry
       config: {traces_endpoint: "http://127.0.0.1:9/v1/traces"}'
+cfg tcp-log '    plugins:
+    - name: tcp-log
+      config: {host: 127.0.0.1, port: 9}'
+cfg syslog '    plugins:
+    - name: syslog'
+cfg datadog '    plugins:
+    - name: datadog
+      config: {host: 127.0.0.1, port: 9}'
 cfg udp-log '    plugins:
     - name: udp-log
       config: {host: 127.0.0.1, port: 9}'
@@ -52,7 +61,7 @@ UA="user-agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like 
   echo "|---|---:|---:|"
   plain=$(CONFIG=$W/plain.yml HEADERS="$UA" bench/instructions.sh "$N")
   echo "| plain | $plain | |"
-  for c in request-transformer bot-detection statsd udp-log; do
+  for c in request-transformer bot-detection statsd datadog udp-log tcp-log syslog; do
     n=$(CONFIG=$W/$c.yml HEADERS="$UA|x-user: u1|x-old: o|x-drop: d" bench/instructions.sh "$N")
     echo "| $c | $n | +$((n - plain)) |"
   done
