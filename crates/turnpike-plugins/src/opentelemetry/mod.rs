@@ -15,8 +15,8 @@
 //! instrumentations are not made. OTLP logs (`logs_endpoint`) are refused.
 
 mod otlp;
-mod propagation;
-mod schema;
+pub(crate) mod propagation;
+pub(crate) mod schema;
 
 use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -28,7 +28,6 @@ use serde_json::Value;
 use crate::http_log::{self, seconds, Target};
 use crate::log::LogEntry;
 use crate::{Access, AccessRequest, BodyFilter, BuildContext, Handler, PluginSpec, ResponseHead};
-use propagation::Format;
 
 pub struct OpenTelemetry;
 
@@ -68,16 +67,8 @@ impl State {
     }
 }
 
-enum Injector {
-    Preserve,
-    Format(Format),
-}
-
 struct Configured {
-    extract: Vec<Format>,
-    inject: Vec<Injector>,
-    clear: Vec<HeaderName>,
-    default_format: Format,
+    propagation: propagation::Params,
     /// The plugin's `sampling_rate`.
     plugin_rate: Option<f64>,
     global_rate: f64,
@@ -173,7 +164,7 @@ impl Handler for Handle {
 
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {
         let conf = &self.0;
-        let (found, mut ex) = match propagation::extract(req.headers, &conf.extract) {
+        let (found, mut ex) = match conf.propagation.extract(req.headers) {
             Some((f, e)) => (Some(f), e),
             None => (None, propagation::Extracted::default()),
         };
@@ -184,9 +175,6 @@ impl Handler for Handle {
             .unwrap_or_else(|| (fastrand::u128(..) | 1).to_be_bytes().to_vec());
         let span_id = (fastrand::u64(..) | 1).to_be_bytes();
         let sampled = conf.sampled(&trace_id, ex.sampled);
-        for h in &conf.clear {
-            req.headers.remove(h);
-        }
         let ctx = propagation::Inject {
             trace_id: &trace_id,
             span_id,
@@ -194,18 +182,8 @@ impl Handler for Handle {
             sampled,
             flags: ex.flags.unwrap_or(0) & !1,
         };
-        for i in &conf.inject {
-            let f = match i {
-                Injector::Format(f) => *f,
-                Injector::Preserve => match found.unwrap_or(conf.default_format) {
-                    Format::B3 if ex.single_header => Format::B3Single,
-                    f => f,
-                },
-            };
-            for (k, v) in propagation::inject(f, &ctx) {
-                req.headers.insert(k, v);
-            }
-        }
+        conf.propagation
+            .inject(req.headers, found, ex.single_header, &ctx);
         // What the span will say of the request (its text is written in the log phase).
         let request = sampled.then(|| {
             Box::new(SpanRequest {
@@ -283,69 +261,6 @@ impl Handler for Handle {
             attributes: &attributes,
             status: if entry.status >= 500 { 2 } else { 0 },
         }));
-    }
-}
-
-/// The formats of a config, with Kong's reading of the older `header_type`
-/// (`propagation.get_plugin_params`): when `propagation` names no extractor, injector or
-/// header to clear, `header_type` decides.
-fn formats(c: &schema::Config) -> (Vec<Format>, Vec<Injector>, Vec<HeaderName>, Format) {
-    let parse = |v: &Option<Vec<String>>| -> Vec<String> { v.clone().unwrap_or_default() };
-    let p = &c.propagation;
-    let default_format = Format::parse(&p.default_format).unwrap_or(Format::W3c);
-    let injector = |s: &str| match s {
-        "preserve" => Some(Injector::Preserve),
-        f => Format::parse(f).map(Injector::Format),
-    };
-    let clear: Vec<HeaderName> = parse(&p.clear)
-        .iter()
-        .filter_map(|h| HeaderName::from_bytes(h.to_ascii_lowercase().as_bytes()).ok())
-        .collect();
-    if p.extract.is_some() || p.inject.is_some() || p.clear.is_some() {
-        return (
-            parse(&p.extract)
-                .iter()
-                .filter_map(|f| Format::parse(f))
-                .collect(),
-            parse(&p.inject)
-                .iter()
-                .filter_map(|f| injector(f))
-                .collect(),
-            clear,
-            default_format,
-        );
-    }
-    let legacy_extract = vec![
-        Format::B3,
-        Format::W3c,
-        Format::Jaeger,
-        Format::Ot,
-        Format::Datadog,
-        Format::Aws,
-        Format::Gcp,
-    ];
-    match c.header_type.as_str() {
-        "preserve" => (
-            legacy_extract,
-            vec![Injector::Preserve],
-            clear,
-            default_format,
-        ),
-        "ignore" => (
-            Vec::new(),
-            vec![Injector::Format(default_format)],
-            clear,
-            default_format,
-        ),
-        other => (
-            legacy_extract,
-            [Some(Injector::Preserve), injector(other)]
-                .into_iter()
-                .flatten()
-                .collect(),
-            clear,
-            default_format,
-        ),
     }
 }
 
@@ -432,7 +347,7 @@ impl PluginSpec for OpenTelemetry {
         let c: schema::Config = crate::typed(config)?;
         let state = &ctx.runtime.opentelemetry;
         let settings = state.settings();
-        let (extract, inject, clear, default_format) = formats(&c);
+
         let queue = match &c.traces_endpoint {
             Some(_) if settings.request_spans => Some(http_log::start_queue(
                 &state.queues,
@@ -442,10 +357,7 @@ impl PluginSpec for OpenTelemetry {
             _ => None,
         };
         Ok(Arc::new(Handle(Arc::new(Configured {
-            extract,
-            inject,
-            clear,
-            default_format,
+            propagation: propagation::Params::new(&c.propagation, &c.header_type, None),
             plugin_rate: c.sampling_rate,
             global_rate: settings.sampling_rate,
             request_spans: settings.request_spans,
@@ -483,10 +395,16 @@ mod tests {
         assert!(sample(&[0; 16], 0.5));
         assert!(!sample(&[0xff; 16], 0.5));
         let mut c = Configured {
-            extract: Vec::new(),
-            inject: Vec::new(),
-            clear: Vec::new(),
-            default_format: Format::W3c,
+            propagation: propagation::Params::new(
+                &schema::Propagation {
+                    extract: Some(Vec::new()),
+                    clear: None,
+                    inject: None,
+                    default_format: "w3c".into(),
+                },
+                "preserve",
+                None,
+            ),
             plugin_rate: None,
             global_rate: 0.0,
             request_spans: true,
