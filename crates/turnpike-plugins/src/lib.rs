@@ -43,6 +43,7 @@ pub mod statsd;
 pub mod syslog;
 pub mod tcp_log;
 pub mod udp_log;
+pub mod zipkin;
 pub use turnpike_config::schema;
 
 mod build;

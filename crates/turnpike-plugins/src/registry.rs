@@ -125,6 +125,7 @@ pub fn bundled() -> Registry {
             &syslog::Syslog,
             &tcp_log::TcpLog,
             &udp_log::UdpLog,
+            &zipkin::Zipkin,
         ],
     }
 }

@@ -25,6 +25,8 @@ pub struct Runtime {
     pub prometheus: Arc<prometheus::State>,
     /// The tracing properties and opentelemetry's span queues.
     pub opentelemetry: Arc<opentelemetry::State>,
+    /// zipkin's span queues.
+    pub zipkin: http_log::State,
     /// proxy-cache's shared dictionaries (sized at start from the properties).
     pub proxy_cache: Arc<proxy_cache::State>,
     /// The `untrusted_lua*` properties (`lua::State::configure`, at start).
@@ -51,6 +53,7 @@ impl Runtime {
             log_senders: Arc::default(),
             prometheus: Arc::default(),
             opentelemetry: Arc::default(),
+            zipkin: http_log::State::default(),
             proxy_cache: Arc::default(),
             lua: lua::State::default(),
             syslog_socket: std::sync::OnceLock::new(),

@@ -58,6 +58,11 @@ impl State {
         });
     }
 
+    /// The node's id (a span's `kong.node.id`, the resource's `service.instance.id`).
+    pub fn node_id(&self) -> &str {
+        &self.settings().node_id
+    }
+
     fn settings(&self) -> &Settings {
         self.settings.get_or_init(|| Settings {
             request_spans: false,

@@ -59,7 +59,7 @@ const FORMATS: &[&str] = &[
     "gcp",
 ];
 
-const PROPAGATION: &[Field] = &[
+pub const PROPAGATION: &[Field] = &[
     Field::new("extract", Type::OneOfArray(EXTRACTORS)),
     Field::new("clear", Type::StringArray),
     Field::new("inject", Type::OneOfArray(INJECTORS)),

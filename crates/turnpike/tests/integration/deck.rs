@@ -86,7 +86,7 @@ async fn day_two(gw: &Gateway, dir: &Path, up: &Upstream) {
     ok(gw, dir, &["gateway", "validate", "kong.yml"]);
     // First sync creates everything; a diff of the same file is empty.
     let out = ok(gw, dir, &["gateway", "sync", "kong.yml"]);
-    assert_eq!(summary(&out), (23, 0, 0), "{out}");
+    assert_eq!(summary(&out), (24, 0, 0), "{out}");
     let out = ok(gw, dir, &["gateway", "diff", "kong.yml"]);
     assert_eq!(summary(&out), (0, 0, 0), "{out}");
     // The synced config serves traffic: key-auth with the file's key.

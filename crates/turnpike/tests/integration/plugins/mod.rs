@@ -24,6 +24,7 @@ mod response_transformer;
 mod serverless;
 mod session;
 mod traffic;
+mod zipkin;
 
 use crate::common::*;
 use serde_json::json;

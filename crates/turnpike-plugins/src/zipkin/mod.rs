@@ -1,0 +1,417 @@
+//! zipkin (PRIORITY 100000): Kong 3.9's Zipkin tracer. Each request gets a SERVER span (the
+//! request: `http.*` tags, `lc`, static tags and those of the `Zipkin-Tags` header, the status,
+//! consumer, credential and node) and a CLIENT span under it (`<name> (proxy)`: the service and
+//! route, the phases as annotations `kas kaf khs khf kbs kbf` or as duration tags). The
+//! upstream gets the proxy span's context (`propagation`, or `header_type` and
+//! `default_header_type`; b3 by default); a request without a sampling decision is sampled at
+//! `sample_ratio`. Sampled spans are written as Zipkin's v2 JSON and POSTed in batches to
+//! `http_endpoint` through the shared queue and sender (http-log's).
+//!
+//! Where Kong reads nginx's phase clocks, this plugin takes the times it sees: the access
+//! phase's start when it runs (first, by its priority), its end as the upstream request's start
+//! (the header phase less the upstream's latency), the header phase when it runs, the body's end
+//! at the log phase. The balancer-try spans Kong adds are not made.
+
+mod schema;
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue};
+use serde_json::{json, Map, Value};
+
+use crate::http_log::{self, seconds, Target};
+use crate::log::LogEntry;
+use crate::opentelemetry::propagation;
+use crate::{Access, AccessRequest, BodyFilter, BuildContext, Handler, PluginSpec, ResponseHead};
+
+pub struct Zipkin;
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+struct Configured {
+    propagation: propagation::Params,
+    sample_ratio: f64,
+    trace_id_bytes: usize,
+    method_path: bool,
+    local_service_name: String,
+    default_service_name: Option<String>,
+    include_credential: bool,
+    tags_header: HeaderName,
+    static_tags: Vec<(String, String)>,
+    trace_id_header: Option<HeaderName>,
+    annotations: bool,
+    node_id: String,
+    queue: Option<Arc<http_log::Queue>>,
+}
+
+/// A request's two spans, from the access phase to the log phase.
+struct Trace {
+    trace_id: Vec<u8>,
+    request_id: [u8; 8],
+    proxy_id: [u8; 8],
+    parent_id: Option<[u8; 8]>,
+    sampled: bool,
+    name: String,
+    access_start: u64,
+    header_start: Option<u64>,
+    header_end: Option<u64>,
+    client_ip: std::net::IpAddr,
+    tags: Vec<(String, String)>,
+}
+
+impl Configured {
+    /// The JSON of the request's spans (Kong's `reporter`).
+    fn spans(&self, t: &Trace, e: &LogEntry<'_>) -> [Value; 2] {
+        let now = now_us();
+        let start = now
+            .saturating_sub(e.latency_request_ms * 1000)
+            .min(t.access_start);
+        let hex = |b: &[u8]| hex::encode(b);
+        let mut request_tags: Map<String, Value> = t
+            .tags
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
+            .collect();
+        request_tags.insert("http.status_code".into(), e.status.to_string().into());
+        if let Some(c) = e.consumer {
+            if !c.consumer_id().is_empty() {
+                request_tags.insert("kong.consumer".into(), c.consumer_id().into());
+            }
+            if let (true, Some(cred)) = (self.include_credential, c.credential_id()) {
+                request_tags.insert("kong.credential".into(), cred.into());
+            }
+        }
+        request_tags.insert("kong.node.id".into(), self.node_id.as_str().into());
+
+        let header_start = t.header_start.unwrap_or(now);
+        let header_end = t.header_end.unwrap_or(header_start);
+        let access_end = header_start
+            .saturating_sub(e.latency_proxy_ms.unwrap_or(0) * 1000)
+            .max(t.access_start);
+        let mut proxy_tags = Map::new();
+        let mut service_name = None;
+        if let Some(s) = e.service {
+            proxy_tags.insert("kong.service".into(), s.id.as_str().into());
+            if let Some(n) = &s.name {
+                proxy_tags.insert("kong.service_name".into(), n.as_str().into());
+                service_name = Some(n.as_str());
+            }
+            proxy_tags.insert("peer.hostname".into(), s.host.as_str().into());
+        }
+        proxy_tags.insert("kong.route".into(), e.route.id.as_str().into());
+        if let Some(n) = &e.route.name {
+            proxy_tags.insert("kong.route_name".into(), n.as_str().into());
+        }
+        let mut annotations = Vec::new();
+        if self.annotations {
+            for (value, at) in [
+                ("kas", t.access_start),
+                ("kaf", access_end),
+                ("khs", header_start),
+                ("khf", header_end),
+                ("kbs", header_end),
+                ("kbf", now),
+            ] {
+                annotations.push(json!({"value": value, "timestamp": at}));
+            }
+        } else {
+            let ms = |a: u64, b: u64| (b.saturating_sub(a) / 1000).to_string();
+            proxy_tags.insert(
+                "kong.access.duration_ms".into(),
+                ms(t.access_start, access_end).into(),
+            );
+            proxy_tags.insert(
+                "kong.header_filter.duration_ms".into(),
+                ms(header_start, header_end).into(),
+            );
+            proxy_tags.insert(
+                "kong.body_filter.duration_ms".into(),
+                ms(header_end, now).into(),
+            );
+        }
+        let local = json!({"serviceName": self.local_service_name});
+        let ip = |ip: std::net::IpAddr| match ip {
+            std::net::IpAddr::V4(a) => ("ipv4", a.to_string()),
+            std::net::IpAddr::V6(a) => ("ipv6", a.to_string()),
+        };
+        let mut client = Map::new();
+        let (family, addr) = ip(t.client_ip);
+        client.insert(family.into(), addr.into());
+        if let Some(n) = &self.default_service_name {
+            client.insert("serviceName".into(), n.as_str().into());
+        }
+        let upstream = service_name
+            .or(self.default_service_name.as_deref())
+            .map_or(Value::Null, |n| json!({"serviceName": n}));
+        let mut request = json!({
+            "traceId": hex(&t.trace_id),
+            "name": t.name,
+            "id": hex(&t.request_id),
+            "kind": "SERVER",
+            "timestamp": start,
+            "duration": now.saturating_sub(start),
+            "localEndpoint": local,
+            "remoteEndpoint": client,
+            "tags": request_tags,
+            "annotations": [],
+        });
+        if let Some(p) = t.parent_id {
+            request["parentId"] = hex(&p).into();
+        }
+        let proxy = json!({
+            "traceId": hex(&t.trace_id),
+            "name": format!("{} (proxy)", t.name),
+            "parentId": hex(&t.request_id),
+            "id": hex(&t.proxy_id),
+            "kind": "CLIENT",
+            "timestamp": t.access_start,
+            "duration": now.saturating_sub(t.access_start),
+            "localEndpoint": local,
+            "remoteEndpoint": upstream,
+            "tags": proxy_tags,
+            "annotations": annotations,
+        });
+        [proxy, request]
+    }
+}
+
+/// `Zipkin-Tags: name=value;name2=value2` (Kong's `request_tags`).
+fn header_tags(v: &str) -> impl Iterator<Item = (String, String)> + '_ {
+    v.split(';').filter_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        let (k, v) = (k.trim(), v.trim());
+        (!k.is_empty()).then(|| (k.to_string(), v.to_string()))
+    })
+}
+
+struct Handle(Arc<Configured>);
+
+impl Handler for Handle {
+    fn phases(&self) -> crate::Phases {
+        crate::Phases::ACCESS | crate::Phases::RESPONSE | crate::Phases::LOG
+    }
+
+    fn access(&self, req: &mut AccessRequest<'_>) -> Access {
+        let conf = &self.0;
+        let access_start = now_us();
+        let (found, mut ex) = match conf.propagation.extract(req.headers) {
+            Some((f, e)) => (Some(f), e),
+            None => (None, propagation::Extracted::default()),
+        };
+        let sampled = ex
+            .sampled
+            .unwrap_or_else(|| fastrand::f64() < conf.sample_ratio);
+        let trace_id = ex.trace_id.take().unwrap_or_else(|| {
+            let id = (fastrand::u128(..) | 1).to_be_bytes();
+            id[16 - conf.trace_id_bytes..].to_vec()
+        });
+        let request_id = (fastrand::u64(..) | 1).to_be_bytes();
+        let proxy_id = (fastrand::u64(..) | 1).to_be_bytes();
+        conf.propagation.inject(
+            req.headers,
+            found,
+            ex.single_header,
+            &propagation::Inject {
+                trace_id: &trace_id,
+                span_id: proxy_id,
+                parent_id: Some(request_id),
+                sampled,
+                flags: ex.flags.unwrap_or(0) & !1,
+            },
+        );
+        let mut tags = Vec::new();
+        let mut name = req.method.to_string();
+        if sampled {
+            if conf.method_path {
+                let _ = write!(name, " {}", req.path);
+            }
+            let host = req
+                .headers
+                .get(http::header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or("");
+            let protocol = match req.version {
+                http::Version::HTTP_10 => "HTTP/1.0",
+                http::Version::HTTP_2 => "HTTP/2",
+                _ => "HTTP/1.1",
+            };
+            tags = vec![
+                ("lc".to_string(), "kong".to_string()),
+                ("http.method".into(), req.method.to_string()),
+                ("http.host".into(), host.to_string()),
+                ("http.path".into(), req.path.to_string()),
+                ("http.protocol".into(), protocol.into()),
+            ];
+            tags.extend(conf.static_tags.iter().cloned());
+            if let Some(v) = req
+                .headers
+                .get(&conf.tags_header)
+                .and_then(|v| v.to_str().ok())
+            {
+                tags.extend(header_tags(v));
+            }
+        }
+        req.ctx.insert(Trace {
+            trace_id,
+            request_id,
+            proxy_id,
+            parent_id: ex.span_id,
+            sampled,
+            name,
+            access_start,
+            header_start: None,
+            header_end: None,
+            client_ip: req.client_ip,
+            tags,
+        });
+        Access::Continue
+    }
+
+    fn header_filter(&self, resp: &mut ResponseHead<'_>) -> Option<Box<dyn BodyFilter>> {
+        let start = now_us();
+        let t = resp.ctx.get_mut::<Trace>()?;
+        t.header_start = Some(start);
+        if let Some(name) = &self.0.trace_id_header {
+            if let Ok(v) = HeaderValue::from_str(&hex::encode(&t.trace_id)) {
+                resp.headers.append(name.clone(), v);
+            }
+        }
+        if let Some(t) = resp.ctx.get_mut::<Trace>() {
+            t.header_end = Some(now_us());
+        }
+        None
+    }
+
+    fn log(&self, e: &LogEntry<'_>) {
+        let (Some(queue), Some(t)) = (&self.0.queue, e.ctx.and_then(|c| c.get::<Trace>())) else {
+            return;
+        };
+        if !t.sampled {
+            return;
+        }
+        for span in self.0.spans(t, e) {
+            queue.offer(Bytes::from(span.to_string()));
+        }
+    }
+}
+
+/// A batch of spans: Zipkin's v2 JSON array.
+fn json_array(spans: &[Bytes]) -> Bytes {
+    let mut out = Vec::with_capacity(spans.iter().map(|s| s.len() + 1).sum::<usize>() + 2);
+    out.push(b'[');
+    for (i, s) in spans.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(s);
+    }
+    out.push(b']');
+    Bytes::from(out)
+}
+
+fn target(c: &schema::Config, endpoint: &str) -> Result<(Target, usize), String> {
+    let uri: http::Uri = endpoint
+        .parse()
+        .map_err(|e| format!("http_endpoint: {e}"))?;
+    let q = &c.queue;
+    Ok((
+        Target {
+            uri,
+            method: http::Method::POST,
+            content_type: HeaderValue::from_static("application/json"),
+            headers: Vec::new(),
+            timeout: std::time::Duration::from_millis(
+                c.connect_timeout.max(c.send_timeout).max(c.read_timeout),
+            ),
+            batch: q.max_batch_size.max(1) as usize,
+            coalescing: seconds(q.max_coalescing_delay),
+            max_retry_time: seconds(q.max_retry_time),
+            initial_retry_delay: seconds(q.initial_retry_delay),
+            max_retry_delay: seconds(q.max_retry_delay),
+            assemble: Arc::new(json_array),
+            plugin: "zipkin",
+        },
+        q.max_entries.unwrap_or(10000) as usize,
+    ))
+}
+
+impl PluginSpec for Zipkin {
+    fn name(&self) -> &'static str {
+        "zipkin"
+    }
+    fn priority(&self) -> i32 {
+        100000
+    }
+    fn fields(&self) -> &'static [crate::schema::Field] {
+        schema::FIELDS
+    }
+    fn entity_checks(&self, config: &Value) -> Vec<(String, String)> {
+        schema::entity_checks(config)
+    }
+    fn build(&self, config: &Value, ctx: &BuildContext) -> Result<Arc<dyn Handler>, String> {
+        let c: schema::Config = crate::typed(config)?;
+        let queue = match &c.http_endpoint {
+            Some(endpoint) => Some(http_log::start_queue(
+                &ctx.runtime.zipkin,
+                config.to_string(),
+                || target(&c, endpoint),
+            )?),
+            None => None,
+        };
+        Ok(Arc::new(Handle(Arc::new(Configured {
+            propagation: propagation::Params::new(
+                &c.propagation,
+                &c.header_type,
+                Some(&c.default_header_type),
+            ),
+            sample_ratio: c.sample_ratio,
+            trace_id_bytes: if c.traceid_byte_count == 8 { 8 } else { 16 },
+            method_path: c.http_span_name == "method_path",
+            local_service_name: c.local_service_name.clone(),
+            default_service_name: c.default_service_name.clone(),
+            include_credential: c.include_credential,
+            tags_header: HeaderName::from_bytes(c.tags_header.to_ascii_lowercase().as_bytes())
+                .map_err(|_| "tags_header: not a header name".to_string())?,
+            static_tags: c
+                .static_tags
+                .iter()
+                .flatten()
+                .map(|t| (t.name.clone(), t.value.clone()))
+                .collect(),
+            trace_id_header: c
+                .http_response_header_for_traceid
+                .as_deref()
+                .and_then(|h| HeaderName::from_bytes(h.to_ascii_lowercase().as_bytes()).ok()),
+            annotations: c.phase_duration_flavor == "annotations",
+            node_id: ctx.runtime.opentelemetry.node_id().to_string(),
+            queue,
+        }))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_tags_read_as_kongs() {
+        let tags: Vec<_> = header_tags("foo=bar; baz = qux ;=skip;novalue").collect();
+        assert_eq!(
+            tags,
+            [("foo".into(), "bar".into()), ("baz".into(), "qux".into())]
+        );
+    }
+
+    #[test]
+    fn a_batch_is_a_json_array() {
+        let b = json_array(&[Bytes::from_static(b"{\"a\":1}"), Bytes::from_static(b"{}")]);
+        assert_eq!(&b[..], b"[{\"a\":1},{}]");
+    }
+}
