@@ -400,6 +400,107 @@ pub fn pad16(id: &[u8]) -> [u8; 16] {
     out
 }
 
+enum Injector {
+    Preserve,
+    Format(Format),
+}
+
+/// A config's propagation, compiled (Kong's `propagation.get_plugin_params`): when
+/// `propagation` names no extractor, injector or header to clear, the older `header_type`
+/// (and zipkin's `default_header_type`) decide.
+pub struct Params {
+    extract: Vec<Format>,
+    inject: Vec<Injector>,
+    clear: Vec<HeaderName>,
+    default_format: Format,
+}
+
+impl Params {
+    pub fn new(p: &Propagation, header_type: &str, default_header_type: Option<&str>) -> Params {
+        let list = |v: &Option<Vec<String>>| -> Vec<String> { v.clone().unwrap_or_default() };
+        let injector = |s: &str| match s {
+            "preserve" => Some(Injector::Preserve),
+            f => Format::parse(f).map(Injector::Format),
+        };
+        let clear: Vec<HeaderName> = list(&p.clear)
+            .iter()
+            .filter_map(|h| HeaderName::from_bytes(h.to_ascii_lowercase().as_bytes()).ok())
+            .collect();
+        if p.extract.is_some() || p.inject.is_some() || p.clear.is_some() {
+            return Params {
+                extract: list(&p.extract)
+                    .iter()
+                    .filter_map(|f| Format::parse(f))
+                    .collect(),
+                inject: list(&p.inject).iter().filter_map(|f| injector(f)).collect(),
+                clear,
+                default_format: Format::parse(&p.default_format).unwrap_or(Format::W3c),
+            };
+        }
+        let default_format = default_header_type
+            .or(Some(p.default_format.as_str()))
+            .and_then(Format::parse)
+            .unwrap_or(Format::W3c);
+        let legacy_extract = vec![
+            Format::B3,
+            Format::W3c,
+            Format::Jaeger,
+            Format::Ot,
+            Format::Datadog,
+            Format::Aws,
+            Format::Gcp,
+        ];
+        let (extract, inject) = match header_type {
+            "preserve" => (legacy_extract, vec![Injector::Preserve]),
+            "ignore" => (Vec::new(), vec![Injector::Format(default_format)]),
+            other => (
+                legacy_extract,
+                [Some(Injector::Preserve), injector(other)]
+                    .into_iter()
+                    .flatten()
+                    .collect(),
+            ),
+        };
+        Params {
+            extract,
+            inject,
+            clear,
+            default_format,
+        }
+    }
+
+    /// The caller's context, if a format of `extract` finds one.
+    pub fn extract(&self, h: &HeaderMap) -> Option<(Format, Extracted)> {
+        extract(h, &self.extract)
+    }
+
+    /// Clears `clear` and writes `c` in each format of `inject` (`found`: the format the
+    /// context came in, for `preserve`).
+    pub fn inject(
+        &self,
+        h: &mut HeaderMap,
+        found: Option<Format>,
+        single_header: bool,
+        c: &Inject<'_>,
+    ) {
+        for name in &self.clear {
+            h.remove(name);
+        }
+        for i in &self.inject {
+            let f = match i {
+                Injector::Format(f) => *f,
+                Injector::Preserve => match found.unwrap_or(self.default_format) {
+                    Format::B3 if single_header => Format::B3Single,
+                    f => f,
+                },
+            };
+            for (k, v) in inject(f, c) {
+                h.insert(k, v);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -530,106 +631,5 @@ mod tests {
             extract(&h, &[Format::W3c, Format::B3]).unwrap().0,
             Format::W3c
         );
-    }
-}
-
-enum Injector {
-    Preserve,
-    Format(Format),
-}
-
-/// A config's propagation, compiled (Kong's `propagation.get_plugin_params`): when
-/// `propagation` names no extractor, injector or header to clear, the older `header_type`
-/// (and zipkin's `default_header_type`) decide.
-pub struct Params {
-    extract: Vec<Format>,
-    inject: Vec<Injector>,
-    clear: Vec<HeaderName>,
-    default_format: Format,
-}
-
-impl Params {
-    pub fn new(p: &Propagation, header_type: &str, default_header_type: Option<&str>) -> Params {
-        let list = |v: &Option<Vec<String>>| -> Vec<String> { v.clone().unwrap_or_default() };
-        let injector = |s: &str| match s {
-            "preserve" => Some(Injector::Preserve),
-            f => Format::parse(f).map(Injector::Format),
-        };
-        let clear: Vec<HeaderName> = list(&p.clear)
-            .iter()
-            .filter_map(|h| HeaderName::from_bytes(h.to_ascii_lowercase().as_bytes()).ok())
-            .collect();
-        if p.extract.is_some() || p.inject.is_some() || p.clear.is_some() {
-            return Params {
-                extract: list(&p.extract)
-                    .iter()
-                    .filter_map(|f| Format::parse(f))
-                    .collect(),
-                inject: list(&p.inject).iter().filter_map(|f| injector(f)).collect(),
-                clear,
-                default_format: Format::parse(&p.default_format).unwrap_or(Format::W3c),
-            };
-        }
-        let default_format = default_header_type
-            .or(Some(p.default_format.as_str()))
-            .and_then(Format::parse)
-            .unwrap_or(Format::W3c);
-        let legacy_extract = vec![
-            Format::B3,
-            Format::W3c,
-            Format::Jaeger,
-            Format::Ot,
-            Format::Datadog,
-            Format::Aws,
-            Format::Gcp,
-        ];
-        let (extract, inject) = match header_type {
-            "preserve" => (legacy_extract, vec![Injector::Preserve]),
-            "ignore" => (Vec::new(), vec![Injector::Format(default_format)]),
-            other => (
-                legacy_extract,
-                [Some(Injector::Preserve), injector(other)]
-                    .into_iter()
-                    .flatten()
-                    .collect(),
-            ),
-        };
-        Params {
-            extract,
-            inject,
-            clear,
-            default_format,
-        }
-    }
-
-    /// The caller's context, if a format of `extract` finds one.
-    pub fn extract(&self, h: &HeaderMap) -> Option<(Format, Extracted)> {
-        extract(h, &self.extract)
-    }
-
-    /// Clears `clear` and writes `c` in each format of `inject` (`found`: the format the
-    /// context came in, for `preserve`).
-    pub fn inject(
-        &self,
-        h: &mut HeaderMap,
-        found: Option<Format>,
-        single_header: bool,
-        c: &Inject<'_>,
-    ) {
-        for name in &self.clear {
-            h.remove(name);
-        }
-        for i in &self.inject {
-            let f = match i {
-                Injector::Format(f) => *f,
-                Injector::Preserve => match found.unwrap_or(self.default_format) {
-                    Format::B3 if single_header => Format::B3Single,
-                    f => f,
-                },
-            };
-            for (k, v) in inject(f, c) {
-                h.insert(k, v);
-            }
-        }
     }
 }
