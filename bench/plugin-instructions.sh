@@ -52,6 +52,9 @@ cfg syslog '    plugins:
 cfg datadog '    plugins:
     - name: datadog
       config: {host: 127.0.0.1, port: 9}'
+cfg zipkin '    plugins:
+    - name: zipkin
+      config: {http_endpoint: "http://127.0.0.1:9/api/v2/spans", sample_ratio: 1}'
 cfg udp-log '    plugins:
     - name: udp-log
       config: {host: 127.0.0.1, port: 9}'
@@ -61,7 +64,7 @@ UA="user-agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like 
   echo "|---|---:|---:|"
   plain=$(CONFIG=$W/plain.yml HEADERS="$UA" bench/instructions.sh "$N")
   echo "| plain | $plain | |"
-  for c in request-transformer bot-detection statsd datadog udp-log tcp-log syslog; do
+  for c in request-transformer bot-detection statsd datadog udp-log tcp-log syslog zipkin; do
     n=$(CONFIG=$W/$c.yml HEADERS="$UA|x-user: u1|x-old: o|x-drop: d" bench/instructions.sh "$N")
     echo "| $c | $n | +$((n - plain)) |"
   done
