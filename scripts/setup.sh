@@ -15,8 +15,12 @@ $SUDO apt-get update -qq
 # golang-go: decK is built from ../shared/tools/deck for its integration test (a newer Go already
 # installed is used instead); chromium, nodejs and npm: Kong Manager is built and driven in a
 # headless browser by its integration test.
+# Node.js and npm only when npm is missing: a machine with NodeSource's nodejs (which bundles npm)
+# cannot take Debian's npm package beside it (the two conflict and apt refuses the whole line).
+NODE_PKGS="nodejs npm"
+command -v npm >/dev/null 2>&1 && NODE_PKGS=""
 $SUDO apt-get install -y -qq build-essential pkg-config curl ca-certificates postgresql redis-server \
-  dnsmasq-base nginx valgrind sqlite3 chromium nodejs npm slapd
+  dnsmasq-base nginx valgrind sqlite3 chromium $NODE_PKGS slapd
 command -v go >/dev/null 2>&1 || test -x /usr/local/go/bin/go || $SUDO apt-get install -y -qq golang-go
 if [ "${TURNPIKE_SETUP_BENCH:-0}" = 1 ]; then
   $SUDO apt-get install -y -qq wrk libnginx-mod-http-lua haproxy openssl python3-matplotlib
