@@ -5,6 +5,8 @@
 use bytes::Bytes;
 use serde_json::Value;
 
+use crate::multipart::{self, Multipart};
+
 enum Form<'a> {
     UrlEncoded,
     Json,
@@ -12,17 +14,13 @@ enum Form<'a> {
 }
 
 fn form(content_type: &str) -> Option<Form<'_>> {
-    let (mime, params) = content_type
+    let mime = content_type
         .split_once(';')
-        .map_or((content_type, ""), |(m, p)| (m, p));
+        .map_or(content_type, |(m, _)| m);
     match mime.trim().to_ascii_lowercase().as_str() {
         "application/x-www-form-urlencoded" => Some(Form::UrlEncoded),
         "application/json" => Some(Form::Json),
-        "multipart/form-data" => params.split(';').find_map(|p| {
-            let (k, v) = p.trim().split_once('=')?;
-            k.eq_ignore_ascii_case("boundary")
-                .then(|| Form::Multipart(v.trim_matches('"')))
-        }),
+        "multipart/form-data" => multipart::boundary(content_type).map(Form::Multipart),
         _ => None,
     }
 }
@@ -48,47 +46,6 @@ fn url_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// One part of a multipart body: the raw part with its headers, the field name, its content.
-type Part<'a> = (&'a [u8], String, &'a [u8]);
-
-/// A multipart body's parts.
-fn parts<'a>(body: &'a [u8], boundary: &str) -> Option<Vec<Part<'a>>> {
-    let delimiter = format!("--{boundary}");
-    let d = delimiter.as_bytes();
-    let mut out = Vec::new();
-    let mut rest = body;
-    // Skip the preamble up to the first delimiter.
-    let start = find(rest, d)?;
-    rest = &rest[start + d.len()..];
-    loop {
-        if rest.starts_with(b"--") {
-            return Some(out);
-        }
-        rest = rest.strip_prefix(b"\r\n")?;
-        let end = find(rest, d)?;
-        // The part ends with CRLF before the next delimiter.
-        let raw = rest[..end].strip_suffix(b"\r\n")?;
-        let split = find(raw, b"\r\n\r\n")?;
-        let headers = std::str::from_utf8(&raw[..split]).ok()?;
-        let name = headers.lines().find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            if !k.trim().eq_ignore_ascii_case("content-disposition") {
-                return None;
-            }
-            v.split(';').find_map(|p| {
-                let (pk, pv) = p.trim().split_once('=')?;
-                (pk == "name").then(|| pv.trim_matches('"').to_string())
-            })
-        })?;
-        out.push((raw, name, &raw[split + 4..]));
-        rest = &rest[end + d.len()..];
-    }
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
 /// The value of field `name` in the body, when it is a string.
 pub fn key(content_type: &str, body: &[u8], name: &str) -> Option<String> {
     match form(content_type)? {
@@ -103,10 +60,9 @@ pub fn key(content_type: &str, body: &[u8], name: &str) -> Option<String> {
             },
             _ => None,
         },
-        Form::Multipart(boundary) => parts(body, boundary)?
-            .into_iter()
-            .find(|p| p.1 == name)
-            .and_then(|p| String::from_utf8(p.2.to_vec()).ok()),
+        Form::Multipart(boundary) => Multipart::parse(body, boundary)?
+            .get(name)
+            .and_then(|p| String::from_utf8(p.value.to_vec()).ok()),
     }
 }
 
@@ -132,17 +88,9 @@ pub fn without(content_type: &str, body: &[u8], name: &str) -> Option<Bytes> {
             _ => None,
         },
         Form::Multipart(boundary) => {
-            let mut out = Vec::with_capacity(body.len());
-            for (raw, field, _) in parts(body, boundary)? {
-                if field == name {
-                    continue;
-                }
-                out.extend_from_slice(format!("--{boundary}\r\n").as_bytes());
-                out.extend_from_slice(raw);
-                out.extend_from_slice(b"\r\n");
-            }
-            out.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
-            Some(Bytes::from(out))
+            let mut m = Multipart::parse(body, boundary)?;
+            m.delete_all(name);
+            Some(Bytes::from(m.encode()))
         }
     }
 }

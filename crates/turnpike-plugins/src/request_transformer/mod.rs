@@ -1,7 +1,7 @@
 //! request-transformer (PRIORITY 801): changes the request on its way to the upstream, as
 //! Kong's `access.lua` does, in Kong's order: the upstream path (`replace.uri`), the method
 //! (`http_method`; a form body joins the query for GET, HEAD and TRACE), then headers, body
-//! (JSON or form) and querystring, each by remove, rename, replace, add and append.
+//! (JSON, URL-encoded or multipart form) and querystring, each by remove, rename, replace, add and append.
 //!
 //! Values may be templates (`$(headers.x)`, `$(query_params.y)`, `$(uri_captures.z)`,
 //! `template.rs`), rendered from the request as it arrived. Header names, literal values and
@@ -18,6 +18,7 @@ use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, HOST};
 use serde_json::{Map, Value};
 
+use crate::multipart::{self, Multipart};
 use crate::{Access, AccessRequest, BuildContext, Handler, PluginSpec};
 use template::{Env, Template};
 
@@ -285,25 +286,70 @@ fn encode_args(m: &Map<String, Value>) -> String {
     out.join("&")
 }
 
-enum BodyKind {
+enum BodyKind<'h> {
     Json,
     Form,
+    /// `multipart/form-data`, with its boundary.
+    Multipart(&'h str),
     Other,
 }
 
-fn body_kind(headers: &http::HeaderMap) -> BodyKind {
-    let ct = headers
+fn body_kind(headers: &http::HeaderMap) -> BodyKind<'_> {
+    let raw = headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_ascii_lowercase();
+        .unwrap_or("");
+    let ct = raw.to_ascii_lowercase();
     if ct.contains("application/json") {
         BodyKind::Json
     } else if ct.contains("application/x-www-form-urlencoded") {
         BodyKind::Form
+    } else if let Some(b) = multipart::boundary(raw) {
+        BodyKind::Multipart(b)
     } else {
         BodyKind::Other
     }
+}
+
+/// Kong's `transform_multipart_body`: rename, remove and replace (only with content), then
+/// add; `append` does not apply to multipart bodies. A replaced field moves to the end, as
+/// Kong's delete-then-set does. Returns the new body when anything changed; a body that is
+/// not well-formed multipart is left as it came.
+fn apply_multipart(part: &Part, env: &Env<'_>, raw: &[u8], boundary: &str) -> Option<Vec<u8>> {
+    let has_content = !raw.is_empty();
+    let mut m = if has_content {
+        Multipart::parse(raw, boundary)?
+    } else {
+        Multipart::empty(boundary)
+    };
+    let mut changed = false;
+    if has_content {
+        for p in &part.rename {
+            if let Some(v) = m.get(&p.name).map(|x| x.value.to_vec()) {
+                m.set_simple(&p.render(env), v);
+                m.delete(&p.name);
+                changed = true;
+            }
+        }
+        for name in &part.remove {
+            m.delete(name);
+            changed = true;
+        }
+        for p in &part.replace {
+            if m.get(&p.name).is_some() {
+                m.delete(&p.name);
+                m.set_simple(&p.name, p.render(env).into_owned().into_bytes());
+                changed = true;
+            }
+        }
+    }
+    for p in &part.add {
+        if m.get(&p.name).is_none() {
+            m.set_simple(&p.name, p.render(env).into_owned().into_bytes());
+            changed = true;
+        }
+    }
+    changed.then(|| m.encode())
 }
 
 impl Configured {
@@ -449,6 +495,7 @@ impl Handler for Configured {
                     apply(&self.body, &env, &mut m, has_content)
                         .then(|| encode_args(&m).into_bytes())
                 }
+                BodyKind::Multipart(boundary) => apply_multipart(&self.body, &env, &raw, boundary),
                 BodyKind::Other => None,
             };
             if let Some(b) = out {

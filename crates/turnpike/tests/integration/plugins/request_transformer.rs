@@ -1,4 +1,4 @@
-//! request-transformer on the real binary: headers, querystring, JSON and form bodies, the
+//! request-transformer on the real binary: headers, querystring, JSON, form and multipart bodies, the
 //! method and the upstream path changed on their way to the upstream, in Kong's order, with
 //! templates read from the request as it arrived; bad configs refused in Kong's shape.
 
@@ -38,6 +38,16 @@ services:
         remove: {{body: [secret]}}
         rename: {{body: ["a:b"]}}
         add: {{body: ["new:$(headers.x_v)"]}}
+        append: {{body: ["list:z"]}}
+  - name: multipart
+    paths: [/multipart]
+    plugins:
+    - name: request-transformer
+      config:
+        remove: {{body: [secret]}}
+        rename: {{body: ["a:b"]}}
+        replace: {{body: ["r:R", "absent:never"]}}
+        add: {{body: ["new:$(headers.x_v)", "list:not-added"]}}
         append: {{body: ["list:z"]}}
   - name: form
     paths: [/form]
@@ -114,6 +124,60 @@ services:
     .await;
     let want = br#"{"new":"","list":["z"]}"#;
     assert_eq!(r.json()["body_sum"], sum(want), "{:?}", r.json());
+
+    // A multipart body, as curl -F sends one (a file part among the fields), in Kong's
+    // order: rename (the new name at the end), remove, replace (delete, then set at the end),
+    // add; append does not apply to multipart; the file part keeps its headers.
+    let part = |name: &str, v: &str| {
+        format!("--XyZ\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{v}\r\n")
+    };
+    let file = "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f.txt\"\r\nContent-Type: text/plain\r\n\r\nline 1\r\nline 2\r\n";
+    let body = format!(
+        "{}{}{}{}{file}--XyZ--\r\n",
+        part("a", "A"),
+        part("secret", "s"),
+        part("r", "old"),
+        part("list", "y")
+    );
+    let r = send(
+        p,
+        req("POST", "/multipart")
+            .header("content-type", "multipart/form-data; boundary=XyZ")
+            .header("x-v", "V")
+            .body(http_body_util::Full::new(bytes::Bytes::from(body.clone())))
+            .unwrap(),
+    )
+    .await;
+    let want = format!(
+        "{}{file}{}{}{}--XyZ--\r\n",
+        part("list", "y"),
+        part("b", "A"),
+        part("r", "R"),
+        part("new", "V")
+    );
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    assert_eq!(r.json()["body_len"], want.len(), "{:?}", r.json());
+    assert_eq!(r.json()["body_sum"], sum(want.as_bytes()));
+    assert_eq!(
+        r.json()["headers"]["content-length"],
+        want.len().to_string()
+    );
+    // Not multipart after all (no closing delimiter): sent on as it came.
+    let broken = "--XyZ\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nA";
+    let r = send(
+        p,
+        req("POST", "/multipart")
+            .header("content-type", "multipart/form-data; boundary=XyZ")
+            .body(http_body_util::Full::new(bytes::Bytes::from(broken)))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        r.json()["body_sum"],
+        sum(broken.as_bytes()),
+        "{:?}",
+        r.json()
+    );
 
     // http_method GET: a form body joins the query.
     let r = send(
