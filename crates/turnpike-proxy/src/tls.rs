@@ -6,14 +6,13 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use rustc_hash::FxHashMap;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::ResolvesServerCert;
 use rustls::sign::CertifiedKey;
-use rustls::{DigitallySignedStruct, SignatureScheme};
 
 use turnpike_config::conf::TlsConf;
 use turnpike_config::declarative::pem;
+use turnpike_plugins::tls_client::NoVerify;
 
 pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
@@ -241,46 +240,6 @@ fn write_private(path: &Path, content: &str) -> Result<(), String> {
     f.write_all(content.as_bytes()).map_err(|e| e.to_string())
 }
 
-/// Accepts any upstream certificate: Kong's behaviour when a service's `tls_verify` is unset
-/// (nginx's `proxy_ssl_verify off`).
-#[derive(Debug)]
-struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for NoVerify {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
 /// The client configuration shared by every service without verification or client
 /// certificate; one instance for the process so pooled connections survive reloads.
 pub fn unverified_client_config() -> Arc<rustls::ClientConfig> {
@@ -291,7 +250,7 @@ pub fn unverified_client_config() -> Arc<rustls::ClientConfig> {
             .with_safe_default_protocol_versions()
             .unwrap()
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerify(p)))
+            .with_custom_certificate_verifier(Arc::new(NoVerify::new(p)))
             .with_no_client_auth();
         c.alpn_protocols = vec![b"http/1.1".to_vec()];
         Arc::new(c)
@@ -333,7 +292,7 @@ pub fn client_config(
     } else {
         builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerify(p)))
+            .with_custom_certificate_verifier(Arc::new(NoVerify::new(p)))
     };
     let mut cfg = match client_cert {
         None => builder.with_no_client_auth(),

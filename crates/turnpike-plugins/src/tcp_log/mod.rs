@@ -2,8 +2,9 @@
 //! JSON (`\n`-terminated) over a TCP connection to `host:port`, optionally TLS (`tls`,
 //! `tls_sni`), kept open for `keepalive` ms between entries (Kong's `handler.lua`). The log
 //! phase queues the entry; a sender thread per destination owns the connection
-//! (`crate::log_sender`). Unlike Kong, which skips certificate verification here, the
-//! receiver's certificate is verified against the system's roots.
+//! (`crate::log_sender`). As Kong's `sslhandshake(true, tls_sni, false)`, the receiver's
+//! certificate is not verified (receivers commonly hold self-signed ones), and the server
+//! name is sent only when `tls_sni` gives one.
 
 use std::io::Write;
 use std::net::{TcpStream, ToSocketAddrs};
@@ -45,8 +46,37 @@ struct Target {
     port: u16,
     timeout: Duration,
     keepalive: Duration,
-    /// The name the certificate must carry, with `tls`.
-    tls: Option<String>,
+    /// With `tls`: the client configuration and the name it presents.
+    tls: Option<(
+        Arc<rustls::ClientConfig>,
+        rustls::pki_types::ServerName<'static>,
+    )>,
+}
+
+/// tcp-log's TLS client: no certificate verification, SNI only from `tls_sni`.
+fn tls_client(
+    host: &str,
+    sni: Option<&str>,
+) -> Result<
+    (
+        Arc<rustls::ClientConfig>,
+        rustls::pki_types::ServerName<'static>,
+    ),
+    String,
+> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(crate::tls_client::NoVerify::new(provider)))
+        .with_no_client_auth();
+    config.enable_sni = sni.is_some();
+    let name = sni.unwrap_or(host).to_string();
+    let name = rustls::pki_types::ServerName::try_from(name)
+        .or_else(|_| rustls::pki_types::ServerName::try_from("localhost".to_string()))
+        .map_err(|e| e.to_string())?;
+    Ok((Arc::new(config), name))
 }
 
 type Stream = Box<dyn Write + Send>;
@@ -60,20 +90,21 @@ fn connect(t: &Target) -> Result<Stream, String> {
     let tcp = TcpStream::connect_timeout(&addr, t.timeout).map_err(|e| e.to_string())?;
     tcp.set_write_timeout(Some(t.timeout))
         .map_err(|e| e.to_string())?;
+    tcp.set_read_timeout(Some(t.timeout))
+        .map_err(|e| e.to_string())?;
     tcp.set_nodelay(true).map_err(|e| e.to_string())?;
-    let Some(sni) = &t.tls else {
+    let Some((config, name)) = &t.tls else {
         return Ok(Box::new(tcp));
     };
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_native_certs::load_native_certs().certs {
-        let _ = roots.add(cert);
-    }
-    let config = rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let name = rustls::pki_types::ServerName::try_from(sni.clone()).map_err(|e| e.to_string())?;
-    let conn = rustls::ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
-    Ok(Box::new(rustls::StreamOwned::new(conn, tcp)))
+    let conn =
+        rustls::ClientConnection::new(config.clone(), name.clone()).map_err(|e| e.to_string())?;
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    // The handshake now, so that a failed one is reported as such (Kong: "failed to perform
+    // TLS handshake").
+    tls.conn
+        .complete_io(&mut tls.sock)
+        .map_err(|e| format!("TLS handshake failed: {e}"))?;
+    Ok(Box::new(tls))
 }
 
 /// Sends queued entries as lines over one connection, opened again after an error or after
@@ -143,15 +174,16 @@ impl PluginSpec for TcpLog {
         let target = Target {
             tls: c
                 .tls
-                .then(|| c.tls_sni.clone().unwrap_or_else(|| c.host.clone())),
+                .then(|| tls_client(&c.host, c.tls_sni.as_deref()))
+                .transpose()?,
             host: c.host.clone(),
             port: c.port,
             timeout: ms(c.timeout),
             keepalive: ms(c.keepalive),
         };
         let key = format!(
-            "tcp {}:{} {:?} {} {}",
-            c.host, c.port, target.tls, c.timeout, c.keepalive
+            "tcp {}:{} {} {:?} {} {}",
+            c.host, c.port, c.tls, c.tls_sni, c.timeout, c.keepalive
         );
         let sender = ctx
             .runtime

@@ -48,7 +48,7 @@ fn start_tls_upstream(name: &str, client_ca: Option<&str>) -> TlsUpstream {
         None => builder.with_no_client_auth(),
         Some(pem) => {
             let mut roots = rustls::RootCertStore::empty();
-            for c in rustls_pemfile_certs(pem) {
+            for c in pem_certs(pem) {
                 roots.add(c).unwrap();
             }
             let v = rustls::server::WebPkiClientVerifier::builder_with_provider(
@@ -112,13 +112,6 @@ fn start_tls_upstream(name: &str, client_ca: Option<&str>) -> TlsUpstream {
         ca_pem: ca.pem(),
         rt: Some(rt),
     }
-}
-
-fn rustls_pemfile_certs(pem: &str) -> Vec<rustls::pki_types::CertificateDer<'static>> {
-    use rustls::pki_types::pem::PemObject;
-    rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes())
-        .map(|c| c.unwrap())
-        .collect()
 }
 
 fn y(s: &str) -> String {

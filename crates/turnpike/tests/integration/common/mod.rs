@@ -602,6 +602,14 @@ pub fn cert_for(name: &str) -> (String, String) {
     (cert.pem(), key.serialize_pem())
 }
 
+/// The certificates of a PEM chain.
+pub fn pem_certs(pem: &str) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes())
+        .map(|c| c.unwrap())
+        .collect()
+}
+
 /// Runs the binary with arguments; returns (exit success, stdout + stderr).
 pub fn run(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
     let mut cmd = Command::new(bin());

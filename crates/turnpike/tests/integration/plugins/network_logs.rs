@@ -1,6 +1,7 @@
 //! tcp-log and udp-log on the real binary: each request's entry, Kong's serialized JSON,
-//! arrives at receivers the test listens with (a TCP listener reading lines, a UDP socket
-//! reading datagrams); a receiver that is down costs the request nothing.
+//! arrives at receivers the test listens with (a TCP listener reading lines, a TLS one with a
+//! self-signed certificate, a UDP socket reading datagrams); a receiver that is down costs the
+//! request nothing.
 
 use std::io::{BufRead, BufReader};
 use std::time::Duration;
@@ -88,6 +89,86 @@ services:
         .await,
         "the failure is logged"
     );
+}
+
+/// A TLS receiver with a self-signed certificate: the name the client asked for (SNI) and
+/// the first line it sent, for each of `n` connections.
+fn tls_receiver(n: usize) -> (u16, std::thread::JoinHandle<Vec<(Option<String>, String)>>) {
+    let (cert, key) = cert_for("logs.example");
+    let certs = pem_certs(&cert);
+    use rustls::pki_types::pem::PemObject;
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+    let config = std::sync::Arc::new(
+        rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap(),
+    );
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let t = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        for _ in 0..n {
+            let (tcp, _) = l.accept().unwrap();
+            tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let conn = rustls::ServerConnection::new(config.clone()).unwrap();
+            let mut tls = rustls::StreamOwned::new(conn, tcp);
+            let mut line = String::new();
+            BufReader::new(&mut tls).read_line(&mut line).unwrap();
+            seen.push((tls.conn.server_name().map(String::from), line));
+        }
+        seen
+    });
+    (port, t)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_log_speaks_tls_to_self_signed_receivers_as_kong_does() {
+    let up = Upstream::start("tlslog");
+    let (named, named_rx) = tls_receiver(1);
+    let (bare, bare_rx) = tls_receiver(1);
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
+services:
+- name: svc
+  url: {url}
+  routes:
+  - name: named
+    paths: [/named]
+    plugins:
+    - name: tcp-log
+      config: {{host: 127.0.0.1, port: {named}, tls: true, tls_sni: logs.example}}
+  - name: bare
+    paths: [/bare]
+    plugins:
+    - name: tcp-log
+      config: {{host: localhost, port: {bare}, tls: true}}
+"#,
+        url = up.url(),
+    ))
+    .start();
+    assert_eq!(call(gw.proxy, "GET", "/named?x=1", &[]).await.status, 200);
+    assert_eq!(call(gw.proxy, "GET", "/bare?y=2", &[]).await.status, 200);
+    // Kong does not verify the receiver's certificate: a self-signed one gets the entries.
+    let named = named_rx.join().unwrap();
+    assert_eq!(
+        named[0].0.as_deref(),
+        Some("logs.example"),
+        "tls_sni is sent"
+    );
+    let e: Value = serde_json::from_str(&named[0].1).unwrap();
+    assert_eq!(e["request"]["uri"], "/named?x=1");
+    let bare = bare_rx.join().unwrap();
+    assert_eq!(
+        bare[0].0, None,
+        "no tls_sni, no server name (Kong passes nil)"
+    );
+    let e: Value = serde_json::from_str(&bare[0].1).unwrap();
+    assert_eq!(e["request"]["uri"], "/bare?y=2");
 }
 
 /// A UDP socket on a free port that gives up a read after 500 ms.
