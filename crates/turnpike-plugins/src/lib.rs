@@ -39,6 +39,7 @@ pub mod request_transformer;
 pub mod response_ratelimiting;
 pub mod response_transformer;
 pub mod session;
+pub mod spans;
 pub mod statsd;
 pub mod syslog;
 pub mod tcp_log;

@@ -72,6 +72,9 @@ pub struct LogEntry<'a> {
     pub tries: u32,
     /// What the request's plugins kept between phases (Kong's `kong.ctx`).
     pub ctx: Option<&'a crate::PluginCtx>,
+    /// The router, plugin phases and balancer tries, when `tracing_instrumentations` records
+    /// them (`crate::spans`).
+    pub spans: Option<&'a crate::spans::Spans>,
 }
 
 /// A header map as Kong serializes it: one value as a string, several as a list; credentials'

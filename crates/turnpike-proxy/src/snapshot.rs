@@ -129,6 +129,8 @@ pub struct Slot {
 pub struct Bound {
     pub handler: Arc<dyn Handler>,
     pub protocols: u8,
+    /// The plugin's name (its spans are named by it).
+    pub name: &'static str,
 }
 
 /// Request protocols as bits, for a plugin's `protocols`.
@@ -157,11 +159,17 @@ impl Slot {
     /// not run (and does not hand over to a less specific one).
     #[inline]
     pub fn handler_for(&self, consumer: Option<&str>, protocol: u8) -> Option<&Arc<dyn Handler>> {
+        self.bound_for(consumer, protocol).map(|b| &b.handler)
+    }
+
+    /// As `handler_for`, with the plugin's name and protocols.
+    #[inline]
+    pub fn bound_for(&self, consumer: Option<&str>, protocol: u8) -> Option<&Bound> {
         let bound = match (&self.by_consumer, consumer) {
             (Some(map), Some(c)) => map.get(c).or(self.handler.as_ref()),
             _ => self.handler.as_ref(),
         }?;
-        (bound.protocols & protocol != 0).then_some(&bound.handler)
+        (bound.protocols & protocol != 0).then_some(bound)
     }
 }
 
@@ -209,6 +217,7 @@ fn build_plugins(
                     Arc::new(BrokenPlugin)
                 }),
                 protocols: protocol_mask(&p.protocols),
+                name: spec.map_or("unknown", |s| s.name()),
             })
         })
         .collect()

@@ -53,6 +53,9 @@ pub struct Settings {
     pub tls: turnpike_config::conf::TlsConf,
     /// Response compression (`nginx_proxy_gzip`), when on.
     pub gzip: Option<turnpike_config::conf::GzipConf>,
+    /// The tracing instrumentations the request path records (`turnpike_plugins::spans`
+    /// bits from `tracing_instrumentations`; 0: none, nothing recorded).
+    pub trace_spans: u8,
 }
 
 impl Settings {
@@ -61,6 +64,7 @@ impl Settings {
             headers: conf.headers,
             tls: conf.tls.clone(),
             gzip: conf.gzip.clone(),
+            trace_spans: turnpike_plugins::spans::instrumentations(&conf.tracing_instrumentations),
             headers_upstream_request_id: conf.headers_upstream_request_id,
             keepalive_requests: conf.keepalive_requests,
             keepalive_timeout: conf.keepalive_timeout,

@@ -9,10 +9,14 @@
 //! POSTs them to `traces_endpoint` with the queue's retries (http-log's sender).
 //!
 //! As in Kong, spans exist only when the `tracing_instrumentations` property turns tracing on
-//! (`all` or `request`); otherwise the plugin propagates context, marked not sampled. The span
-//! made here is Kong's request span (`kong`, SERVER, its `http.*` attributes, an error status
-//! for 5xx); the router, balancer and plugin-phase spans Kong adds for the other
-//! instrumentations are not made. OTLP logs (`logs_endpoint`) are refused.
+//! (anything but `off`); otherwise the plugin propagates context, marked not sampled. The
+//! request span (`kong`, SERVER, its `http.*` attributes, an error status for 5xx) is always
+//! made; the instrumentations the property names add, from what the request path recorded
+//! (`crate::spans`): `kong.router`, a `kong.balancer` CLIENT span per try (the failed ones
+//! with their status and an error), and `kong.{rewrite,access,header_filter}.plugin.<name>`.
+//! With `balancer` on, the upstream's parent span is the last try's, made ahead of it as Kong's
+//! `precreate_balancer_span` does. Not made: `kong.dns`, `kong.database.query` and
+//! `kong.internal.request`. OTLP logs (`logs_endpoint`) are refused.
 
 mod otlp;
 pub(crate) mod propagation;
@@ -39,8 +43,10 @@ pub struct State {
 }
 
 struct Settings {
-    /// `tracing_instrumentations` holds `all` or `request`.
+    /// `tracing_instrumentations` is not `off`: the request span is made.
     request_spans: bool,
+    /// The `balancer` instrumentation is on: the upstream's parent is the balancer span.
+    balancer_spans: bool,
     /// `tracing_sampling_rate`.
     sampling_rate: f64,
     node_id: String,
@@ -50,9 +56,10 @@ impl State {
     /// Sets the properties (once, at start).
     pub fn configure(&self, instrumentations: &[String], sampling_rate: f64, node_id: &str) {
         let _ = self.settings.set(Settings {
-            request_spans: instrumentations
-                .iter()
-                .any(|i| i == "all" || i == "request"),
+            request_spans: instrumentations.iter().any(|i| i != "off"),
+            balancer_spans: crate::spans::instrumentations(instrumentations)
+                & crate::spans::BALANCER
+                != 0,
             sampling_rate,
             node_id: node_id.to_string(),
         });
@@ -66,6 +73,7 @@ impl State {
     fn settings(&self) -> &Settings {
         self.settings.get_or_init(|| Settings {
             request_spans: false,
+            balancer_spans: false,
             sampling_rate: 0.01,
             node_id: String::new(),
         })
@@ -78,6 +86,7 @@ struct Configured {
     plugin_rate: Option<f64>,
     global_rate: f64,
     request_spans: bool,
+    balancer_spans: bool,
     trace_id_header: Option<HeaderName>,
     queue: Option<Arc<http_log::Queue>>,
 }
@@ -90,6 +99,9 @@ struct Trace {
     sampled: bool,
     start_ns: u64,
     request: Option<Box<SpanRequest>>,
+    /// The last balancer try's span, made ahead (the upstream's parent), when `balancer` is
+    /// traced.
+    balancer_span_id: Option<[u8; 8]>,
 }
 
 struct SpanRequest {
@@ -180,10 +192,18 @@ impl Handler for Handle {
             .unwrap_or_else(|| (fastrand::u128(..) | 1).to_be_bytes().to_vec());
         let span_id = (fastrand::u64(..) | 1).to_be_bytes();
         let sampled = conf.sampled(&trace_id, ex.sampled);
+        // Kong's precreate_balancer_span: the upstream's parent is the balancer span.
+        let balancer_span_id =
+            (sampled && conf.balancer_spans).then(|| (fastrand::u64(..) | 1).to_be_bytes());
         let ctx = propagation::Inject {
             trace_id: &trace_id,
-            span_id,
-            parent_id: ex.span_id,
+            span_id: balancer_span_id.unwrap_or(span_id),
+            // The balancer span's parent is this request's span.
+            parent_id: if balancer_span_id.is_some() {
+                Some(span_id)
+            } else {
+                ex.span_id
+            },
             sampled,
             flags: ex.flags.unwrap_or(0) & !1,
         };
@@ -214,6 +234,7 @@ impl Handler for Handle {
             sampled,
             start_ns: now_ns(),
             request,
+            balancer_span_id,
         });
         Access::Continue
     }
@@ -255,17 +276,100 @@ impl Handler for Handle {
             ("net.peer.ip", otlp::Value::Str(&ip)),
             ("http.status_code", otlp::Value::Int(entry.status as i64)),
         ];
+        let end_ns = now_ns();
+        // The request's start, as Kong's KONG_PROCESSING_START, when the path recorded it.
+        let start_ns = entry.spans.map_or(t.start_ns, |s| s.start_ns());
+        let trace_id = propagation::pad16(&t.trace_id);
         queue.offer(otlp::encode_span(&otlp::Span {
-            trace_id: propagation::pad16(&t.trace_id),
+            trace_id,
             span_id: t.span_id,
             parent_span_id: t.parent_id,
             name: "kong",
             kind: 2,
-            start_ns: t.start_ns,
-            end_ns: now_ns().max(t.start_ns),
+            start_ns,
+            end_ns: end_ns.max(start_ns),
             attributes: &attributes,
             status: if entry.status >= 500 { 2 } else { 0 },
         }));
+        if let Some(spans) = entry.spans {
+            instrumentation_spans(queue, spans, t, trace_id, end_ns, entry.service);
+        }
+    }
+}
+
+/// The spans of the instrumentations the request path recorded, children of the request span.
+fn instrumentation_spans(
+    queue: &http_log::Queue,
+    spans: &crate::spans::Spans,
+    t: &Trace,
+    trace_id: [u8; 16],
+    end_ns: u64,
+    service: Option<&turnpike_config::declarative::Service>,
+) {
+    let child = |name: &str,
+                 kind: u64,
+                 start_ns: u64,
+                 end_ns: u64,
+                 attributes: &[(&str, otlp::Value<'_>)],
+                 status: u64| {
+        otlp::encode_span(&otlp::Span {
+            trace_id,
+            span_id: (fastrand::u64(..) | 1).to_be_bytes(),
+            parent_span_id: Some(t.span_id),
+            name,
+            kind,
+            start_ns,
+            end_ns: end_ns.max(start_ns),
+            attributes,
+            status,
+        })
+    };
+    if let Some((a, b)) = spans.router {
+        queue.offer(child("kong.router", 1, spans.ns(a), spans.ns(b), &[], 0));
+    }
+    for p in &spans.plugins {
+        let name = format!("kong.{}.plugin.{}", p.phase, p.plugin);
+        queue.offer(child(&name, 1, spans.ns(p.start), spans.ns(p.end), &[], 0));
+    }
+    let last = spans.tries.len();
+    for (i, try_) in spans.tries.iter().enumerate() {
+        let ip = try_.ip.map(ip_text);
+        let mut attributes = vec![
+            ("try_count", otlp::Value::Int(i as i64 + 1)),
+            ("net.peer.port", otlp::Value::Int(try_.port as i64)),
+        ];
+        if let Some(ip) = &ip {
+            attributes.push(("net.peer.ip", otlp::Value::Str(ip)));
+        }
+        // Kong's balancer_data.hostname: the name the service (or its upstream) points at.
+        if let Some(host) = service.map(|s| s.host.as_str()).filter(|h| !h.is_empty()) {
+            attributes.push(("net.peer.name", otlp::Value::Str(host)));
+        }
+        if let Some(code) = try_.failed {
+            attributes.push(("http.status_code", otlp::Value::Int(code as i64)));
+        }
+        let start_ns = spans.ns(try_.start);
+        let end = try_.end.map_or(end_ns, |e| spans.ns(e));
+        let status = if try_.failed.is_some() { 2 } else { 0 };
+        let mut span = otlp::Span {
+            trace_id,
+            span_id: (fastrand::u64(..) | 1).to_be_bytes(),
+            parent_span_id: Some(t.span_id),
+            name: "kong.balancer",
+            kind: 3,
+            start_ns,
+            end_ns: end.max(start_ns),
+            attributes: &attributes,
+            status,
+        };
+        // The last try, when it answered, is the span the upstream was told of (Kong makes a
+        // new span for a failed one, as for every earlier try).
+        if i + 1 == last && try_.failed.is_none() {
+            if let Some(id) = t.balancer_span_id {
+                span.span_id = id;
+            }
+        }
+        queue.offer(otlp::encode_span(&span));
     }
 }
 
@@ -366,6 +470,7 @@ impl PluginSpec for OpenTelemetry {
             plugin_rate: c.sampling_rate,
             global_rate: settings.sampling_rate,
             request_spans: settings.request_spans,
+            balancer_spans: settings.balancer_spans,
             trace_id_header: c
                 .http_response_header_for_traceid
                 .as_deref()
@@ -413,6 +518,7 @@ mod tests {
             plugin_rate: None,
             global_rate: 0.0,
             request_spans: true,
+            balancer_spans: false,
             trace_id_header: None,
             queue: None,
         };

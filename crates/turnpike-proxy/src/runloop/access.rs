@@ -3,13 +3,11 @@
 //! gets it whole first; after the plugins, the route's `request_buffering` reads the body
 //! before an upstream is chosen.
 
-use std::sync::Arc;
-
 use http::header::{self, HeaderMap, HeaderValue};
 use http::request::Parts;
 use http::StatusCode;
 use turnpike_plugins::log::Source;
-use turnpike_plugins::{Access, AccessRequest, Handler, Identity};
+use turnpike_plugins::{spans, Access, AccessRequest, Identity};
 use turnpike_router::RouteEntry;
 
 use crate::body::spool::{self, SpoolError};
@@ -17,7 +15,7 @@ use crate::http1::client::BodySource;
 use crate::runloop::ctx::{Ended, RequestCtx};
 use crate::runloop::errors::{self, exit_response};
 use crate::runloop::forward::{client_ip, request_protocol};
-use crate::snapshot::{Slot, Snapshot};
+use crate::snapshot::{Bound, Slot, Snapshot};
 use crate::worker::ctx::{ConnInfo, WorkerCtx};
 
 /// The most a request body read whole for a plugin may hold (Kong buffers to disk beyond its
@@ -104,15 +102,19 @@ pub async fn run(
     };
     for slot in chain.iter() {
         let consumer = access.consumer.as_deref().map(|c| c.consumer_id());
-        let Some(plugin) = slot.handler_for(consumer, protocol) else {
+        let Some(bound) = slot.bound_for(consumer, protocol) else {
             continue;
         };
-        let exit = match plugin.access(&mut access) {
+        let t = spans::start(&rc.spans, spans::PLUGIN_ACCESS);
+        let exit = match bound.handler.access(&mut access) {
             Access::Continue => None,
             Access::Exit(e) => Some(e),
             // Only a plugin that has to wait pays for the future.
             wait @ Access::Wait(_) => turnpike_plugins::run_access_from(wait, &mut access).await,
         };
+        if let (Some(t), Some(s)) = (t, rc.spans.as_deref_mut()) {
+            s.plugin("access", bound.name, t);
+        }
         if let Some(e) = exit {
             if chain_filters {
                 rc.filters = response_filters(chain, access.consumer.as_deref(), protocol);
@@ -225,16 +227,12 @@ pub async fn buffer_body(
 }
 
 /// The configs of a chain that filter responses, as they apply to this consumer and protocol.
-fn response_filters(
-    chain: &[Slot],
-    consumer: Option<&Identity>,
-    protocol: u8,
-) -> Vec<Arc<dyn Handler>> {
+fn response_filters(chain: &[Slot], consumer: Option<&Identity>, protocol: u8) -> Vec<Bound> {
     let consumer = consumer.map(|c| c.consumer_id());
     chain
         .iter()
-        .filter_map(|s| s.handler_for(consumer, protocol))
-        .filter(|h| h.phases().has(turnpike_plugins::Phases::RESPONSE))
+        .filter_map(|s| s.bound_for(consumer, protocol))
+        .filter(|b| b.handler.phases().has(turnpike_plugins::Phases::RESPONSE))
         .cloned()
         .collect()
 }

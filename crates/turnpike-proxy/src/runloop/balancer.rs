@@ -44,6 +44,28 @@ pub struct Call<'a> {
     pub captures: Option<&'a [(Option<String>, String)]>,
     /// A cookie the balancer wants set on the response (hash_on = cookie).
     pub set_cookie: std::cell::Cell<Option<HeaderValue>>,
+    /// Each try's peer and times, when the `balancer` instrumentation records them.
+    pub tries: std::cell::RefCell<Option<Vec<turnpike_plugins::spans::TrySpan>>>,
+}
+
+/// Records a finished try for the `balancer` instrumentation: the one that answered ends with
+/// the response; a failed one now, as Kong's 502 (504 for a timeout).
+fn record_try(call: &Call<'_>, peer: &Peer, start: Instant, o: &Outcome) {
+    if let Some(tries) = call.tries.borrow_mut().as_mut() {
+        let failed = match o {
+            Outcome::Status(_) => None,
+            Outcome::Timeout => Some(504),
+            Outcome::TcpFailure => Some(502),
+        };
+        tries.push(turnpike_plugins::spans::TrySpan {
+            start,
+            end: failed.map(|_| Instant::now()),
+            ip: peer.addr.map(|a| a.ip()),
+            host: peer.host.clone(),
+            port: peer.port,
+            failed,
+        });
+    }
 }
 
 /// Methods that may be sent again after the upstream got them without answering (RFC 9110
@@ -209,8 +231,12 @@ pub async fn send(
         // Counted as done (for least-connections and latency) when the response head arrives
         // or the attempt fails.
         let started = picked.is_some().then(Instant::now);
+        let try_start = call.tries.borrow().is_some().then(Instant::now);
         // `None`: not the target's doing (a pooled connection found closed, a body too large).
         let finish = |outcome: Option<Outcome>| {
+            if let (Some(t), Some(o)) = (try_start, &outcome) {
+                record_try(call, peer, t, o);
+            }
             if let Some((b, i)) = picked {
                 let elapsed = started
                     .filter(|_| matches!(outcome, Some(Outcome::Status(_))))

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Uri};
-use turnpike_plugins::{Handler, Identity, PluginCtx};
+use turnpike_plugins::{Identity, PluginCtx};
 
 use crate::http1::header_names::seen;
 use crate::runloop::log::LogState;
@@ -40,7 +40,7 @@ pub struct RequestCtx {
     pub body_limit: Option<u64>,
     /// The configs of the route's plugins with a header_filter phase, for the consumer the
     /// access phase named (empty unless the route has such a plugin).
-    pub filters: Vec<Arc<dyn Handler>>,
+    pub filters: Vec<crate::snapshot::Bound>,
     /// The response is the upstream's (not the gateway's or a plugin's own).
     pub from_upstream: bool,
     /// The upstream's response had headers named like Kong's own (they are replaced).
@@ -54,6 +54,8 @@ pub struct RequestCtx {
     pub access_record: Option<Box<AccessRecord>>,
     /// What response compression needs of the request, when `nginx_proxy_gzip` is on.
     pub gzip: Option<crate::runloop::gzip::GzipRequest>,
+    /// The router, plugin phases and balancer tries, when `tracing_instrumentations` asks.
+    pub spans: Option<Box<turnpike_plugins::spans::Spans>>,
 }
 
 impl RequestCtx {
@@ -76,6 +78,7 @@ impl RequestCtx {
             proxy_latency: Duration::ZERO,
             upstream_latency: Duration::ZERO,
             gzip: None,
+            spans: None,
             log: None,
             access_record: None,
         }

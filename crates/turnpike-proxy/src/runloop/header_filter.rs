@@ -112,11 +112,18 @@ pub fn run(ctx: &WorkerCtx, conn: &ConnInfo, resp: &mut Response<ProxyBody>, rc:
             consumer: rc.consumer.as_deref(),
             ctx: &mut rc.plugin_ctx,
         };
-        let body_filters: Vec<_> = rc
-            .filters
-            .iter()
-            .filter_map(|f| f.header_filter(&mut head))
-            .collect();
+        let timed = rc
+            .spans
+            .as_deref()
+            .is_some_and(|s| s.has(turnpike_plugins::spans::PLUGIN_HEADER_FILTER));
+        let mut body_filters = Vec::new();
+        for f in &rc.filters {
+            let t = timed.then(std::time::Instant::now);
+            body_filters.extend(f.handler.header_filter(&mut head));
+            if let (Some(t), Some(s)) = (t, rc.spans.as_deref_mut()) {
+                s.plugin("header_filter", f.name, t);
+            }
+        }
         parts.status = head.status;
         if !body_filters.is_empty() {
             body.filter(body_filters);

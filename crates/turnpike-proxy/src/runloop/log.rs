@@ -30,6 +30,8 @@ pub struct LogState {
     pub tries: u32,
     /// What the request's plugins kept between phases (Kong's `kong.ctx`).
     pub ctx: turnpike_plugins::PluginCtx,
+    /// The tracing instrumentations' record, when on.
+    pub spans: Option<Box<turnpike_plugins::spans::Spans>>,
 }
 
 /// Bytes of a message head on the wire: start line and headers.
@@ -61,6 +63,7 @@ impl LogState {
             consumer: self.consumer.as_deref(),
             tries: self.tries,
             ctx: Some(&self.ctx),
+            spans: self.spans.as_deref(),
         };
         let consumer = self.consumer.as_deref().map(|c| c.consumer_id());
         for slot in snap.routes[self.route].chain.iter() {

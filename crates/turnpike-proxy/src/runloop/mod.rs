@@ -109,6 +109,13 @@ pub async fn handle(
     // In flight until the response body is done: the keepalive timeout does not run meanwhile.
     let guard = RequestGuard::new(conn.clone(), ctx.clone());
     let mut rc = RequestCtx::new(start, ctx.request_id(), seen);
+    let trace_spans = ctx.gateway.settings.trace_spans;
+    if trace_spans != 0 {
+        rc.spans = Some(Box::new(turnpike_plugins::spans::Spans::new(
+            trace_spans,
+            start,
+        )));
+    }
     rc.gzip = ctx
         .gateway
         .settings
@@ -163,7 +170,12 @@ async fn proxy(
         path: &path,
         host: &host,
     };
-    let m = match route::run(ctx, &snap, conn, &parts, &target, rc) {
+    let router_start = turnpike_plugins::spans::start(&rc.spans, turnpike_plugins::spans::ROUTER);
+    let m = route::run(ctx, &snap, conn, &parts, &target, rc);
+    if let (Some(t), Some(s)) = (router_start, rc.spans.as_deref_mut()) {
+        s.router = Some((t, Instant::now()));
+    }
+    let m = match m {
         Ok(m) => m,
         Err(r) => return *r,
     };
@@ -239,6 +251,12 @@ async fn proxy(
         query,
         captures: m.captures.as_deref(),
         set_cookie: std::cell::Cell::new(None),
+        tries: std::cell::RefCell::new(
+            rc.spans
+                .as_deref()
+                .filter(|s| s.has(turnpike_plugins::spans::BALANCER))
+                .map(|_| Vec::new()),
+        ),
     };
     let sent = balancer::send(
         ctx,
@@ -252,6 +270,9 @@ async fn proxy(
         &call,
     )
     .await;
+    if let (Some(tries), Some(s)) = (call.tries.take(), rc.spans.as_deref_mut()) {
+        s.tries = tries;
+    }
     let (mut parts, body) = match sent {
         // Our HTTP/1.1 exchange never stores hop-by-hop headers.
         Ok(Upstreamed::H1(parts, body)) => {
@@ -327,6 +348,7 @@ fn arm_log(resp: &mut Response<ProxyBody>, mut guard: RequestGuard, rc: RequestC
     }
     if let Some(mut l) = rc.log {
         l.ctx = rc.plugin_ctx;
+        l.spans = rc.spans;
         // The response as it leaves: its status, head and (counted as it streams) body.
         l.status = resp.status().as_u16();
         if let Some(d) = l.details.as_deref_mut() {

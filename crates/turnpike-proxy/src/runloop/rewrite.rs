@@ -2,7 +2,7 @@
 //! they did (a path or Host a plugin set).
 
 use http::request::Parts;
-use turnpike_plugins::{AccessRequest, Exit};
+use turnpike_plugins::{spans, AccessRequest, Exit};
 
 use crate::runloop::ctx::RequestCtx;
 use crate::runloop::forward::{client_ip, request_protocol};
@@ -36,8 +36,13 @@ pub fn run(
         if b.protocols & protocol == 0 {
             continue;
         }
-        if let Some(e) = b.handler.rewrite(&mut req) {
-            return Some(e);
+        let t = spans::start(&rc.spans, spans::PLUGIN_REWRITE);
+        let exit = b.handler.rewrite(&mut req);
+        if let (Some(t), Some(s)) = (t, rc.spans.as_deref_mut()) {
+            s.plugin("rewrite", b.name, t);
+        }
+        if exit.is_some() {
+            return exit;
         }
     }
     rc.upstream_query = req.upstream_query;

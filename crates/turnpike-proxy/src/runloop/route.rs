@@ -138,6 +138,7 @@ fn log_state(
         response_size: 0,
         tries: 0,
         ctx: Default::default(),
+        spans: None,
     })
 }
 

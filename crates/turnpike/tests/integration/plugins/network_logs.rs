@@ -91,9 +91,12 @@ services:
     );
 }
 
-/// A TLS receiver with a self-signed certificate: the name the client asked for (SNI) and
-/// the first line it sent, for each of `n` connections.
-fn tls_receiver(n: usize) -> (u16, std::thread::JoinHandle<Vec<(Option<String>, String)>>) {
+/// What a TLS receiver saw of one connection: the name the client asked for (SNI) and the
+/// first line it sent.
+type Received = (Option<String>, String);
+
+/// A TLS receiver with a self-signed certificate, for `n` connections.
+fn tls_receiver(n: usize) -> (u16, std::thread::JoinHandle<Vec<Received>>) {
     let (cert, key) = cert_for("logs.example");
     let certs = pem_certs(&cert);
     use rustls::pki_types::pem::PemObject;

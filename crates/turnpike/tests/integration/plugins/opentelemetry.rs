@@ -114,6 +114,22 @@ impl Collector {
             .find(|s| hex::encode(&s.trace_id) == trace_id)
             .unwrap()
     }
+
+    /// The spans of a trace named `name`, once `n` of them arrived.
+    async fn named(&self, trace_id: &str, name: &str, n: usize) -> Vec<Span> {
+        let of = || {
+            self.spans()
+                .into_iter()
+                .filter(|s| hex::encode(&s.trace_id) == trace_id && s.name == name)
+                .collect::<Vec<_>>()
+        };
+        assert!(
+            eventually(Duration::from_secs(10), async || of().len() >= n).await,
+            "{n} span(s) {name} of trace {trace_id}: {:?}",
+            self.spans()
+        );
+        of()
+    }
 }
 
 fn attr(s: &Span, key: &str) -> Option<Any> {
@@ -130,8 +146,9 @@ fn value_of(attributes: &[KeyValue], key: &str) -> Option<Any> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spans_reach_an_otlp_collector_and_context_reaches_the_upstream() {
     let collector = Collector::start();
+    let (_dead, dead_port) = dead_port();
     let up = Upstream::start("traced");
-    let gw = Gateway::with_config(&format!(
+    let config = format!(
         r#"_format_version: "3.0"
 services:
 - name: svc
@@ -158,10 +175,26 @@ services:
 "#,
         url = up.url(),
         port = collector.port
-    ))
-    .env("TURNPIKE_TRACING_INSTRUMENTATIONS", "all")
-    .env("TURNPIKE_TRACING_SAMPLING_RATE", "1")
-    .start();
+    ) + &format!(
+        r#"- name: dead
+  url: http://127.0.0.1:{dead_port}
+  retries: 2
+  routes:
+  - name: retried
+    paths: [/dead]
+    plugins:
+    - name: opentelemetry
+      config:
+        traces_endpoint: http://127.0.0.1:{port}/v1/traces
+        queue: {{max_coalescing_delay: 0.1}}
+        http_response_header_for_traceid: x-trace-id
+"#,
+        port = collector.port
+    );
+    let gw = Gateway::with_config(&config)
+        .env("TURNPIKE_TRACING_INSTRUMENTATIONS", "all")
+        .env("TURNPIKE_TRACING_SAMPLING_RATE", "1")
+        .start();
 
     // A caller's W3C context: the upstream gets the same trace, Kong's span as parent, sampled.
     let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -194,8 +227,65 @@ services:
     let span = collector.span_of(trace).await;
     assert_eq!(span.name, "kong");
     assert_eq!(span.kind, 2, "SERVER");
-    assert_eq!(hex::encode(&span.span_id), parts[2]);
     assert_eq!(hex::encode(&span.parent_span_id), caller_span);
+    // `all` instrumentations: the router, each plugin's phases, the balancer try; children of
+    // the request's span. The upstream's parent is the balancer span (made ahead, as Kong's
+    // precreate_balancer_span), which ends with the response.
+    let balancer = &collector.named(trace, "kong.balancer", 1).await[0];
+    assert_eq!(balancer.kind, 3, "CLIENT");
+    assert_eq!(hex::encode(&balancer.span_id), parts[2]);
+    assert_eq!(balancer.parent_span_id, span.span_id);
+    assert_eq!(attr(balancer, "try_count"), Some(Any::IntValue(1)));
+    assert_eq!(
+        attr(balancer, "net.peer.ip"),
+        Some(Any::StringValue("127.0.0.1".into()))
+    );
+    assert!(balancer.status.as_ref().is_none_or(|s| s.code == 0));
+    assert!(balancer.start_time_unix_nano >= span.start_time_unix_nano);
+    assert!(balancer.end_time_unix_nano <= span.end_time_unix_nano);
+    for name in [
+        "kong.router",
+        "kong.access.plugin.opentelemetry",
+        "kong.header_filter.plugin.opentelemetry",
+    ] {
+        let s = &collector.named(trace, name, 1).await[0];
+        assert_eq!(s.parent_span_id, span.span_id, "{name}");
+        assert_eq!(s.kind, 1, "{name}: INTERNAL");
+        assert!(
+            s.start_time_unix_nano >= span.start_time_unix_nano,
+            "{name}"
+        );
+        assert!(s.end_time_unix_nano >= s.start_time_unix_nano, "{name}");
+    }
+    let router = &collector.named(trace, "kong.router", 1).await[0];
+    let access = &collector
+        .named(trace, "kong.access.plugin.opentelemetry", 1)
+        .await[0];
+    assert!(
+        router.end_time_unix_nano <= access.start_time_unix_nano,
+        "router, then access"
+    );
+    assert!(
+        access.end_time_unix_nano <= balancer.start_time_unix_nano,
+        "access, then balancer"
+    );
+
+    // A service that refuses connections, retries 2: three tries, each a failed balancer
+    // span with Kong's 502 and an error status.
+    let r = call(gw.proxy, "GET", "/dead", &[]).await;
+    assert_eq!(r.status, 502);
+    let dead_trace = r.header("x-trace-id").unwrap().to_string();
+    let mut tries = collector.named(&dead_trace, "kong.balancer", 3).await;
+    tries.sort_by_key(|s| s.start_time_unix_nano);
+    for (i, t) in tries.iter().enumerate() {
+        assert_eq!(attr(t, "try_count"), Some(Any::IntValue(i as i64 + 1)));
+        assert_eq!(attr(t, "http.status_code"), Some(Any::IntValue(502)));
+        assert_eq!(
+            attr(t, "net.peer.port"),
+            Some(Any::IntValue(dead_port as i64))
+        );
+        assert_eq!(t.status.clone().unwrap().code, 2, "error");
+    }
     assert!(span.end_time_unix_nano >= span.start_time_unix_nano);
     assert!(span.start_time_unix_nano > 1_700_000_000_000_000_000);
     assert_eq!(
@@ -257,10 +347,13 @@ services:
     .await;
     let b3 = r.json()["headers"]["b3"].as_str().unwrap().to_string();
     assert!(b3.starts_with("463ac35c9f6413ad-"), "{b3}");
-    assert!(b3.ends_with("-1-a2fb4a1d1a96d312"), "{b3}");
     assert!(r.json()["headers"].get("traceparent").is_none());
     let span = collector.span_of("0000000000000000463ac35c9f6413ad").await;
+    assert_eq!(span.name, "kong");
     assert_eq!(hex::encode(&span.parent_span_id), "a2fb4a1d1a96d312");
+    // The injected span is the balancer's; its parent, Kong's request span.
+    let parent = hex::encode(&span.span_id);
+    assert!(b3.ends_with(&format!("-1-{parent}")), "{b3}");
 
     // propagation: extracted from w3c, injected as b3 and datadog, traceparent cleared.
     let r = call(
@@ -273,7 +366,16 @@ services:
     let h = &r.json()["headers"];
     assert_eq!(h["x-b3-traceid"], trace);
     assert_eq!(h["x-b3-sampled"], "1");
-    assert_eq!(h["x-b3-parentspanid"], caller_span);
+    // The upstream's span is the balancer's, whose parent is Kong's request span (of this
+    // second request of the trace).
+    let kong_spans = collector.named(trace, "kong", 2).await;
+    let balancers = collector.named(trace, "kong.balancer", 2).await;
+    let b = balancers
+        .iter()
+        .find(|b| Some(hex::encode(&b.span_id).as_str()) == h["x-b3-spanid"].as_str())
+        .expect("the injected span is a balancer span");
+    assert!(kong_spans.iter().any(|k| k.span_id == b.parent_span_id));
+    assert_eq!(h["x-b3-parentspanid"], hex::encode(&b.parent_span_id));
     assert_eq!(
         h["x-datadog-trace-id"],
         u64::from_str_radix(&trace[16..], 16).unwrap().to_string()
