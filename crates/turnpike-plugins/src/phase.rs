@@ -324,6 +324,11 @@ pub trait Handler: Send + Sync {
     fn wants_body(&self) -> bool {
         false
     }
+    /// Whether this config's log phase reads the balancer's tries (`LogEntry::spans`, zipkin's
+    /// balancer-try spans): the proxy then records them for the route's requests.
+    fn log_tries(&self) -> bool {
+        false
+    }
     /// Kong's log phase, after the response went to the client. Must not block: a plugin
     /// that ships entries elsewhere queues them.
     fn log(&self, _entry: &log::LogEntry<'_>) {}

@@ -88,6 +88,9 @@ impl RouteSlot {
         if any(&|h| h.phases().has(Phases::LOG) && h.log_headers()) {
             log |= LOG_HEADERS;
         }
+        if any(&|h| h.phases().has(Phases::LOG) && h.log_tries()) {
+            log |= LOG_TRIES;
+        }
         RouteSlot {
             route,
             chain,
@@ -138,6 +141,8 @@ pub struct Bound {
 pub const LOGS: u8 = 1;
 /// A log plugin of the route reads headers.
 pub const LOG_HEADERS: u8 = 2;
+/// A log plugin of the route reads the balancer's tries.
+pub const LOG_TRIES: u8 = 4;
 
 pub const PROTO_HTTP: u8 = 1;
 pub const PROTO_HTTPS: u8 = 2;

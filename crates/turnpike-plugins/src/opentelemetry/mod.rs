@@ -331,8 +331,14 @@ fn instrumentation_spans(
         let name = format!("kong.{}.plugin.{}", p.phase, p.plugin);
         queue.offer(child(&name, 1, spans.ns(p.start), spans.ns(p.end), &[], 0));
     }
-    let last = spans.tries.len();
-    for (i, try_) in spans.tries.iter().enumerate() {
+    // Tries recorded for another plugin (zipkin) are not this instrumentation's.
+    let tries: &[crate::spans::TrySpan] = if spans.has(crate::spans::BALANCER) {
+        &spans.tries
+    } else {
+        &[]
+    };
+    let last = tries.len();
+    for (i, try_) in tries.iter().enumerate() {
         let ip = try_.ip.map(ip_text);
         let mut attributes = vec![
             ("try_count", otlp::Value::Int(i as i64 + 1)),

@@ -10,7 +10,9 @@
 //! Where Kong reads nginx's phase clocks, this plugin takes the times it sees: the access
 //! phase's start when it runs (first, by its priority), its end as the upstream request's start
 //! (the header phase less the upstream's latency), the header phase when it runs, the body's end
-//! at the log phase. The balancer-try spans Kong adds are not made.
+//! at the log phase. Each balancer try is a CLIENT span `<name> (balancer try N)` with its
+//! peer, the earlier (failed) ones tagged `error`, `kong.balancer.state` and their status; the
+//! proxy span's remote endpoint is the last try's peer.
 
 mod schema;
 
@@ -69,7 +71,7 @@ struct Trace {
 impl Configured {
     /// The request's spans as Zipkin's v2 JSON (Kong's `reporter`), written as text: a
     /// `serde_json::Value` tree per span and its printing cost ~100,000 instructions a request.
-    fn spans(&self, t: &Trace, e: &LogEntry<'_>) -> [Bytes; 2] {
+    fn spans(&self, t: &Trace, e: &LogEntry<'_>) -> Vec<Bytes> {
         let now = now_us();
         let start = now
             .saturating_sub(e.latency_request_ms * 1000)
@@ -82,6 +84,59 @@ impl Configured {
         let trace_id = hex::encode(&t.trace_id);
         let request_id = hex::encode(t.request_id);
         let service_name = e.service.and_then(|s| s.name.as_deref());
+        let tries = e.spans.map_or(&[][..], |s| &s.tries[..]);
+        let remote = |o: &mut Json, t: &crate::spans::TrySpan| {
+            if let Some(n) = service_name.or(self.default_service_name.as_deref()) {
+                o.str("serviceName", n);
+            }
+            match t.ip {
+                Some(std::net::IpAddr::V4(a)) => o.str("ipv4", &a.to_string()),
+                Some(std::net::IpAddr::V6(a)) => o.str("ipv6", &a.to_string()),
+                None => {}
+            }
+            o.num("port", t.port as u64);
+        };
+        let service_and_route = |o: &mut Json| {
+            if let Some(s) = e.service {
+                o.str("kong.service", &s.id);
+                if let Some(n) = &s.name {
+                    o.str("kong.service_name", n);
+                }
+            }
+            o.str("kong.route", &e.route.id);
+            if let Some(n) = &e.route.name {
+                o.str("kong.route_name", n);
+            }
+        };
+        let mut out = Vec::with_capacity(2 + tries.len());
+        for (i, try_) in tries.iter().enumerate() {
+            let spans = e.spans.expect("tries come with their record");
+            let start = spans.ns(try_.start) / 1000;
+            let end = try_.end.map_or(now, |end| spans.ns(end) / 1000);
+            let mut b = Json::new();
+            b.str("traceId", &trace_id);
+            b.str("name", &format!("{} (balancer try {})", t.name, i + 1));
+            b.str("parentId", &request_id);
+            b.str("id", &hex::encode((fastrand::u64(..) | 1).to_be_bytes()));
+            b.str("kind", "CLIENT");
+            b.num("timestamp", start);
+            b.num("duration", end.saturating_sub(start));
+            b.object("localEndpoint", |o| {
+                o.str("serviceName", &self.local_service_name)
+            });
+            b.object("remoteEndpoint", |o| remote(o, try_));
+            b.object("tags", |o| {
+                o.str("kong.balancer.try", &(i + 1).to_string());
+                if i + 1 < tries.len() {
+                    o.str("error", "true");
+                    o.str("kong.balancer.state", "failed");
+                    o.str("http.status_code", &try_.failed.unwrap_or(502).to_string());
+                }
+                service_and_route(o);
+            });
+            b.raw("annotations", "[]");
+            out.push(b.finish());
+        }
 
         // The request span.
         let mut r = Json::new();
@@ -136,22 +191,19 @@ impl Configured {
         p.object("localEndpoint", |o| {
             o.str("serviceName", &self.local_service_name)
         });
-        match service_name.or(self.default_service_name.as_deref()) {
-            Some(n) => p.object("remoteEndpoint", |o| o.str("serviceName", n)),
-            None => p.raw("remoteEndpoint", "null"),
+        match (
+            tries.last(),
+            service_name.or(self.default_service_name.as_deref()),
+        ) {
+            (Some(last), _) => p.object("remoteEndpoint", |o| remote(o, last)),
+            (None, Some(n)) => p.object("remoteEndpoint", |o| o.str("serviceName", n)),
+            (None, None) => p.raw("remoteEndpoint", "null"),
         }
         let ms = |a: u64, b: u64| (b.saturating_sub(a) / 1000).to_string();
         p.object("tags", |o| {
+            service_and_route(o);
             if let Some(s) = e.service {
-                o.str("kong.service", &s.id);
-                if let Some(n) = &s.name {
-                    o.str("kong.service_name", n);
-                }
                 o.str("peer.hostname", &s.host);
-            }
-            o.str("kong.route", &e.route.id);
-            if let Some(n) = &e.route.name {
-                o.str("kong.route_name", n);
             }
             if !self.annotations {
                 o.str("kong.access.duration_ms", &ms(t.access_start, access_end));
@@ -183,7 +235,9 @@ impl Configured {
         }
         annotations.push(']');
         p.raw("annotations", &annotations);
-        [p.finish(), request]
+        out.push(p.finish());
+        out.push(request);
+        out
     }
 }
 
@@ -259,6 +313,10 @@ struct Handle(Arc<Configured>);
 impl Handler for Handle {
     fn phases(&self) -> crate::Phases {
         crate::Phases::ACCESS | crate::Phases::RESPONSE | crate::Phases::LOG
+    }
+
+    fn log_tries(&self) -> bool {
+        true
     }
 
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {

@@ -252,10 +252,11 @@ async fn proxy(
         captures: m.captures.as_deref(),
         set_cookie: std::cell::Cell::new(None),
         tries: std::cell::RefCell::new(
-            rc.spans
+            (rc.spans
                 .as_deref()
-                .filter(|s| s.has(turnpike_plugins::spans::BALANCER))
-                .map(|_| Vec::new()),
+                .is_some_and(|s| s.has(turnpike_plugins::spans::BALANCER))
+                || snap.routes[route.route_index].log & crate::snapshot::LOG_TRIES != 0)
+                .then(Vec::new),
         ),
     };
     let sent = balancer::send(
@@ -270,8 +271,11 @@ async fn proxy(
         &call,
     )
     .await;
-    if let (Some(tries), Some(s)) = (call.tries.take(), rc.spans.as_deref_mut()) {
-        s.tries = tries;
+    if let Some(tries) = call.tries.take() {
+        // A route whose log plugin reads the tries records them without an instrumentation.
+        rc.spans
+            .get_or_insert_with(|| Box::new(turnpike_plugins::spans::Spans::new(0, rc.start)))
+            .tries = tries;
     }
     let (mut parts, body) = match sent {
         // Our HTTP/1.1 exchange never stores hop-by-hop headers.

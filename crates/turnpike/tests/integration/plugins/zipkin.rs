@@ -73,8 +73,36 @@ impl Collector {
         }
     }
 
-    /// The spans of a trace, once both (request and proxy) arrived.
+    /// The request and proxy spans of a trace, once both arrived.
     async fn trace(&self, trace_id: &str) -> (Value, Value) {
+        let spans = self.all(trace_id, 2).await;
+        let find = |kind: &str| {
+            spans
+                .iter()
+                .find(|s| {
+                    s["kind"] == kind
+                        && (kind == "SERVER" || s["name"].as_str().unwrap().ends_with("(proxy)"))
+                })
+                .unwrap()
+                .clone()
+        };
+        (find("SERVER"), find("CLIENT"))
+    }
+
+    /// The balancer-try spans of a trace, by try.
+    async fn tries(&self, trace_id: &str, n: usize) -> Vec<Value> {
+        let mut tries: Vec<Value> = self
+            .all(trace_id, n + 2)
+            .await
+            .into_iter()
+            .filter(|s| s["name"].as_str().unwrap().contains("(balancer try"))
+            .collect();
+        tries.sort_by_key(|s| s["tags"]["kong.balancer.try"].as_str().unwrap().to_string());
+        tries
+    }
+
+    /// The spans of a trace, once `n` arrived.
+    async fn all(&self, trace_id: &str, n: usize) -> Vec<Value> {
         let of = || -> Vec<Value> {
             self.spans
                 .lock()
@@ -85,13 +113,11 @@ impl Collector {
                 .collect()
         };
         assert!(
-            eventually(Duration::from_secs(10), async || of().len() >= 2).await,
+            eventually(Duration::from_secs(10), async || of().len() >= n).await,
             "spans of {trace_id}: {:?}",
             self.spans.lock().unwrap()
         );
-        let spans = of();
-        let find = |kind: &str| spans.iter().find(|s| s["kind"] == kind).unwrap().clone();
-        (find("SERVER"), find("CLIENT"))
+        of()
     }
 }
 
@@ -99,6 +125,7 @@ impl Collector {
 async fn spans_reach_a_zipkin_collector_and_b3_reaches_the_upstream() {
     let collector = Collector::start();
     let up = Upstream::start("zipped");
+    let (_dead, dead_port) = dead_port();
     let endpoint = format!("http://127.0.0.1:{}/api/v2/spans", collector.port);
     let gw = Gateway::with_config(&format!(
         r#"_format_version: "3.0"
@@ -137,6 +164,15 @@ services:
     plugins:
     - name: zipkin
       config: {{http_endpoint: "{endpoint}", sample_ratio: 0}}
+- name: dead
+  url: http://127.0.0.1:{dead_port}
+  retries: 1
+  routes:
+  - name: retried
+    paths: [/dead]
+    plugins:
+    - name: zipkin
+      config: {{http_endpoint: "{endpoint}", sample_ratio: 1, http_response_header_for_traceid: x-trace-id}}
 "#,
         url = up.url(),
     ))
@@ -204,6 +240,44 @@ services:
     assert!(at.windows(2).all(|w| w[0] <= w[1]), "in order: {at:?}");
     assert!(request["timestamp"].as_u64().unwrap() <= proxy["timestamp"].as_u64().unwrap());
     assert!(request["duration"].as_u64().unwrap() >= proxy["duration"].as_u64().unwrap());
+    // The balancer's try: a CLIENT span under the request span, with the peer; the proxy span's
+    // remote endpoint is that peer.
+    let up_port = up
+        .url()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches('/')
+        .parse::<u64>()
+        .unwrap();
+    let tries = collector.tries(&trace, 1).await;
+    assert_eq!(tries.len(), 1, "{tries:?}");
+    let b = &tries[0];
+    assert_eq!(b["name"], "GET /z/pay (balancer try 1)");
+    assert_eq!(b["kind"], "CLIENT");
+    assert_eq!(b["parentId"], request["id"]);
+    assert_eq!(b["remoteEndpoint"]["ipv4"], "127.0.0.1");
+    assert_eq!(b["remoteEndpoint"]["port"], up_port);
+    assert_eq!(b["remoteEndpoint"]["serviceName"], "billing");
+    assert!(b["tags"].get("error").is_none(), "{b}");
+    assert_eq!(b["tags"]["kong.route_name"], "traced");
+    assert_eq!(proxy["remoteEndpoint"]["port"], up_port);
+
+    // Retries against a refusing peer: the earlier try is an error with Kong's state and status.
+    let r = call(gw.proxy, "GET", "/dead", &[]).await;
+    assert_eq!(r.status, 502);
+    let dead_trace = r.header("x-trace-id").unwrap().to_string();
+    let tries = collector.tries(&dead_trace, 2).await;
+    assert_eq!(tries.len(), 2, "{tries:?}");
+    assert_eq!(tries[0]["tags"]["error"], "true");
+    assert_eq!(tries[0]["tags"]["kong.balancer.state"], "failed");
+    assert_eq!(tries[0]["tags"]["http.status_code"], "502");
+    assert_eq!(tries[0]["remoteEndpoint"]["port"], dead_port as u64);
+    assert!(
+        tries[1]["tags"].get("error").is_none(),
+        "the last try: {}",
+        tries[1]
+    );
 
     // A caller's W3C context is kept and written back as it came (preserve).
     let caller = "4bf92f3577b34da6a3ce929d0e0e4736";
