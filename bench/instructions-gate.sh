@@ -10,7 +10,7 @@
 # `valgrind --tool=callgrind`, (Ir(N requests) - Ir(0 requests)) / N over one keep-alive
 # connection to a local nginx upstream. N=2000 keeps the gate to about a minute.
 #
-# Usage: bench/instructions-gate.sh [--write]     (needs nginx, valgrind, python3)
+# Usage: [GATE_BIN=path] bench/instructions-gate.sh [--write]     (needs nginx, valgrind, python3)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
@@ -20,8 +20,13 @@ TOLERANCE=${GATE_TOLERANCE:-0.05}
 W=$(mktemp -d)
 BENCH_TMP+=("$W")
 
-cargo build --release --locked -p turnpike >&2
-BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/turnpike
+# GATE_BIN measures another build (an earlier commit's, to compare in one session) instead.
+if [ -n "${GATE_BIN:-}" ]; then
+  BIN=$GATE_BIN
+else
+  cargo build --release --locked -p turnpike >&2
+  BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/turnpike
+fi
 
 # The upstream (nginx from ../shared/bench-reference, or the copy kept in bench/).
 if [ ! -f "$SHARED/upstream.conf" ]; then SHARED=$ROOT/bench/reference; fi

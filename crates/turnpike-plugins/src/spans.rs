@@ -47,6 +47,7 @@ pub struct PluginSpan {
 /// One balancer try: the peer, when it started and, for a failed try, when it failed and
 /// the status Kong gives it (502, or 504 for a timeout). The try that answered ends with the
 /// response (`end` unset).
+#[derive(Debug)]
 pub struct TrySpan {
     pub start: Instant,
     pub end: Option<Instant>,
@@ -60,12 +61,17 @@ pub struct TrySpan {
 pub struct Spans {
     /// Which instrumentations are on (the bits above).
     pub on: u8,
+    /// Whether the balancer's tries are recorded (its instrumentation, or a log plugin of the
+    /// route that reads them).
+    pub record_tries: bool,
     /// The wall clock and the monotonic clock read together, to date the instants below.
     epoch_ns: u64,
     base: Instant,
     pub router: Option<(Instant, Instant)>,
     pub plugins: Vec<PluginSpan>,
-    pub tries: Vec<TrySpan>,
+    /// Written by the balancer as it tries (through a shared reference the upstream call
+    /// holds: one pointer in its future, nothing held across its awaits).
+    pub tries: std::cell::RefCell<Vec<TrySpan>>,
 }
 
 impl Spans {
@@ -76,11 +82,12 @@ impl Spans {
             .saturating_sub(base.elapsed().as_nanos() as u64);
         Spans {
             on,
+            record_tries: on & BALANCER != 0,
             epoch_ns,
             base,
             router: None,
             plugins: Vec::new(),
-            tries: Vec::new(),
+            tries: Default::default(),
         }
     }
 

@@ -332,8 +332,9 @@ fn instrumentation_spans(
         queue.offer(child(&name, 1, spans.ns(p.start), spans.ns(p.end), &[], 0));
     }
     // Tries recorded for another plugin (zipkin) are not this instrumentation's.
+    let recorded = spans.tries.borrow();
     let tries: &[crate::spans::TrySpan] = if spans.has(crate::spans::BALANCER) {
-        &spans.tries
+        &recorded
     } else {
         &[]
     };

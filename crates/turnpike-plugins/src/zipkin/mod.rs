@@ -84,7 +84,8 @@ impl Configured {
         let trace_id = hex::encode(&t.trace_id);
         let request_id = hex::encode(t.request_id);
         let service_name = e.service.and_then(|s| s.name.as_deref());
-        let tries = e.spans.map_or(&[][..], |s| &s.tries[..]);
+        let tries = e.spans.map(|s| s.tries.borrow());
+        let tries = tries.as_deref().map_or(&[][..], |t| &t[..]);
         let remote = |o: &mut Json, t: &crate::spans::TrySpan| {
             if let Some(n) = service_name.or(self.default_service_name.as_deref()) {
                 o.str("serviceName", n);

@@ -100,20 +100,26 @@ pub async fn run(
             &mut rc.plugin_ctx,
         )
     };
+    let timed = rc
+        .spans
+        .as_deref()
+        .is_some_and(|s| s.has(spans::PLUGIN_ACCESS));
     for slot in chain.iter() {
         let consumer = access.consumer.as_deref().map(|c| c.consumer_id());
         let Some(bound) = slot.bound_for(consumer, protocol) else {
             continue;
         };
-        let t = spans::start(&rc.spans, spans::PLUGIN_ACCESS);
+        let t = timed.then(std::time::Instant::now);
         let exit = match bound.handler.access(&mut access) {
             Access::Continue => None,
             Access::Exit(e) => Some(e),
             // Only a plugin that has to wait pays for the future.
             wait @ Access::Wait(_) => turnpike_plugins::run_access_from(wait, &mut access).await,
         };
-        if let (Some(t), Some(s)) = (t, rc.spans.as_deref_mut()) {
-            s.plugin("access", bound.name, t);
+        if let Some(t) = t {
+            if let Some(s) = rc.spans.as_deref_mut() {
+                s.plugin("access", bound.name, t);
+            }
         }
         if let Some(e) = exit {
             if chain_filters {

@@ -44,27 +44,46 @@ pub struct Call<'a> {
     pub captures: Option<&'a [(Option<String>, String)]>,
     /// A cookie the balancer wants set on the response (hash_on = cookie).
     pub set_cookie: std::cell::Cell<Option<HeaderValue>>,
-    /// Each try's peer and times, when the `balancer` instrumentation records them.
-    pub tries: std::cell::RefCell<Option<Vec<turnpike_plugins::spans::TrySpan>>>,
+    /// Where each try's peer and times go, when they are recorded (the `balancer`
+    /// instrumentation, or a log plugin that reads them).
+    pub tries: Option<&'a std::cell::RefCell<Vec<turnpike_plugins::spans::TrySpan>>>,
 }
 
-/// Records a finished try for the `balancer` instrumentation: the one that answered ends with
-/// the response; a failed one now, as Kong's 502 (504 for a timeout).
-fn record_try(call: &Call<'_>, peer: &Peer, start: Instant, o: &Outcome) {
-    if let Some(tries) = call.tries.borrow_mut().as_mut() {
-        let failed = match o {
-            Outcome::Status(_) => None,
-            Outcome::Timeout => Some(504),
-            Outcome::TcpFailure => Some(502),
-        };
-        tries.push(turnpike_plugins::spans::TrySpan {
-            start,
-            end: failed.map(|_| Instant::now()),
+type Tries = std::cell::RefCell<Vec<turnpike_plugins::spans::TrySpan>>;
+
+/// A try begins (recorded only when `tries` is).
+fn try_begins(tries: Option<&Tries>, peer: &Peer) {
+    if let Some(t) = tries {
+        t.borrow_mut().push(turnpike_plugins::spans::TrySpan {
+            start: Instant::now(),
+            end: None,
             ip: peer.addr.map(|a| a.ip()),
             host: peer.host.clone(),
             port: peer.port,
-            failed,
+            failed: None,
         });
+    }
+}
+
+/// A try ends: the one that answered ends with the response; a failed one now, as Kong's 502
+/// (504 for a timeout); one that was not the target's doing (`None`) is not a try.
+fn try_ends(tries: Option<&Tries>, o: Option<&Outcome>) {
+    let Some(t) = tries else {
+        return;
+    };
+    let mut t = t.borrow_mut();
+    let failed = match o {
+        None => {
+            t.pop();
+            return;
+        }
+        Some(Outcome::Status(_)) => return,
+        Some(Outcome::Timeout) => 504,
+        Some(Outcome::TcpFailure) => 502,
+    };
+    if let Some(last) = t.last_mut() {
+        last.end = Some(Instant::now());
+        last.failed = Some(failed);
     }
 }
 
@@ -231,12 +250,10 @@ pub async fn send(
         // Counted as done (for least-connections and latency) when the response head arrives
         // or the attempt fails.
         let started = picked.is_some().then(Instant::now);
-        let try_start = call.tries.borrow().is_some().then(Instant::now);
+        try_begins(call.tries, peer);
         // `None`: not the target's doing (a pooled connection found closed, a body too large).
         let finish = |outcome: Option<Outcome>| {
-            if let (Some(t), Some(o)) = (try_start, &outcome) {
-                record_try(call, peer, t, o);
-            }
+            try_ends(call.tries, outcome.as_ref());
             if let Some((b, i)) = picked {
                 let elapsed = started
                     .filter(|_| matches!(outcome, Some(Outcome::Status(_))))

@@ -171,14 +171,14 @@ async fn proxy(
         host: &host,
     };
     let router_start = turnpike_plugins::spans::start(&rc.spans, turnpike_plugins::spans::ROUTER);
-    let m = route::run(ctx, &snap, conn, &parts, &target, rc);
-    if let (Some(t), Some(s)) = (router_start, rc.spans.as_deref_mut()) {
-        s.router = Some((t, Instant::now()));
-    }
-    let m = match m {
+    let m = match route::run(ctx, &snap, conn, &parts, &target, rc) {
         Ok(m) => m,
-        Err(r) => return *r,
+        Err(r) => {
+            route::router_span(rc, router_start);
+            return *r;
+        }
     };
+    route::router_span(rc, router_start);
     let route = m.route;
 
     let mut body = BodySource::Stream(body);
@@ -251,13 +251,11 @@ async fn proxy(
         query,
         captures: m.captures.as_deref(),
         set_cookie: std::cell::Cell::new(None),
-        tries: std::cell::RefCell::new(
-            (rc.spans
-                .as_deref()
-                .is_some_and(|s| s.has(turnpike_plugins::spans::BALANCER))
-                || snap.routes[route.route_index].log & crate::snapshot::LOG_TRIES != 0)
-                .then(Vec::new),
-        ),
+        tries: rc
+            .spans
+            .as_deref()
+            .filter(|s| s.record_tries)
+            .map(|s| &s.tries),
     };
     let sent = balancer::send(
         ctx,
@@ -271,12 +269,6 @@ async fn proxy(
         &call,
     )
     .await;
-    if let Some(tries) = call.tries.take() {
-        // A route whose log plugin reads the tries records them without an instrumentation.
-        rc.spans
-            .get_or_insert_with(|| Box::new(turnpike_plugins::spans::Spans::new(0, rc.start)))
-            .tries = tries;
-    }
     let (mut parts, body) = match sent {
         // Our HTTP/1.1 exchange never stores hop-by-hop headers.
         Ok(Upstreamed::H1(parts, body)) => {

@@ -43,7 +43,15 @@ pub fn run<'s>(
         )));
     };
     let route = m.route;
-    if snap.routes[route.route_index].log != 0 {
+    let log = snap.routes[route.route_index].log;
+    if log != 0 {
+        if log & crate::snapshot::LOG_TRIES != 0 {
+            // A log plugin reads the balancer's tries: they are recorded without an
+            // instrumentation.
+            rc.spans
+                .get_or_insert_with(|| Box::new(turnpike_plugins::spans::Spans::new(0, rc.start)))
+                .record_tries = true;
+        }
         rc.log = Some(log_state(
             snap,
             conn,
@@ -161,5 +169,13 @@ pub fn host_without_port(raw: &str) -> Cow<'_, str> {
         Cow::Owned(host.to_ascii_lowercase())
     } else {
         Cow::Borrowed(host)
+    }
+}
+
+/// Records the router's run (the `router` instrumentation) from `start` to now.
+#[inline]
+pub fn router_span(rc: &mut RequestCtx, start: Option<std::time::Instant>) {
+    if let (Some(t), Some(s)) = (start, rc.spans.as_deref_mut()) {
+        s.router = Some((t, std::time::Instant::now()));
     }
 }
