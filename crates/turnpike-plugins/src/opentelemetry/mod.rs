@@ -98,14 +98,14 @@ struct Trace {
     parent_id: Option<[u8; 8]>,
     sampled: bool,
     start_ns: u64,
-    request: Option<Box<SpanRequest>>,
+    request: Option<SpanRequest>,
     /// The last balancer try's span, made ahead (the upstream's parent), when `balancer` is
     /// traced.
     balancer_span_id: Option<[u8; 8]>,
 }
 
 struct SpanRequest {
-    method: Box<str>,
+    method: std::borrow::Cow<'static, str>,
     host: Option<HeaderValue>,
     target: Box<str>,
     tls: bool,
@@ -211,8 +211,18 @@ impl Handler for Handle {
             .inject(req.headers, found, ex.single_header, &ctx);
         // What the span will say of the request (its text is written in the log phase).
         let request = sampled.then(|| {
-            Box::new(SpanRequest {
-                method: req.method.into(),
+            SpanRequest {
+                // The usual methods without an allocation.
+                method: match req.method {
+                    "GET" => "GET".into(),
+                    "POST" => "POST".into(),
+                    "PUT" => "PUT".into(),
+                    "DELETE" => "DELETE".into(),
+                    "PATCH" => "PATCH".into(),
+                    "HEAD" => "HEAD".into(),
+                    "OPTIONS" => "OPTIONS".into(),
+                    m => m.to_string().into(),
+                },
                 host: req.headers.get(http::header::HOST).cloned(),
                 target: if req.target.is_empty() {
                     match req.query {
@@ -225,7 +235,7 @@ impl Handler for Handle {
                 tls: req.tls,
                 version: req.version,
                 client_ip: req.client_ip,
-            })
+            }
         });
         req.ctx.insert(Trace {
             trace_id,
@@ -253,7 +263,7 @@ impl Handler for Handle {
         else {
             return;
         };
-        let Some(r) = t.request.as_deref().filter(|_| t.sampled) else {
+        let Some(r) = t.request.as_ref().filter(|_| t.sampled) else {
             return;
         };
         let host = r.host.as_ref().and_then(|h| h.to_str().ok()).unwrap_or("");

@@ -26,6 +26,7 @@ pub enum Value<'a> {
     Int(i64),
 }
 
+#[inline]
 fn varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
@@ -61,14 +62,47 @@ fn field_len(len: usize) -> usize {
     1 + varint_len(len as u64) + len
 }
 
-/// A `KeyValue` written in place: its sizes are computed, no buffer per level.
-fn key_value(out: &mut Vec<u8>, field: u32, key: &str, value: &Value<'_>) {
+/// The sizes of a `KeyValue`: its `AnyValue`'s and its own (without its tag and length).
+fn key_value_len(key: &str, value: &Value<'_>) -> (usize, usize) {
     let any_len = match value {
         Value::Str(s) => field_len(s.len()),
         Value::Concat(parts) => field_len(parts.iter().map(|p| p.len()).sum()),
         Value::Int(i) => 1 + varint_len(*i as u64),
     };
-    let kv_len = field_len(key.len()) + field_len(any_len);
+    (any_len, field_len(key.len()) + field_len(any_len))
+}
+
+/// A `KeyValue` written in place: its sizes are computed, no buffer per level.
+fn key_value(out: &mut Vec<u8>, field: u32, key: &str, value: &Value<'_>) {
+    let (any_len, kv_len) = key_value_len(key, value);
+    // The common case, a short attribute: every tag and length is one byte, written a few at
+    // a time around the texts.
+    if kv_len < 0x80 && field < 16 {
+        out.extend_from_slice(&[
+            ((field << 3) | 2) as u8,
+            kv_len as u8,
+            0x0a,
+            key.len() as u8,
+        ]);
+        out.extend_from_slice(key.as_bytes());
+        match value {
+            Value::Str(s) => {
+                out.extend_from_slice(&[0x12, any_len as u8, 0x0a, s.len() as u8]);
+                out.extend_from_slice(s.as_bytes());
+            }
+            Value::Concat(parts) => {
+                out.extend_from_slice(&[0x12, any_len as u8, 0x0a, (any_len - 2) as u8]);
+                for p in *parts {
+                    out.extend_from_slice(p.as_bytes());
+                }
+            }
+            Value::Int(i) => {
+                out.extend_from_slice(&[0x12, any_len as u8, 0x18]);
+                varint(out, *i as u64);
+            }
+        }
+        return;
+    }
     tag(out, field, 2);
     varint(out, kv_len as u64);
     bytes_field(out, 1, key.as_bytes());
@@ -92,7 +126,24 @@ fn key_value(out: &mut Vec<u8>, field: u32, key: &str, value: &Value<'_>) {
 
 /// One `Span` message.
 pub fn encode_span(s: &Span<'_>) -> Bytes {
-    let mut out = Vec::with_capacity(256);
+    // Room for it all at once: the fixed fields (ids, name, kind, times, status: under 96
+    // bytes and the name) and each attribute (its texts, and at most 16 bytes of tags,
+    // lengths and integers).
+    let size = 96
+        + s.name.len()
+        + s.attributes
+            .iter()
+            .map(|(k, v)| {
+                k.len()
+                    + 16
+                    + match v {
+                        Value::Str(s) => s.len(),
+                        Value::Concat(parts) => parts.iter().map(|p| p.len()).sum(),
+                        Value::Int(_) => 0,
+                    }
+            })
+            .sum::<usize>();
+    let mut out = Vec::with_capacity(size);
     bytes_field(&mut out, 1, &s.trace_id);
     bytes_field(&mut out, 2, &s.span_id);
     if let Some(p) = &s.parent_span_id {

@@ -303,17 +303,8 @@ pub struct Inject<'a> {
 /// The headers of format `f` for `c`.
 pub fn inject(f: Format, c: &Inject<'_>) -> Vec<(HeaderName, HeaderValue)> {
     if f == Format::W3c {
-        // The common case, written straight into the header's bytes.
-        let mut v = Vec::with_capacity(55);
-        v.extend_from_slice(b"00-");
-        push_hex(&mut v, &pad16(c.trace_id));
-        v.push(b'-');
-        push_hex(&mut v, &c.span_id);
-        v.push(b'-');
-        push_hex(&mut v, &[c.flags | c.sampled as u8]);
-        return HeaderValue::from_maybe_shared(bytes::Bytes::from(v))
-            .ok()
-            .map(|v| (HeaderName::from_static("traceparent"), v))
+        return traceparent(c)
+            .map(|v| (TRACEPARENT.clone(), v))
             .into_iter()
             .collect();
     }
@@ -390,6 +381,25 @@ pub fn inject(f: Format, c: &Inject<'_>) -> Vec<(HeaderName, HeaderValue)> {
         )],
     };
     out.into_iter().flatten().collect()
+}
+
+static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+
+/// The w3c context, the common case, written straight into the header's bytes.
+fn traceparent(c: &Inject<'_>) -> Option<HeaderValue> {
+    // `00-<32 hex>-<16 hex>-<2 hex>`, written in place.
+    let mut v = [b'-'; 55];
+    v[..2].copy_from_slice(b"00");
+    let hex = |out: &mut [u8], b: &[u8]| {
+        for (pair, x) in out.chunks_exact_mut(2).zip(b) {
+            pair[0] = HEX[(x >> 4) as usize];
+            pair[1] = HEX[(x & 15) as usize];
+        }
+    };
+    hex(&mut v[3..35], &pad16(c.trace_id));
+    hex(&mut v[36..52], &c.span_id);
+    hex(&mut v[53..55], &[c.flags | c.sampled as u8]);
+    HeaderValue::from_bytes(&v).ok()
 }
 
 /// A trace id as OTLP's 16 bytes (an 8-byte id left-padded with zeros).
@@ -494,6 +504,13 @@ impl Params {
                     f => f,
                 },
             };
+            if f == Format::W3c {
+                // No list of one.
+                if let Some(v) = traceparent(c) {
+                    h.insert(TRACEPARENT.clone(), v);
+                }
+                continue;
+            }
             for (k, v) in inject(f, c) {
                 h.insert(k, v);
             }
@@ -504,6 +521,21 @@ impl Params {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn traceparent_is_written_as_w3c_gives_it() {
+        let c = Inject {
+            trace_id: &[0xab; 8],
+            span_id: [0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef],
+            parent_id: None,
+            sampled: true,
+            flags: 0,
+        };
+        assert_eq!(
+            traceparent(&c).unwrap(),
+            "00-0000000000000000abababababababab-0123456789abcdef-01"
+        );
+    }
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

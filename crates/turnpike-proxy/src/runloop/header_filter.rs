@@ -23,14 +23,15 @@ pub fn run(ctx: &WorkerCtx, conn: &ConnInfo, resp: &mut Response<ProxyBody>, rc:
     let plugin_headers = std::mem::take(&mut rc.plugin_headers);
     // Kong's own headers go straight into an HTTP/1.1 response head (no header-map insert, no
     // hash) unless something needs them in the map: HTTP/2, a log phase that reads the
-    // response headers, a header_filter phase (plugins see and may change Kong's headers, as
+    // response headers (a log plugin that does not, as metrics and tracing, leaves them out
+    // of the map), a header_filter phase (plugins see and may change Kong's headers, as
     // Kong sets them before its plugins' header_filter), or an upstream or a plugin that set
     // headers of those names.
     let plugin_named_kong = plugin_headers
         .iter()
         .any(|(k, _)| k == header::VIA || k.as_str().starts_with("x-kong-"));
     let head_direct = conn.http1
-        && rc.log.is_none()
+        && rc.log.as_deref().is_none_or(|l| l.details.is_none())
         && rc.filters.is_empty()
         && rc.gzip.is_none()
         && !rc.upstream_named_kong
@@ -79,6 +80,26 @@ pub fn run(ctx: &WorkerCtx, conn: &ConnInfo, resp: &mut Response<ProxyBody>, rc:
         kong_headers(settings, resp.status(), rc, |k, v| kong.push((k, v)));
         if settings.headers.request_id {
             kong.push((X_KONG_REQUEST_ID.clone(), rc.request_id.clone()));
+        }
+        if let Some(l) = rc.log.as_deref_mut() {
+            // The head as it will be written: the map's, the upstream's kept lines, the plugins'
+            // and Kong's.
+            let fields = |list: &[(HeaderName, HeaderValue)]| -> u64 {
+                list.iter()
+                    .map(|(k, v)| (k.as_str().len() + v.len() + 4) as u64)
+                    .sum()
+            };
+            let raw = resp.body().raw_head().map_or(0, |r| {
+                r.lines
+                    .iter()
+                    .map(|l| u64::from(l[1] - l[0] + l[3] - l[2] + 4))
+                    .sum()
+            });
+            l.response_size = crate::runloop::log::head_size(12, resp.headers())
+                + raw
+                + fields(&outside.plugins)
+                + fields(&outside.kong);
+            l.head_counted = true;
         }
     } else {
         outside.clear();

@@ -27,6 +27,8 @@ pub struct LogState {
     pub source: Source,
     pub status: u16,
     pub response_size: u64,
+    /// `response_size` already holds the response head (written straight, outside the map).
+    pub head_counted: bool,
     pub tries: u32,
     /// What the request's plugins kept between phases (Kong's `kong.ctx`).
     pub ctx: turnpike_plugins::PluginCtx,

@@ -350,7 +350,9 @@ fn arm_log(resp: &mut Response<ProxyBody>, mut guard: RequestGuard, rc: RequestC
         if let Some(d) = l.details.as_deref_mut() {
             d.response_headers = resp.headers().clone();
         }
-        l.response_size = log::head_size(12, resp.headers());
+        if !l.head_counted {
+            l.response_size = log::head_size(12, resp.headers());
+        }
         guard.log = Some(l);
     }
     resp.body_mut().set_guard(guard);

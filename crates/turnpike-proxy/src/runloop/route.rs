@@ -144,6 +144,7 @@ fn log_state(
         source: Source::Error,
         status: 0,
         response_size: 0,
+        head_counted: false,
         tries: 0,
         ctx: Default::default(),
         spans: None,
