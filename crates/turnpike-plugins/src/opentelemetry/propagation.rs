@@ -86,13 +86,6 @@ fn span_id(s: &str) -> Option<[u8; 8]> {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
-fn push_hex(out: &mut Vec<u8>, b: &[u8]) {
-    for x in b {
-        out.push(HEX[(x >> 4) as usize]);
-        out.push(HEX[(x & 15) as usize]);
-    }
-}
-
 fn get<'h>(h: &'h HeaderMap, name: &str) -> Option<&'h str> {
     h.get(name).and_then(|v| v.to_str().ok()).map(str::trim)
 }
