@@ -73,20 +73,32 @@ impl Collector {
         }
     }
 
-    /// The request and proxy spans of a trace, once both arrived.
+    /// The request and proxy spans of a trace, once both arrived (a batch may hold a try's
+    /// span without them).
     async fn trace(&self, trace_id: &str) -> (Value, Value) {
-        let spans = self.all(trace_id, 2).await;
-        let find = |kind: &str| {
+        let find = |spans: &[Value], kind: &str| {
             spans
                 .iter()
                 .find(|s| {
                     s["kind"] == kind
                         && (kind == "SERVER" || s["name"].as_str().unwrap().ends_with("(proxy)"))
                 })
-                .unwrap()
-                .clone()
+                .cloned()
         };
-        (find("SERVER"), find("CLIENT"))
+        assert!(
+            eventually(Duration::from_secs(10), async || {
+                let spans = self.all(trace_id, 1).await;
+                find(&spans, "SERVER").is_some() && find(&spans, "CLIENT").is_some()
+            })
+            .await,
+            "request and proxy spans of {trace_id}: {:?}",
+            self.spans.lock().unwrap()
+        );
+        let spans = self.all(trace_id, 2).await;
+        (
+            find(&spans, "SERVER").unwrap(),
+            find(&spans, "CLIENT").unwrap(),
+        )
     }
 
     /// The balancer-try spans of a trace, by try.
