@@ -73,11 +73,21 @@ fn key_value_len(key: &str, value: &Value<'_>) -> (usize, usize) {
 }
 
 /// A `KeyValue` written in place: its sizes are computed, no buffer per level.
+#[inline]
 fn key_value(out: &mut Vec<u8>, field: u32, key: &str, value: &Value<'_>) {
-    let (any_len, kv_len) = key_value_len(key, value);
-    // The common case, a short attribute: every tag and length is one byte, written a few at
-    // a time around the texts.
-    if kv_len < 0x80 && field < 16 {
+    // The common case, a short attribute: every tag and length is one byte (sizes by plain
+    // sums), written a few at a time around the texts.
+    let text = match value {
+        Value::Str(s) => s.len(),
+        Value::Concat(parts) => parts.iter().map(|p| p.len()).sum(),
+        Value::Int(i) => 9 + varint_len(*i as u64),
+    };
+    if key.len() + text < 0x78 && field < 16 {
+        let any_len = match value {
+            Value::Int(i) => 1 + varint_len(*i as u64),
+            _ => 2 + text,
+        };
+        let kv_len = 2 + key.len() + 2 + any_len;
         out.extend_from_slice(&[
             ((field << 3) | 2) as u8,
             kv_len as u8,
@@ -103,6 +113,7 @@ fn key_value(out: &mut Vec<u8>, field: u32, key: &str, value: &Value<'_>) {
         }
         return;
     }
+    let (any_len, kv_len) = key_value_len(key, value);
     tag(out, field, 2);
     varint(out, kv_len as u64);
     bytes_field(out, 1, key.as_bytes());
@@ -209,6 +220,8 @@ mod tests {
         }
         for value in [
             Value::Str("x".repeat(200).leak()),
+            Value::Str("short"),
+            Value::Str("y".repeat(110).leak()),
             Value::Int(-1),
             Value::Int(200),
         ] {
