@@ -132,7 +132,7 @@ pub async fn handle(
     });
     let mut resp = proxy(&ctx, &conn, (req, upgrade), &mut rc).await;
     header_filter::run(&ctx, &conn, &mut resp, &mut rc);
-    arm_log(&mut resp, guard, rc);
+    arm_log(&mut resp, guard, &mut rc);
     resp
 }
 
@@ -336,15 +336,16 @@ async fn proxy(
 }
 
 /// Hands the request's log phase and access-log line to its guard, which the response body
-/// carries: they run when the body is done (or dropped).
-fn arm_log(resp: &mut Response<ProxyBody>, mut guard: RequestGuard, rc: RequestCtx) {
-    if let Some(mut a) = rc.access_record {
+/// carries: they run when the body is done (or dropped). What they need is taken out of the
+/// request's state (by reference: moving the whole state in cost a copy of it per request).
+fn arm_log(resp: &mut Response<ProxyBody>, mut guard: RequestGuard, rc: &mut RequestCtx) {
+    if let Some(mut a) = rc.access_record.take() {
         a.status = resp.status().as_u16();
         guard.access = Some(a);
     }
-    if let Some(mut l) = rc.log {
-        l.ctx = rc.plugin_ctx;
-        l.spans = rc.spans;
+    if let Some(mut l) = rc.log.take() {
+        l.ctx = std::mem::take(&mut rc.plugin_ctx);
+        l.spans = rc.spans.take();
         // The response as it leaves: its status, head and (counted as it streams) body.
         l.status = resp.status().as_u16();
         if let Some(d) = l.details.as_deref_mut() {
