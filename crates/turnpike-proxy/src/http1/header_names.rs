@@ -247,6 +247,14 @@ pub fn known_name(name: &[u8]) -> Option<&'static Known> {
         .find(|(lower, _, _)| folded_eq(name, lower))
 }
 
+/// The `seen` bits of the names a header map holds (one pass: for a request whose plugins may
+/// have changed its headers, what the parser saw no longer holds).
+pub fn seen_in(headers: &http::HeaderMap) -> u32 {
+    headers.keys().fold(0, |m, k| {
+        m | known_name(k.as_str().as_bytes()).map_or(0, |(_, _, bit)| *bit)
+    })
+}
+
 /// The header name for bytes the parser (`h1_parse`) accepted as a field name, and its `seen` bit
 /// (0 for names no look-up depends on).
 #[inline]
@@ -269,6 +277,17 @@ mod tests {
                 assert_eq!(*lower, name.as_str().as_bytes());
             }
         }
+    }
+
+    #[test]
+    fn a_maps_names_give_their_bits() {
+        let mut h = http::HeaderMap::new();
+        h.insert("x-custom", "1".parse().unwrap());
+        assert_eq!(seen_in(&h), 0);
+        h.insert("x-forwarded-for", "1.2.3.4".parse().unwrap());
+        h.insert(header::CONNECTION, "close".parse().unwrap());
+        h.insert("x-kong-request-id", "r".parse().unwrap());
+        assert_eq!(seen_in(&h), seen::FORWARDED | seen::HOP_BY_HOP | seen::KONG);
     }
 
     #[test]

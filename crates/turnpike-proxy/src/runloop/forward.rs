@@ -31,7 +31,7 @@ static PROXY_CONNECTION: HeaderName = names::PROXY_CONNECTION;
 /// Turns the client's request head into the upstream's; the headers the proxy sets go into
 /// `overrides` (slot 0, Host, is set per attempt) and the Host kept from the client or a
 /// plugin is returned. `plugins_ran`: a plugin may have set any header, so what the parser
-/// saw of the names no longer holds.
+/// saw of the names no longer holds: the names are classified again, in one pass.
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     ctx: &WorkerCtx,
@@ -80,7 +80,11 @@ pub fn run(
     };
     parts.uri = uri;
     parts.version = Version::HTTP_11;
-    let headers_seen = if plugins_ran { seen::ALL } else { rc.seen };
+    let headers_seen = if plugins_ran {
+        crate::http1::header_names::seen_in(&parts.headers)
+    } else {
+        rc.seen
+    };
     if headers_seen & seen::HOP_BY_HOP != 0 {
         strip_hop_by_hop(&mut parts.headers, upgrade);
     }
@@ -112,6 +116,10 @@ pub fn run(
             .headers
             .keys()
             .any(turnpike_plugins::Identity::is_identity_header);
+        if spoofed {
+            // The client's (or a plugin's) header of such a name is replaced, not kept beside.
+            overrides.set_others_may_clash(true);
+        }
         for (name, value) in who.upstream_headers() {
             if value.is_some() || spoofed {
                 overrides.push((name.clone(), value));
