@@ -285,11 +285,22 @@ async fn send_loop(t: Target, mut rx: mpsc::Receiver<Bytes>, tally: Arc<Tally>) 
     let mut failing = false;
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
-        let until = Instant::now() + t.coalescing;
+        // One timer for the batch (not one per entry): entries already queued are taken
+        // without waiting, then the next one or the coalescing delay, whichever comes first.
+        let deadline = tokio::time::sleep_until((Instant::now() + t.coalescing).into());
+        tokio::pin!(deadline);
         while batch.len() < t.batch {
-            match tokio::time::timeout_at(until.into(), rx.recv()).await {
-                Ok(Some(e)) => batch.push(e),
-                Ok(None) | Err(_) => break,
+            if let Ok(e) = rx.try_recv() {
+                batch.push(e);
+                continue;
+            }
+            tokio::select! {
+                biased;
+                e = rx.recv() => match e {
+                    Some(e) => batch.push(e),
+                    None => break,
+                },
+                () = &mut deadline => break,
             }
         }
         let body = (t.assemble)(&batch);
