@@ -68,8 +68,6 @@ pub struct LogEntry<'a> {
     pub route: &'a Route,
     pub service: Option<&'a Service>,
     pub consumer: Option<&'a Identity>,
-    /// Upstream attempts (`tries`).
-    pub tries: u32,
     /// What the request's plugins kept between phases (Kong's `kong.ctx`).
     pub ctx: Option<&'a crate::PluginCtx>,
     /// The router, plugin phases and balancer tries, when `tracing_instrumentations` records
@@ -165,6 +163,51 @@ struct SerializedResponse<'a> {
     size: u64,
 }
 
+/// Kong's `tries`: each balancer try's peer, when its choice began (`balancer_start`, ms and
+/// ns since the epoch) and how long it took (`balancer_latency`), and for a failed one its
+/// `state` and `code`.
+struct Tries<'a>(&'a crate::spans::Spans);
+
+impl Serialize for Tries<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let tries = self.0.tries.borrow();
+        let mut seq = s.serialize_seq(Some(tries.len()))?;
+        for t in tries.iter() {
+            seq.serialize_element(&Try { spans: self.0, t })?;
+        }
+        seq.end()
+    }
+}
+
+struct Try<'a> {
+    spans: &'a crate::spans::Spans,
+    t: &'a crate::spans::TrySpan,
+}
+
+impl Serialize for Try<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let t = self.t;
+        let start_ns = self.spans.ns(t.start);
+        let latency_ns = t.picked.saturating_duration_since(t.start).as_nanos() as u64;
+        let mut m = s.serialize_map(None)?;
+        match t.ip {
+            Some(ip) => m.serialize_entry("ip", &ip.to_string())?,
+            None => m.serialize_entry("ip", &*t.host)?,
+        }
+        m.serialize_entry("port", &t.port)?;
+        m.serialize_entry("balancer_start", &(start_ns / 1_000_000))?;
+        m.serialize_entry("balancer_start_ns", &start_ns)?;
+        m.serialize_entry("balancer_latency", &(latency_ns / 1_000_000))?;
+        m.serialize_entry("balancer_latency_ns", &latency_ns)?;
+        if let Some(code) = t.failed {
+            m.serialize_entry("state", "failed")?;
+            m.serialize_entry("code", &code)?;
+        }
+        m.end()
+    }
+}
+
 #[derive(Serialize)]
 struct Latencies {
     request: u64,
@@ -192,7 +235,9 @@ struct Serialized<'a> {
     request: SerializedRequest<'a>,
     response: SerializedResponse<'a>,
     latencies: Latencies,
-    tries: u32,
+    /// Absent when no try was made (an exit or error before the balancer), as Kong's nil.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tries: Option<Tries<'a>>,
     client_ip: String,
     started_at: u64,
     upstream_uri: &'a str,
@@ -244,7 +289,10 @@ impl<'e> LogEntry<'e> {
                 kong: self.latency_kong_ms,
                 receive: 0,
             },
-            tries: self.tries,
+            tries: self
+                .spans
+                .filter(|s| !s.tries.borrow().is_empty())
+                .map(Tries),
             client_ip: d.map(|d| d.client_ip.to_string()).unwrap_or_default(),
             started_at: d.map_or(0, |d| {
                 d.started_at

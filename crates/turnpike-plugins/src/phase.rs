@@ -324,10 +324,11 @@ pub trait Handler: Send + Sync {
     fn wants_body(&self) -> bool {
         false
     }
-    /// Whether this config's log phase reads the balancer's tries (`LogEntry::spans`, zipkin's
-    /// balancer-try spans): the proxy then records them for the route's requests.
+    /// Whether this config's log phase reads the balancer's tries (`LogEntry::spans`: zipkin's
+    /// balancer-try spans, the serialized entry's `tries`): the proxy then records them for
+    /// the route's requests. The plugins that log the full entry do.
     fn log_tries(&self) -> bool {
-        false
+        self.log_headers()
     }
     /// Kong's log phase, after the response went to the client. Must not block: a plugin
     /// that ships entries elsewhere queues them.

@@ -49,7 +49,9 @@ pub struct PluginSpan {
 /// response (`end` unset).
 #[derive(Debug)]
 pub struct TrySpan {
+    /// When the peer's choice began, and when it was made (Kong's `balancer_latency`).
     pub start: Instant,
+    pub picked: Instant,
     pub end: Option<Instant>,
     pub ip: Option<IpAddr>,
     pub host: Arc<str>,

@@ -51,11 +51,12 @@ pub struct Call<'a> {
 
 type Tries = std::cell::RefCell<Vec<turnpike_plugins::spans::TrySpan>>;
 
-/// A try begins (recorded only when `tries` is).
-fn try_begins(tries: Option<&Tries>, peer: &Peer) {
-    if let Some(t) = tries {
+/// A try begins (recorded only when `tries` is): `picking`, when the peer's choice began.
+fn try_begins(tries: Option<&Tries>, peer: &Peer, picking: Option<Instant>) {
+    if let (Some(t), Some(picking)) = (tries, picking) {
         t.borrow_mut().push(turnpike_plugins::spans::TrySpan {
-            start: Instant::now(),
+            start: picking,
+            picked: Instant::now(),
             end: None,
             ip: peer.addr.map(|a| a.ip()),
             host: peer.host.clone(),
@@ -214,6 +215,7 @@ pub async fn send(
     // Balanced targets tried so far (a retry goes to another one where there is one).
     let mut tried: smallvec::SmallVec<[usize; 4]> = smallvec::SmallVec::new();
     loop {
+        let picking = call.tries.map(|_| Instant::now());
         let (peer, balancer_host, picked) = match &service.destination {
             Destination::Direct(p) => (p, None, None),
             Destination::Balanced(b) => {
@@ -250,7 +252,7 @@ pub async fn send(
         // Counted as done (for least-connections and latency) when the response head arrives
         // or the attempt fails.
         let started = picked.is_some().then(Instant::now);
-        try_begins(call.tries, peer);
+        try_begins(call.tries, peer, picking);
         // `None`: not the target's doing (a pooled connection found closed, a body too large).
         let finish = |outcome: Option<Outcome>| {
             try_ends(call.tries, outcome.as_ref());

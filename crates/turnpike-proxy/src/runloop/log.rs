@@ -29,7 +29,6 @@ pub struct LogState {
     pub response_size: u64,
     /// `response_size` already holds the response head (written straight, outside the map).
     pub head_counted: bool,
-    pub tries: u32,
     /// What the request's plugins kept between phases (Kong's `kong.ctx`).
     pub ctx: turnpike_plugins::PluginCtx,
     /// The tracing instrumentations' record, when on.
@@ -63,7 +62,6 @@ impl LogState {
             route: &snap.routes[self.route].route,
             service: self.service.map(|i| &snap.config.services[i]),
             consumer: self.consumer.as_deref(),
-            tries: self.tries,
             ctx: Some(&self.ctx),
             spans: self.spans.as_deref(),
         };

@@ -326,7 +326,6 @@ async fn proxy(
     if let Some(l) = rc.log.as_deref_mut() {
         l.source = Source::Service;
         l.upstream_latency = Some(rc.upstream_latency);
-        l.tries = 1;
     }
     parts.version = client_version;
     if let Some(c) = call.set_cookie.take() {

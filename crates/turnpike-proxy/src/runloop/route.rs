@@ -145,7 +145,6 @@ fn log_state(
         status: 0,
         response_size: 0,
         head_counted: false,
-        tries: 0,
         ctx: Default::default(),
         spans: None,
     })

@@ -211,6 +211,29 @@ plugins:
     assert_eq!(alice["request"]["headers"]["x-consumer-username"], "alice");
     assert!(alice["latencies"]["request"].is_u64());
     assert!(alice["response"]["size"].as_u64().unwrap() > 0);
+    // Kong's `tries`: the balancer's one try, its peer and when its choice began.
+    let up_port: u64 = up
+        .url()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches('/')
+        .parse()
+        .unwrap();
+    let t = &alice["tries"][0];
+    assert_eq!(alice["tries"].as_array().map(Vec::len), Some(1), "{alice}");
+    assert_eq!(t["ip"], "127.0.0.1");
+    assert_eq!(t["port"], up_port);
+    assert!(
+        t["balancer_start"].as_u64().unwrap() > 1_700_000_000_000,
+        "{t}"
+    );
+    assert_eq!(
+        t["balancer_start_ns"].as_u64().unwrap() / 1_000_000,
+        t["balancer_start"].as_u64().unwrap()
+    );
+    assert!(t["balancer_latency"].is_u64() && t["balancer_latency_ns"].is_u64());
+    assert!(t.get("state").is_none(), "{t}");
     let refused = lines
         .iter()
         .find(|l| l["response"]["status"] == 401)
@@ -218,6 +241,10 @@ plugins:
     assert_eq!(refused["request"]["headers"]["authorization"], "REDACTED");
     assert_eq!(refused["source"], "exit");
     assert_eq!(refused["latencies"]["proxy"], -1);
+    assert!(
+        refused.get("tries").is_none(),
+        "no try before an exit: {refused}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

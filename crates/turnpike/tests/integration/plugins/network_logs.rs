@@ -34,6 +34,15 @@ services:
     plugins:
     - name: tcp-log
       config: {{host: 127.0.0.1, port: {dead_port}, timeout: 200}}
+- name: refusing
+  url: http://127.0.0.1:{dead_port}
+  retries: 1
+  routes:
+  - name: refused
+    paths: [/refused]
+    plugins:
+    - name: tcp-log
+      config: {{host: 127.0.0.1, port: {tcp}}}
 "#,
         url = up.url(),
         tcp = tcp.local_addr().unwrap().port(),
@@ -74,6 +83,21 @@ services:
     lines.read_line(&mut line).unwrap();
     let e: Value = serde_json::from_str(&line).unwrap();
     assert_eq!(e["request"]["uri"], "/logged?b=2");
+
+    // Kong's `tries` for a peer that refuses: two tries (retries 1), both failed with their
+    // state and code, on the same receiver connection.
+    assert_eq!(call(gw.proxy, "GET", "/refused", &[]).await.status, 502);
+    line.clear();
+    lines.read_line(&mut line).unwrap();
+    let e: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(e["request"]["uri"], "/refused");
+    let tries = e["tries"].as_array().expect("tries");
+    assert_eq!(tries.len(), 2, "{e}");
+    for t in tries {
+        assert_eq!(t["port"], dead_port as u64);
+        assert_eq!(t["state"], "failed");
+        assert_eq!(t["code"], 502);
+    }
 
     // A receiver that refuses connections: requests are served all the same.
     for _ in 0..3 {
