@@ -13,6 +13,55 @@ use turnpike_config::declarative::{Route, Service};
 
 use crate::Identity;
 
+/// An address as text: IPv4 written on the stack without the formatter's machinery (a
+/// tenth of its cost, no allocation), IPv6 by the formatter.
+pub(crate) enum IpText {
+    V4([u8; 15], usize),
+    V6(String),
+}
+
+impl std::ops::Deref for IpText {
+    type Target = str;
+    fn deref(&self) -> &str {
+        match self {
+            // Only ASCII digits and dots are written.
+            IpText::V4(b, n) => std::str::from_utf8(&b[..*n]).unwrap_or(""),
+            IpText::V6(s) => s,
+        }
+    }
+}
+
+impl Serialize for IpText {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self)
+    }
+}
+
+pub(crate) fn ip_text(ip: std::net::IpAddr) -> IpText {
+    let std::net::IpAddr::V4(v4) = ip else {
+        return IpText::V6(ip.to_string());
+    };
+    let mut b = [0u8; 15];
+    let mut n = 0;
+    for (i, o) in v4.octets().into_iter().enumerate() {
+        if i > 0 {
+            b[n] = b'.';
+            n += 1;
+        }
+        if o >= 100 {
+            b[n] = b'0' + o / 100;
+            n += 1;
+        }
+        if o >= 10 {
+            b[n] = b'0' + o / 10 % 10;
+            n += 1;
+        }
+        b[n] = b'0' + o % 10;
+        n += 1;
+    }
+    IpText::V4(b, n)
+}
+
 /// Who produced the response: the upstream service, or the gateway itself (an error, a
 /// plugin's exit). Kong's `kong.response.get_source()` ("service" / "exit" / "error").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,7 +241,7 @@ impl Serialize for Try<'_> {
         let latency_ns = t.picked.saturating_duration_since(t.start).as_nanos() as u64;
         let mut m = s.serialize_map(None)?;
         match t.ip {
-            Some(ip) => m.serialize_entry("ip", &ip.to_string())?,
+            Some(ip) => m.serialize_entry("ip", &*ip_text(ip))?,
             None => m.serialize_entry("ip", &*t.host)?,
         }
         m.serialize_entry("port", &t.port)?;
@@ -238,7 +287,7 @@ struct Serialized<'a> {
     /// Absent when no try was made (an exit or error before the balancer), as Kong's nil.
     #[serde(skip_serializing_if = "Option::is_none")]
     tries: Option<Tries<'a>>,
-    client_ip: String,
+    client_ip: IpText,
     started_at: u64,
     upstream_uri: &'a str,
     source: &'static str,
@@ -293,7 +342,7 @@ impl<'e> LogEntry<'e> {
                 .spans
                 .filter(|s| !s.tries.borrow().is_empty())
                 .map(Tries),
-            client_ip: d.map(|d| d.client_ip.to_string()).unwrap_or_default(),
+            client_ip: d.map_or(IpText::V6(String::new()), |d| ip_text(d.client_ip)),
             started_at: d.map_or(0, |d| {
                 d.started_at
                     .duration_since(SystemTime::UNIX_EPOCH)
