@@ -473,3 +473,16 @@ async fn keepalive_timeout_closes_idle_and_slow_clients_but_not_busy_ones() {
         .unwrap();
     assert_eq!(r.status(), 200);
 }
+
+/// The harness notices when another process listens on a gateway's proxy port (two
+/// `reuseport` listeners on a port both picked free), and starts that gateway again elsewhere.
+#[test]
+fn a_shared_proxy_port_is_noticed() {
+    let gw = Gateway::with_config("_format_version: \"3.0\"\n").start();
+    assert!(!gw.proxy_port_shared());
+    let other = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    other.set_reuse_port(true).unwrap();
+    other.bind(&gw.proxy.into()).unwrap();
+    other.listen(1).unwrap();
+    assert!(gw.proxy_port_shared());
+}

@@ -356,6 +356,13 @@ impl Gateway {
             if std::net::TcpStream::connect(self.admin).is_ok()
                 && std::net::TcpStream::connect(self.proxy).is_ok()
             {
+                if self.proxy_port_shared() {
+                    return Err(
+                        "cannot bind: a proxy port picked free is shared with another \
+                                process (reuseport)"
+                            .into(),
+                    );
+                }
                 return Ok(());
             }
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -364,6 +371,38 @@ impl Gateway {
             std::thread::sleep(Duration::from_millis(20));
         }
         Err(self.log_text())
+    }
+
+    /// Whether a socket listening on one of the proxy ports belongs to another process: two
+    /// gateways' `reuseport` listeners can share a port both picked free, and a request then
+    /// reaches the other one (seen as a TLS listener's bytes on the plain port).
+    pub fn proxy_port_shared(&self) -> bool {
+        let ports = [self.proxy.port(), self.proxy_tls.port()];
+        let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+            return false;
+        };
+        let listening: Vec<&str> = table
+            .lines()
+            .skip(1)
+            .filter_map(|line| {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                let port = f.get(1)?.rsplit(':').next()?;
+                let port = u16::from_str_radix(port, 16).ok()?;
+                // State 0A: LISTEN; field 9: the socket's inode.
+                (f.get(3) == Some(&"0A") && ports.contains(&port)).then(|| f.get(9).copied())?
+            })
+            .collect();
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{}/fd", self.child.id())) else {
+            return false;
+        };
+        let ours: Vec<String> = fds
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter_map(|l| {
+                let l = l.to_string_lossy().into_owned();
+                Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+            })
+            .collect();
+        listening.iter().any(|i| !ours.iter().any(|o| o == i))
     }
 
     pub fn log_text(&self) -> String {
