@@ -81,26 +81,6 @@ pub fn run(ctx: &WorkerCtx, conn: &ConnInfo, resp: &mut Response<ProxyBody>, rc:
         if settings.headers.request_id {
             kong.push((X_KONG_REQUEST_ID.clone(), rc.request_id.clone()));
         }
-        if let Some(l) = rc.log.as_deref_mut() {
-            // The head as it will be written: the map's, the upstream's kept lines, the plugins'
-            // and Kong's.
-            let fields = |list: &[(HeaderName, HeaderValue)]| -> u64 {
-                list.iter()
-                    .map(|(k, v)| (k.as_str().len() + v.len() + 4) as u64)
-                    .sum()
-            };
-            let raw = resp.body().raw_head().map_or(0, |r| {
-                r.lines
-                    .iter()
-                    .map(|l| u64::from(l[1] - l[0] + l[3] - l[2] + 4))
-                    .sum()
-            });
-            l.response_size = crate::runloop::log::head_size(12, resp.headers())
-                + raw
-                + fields(&outside.plugins)
-                + fields(&outside.kong);
-            l.head_counted = true;
-        }
     } else {
         outside.clear();
         // In the map, in this order: Kong's proxy headers (Via appended, the others replacing
@@ -169,6 +149,33 @@ pub fn run(ctx: &WorkerCtx, conn: &ConnInfo, resp: &mut Response<ProxyBody>, rc:
         resp.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
+    if let Some(l) = rc.log.as_deref_mut() {
+        l.response_size = head_size(resp, head_direct.then(|| ctx.response_extra.borrow()));
+    }
+}
+
+/// The response head's size as it will be written, for the log entry: the map's headers and,
+/// when the head goes out directly, the upstream's kept lines, the plugins' and Kong's.
+fn head_size(
+    resp: &Response<ProxyBody>,
+    outside: Option<std::cell::Ref<'_, crate::http1::server::OutsideHeaders>>,
+) -> u64 {
+    let mut size = crate::runloop::log::head_size(12, resp.headers());
+    if let Some(outside) = outside {
+        let fields = |list: &[(HeaderName, HeaderValue)]| -> u64 {
+            list.iter()
+                .map(|(k, v)| (k.as_str().len() + v.len() + 4) as u64)
+                .sum()
+        };
+        size += resp.body().raw_head().map_or(0, |r| {
+            r.lines
+                .iter()
+                .map(|l| u64::from(l[1] - l[0] + l[3] - l[2] + 4))
+                .sum()
+        }) + fields(&outside.plugins)
+            + fields(&outside.kong);
+    }
+    size
 }
 
 /// Kong's proxy headers for a response from the upstream (Via, X-Kong-Upstream-Latency,

@@ -27,8 +27,6 @@ pub struct LogState {
     pub source: Source,
     pub status: u16,
     pub response_size: u64,
-    /// `response_size` already holds the response head (written straight, outside the map).
-    pub head_counted: bool,
     /// What the request's plugins kept between phases (Kong's `kong.ctx`).
     pub ctx: turnpike_plugins::PluginCtx,
     /// The tracing instrumentations' record, when on.

@@ -350,9 +350,6 @@ fn arm_log(resp: &mut Response<ProxyBody>, mut guard: RequestGuard, rc: &mut Req
         if let Some(d) = l.details.as_deref_mut() {
             d.response_headers = resp.headers().clone();
         }
-        if !l.head_counted {
-            l.response_size = log::head_size(12, resp.headers());
-        }
         guard.log = Some(l);
     }
     resp.body_mut().set_guard(guard);

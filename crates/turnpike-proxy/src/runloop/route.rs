@@ -144,7 +144,6 @@ fn log_state(
         source: Source::Error,
         status: 0,
         response_size: 0,
-        head_counted: false,
         ctx: Default::default(),
         spans: None,
     })
