@@ -91,7 +91,9 @@ impl Configured {
                 o.str("serviceName", n);
             }
             match t.ip {
-                Some(std::net::IpAddr::V4(a)) => o.str("ipv4", &a.to_string()),
+                Some(std::net::IpAddr::V4(a)) => {
+                    o.str("ipv4", &crate::log::ip_text(std::net::IpAddr::V4(a)))
+                }
                 Some(std::net::IpAddr::V6(a)) => o.str("ipv6", &a.to_string()),
                 None => {}
             }
@@ -155,7 +157,9 @@ impl Configured {
         });
         r.object("remoteEndpoint", |o| {
             match t.client_ip {
-                std::net::IpAddr::V4(a) => o.str("ipv4", &a.to_string()),
+                std::net::IpAddr::V4(a) => {
+                    o.str("ipv4", &crate::log::ip_text(std::net::IpAddr::V4(a)))
+                }
                 std::net::IpAddr::V6(a) => o.str("ipv6", &a.to_string()),
             }
             if let Some(n) = &self.default_service_name {
