@@ -37,7 +37,7 @@ pub fn boundary(content_type: &str) -> Option<&str> {
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+    memchr::memmem::find(hay, needle)
 }
 
 /// The field name of a part from its `Content-Disposition` header line.
