@@ -186,6 +186,18 @@ impl Gateway {
             },
             started.elapsed()
         );
+        self.install(snap, started);
+        Ok(())
+    }
+
+    /// Swaps in a snapshot the caller compiled (a declarative file checked by compiling it:
+    /// compiled once, not once to check and once to apply).
+    pub fn apply_compiled(&self, snap: Snapshot) {
+        let _guard = self.reload_lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.install(snap, std::time::Instant::now());
+    }
+
+    fn install(&self, snap: Snapshot, started: std::time::Instant) {
         // What could not be built is left out (or fails closed); everything else applies.
         for p in &snap.problems {
             tracing::error!("config: {p}: left out, the rest of the configuration applies");
@@ -202,7 +214,6 @@ impl Gateway {
         retired.push(old);
         retired.retain(|s| Arc::strong_count(s) > 1);
         self.retired_added.notify_one();
-        Ok(())
     }
 
     /// Starts the thread that frees retired snapshots as soon as nothing holds them: workers

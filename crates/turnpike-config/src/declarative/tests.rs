@@ -196,6 +196,59 @@ services:
     assert_eq!(body["name"], "invalid declarative configuration");
 }
 
+/// A parent's nested lists are entities of their own, read in place: the parent's errors
+/// neither call them unknown fields nor show them in its entity.
+#[test]
+fn errors_of_a_parent_leave_its_nested_entities_out() {
+    let e = err(r#"
+_format_version: "3.0"
+services:
+  - name: bad
+    port: 99999
+    plugins: [{name: key-auth}]
+    routes:
+      - name: r
+        paths: ["/"]
+        bogus: 1
+consumers:
+  - username: alice
+    oops: 1
+    keyauth_credentials: [{key: k}]
+"#);
+    let lines = e.lines().join("\n");
+    assert!(!lines.contains("routes: unknown field"), "{lines}");
+    assert!(
+        !lines.contains("keyauth_credentials: unknown field"),
+        "{lines}"
+    );
+    assert!(lines.contains("oops: unknown field"), "{lines}");
+    assert!(
+        lines.contains("in services.1.routes.1 (route 'r'): bogus: unknown field"),
+        "{lines}"
+    );
+    let flat = e.flattened();
+    let service = flat
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["entity_type"] == "service")
+        .unwrap();
+    assert_eq!(service["entity"]["port"], 99999, "{service}");
+    assert!(service["entity"].get("routes").is_none(), "{service}");
+    assert!(service["entity"].get("plugins").is_none(), "{service}");
+    let consumer = flat
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["entity_type"] == "consumer")
+        .unwrap();
+    assert!(
+        consumer["entity"].get("keyauth_credentials").is_none(),
+        "{consumer}"
+    );
+    assert_eq!(e.fields()["consumers"][0]["oops"], "unknown field");
+}
+
 #[test]
 fn format_version_rules() {
     assert!(err("services: []").lines()[0].contains("_format_version: required field missing"));
