@@ -26,12 +26,14 @@ pub use entities::*;
 pub use errors::{DeclarativeError, EntityError};
 
 mod config;
+mod loader;
 mod migrate;
 mod refs;
 mod registry;
 mod text;
 
 pub use config::*;
+use loader::Loader;
 use migrate::*;
 use refs::*;
 pub use registry::*;
@@ -267,299 +269,19 @@ fn load_inner(
         );
     }
 
-    // 2. Ids: given, or Kong's deterministic UUIDv5, or random where Kong uses a random one.
-    for i in 0..items.len() {
-        let id = match items[i].map.get("id") {
-            Some(Value::String(s)) => s.to_ascii_lowercase(),
-            _ => generate_id(&items, i),
-        };
-        items[i].id = id;
-    }
-
-    // 3. Validate each entity.
-    let now = now_secs();
-    let mut cfg = Config {
-        format_version: format_version.clone(),
-        transform,
-        ..Default::default()
-    };
-    // Each list at its exact size: grown by doubling, a 100k-route config's list kept 31% of
-    // its 46 MB empty for the snapshot's life.
-    let count = |of: fn(Kind) -> bool| items.iter().filter(|it| of(it.kind)).count();
-    cfg.services.reserve_exact(count(|k| k == Kind::Service));
-    cfg.routes.reserve_exact(count(|k| k == Kind::Route));
-    cfg.upstreams.reserve_exact(count(|k| k == Kind::Upstream));
-    cfg.targets.reserve_exact(count(|k| k == Kind::Target));
-    cfg.consumers.reserve_exact(count(|k| k == Kind::Consumer));
-    cfg.plugins.reserve_exact(count(|k| k == Kind::Plugin));
-    cfg.credentials
-        .reserve_exact(count(|k| matches!(k, Kind::Credential(_))));
-    let mut errs: Vec<Vec<(String, String)>> = vec![Vec::new(); items.len()];
-    // (kind, position in cfg vector) per item, and unresolved references per item.
-    let mut slot: Vec<usize> = vec![usize::MAX; items.len()];
-    let mut refs: Vec<Vec<(&'static str, String)>> = vec![Vec::new(); items.len()];
-    let mut transient_snis: Vec<(usize, Vec<String>)> = Vec::new();
-    // One copy of each id that foreign keys name, whatever the number of children.
-    let mut shared_ids = refs::SharedIds::new(items.len());
-    for (i, it) in items.iter().enumerate() {
-        let id = it.id.as_str();
-        let e = &mut errs[i];
-        let before = e.len();
-        match it.kind {
-            Kind::Service => {
-                let (s, er) = entities::service(it.map, id, now);
-                e.extend(er);
-                slot[i] = cfg.services.len();
-                cfg.services.push(s);
-            }
-            Kind::Route => {
-                let (r, svc, er) = entities::route(it.map, id, now);
-                e.extend(er);
-                if let Some(s) = svc {
-                    refs[i].push(("service", s));
-                }
-                slot[i] = cfg.routes.len();
-                cfg.routes.push(std::sync::Arc::new(r));
-            }
-            Kind::Upstream => {
-                let (u, er) = entities::upstream(it.map, id, now);
-                e.extend(er);
-                slot[i] = cfg.upstreams.len();
-                cfg.upstreams.push(u);
-            }
-            Kind::Target => {
-                let (t, up, er) = entities::target(it.map, id, now * 1000);
-                e.extend(er);
-                if let Some(u) = up {
-                    refs[i].push(("upstream", u));
-                }
-                slot[i] = cfg.targets.len();
-                cfg.targets.push(t);
-            }
-            Kind::Consumer => {
-                let (c, er) = entities::consumer(it.map, id, now);
-                e.extend(er);
-                slot[i] = cfg.consumers.len();
-                cfg.consumers.push(c);
-            }
-            Kind::Plugin => {
-                let (mut p, r, er) = entities::plugin(it.map, id, now);
-                e.extend(er);
-                e.extend(check_plugin_config(plugins, &mut p));
-                for (field, v) in [
-                    ("route", r.route),
-                    ("service", r.service),
-                    ("consumer", r.consumer),
-                ] {
-                    if let Some(v) = v {
-                        refs[i].push((field, v));
-                    }
-                }
-                slot[i] = cfg.plugins.len();
-                cfg.plugins.push(p);
-            }
-            Kind::Certificate => {
-                let (c, names, er) = entities::certificate(it.map, id, now);
-                e.extend(er);
-                if let Some(n) = names {
-                    transient_snis.push((i, n));
-                }
-                slot[i] = cfg.certificates.len();
-                cfg.certificates.push(c);
-            }
-            Kind::Sni => {
-                let (s, cert, er) = entities::sni(it.map, id, now);
-                e.extend(er);
-                if let Some(c) = cert {
-                    refs[i].push(("certificate", c));
-                }
-                slot[i] = cfg.snis.len();
-                cfg.snis.push(s);
-            }
-            Kind::CaCertificate => {
-                let (c, er) = entities::ca_certificate(it.map, id, now);
-                e.extend(er);
-                slot[i] = cfg.ca_certificates.len();
-                cfg.ca_certificates.push(c);
-            }
-            Kind::Credential(k) => {
-                let (c, consumer, er) = entities::credential(k, it.map, id, now);
-                e.extend(er);
-                if let Some(c) = consumer {
-                    refs[i].push(("consumer", c));
-                }
-                slot[i] = cfg.credentials.len();
-                cfg.credentials.push(c);
-            }
-            Kind::Record(k) => {
-                let (r, parent, er) = records::read(k, it.map, id, now);
-                e.extend(er);
-                if let (Some(p), Some((field, _))) = (parent, records::RECORDS[k].parent) {
-                    refs[i].push((field, p));
-                }
-                slot[i] = cfg.records.len();
-                cfg.records.push(r);
-            }
-        }
-        if it.nested {
-            let mut k = 0;
-            e.retain(|(field, msg)| {
-                k += 1;
-                k <= before || !(msg == "unknown field" && it.is_child_key(field, plugins))
-            });
-        }
-        // A child nested under a parent takes the parent's id, and may not name another.
-        if let (Some(p), Some(ck)) = (it.parent, it.child_key) {
-            let p = p as usize;
-            if refs[i].iter().any(|(f, _)| *f == ck) {
-                errs[i].push((ck.into(), "value must be null".into()));
-            }
-            let pid = shared_ids.of_item(p, &items[p].id);
-            refs[i].retain(|(f, _)| *f != ck);
-            set_fk(&mut cfg, it.kind, slot[i], ck, pid);
-        }
-    }
-
-    // Transient certificate `snis` become sni entities (ids from their names, as Kong does).
-    for (i, names) in transient_snis {
-        for name in names {
-            let id = ids::entity_id("snis", &name.to_ascii_lowercase());
-            cfg.snis.push(Sni {
-                id,
-                created_at: now,
-                updated_at: now,
-                name: name.to_ascii_lowercase(),
-                certificate: ForeignKey {
-                    id: items[i].id.as_str().into(),
-                },
-                tags: None,
-            });
-        }
-    }
-
-    // 4. Resolve references by id or endpoint key: looked up first, set after (the index
-    // borrows the entities the keys are set on).
-    let target_of = |field: &str| match field {
-        "service" => "services",
-        "route" => "routes",
-        "consumer" => "consumers",
-        "upstream" => "upstreams",
-        "certificate" => "certificates",
-        "set" => "key_sets",
-        _ => unreachable!(),
-    };
-    let mut tables: Vec<&'static str> = Vec::new();
-    for (f, _) in refs.iter().flatten() {
-        if !tables.contains(&target_of(f)) {
-            tables.push(target_of(f));
-        }
-    }
-    let mut resolved: Vec<(usize, &'static str, std::sync::Arc<str>)> = Vec::new();
-    if !tables.is_empty() {
-        let index = KeyIndex::build(&cfg, &tables);
-        for i in 0..items.len() {
-            for (field, value) in std::mem::take(&mut refs[i]) {
-                let target = target_of(field);
-                match index.resolve(target, &value) {
-                    Some(id) => resolved.push((i, field, shared_ids.intern(id))),
-                    None => errs[i].push((
-                        "@entity".into(),
-                        format!(
-                            "invalid reference '{field}: {value}' (no such entry in '{target}')"
-                        ),
-                    )),
-                }
-            }
-        }
-    }
-    for (i, field, id) in resolved {
-        set_fk(&mut cfg, items[i].kind, slot[i], field, id);
-    }
-    for (i, it) in items.iter().enumerate() {
-        match it.kind {
-            Kind::Target if cfg.targets[slot[i]].upstream.id.is_empty() => {
-                errs[i].push(("upstream".into(), fields::REQUIRED.into()))
-            }
-            Kind::Sni if cfg.snis[slot[i]].certificate.id.is_empty() => {
-                errs[i].push(("certificate".into(), fields::REQUIRED.into()))
-            }
-            Kind::Credential(k) if !k.spec.foreign.iter().any(|f| f.field == "consumer") => errs[i]
-                .push((
-                    "@entity".into(),
-                    format!(
-                        "{} are kept in a database only; a declarative config cannot hold them",
-                        k.spec.table
-                    ),
-                )),
-            Kind::Credential(_) if cfg.credentials[slot[i]].consumer.id.is_empty() => {
-                errs[i].push(("consumer".into(), fields::REQUIRED.into()))
-            }
-            Kind::Plugin => {
-                if let Some(e) = check_plugin_scope(plugins, &cfg.plugins[slot[i]]) {
-                    errs[i].push(e)
-                }
-            }
-            _ => {}
-        }
-    }
-
-    // 5. Uniqueness: primary keys per table and Kong's unique fields. Keys borrowed from the
-    // entities (a 100k-consumer config cloned 51 MB of them), their (table, field) numbered:
-    // 24-byte entries rather than 64 (34 MB of a 10k-service, 100k-consumer load's peak).
-    let target_keys: Vec<String> = cfg
-        .targets
-        .iter()
-        .map(|t| format!("{}:{}", t.upstream.id, t.target))
-        .collect();
-    let mut seen = Unique::with_capacity(items.len() * 2);
-    for (i, it) in items.iter().enumerate() {
-        let table = it.kind.table();
-        let e = &mut errs[i];
-        seen.check(table, "id", Some(&it.id), e);
-        let s = slot[i];
-        match it.kind {
-            Kind::Service => seen.check(table, "name", cfg.services[s].name.as_deref(), e),
-            Kind::Route => seen.check(table, "name", cfg.routes[s].name.as_deref(), e),
-            Kind::Upstream => seen.check(table, "name", Some(&cfg.upstreams[s].name), e),
-            Kind::Consumer => {
-                let c = &cfg.consumers[s];
-                seen.check(table, "username", c.username.as_deref(), e);
-                seen.check(table, "custom_id", c.custom_id.as_deref(), e);
-            }
-            Kind::Sni => seen.check(table, "name", Some(&cfg.snis[s].name), e),
-            Kind::Record(k) => {
-                let ek = records::RECORDS[k].endpoint_key;
-                let v = cfg.records[s].fields.get(ek).and_then(|v| v.as_str());
-                seen.check(table, ek, v, e)
-            }
-            Kind::Target => seen.check(table, "target", Some(&target_keys[s]), e),
-            Kind::Credential(k) => {
-                if let Some(f) = k.spec.endpoint_key {
-                    let v = cfg.credentials[s].fields.get(f).and_then(|v| v.as_str());
-                    seen.check(table, f, v, e);
-                }
-            }
-            _ => {}
-        }
-    }
-    drop(seen);
-    let mut sni_seen = std::collections::HashSet::new();
-    for s in &cfg.snis {
-        if !sni_seen.insert(s.name.clone()) {
-            top_errors.push((
-                "snis".into(),
-                format!(
-                    "uniqueness violation: 'snis' entity with name set to '{}' already declared",
-                    s.name
-                ),
-            ));
-        }
-    }
-
+    let mut loader = Loader::new(plugins, format_version, transform);
+    loader.reserve(&items);
+    loader.read(&mut items, 0);
+    loader.finish();
+    let Loader {
+        mut cfg,
+        errs,
+        top_errors: more,
+        ..
+    } = loader;
+    top_errors.extend(more);
     let entity_errors: Vec<EntityError> = errs
         .into_iter()
-        .enumerate()
-        .filter(|(_, e)| !e.is_empty())
         .map(|(i, e)| {
             let it = &items[i];
             EntityError::new(
@@ -579,48 +301,6 @@ fn load_inner(
     }
     cfg.hash = hash.unwrap_or_else(|| ids::config_hash(input));
     Ok(cfg)
-}
-
-/// Kong's uniqueness rule: a value of a unique field already declared by another entity of
-/// the table is an error of this one. Values are kept per (table, field) group, by number.
-struct Unique<'a> {
-    groups: Vec<(&'static str, &'static str)>,
-    seen: std::collections::HashSet<(u16, &'a str), foldhash::fast::RandomState>,
-}
-
-impl<'a> Unique<'a> {
-    fn with_capacity(n: usize) -> Unique<'a> {
-        Unique {
-            groups: Vec::new(),
-            seen: std::collections::HashSet::with_capacity_and_hasher(n, Default::default()),
-        }
-    }
-
-    fn check(
-        &mut self,
-        table: &'static str,
-        field: &'static str,
-        value: Option<&'a str>,
-        errs: &mut Vec<(String, String)>,
-    ) {
-        let Some(v) = value else { return };
-        let g = match self.groups.iter().position(|x| *x == (table, field)) {
-            Some(g) => g,
-            None => {
-                self.groups.push((table, field));
-                self.groups.len() - 1
-            }
-        };
-        if !self.seen.insert((g as u16, v)) {
-            let what = if field == "id" { "primary key" } else { field };
-            errs.push((
-                "@entity".into(),
-                format!(
-                    "uniqueness violation: '{table}' entity with {what} set to '{v}' already declared"
-                ),
-            ));
-        }
-    }
 }
 
 #[allow(clippy::too_many_arguments)]

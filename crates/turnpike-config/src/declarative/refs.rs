@@ -24,6 +24,9 @@ impl SharedIds {
 
     /// The id of item `i`, `id`.
     pub(super) fn of_item(&mut self, i: usize, id: &str) -> Arc<str> {
+        if i >= self.by_item.len() {
+            self.by_item.resize(i + 1, None);
+        }
         let a = self.by_item[i].get_or_insert_with(|| id.into()).clone();
         if let Some(set) = &mut self.by_id {
             set.insert(a.clone());
