@@ -695,20 +695,28 @@ fn load_config(
     check_hash: bool,
     flatten: bool,
 ) -> Resp {
-    // Kong accepts the config itself, or `{"config": "<yaml or json text>"}`.
-    let value = match declarative::parse_text(text) {
-        Ok(Value::Object(m)) if m.len() == 1 && m.get("config").is_some_and(|c| c.is_string()) => {
-            match declarative::parse_text(m["config"].as_str().unwrap()) {
+    let loaded = match declarative::load_json_streaming(text, plugins) {
+        // A valid JSON config, read entity by entity (never held whole as values).
+        Some(cfg) => Ok(cfg),
+        None => {
+            // Kong accepts the config itself, or `{"config": "<yaml or json text>"}`.
+            let value = match declarative::parse_text(text) {
+                Ok(Value::Object(m))
+                    if m.len() == 1 && m.get("config").is_some_and(|c| c.is_string()) =>
+                {
+                    match declarative::parse_text(m["config"].as_str().unwrap()) {
+                        Ok(v) => v,
+                        Err(e) => return declarative_error(&e, flatten),
+                    }
+                }
                 Ok(v) => v,
                 Err(e) => return declarative_error(&e, flatten),
-            }
+            };
+            // The parsed document is as large as the config it describes: dropped here,
+            // before compiling.
+            declarative::load(&value, plugins)
         }
-        Ok(v) => v,
-        Err(e) => return declarative_error(&e, flatten),
     };
-    let loaded = declarative::load(&value, plugins);
-    // The parsed document is as large as the config it describes: gone before compiling.
-    drop(value);
     let cfg = match loaded {
         Ok(c) => c,
         Err(e) => return declarative_error(&e, flatten),

@@ -16,10 +16,58 @@ pub fn entity_id(table: &str, key: &str) -> String {
 
 /// A digest of the declarative input, independent of key order: 32 hex characters, the width of
 /// Kong's `configuration_hash`.
+///
+/// A document's top-level fields are digested one by one and the digests combined in key
+/// order, so that a reader streaming the document (`declarative::stream`) gets the same hash
+/// without holding the whole of it.
 pub fn config_hash(v: &Value) -> String {
+    match v {
+        Value::Object(m) => hash_of_parts(m.iter().map(|(k, v)| (k.as_str(), digest(v))).collect()),
+        other => hex::encode(&digest(other)[..16]),
+    }
+}
+
+/// The digest of one value, independent of key order.
+pub(crate) fn digest(v: &Value) -> [u8; 32] {
     let mut h = Sha256::new();
     feed(&mut h, v);
+    h.finalize().into()
+}
+
+/// The config hash from the digests of a document's top-level fields (any order).
+pub(crate) fn hash_of_parts(mut parts: Vec<(&str, [u8; 32])>) -> String {
+    parts.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    let mut h = Sha256::new();
+    h.update(b"{");
+    for (k, d) in parts {
+        h.update(k.as_bytes());
+        h.update(b":");
+        h.update(d);
+        h.update(b",");
+    }
+    h.update(b"}");
     hex::encode(&h.finalize()[..16])
+}
+
+/// An array's digest built element by element, as `digest` builds it from the whole array.
+pub(crate) struct ArrayDigest(Sha256);
+
+impl ArrayDigest {
+    pub(crate) fn new() -> ArrayDigest {
+        let mut h = Sha256::new();
+        h.update(b"[");
+        ArrayDigest(h)
+    }
+
+    pub(crate) fn push(&mut self, v: &Value) {
+        feed(&mut self.0, v);
+        self.0.update(b",");
+    }
+
+    pub(crate) fn finish(mut self) -> [u8; 32] {
+        self.0.update(b"]");
+        self.0.finalize().into()
+    }
 }
 
 fn feed(h: &mut Sha256, v: &Value) {

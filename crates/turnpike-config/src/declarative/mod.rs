@@ -30,6 +30,7 @@ mod loader;
 mod migrate;
 mod refs;
 mod registry;
+mod stream;
 mod text;
 
 pub use config::*;
@@ -177,9 +178,25 @@ fn item_path(items: &[Item], i: usize) -> Vec<(&'static str, usize)> {
 }
 
 /// Loads and validates declarative config text.
+/// A JSON document is read entity by entity ([`load_json_streaming`]); any other, and one
+/// with errors, whole.
 pub fn load_str(text: &str, plugins: &dyn PluginRegistry) -> Result<Config, DeclarativeError> {
+    if let Some(cfg) = load_json_streaming(text, plugins) {
+        return Ok(cfg);
+    }
     let v = parse_text(text)?;
     load(&v, plugins)
+}
+
+/// Reads a valid JSON document entity by entity, never holding it whole as values: the
+/// config, equal to what [`load`] makes of the document (its hash included). `None` for text
+/// that is not JSON, that has errors (which [`load`] then reports) or that needs the whole
+/// document (formats 1.1 and 2.1, `_format_version` after the entities, a field given twice).
+pub fn load_json_streaming(text: &str, plugins: &dyn PluginRegistry) -> Option<Config> {
+    if !text.trim_start().starts_with('{') {
+        return None;
+    }
+    stream::load_json(text, plugins)
 }
 
 fn now_secs() -> i64 {
@@ -325,49 +342,76 @@ fn collect<'a>(
         return;
     };
     for (i, v) in arr.iter().enumerate() {
-        let mut path = parent_path.to_vec();
-        path.push((table, i + 1));
-        // Certificates may list plain sni names: those are not entities of their own.
-        if kind == Kind::Sni && parent.is_some() && v.is_string() {
-            continue;
-        }
-        let Value::Object(map) = v else {
-            top_errors.push((path_str(&path), "expected a record".into()));
-            continue;
-        };
-        let idx = items.len();
-        items.push(Item {
+        collect_entity(
+            plugins,
             kind,
-            map,
-            nested: map.keys().any(|k| is_nested(kind, k, plugins)),
-            pos: (i + 1) as u32,
-            parent: parent.map(|p| p as u32),
+            v,
+            i + 1,
+            parent,
             child_key,
-            id: String::new(),
-        });
-        for (child_table, fk) in kind.children(plugins) {
-            if let Some(cv) = map.get(child_table) {
-                if kind == Kind::Certificate
-                    && child_table == "snis"
-                    && cv
-                        .as_array()
-                        .is_some_and(|a| a.iter().all(|x| x.is_string()))
-                {
-                    continue;
-                }
-                let ck = Kind::from_table(child_table, plugins).unwrap();
-                collect(
-                    plugins,
-                    ck,
-                    ck.table(),
-                    cv,
-                    Some(idx),
-                    Some(fk),
-                    &path,
-                    items,
-                    top_errors,
-                );
+            parent_path,
+            items,
+            top_errors,
+        );
+    }
+}
+
+/// Collects the entity `v`, at 1-based position `pos` of its list, and its nested children.
+#[allow(clippy::too_many_arguments)]
+fn collect_entity<'a>(
+    plugins: &dyn PluginRegistry,
+    kind: Kind,
+    v: &'a Value,
+    pos: usize,
+    parent: Option<usize>,
+    child_key: Option<&'static str>,
+    parent_path: &[(&'static str, usize)],
+    items: &mut Vec<Item<'a>>,
+    top_errors: &mut Vec<(String, String)>,
+) {
+    let table = kind.table();
+    let mut path = parent_path.to_vec();
+    path.push((table, pos));
+    // Certificates may list plain sni names: those are not entities of their own.
+    if kind == Kind::Sni && parent.is_some() && v.is_string() {
+        return;
+    }
+    let Value::Object(map) = v else {
+        top_errors.push((errors::render_path(&path), "expected a record".into()));
+        return;
+    };
+    let idx = items.len();
+    items.push(Item {
+        kind,
+        map,
+        nested: map.keys().any(|k| is_nested(kind, k, plugins)),
+        pos: pos as u32,
+        parent: parent.map(|p| p as u32),
+        child_key,
+        id: String::new(),
+    });
+    for (child_table, fk) in kind.children(plugins) {
+        if let Some(cv) = map.get(child_table) {
+            if kind == Kind::Certificate
+                && child_table == "snis"
+                && cv
+                    .as_array()
+                    .is_some_and(|a| a.iter().all(|x| x.is_string()))
+            {
+                continue;
             }
+            let ck = Kind::from_table(child_table, plugins).unwrap();
+            collect(
+                plugins,
+                ck,
+                ck.table(),
+                cv,
+                Some(idx),
+                Some(fk),
+                &path,
+                items,
+                top_errors,
+            );
         }
     }
 }

@@ -639,3 +639,127 @@ routes:
     assert_eq!(&*fks[0], c.services[0].id);
     assert!(fks.iter().all(|id| std::sync::Arc::ptr_eq(id, &fks[0])));
 }
+
+/// Timestamps aside (each reader takes the clock), a JSON document read entity by entity
+/// gives the config the whole-document reader gives, hash included.
+#[test]
+fn streaming_reader_equals_the_document_reader() {
+    fn strip_times(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                m.remove("created_at");
+                m.remove("updated_at");
+                // A key-auth key's id is random (its key is generated when absent).
+                if m.contains_key("key") {
+                    m.remove("id");
+                }
+                m.values_mut().for_each(strip_times);
+            }
+            Value::Array(a) => a.iter_mut().for_each(strip_times),
+            _ => {}
+        }
+    }
+    let docs = [
+        serde_json::json!({
+            "_format_version": "3.0",
+            "_transform": false,
+            "_comment": "all kinds",
+            "services": [
+                {"name": "a", "url": "http://a.example:8080/p", "tags": ["t"],
+                 "routes": [{"name": "ra", "paths": ["/a", "~/re$"], "methods": ["GET"],
+                             "plugins": [{"name": "key-auth"}]}],
+                 "plugins": [{"name": "rate-limiting", "config": {"minute": 5}}]},
+                {"name": "b", "host": "b.example", "enabled": false}
+            ],
+            "routes": [{"name": "rb", "hosts": ["x.example"], "service": "b"},
+                       {"id": "0A9B8C1E-0000-4000-8000-000000000001", "paths": ["/id"],
+                        "service": {"name": "a"}}],
+            "upstreams": [{"name": "up", "targets": [{"target": "10.0.0.1:80", "weight": 5}]}],
+            "targets": [{"target": "10.0.0.2:80", "upstream": "up"}],
+            "consumers": [
+                {"username": "alice", "custom_id": "c-1",
+                 "keyauth_credentials": [{"key": "k1"}, {"key": "k2", "tags": ["x"]}],
+                 "basicauth_credentials": [{"username": "alice", "password": "pw"}],
+                 "acls": [{"group": "admins"}],
+                 "plugins": [{"name": "cors"}]},
+                {"username": "bob"}
+            ],
+            "keyauth_credentials": [{"key": "k3", "consumer": "bob"}],
+            "plugins": [{"name": "prometheus"}, {"name": "acl", "route": "ra",
+                         "config": {"allow": ["admins"]}}]
+        }),
+        serde_json::json!({"_format_version": "3.0"}),
+        serde_json::json!({"_format_version": "3.0", "services": []}),
+    ];
+    /// Every plugin enabled, its config as given.
+    struct Any;
+    impl PluginRegistry for Any {
+        fn check(&self, _: &str, config: &Value) -> Option<Result<Value, Vec<(String, String)>>> {
+            Some(Ok(config.clone()))
+        }
+        fn entities(&self) -> &'static [&'static PluginEntity] {
+            Credentials.entities()
+        }
+        fn allows_consumer(&self, _name: &str) -> bool {
+            true
+        }
+    }
+    for doc in docs {
+        let text = doc.to_string();
+        let whole = load(&doc, &Any).unwrap_or_else(|e| panic!("{e}"));
+        let streamed = load_json_streaming(&text, &Any).expect("read by the stream");
+        let (mut a, mut b) = (streamed.to_json(), whole.to_json());
+        strip_times(&mut a);
+        strip_times(&mut b);
+        assert_eq!(a, b);
+        assert_eq!(streamed.hash, whole.hash);
+        assert_eq!(streamed.transform, whole.transform);
+        assert_eq!(streamed.credentials.len(), whole.credentials.len());
+    }
+}
+
+/// Documents with errors, and those that need the whole document, are left to the document
+/// reader: `load_str` reports the same errors whatever the format.
+#[test]
+fn streaming_reader_leaves_errors_and_old_formats_to_the_document_reader() {
+    let left = [
+        r#"{"_format_version": "3.0", "services": [{"name": "a", "port": 99999}]}"#,
+        r#"{"_format_version": "3.0", "routes": [{"paths": ["/"], "service": "nope"}]}"#,
+        r#"{"_format_version": "3.0", "consumers": [{"username": "a"}, {"username": "a"}]}"#,
+        r#"{"_format_version": "3.0", "consumers": [{"username": "a", "keyauth_credentials": [{"key": "k"}]}, {"username": "b", "keyauth_credentials": [{"key": "k"}]}]}"#,
+        r#"{"_format_version": "3.0", "bogus": []}"#,
+        r#"{"_format_version": "3.0", "services": {}}"#,
+        r#"{"_format_version": "3.0", "services": [1]}"#,
+        r#"{"services": [{"name": "a", "host": "h"}], "_format_version": "3.0"}"#,
+        r#"{"_format_version": "1.1", "services": [{"name": "a", "host": "h", "routes": [{"paths": ["/x$"]}]}]}"#,
+        r#"{"_format_version": "3.0", "services": [], "services": []}"#,
+        r#"{"_format_version": "3.0"} trailing"#,
+        r#"{"_format_version": "3.0", "_transform": "yes"}"#,
+    ];
+    for text in left {
+        assert!(load_json_streaming(text, &Credentials).is_none(), "{text}");
+        let v: Result<Value, _> = serde_json::from_str(text);
+        let direct = match v {
+            Ok(v) => load(&v, &Credentials)
+                .map(|c| c.hash)
+                .map_err(|e| e.to_string()),
+            Err(_) => Err("unparsable".into()),
+        };
+        let via = load_str(text, &Credentials)
+            .map(|c| c.hash)
+            .map_err(|e| e.to_string());
+        match (direct, via) {
+            (Err(_), Err(_)) | (Ok(_), Ok(_)) => {}
+            (a, b) => panic!("{text}: {a:?} vs {b:?}"),
+        }
+    }
+    // Moved `_format_version` and old formats still load, through the document reader.
+    assert!(load_str(left[7], &Credentials).is_ok());
+    let old = load_str(left[8], &Credentials).unwrap();
+    assert_eq!(old.routes[0].paths.as_ref().unwrap()[0], "~/x$");
+    let e = load_str(left[0], &Credentials).unwrap_err().to_string();
+    assert!(
+        e.contains("port: value should be between 0 and 65535"),
+        "{e}"
+    );
+}
