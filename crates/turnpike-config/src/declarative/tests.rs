@@ -763,3 +763,31 @@ fn streaming_reader_leaves_errors_and_old_formats_to_the_document_reader() {
         "{e}"
     );
 }
+
+/// A credential keeps only its set fields, and is still written with every field of its
+/// entity, null when not set, as Kong writes it.
+#[test]
+fn credentials_keep_set_fields_and_write_every_field() {
+    let c = ok(r#"
+_format_version: "3.0"
+consumers:
+  - username: alice
+    keyauth_credentials:
+      - key: k1
+      - key: k2
+        ttl: 60
+        tags: [a]
+"#);
+    let j = |i: usize| serde_json::to_value(&c.credentials[i]).unwrap();
+    let first = j(0);
+    assert_eq!(first["key"], "k1");
+    assert!(first.get("ttl").is_some_and(Value::is_null), "{first}");
+    assert!(first.get("tags").is_some_and(Value::is_null), "{first}");
+    assert_eq!(first["consumer"]["id"], *c.consumers[0].id);
+    assert_eq!(c.credentials[0].fields.get("ttl"), None);
+    let names: Vec<&str> = c.credentials[0].fields.iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["key", "ttl", "tags"]);
+    let second = j(1);
+    assert_eq!(second["ttl"], 60);
+    assert_eq!(second["tags"], serde_json::json!(["a"]));
+}

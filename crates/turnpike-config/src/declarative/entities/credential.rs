@@ -66,10 +66,18 @@ pub fn credential(
 
 /// A credential's own fields, in their order. A snapshot holds one per credential (100k
 /// consumers with keys: 100k of these), so they are a boxed slice named by the plugin's
-/// entity spec (`&'static str`), not a map with its hash table and a copy of each name:
-/// a key-auth key's fields cost 144 bytes here against 364 as a `serde_json::Map`.
+/// entity spec (`&'static str`), not a map with its hash table and a copy of each name, and
+/// null fields are not kept (a `Value` is 80 bytes): a key-auth key's fields cost 96 bytes
+/// here, against 288 with its null `ttl` and `tags`, and 364 as a `serde_json::Map`.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct CredentialFields(Box<[(&'static str, Value)]>);
+pub struct CredentialFields {
+    /// The entity's own fields, written null when not set (`tags` too).
+    names: &'static [(&'static str, FieldKind)],
+    /// The fields that are set: own fields, `tags`, other foreign keys.
+    set: Box<[(&'static str, Value)]>,
+}
+
+static NULL: Value = Value::Null;
 
 impl CredentialFields {
     /// The fields of `map` the spec names (its own fields, `tags` and foreign keys); the
@@ -82,31 +90,48 @@ impl CredentialFields {
             .chain(["tags"])
             .chain(spec.spec.foreign.iter().map(|fk| fk.field));
         let static_name = |k: &str| names.clone().find(|n| *n == k);
-        CredentialFields(
-            map.into_iter()
+        CredentialFields {
+            names: spec.fields,
+            set: map
+                .into_iter()
+                .filter(|(_, v)| !v.is_null())
                 .filter_map(|(k, v)| {
                     let name = static_name(&k);
                     debug_assert!(name.is_some(), "{k} is no field of {}", spec.spec.table);
                     Some((name?, v))
                 })
                 .collect(),
-        )
+        }
     }
 
+    /// A field's value; `None` when it is null or not a field of the entity.
     pub fn get(&self, name: &str) -> Option<&Value> {
-        self.0.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
+        self.set.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
     }
 
+    /// Every field, in order: the entity's own fields and `tags` (null when not set), then
+    /// the other foreign keys that are set.
     pub fn iter(&self) -> impl Iterator<Item = (&'static str, &Value)> {
-        self.0.iter().map(|(n, v)| (*n, v))
+        let own = self
+            .names
+            .iter()
+            .map(|(n, _)| *n)
+            .chain(["tags"])
+            .map(|n| (n, self.get(n).unwrap_or(&NULL)));
+        let others = self
+            .set
+            .iter()
+            .filter(|(n, _)| *n != "tags" && !self.names.iter().any(|(o, _)| o == n))
+            .map(|(n, v)| (*n, v));
+        own.chain(others)
     }
 }
 
 impl Serialize for CredentialFields {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(Some(self.0.len()))?;
-        for (k, v) in self.0.iter() {
+        let mut m = s.serialize_map(None)?;
+        for (k, v) in self.iter() {
             m.serialize_entry(k, v)?;
         }
         m.end()
