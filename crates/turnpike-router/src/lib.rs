@@ -98,8 +98,8 @@ enum ValueMatch {
 #[derive(Debug)]
 enum PathMatch {
     Any,
-    /// Shared with the index's keys.
-    Prefix(Vec<Arc<str>>),
+    /// Shared with the index's keys; one path inline (most routes have one).
+    Prefix(smallvec::SmallVec<[Arc<str>; 1]>),
     Regex(Vec<Regex>),
 }
 
@@ -112,11 +112,25 @@ struct Matcher {
     /// Kong's last tie-break, file order: the route's position at the full build, and after
     /// that a number past every other route's for a route added by a patch.
     order: usize,
+    paths: PathMatch,
+    /// Methods, hosts, headers and SNIs, when the route has any: most routes have a path
+    /// only, and these four lists inline made a matcher 176 bytes rather than 88 (9 MB at
+    /// 100k routes).
+    filters: Option<Box<Filters>>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Filters {
     methods: Option<Vec<Box<str>>>,
     hosts: Option<Vec<HostPattern>>,
     headers: Vec<(http::HeaderName, Vec<ValueMatch>)>,
-    paths: PathMatch,
     snis: Option<Vec<HostPattern>>,
+}
+
+impl Matcher {
+    fn hosts(&self) -> Option<&Vec<HostPattern>> {
+        self.filters.as_ref()?.hosts.as_ref()
+    }
 }
 
 impl Matcher {
@@ -378,7 +392,7 @@ fn route_matchers(
                 groups.push(PathMatch::Regex(regexes));
             }
             for (_, ps) in by_len.into_iter().rev() {
-                groups.push(PathMatch::Prefix(ps));
+                groups.push(PathMatch::Prefix(ps.into_iter().collect()));
             }
         }
     }
@@ -420,6 +434,15 @@ fn compile(
         .filter(|h| !h.is_empty())
         .map(|h| h.iter().map(|s| host_pattern(s)).collect());
     let (headers, groups) = route_matchers(route)?;
+    let filters = (methods.is_some() || hosts.is_some() || snis.is_some() || !headers.is_empty())
+        .then(|| {
+            Box::new(Filters {
+                methods,
+                hosts,
+                headers,
+                snis,
+            })
+        });
     let entry = RouteEntry {
         route_index: slot as usize,
         service_index: service.map(|s| s.0),
@@ -439,11 +462,8 @@ fn compile(
             priority: priority(route, &paths),
             created_at: route.created_at,
             order,
-            methods: methods.clone(),
-            hosts: hosts.clone(),
-            headers: headers.clone(),
             paths,
-            snis: snis.clone(),
+            filters: filters.clone(),
         })
         .collect();
     Ok((Some(entry), matchers))
@@ -573,7 +593,7 @@ impl Router {
                 b.remove(m, id)
             }
         };
-        match &m.hosts {
+        match m.hosts() {
             None => apply(&mut self.any_host),
             Some(hs) => {
                 let mut wildcard_done = false;
@@ -646,36 +666,38 @@ impl Router {
     }
 
     fn check<'r>(&'r self, m: &Matcher, req: &RequestView) -> Option<Match<'r>> {
-        if let Some(methods) = &m.methods {
-            if !methods.iter().any(|x| &**x == req.method) {
-                return None;
-            }
-        }
-        if let Some(hosts) = &m.hosts {
-            if !hosts.iter().any(|h| h.matches(req.host, req.port)) {
-                return None;
-            }
-        }
-        if let Some(snis) = &m.snis {
-            let sni = req.sni?;
-            if !snis.iter().any(|h| h.matches(sni, 0)) {
-                return None;
-            }
-        }
-        for (name, values) in &m.headers {
-            let mut ok = false;
-            for hv in req.headers.get_all(name) {
-                let Ok(s) = hv.to_str() else { continue };
-                ok = values.iter().any(|v| match v {
-                    ValueMatch::Exact(e) => s.eq_ignore_ascii_case(e),
-                    ValueMatch::Regex(re) => re.is_match(s),
-                });
-                if ok {
-                    break;
+        if let Some(f) = &m.filters {
+            if let Some(methods) = &f.methods {
+                if !methods.iter().any(|x| &**x == req.method) {
+                    return None;
                 }
             }
-            if !ok {
-                return None;
+            if let Some(hosts) = &f.hosts {
+                if !hosts.iter().any(|h| h.matches(req.host, req.port)) {
+                    return None;
+                }
+            }
+            if let Some(snis) = &f.snis {
+                let sni = req.sni?;
+                if !snis.iter().any(|h| h.matches(sni, 0)) {
+                    return None;
+                }
+            }
+            for (name, values) in &f.headers {
+                let mut ok = false;
+                for hv in req.headers.get_all(name) {
+                    let Ok(s) = hv.to_str() else { continue };
+                    ok = values.iter().any(|v| match v {
+                        ValueMatch::Exact(e) => s.eq_ignore_ascii_case(e),
+                        ValueMatch::Regex(re) => re.is_match(s),
+                    });
+                    if ok {
+                        break;
+                    }
+                }
+                if !ok {
+                    return None;
+                }
             }
         }
         let route = self.slots[m.entry as usize].entry.as_ref()?;
