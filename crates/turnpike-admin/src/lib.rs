@@ -576,6 +576,8 @@ impl Admin {
                 // or failing closed), one line each; empty when all of it applies.
                 "configuration_problems": &self.gateway.snapshot.load().problems,
                 "config_reloads": self.gateway.reloads.load(std::sync::atomic::Ordering::Relaxed),
+                // Reloads patched into the running config (what they left alone shared).
+                "config_reloads_patched": self.gateway.reloads_patched.load(std::sync::atomic::Ordering::Relaxed),
         });
         if !database.is_null() {
             body["database"] = database;
@@ -726,7 +728,23 @@ fn load_config(
         *r.status_mut() = StatusCode::NOT_MODIFIED;
         return r;
     }
-    let echo = if text.len() <= MAX_CONFIG_ECHO {
+    let small = text.len() <= MAX_CONFIG_ECHO;
+    match gateway.apply(cfg) {
+        // The config as applied: entities a reload left alone keep their timestamps.
+        Ok(()) => json_response(
+            StatusCode::CREATED,
+            &config_echo(&gateway.snapshot.load().config, small),
+        ),
+        Err(e) => json_response(
+            StatusCode::BAD_REQUEST,
+            &json!({"code": 14, "name": "invalid declarative configuration", "message": format!("declarative config is invalid: {e}"), "fields": {"@entity": [e]}}),
+        ),
+    }
+}
+
+/// `POST /config`'s answer: the entities, or for a large config their numbers.
+fn config_echo(cfg: &turnpike_config::Config, whole: bool) -> Value {
+    if whole {
         cfg.to_json()
     } else {
         json!({
@@ -739,13 +757,6 @@ fn load_config(
             "targets": cfg.targets.len(),
             "message": format!("configuration applied; entities are echoed for configurations up to {MAX_CONFIG_ECHO} bytes"),
         })
-    };
-    match gateway.apply(cfg) {
-        Ok(()) => json_response(StatusCode::CREATED, &echo),
-        Err(e) => json_response(
-            StatusCode::BAD_REQUEST,
-            &json!({"code": 14, "name": "invalid declarative configuration", "message": format!("declarative config is invalid: {e}"), "fields": {"@entity": [e]}}),
-        ),
     }
 }
 

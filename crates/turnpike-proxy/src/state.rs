@@ -113,6 +113,8 @@ pub struct Gateway {
     /// The node's plugins, and their state (caches, counters, queues) across snapshots.
     pub plugins: Arc<turnpike_plugins::Registry>,
     pub reloads: AtomicU64,
+    /// Of those, the ones patched into the running snapshot rather than compiled whole.
+    pub reloads_patched: AtomicU64,
     /// Time spent applying configs (compile and swap), in microseconds: total and last.
     pub reload_micros_total: AtomicU64,
     pub reload_micros_last: AtomicU64,
@@ -149,6 +151,7 @@ impl Gateway {
             default_cert,
             plugins,
             reloads: AtomicU64::new(0),
+            reloads_patched: AtomicU64::new(0),
             reload_micros_total: AtomicU64::new(0),
             reload_micros_last: AtomicU64::new(0),
             reload_lock: Mutex::new(()),
@@ -166,16 +169,36 @@ impl Gateway {
     /// Like `apply`, for a config made from the running one by `changes`: when the running
     /// snapshot is the one they start from, it is patched (`Snapshot::patch`: the router
     /// keeps every route but the changed ones) rather than compiled whole.
-    pub fn apply_changes(&self, config: Config, changes: Option<&Changes>) -> Result<(), String> {
+    ///
+    /// A whole new config (`changes` None: a `POST /config`) is compared with the running one
+    /// first (`Config::changes_from`): what it leaves alone is shared with the running
+    /// snapshot rather than built again (the router, the plugins' indexes), so a reload holds
+    /// little more than one config's memory at its peak.
+    pub fn apply_changes(
+        &self,
+        mut config: Config,
+        changes: Option<&Changes>,
+    ) -> Result<(), String> {
         let _guard = self.reload_lock.lock().unwrap_or_else(|e| e.into_inner());
         let started = std::time::Instant::now();
         let current = self.snapshot.load();
-        let patch = changes.filter(|c| current.config.hash == c.from);
+        let computed = match changes {
+            // Nothing was built from the empty config a node starts with.
+            Some(_) => None,
+            None if current.config.hash.is_empty() => None,
+            None => config.changes_from(&current.config),
+        };
+        let patch = changes
+            .or(computed.as_ref())
+            .filter(|c| current.config.hash == c.from);
         let snap = match patch {
             Some(c) => Snapshot::patch(&current, config, c, &self.plugins)?,
             None => Snapshot::compile(config, &self.plugins)?,
         };
         drop(current);
+        if patch.is_some() {
+            self.reloads_patched.fetch_add(1, Ordering::Relaxed);
+        }
         tracing::debug!(
             "config {}: {} in {:?}",
             snap.config.hash,

@@ -303,3 +303,131 @@ impl Config {
         Ok(())
     }
 }
+
+/// An entity's timestamps, set aside when two versions of it are compared.
+trait Stamps: PartialEq {
+    type T: Copy;
+    fn stamps(&self) -> Self::T;
+    fn set_stamps(&mut self, t: Self::T);
+}
+
+macro_rules! stamps {
+    ($($ty:ty: $t:ty, $($f:ident),+;)*) => {$(
+        impl Stamps for $ty {
+            type T = $t;
+            fn stamps(&self) -> $t {
+                ($(self.$f),+)
+            }
+            #[allow(unused_parens)]
+            fn set_stamps(&mut self, t: $t) {
+                ($(self.$f),+) = t;
+            }
+        }
+    )*};
+}
+
+stamps! {
+    Service: (i64, i64), created_at, updated_at;
+    Route: (i64, i64), created_at, updated_at;
+    Upstream: (i64, i64), created_at, updated_at;
+    Target: (f64, f64), created_at, updated_at;
+    Consumer: (i64, i64), created_at, updated_at;
+    Plugin: (i64, i64), created_at, updated_at;
+    Certificate: (i64, i64), created_at, updated_at;
+    Sni: (i64, i64), created_at, updated_at;
+    CaCertificate: (i64, i64), created_at, updated_at;
+    Credential: i64, created_at;
+    records::Record: (i64, i64), created_at, updated_at;
+}
+
+/// Whether `new` is `old` but for its timestamps; if so it takes `old`'s, so that an entity
+/// a reload leaves alone keeps its `created_at` (and its place among routes of equal
+/// priority, which `created_at` orders).
+fn unchanged<E: Stamps>(new: &mut E, old: &E) -> bool {
+    let mine = new.stamps();
+    new.set_stamps(old.stamps());
+    if new == old {
+        return true;
+    }
+    new.set_stamps(mine);
+    false
+}
+
+/// Whether two lists hold the same entities in the same order, timestamps aside; every
+/// unchanged entity of `new` takes its timestamps from `old`.
+fn same_list<E: Stamps>(new: &mut [E], old: &[E]) -> bool {
+    let mut same = new.len() == old.len();
+    for (n, o) in new.iter_mut().zip(old) {
+        same &= unchanged(n, o);
+    }
+    same
+}
+
+/// The most changed routes a reload patches into the running router; more are compiled
+/// whole (the patch looks each changed route up in the running config).
+pub const MAX_PATCHED_ROUTES: usize = 1000;
+
+impl Config {
+    /// What a whole new config (a `POST /config` or a reloaded file) changes of `old`, the
+    /// running one, when the data plane can patch what it built from `old` rather than build
+    /// it all again: the routes added, changed or removed (at most [`MAX_PATCHED_ROUTES`],
+    /// the others in the same order), and whether anything else changed. Unchanged routes are
+    /// the running config's own (shared, not held twice), and unchanged entities keep their
+    /// timestamps. `None` when the whole must be compiled.
+    pub fn changes_from(&mut self, old: &Config) -> Option<Changes> {
+        use std::sync::Arc;
+        let mut others = self.format_version != old.format_version;
+        others |= !same_list(&mut self.services, &old.services);
+        others |= !same_list(&mut self.upstreams, &old.upstreams);
+        others |= !same_list(&mut self.targets, &old.targets);
+        others |= !same_list(&mut self.consumers, &old.consumers);
+        others |= !same_list(&mut self.plugins, &old.plugins);
+        others |= !same_list(&mut self.certificates, &old.certificates);
+        others |= !same_list(&mut self.snis, &old.snis);
+        others |= !same_list(&mut self.ca_certificates, &old.ca_certificates);
+        others |= !same_list(&mut self.credentials, &old.credentials);
+        others |= !same_list(&mut self.records, &old.records);
+        let by_id: std::collections::HashMap<&str, usize, foldhash::fast::RandomState> = old
+            .routes
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.id.as_str(), i))
+            .collect();
+        let mut kept = vec![false; old.routes.len()];
+        let mut routes = Vec::new();
+        let mut last = None;
+        for r in &mut self.routes {
+            let Some(&i) = by_id.get(r.id.as_str()) else {
+                routes.push(r.id.clone());
+                continue;
+            };
+            // Kept routes in another order: file order breaks ties between routes.
+            if last.is_some_and(|l| l > i) {
+                return None;
+            }
+            last = Some(i);
+            kept[i] = true;
+            let old_route = &old.routes[i];
+            if unchanged(Arc::make_mut(r), old_route) {
+                *r = old_route.clone();
+            } else {
+                routes.push(r.id.clone());
+            }
+            if routes.len() > MAX_PATCHED_ROUTES {
+                return None;
+            }
+        }
+        routes.extend(
+            old.routes
+                .iter()
+                .zip(&kept)
+                .filter(|(_, k)| !**k)
+                .map(|(r, _)| r.id.clone()),
+        );
+        (routes.len() <= MAX_PATCHED_ROUTES).then(|| Changes {
+            from: old.hash.clone(),
+            routes,
+            others,
+        })
+    }
+}

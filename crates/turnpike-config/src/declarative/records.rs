@@ -155,7 +155,7 @@ fn check_vault(m: &Map<String, Value>) -> Vec<(String, String)> {
 }
 
 /// One record entity, as stored and exported.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Record {
     #[serde(skip)]
     pub spec: usize,

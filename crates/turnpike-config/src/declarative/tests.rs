@@ -791,3 +791,55 @@ consumers:
     assert_eq!(second["ttl"], 60);
     assert_eq!(second["tags"], serde_json::json!(["a"]));
 }
+
+/// A reload compared with the running config: unchanged routes are the running config's
+/// own, changed, added and removed ones are named, and anything else changed is noticed.
+#[test]
+fn a_new_config_is_compared_with_the_running_one() {
+    let doc = |path: &str, extra_route: bool, consumer: &str| {
+        let mut routes = vec![
+            serde_json::json!({"name": "a", "paths": ["/a"]}),
+            serde_json::json!({"name": "b", "paths": [path]}),
+        ];
+        if extra_route {
+            routes.push(serde_json::json!({"name": "c", "paths": ["/c"]}));
+        }
+        serde_json::json!({"_format_version": "3.0",
+            "services": [{"name": "s", "host": "h", "routes": routes}],
+            "consumers": [{"username": consumer}]})
+        .to_string()
+    };
+    let mut old = ok(&doc("/b", true, "u"));
+    old.routes = old
+        .routes
+        .iter()
+        .map(|r| {
+            let mut r = (**r).clone();
+            r.created_at -= 100;
+            std::sync::Arc::new(r)
+        })
+        .collect();
+    // The same document again: nothing changes, every route is shared.
+    let mut same = ok(&doc("/b", true, "u"));
+    let c = same.changes_from(&old).expect("a patch");
+    assert!(c.routes.is_empty() && !c.others, "{c:?}");
+    assert_eq!(c.from, old.hash);
+    for (n, o) in same.routes.iter().zip(&old.routes) {
+        assert!(std::sync::Arc::ptr_eq(n, o));
+    }
+    // One route changed, one removed, a consumer renamed.
+    let mut new = ok(&doc("/b2", false, "v"));
+    let c = new.changes_from(&old).expect("a patch");
+    let (b, cid) = (&old.routes[1].id, &old.routes[2].id);
+    assert_eq!(c.routes, vec![b.clone(), cid.clone()]);
+    assert!(c.others);
+    assert!(std::sync::Arc::ptr_eq(&new.routes[0], &old.routes[0]));
+    assert_eq!(new.routes[0].created_at, old.routes[0].created_at);
+    assert_ne!(new.routes[1].created_at, old.routes[1].created_at);
+    // Kept routes in another order: compiled whole.
+    let mut swapped = ok(&serde_json::json!({"_format_version": "3.0",
+        "services": [{"name": "s", "host": "h", "routes": [
+            {"name": "b", "paths": ["/b"]}, {"name": "a", "paths": ["/a"]}]}]})
+    .to_string());
+    assert!(swapped.changes_from(&old).is_none());
+}

@@ -145,6 +145,79 @@ async fn post_config_swaps_atomically_and_rejects_bad_configs() {
         .is_empty());
 }
 
+/// A reload that leaves most of the config alone is patched into the running one (the
+/// router and the plugins' indexes shared): what it changes applies, what it keeps still
+/// works, and the same config posted again changes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn reloads_patch_what_they_change_and_keep_the_rest() {
+    let up = Upstream::start("one");
+    let doc = |b_path: &str, extra: bool, consumers: &[&str]| {
+        let mut routes = vec![
+            serde_json::json!({"name": "a", "paths": ["/a"]}),
+            serde_json::json!({"name": "b", "paths": [b_path]}),
+            serde_json::json!({"name": "locked", "paths": ["/locked"],
+                               "plugins": [{"name": "key-auth"}]}),
+        ];
+        if extra {
+            routes.push(serde_json::json!({"name": "c", "paths": ["/c"]}));
+        }
+        let consumers: Vec<_> = consumers
+            .iter()
+            .map(|c| {
+                serde_json::json!({"username": c,
+                                        "keyauth_credentials": [{"key": format!("key-{c}")}]})
+            })
+            .collect();
+        serde_json::json!({"_format_version": "3.0",
+            "services": [{"name": "s", "url": up.url(), "routes": routes}],
+            "consumers": consumers})
+        .to_string()
+    };
+    let keyed = |key: &'static str| {
+        req("GET", "/locked")
+            .header("apikey", key)
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    };
+    let gw = Gateway::with_config("_format_version: '3.0'\n").start();
+    let r = post_config(&gw, &doc("/b", true, &["ann"]), "").await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let created = r.json()["routes"][0]["created_at"].clone();
+    assert_eq!(get(gw.proxy, "localhost", "/c").await.status, 200);
+    assert_eq!(send(gw.proxy, keyed("key-ann")).await.status, 200);
+
+    // The same config again (a patch that changes nothing), then routes only: one changed,
+    // one removed. Unchanged routes keep their created_at (a second later).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let patched = |s: serde_json::Value| s["config_reloads_patched"].as_u64().unwrap();
+    let before = patched(gw.status().await);
+    for body in [doc("/b", true, &["ann"]), doc("/b2", false, &["ann"])] {
+        let r = post_config(&gw, &body, "").await;
+        assert_eq!(r.status, 201, "{:?}", r.body);
+        assert_eq!(r.json()["routes"][0]["created_at"], created);
+    }
+    assert_eq!(patched(gw.status().await), before + 2);
+    assert_eq!(get(gw.proxy, "localhost", "/a").await.status, 200);
+    assert_eq!(get(gw.proxy, "localhost", "/b2").await.status, 200);
+    assert_eq!(get(gw.proxy, "localhost", "/b").await.status, 404);
+    assert_eq!(get(gw.proxy, "localhost", "/c").await.status, 404);
+    assert_eq!(send(gw.proxy, keyed("key-ann")).await.status, 200);
+    assert_eq!(send(gw.proxy, keyed("key-bob")).await.status, 401);
+
+    // A consumer added: its key works at once, the routes are the patched ones.
+    let r = post_config(&gw, &doc("/b2", true, &["ann", "bob"]), "").await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    assert_eq!(send(gw.proxy, keyed("key-bob")).await.status, 200);
+    assert_eq!(get(gw.proxy, "localhost", "/c").await.status, 200);
+    assert_eq!(get(gw.proxy, "localhost", "/b2").await.status, 200);
+    // And removed.
+    let r = post_config(&gw, &doc("/b2", true, &["bob"]), "").await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    assert_eq!(send(gw.proxy, keyed("key-ann")).await.status, 401);
+    assert_eq!(send(gw.proxy, keyed("key-bob")).await.status, 200);
+    assert_eq!(patched(gw.status().await), before + 4);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn reload_under_load_fails_no_request() {
     let up = Upstream::start("one");

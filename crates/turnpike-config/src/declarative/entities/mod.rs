@@ -69,7 +69,7 @@ pub const ROUTE_PROTOCOLS: &[&str] = &[
 ];
 const MAX_TIMEOUT: i64 = 2_147_483_646;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Service {
     pub id: String,
     pub created_at: i64,
@@ -91,7 +91,7 @@ pub struct Service {
     pub enabled: bool,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct Route {
     pub id: String,
     pub created_at: i64,
@@ -178,7 +178,7 @@ impl Serialize for Protocols {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Upstream {
     pub id: String,
     pub created_at: i64,
@@ -203,7 +203,7 @@ pub struct Upstream {
     pub use_srv_name: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Target {
     pub id: String,
     /// Targets carry millisecond timestamps (Kong's `auto_timestamp_ms`).
@@ -215,7 +215,7 @@ pub struct Target {
     pub tags: Option<Vec<String>>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Consumer {
     pub id: String,
     pub created_at: i64,
@@ -225,7 +225,7 @@ pub struct Consumer {
     pub tags: Option<Vec<String>>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Plugin {
     pub id: String,
     pub created_at: i64,
@@ -241,7 +241,7 @@ pub struct Plugin {
     pub tags: Option<Vec<String>>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Certificate {
     pub id: String,
     pub created_at: i64,
@@ -253,7 +253,7 @@ pub struct Certificate {
     pub tags: Option<Vec<String>>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Sni {
     pub id: String,
     pub created_at: i64,
@@ -263,7 +263,7 @@ pub struct Sni {
     pub tags: Option<Vec<String>>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct CaCertificate {
     pub id: String,
     pub created_at: i64,
@@ -275,7 +275,7 @@ pub struct CaCertificate {
 
 /// A credential of one of the plugins' tables (`turnpike_config::entity::PluginEntity`); its own fields are kept as a JSON object
 /// (their meaning belongs to the plugin that reads them).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Credential {
     /// Its table (`keyauth_credentials`), as the plugin's entity names it.
     #[serde(skip)]
