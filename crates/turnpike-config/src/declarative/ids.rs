@@ -18,8 +18,9 @@ pub fn entity_id(table: &str, key: &str) -> String {
 /// Kong's `configuration_hash`.
 ///
 /// A document's top-level fields are digested one by one and the digests combined in key
-/// order, so that a reader streaming the document (`declarative::stream`) gets the same hash
-/// without holding the whole of it.
+/// order, and a list of records (entities) enters its holder's digest as its own digest, so
+/// that a reader streaming the document (`declarative::stream`, which reads a service's
+/// routes one by one) gets the same hash without holding the whole of it.
 pub fn config_hash(v: &Value) -> String {
     match v {
         Value::Object(m) => hash_of_parts(m.iter().map(|(k, v)| (k.as_str(), digest(v))).collect()),
@@ -49,40 +50,93 @@ pub(crate) fn hash_of_parts(mut parts: Vec<(&str, [u8; 32])>) -> String {
     hex::encode(&h.finalize()[..16])
 }
 
-/// An array's digest built element by element, as `digest` builds it from the whole array.
-pub(crate) struct ArrayDigest(Sha256);
+/// A field of an object being digested: a value, or a list of records digested apart.
+pub(crate) enum Part<'a> {
+    Value(&'a Value),
+    Records(RecordsDigest),
+}
 
-impl ArrayDigest {
-    pub(crate) fn new() -> ArrayDigest {
+/// A list of records' digest (`None` for an empty list, which is digested like any array).
+#[derive(Clone, Copy)]
+pub(crate) struct RecordsDigest(pub(crate) Option<[u8; 32]>);
+
+impl RecordsDigest {
+    /// The digest of a whole value that is this list (a top-level field).
+    pub(crate) fn as_value_digest(self) -> [u8; 32] {
         let mut h = Sha256::new();
-        h.update(b"[");
-        ArrayDigest(h)
+        feed_records(&mut h, self);
+        h.finalize().into()
+    }
+}
+
+fn feed_records(h: &mut Sha256, r: RecordsDigest) {
+    match r.0 {
+        Some(d) => {
+            h.update(b"#");
+            h.update(d);
+        }
+        None => h.update(b"[]"),
+    }
+}
+
+/// Feeds an object given as its fields, in key order.
+pub(crate) fn feed_object(h: &mut Sha256, mut parts: Vec<(&str, Part)>) {
+    parts.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    h.update(b"{");
+    for (k, p) in parts {
+        h.update(k.as_bytes());
+        h.update(b":");
+        match p {
+            Part::Value(v) => feed(h, v),
+            Part::Records(r) => feed_records(h, r),
+        }
+        h.update(b",");
+    }
+    h.update(b"}");
+}
+
+/// A list of records' digest built record by record.
+pub(crate) struct RecordsHasher(Option<Sha256>);
+
+impl RecordsHasher {
+    pub(crate) fn new() -> RecordsHasher {
+        RecordsHasher(None)
     }
 
-    pub(crate) fn push(&mut self, v: &Value) {
-        feed(&mut self.0, v);
-        self.0.update(b",");
+    /// Adds a record, given as its fields.
+    pub(crate) fn push(&mut self, parts: Vec<(&str, Part)>) {
+        let h = self.0.get_or_insert_with(Sha256::new);
+        feed_object(h, parts);
+        h.update(b",");
     }
 
-    pub(crate) fn finish(mut self) -> [u8; 32] {
-        self.0.update(b"]");
-        self.0.finalize().into()
+    pub(crate) fn finish(self) -> RecordsDigest {
+        RecordsDigest(self.0.map(|h| h.finalize().into()))
     }
 }
 
 fn feed(h: &mut Sha256, v: &Value) {
     match v {
-        Value::Object(m) => {
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
-            h.update(b"{");
-            for k in keys {
-                h.update(k.as_bytes());
-                h.update(b":");
-                feed(h, &m[k]);
-                h.update(b",");
+        Value::Object(m) => feed_object(
+            h,
+            m.iter()
+                .map(|(k, v)| (k.as_str(), Part::Value(v)))
+                .collect(),
+        ),
+        // A list of records: digested apart, as a streaming reader digests it.
+        Value::Array(a)
+            if a.first().is_some_and(Value::is_object) && a.iter().all(Value::is_object) =>
+        {
+            let mut r = RecordsHasher::new();
+            for x in a {
+                let Value::Object(m) = x else { unreachable!() };
+                r.push(
+                    m.iter()
+                        .map(|(k, v)| (k.as_str(), Part::Value(v)))
+                        .collect(),
+                );
             }
-            h.update(b"}");
+            feed_records(h, r.finish());
         }
         Value::Array(a) => {
             h.update(b"[");

@@ -25,6 +25,9 @@ pub(super) struct Loader<'p> {
     transient_snis: Vec<(String, Vec<String>)>,
     /// One copy of each id that foreign keys name, whatever the number of children.
     shared_ids: SharedIds,
+    /// Children read before their parent (a streamed list of a service's routes): their kind,
+    /// place and the foreign key their parent sets (`adopt`).
+    orphans: Vec<(Kind, usize, &'static str)>,
 }
 
 impl<'p> Loader<'p> {
@@ -47,6 +50,7 @@ impl<'p> Loader<'p> {
             refs: Vec::new(),
             transient_snis: Vec::new(),
             shared_ids: SharedIds::new(0),
+            orphans: Vec::new(),
         }
     }
 
@@ -198,14 +202,20 @@ impl<'p> Loader<'p> {
                 });
             }
             // A child nested under a parent takes the parent's id, and may not name another.
-            if let (Some(p), Some(ck)) = (it.parent, it.child_key) {
-                let p = p as usize;
+            if let Some(ck) = it.child_key {
                 if refs.iter().any(|(f, _)| *f == ck) {
                     e.push((ck.into(), "value must be null".into()));
                 }
-                let pid = self.shared_ids.of_item(base + p, &items[p].id);
                 refs.retain(|(f, _)| *f != ck);
-                set_fk(&mut self.cfg, it.kind, slot, ck, pid);
+                match it.parent {
+                    Some(p) => {
+                        let p = p as usize;
+                        let pid = self.shared_ids.of_item(base + p, &items[p].id);
+                        set_fk(&mut self.cfg, it.kind, slot, ck, pid);
+                    }
+                    // Its parent is read after it.
+                    None => self.orphans.push((it.kind, slot, ck)),
+                }
             }
             let n = base + i;
             self.read.push((it.kind, slot as u32));
@@ -213,6 +223,20 @@ impl<'p> Loader<'p> {
             if !e.is_empty() {
                 self.errs.insert(n, e);
             }
+        }
+    }
+
+    /// How many children wait for their parent.
+    pub(super) fn orphans(&self) -> usize {
+        self.orphans.len()
+    }
+
+    /// Gives the children read since `first` orphan their parent: entity number `parent`,
+    /// whose id is `id`.
+    pub(super) fn adopt(&mut self, first: usize, parent: usize, id: &str) {
+        for (kind, slot, ck) in self.orphans.split_off(first) {
+            let pid = self.shared_ids.of_item(parent, id);
+            set_fk(&mut self.cfg, kind, slot, ck, pid);
         }
     }
 

@@ -690,6 +690,15 @@ fn streaming_reader_equals_the_document_reader() {
         }),
         serde_json::json!({"_format_version": "3.0"}),
         serde_json::json!({"_format_version": "3.0", "services": []}),
+        // Children before their parent's own fields (decK writes keys in alphabetical order).
+        serde_json::json!({"_format_version": "3.0",
+            "consumers": [{"acls": [{"group": "g"}],
+                           "basicauth_credentials": [{"password": "p", "username": "x"}],
+                           "keyauth_credentials": [{"key": "k"}], "username": "zed"}],
+            "services": [{"host": "h", "routes": [{"name": "r1", "paths": ["/1"]},
+                                                  {"name": "r2", "paths": ["/2"], "plugins": [{"name": "cors"}]}],
+                          "name": "svc"}],
+            "upstreams": [{"targets": [{"target": "10.0.0.9:80"}], "name": "u2"}]}),
     ];
     /// Every plugin enabled, its config as given.
     struct Any;
@@ -735,6 +744,9 @@ fn streaming_reader_leaves_errors_and_old_formats_to_the_document_reader() {
         r#"{"_format_version": "3.0", "services": [], "services": []}"#,
         r#"{"_format_version": "3.0"} trailing"#,
         r#"{"_format_version": "3.0", "_transform": "yes"}"#,
+        r#"{"_format_version": "3.0", "services": [{"name": "s", "host": "h", "routes": [{"paths": ["/"], "service": "s"}]}]}"#,
+        r#"{"_format_version": "3.0", "services": [{"name": "s", "host": "h", "routes": [{"paths": ["/"]}, "x"]}]}"#,
+        r#"{"_format_version": "3.0", "services": [{"name": "s", "host": "h", "routes": [{"name": "r", "paths": ["/"]}]}, {"name": "t", "host": "h", "routes": [{"name": "r", "paths": ["/t"]}]}]}"#,
     ];
     for text in left {
         assert!(load_json_streaming(text, &Credentials).is_none(), "{text}");
