@@ -593,8 +593,8 @@ impl Admin {
                 "This endpoint is only available when Turnpike is configured to not use a database (use `turnpike config db_export`)",
             );
         }
-        let cfg = self.gateway.snapshot.load().config.to_json();
-        let yaml = serde_yaml::to_string(&cfg).unwrap_or_default();
+        let yaml =
+            serde_yaml::to_string(&self.gateway.snapshot.load().config.json()).unwrap_or_default();
         json_response(StatusCode::OK, &json!({ "config": yaml }))
     }
 
@@ -731,10 +731,7 @@ fn load_config(
     let small = text.len() <= MAX_CONFIG_ECHO;
     match gateway.apply(cfg) {
         // The config as applied: entities a reload left alone keep their timestamps.
-        Ok(()) => json_response(
-            StatusCode::CREATED,
-            &config_echo(&gateway.snapshot.load().config, small),
-        ),
+        Ok(()) => config_echo(&gateway.snapshot.load().config, small),
         Err(e) => json_response(
             StatusCode::BAD_REQUEST,
             &json!({"code": 14, "name": "invalid declarative configuration", "message": format!("declarative config is invalid: {e}"), "fields": {"@entity": [e]}}),
@@ -742,12 +739,18 @@ fn load_config(
     }
 }
 
-/// `POST /config`'s answer: the entities, or for a large config their numbers.
-fn config_echo(cfg: &turnpike_config::Config, whole: bool) -> Value {
+/// `POST /config`'s answer (201): the entities, written straight from the config, or for a
+/// large config their numbers.
+fn config_echo(cfg: &turnpike_config::Config, whole: bool) -> Resp {
     if whole {
-        cfg.to_json()
-    } else {
-        json!({
+        let body = serde_json::to_vec(&cfg.json()).unwrap_or_default();
+        let mut r = json_response(StatusCode::CREATED, &Value::Null);
+        *r.body_mut() = Full::new(Bytes::from(body));
+        return r;
+    }
+    json_response(
+        StatusCode::CREATED,
+        &json!({
             "configuration_hash": cfg.hash,
             "services": cfg.services.len(),
             "routes": cfg.routes.len(),
@@ -756,8 +759,8 @@ fn config_echo(cfg: &turnpike_config::Config, whole: bool) -> Value {
             "upstreams": cfg.upstreams.len(),
             "targets": cfg.targets.len(),
             "message": format!("configuration applied; entities are echoed for configurations up to {MAX_CONFIG_ECHO} bytes"),
-        })
-    }
+        }),
+    )
 }
 
 fn declarative_error(e: &declarative::DeclarativeError, flatten: bool) -> Resp {

@@ -855,3 +855,34 @@ fn a_new_config_is_compared_with_the_running_one() {
     .to_string());
     assert!(swapped.changes_from(&old).is_none());
 }
+
+/// The config written straight to text is the config as values, keys in Kong's order.
+#[test]
+fn config_is_written_as_kong_exports_it() {
+    let c = ok(r#"
+_format_version: "3.0"
+services: [{name: s, host: h, routes: [{name: r, paths: [/]}]}]
+consumers:
+  - username: alice
+    keyauth_credentials: [{key: k}]
+    acls: [{group: g}]
+"#);
+    let text = serde_json::to_string(&c.json()).unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v, c.to_json());
+    let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+    assert_eq!(
+        keys,
+        [
+            "_format_version",
+            "_transform",
+            "services",
+            "routes",
+            "consumers",
+            "keyauth_credentials",
+            "acls"
+        ]
+    );
+    assert_eq!(v["keyauth_credentials"][0]["key"], "k");
+    assert!(!text.contains("upstreams"));
+}
