@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Memory across config reloads (issue #23's table): for each config, a fresh DB-less gateway
 # (release build, WORKERS workers) starts on it; RSS is read 2 s after the Admin API answers, then
-# after each of 3 `POST /config` of the same file (2 s after each answers). Peak is VmHWM.
+# after each of 3 `POST /config` of the same file (2 s after each answers). Peak is VmHWM:
+# "start peak" before the reloads (the initial load), "peak" at the end.
 #   [WORKERS=2] bench/reload-memory.sh [CASES]   CASES: empty routes10k routes100k services10k consumers100k mixed
 # BINS="/tmp/turnpike-before target/release/turnpike" measures several builds in one run.
 set -euo pipefail
@@ -36,8 +37,8 @@ mb() { awk -v k="$1" '$1 == k":" {printf "%d", $2 / 1024}' "/proc/$2/status"; }
 post() { curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1/config" -H 'content-type: application/json' --data-binary "@$2"; }
 now() { date +%s.%N; }
 since() { python3 -c "print(f'{$(now) - $1:.2f}')"; }
-echo "| binary | config | file | ready | steady RSS | reload | after 1 reload | after 3 reloads | peak |"
-echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
+echo "| binary | config | file | ready | steady RSS | start peak | reload | after 1 reload | after 3 reloads | peak |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 for BIN in $BINS; do
   for CASE in $CASES; do
     F=$W/$CASE.json
@@ -55,7 +56,7 @@ for BIN in $BINS; do
     done
     ready=$(since "$t0")
     sleep 2
-    steady=$(mb VmRSS $PID)
+    steady=$(mb VmRSS $PID); start_peak=$(mb VmHWM $PID)
     t1=$(now); code=$(post $ADMIN "$F"); reload=$(since "$t1")
     [ "$code" = 201 ] || { echo "POST /config answered $code" >&2; exit 1; }
     sleep 2
@@ -63,8 +64,8 @@ for BIN in $BINS; do
     post $ADMIN "$F" >/dev/null; sleep 2
     post $ADMIN "$F" >/dev/null; sleep 2
     r3=$(mb VmRSS $PID); hwm=$(mb VmHWM $PID)
-    printf '| %s | %s | %d MB | %s s | %s MB | %s s | %s MB | %s MB | %s MB |\n' "$(basename "$(dirname "$(dirname "$BIN")")")/$(basename "$BIN")" \
-      "$CASE" $(( $(stat -c %s "$F") / 1048576 )) "$ready" "$steady" "$reload" "$r1" "$r3" "$hwm"
+    printf '| %s | %s | %d MB | %s s | %s MB | %s MB | %s s | %s MB | %s MB | %s MB |\n' "$(basename "$(dirname "$(dirname "$BIN")")")/$(basename "$BIN")" \
+      "$CASE" $(( $(stat -c %s "$F") / 1048576 )) "$ready" "$steady" "$start_peak" "$reload" "$r1" "$r3" "$hwm"
     kill $PID; wait $PID 2>/dev/null || true
   done
 done
