@@ -697,7 +697,11 @@ fn load_config(
     check_hash: bool,
     flatten: bool,
 ) -> Resp {
-    let loaded = match declarative::load_json_streaming(text, plugins) {
+    // Read against the running config: routes it has unchanged are shared as they are read.
+    let running = gateway.snapshot.load_full();
+    let streamed = declarative::load_json_streaming_against(text, plugins, Some(&running.config));
+    drop(running);
+    let loaded = match streamed {
         // A valid JSON config, read entity by entity (never held whole as values).
         Some(cfg) => Ok(cfg),
         None => {

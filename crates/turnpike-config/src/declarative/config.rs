@@ -399,7 +399,8 @@ impl Config {
             last = Some(i);
             kept[i] = true;
             let old_route = &old.routes[i];
-            if unchanged(Arc::make_mut(r), old_route) {
+            // Shared as it was read (`load_json_streaming_against`), or equal.
+            if Arc::ptr_eq(r, old_route) || unchanged(Arc::make_mut(r), old_route) {
                 *r = old_route.clone();
             } else {
                 routes.push(r.id.clone());

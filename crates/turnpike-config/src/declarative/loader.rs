@@ -25,6 +25,8 @@ pub(super) struct Loader<'p> {
     transient_snis: Vec<(String, Vec<String>)>,
     /// One copy of each id that foreign keys name, whatever the number of children.
     shared_ids: SharedIds,
+    /// The running config's routes by id, when a reload is read against it.
+    previous: Option<Previous<'p>>,
     /// Children read before their parent (a streamed list of a service's routes): their kind,
     /// place and the foreign key their parent sets (`adopt`).
     orphans: Vec<(Kind, usize, &'static str)>,
@@ -51,6 +53,7 @@ impl<'p> Loader<'p> {
             transient_snis: Vec::new(),
             shared_ids: SharedIds::new(0),
             orphans: Vec::new(),
+            previous: None,
         }
     }
 
@@ -68,6 +71,13 @@ impl<'p> Loader<'p> {
         cfg.credentials
             .reserve_exact(count(|k| matches!(k, Kind::Credential(_))));
         self.read.reserve_exact(items.len());
+    }
+
+    /// Reads a reload against the running config: a route equal to the running one (its
+    /// timestamps aside) is the running one's `Arc`, so that a reload of 100k routes does not
+    /// hold them twice.
+    pub(super) fn against(&mut self, previous: &'p Config) {
+        self.previous = Some(Previous::new(previous));
     }
 
     /// Whether an error was found so far.
@@ -112,7 +122,10 @@ impl<'p> Loader<'p> {
                     if let Some(s) = svc {
                         refs.push(("service", s));
                     }
-                    cfg.routes.push(Arc::new(r));
+                    cfg.routes.push(match &self.previous {
+                        Some(p) => p.share(r, it),
+                        None => Arc::new(r),
+                    });
                     cfg.routes.len() - 1
                 }
                 Kind::Upstream => {
@@ -489,5 +502,48 @@ impl<'a> Unique<'a> {
                 "uniqueness violation: '{table}' entity with {what} set to '{v}' already declared"
             ),
         ))
+    }
+}
+
+/// The running config's routes, by id.
+pub(super) struct Previous<'p> {
+    routes: &'p [Arc<Route>],
+    by_id: std::collections::HashMap<&'p str, usize, foldhash::fast::RandomState>,
+}
+
+impl<'p> Previous<'p> {
+    fn new(cfg: &'p Config) -> Previous<'p> {
+        Previous {
+            routes: &cfg.routes,
+            by_id: cfg
+                .routes
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (r.id.as_str(), i))
+                .collect(),
+        }
+    }
+
+    /// The running route when it equals `r` (as read from `it`) but for its timestamps;
+    /// otherwise `r`.
+    fn share(&self, mut r: Route, it: &Item) -> Arc<Route> {
+        let Some(&i) = self.by_id.get(r.id.as_str()) else {
+            return Arc::new(r);
+        };
+        let old = &self.routes[i];
+        // Its service is set after (by its parent or its reference): compared as the running
+        // route's, and set again then if it differs (a copy of the shared route).
+        let mine = (r.created_at, r.updated_at, r.service.take());
+        if it.child_key.is_some() || mine.2.is_none() {
+            r.service = old.service.clone();
+        } else {
+            r.service = mine.2.clone();
+        }
+        (r.created_at, r.updated_at) = (old.created_at, old.updated_at);
+        if r == **old {
+            return old.clone();
+        }
+        (r.created_at, r.updated_at, r.service) = mine;
+        Arc::new(r)
     }
 }

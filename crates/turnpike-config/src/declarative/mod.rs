@@ -193,10 +193,21 @@ pub fn load_str(text: &str, plugins: &dyn PluginRegistry) -> Result<Config, Decl
 /// that is not JSON, that has errors (which [`load`] then reports) or that needs the whole
 /// document (formats 1.1 and 2.1, `_format_version` after the entities, a field given twice).
 pub fn load_json_streaming(text: &str, plugins: &dyn PluginRegistry) -> Option<Config> {
+    load_json_streaming_against(text, plugins, None)
+}
+
+/// Like [`load_json_streaming`], for a reload: routes the running config `previous` has
+/// unchanged (timestamps aside) are its own, shared as they are read, so that a reload never
+/// holds them twice.
+pub fn load_json_streaming_against<'p>(
+    text: &str,
+    plugins: &'p dyn PluginRegistry,
+    previous: Option<&'p Config>,
+) -> Option<Config> {
     if !text.trim_start().starts_with('{') {
         return None;
     }
-    stream::load_json(text, plugins)
+    stream::load_json(text, plugins, previous)
 }
 
 fn now_secs() -> i64 {

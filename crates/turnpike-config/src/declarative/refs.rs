@@ -51,7 +51,10 @@ impl SharedIds {
 pub(super) fn set_fk(cfg: &mut Config, kind: Kind, slot: usize, field: &str, id: Arc<str>) {
     let fk = Some(ForeignKey::new(id.clone()));
     match (kind, field) {
-        (Kind::Route, "service") => std::sync::Arc::make_mut(&mut cfg.routes[slot]).service = fk,
+        // A route shared with the running config already names its service (`Previous`).
+        (Kind::Route, "service") if cfg.routes[slot].service != fk => {
+            std::sync::Arc::make_mut(&mut cfg.routes[slot]).service = fk
+        }
         (Kind::Plugin, "service") => cfg.plugins[slot].service = fk,
         (Kind::Plugin, "route") => cfg.plugins[slot].route = fk,
         (Kind::Plugin, "consumer") => cfg.plugins[slot].consumer = fk,

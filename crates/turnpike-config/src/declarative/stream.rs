@@ -18,9 +18,14 @@ use super::*;
 
 /// The config of a JSON document, or `None` when the usual reader must read it (an error, or
 /// a document this one leaves to it).
-pub(super) fn load_json(text: &str, plugins: &dyn PluginRegistry) -> Option<Config> {
+pub(super) fn load_json<'p>(
+    text: &str,
+    plugins: &'p dyn PluginRegistry,
+    previous: Option<&'p Config>,
+) -> Option<Config> {
     let mut doc = Document {
         plugins,
+        previous,
         loader: None,
         transform: true,
         parts: Vec::new(),
@@ -49,6 +54,8 @@ pub(super) fn load_json(text: &str, plugins: &dyn PluginRegistry) -> Option<Conf
 
 struct Document<'p> {
     plugins: &'p dyn PluginRegistry,
+    /// The running config, for a reload: routes it has unchanged are shared with it.
+    previous: Option<&'p Config>,
     /// Made at `_format_version`, which must come before any entity.
     loader: Option<Loader<'p>>,
     transform: bool,
@@ -86,7 +93,11 @@ impl<'de> Visitor<'de> for &mut Document<'_> {
                     let v: Value = map.next_value()?;
                     match &v {
                         Value::String(s) if s == "3.0" => {
-                            self.loader = Some(Loader::new(self.plugins, s.clone(), true))
+                            let mut loader = Loader::new(self.plugins, s.clone(), true);
+                            if let Some(p) = self.previous {
+                                loader.against(p);
+                            }
+                            self.loader = Some(loader);
                         }
                         _ => return Err(stop()),
                     }

@@ -886,3 +886,44 @@ consumers:
     assert_eq!(v["keyauth_credentials"][0]["key"], "k");
     assert!(!text.contains("upstreams"));
 }
+
+/// A reload read against the running config shares the routes it leaves alone as it reads
+/// them, and never a route whose fields or service changed.
+#[test]
+fn a_reload_shares_unchanged_routes_as_it_reads_them() {
+    let doc = |b_path: &str, c_service: &str| {
+        serde_json::json!({"_format_version": "3.0",
+            "services": [
+                {"name": "s", "host": "h", "routes": [
+                    {"name": "a", "paths": ["/a"]}, {"name": "b", "paths": [b_path]}]},
+                {"name": "t", "host": "h2"}],
+            "routes": [{"name": "c", "paths": ["/c"], "service": c_service}]})
+        .to_string()
+    };
+    let mut old = load_json_streaming(&doc("/b", "s"), &Credentials).unwrap();
+    for r in &mut old.routes {
+        std::sync::Arc::make_mut(r).created_at -= 100;
+    }
+    let new = load_json_streaming_against(&doc("/b2", "t"), &Credentials, Some(&old)).unwrap();
+    assert!(std::sync::Arc::ptr_eq(&new.routes[0], &old.routes[0]));
+    assert!(!std::sync::Arc::ptr_eq(&new.routes[1], &old.routes[1]));
+    assert_eq!(new.routes[1].paths.as_ref().unwrap()[0], "/b2");
+    // c moved to service t: its own copy, naming t.
+    assert!(!std::sync::Arc::ptr_eq(&new.routes[2], &old.routes[2]));
+    assert_eq!(
+        new.routes[2].service.as_ref().unwrap().id,
+        new.services[1].id.as_str().into()
+    );
+    assert_eq!(
+        old.routes[2].service.as_ref().unwrap().id,
+        old.services[0].id.as_str().into()
+    );
+    // The same document: every route shared, and equal to a whole read.
+    let same = load_json_streaming_against(&doc("/b", "s"), &Credentials, Some(&old)).unwrap();
+    for (n, o) in same.routes.iter().zip(&old.routes) {
+        assert!(std::sync::Arc::ptr_eq(n, o));
+    }
+    let mut again = same.clone();
+    let c = again.changes_from(&old).unwrap();
+    assert!(c.routes.is_empty() && !c.others, "{c:?}");
+}
