@@ -15,12 +15,12 @@ pub struct Config {
     pub routes: Vec<std::sync::Arc<Route>>,
     pub upstreams: Vec<Upstream>,
     pub targets: Vec<Target>,
-    pub consumers: Vec<Consumer>,
+    pub consumers: Vec<std::sync::Arc<Consumer>>,
     pub plugins: Vec<Plugin>,
     pub certificates: Vec<Certificate>,
     pub snis: Vec<Sni>,
     pub ca_certificates: Vec<CaCertificate>,
-    pub credentials: Vec<Credential>,
+    pub credentials: Vec<std::sync::Arc<Credential>>,
     /// Key sets, keys and vaults ([`records`]).
     pub records: Vec<records::Record>,
     /// A digest of the input, as Kong's `configuration_hash` (32 hex characters).
@@ -246,7 +246,7 @@ impl Config {
             Kind::Consumer => {
                 let (e, errs) = entities::consumer(map, id, now);
                 fail(errs)?;
-                replace_or_push(&mut self.consumers, id, e, |x| &x.id);
+                replace_or_push(&mut self.consumers, id, std::sync::Arc::new(e), |x| &x.id);
             }
             Kind::Plugin => {
                 let (mut e, _, errs) = entities::plugin(map, id, now);
@@ -278,7 +278,7 @@ impl Config {
                 let (mut e, _, errs) = entities::credential(k, map, id, now);
                 fail(errs)?;
                 e.consumer = stored_fk(map, "consumer").unwrap_or(ForeignKey::new(String::new()));
-                replace_or_push(&mut self.credentials, id, e, |x| &x.id);
+                replace_or_push(&mut self.credentials, id, std::sync::Arc::new(e), |x| &x.id);
             }
             Kind::Record(k) => {
                 let (mut e, _, errs) = records::read(k, map, id, now);
@@ -354,6 +354,26 @@ fn same_list<E: Stamps>(new: &mut [E], old: &[E]) -> bool {
     same
 }
 
+/// Like `same_list`, for entities kept in `Arc`s: an unchanged entity of `new` becomes
+/// `old`'s, shared rather than held twice.
+fn same_shared_list<E: Stamps + Clone>(
+    new: &mut [std::sync::Arc<E>],
+    old: &[std::sync::Arc<E>],
+) -> bool {
+    let mut same = new.len() == old.len();
+    for (n, o) in new.iter_mut().zip(old) {
+        if std::sync::Arc::ptr_eq(n, o) {
+            continue;
+        }
+        if unchanged(std::sync::Arc::make_mut(n), o) {
+            *n = o.clone();
+        } else {
+            same = false;
+        }
+    }
+    same
+}
+
 /// The most changed routes a reload patches into the running router; more are compiled
 /// whole (the patch looks each changed route up in the running config).
 pub const MAX_PATCHED_ROUTES: usize = 1000;
@@ -371,12 +391,12 @@ impl Config {
         others |= !same_list(&mut self.services, &old.services);
         others |= !same_list(&mut self.upstreams, &old.upstreams);
         others |= !same_list(&mut self.targets, &old.targets);
-        others |= !same_list(&mut self.consumers, &old.consumers);
+        others |= !same_shared_list(&mut self.consumers, &old.consumers);
         others |= !same_list(&mut self.plugins, &old.plugins);
         others |= !same_list(&mut self.certificates, &old.certificates);
         others |= !same_list(&mut self.snis, &old.snis);
         others |= !same_list(&mut self.ca_certificates, &old.ca_certificates);
-        others |= !same_list(&mut self.credentials, &old.credentials);
+        others |= !same_shared_list(&mut self.credentials, &old.credentials);
         others |= !same_list(&mut self.records, &old.records);
         let by_id: std::collections::HashMap<&str, usize, foldhash::fast::RandomState> = old
             .routes

@@ -77,7 +77,7 @@ impl<'p> Loader<'p> {
     /// timestamps aside) is the running one's `Arc`, so that a reload of 100k routes does not
     /// hold them twice.
     pub(super) fn against(&mut self, previous: &'p Config) {
-        self.previous = Some(Previous::new(previous));
+        self.previous = Some(Previous::new(previous, self.plugins));
     }
 
     /// Whether an error was found so far.
@@ -146,7 +146,10 @@ impl<'p> Loader<'p> {
                 Kind::Consumer => {
                     let (c, er) = entities::consumer(it.map, id, now);
                     e.extend(er);
-                    cfg.consumers.push(c);
+                    cfg.consumers.push(match &self.previous {
+                        Some(p) => p.share_consumer(c),
+                        None => Arc::new(c),
+                    });
                     cfg.consumers.len() - 1
                 }
                 Kind::Plugin => {
@@ -195,7 +198,10 @@ impl<'p> Loader<'p> {
                     if let Some(c) = consumer {
                         refs.push(("consumer", c));
                     }
-                    cfg.credentials.push(c);
+                    cfg.credentials.push(match &self.previous {
+                        Some(p) => p.share_credential(c, k, it),
+                        None => Arc::new(c),
+                    });
                     cfg.credentials.len() - 1
                 }
                 Kind::Record(k) => {
@@ -505,32 +511,96 @@ impl<'a> Unique<'a> {
     }
 }
 
-/// The running config's routes, by id.
+/// The running config's routes and consumers by id, and its credentials by id and by their
+/// endpoint key (a key-auth key's id is random when the file gives none).
 pub(super) struct Previous<'p> {
-    routes: &'p [Arc<Route>],
-    by_id: std::collections::HashMap<&'p str, usize, foldhash::fast::RandomState>,
+    cfg: &'p Config,
+    routes: std::collections::HashMap<&'p str, usize, foldhash::fast::RandomState>,
+    consumers: std::collections::HashMap<&'p str, usize, foldhash::fast::RandomState>,
+    credentials: std::collections::HashMap<(&'p str, &'p str), usize, foldhash::fast::RandomState>,
 }
 
 impl<'p> Previous<'p> {
-    fn new(cfg: &'p Config) -> Previous<'p> {
-        Previous {
-            routes: &cfg.routes,
-            by_id: cfg
-                .routes
+    fn new(cfg: &'p Config, plugins: &dyn PluginRegistry) -> Previous<'p> {
+        let ids = |ids: Vec<&'p str>| ids.into_iter().enumerate().map(|(i, id)| (id, i)).collect();
+        let mut credentials = std::collections::HashMap::default();
+        for (i, c) in cfg.credentials.iter().enumerate() {
+            credentials.insert(("", c.id.as_str()), i);
+            let key = plugins
+                .entities()
                 .iter()
-                .enumerate()
-                .map(|(i, r)| (r.id.as_str(), i))
-                .collect(),
+                .find(|e| e.spec.table == c.table)
+                .and_then(|e| e.spec.endpoint_key)
+                .and_then(|k| c.fields.get(k))
+                .and_then(|v| v.as_str());
+            if let Some(k) = key {
+                credentials.insert((c.table, k), i);
+            }
         }
+        Previous {
+            cfg,
+            routes: ids(cfg.routes.iter().map(|r| r.id.as_str()).collect()),
+            consumers: ids(cfg.consumers.iter().map(|c| c.id.as_str()).collect()),
+            credentials,
+        }
+    }
+
+    /// The running consumer when it equals `c` but for its timestamps; otherwise `c`.
+    fn share_consumer(&self, mut c: Consumer) -> Arc<Consumer> {
+        let Some(&i) = self.consumers.get(c.id.as_str()) else {
+            return Arc::new(c);
+        };
+        let old = &self.cfg.consumers[i];
+        let mine = (c.created_at, c.updated_at);
+        (c.created_at, c.updated_at) = (old.created_at, old.updated_at);
+        if c == **old {
+            return old.clone();
+        }
+        (c.created_at, c.updated_at) = mine;
+        Arc::new(c)
+    }
+
+    /// The running credential when it equals `c` (as read from `it`) but for its timestamp,
+    /// its consumer (set after) and, when the file gives none, its id; otherwise `c`.
+    fn share_credential(
+        &self,
+        mut c: Credential,
+        spec: &'static crate::entity::PluginEntity,
+        it: &Item,
+    ) -> Arc<Credential> {
+        let by_key = spec
+            .spec
+            .endpoint_key
+            .and_then(|k| c.fields.get(k))
+            .and_then(|v| v.as_str())
+            .and_then(|k| self.credentials.get(&(c.table, k)));
+        let Some(&i) = self.credentials.get(&("", c.id.as_str())).or(by_key) else {
+            return Arc::new(c);
+        };
+        let old = &self.cfg.credentials[i];
+        let given_id = it.map.contains_key("id");
+        let mine = (c.created_at, c.consumer.clone(), c.id.clone());
+        c.created_at = old.created_at;
+        if it.child_key.is_some() || c.consumer.id.is_empty() {
+            c.consumer = old.consumer.clone();
+        }
+        if !given_id {
+            c.id.clone_from(&old.id);
+        }
+        if c == **old {
+            return old.clone();
+        }
+        (c.created_at, c.consumer, c.id) = mine;
+        Arc::new(c)
     }
 
     /// The running route when it equals `r` (as read from `it`) but for its timestamps;
     /// otherwise `r`.
     fn share(&self, mut r: Route, it: &Item) -> Arc<Route> {
-        let Some(&i) = self.by_id.get(r.id.as_str()) else {
+        let Some(&i) = self.routes.get(r.id.as_str()) else {
             return Arc::new(r);
         };
-        let old = &self.routes[i];
+        let old = &self.cfg.routes[i];
         // Its service is set after (by its parent or its reference): compared as the running
         // route's, and set again then if it differs (a copy of the shared route).
         let mine = (r.created_at, r.updated_at, r.service.take());

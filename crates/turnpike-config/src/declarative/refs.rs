@@ -60,7 +60,12 @@ pub(super) fn set_fk(cfg: &mut Config, kind: Kind, slot: usize, field: &str, id:
         (Kind::Plugin, "consumer") => cfg.plugins[slot].consumer = fk,
         (Kind::Target, "upstream") => cfg.targets[slot].upstream = ForeignKey::new(id),
         (Kind::Sni, "certificate") => cfg.snis[slot].certificate = ForeignKey::new(id),
-        (Kind::Credential(_), "consumer") => cfg.credentials[slot].consumer = ForeignKey::new(id),
+        (Kind::Credential(_), "consumer") => {
+            let fk = ForeignKey::new(id);
+            if cfg.credentials[slot].consumer != fk {
+                std::sync::Arc::make_mut(&mut cfg.credentials[slot]).consumer = fk;
+            }
+        }
         (Kind::Record(_), f) => {
             cfg.records[slot]
                 .fields

@@ -927,3 +927,48 @@ fn a_reload_shares_unchanged_routes_as_it_reads_them() {
     let c = again.changes_from(&old).unwrap();
     assert!(c.routes.is_empty() && !c.others, "{c:?}");
 }
+
+/// Consumers and their credentials are shared the same way: by id, and a key-auth key (whose
+/// id is random when the file gives none) by its key, taking the running key's id.
+#[test]
+fn a_reload_shares_unchanged_consumers_and_keys() {
+    let doc = |second_key: &str| {
+        serde_json::json!({"_format_version": "3.0", "consumers": [
+            {"username": "a", "keyauth_credentials": [{"key": "ka"}], "acls": [{"group": "g"}]},
+            {"username": "b", "keyauth_credentials": [{"key": second_key}]}]})
+        .to_string()
+    };
+    let old = load_json_streaming(&doc("kb"), &Credentials).unwrap();
+    let same = load_json_streaming_against(&doc("kb"), &Credentials, Some(&old)).unwrap();
+    for (n, o) in same.consumers.iter().zip(&old.consumers) {
+        assert!(std::sync::Arc::ptr_eq(n, o));
+    }
+    for (n, o) in same.credentials.iter().zip(&old.credentials) {
+        assert!(std::sync::Arc::ptr_eq(n, o), "{n:?}");
+    }
+    let changed = load_json_streaming_against(&doc("kb2"), &Credentials, Some(&old)).unwrap();
+    let key = |c: &Config, k: &str| {
+        c.credentials
+            .iter()
+            .position(|x| x.fields.get("key").and_then(|v| v.as_str()) == Some(k))
+            .unwrap()
+    };
+    let (n, o) = (key(&changed, "ka"), key(&old, "ka"));
+    assert!(std::sync::Arc::ptr_eq(
+        &changed.credentials[n],
+        &old.credentials[o]
+    ));
+    let n = key(&changed, "kb2");
+    assert!(!old
+        .credentials
+        .iter()
+        .any(|o| std::sync::Arc::ptr_eq(o, &changed.credentials[n])));
+    assert_eq!(
+        *changed.credentials[n].consumer.id,
+        *changed.consumers[1].id
+    );
+    let mut c = changed.clone();
+    assert!(c.changes_from(&old).unwrap().others);
+    let mut s = same.clone();
+    assert!(!s.changes_from(&old).unwrap().others);
+}
