@@ -815,7 +815,7 @@ mod tests {
         }));
         // As if stored by an older version: a regex the engine refuses, a plugin this build
         // does not carry.
-        std::sync::Arc::make_mut(&mut cfg.routes[1]).paths = Some(vec!["~/bad(".into()]);
+        std::sync::Arc::make_mut(&mut cfg.routes[1]).paths = Some(vec!["~/bad(".into()].into());
         cfg.plugins[0].name = "no-such-plugin".into();
         let snap = Snapshot::compile(cfg, &turnpike_plugins::bundled()).unwrap();
         assert_eq!(snap.problems.len(), 2, "{:?}", snap.problems);

@@ -278,7 +278,9 @@ fn host_pattern(h: &str) -> HostPattern {
 
 /// Kong's `get_priority` (kong/router/transform.lua) for a route restricted to one path group.
 fn priority(route: &Route, paths: &PathMatch) -> u64 {
-    let non_empty = |o: &Option<Vec<String>>| o.as_ref().is_some_and(|v| !v.is_empty());
+    let non_empty = |o: &Option<turnpike_config::declarative::List<String>>| {
+        o.as_ref().is_some_and(|v| !v.is_empty())
+    };
     let mut weight: u64 = 0;
     if non_empty(&route.snis) {
         weight += 1;
@@ -354,7 +356,7 @@ fn route_matchers(
     route: &Route,
 ) -> Result<(Vec<(http::HeaderName, Vec<ValueMatch>)>, Vec<PathMatch>), CompileError> {
     let mut headers = Vec::new();
-    for (name, values) in route.headers.iter().flatten() {
+    for (name, values) in route.headers.iter().flat_map(|h| h.iter()) {
         let hn = http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
             CompileError(format!("route {}: invalid header name '{name}'", route.id))
         })?;

@@ -98,10 +98,10 @@ pub struct Route {
     pub updated_at: i64,
     pub name: Option<String>,
     pub protocols: Protocols,
-    pub methods: Option<Vec<String>>,
-    pub hosts: Option<Vec<String>>,
-    pub paths: Option<Vec<String>>,
-    pub headers: Option<BTreeMap<String, Vec<String>>>,
+    pub methods: Option<List<String>>,
+    pub hosts: Option<List<String>>,
+    pub paths: Option<List<String>>,
+    pub headers: Option<Box<BTreeMap<String, Vec<String>>>>,
     pub https_redirect_status_code: u16,
     pub regex_priority: i64,
     pub strip_path: bool,
@@ -110,12 +110,17 @@ pub struct Route {
     pub preserve_host: bool,
     pub request_buffering: bool,
     pub response_buffering: bool,
-    pub snis: Option<Vec<String>>,
-    pub sources: Option<Vec<Value>>,
-    pub destinations: Option<Vec<Value>>,
-    pub tags: Option<Vec<String>>,
+    pub snis: Option<List<String>>,
+    pub sources: Option<List<Value>>,
+    pub destinations: Option<List<Value>>,
+    pub tags: Option<List<String>>,
     pub service: Option<ForeignKey>,
 }
+
+/// A route's list field: 8 bytes (its length and capacity live with its items), most
+/// routes leaving most lists empty. Its eight lists as `Option<Vec<_>>` were 192 of a route's
+/// 344 bytes.
+pub type List<T> = thin_vec::ThinVec<T>;
 
 /// A route's `protocols`: a set of [`ROUTE_PROTOCOLS`] kept in the order given, inline (two
 /// bytes for the usual `[http, https]` rather than a vector of strings: 90 bytes less per route,
