@@ -697,32 +697,38 @@ fn load_config(
     check_hash: bool,
     flatten: bool,
 ) -> Resp {
-    // Read against the running config: routes it has unchanged are shared as they are read.
+    // Read against the running config: what it has unchanged is shared as it is read.
     let running = gateway.snapshot.load_full();
     let streamed = declarative::load_json_streaming_against(text, plugins, Some(&running.config));
-    drop(running);
     let loaded = match streamed {
         // A valid JSON config, read entity by entity (never held whole as values).
         Some(cfg) => Ok(cfg),
         None => {
             // Kong accepts the config itself, or `{"config": "<yaml or json text>"}`.
-            let value = match declarative::parse_text(text) {
-                Ok(Value::Object(m))
+            let parse = || match declarative::parse_text(text)? {
+                Value::Object(m)
                     if m.len() == 1 && m.get("config").is_some_and(|c| c.is_string()) =>
                 {
-                    match declarative::parse_text(m["config"].as_str().unwrap()) {
-                        Ok(v) => v,
-                        Err(e) => return declarative_error(&e, flatten),
-                    }
+                    declarative::parse_text(m["config"].as_str().unwrap())
                 }
+                v => Ok(v),
+            };
+            let value = match parse() {
                 Ok(v) => v,
                 Err(e) => return declarative_error(&e, flatten),
             };
-            // The parsed document is as large as the config it describes: dropped here,
-            // before compiling.
-            declarative::load(&value, plugins)
+            // Consumed as it is read (the parsed document is as large as the config); a
+            // document with errors is parsed again and read whole, for Kong's error body.
+            match declarative::load_value_streaming(value, plugins, Some(&running.config)) {
+                Some(cfg) => Ok(cfg),
+                None => match parse() {
+                    Ok(v) => declarative::load(&v, plugins),
+                    Err(e) => Err(e),
+                },
+            }
         }
     };
+    drop(running);
     let cfg = match loaded {
         Ok(c) => c,
         Err(e) => return declarative_error(&e, flatten),

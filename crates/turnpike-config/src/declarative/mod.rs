@@ -184,8 +184,27 @@ pub fn load_str(text: &str, plugins: &dyn PluginRegistry) -> Result<Config, Decl
     if let Some(cfg) = load_json_streaming(text, plugins) {
         return Ok(cfg);
     }
+    let json = text.trim_start().starts_with('{');
     let v = parse_text(text)?;
-    load(&v, plugins)
+    if json {
+        return load(&v, plugins);
+    }
+    // YAML: parsed whole, then consumed entity by entity; read again for its errors.
+    if let Some(cfg) = load_value_streaming(v, plugins, None) {
+        return Ok(cfg);
+    }
+    load(&parse_text(text)?, plugins)
+}
+
+/// Reads a parsed document entity by entity, dropping each entity's values once read (so the
+/// document and the config it becomes are not held whole together), against the running
+/// config `previous` as [`load_json_streaming_against`] does. `None` as there.
+pub fn load_value_streaming<'p>(
+    v: Value,
+    plugins: &'p dyn PluginRegistry,
+    previous: Option<&'p Config>,
+) -> Option<Config> {
+    stream::load_value(v, plugins, previous)
 }
 
 /// Reads a valid JSON document entity by entity, never holding it whole as values: the

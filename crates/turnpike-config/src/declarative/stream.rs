@@ -33,23 +33,49 @@ pub(super) fn load_json<'p>(
     let mut de = serde_json::Deserializer::from_str(text);
     (&mut doc).deserialize(&mut de).ok()?;
     de.end().ok()?;
-    let mut loader = doc.loader?;
-    loader.finish();
-    if loader.failed() {
-        return None;
+    doc.finish()
+}
+
+/// The same for a document already parsed (YAML), consumed as it is read: each entity's
+/// values are dropped once read, so the parsed document and the config it becomes are not
+/// held whole together.
+pub(super) fn load_value<'p>(
+    value: Value,
+    plugins: &'p dyn PluginRegistry,
+    previous: Option<&'p Config>,
+) -> Option<Config> {
+    let mut doc = Document {
+        plugins,
+        previous,
+        loader: None,
+        transform: true,
+        parts: Vec::new(),
+    };
+    (&mut doc).deserialize(value).ok()?;
+    doc.finish()
+}
+
+impl Document<'_> {
+    fn finish(self) -> Option<Config> {
+        let doc = self;
+        let mut loader = doc.loader?;
+        loader.finish();
+        if loader.failed() {
+            return None;
+        }
+        let mut cfg = std::mem::take(&mut loader.cfg);
+        cfg.transform = doc.transform;
+        cfg.hash = hash_of_parts(doc.parts.iter().map(|(k, d)| (k.as_str(), *d)).collect());
+        // Lists grown by doubling are cut to their size: the snapshot keeps them.
+        cfg.services.shrink_to_fit();
+        cfg.routes.shrink_to_fit();
+        cfg.upstreams.shrink_to_fit();
+        cfg.targets.shrink_to_fit();
+        cfg.consumers.shrink_to_fit();
+        cfg.plugins.shrink_to_fit();
+        cfg.credentials.shrink_to_fit();
+        Some(cfg)
     }
-    let mut cfg = std::mem::take(&mut loader.cfg);
-    cfg.transform = doc.transform;
-    cfg.hash = hash_of_parts(doc.parts.iter().map(|(k, d)| (k.as_str(), *d)).collect());
-    // Lists grown by doubling are cut to their size: the snapshot keeps them.
-    cfg.services.shrink_to_fit();
-    cfg.routes.shrink_to_fit();
-    cfg.upstreams.shrink_to_fit();
-    cfg.targets.shrink_to_fit();
-    cfg.consumers.shrink_to_fit();
-    cfg.plugins.shrink_to_fit();
-    cfg.credentials.shrink_to_fit();
-    Some(cfg)
 }
 
 struct Document<'p> {

@@ -724,6 +724,14 @@ fn streaming_reader_equals_the_document_reader() {
         assert_eq!(streamed.hash, whole.hash);
         assert_eq!(streamed.transform, whole.transform);
         assert_eq!(streamed.credentials.len(), whole.credentials.len());
+        // The same document as YAML: parsed, then consumed entity by entity.
+        let yaml = serde_yaml::to_string(&doc).unwrap();
+        let consumed = load_value_streaming(parse_text(&yaml).unwrap(), &Any, None)
+            .expect("read as it is consumed");
+        let mut c = consumed.to_json();
+        strip_times(&mut c);
+        assert_eq!(c, b);
+        assert_eq!(consumed.hash, whole.hash);
     }
 }
 
