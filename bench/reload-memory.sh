@@ -3,7 +3,7 @@
 # (release build, WORKERS workers) starts on it; RSS is read 2 s after the Admin API answers, then
 # after each of 3 `POST /config` of the same file (2 s after each answers). Peak is VmHWM:
 # "start peak" before the reloads (the initial load), "peak" at the end.
-#   [WORKERS=2] bench/reload-memory.sh [CASES]   CASES: empty routes10k routes100k services10k consumers100k mixed
+#   [WORKERS=2] bench/reload-memory.sh [CASES]   CASES: empty routes10k routes100k services10k consumers100k mixed routes100k-yaml
 # BINS="/tmp/turnpike-before target/release/turnpike" measures several builds in one run.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -32,6 +32,11 @@ cases = {
 for name, body in cases.items():
     body = {"_format_version": "3.0", **body}
     (out / f"{name}.json").write_text(json.dumps(body))
+# The 100k routes as YAML (Kong's usual kong.yml), written by hand: no YAML module needed.
+lines = ['_format_version: "3.0"', "services:", "- name: s0", "  url: http://127.0.0.1:9001", "  routes:"]
+for j in range(100_000):
+    lines += [f"  - name: r0-{j}", f'    paths: ["/s0/r{j}"]']
+(out / "routes100k-yaml.yml").write_text("\n".join(lines) + "\n")
 PY
 mb() { awk -v k="$1" '$1 == k":" {printf "%d", $2 / 1024}' "/proc/$2/status"; }
 post() { curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1/config" -H 'content-type: application/json' --data-binary "@$2"; }
@@ -41,7 +46,7 @@ echo "| binary | config | file | ready | steady RSS | start peak | reload | afte
 echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 for BIN in $BINS; do
   for CASE in $CASES; do
-    F=$W/$CASE.json
+    F=$W/$CASE.json; [ -f "$F" ] || F=$W/$CASE.yml
     PORT=$((20000 + RANDOM % 10000)); ADMIN=$((PORT + 1))  # below the ephemeral range (32768-)
     t0=$(now)
     TURNPIKE_PREFIX=$W/prefix-$PORT TURNPIKE_DATABASE=off TURNPIKE_DECLARATIVE_CONFIG=$F \
