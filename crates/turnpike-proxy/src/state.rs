@@ -174,10 +174,21 @@ impl Gateway {
     /// first (`Config::changes_from`): what it leaves alone is shared with the running
     /// snapshot rather than built again (the router, the plugins' indexes), so a reload holds
     /// little more than one config's memory at its peak.
-    pub fn apply_changes(
+    pub fn apply_changes(&self, config: Config, changes: Option<&Changes>) -> Result<(), String> {
+        self.build_and_install(config, changes, false)
+    }
+
+    /// Like `apply`, refusing a config that cannot be built whole (a SIGHUP's file: a bad
+    /// file never replaces a good config), still patched into the running one where it can.
+    pub fn apply_whole(&self, config: Config) -> Result<(), String> {
+        self.build_and_install(config, None, true)
+    }
+
+    fn build_and_install(
         &self,
         mut config: Config,
         changes: Option<&Changes>,
+        whole: bool,
     ) -> Result<(), String> {
         let _guard = self.reload_lock.lock().unwrap_or_else(|e| e.into_inner());
         let started = std::time::Instant::now();
@@ -196,6 +207,9 @@ impl Gateway {
             None => Snapshot::compile(config, &self.plugins)?,
         };
         drop(current);
+        if whole && !snap.problems.is_empty() {
+            return Err(snap.problems.join("; "));
+        }
         if patch.is_some() {
             self.reloads_patched.fetch_add(1, Ordering::Relaxed);
         }

@@ -338,19 +338,7 @@ fn parse_file(
     path: &Path,
     plugins: &turnpike_plugins::Registry,
 ) -> Result<turnpike_proxy::snapshot::Snapshot, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let cfg = declarative::load_str(&text, plugins).map_err(|e| {
-        format!(
-            "in '{}':\n{}",
-            path.display(),
-            e.lines()
-                .iter()
-                .map(|l| format!("  {l}"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        )
-    })?;
+    let cfg = read_file(path, plugins, None)?;
     // Compile it too: a config that validates but cannot be compiled (a certificate that does
     // not parse, a regex the engine refuses) is reported here rather than at reload.
     let snap = turnpike_proxy::snapshot::Snapshot::compile(cfg, plugins)
@@ -363,6 +351,28 @@ fn parse_file(
         ));
     }
     Ok(snap)
+}
+
+/// Reads and validates a declarative file; against the running config `previous` for a
+/// reload (what it has unchanged is shared as it is read).
+fn read_file(
+    path: &Path,
+    plugins: &turnpike_plugins::Registry,
+    previous: Option<&turnpike_config::Config>,
+) -> Result<turnpike_config::Config, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    declarative::load_str_against(&text, plugins, previous).map_err(|e| {
+        format!(
+            "in '{}':\n{}",
+            path.display(),
+            e.lines()
+                .iter()
+                .map(|l| format!("  {l}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        )
+    })
 }
 
 /// Kong's levels onto tracing's. Below debug, rustls says only errors: its warnings are about
@@ -736,7 +746,17 @@ async fn signals(
                     continue;
                 };
                 // A bad file never replaces a good config.
-                match parse_file(path, plugins).map(|snap| gateway.apply_compiled(snap)) {
+                // Read against the running config and patched into it where it can be;
+                // refused whole when any of it cannot be built.
+                let running = gateway.snapshot.load_full();
+                let read = read_file(path, plugins, Some(&running.config));
+                drop(running);
+                let applied = read.and_then(|cfg| {
+                    gateway
+                        .apply_whole(cfg)
+                        .map_err(|e| format!("in '{}': {e}", path.display()))
+                });
+                match applied {
                     Ok(()) => tracing::info!("SIGHUP: reloaded {}", path.display()),
                     Err(e) => tracing::error!("SIGHUP: keeping the current configuration: {e}"),
                 }

@@ -181,7 +181,17 @@ fn item_path(items: &[Item], i: usize) -> Vec<(&'static str, usize)> {
 /// A JSON document is read entity by entity ([`load_json_streaming`]); any other, and one
 /// with errors, whole.
 pub fn load_str(text: &str, plugins: &dyn PluginRegistry) -> Result<Config, DeclarativeError> {
-    if let Some(cfg) = load_json_streaming(text, plugins) {
+    load_str_against(text, plugins, None)
+}
+
+/// Like [`load_str`], for a reload: what the running config `previous` has unchanged is
+/// shared with it as it is read.
+pub fn load_str_against<'p>(
+    text: &str,
+    plugins: &'p dyn PluginRegistry,
+    previous: Option<&'p Config>,
+) -> Result<Config, DeclarativeError> {
+    if let Some(cfg) = load_json_streaming_against(text, plugins, previous) {
         return Ok(cfg);
     }
     let json = text.trim_start().starts_with('{');
@@ -190,7 +200,7 @@ pub fn load_str(text: &str, plugins: &dyn PluginRegistry) -> Result<Config, Decl
         return load(&v, plugins);
     }
     // YAML: parsed whole, then consumed entity by entity; read again for its errors.
-    if let Some(cfg) = load_value_streaming(v, plugins, None) {
+    if let Some(cfg) = load_value_streaming(v, plugins, previous) {
         return Ok(cfg);
     }
     load(&parse_text(text)?, plugins)

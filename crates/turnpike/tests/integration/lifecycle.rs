@@ -307,6 +307,13 @@ async fn sighup_reloads_the_file_and_keeps_a_good_config_over_a_bad_one() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(served, "SIGHUP did not load the new file");
+    // Patched into the running config (the service kept, the route changed).
+    assert!(
+        gw.status().await["config_reloads_patched"]
+            .as_u64()
+            .unwrap()
+            >= 1
+    );
     std::fs::write(
         &gw.config_file,
         "_format_version: '3.0'\nroutes: [{paths: [bad]}]\n",
@@ -320,6 +327,21 @@ async fn sighup_reloads_the_file_and_keeps_a_good_config_over_a_bad_one() {
         "{}",
         gw.log_text()
     );
+    // A file that validates but cannot be built whole (a secret no vault resolves) is
+    // refused too, though a POST /config would apply the rest of it.
+    let reloads = gw.status().await["config_reloads"].as_u64().unwrap();
+    std::fs::write(
+        &gw.config_file,
+        format!("_format_version: '3.0'\nservices: [{{name: s, url: '{}', routes: [{{name: r, paths: [/b], plugins: [{{name: request-termination, config: {{status_code: 418, message: '{{vault://env/turnpike-test-unset}}'}}}}]}}]}}]\n", up.url()),
+    )
+    .unwrap();
+    gw.signal("HUP");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        gw.status().await["config_reloads"].as_u64().unwrap(),
+        reloads
+    );
+    assert_eq!(get(gw.proxy, "localhost", "/b").await.status, 200);
 }
 
 #[test]
