@@ -70,9 +70,12 @@ pub const MAX_CONFIG_ECHO: usize = 4 * 1024 * 1024;
 pub(crate) type Resp = Response<Full<Bytes>>;
 
 pub(crate) fn json_response(status: StatusCode, v: &Value) -> Resp {
-    let mut r = Response::new(Full::new(Bytes::from(
-        serde_json::to_vec(v).unwrap_or_default(),
-    )));
+    json_bytes(status, serde_json::to_vec(v).unwrap_or_default())
+}
+
+/// A JSON body already written.
+fn json_bytes(status: StatusCode, body: Vec<u8>) -> Resp {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
     *r.status_mut() = status;
     r.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -699,35 +702,16 @@ fn load_config(
 ) -> Resp {
     // Read against the running config: what it has unchanged is shared as it is read.
     let running = gateway.snapshot.load_full();
-    let streamed = declarative::load_json_streaming_against(text, plugins, Some(&running.config));
-    let loaded = match streamed {
-        // A valid JSON config, read entity by entity (never held whole as values).
-        Some(cfg) => Ok(cfg),
-        None => {
-            // Kong accepts the config itself, or `{"config": "<yaml or json text>"}`.
-            let parse = || match declarative::parse_text(text)? {
-                Value::Object(m)
-                    if m.len() == 1 && m.get("config").is_some_and(|c| c.is_string()) =>
-                {
-                    declarative::parse_text(m["config"].as_str().unwrap())
-                }
-                v => Ok(v),
-            };
-            let value = match parse() {
-                Ok(v) => v,
-                Err(e) => return declarative_error(&e, flatten),
-            };
-            // Consumed as it is read (the parsed document is as large as the config); a
-            // document with errors is parsed again and read whole, for Kong's error body.
-            match declarative::load_value_streaming(value, plugins, Some(&running.config)) {
-                Some(cfg) => Ok(cfg),
-                None => match parse() {
-                    Ok(v) => declarative::load(&v, plugins),
-                    Err(e) => Err(e),
-                },
+    let mut loaded = declarative::load_str_against(text, plugins, Some(&running.config));
+    // Kong also accepts `{"config": "<yaml or json text>"}`: read when the body as a config
+    // is not one.
+    if loaded.is_err() {
+        if let Ok(Value::Object(m)) = declarative::parse_text(text) {
+            if let (1, Some(Value::String(inner))) = (m.len(), m.get("config")) {
+                loaded = declarative::load_str_against(inner, plugins, Some(&running.config));
             }
         }
-    };
+    }
     drop(running);
     let cfg = match loaded {
         Ok(c) => c,
@@ -753,10 +737,10 @@ fn load_config(
 /// large config their numbers.
 fn config_echo(cfg: &turnpike_config::Config, whole: bool) -> Resp {
     if whole {
-        let body = serde_json::to_vec(&cfg.json()).unwrap_or_default();
-        let mut r = json_response(StatusCode::CREATED, &Value::Null);
-        *r.body_mut() = Full::new(Bytes::from(body));
-        return r;
+        return json_bytes(
+            StatusCode::CREATED,
+            serde_json::to_vec(&cfg.json()).unwrap_or_default(),
+        );
     }
     json_response(
         StatusCode::CREATED,

@@ -69,15 +69,7 @@ pub fn check(
             if r.consumer.is_some() && !plugins.allows_consumer(&p.name) {
                 e.push(("consumer".into(), decl::NO_CONSUMER.into()));
             }
-            for (field, v) in [
-                ("route", r.route),
-                ("service", r.service),
-                ("consumer", r.consumer),
-            ] {
-                if let Some(v) = v {
-                    refs.push((field, v));
-                }
-            }
+            refs.extend(r.given());
             (serde_json::to_value(p), e)
         }
         "certificates" => {

@@ -123,7 +123,7 @@ impl<'p> Loader<'p> {
                         refs.push(("service", s));
                     }
                     cfg.routes.push(match &self.previous {
-                        Some(p) => p.share(r, it),
+                        Some(p) => p.share(r),
                         None => Arc::new(r),
                     });
                     cfg.routes.len() - 1
@@ -156,15 +156,7 @@ impl<'p> Loader<'p> {
                     let (mut p, r, er) = entities::plugin(it.map, id, now);
                     e.extend(er);
                     e.extend(check_plugin_config(plugins, &mut p));
-                    for (field, v) in [
-                        ("route", r.route),
-                        ("service", r.service),
-                        ("consumer", r.consumer),
-                    ] {
-                        if let Some(v) = v {
-                            refs.push((field, v));
-                        }
-                    }
+                    refs.extend(r.given());
                     cfg.plugins.push(p);
                     cfg.plugins.len() - 1
                 }
@@ -578,37 +570,31 @@ impl<'p> Previous<'p> {
             return Arc::new(c);
         };
         let old = &self.cfg.credentials[i];
-        let given_id = it.map.contains_key("id");
-        let mine = (c.created_at, c.consumer.clone(), c.id.clone());
+        // The reader leaves the consumer unset (its parent or its reference sets it after,
+        // copying a shared credential whose consumer differs): compared as the running one's.
+        let consumer = std::mem::replace(&mut c.consumer, old.consumer.clone());
+        let mine = (c.created_at, c.id.clone());
         c.created_at = old.created_at;
-        if it.child_key.is_some() || c.consumer.id.is_empty() {
-            c.consumer = old.consumer.clone();
-        }
-        if !given_id {
+        if !it.map.contains_key("id") {
             c.id.clone_from(&old.id);
         }
         if c == **old {
             return old.clone();
         }
-        (c.created_at, c.consumer, c.id) = mine;
+        (c.created_at, c.id, c.consumer) = (mine.0, mine.1, consumer);
         Arc::new(c)
     }
 
-    /// The running route when it equals `r` (as read from `it`) but for its timestamps;
-    /// otherwise `r`.
-    fn share(&self, mut r: Route, it: &Item) -> Arc<Route> {
+    /// The running route when it equals `r` but for its timestamps; otherwise `r`.
+    fn share(&self, mut r: Route) -> Arc<Route> {
         let Some(&i) = self.routes.get(r.id.as_str()) else {
             return Arc::new(r);
         };
         let old = &self.cfg.routes[i];
-        // Its service is set after (by its parent or its reference): compared as the running
-        // route's, and set again then if it differs (a copy of the shared route).
+        // The reader leaves the service unset (its parent or its reference sets it after,
+        // copying a shared route whose service differs): compared as the running one's.
         let mine = (r.created_at, r.updated_at, r.service.take());
-        if it.child_key.is_some() || mine.2.is_none() {
-            r.service = old.service.clone();
-        } else {
-            r.service = mine.2.clone();
-        }
+        r.service = old.service.clone();
         (r.created_at, r.updated_at) = (old.created_at, old.updated_at);
         if r == **old {
             return old.clone();

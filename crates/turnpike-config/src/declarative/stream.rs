@@ -23,13 +23,7 @@ pub(super) fn load_json<'p>(
     plugins: &'p dyn PluginRegistry,
     previous: Option<&'p Config>,
 ) -> Option<Config> {
-    let mut doc = Document {
-        plugins,
-        previous,
-        loader: None,
-        transform: true,
-        parts: Vec::new(),
-    };
+    let mut doc = Document::new(plugins, previous);
     let mut de = serde_json::Deserializer::from_str(text);
     (&mut doc).deserialize(&mut de).ok()?;
     de.end().ok()?;
@@ -44,18 +38,22 @@ pub(super) fn load_value<'p>(
     plugins: &'p dyn PluginRegistry,
     previous: Option<&'p Config>,
 ) -> Option<Config> {
-    let mut doc = Document {
-        plugins,
-        previous,
-        loader: None,
-        transform: true,
-        parts: Vec::new(),
-    };
+    let mut doc = Document::new(plugins, previous);
     (&mut doc).deserialize(value).ok()?;
     doc.finish()
 }
 
-impl Document<'_> {
+impl<'p> Document<'p> {
+    fn new(plugins: &'p dyn PluginRegistry, previous: Option<&'p Config>) -> Document<'p> {
+        Document {
+            plugins,
+            previous,
+            loader: None,
+            transform: true,
+            parts: Vec::new(),
+        }
+    }
+
     fn finish(self) -> Option<Config> {
         let doc = self;
         let mut loader = doc.loader?;

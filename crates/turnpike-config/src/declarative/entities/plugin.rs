@@ -11,6 +11,19 @@ pub struct PluginRefs {
     pub consumer: Option<String>,
 }
 
+impl PluginRefs {
+    /// The references given, as (foreign-key field, reference).
+    pub fn given(self) -> impl Iterator<Item = (&'static str, String)> {
+        [
+            ("route", self.route),
+            ("service", self.service),
+            ("consumer", self.consumer),
+        ]
+        .into_iter()
+        .filter_map(|(f, v)| Some((f, v?)))
+    }
+}
+
 pub fn plugin(
     map: &Map<String, Value>,
     id: &str,
