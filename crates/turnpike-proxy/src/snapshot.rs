@@ -850,7 +850,7 @@ mod tests {
                     sni: None,
                 };
                 let m = snap.router.find(&view)?;
-                let slot = &snap.routes[m.route.route_index];
+                let slot = &snap.routes[m.route.route_index()];
                 Some((
                     slot.route.name.clone().unwrap_or_default(),
                     slot.chain.len(),

@@ -40,7 +40,7 @@ fn bench(c: &mut Criterion) {
                     sni: None,
                 };
                 let m = router.find(&view).expect("route");
-                black_box(m.route.route_index)
+                black_box(m.route.route_index())
             })
         });
     }

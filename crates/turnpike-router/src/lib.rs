@@ -37,11 +37,10 @@ pub struct RequestView<'a> {
 /// A compiled route: what the proxy needs after a match.
 #[derive(Debug, Clone, Copy)]
 pub struct RouteEntry {
-    /// The route's slot: stable for the route's life across patches ([`Router::update`]),
-    /// so that the data a snapshot keeps per route can be kept by slot too.
-    pub route_index: usize,
-    /// Index into the configuration's `services`, when the route has one.
-    pub service_index: Option<usize>,
+    /// The route's slot ([`RouteEntry::route_index`]); 32 bits keep a router slot at 56
+    /// bytes rather than 72 (1.6 MB at 100k routes).
+    slot: u32,
+    service: Option<u32>,
     pub strip_path: bool,
     pub preserve_host: bool,
     pub path_handling_v1: bool,
@@ -54,6 +53,21 @@ pub struct RouteEntry {
     /// Read the upstream's response body ahead of the client (Kong's `response_buffering`,
     /// default true).
     pub response_buffering: bool,
+}
+
+impl RouteEntry {
+    /// The route's slot: stable for the route's life across patches ([`Router::update`]),
+    /// so that the data a snapshot keeps per route can be kept by slot too.
+    #[inline]
+    pub fn route_index(&self) -> usize {
+        self.slot as usize
+    }
+
+    /// Index into the configuration's `services`, when the route has one.
+    #[inline]
+    pub fn service_index(&self) -> Option<usize> {
+        self.service.map(|s| s as usize)
+    }
 }
 
 /// The result of a match.
@@ -111,7 +125,7 @@ struct Matcher {
     created_at: i64,
     /// Kong's last tie-break, file order: the route's position at the full build, and after
     /// that a number past every other route's for a route added by a patch.
-    order: usize,
+    order: u32,
     paths: PathMatch,
     /// Methods, hosts, headers and SNIs, when the route has any: most routes have a path
     /// only, and these four lists inline made a matcher 176 bytes rather than 88 (9 MB at
@@ -135,7 +149,7 @@ impl Matcher {
 
 impl Matcher {
     /// Highest priority first; among equals the oldest route, then file order.
-    fn rank(&self) -> (std::cmp::Reverse<u64>, i64, usize) {
+    fn rank(&self) -> (std::cmp::Reverse<u64>, i64, u32) {
         (
             std::cmp::Reverse(self.priority),
             self.created_at,
@@ -232,7 +246,7 @@ struct Slot {
     /// service, a route that does not compile) and for a free slot.
     entry: Option<RouteEntry>,
     matchers: Ids,
-    order: usize,
+    order: u32,
 }
 
 /// A compiled router for one configuration snapshot.
@@ -248,7 +262,7 @@ pub struct Router {
     matchers: ChunkedVec<Option<Arc<Matcher>>>,
     free_matchers: Vec<u32>,
     live_matchers: usize,
-    next_order: usize,
+    next_order: u32,
     exact_hosts: ShardedMap<Arc<Bucket>>,
     wildcard_hosts: Arc<Bucket>,
     any_host: Arc<Bucket>,
@@ -413,7 +427,7 @@ fn compile(
     route: &Route,
     slot: u32,
     service: ServiceRef,
-    order: usize,
+    order: u32,
 ) -> Result<Compiled, CompileError> {
     let accepts_http = route.protocols.iter().any(|p| p == "http" || p == "ws");
     let accepts_https = route.protocols.iter().any(|p| p == "https" || p == "wss");
@@ -446,11 +460,11 @@ fn compile(
             })
         });
     let entry = RouteEntry {
-        route_index: slot as usize,
-        service_index: service.map(|s| s.0),
+        slot,
+        service: service.map(|s| s.0 as u32),
         strip_path: route.strip_path,
         preserve_host: route.preserve_host,
-        path_handling_v1: route.path_handling == "v1",
+        path_handling_v1: route.path_handling == turnpike_config::declarative::PathHandling::V1,
         accepts_http,
         accepts_https,
         https_redirect_status_code: route.https_redirect_status_code,

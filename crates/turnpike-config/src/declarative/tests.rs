@@ -97,7 +97,7 @@ services:
     assert_eq!(r.protocols.iter().collect::<Vec<_>>(), ["http", "https"]);
     assert!(r.strip_path && !r.preserve_host);
     assert_eq!(r.https_redirect_status_code, 426);
-    assert_eq!(r.path_handling, "v0");
+    assert_eq!(r.path_handling, PathHandling::V0);
     assert_eq!(r.id, ids::entity_id("routes", "r1"));
 }
 
@@ -979,4 +979,40 @@ fn a_reload_shares_unchanged_consumers_and_keys() {
     assert!(c.changes_from(&old).unwrap().others);
     let mut s = same.clone();
     assert!(!s.changes_from(&old).unwrap().others);
+}
+
+/// Kong's unique fields across tables: each repeated value is the later entity's error, once,
+/// and equal values of different fields or tables are not repeats.
+#[test]
+fn unique_fields_are_checked_per_table_and_field() {
+    let doc = serde_json::json!({"_format_version": "3.0",
+        "consumers": [
+            {"username": "a", "custom_id": "x", "keyauth_credentials": [{"key": "k1"}]},
+            {"username": "b", "custom_id": "a", "keyauth_credentials": [{"key": "k2"}]},
+            {"username": "a", "custom_id": "x", "keyauth_credentials": [{"key": "k1"}]}],
+        "services": [{"name": "a", "host": "h", "routes": [{"name": "a", "paths": ["/"]}]}]})
+    .to_string();
+    // The streaming reader leaves a document with errors to the document reader.
+    assert!(load_json_streaming(&doc, &Credentials).is_none());
+    {
+        let text = load_str(&doc, &Credentials).unwrap_err().to_string();
+        let count = |s: &str| text.matches(s).count();
+        assert_eq!(count("uniqueness violation"), 4, "{text}");
+        assert_eq!(count("with primary key set to"), 1, "{text}");
+        assert_eq!(
+            count("'consumers' entity with username set to 'a'"),
+            1,
+            "{text}"
+        );
+        assert_eq!(
+            count("'consumers' entity with custom_id set to 'x'"),
+            1,
+            "{text}"
+        );
+        assert_eq!(
+            count("'keyauth_credentials' entity with key set to 'k1'"),
+            1,
+            "{text}"
+        );
+    }
 }

@@ -43,11 +43,11 @@ pub async fn run(
     upgrade: bool,
     rc: &mut RequestCtx,
 ) -> Result<(), Ended> {
-    let chain = &snap.routes[route.route_index].chain;
+    let chain = &snap.routes[route.route_index()].chain;
     // A plugin that reads the body (key-auth's key_in_body) gets it whole, read here
     // within a bound; the upstream then gets those bytes.
     let mut buffered = None;
-    if snap.routes[route.route_index].want_body && !upgrade {
+    if snap.routes[route.route_index()].want_body && !upgrade {
         if let BodySource::Stream(stream) =
             std::mem::replace(body, BodySource::Buffered(bytes::Bytes::new()))
         {
@@ -75,15 +75,15 @@ pub async fn run(
     }
     let client_ip = client_ip(conn, &parts.headers);
     let protocol = request_protocol(conn);
-    let chain_filters = snap.routes[route.route_index].filter;
+    let chain_filters = snap.routes[route.route_index()].filter;
     let mut access = AccessRequest {
         target,
         version: parts.version,
         upstream_query: rc.upstream_query.take(),
         body: buffered,
-        route_id: &snap.routes[route.route_index].route.id,
+        route_id: &snap.routes[route.route_index()].route.id,
         service_id: route
-            .service_index
+            .service_index()
             .map(|i| snap.config.services[i].id.as_str()),
         upstream_path: rc.upstream_path.take(),
         upstream_host: rc.upstream_host.take(),

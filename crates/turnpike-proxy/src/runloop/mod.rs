@@ -184,7 +184,7 @@ async fn proxy(
     let mut body = BodySource::Stream(body);
     let query = orig_uri.query();
     // Only a route with plugins pays for the access phase's future.
-    let plugins = !snap.routes[route.route_index].chain.is_empty();
+    let plugins = !snap.routes[route.route_index()].chain.is_empty();
     if plugins {
         if let Err(r) = access::run(
             ctx,
@@ -214,7 +214,7 @@ async fn proxy(
         }
     }
 
-    let Some(si) = route.service_index else {
+    let Some(si) = route.service_index() else {
         return rc.error(ctx, StatusCode::SERVICE_UNAVAILABLE, errors::NO_SERVICE);
     };
     let service = &snap.services[si];

@@ -43,7 +43,7 @@ pub fn run<'s>(
         )));
     };
     let route = m.route;
-    let log = snap.routes[route.route_index].log;
+    let log = snap.routes[route.route_index()].log;
     if log != 0 {
         if log & crate::snapshot::LOG_TRIES != 0 {
             // A log plugin reads the balancer's tries: they are recorded without an
@@ -57,8 +57,8 @@ pub fn run<'s>(
             conn,
             parts,
             t,
-            route.route_index,
-            route.service_index,
+            route.route_index(),
+            route.service_index(),
             rc,
         ));
     }

@@ -105,8 +105,7 @@ pub struct Route {
     pub https_redirect_status_code: u16,
     pub regex_priority: i64,
     pub strip_path: bool,
-    /// `v0` or `v1`.
-    pub path_handling: &'static str,
+    pub path_handling: PathHandling,
     pub preserve_host: bool,
     pub request_buffering: bool,
     pub response_buffering: bool,
@@ -115,6 +114,16 @@ pub struct Route {
     pub destinations: Option<List<Value>>,
     pub tags: Option<List<String>>,
     pub service: Option<ForeignKey>,
+}
+
+/// A route's `path_handling`: one byte where the name was a 16-byte `&str`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub enum PathHandling {
+    #[default]
+    #[serde(rename = "v0")]
+    V0,
+    #[serde(rename = "v1")]
+    V1,
 }
 
 /// A route's list field: 8 bytes (its length and capacity live with its items), most

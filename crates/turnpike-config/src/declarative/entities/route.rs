@@ -134,8 +134,8 @@ pub fn route(
         .unwrap();
     let strip_path = f.bool("strip_path", true);
     let path_handling = match f.one_of("path_handling", &["v0", "v1"], Some("v0")) {
-        Some(v) if v == "v1" => "v1",
-        _ => "v0",
+        Some(v) if v == "v1" => PathHandling::V1,
+        _ => PathHandling::V0,
     };
     let preserve_host = f.bool("preserve_host", false);
     let request_buffering = f.bool("request_buffering", true);
