@@ -567,7 +567,7 @@ impl Admin {
                     (s, Some(v)) => json_response(s, &v),
                     (s, None) => {
                         let mut r = json_response(s, &Value::Null);
-                        *r.body_mut() = http_body_util::Full::new(bytes::Bytes::new());
+                        *r.body_mut() = crate::full(bytes::Bytes::new());
                         r.headers_mut().remove(http::header::CONTENT_TYPE);
                         r
                     }

@@ -12,14 +12,13 @@ use std::path::{Component, Path, PathBuf};
 
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::Full;
 use serde_json::json;
 
 use crate::{message, Admin, Resp};
 
 /// The preflight answer: the methods the Admin API takes, and the headers the page asked for.
 pub(crate) fn preflight(admin: &Admin, origin: Option<&HeaderValue>, headers: &HeaderMap) -> Resp {
-    let mut r = Response::new(Full::new(Bytes::new()));
+    let mut r = Response::new(crate::full(Bytes::new()));
     *r.status_mut() = StatusCode::NO_CONTENT;
     let h = r.headers_mut();
     h.insert(
@@ -110,7 +109,7 @@ impl Admin {
         let Ok(body) = tokio::fs::read(&file).await else {
             return message(StatusCode::NOT_FOUND, "Not found");
         };
-        let mut r = Response::new(Full::new(Bytes::from(body)));
+        let mut r = Response::new(crate::full(body));
         r.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static(content_type(&file)),
@@ -148,7 +147,7 @@ impl Admin {
             "ANONYMOUS_REPORTS": "false",
         });
         let body = format!("window.K_CONFIG = {config};\n");
-        let mut r = Response::new(Full::new(Bytes::from(body)));
+        let mut r = Response::new(crate::full(body));
         r.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/javascript"),

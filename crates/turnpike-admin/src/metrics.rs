@@ -6,7 +6,6 @@
 use std::fmt::Write;
 
 use http::{header, HeaderValue, Response, StatusCode};
-use http_body_util::Full;
 use turnpike_plugins::prometheus::metrics::escape;
 
 use crate::{Admin, Resp};
@@ -261,7 +260,7 @@ impl Admin {
             gw.reload_micros_last.load(Relaxed) as f64 / 1e6
         );
 
-        let mut r = Response::new(Full::from(out));
+        let mut r = Response::new(crate::full(out));
         *r.status_mut() = StatusCode::OK;
         r.headers_mut().insert(
             header::CONTENT_TYPE,

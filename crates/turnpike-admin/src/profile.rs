@@ -5,7 +5,6 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use http::{header, HeaderValue, Response, StatusCode};
-use http_body_util::Full;
 
 use crate::{message, Resp};
 
@@ -64,7 +63,7 @@ pub(crate) async fn profile(query: &str) -> Resp {
             &format!("cannot build the flame graph: {e}"),
         );
     }
-    let mut r = Response::new(Full::from(svg));
+    let mut r = Response::new(crate::full(svg));
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("image/svg+xml"),

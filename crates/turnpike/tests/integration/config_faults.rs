@@ -170,8 +170,8 @@ async fn a_stored_entity_that_fails_is_left_out_and_reported() {
     );
 }
 
-/// `POST /config` answers a small config with Kong's echo of its entities, and a config over
-/// 4 MiB with its hash and counts (the echo of a 50 MiB config was 387 MB, held in memory while
+/// `POST /config` answers a small config with Kong's echo of its entities (streamed as it is
+/// written), and a config over 4 MiB with its hash and counts (the echo of a 50 MiB config was 387 MB, held in memory while
 /// it was written); deep nesting is refused before the YAML parser.
 #[tokio::test(flavor = "multi_thread")]
 async fn post_config_answers_without_amplification() {
@@ -181,6 +181,26 @@ async fn post_config_answers_without_amplification() {
     let r = admin_raw(gw.admin, "POST", "/config", "text/yaml", small.into()).await;
     assert_eq!(r.status, 201, "{:?}", r.body);
     assert_eq!(r.json()["services"][0]["name"], "a");
+    // An echo of many 64 KiB chunks is streamed as it is written (never whole in memory),
+    // and arrives whole.
+    let mut medium = String::from("_format_version: '3.0'\nservices:\n");
+    for n in 0..3000 {
+        medium.push_str(&format!(
+            "- name: m{n}\n  url: http://m{n}.example:8080/api\n  routes:\n  - paths: [/m/{n}]\n"
+        ));
+    }
+    let r = admin_raw(gw.admin, "POST", "/config", "text/yaml", medium.into()).await;
+    assert_eq!(r.status, 201, "{:?}", &r.body[..r.body.len().min(300)]);
+    assert!(r.body.len() > 8 * 64 * 1024, "{} bytes", r.body.len());
+    assert_eq!(r.headers.get("transfer-encoding").unwrap(), "chunked");
+    assert_eq!(
+        r.headers.get("content-type").unwrap(),
+        "application/json; charset=utf-8"
+    );
+    let j = r.json();
+    assert_eq!(j["services"].as_array().unwrap().len(), 3000);
+    assert_eq!(j["routes"].as_array().unwrap().len(), 3000);
+    assert_eq!(j["services"][2999]["name"], "m2999");
     let mut big = String::from("_format_version: '3.0'\nservices:\n");
     let mut n = 0;
     while big.len() <= turnpike_admin::MAX_CONFIG_ECHO {
