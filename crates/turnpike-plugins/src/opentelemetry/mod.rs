@@ -23,7 +23,6 @@ pub(crate) mod propagation;
 pub(crate) mod schema;
 
 use std::sync::{Arc, OnceLock};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
@@ -93,7 +92,7 @@ struct Configured {
 
 /// This request's trace (Kong's root span and tracing context).
 struct Trace {
-    trace_id: Vec<u8>,
+    trace_id: TraceId,
     span_id: [u8; 8],
     parent_id: Option<[u8; 8]>,
     sampled: bool,
@@ -113,10 +112,29 @@ struct SpanRequest {
     client_ip: std::net::IpAddr,
 }
 
-fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
+use crate::clock::now_ns;
+
+/// A trace id (8 or 16 bytes as it came in, 16 when made here), inline: no allocation per
+/// traced request.
+struct TraceId {
+    bytes: [u8; 16],
+    len: u8,
+}
+
+impl TraceId {
+    fn new(id: &[u8]) -> TraceId {
+        let mut bytes = [0u8; 16];
+        let len = id.len().min(16);
+        bytes[..len].copy_from_slice(&id[..len]);
+        TraceId {
+            bytes,
+            len: len as u8,
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
 }
 
 /// Kong's probability sampler: the trace id's low 64 bits against the rate's share of them.
@@ -165,17 +183,20 @@ impl Handler for Handle {
             None => (None, propagation::Extracted::default()),
         };
         // Ids from the thread's fast generator (they name a trace, they guard nothing).
-        let trace_id = ex
-            .trace_id
-            .take()
-            .unwrap_or_else(|| (fastrand::u128(..) | 1).to_be_bytes().to_vec());
+        let trace_id = match ex.trace_id.take() {
+            Some(id) => TraceId::new(&id),
+            None => TraceId {
+                bytes: (fastrand::u128(..) | 1).to_be_bytes(),
+                len: 16,
+            },
+        };
         let span_id = (fastrand::u64(..) | 1).to_be_bytes();
-        let sampled = conf.sampled(&trace_id, ex.sampled);
+        let sampled = conf.sampled(trace_id.as_slice(), ex.sampled);
         // Kong's precreate_balancer_span: the upstream's parent is the balancer span.
         let balancer_span_id =
             (sampled && conf.balancer_spans).then(|| (fastrand::u64(..) | 1).to_be_bytes());
         let ctx = propagation::Inject {
-            trace_id: &trace_id,
+            trace_id: trace_id.as_slice(),
             span_id: balancer_span_id.unwrap_or(span_id),
             // The balancer span's parent is this request's span.
             parent_id: if balancer_span_id.is_some() {
@@ -231,7 +252,7 @@ impl Handler for Handle {
     fn header_filter(&self, resp: &mut ResponseHead<'_>) -> Option<Box<dyn BodyFilter>> {
         let name = self.0.trace_id_header.as_ref()?;
         let t = resp.ctx.get::<Trace>()?;
-        if let Ok(v) = HeaderValue::from_str(&hex::encode(&t.trace_id)) {
+        if let Ok(v) = HeaderValue::from_str(&hex::encode(t.trace_id.as_slice())) {
             resp.headers.append(name.clone(), v);
         }
         None
@@ -253,23 +274,11 @@ impl Handler for Handle {
             _ => "1.1",
         };
         let ip = ip_text(r.client_ip);
-        let attributes = [
-            ("http.method", otlp::Value::Str(&r.method)),
-            (
-                "http.url",
-                otlp::Value::Concat(&[scheme, "://", host, &r.target]),
-            ),
-            ("http.host", otlp::Value::Str(host)),
-            ("http.scheme", otlp::Value::Str(scheme)),
-            ("http.flavor", otlp::Value::Str(flavor)),
-            ("net.peer.ip", otlp::Value::Str(&ip)),
-            ("http.status_code", otlp::Value::Int(entry.status as i64)),
-        ];
         let end_ns = now_ns();
         // The request's start, as Kong's KONG_PROCESSING_START, when the path recorded it.
         let start_ns = entry.spans.map_or(t.start_ns, |s| s.start_ns());
-        let trace_id = propagation::pad16(&t.trace_id);
-        queue.offer(otlp::encode_span(&otlp::Span {
+        let trace_id = propagation::pad16(t.trace_id.as_slice());
+        let span = otlp::Span {
             trace_id,
             span_id: t.span_id,
             parent_span_id: t.parent_id,
@@ -277,8 +286,23 @@ impl Handler for Handle {
             kind: 2,
             start_ns,
             end_ns: end_ns.max(start_ns),
-            attributes: &attributes,
+            attributes: &[],
             status: if entry.status >= 500 { 2 } else { 0 },
+        };
+        // The attributes' texts and, for each of the seven, its keys and tags (under 40 bytes).
+        let texts = r.method.len() + 2 * (scheme.len() + host.len()) + 3 + r.target.len();
+        let more = texts + flavor.len() + ip.len() + 7 * 40;
+        // Written by literal keys: their bytes are constants in the code.
+        queue.offer(otlp::encode_span_with(&span, more, |out| {
+            otlp::attribute(out, "http.method", otlp::Value::Str(&r.method));
+            let url = [scheme, "://", host, &r.target];
+            otlp::attribute(out, "http.url", otlp::Value::Concat(&url));
+            otlp::attribute(out, "http.host", otlp::Value::Str(host));
+            otlp::attribute(out, "http.scheme", otlp::Value::Str(scheme));
+            otlp::attribute(out, "http.flavor", otlp::Value::Str(flavor));
+            otlp::attribute(out, "net.peer.ip", otlp::Value::Str(&ip));
+            let status = otlp::Value::Int(entry.status as i64);
+            otlp::attribute(out, "http.status_code", status);
         }));
         if let Some(spans) = entry.spans {
             instrumentation_spans(queue, spans, t, trace_id, end_ns, entry.service);

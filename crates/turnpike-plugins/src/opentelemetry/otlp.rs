@@ -73,7 +73,7 @@ fn key_value_len(key: &str, value: &Value<'_>) -> (usize, usize) {
 }
 
 /// A `KeyValue` written in place: its sizes are computed, no buffer per level.
-#[inline]
+#[inline(always)]
 fn key_value(out: &mut Vec<u8>, field: u32, key: &str, value: &Value<'_>) {
     // The common case, a short attribute: every tag and length is one byte (sizes by plain
     // sums), written a few at a time around the texts.
@@ -135,12 +135,27 @@ fn key_value(out: &mut Vec<u8>, field: u32, key: &str, value: &Value<'_>) {
     }
 }
 
+/// A span attribute (`Span.attributes`, field 9) written by [`encode_span_with`]'s caller:
+/// inlined where the key is a literal, its bytes are written as constants.
+#[inline(always)]
+pub fn attribute(out: &mut Vec<u8>, key: &'static str, value: Value<'_>) {
+    key_value(out, 9, key, &value);
+}
+
 /// One `Span` message.
 pub fn encode_span(s: &Span<'_>) -> Bytes {
+    encode_span_with(s, 0, |_| {})
+}
+
+/// One `Span` message, with the attributes `more` writes (at most `more_len` bytes) before
+/// `s.attributes`.
+#[inline(always)]
+pub fn encode_span_with(s: &Span<'_>, more_len: usize, more: impl FnOnce(&mut Vec<u8>)) -> Bytes {
     // Room for it all at once: the fixed fields (ids, name, kind, times, status: under 96
     // bytes and the name) and each attribute (its texts, and at most 16 bytes of tags,
     // lengths and integers).
     let size = 96
+        + more_len
         + s.name.len()
         + s.attributes
             .iter()
@@ -167,6 +182,7 @@ pub fn encode_span(s: &Span<'_>) -> Bytes {
     out.extend_from_slice(&s.start_ns.to_le_bytes());
     tag(&mut out, 8, 1);
     out.extend_from_slice(&s.end_ns.to_le_bytes());
+    more(&mut out);
     for (k, v) in s.attributes {
         key_value(&mut out, 9, k, v);
     }
