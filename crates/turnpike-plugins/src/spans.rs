@@ -1,7 +1,7 @@
 //! What the request path records for Kong's tracing instrumentations beyond the request span
 //! (`tracing_instrumentations`: `router`, `balancer`, `plugin_rewrite`, `plugin_access`,
-//! `plugin_header_filter`, or `all`): when the router ran, each plugin's phase, and each
-//! balancer try. The runloop fills it only when the node's property asks for one of them (one
+//! `plugin_header_filter`, `dns_query`, or `all`): when the router ran, each plugin's phase,
+//! each balancer try, and each try's look-up of a target's host name. The runloop fills it only when the node's property asks for one of them (one
 //! branch per phase otherwise); tracing plugins turn it into spans in the log phase, for the
 //! traces they sample.
 
@@ -19,17 +19,27 @@ pub const PLUGIN_REWRITE: u8 = 4;
 pub const PLUGIN_ACCESS: u8 = 8;
 /// `kong.header_filter.plugin.<name>`.
 pub const PLUGIN_HEADER_FILTER: u8 = 16;
+/// `kong.dns`, one per try whose target is a host name (Kong's wrapped `toip`).
+pub const DNS_QUERY: u8 = 32;
 
 /// The instrumentations of a `tracing_instrumentations` list that this record serves, as bits.
 pub fn instrumentations(list: &[String]) -> u8 {
     list.iter().fold(0, |m, i| {
         m | match i.as_str() {
-            "all" => ROUTER | BALANCER | PLUGIN_REWRITE | PLUGIN_ACCESS | PLUGIN_HEADER_FILTER,
+            "all" => {
+                ROUTER
+                    | BALANCER
+                    | PLUGIN_REWRITE
+                    | PLUGIN_ACCESS
+                    | PLUGIN_HEADER_FILTER
+                    | DNS_QUERY
+            }
             "router" => ROUTER,
             "balancer" => BALANCER,
             "plugin_rewrite" => PLUGIN_REWRITE,
             "plugin_access" => PLUGIN_ACCESS,
             "plugin_header_filter" => PLUGIN_HEADER_FILTER,
+            "dns_query" => DNS_QUERY,
             _ => 0,
         }
     })
@@ -59,6 +69,17 @@ pub struct TrySpan {
     pub failed: Option<u16>,
 }
 
+/// One look-up of a target's host name: what Kong's `kong.dns` span says (the address found,
+/// or none: the span's error).
+#[derive(Debug)]
+pub struct DnsSpan {
+    pub start: Instant,
+    pub end: Instant,
+    pub domain: Arc<str>,
+    pub port: u16,
+    pub ip: Option<IpAddr>,
+}
+
 /// One request's record.
 pub struct Spans {
     /// Which instrumentations are on (the bits above).
@@ -74,6 +95,8 @@ pub struct Spans {
     /// Written by the balancer as it tries (through a shared reference the upstream call
     /// holds: one pointer in its future, nothing held across its awaits).
     pub tries: std::cell::RefCell<Vec<TrySpan>>,
+    /// Written by the balancer the same way, when `dns_query` is on.
+    pub dns: std::cell::RefCell<Vec<DnsSpan>>,
 }
 
 impl Spans {
@@ -90,6 +113,7 @@ impl Spans {
             router: None,
             plugins: Vec::new(),
             tries: Default::default(),
+            dns: Default::default(),
         }
     }
 
@@ -139,7 +163,8 @@ mod tests {
         assert_eq!(l(&["off"]), 0);
         assert_eq!(l(&["request"]), 0);
         assert_eq!(l(&["router", "balancer"]), ROUTER | BALANCER);
-        assert_eq!(l(&["all"]), 31);
+        assert_eq!(l(&["all"]), 63);
+        assert_eq!(l(&["dns_query"]), DNS_QUERY);
     }
 
     #[test]

@@ -15,7 +15,8 @@
 //! (`crate::spans`): `kong.router`, a `kong.balancer` CLIENT span per try (the failed ones
 //! with their status and an error), and `kong.{rewrite,access,header_filter}.plugin.<name>`.
 //! With `balancer` on, the upstream's parent span is the last try's, made ahead of it as Kong's
-//! `precreate_balancer_span` does. Not made: `kong.dns`, `kong.database.query` and
+//! `precreate_balancer_span` does. With `dns_query`, a `kong.dns` CLIENT span for each try's
+//! look-up of a target's host name. Not made: `kong.database.query` and
 //! `kong.internal.request`. OTLP logs (`logs_endpoint`) are refused.
 
 mod otlp;
@@ -343,6 +344,20 @@ fn instrumentation_spans(
     for p in &spans.plugins {
         let name = format!("kong.{}.plugin.{}", p.phase, p.plugin);
         queue.offer(child(&name, 1, spans.ns(p.start), spans.ns(p.end), &[], 0));
+    }
+    // Kong's `kong.dns` (CLIENT): the name and port looked up, the address found or an error.
+    for d in spans.dns.borrow().iter() {
+        let ip = d.ip.map(ip_text);
+        let mut attributes = vec![
+            ("dns.record.domain", otlp::Value::Str(&d.domain)),
+            ("dns.record.port", otlp::Value::Int(d.port as i64)),
+        ];
+        if let Some(ip) = &ip {
+            attributes.push(("dns.record.ip", otlp::Value::Str(ip)));
+        }
+        let status = if ip.is_none() { 2 } else { 0 };
+        let (start, end) = (spans.ns(d.start), spans.ns(d.end));
+        queue.offer(child("kong.dns", 3, start, end, &attributes, status));
     }
     // Tries recorded for another plugin (zipkin) are not this instrumentation's.
     let recorded = spans.tries.borrow();

@@ -47,6 +47,9 @@ pub struct Call<'a> {
     /// Where each try's peer and times go, when they are recorded (the `balancer`
     /// instrumentation, or a log plugin that reads them).
     pub tries: Option<&'a std::cell::RefCell<Vec<turnpike_plugins::spans::TrySpan>>>,
+    /// Where each try's look-up of a host name goes, when the `dns_query` instrumentation
+    /// records them.
+    pub dns: Option<&'a std::cell::RefCell<Vec<turnpike_plugins::spans::DnsSpan>>>,
 }
 
 type Tries = std::cell::RefCell<Vec<turnpike_plugins::spans::TrySpan>>;
@@ -253,6 +256,19 @@ pub async fn send(
         // or the attempt fails.
         let started = picked.is_some().then(Instant::now);
         try_begins(call.tries, peer, picking);
+        // Kong's `kong.dns`: each try to a host name looks it up (here, the node's DNS cache;
+        // a connection from the pool needs no address, so only this instrumentation asks).
+        if let (Some(spans), Some(name)) = (call.dns, &peer.dns) {
+            let start = Instant::now();
+            let found = Box::pin(name.address(peer.port)).await;
+            spans.borrow_mut().push(turnpike_plugins::spans::DnsSpan {
+                start,
+                end: Instant::now(),
+                domain: peer.host.clone(),
+                port: peer.port,
+                ip: found.ok().map(|a| a.ip()),
+            });
+        }
         // `None`: not the target's doing (a pooled connection found closed, a body too large).
         let finish = |outcome: Option<Outcome>| {
             try_ends(call.tries, outcome.as_ref());

@@ -256,6 +256,11 @@ async fn proxy(
             .as_deref()
             .filter(|s| s.record_tries)
             .map(|s| &s.tries),
+        dns: rc
+            .spans
+            .as_deref()
+            .filter(|s| s.has(turnpike_plugins::spans::DNS_QUERY))
+            .map(|s| &s.dns),
     };
     let sent = balancer::send(
         ctx,

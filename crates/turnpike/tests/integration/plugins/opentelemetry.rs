@@ -465,3 +465,83 @@ async fn opentelemetry_configs_are_checked() {
     assert_eq!(c["propagation"]["default_format"], "w3c");
     assert_eq!(c["connect_timeout"], 1000);
 }
+
+/// `dns_query`: each try to a target named by a host name gets Kong's `kong.dns` CLIENT span,
+/// a child of the request's span, with the name, port and address found; a target given as an
+/// address gets none. Each request looks the name up, a pooled connection or not, as Kong's
+/// wrapped `toip` does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dns_query_spans_name_the_lookup() {
+    let collector = Collector::start();
+    let up = Upstream::start("named");
+    let by_name = up.url().replace("127.0.0.1", "localhost");
+    let port: i64 = up.url().rsplit(':').next().unwrap().parse().unwrap();
+    let plugin = format!(
+        r#"    plugins:
+    - name: opentelemetry
+      config:
+        traces_endpoint: http://127.0.0.1:{}/v1/traces
+        queue: {{max_coalescing_delay: 0.1}}
+        http_response_header_for_traceid: x-trace-id
+"#,
+        collector.port
+    );
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
+services:
+- name: named
+  url: {by_name}
+  routes:
+  - name: named
+    paths: [/named]
+{plugin}- name: addressed
+  url: {url}
+  routes:
+  - name: addressed
+    paths: [/addressed]
+{plugin}"#,
+        url = up.url(),
+    ))
+    .env("TURNPIKE_TRACING_INSTRUMENTATIONS", "dns_query")
+    .env("TURNPIKE_TRACING_SAMPLING_RATE", "1")
+    .start();
+    for _ in 0..2 {
+        let r = call(gw.proxy, "GET", "/named", &[]).await;
+        assert_eq!(r.status, 200);
+        let trace = r.header("x-trace-id").unwrap().to_string();
+        let root = &collector.named(&trace, "kong", 1).await[0];
+        let dns = &collector.named(&trace, "kong.dns", 1).await[0];
+        assert_eq!(dns.kind, 3, "CLIENT");
+        assert_eq!(dns.parent_span_id, root.span_id);
+        assert_eq!(
+            attr(dns, "dns.record.domain"),
+            Some(Any::StringValue("localhost".into()))
+        );
+        assert_eq!(attr(dns, "dns.record.port"), Some(Any::IntValue(port)));
+        assert_eq!(
+            attr(dns, "dns.record.ip"),
+            Some(Any::StringValue("127.0.0.1".into()))
+        );
+        assert!(dns.status.as_ref().is_none_or(|s| s.code == 0));
+        assert!(dns.start_time_unix_nano >= root.start_time_unix_nano);
+        assert!(dns.end_time_unix_nano <= root.end_time_unix_nano);
+        // Only the instrumentation asked for: no balancer span.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let names: Vec<String> = collector
+            .spans()
+            .into_iter()
+            .filter(|s| hex::encode(&s.trace_id) == trace)
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+    }
+    let r = call(gw.proxy, "GET", "/addressed", &[]).await;
+    assert_eq!(r.status, 200);
+    let trace = r.header("x-trace-id").unwrap().to_string();
+    collector.named(&trace, "kong", 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!collector
+        .spans()
+        .iter()
+        .any(|s| hex::encode(&s.trace_id) == trace && s.name == "kong.dns"));
+}
