@@ -16,15 +16,25 @@ impl Store {
     pub async fn export_raw(&self) -> Result<(i64, RawExport), StoreError> {
         let (mut tx, version) = self.begin_snapshot().await?;
         let mut raw = Vec::new();
+        // Rows in id order. SQLite reads a table in its rowid order and would find each row
+        // through the id index for `ORDER BY id` (0.49 s for 100k consumers, against 0.01 s
+        // unordered); its ids compare as bytes (BINARY), as Rust's strings do, so they are
+        // sorted here. PostgreSQL sorts them itself, by its own collation.
+        let sort_here = self.backend == crate::Backend::Sqlite;
         for spec in self.tables.iter() {
-            let rows = sqlx::query(&format!("SELECT entity FROM {} ORDER BY id", spec.table))
-                .fetch_all(&mut *tx)
-                .await?;
-            let texts = rows
-                .iter()
-                .map(|r| r.try_get::<String, _>(0))
-                .collect::<Result<Vec<_>, _>>()?;
-            raw.push((spec.table, texts));
+            let order = if sort_here { "" } else { " ORDER BY id" };
+            let sql = format!("SELECT id, entity FROM {}{order}", spec.table);
+            // Row by row: the driver's rows are not held beside their texts.
+            let mut rows = sqlx::query(&sql).fetch(&mut *tx);
+            let mut pairs = Vec::new();
+            while let Some(r) = futures_util::TryStreamExt::try_next(&mut rows).await? {
+                pairs.push((r.try_get::<String, _>(0)?, r.try_get::<String, _>(1)?));
+            }
+            drop(rows);
+            if sort_here {
+                pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            }
+            raw.push((spec.table, pairs.into_iter().map(|(_, t)| t).collect()));
         }
         tx.commit().await?;
         Ok((version, raw))
