@@ -39,6 +39,10 @@ pub type Lookup = Pin<Box<dyn Future<Output = Result<Option<Found>, String>> + S
 /// the entities the data plane itself makes (oauth2's tokens and authorization codes).
 pub trait CredentialSource: Send + Sync {
     fn find(&self, table: &'static str, field: &'static str, value: String) -> Lookup;
+    /// The database's name as Kong's `db.system` span attribute gives it (`postgres`).
+    fn system(&self) -> &'static str {
+        "postgres"
+    }
     /// One write, validated and stored as an Admin API write is; answers the stored entity
     /// (`None` for a delete).
     fn write(&self, write: Write) -> Written;
@@ -64,6 +68,37 @@ pub enum Write {
 }
 
 pub type Written = Pin<Box<dyn Future<Output = Result<Option<Map<String, Value>>, String>> + Send>>;
+
+/// One store look-up a plugin made for a request: what Kong's `kong.database.query` span
+/// says of it (the `db_query` instrumentation).
+#[derive(Debug, Clone)]
+pub struct DbQuery {
+    pub start: Instant,
+    pub end: Instant,
+    pub system: &'static str,
+    pub table: &'static str,
+    pub field: &'static str,
+}
+
+impl DbQuery {
+    /// The statement, as the store runs it (by one unique column).
+    pub fn statement(&self) -> String {
+        format!("SELECT * FROM {} WHERE {} = $1", self.table, self.field)
+    }
+
+    /// Keeps the look-up with the request (its plugin context), for a tracing plugin's log
+    /// phase.
+    pub fn record(self, req: &mut crate::AccessRequest<'_>) {
+        match req.ctx.get_mut::<DbQueries>() {
+            Some(q) => q.0.push(self),
+            None => req.ctx.insert(DbQueries(vec![self])),
+        }
+    }
+}
+
+/// The store look-ups made for a request, in order.
+#[derive(Debug, Default)]
+pub struct DbQueries(pub Vec<DbQuery>);
 
 /// Cache settings (Kong's `db_cache_ttl`, `db_cache_neg_ttl`, `mem_cache_size`).
 #[derive(Debug, Clone, Copy)]
@@ -256,12 +291,33 @@ where
         token: String,
         build: impl FnOnce(&Found) -> Option<V>,
     ) -> Outcome<V> {
+        self.load_recorded(key, value, token, build).await.0
+    }
+
+    /// [`Cache::load`], with the look-up's times for a `kong.database.query` span (`None`
+    /// when there is no store to ask).
+    pub async fn load_recorded(
+        &self,
+        key: K,
+        value: String,
+        token: String,
+        build: impl FnOnce(&Found) -> Option<V>,
+    ) -> (Outcome<V>, Option<DbQuery>) {
         let Some(installed) = self.store.installed.get() else {
-            return Outcome::Failed("no credential store".into());
+            return (Outcome::Failed("no credential store".into()), None);
         };
         let generation = self.store.generation.load(Ordering::Acquire);
         let lookup: Arc<str> = Arc::from(token);
-        match installed.source.find(self.table, self.field, value).await {
+        let start = Instant::now();
+        let found = installed.source.find(self.table, self.field, value).await;
+        let query = Some(DbQuery {
+            start,
+            end: Instant::now(),
+            system: installed.source.system(),
+            table: self.table,
+            field: self.field,
+        });
+        let outcome = match found {
             Ok(found) => {
                 let expires = found.as_ref().and_then(|f| {
                     f.fields
@@ -309,7 +365,8 @@ where
                 Some(Entry { value: None, .. }) => Outcome::Missing,
                 None => Outcome::Failed(e),
             },
-        }
+        };
+        (outcome, query)
     }
 
     /// Drops entries of a credential or consumer that changed, and those looked up by

@@ -1,7 +1,8 @@
 //! What the request path records for Kong's tracing instrumentations beyond the request span
 //! (`tracing_instrumentations`: `router`, `balancer`, `plugin_rewrite`, `plugin_access`,
-//! `plugin_header_filter`, `dns_query`, or `all`): when the router ran, each plugin's phase,
-//! each balancer try, and each try's look-up of a target's host name. The runloop fills it only when the node's property asks for one of them (one
+//! `plugin_header_filter`, `dns_query`, `db_query`, or `all`): when the router ran, each
+//! plugin's phase, each balancer try, and each try's look-up of a target's host name. (Store
+//! look-ups are kept by the plugins that make them, in the request's plugin context.) The runloop fills it only when the node's property asks for one of them (one
 //! branch per phase otherwise); tracing plugins turn it into spans in the log phase, for the
 //! traces they sample.
 
@@ -21,6 +22,9 @@ pub const PLUGIN_ACCESS: u8 = 8;
 pub const PLUGIN_HEADER_FILTER: u8 = 16;
 /// `kong.dns`, one per try whose target is a host name (Kong's wrapped `toip`).
 pub const DNS_QUERY: u8 = 32;
+/// `kong.database.query`, one per store look-up a plugin made for the request (a credential
+/// or token not cached yet: [`crate::credentials::DbQueries`]).
+pub const DB_QUERY: u8 = 64;
 
 /// The instrumentations of a `tracing_instrumentations` list that this record serves, as bits.
 pub fn instrumentations(list: &[String]) -> u8 {
@@ -40,6 +44,7 @@ pub fn instrumentations(list: &[String]) -> u8 {
             "plugin_access" => PLUGIN_ACCESS,
             "plugin_header_filter" => PLUGIN_HEADER_FILTER,
             "dns_query" => DNS_QUERY,
+            "db_query" => DB_QUERY,
             _ => 0,
         }
     })
@@ -163,7 +168,8 @@ mod tests {
         assert_eq!(l(&["off"]), 0);
         assert_eq!(l(&["request"]), 0);
         assert_eq!(l(&["router", "balancer"]), ROUTER | BALANCER);
-        assert_eq!(l(&["all"]), 63);
+        assert_eq!(l(&["all"]), 127);
+        assert_eq!(l(&["db_query"]), DB_QUERY);
         assert_eq!(l(&["dns_query"]), DNS_QUERY);
     }
 

@@ -264,6 +264,13 @@ struct StoreCredentials {
 }
 
 impl turnpike_plugins::credentials::CredentialSource for StoreCredentials {
+    fn system(&self) -> &'static str {
+        match self.store.backend {
+            turnpike_store::Backend::Postgres => "postgres",
+            turnpike_store::Backend::Sqlite => "sqlite",
+        }
+    }
+
     fn find(
         &self,
         table: &'static str,

@@ -211,10 +211,10 @@ impl Handler for Authenticator {
             }
             let conf = self.0.clone();
             return Access::Wait(Box::pin(async move {
-                let outcome = conf
+                let (outcome, query) = conf
                     .state
                     .stored
-                    .load(username.clone(), username.clone(), username, |f| {
+                    .load_recorded(username.clone(), username.clone(), username, |f| {
                         let stored = f.fields.get("password")?.as_str()?;
                         Some(Arc::new(Credential {
                             who: Arc::new(
@@ -231,10 +231,15 @@ impl Handler for Authenticator {
                         }))
                     })
                     .await;
-                let resume: crate::Resume = Box::new(move |req| match outcome {
-                    Outcome::Found(cred) => verify(&conf, req, cred, &header, password),
-                    Outcome::Missing => conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED),
-                    Outcome::Failed(e) => crate::anonymous::store_failed("basic-auth", &e),
+                let resume: crate::Resume = Box::new(move |req| {
+                    if let Some(q) = query {
+                        q.record(req);
+                    }
+                    match outcome {
+                        Outcome::Found(cred) => verify(&conf, req, cred, &header, password),
+                        Outcome::Missing => conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED),
+                        Outcome::Failed(e) => crate::anonymous::store_failed("basic-auth", &e),
+                    }
                 });
                 resume
             }));

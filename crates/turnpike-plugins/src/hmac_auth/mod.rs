@@ -352,8 +352,8 @@ impl Handler for Authenticator {
                 let state = state.clone();
                 Access::Wait(Box::pin(async move {
                     let name = p.username().to_string();
-                    let outcome = state
-                        .load(name.as_str().into(), name.clone(), name, |f| {
+                    let (outcome, query) = state
+                        .load_recorded(name.as_str().into(), name.clone(), name, |f| {
                             Credential::from_fields(&f.fields, || {
                                 Identity::new(
                                     &f.consumer_id,
@@ -365,10 +365,15 @@ impl Handler for Authenticator {
                             })
                         })
                         .await;
-                    let resume: crate::Resume = Box::new(move |req| match outcome {
-                        Outcome::Found(c) => conf.verify(req, &p, alg, Some(c)),
-                        Outcome::Missing => conf.verify(req, &p, alg, None),
-                        Outcome::Failed(e) => crate::anonymous::store_failed("hmac-auth", &e),
+                    let resume: crate::Resume = Box::new(move |req| {
+                        if let Some(q) = query {
+                            q.record(req);
+                        }
+                        match outcome {
+                            Outcome::Found(c) => conf.verify(req, &p, alg, Some(c)),
+                            Outcome::Missing => conf.verify(req, &p, alg, None),
+                            Outcome::Failed(e) => crate::anonymous::store_failed("hmac-auth", &e),
+                        }
                     });
                     resume
                 }))

@@ -326,8 +326,8 @@ impl Handler for Authenticator {
                 let conf = self.0.clone();
                 let state = state.clone();
                 Access::Wait(Box::pin(async move {
-                    let outcome = state
-                        .load(key.as_str().into(), key.clone(), key, |f| {
+                    let (outcome, query) = state
+                        .load_recorded(key.as_str().into(), key.clone(), key, |f| {
                             let key = f.fields.get("key").and_then(|v| v.as_str())?;
                             let who = Arc::new(
                                 Identity::new(
@@ -341,10 +341,15 @@ impl Handler for Authenticator {
                             Secret::from_fields(&f.fields, who).map(Arc::new)
                         })
                         .await;
-                    let resume: crate::Resume = Box::new(move |req| match outcome {
-                        Outcome::Found(s) => conf.verify(req, &token, &t, Some(s)),
-                        Outcome::Missing => conf.verify(req, &token, &t, None),
-                        Outcome::Failed(e) => crate::anonymous::store_failed("jwt", &e),
+                    let resume: crate::Resume = Box::new(move |req| {
+                        if let Some(q) = query {
+                            q.record(req);
+                        }
+                        match outcome {
+                            Outcome::Found(s) => conf.verify(req, &token, &t, Some(s)),
+                            Outcome::Missing => conf.verify(req, &token, &t, None),
+                            Outcome::Failed(e) => crate::anonymous::store_failed("jwt", &e),
+                        }
                     });
                     resume
                 }))

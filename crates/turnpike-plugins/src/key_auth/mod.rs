@@ -253,9 +253,9 @@ impl Authenticator {
             // Found in whichever form it is stored (as written or as a digest); filed under its
             // digest, which a write in either form invalidates.
             let token = stored_form(&key);
-            let outcome = state
+            let (outcome, query) = state
                 .stored
-                .load(key.clone().into_boxed_str(), key, token, |f| {
+                .load_recorded(key.clone().into_boxed_str(), key, token, |f| {
                     Some(Arc::new(Identity::new(
                         &f.consumer_id,
                         f.username.as_deref(),
@@ -264,10 +264,15 @@ impl Authenticator {
                     )))
                 })
                 .await;
-            let resume: crate::Resume = Box::new(move |req| match outcome {
-                Outcome::Found(who) => conf.succeed(req, who, name, location),
-                Outcome::Missing => conf.fail(req, INVALID),
-                Outcome::Failed(e) => crate::anonymous::store_failed("key-auth", &e),
+            let resume: crate::Resume = Box::new(move |req| {
+                if let Some(q) = query {
+                    q.record(req);
+                }
+                match outcome {
+                    Outcome::Found(who) => conf.succeed(req, who, name, location),
+                    Outcome::Missing => conf.fail(req, INVALID),
+                    Outcome::Failed(e) => crate::anonymous::store_failed("key-auth", &e),
+                }
             });
             resume
         }))

@@ -401,17 +401,22 @@ impl Handler for Authenticator {
         }
         let conf = self.0.clone();
         Access::Wait(Box::pin(async move {
-            let outcome = conf
+            let (outcome, query) = conf
                 .state
                 .tokens
-                .load(token.as_str().into(), token.clone(), token, |f| {
+                .load_recorded(token.as_str().into(), token.clone(), token, |f| {
                     Token::from_found(f, &conf.state.identities)
                 })
                 .await;
-            let resume: crate::Resume = Box::new(move |req| match outcome {
-                Outcome::Found(t) => conf.verify(req, Some(t)),
-                Outcome::Missing => conf.verify(req, None),
-                Outcome::Failed(e) => crate::anonymous::store_failed("oauth2", &e),
+            let resume: crate::Resume = Box::new(move |req| {
+                if let Some(q) = query {
+                    q.record(req);
+                }
+                match outcome {
+                    Outcome::Found(t) => conf.verify(req, Some(t)),
+                    Outcome::Missing => conf.verify(req, None),
+                    Outcome::Failed(e) => crate::anonymous::store_failed("oauth2", &e),
+                }
             });
             resume
         }))

@@ -16,8 +16,10 @@
 //! with their status and an error), and `kong.{rewrite,access,header_filter}.plugin.<name>`.
 //! With `balancer` on, the upstream's parent span is the last try's, made ahead of it as Kong's
 //! `precreate_balancer_span` does. With `dns_query`, a `kong.dns` CLIENT span for each try's
-//! look-up of a target's host name. Not made: `kong.database.query` and
-//! `kong.internal.request`. OTLP logs (`logs_endpoint`) are refused.
+//! look-up of a target's host name; with `db_query`, a `kong.database.query` CLIENT span for
+//! each store look-up a plugin made (a key-auth key not cached yet). Not made:
+//! `kong.internal.request` (no plugin makes an HTTP call on the request path). OTLP logs
+//! (`logs_endpoint`) are refused.
 
 mod otlp;
 pub(crate) mod propagation;
@@ -306,7 +308,7 @@ impl Handler for Handle {
             otlp::attribute(out, "http.status_code", status);
         }));
         if let Some(spans) = entry.spans {
-            instrumentation_spans(queue, spans, t, trace_id, end_ns, entry.service);
+            instrumentation_spans(queue, spans, t, trace_id, end_ns, entry.service, entry.ctx);
         }
     }
 }
@@ -319,6 +321,7 @@ fn instrumentation_spans(
     trace_id: [u8; 16],
     end_ns: u64,
     service: Option<&turnpike_config::declarative::Service>,
+    ctx: Option<&crate::PluginCtx>,
 ) {
     let child = |name: &str,
                  kind: u64,
@@ -344,6 +347,20 @@ fn instrumentation_spans(
     for p in &spans.plugins {
         let name = format!("kong.{}.plugin.{}", p.phase, p.plugin);
         queue.offer(child(&name, 1, spans.ns(p.start), spans.ns(p.end), &[], 0));
+    }
+    // Kong's `kong.database.query` (CLIENT): each store look-up a plugin made for the request.
+    if spans.has(crate::spans::DB_QUERY) {
+        if let Some(queries) = ctx.and_then(|c| c.get::<crate::credentials::DbQueries>()) {
+            for q in &queries.0 {
+                let statement = q.statement();
+                let attributes = [
+                    ("db.system", otlp::Value::Str(q.system)),
+                    ("db.statement", otlp::Value::Str(&statement)),
+                ];
+                let (start, end) = (spans.ns(q.start), spans.ns(q.end));
+                queue.offer(child("kong.database.query", 3, start, end, &attributes, 0));
+            }
+        }
     }
     // Kong's `kong.dns` (CLIENT): the name and port looked up, the address found or an error.
     for d in spans.dns.borrow().iter() {

@@ -545,3 +545,80 @@ services:
         .iter()
         .any(|s| hex::encode(&s.trace_id) == trace && s.name == "kong.dns"));
 }
+
+/// `db_query` on a database node: a key not cached yet is looked up in the store, and that
+/// look-up is Kong's `kong.database.query` CLIENT span (`db.system`, `db.statement`), a child
+/// of the request's span; the next request with the same key is answered from the node's
+/// cache and makes none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn db_query_spans_name_store_lookups() {
+    let collector = Collector::start();
+    let up = Upstream::start("keyed");
+    let gw = Gateway::sqlite()
+        .env("TURNPIKE_TRACING_INSTRUMENTATIONS", "db_query")
+        .env("TURNPIKE_TRACING_SAMPLING_RATE", "1")
+        .start();
+    gw.add_service_route(&up.url(), "/k").await;
+    for plugin in [
+        json!({"name": "key-auth"}),
+        json!({"name": "opentelemetry", "config": {
+            "traces_endpoint": format!("http://127.0.0.1:{}/v1/traces", collector.port),
+            "queue": {"max_coalescing_delay": 0.1},
+            "http_response_header_for_traceid": "x-trace-id"}}),
+    ] {
+        let r = gw.admin("POST", "/services/s/plugins", Some(plugin)).await;
+        assert_eq!(r.status, 201, "{}", r.json());
+    }
+    let r = gw
+        .admin("POST", "/consumers", Some(json!({"username": "bob"})))
+        .await;
+    assert_eq!(r.status, 201);
+    let r = gw
+        .admin(
+            "POST",
+            "/consumers/bob/key-auth",
+            Some(json!({"key": "bob-key"})),
+        )
+        .await;
+    assert_eq!(r.status, 201);
+    until_status(gw.proxy, "/k", 401).await;
+    let trace_of = async |key: &str| {
+        let r = call(gw.proxy, "GET", "/k", &[("apikey", key)]).await;
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        r.header("x-trace-id").unwrap().to_string()
+    };
+    let first = trace_of("bob-key").await;
+    let root = &collector.named(&first, "kong", 1).await[0];
+    let q = &collector.named(&first, "kong.database.query", 1).await[0];
+    assert_eq!(q.kind, 3, "CLIENT");
+    assert_eq!(q.parent_span_id, root.span_id);
+    assert_eq!(
+        attr(q, "db.system"),
+        Some(Any::StringValue("sqlite".into()))
+    );
+    assert_eq!(
+        attr(q, "db.statement"),
+        Some(Any::StringValue(
+            "SELECT * FROM keyauth_credentials WHERE key = $1".into()
+        ))
+    );
+    assert!(q.start_time_unix_nano >= root.start_time_unix_nano);
+    assert!(q.end_time_unix_nano <= root.end_time_unix_nano);
+    // Once the key is cached (each worker caches it on its own first miss, and a config sync
+    // still settling may drop a fresh entry), a request makes no look-up and no span.
+    let mut cached = false;
+    for _ in 0..10 {
+        let next = trace_of("bob-key").await;
+        collector.named(&next, "kong", 1).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if !collector
+            .spans()
+            .iter()
+            .any(|s| hex::encode(&s.trace_id) == next && s.name == "kong.database.query")
+        {
+            cached = true;
+            break;
+        }
+    }
+    assert!(cached, "every request looked the key up");
+}
