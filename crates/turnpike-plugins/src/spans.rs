@@ -37,6 +37,7 @@ pub fn instrumentations(list: &[String]) -> u8 {
                     | PLUGIN_ACCESS
                     | PLUGIN_HEADER_FILTER
                     | DNS_QUERY
+                    | DB_QUERY
             }
             "router" => ROUTER,
             "balancer" => BALANCER,
