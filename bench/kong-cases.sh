@@ -30,6 +30,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
+# What the runs need, checked before anything starts (a missing wrk used to fail a run with
+# the proxy left running).
+for tool in wrk nginx openssl; do
+  command -v "$tool" > /dev/null || { echo "$tool is missing: TURNPIKE_SETUP_BENCH=1 scripts/setup.sh installs it" >&2; exit 1; }
+done
 RUNS=${1:-3}
 DUR=${2:-10s}
 PROTOCOLS=${3:-http https}
@@ -141,6 +146,7 @@ for proto in $PROTOCOLS; do
     export TURNPIKE_SSL_CERT=$W/cert.pem TURNPIKE_SSL_CERT_KEY=$W/key.pem
     in_quota turnpike taskset -c "$PROXY_CPUS" "$BIN" start > "$W/tp-$case.log" 2>&1 &
     TP=$!
+    BENCH_PIDS+=($TP)
     wait_port 8000
     # The references of this case run beside it (nginx always, nginx + Lua for the key-auth
     # cases; idle ones cost nothing), and each run goes to every proxy in turn: a slow spell of
@@ -171,6 +177,7 @@ tp_start() { # config [env...]
   shift
   in_quota turnpike env "$@" taskset -c "$PROXY_CPUS" "$BIN" start > "$W/tp-extra.log" 2>&1 &
   TP=$!
+  BENCH_PIDS+=($TP)
   wait_port 8000
 }
 if [ "${EXTRA:-0}" = 1 ]; then
