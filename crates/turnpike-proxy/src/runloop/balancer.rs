@@ -44,12 +44,16 @@ pub struct Call<'a> {
     pub captures: Option<&'a [(Option<String>, String)]>,
     /// A cookie the balancer wants set on the response (hash_on = cookie).
     pub set_cookie: std::cell::Cell<Option<HeaderValue>>,
-    /// Where each try's peer and times go, when they are recorded (the `balancer`
-    /// instrumentation, or a log plugin that reads them).
-    pub tries: Option<&'a std::cell::RefCell<Vec<turnpike_plugins::spans::TrySpan>>>,
-    /// Where each try's look-up of a host name goes, when the `dns_query` instrumentation
-    /// records them.
-    pub dns: Option<&'a std::cell::RefCell<Vec<turnpike_plugins::spans::DnsSpan>>>,
+    /// The request's record for tracing, when one is kept: each try's peer and times go there
+    /// when they are recorded (the `balancer` instrumentation, or a log plugin that reads
+    /// them), each try's look-up of a host name with `dns_query`.
+    pub spans: Option<&'a turnpike_plugins::spans::Spans>,
+}
+
+impl Call<'_> {
+    fn tries(&self) -> Option<&Tries> {
+        self.spans.filter(|s| s.record_tries).map(|s| &s.tries)
+    }
 }
 
 type Tries = std::cell::RefCell<Vec<turnpike_plugins::spans::TrySpan>>;
@@ -218,7 +222,8 @@ pub async fn send(
     // Balanced targets tried so far (a retry goes to another one where there is one).
     let mut tried: smallvec::SmallVec<[usize; 4]> = smallvec::SmallVec::new();
     loop {
-        let picking = call.tries.map(|_| Instant::now());
+        let tries = call.tries();
+        let picking = tries.map(|_| Instant::now());
         let (peer, balancer_host, picked) = match &service.destination {
             Destination::Direct(p) => (p, None, None),
             Destination::Balanced(b) => {
@@ -255,23 +260,29 @@ pub async fn send(
         // Counted as done (for least-connections and latency) when the response head arrives
         // or the attempt fails.
         let started = picked.is_some().then(Instant::now);
-        try_begins(call.tries, peer, picking);
+        try_begins(tries, peer, picking);
         // Kong's `kong.dns`: each try to a host name looks it up (here, the node's DNS cache;
         // a connection from the pool needs no address, so only this instrumentation asks).
-        if let (Some(spans), Some(name)) = (call.dns, &peer.dns) {
+        let dns = call
+            .spans
+            .filter(|s| s.has(turnpike_plugins::spans::DNS_QUERY));
+        if let (Some(spans), Some(name)) = (dns, &peer.dns) {
             let start = Instant::now();
             let found = Box::pin(name.address(peer.port)).await;
-            spans.borrow_mut().push(turnpike_plugins::spans::DnsSpan {
-                start,
-                end: Instant::now(),
-                domain: peer.host.clone(),
-                port: peer.port,
-                ip: found.ok().map(|a| a.ip()),
-            });
+            spans
+                .dns
+                .borrow_mut()
+                .push(turnpike_plugins::spans::DnsSpan {
+                    start,
+                    end: Instant::now(),
+                    domain: peer.host.clone(),
+                    port: peer.port,
+                    ip: found.ok().map(|a| a.ip()),
+                });
         }
         // `None`: not the target's doing (a pooled connection found closed, a body too large).
         let finish = |outcome: Option<Outcome>| {
-            try_ends(call.tries, outcome.as_ref());
+            try_ends(tries, outcome.as_ref());
             if let Some((b, i)) = picked {
                 let elapsed = started
                     .filter(|_| matches!(outcome, Some(Outcome::Status(_))))

@@ -251,16 +251,7 @@ async fn proxy(
         query,
         captures: m.captures.as_deref(),
         set_cookie: std::cell::Cell::new(None),
-        tries: rc
-            .spans
-            .as_deref()
-            .filter(|s| s.record_tries)
-            .map(|s| &s.tries),
-        dns: rc
-            .spans
-            .as_deref()
-            .filter(|s| s.has(turnpike_plugins::spans::DNS_QUERY))
-            .map(|s| &s.dns),
+        spans: rc.spans.as_deref(),
     };
     let sent = balancer::send(
         ctx,
