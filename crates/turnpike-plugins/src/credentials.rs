@@ -85,14 +85,15 @@ impl DbQuery {
     pub fn statement(&self) -> String {
         format!("SELECT * FROM {} WHERE {} = $1", self.table, self.field)
     }
+}
 
-    /// Keeps the look-up with the request (its plugin context), for a tracing plugin's log
-    /// phase.
-    pub fn record(self, req: &mut crate::AccessRequest<'_>) {
-        match req.ctx.get_mut::<DbQueries>() {
-            Some(q) => q.0.push(self),
-            None => req.ctx.insert(DbQueries(vec![self])),
-        }
+/// Keeps a look-up (when there was one) with the request, in its plugin context, for a
+/// tracing plugin's log phase.
+pub fn record(query: Option<DbQuery>, req: &mut crate::AccessRequest<'_>) {
+    let Some(q) = query else { return };
+    match req.ctx.get_mut::<DbQueries>() {
+        Some(all) => all.0.push(q),
+        None => req.ctx.insert(DbQueries(vec![q])),
     }
 }
 
@@ -283,20 +284,9 @@ where
     /// Looks `value` up in the store (for `key`), caches the answer and returns it, filed
     /// under `token` (what a write of the credential invalidates: the value, or a form of it
     /// that every stored form maps to); `build` turns a found row into what the plugin keeps.
-    /// A failed look-up serves a stale cached answer when there is one.
+    /// A failed look-up serves a stale cached answer when there is one. With the answer, the
+    /// look-up's times, for a `kong.database.query` span (`None`: no store to ask).
     pub async fn load(
-        &self,
-        key: K,
-        value: String,
-        token: String,
-        build: impl FnOnce(&Found) -> Option<V>,
-    ) -> Outcome<V> {
-        self.load_recorded(key, value, token, build).await.0
-    }
-
-    /// [`Cache::load`], with the look-up's times for a `kong.database.query` span (`None`
-    /// when there is no store to ask).
-    pub async fn load_recorded(
         &self,
         key: K,
         value: String,

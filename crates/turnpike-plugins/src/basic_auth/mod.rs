@@ -214,7 +214,7 @@ impl Handler for Authenticator {
                 let (outcome, query) = conf
                     .state
                     .stored
-                    .load_recorded(username.clone(), username.clone(), username, |f| {
+                    .load(username.clone(), username.clone(), username, |f| {
                         let stored = f.fields.get("password")?.as_str()?;
                         Some(Arc::new(Credential {
                             who: Arc::new(
@@ -232,9 +232,7 @@ impl Handler for Authenticator {
                     })
                     .await;
                 let resume: crate::Resume = Box::new(move |req| {
-                    if let Some(q) = query {
-                        q.record(req);
-                    }
+                    crate::credentials::record(query, req);
                     match outcome {
                         Outcome::Found(cred) => verify(&conf, req, cred, &header, password),
                         Outcome::Missing => conf.fail(req, StatusCode::UNAUTHORIZED, UNAUTHORIZED),

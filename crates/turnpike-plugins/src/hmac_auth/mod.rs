@@ -353,7 +353,7 @@ impl Handler for Authenticator {
                 Access::Wait(Box::pin(async move {
                     let name = p.username().to_string();
                     let (outcome, query) = state
-                        .load_recorded(name.as_str().into(), name.clone(), name, |f| {
+                        .load(name.as_str().into(), name.clone(), name, |f| {
                             Credential::from_fields(&f.fields, || {
                                 Identity::new(
                                     &f.consumer_id,
@@ -366,9 +366,7 @@ impl Handler for Authenticator {
                         })
                         .await;
                     let resume: crate::Resume = Box::new(move |req| {
-                        if let Some(q) = query {
-                            q.record(req);
-                        }
+                        crate::credentials::record(query, req);
                         match outcome {
                             Outcome::Found(c) => conf.verify(req, &p, alg, Some(c)),
                             Outcome::Missing => conf.verify(req, &p, alg, None),

@@ -327,7 +327,7 @@ impl Handler for Authenticator {
                 let state = state.clone();
                 Access::Wait(Box::pin(async move {
                     let (outcome, query) = state
-                        .load_recorded(key.as_str().into(), key.clone(), key, |f| {
+                        .load(key.as_str().into(), key.clone(), key, |f| {
                             let key = f.fields.get("key").and_then(|v| v.as_str())?;
                             let who = Arc::new(
                                 Identity::new(
@@ -342,9 +342,7 @@ impl Handler for Authenticator {
                         })
                         .await;
                     let resume: crate::Resume = Box::new(move |req| {
-                        if let Some(q) = query {
-                            q.record(req);
-                        }
+                        crate::credentials::record(query, req);
                         match outcome {
                             Outcome::Found(s) => conf.verify(req, &token, &t, Some(s)),
                             Outcome::Missing => conf.verify(req, &token, &t, None),

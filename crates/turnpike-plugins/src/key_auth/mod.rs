@@ -255,7 +255,7 @@ impl Authenticator {
             let token = stored_form(&key);
             let (outcome, query) = state
                 .stored
-                .load_recorded(key.clone().into_boxed_str(), key, token, |f| {
+                .load(key.clone().into_boxed_str(), key, token, |f| {
                     Some(Arc::new(Identity::new(
                         &f.consumer_id,
                         f.username.as_deref(),
@@ -265,9 +265,7 @@ impl Authenticator {
                 })
                 .await;
             let resume: crate::Resume = Box::new(move |req| {
-                if let Some(q) = query {
-                    q.record(req);
-                }
+                crate::credentials::record(query, req);
                 match outcome {
                     Outcome::Found(who) => conf.succeed(req, who, name, location),
                     Outcome::Missing => conf.fail(req, INVALID),

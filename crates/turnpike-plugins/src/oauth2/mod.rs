@@ -404,14 +404,12 @@ impl Handler for Authenticator {
             let (outcome, query) = conf
                 .state
                 .tokens
-                .load_recorded(token.as_str().into(), token.clone(), token, |f| {
+                .load(token.as_str().into(), token.clone(), token, |f| {
                     Token::from_found(f, &conf.state.identities)
                 })
                 .await;
             let resume: crate::Resume = Box::new(move |req| {
-                if let Some(q) = query {
-                    q.record(req);
-                }
+                crate::credentials::record(query, req);
                 match outcome {
                     Outcome::Found(t) => conf.verify(req, Some(t)),
                     Outcome::Missing => conf.verify(req, None),
