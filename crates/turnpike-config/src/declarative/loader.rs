@@ -551,6 +551,19 @@ impl<'p> Previous<'p> {
         p
     }
 
+    /// The running route with this id, by its place.
+    fn route_at(&self, id: &str) -> Option<usize> {
+        let cfg = self.cfg;
+        self.routes.get(&id, |i| Some(cfg.routes[i].id.as_str()))
+    }
+
+    /// The running consumer with this id, by its place.
+    fn consumer_at(&self, id: &str) -> Option<usize> {
+        let cfg = self.cfg;
+        self.consumers
+            .get(&id, |i| Some(cfg.consumers[i].id.as_str()))
+    }
+
     /// The running credential `i`'s table and endpoint key (a key-auth key), when it has one.
     fn credential_key(&self, i: usize) -> Option<(&'p str, &'p str)> {
         let c = &self.cfg.credentials[i];
@@ -567,11 +580,7 @@ impl<'p> Previous<'p> {
 
     /// The running consumer when it equals `c` but for its timestamps; otherwise `c`.
     fn share_consumer(&self, mut c: Consumer) -> Arc<Consumer> {
-        let cfg = self.cfg;
-        let Some(i) = self
-            .consumers
-            .get(&c.id.as_str(), |i| Some(cfg.consumers[i].id.as_str()))
-        else {
+        let Some(i) = self.consumer_at(&c.id) else {
             return Arc::new(c);
         };
         let old = &self.cfg.consumers[i];
@@ -626,11 +635,7 @@ impl<'p> Previous<'p> {
 
     /// The running route when it equals `r` but for its timestamps; otherwise `r`.
     fn share(&self, mut r: Route) -> Arc<Route> {
-        let cfg = self.cfg;
-        let Some(i) = self
-            .routes
-            .get(&r.id.as_str(), |i| Some(cfg.routes[i].id.as_str()))
-        else {
+        let Some(i) = self.route_at(&r.id) else {
             return Arc::new(r);
         };
         let old = &self.cfg.routes[i];
