@@ -129,7 +129,7 @@ pub fn parse_body(content_type: Option<&str>, body: &[u8]) -> Result<Map<String,
 
 /// The (name, value) pairs of a `multipart/form-data` body (RFC 7578); `None` when it is not
 /// one.
-fn multipart_pairs(content_type: &str, body: &str) -> Option<Vec<(String, String)>> {
+pub(crate) fn multipart_pairs(content_type: &str, body: &str) -> Option<Vec<(String, String)>> {
     let boundary = content_type.split(';').find_map(|p| {
         let (k, v) = p.trim().split_once('=')?;
         k.trim()

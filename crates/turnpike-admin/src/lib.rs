@@ -623,11 +623,12 @@ impl Admin {
             })
         };
         let (check_hash, flatten) = (flag("check_hash"), flag("flatten_errors"));
-        let form = req
+        let content_type = req
             .headers()
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+            .unwrap_or("")
+            .to_string();
         let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
             Ok(b) => b.to_bytes(),
             Err(_) => return message(StatusCode::PAYLOAD_TOO_LARGE, "Payload too large"),
@@ -638,11 +639,18 @@ impl Admin {
                 "Cannot parse request body: invalid UTF-8",
             );
         };
-        // curl --data-binary labels raw YAML as a form: use the `config` field when there is one.
-        let text = match form.then(|| form_field(text, "config")).flatten() {
-            Some(f) => f,
-            None => text.to_string(),
+        // The `config` field of a form (curl --data-binary labels raw YAML as one) or of a
+        // multipart body (Kong's documented `curl -F config=@kong.yml`), when there is one.
+        let field = if content_type.starts_with("application/x-www-form-urlencoded") {
+            form_field(text, "config")
+        } else if content_type.starts_with("multipart/form-data") {
+            entities::multipart_pairs(&content_type, text)
+                .and_then(|pairs| pairs.into_iter().find(|(k, _)| k == "config"))
+                .map(|(_, v)| v)
+        } else {
+            None
         };
+        let text = field.unwrap_or_else(|| text.to_string());
         drop(body);
         // One load at a time (Kong: 429 while the previous one loads), each on a thread of its
         // own at a lower CPU priority: parsing and compiling a large config neither holds up

@@ -181,6 +181,22 @@ async fn post_config_answers_without_amplification() {
     let r = admin_raw(gw.admin, "POST", "/config", "text/yaml", small.into()).await;
     assert_eq!(r.status, 201, "{:?}", r.body);
     assert_eq!(r.json()["services"][0]["name"], "a");
+    // Kong's documented form, `curl -X POST :8001/config -F config=@kong.yml`: the file as the
+    // `config` part of a multipart body, as curl sends it.
+    let multipart = format!(
+        "--XyZ\r\nContent-Disposition: form-data; name=\"config\"; filename=\"kong.yml\"\r\nContent-Type: application/octet-stream\r\n\r\n{}\r\n--XyZ--\r\n",
+        small.replace("name: a", "name: from-multipart")
+    );
+    let r = admin_raw(
+        gw.admin,
+        "POST",
+        "/config",
+        "multipart/form-data; boundary=XyZ",
+        multipart.into(),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    assert_eq!(r.json()["services"][0]["name"], "from-multipart");
     // An echo of many 64 KiB chunks is streamed as it is written (never whole in memory),
     // and arrives whole.
     let mut medium = String::from("_format_version: '3.0'\nservices:\n");
