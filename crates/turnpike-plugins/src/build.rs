@@ -45,9 +45,9 @@ impl<'a> BuildContext<'a> {
                         None,
                     ));
                     if let Some(u) = &c.username {
-                        m.insert(u.clone(), who.clone());
+                        m.insert(u.to_string(), who.clone());
                     }
-                    m.insert(c.id.clone(), who);
+                    m.insert(c.id.to_string(), who);
                 }
                 Arc::new(m)
             })

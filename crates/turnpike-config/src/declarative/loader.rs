@@ -222,7 +222,7 @@ impl<'p> Loader<'p> {
                 match it.parent {
                     Some(p) => {
                         let p = p as usize;
-                        let pid = self.shared_ids.of_item(base + p, &items[p].id);
+                        let pid = self.parent_id(base + p, &items[p].id);
                         set_fk(&mut self.cfg, it.kind, slot, ck, pid);
                     }
                     // Its parent is read after it.
@@ -247,9 +247,20 @@ impl<'p> Loader<'p> {
     /// whose id is `id`.
     pub(super) fn adopt(&mut self, first: usize, parent: usize, id: &str) {
         for (kind, slot, ck) in self.orphans.split_off(first) {
-            let pid = self.shared_ids.of_item(parent, id);
+            let pid = self.parent_id(parent, id);
             set_fk(&mut self.cfg, kind, slot, ck, pid);
         }
+    }
+
+    /// The id children of entity number `n` (whose id is `id`) point at: the consumer's own
+    /// when the parent is a consumer.
+    fn parent_id(&mut self, n: usize, id: &str) -> Arc<str> {
+        let own = match self.read.get(n) {
+            Some(&(Kind::Consumer, slot)) => Some(self.cfg.consumers[slot as usize].id.clone()),
+            _ => None,
+        };
+        self.shared_ids
+            .of_item(n, || own.unwrap_or_else(|| id.into()))
     }
 
     fn err(&mut self, n: usize, e: (String, String)) {
@@ -541,7 +552,7 @@ impl<'p> Previous<'p> {
             cfg,
             plugins,
             routes: Positions::new(cfg.routes.len(), |i| Some(cfg.routes[i].id.as_str())),
-            consumers: Positions::new(cfg.consumers.len(), |i| Some(cfg.consumers[i].id.as_str())),
+            consumers: Positions::new(cfg.consumers.len(), |i| Some(&*cfg.consumers[i].id)),
             credentials: Positions::new(cfg.credentials.len(), |i| {
                 Some(cfg.credentials[i].id.as_str())
             }),
@@ -560,8 +571,7 @@ impl<'p> Previous<'p> {
     /// The running consumer with this id, by its place.
     fn consumer_at(&self, id: &str) -> Option<usize> {
         let cfg = self.cfg;
-        self.consumers
-            .get(&id, |i| Some(cfg.consumers[i].id.as_str()))
+        self.consumers.get(&id, |i| Some(&*cfg.consumers[i].id))
     }
 
     /// The running credential `i`'s table and endpoint key (a key-auth key), when it has one.

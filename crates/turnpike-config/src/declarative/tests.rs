@@ -419,12 +419,18 @@ keyauth_credentials:
   - key: k2
     consumer: alice
 "#);
-    assert_eq!(c.consumers[0].id, ids::entity_id("consumers", "alice"));
+    assert_eq!(&*c.consumers[0].id, ids::entity_id("consumers", "alice"));
     assert_eq!(c.credentials.len(), 4);
     assert!(c
         .credentials
         .iter()
         .all(|cr| *cr.consumer.id == *c.consumers[0].id));
+    // Nested credentials point at their consumer's own id, no copy each (56 bytes a key).
+    let mut nested = c.credentials.iter().filter(|cr| {
+        cr.table != "keyauth_credentials" || cr.fields.get_str("key") == Some("secret-key")
+    });
+    assert_eq!(nested.clone().count(), 3);
+    assert!(nested.all(|cr| std::sync::Arc::ptr_eq(&cr.consumer.id, &c.consumers[0].id)));
     let basic = c
         .credentials
         .iter()

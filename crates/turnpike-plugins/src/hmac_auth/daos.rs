@@ -38,7 +38,7 @@ impl Credential {
         fields: &impl turnpike_config::declarative::FieldMap,
         who: impl FnOnce() -> Identity,
     ) -> Option<Arc<Credential>> {
-        let secret = fields.field("secret").and_then(|v| v.as_str())?;
+        let secret = fields.field_str("secret")?;
         Some(Arc::new(Credential {
             who: Arc::new(who()),
             secret: secret.as_bytes().into(),

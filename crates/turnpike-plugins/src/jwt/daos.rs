@@ -90,21 +90,18 @@ impl Secret {
         fields: &impl turnpike_config::declarative::FieldMap,
         who: Arc<Identity>,
     ) -> Option<Secret> {
-        let alg = match fields.field("algorithm").and_then(|v| v.as_str()) {
+        let alg = match fields.field_str("algorithm") {
             Some(a) => Alg::parse(a)?,
             None => Alg::HS256,
         };
         let (plain, decoded) = if alg.is_hmac() {
-            let secret = fields
-                .field("secret")
-                .and_then(|v| v.as_str())
-                .unwrap_or("");
+            let secret = fields.field_str("secret").unwrap_or("");
             (
                 Some(Key::hmac(alg, secret.as_bytes())),
                 token::b64_secret(secret).map(Vec::into_boxed_slice),
             )
         } else {
-            let pem = fields.field("rsa_public_key").and_then(|v| v.as_str())?;
+            let pem = fields.field_str("rsa_public_key")?;
             // Kong base64-decodes the PEM text too under `secret_is_base64`, which never
             // yields a key.
             (Key::public(alg, pem).ok(), None)

@@ -42,7 +42,7 @@ impl KeyIndex {
             ctx.config
                 .consumers
                 .iter()
-                .map(|c| (c.id.as_str(), &**c))
+                .map(|c| (&*c.id, &**c))
                 .collect();
         let mut m = KeyIndex::default();
         for cred in ctx

@@ -85,7 +85,7 @@ pub fn clients(ctx: &crate::BuildContext<'_>) -> Clients {
             Arc::new(Client {
                 id: c.id.clone(),
                 client_secret: s("client_secret").unwrap_or_default().to_string(),
-                hash_secret: c.fields.get("hash_secret") == Some(&Value::Bool(true)),
+                hash_secret: c.fields.get("hash_secret").and_then(|v| v.as_bool()) == Some(true),
                 redirect_uris,
                 public: s("client_type") == Some("public"),
             }),

@@ -32,18 +32,13 @@ use crate::{
 pub struct Session;
 
 /// The consumers of the snapshot by id (what a session names), built once per snapshot.
-type Consumers = rustc_hash::FxHashMap<Box<str>, (Option<String>, Option<String>)>;
+type Consumers = rustc_hash::FxHashMap<Box<str>, (Option<Box<str>>, Option<Box<str>>)>;
 
 fn consumers(ctx: &BuildContext<'_>) -> Consumers {
     ctx.config
         .consumers
         .iter()
-        .map(|c| {
-            (
-                c.id.as_str().into(),
-                (c.username.clone(), c.custom_id.clone()),
-            )
-        })
+        .map(|c| ((*c.id).into(), (c.username.clone(), c.custom_id.clone())))
         .collect()
 }
 

@@ -9,9 +9,9 @@ pub fn consumer(map: &Map<String, Value>, id: &str, now: i64) -> (Consumer, Vec<
     let mut f = Fields::new(map);
     let id = read_id(&mut f, id);
     let (created_at, updated_at) = timestamps(&mut f, now);
-    let username = f.str("username");
-    let custom_id = f.str("custom_id");
-    let tags = f.tags();
+    let username = f.str("username").map(String::into_boxed_str);
+    let custom_id = f.str("custom_id").map(String::into_boxed_str);
+    let tags = f.tags().map(List::from);
     if username.is_none()
         && custom_id.is_none()
         && !f
@@ -27,7 +27,7 @@ pub fn consumer(map: &Map<String, Value>, id: &str, now: i64) -> (Consumer, Vec<
     let errors = f.finish();
     (
         Consumer {
-            id,
+            id: id.into(),
             created_at,
             updated_at,
             username,

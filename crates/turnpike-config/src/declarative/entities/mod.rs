@@ -231,12 +231,14 @@ pub struct Target {
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Consumer {
-    pub id: String,
+    pub id: std::sync::Arc<str>,
     pub created_at: i64,
     pub updated_at: i64,
-    pub username: Option<String>,
-    pub custom_id: Option<String>,
-    pub tags: Option<Vec<String>>,
+    /// Boxed text rather than `String`s (and a thin list for the tags): a snapshot holds one
+    /// consumer per key of 100k, and these three fields were 72 of its 112 bytes.
+    pub username: Option<Box<str>>,
+    pub custom_id: Option<Box<str>>,
+    pub tags: Option<List<String>>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
