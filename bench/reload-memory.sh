@@ -5,12 +5,16 @@
 # "start peak" before the reloads (the initial load), "peak" at the end.
 #   [WORKERS=2] bench/reload-memory.sh [CASES]   CASES: empty routes10k routes100k services10k consumers100k mixed routes100k-yaml
 # BINS="/tmp/turnpike-before target/release/turnpike" measures several builds in one run.
+# STORE=sqlite: each config is written into a fresh SQLite store (`migrations bootstrap`,
+# `config db_import`) and the gateway starts on it (credentials read by key); no reloads
+# (a database node takes no `POST /config`), so those columns are "-".
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 CASES=${1:-"routes10k routes100k services10k consumers100k mixed"}
 BINS=${BINS:-$ROOT/target/release/turnpike}
 WORKERS=${WORKERS:-2}
+STORE=${STORE:-off}
 W=$(mktemp -d)
 BENCH_TMP+=("$W")
 python3 - "$W" <<'PY'
@@ -48,8 +52,12 @@ for BIN in $BINS; do
   for CASE in $CASES; do
     F=$W/$CASE.json; [ -f "$F" ] || F=$W/$CASE.yml
     PORT=$((20000 + RANDOM % 10000)); ADMIN=$((PORT + 1))  # below the ephemeral range (32768-)
+    if [ "$STORE" = sqlite ]; then
+      TURNPIKE_PREFIX=$W/prefix-$PORT TURNPIKE_DATABASE=sqlite "$BIN" migrations bootstrap >/dev/null 2>&1
+      TURNPIKE_PREFIX=$W/prefix-$PORT TURNPIKE_DATABASE=sqlite "$BIN" config db_import "$F" >/dev/null 2>&1
+    fi
     t0=$(now)
-    TURNPIKE_PREFIX=$W/prefix-$PORT TURNPIKE_DATABASE=off TURNPIKE_DECLARATIVE_CONFIG=$F \
+    TURNPIKE_PREFIX=$W/prefix-$PORT TURNPIKE_DATABASE=$STORE TURNPIKE_DECLARATIVE_CONFIG=$F \
       TURNPIKE_PROXY_LISTEN=127.0.0.1:$PORT TURNPIKE_ADMIN_LISTEN=127.0.0.1:$ADMIN \
       TURNPIKE_ADMIN_GUI_LISTEN=off TURNPIKE_NGINX_WORKER_PROCESSES=$WORKERS TURNPIKE_LOG_LEVEL=warn "$BIN" start >"$W/log-$PORT" 2>&1 &
     PID=$!
@@ -62,6 +70,12 @@ for BIN in $BINS; do
     ready=$(since "$t0")
     sleep 2
     steady=$(mb VmRSS $PID); start_peak=$(mb VmHWM $PID)
+    if [ "$STORE" != off ]; then
+      printf '| %s | %s on %s | %d MB | %s s | %s MB | %s MB | - | - | - | %s MB |\n' "$(basename "$(dirname "$(dirname "$BIN")")")/$(basename "$BIN")" \
+        "$CASE" "$STORE" $(( $(stat -c %s "$F") / 1048576 )) "$ready" "$steady" "$start_peak" "$start_peak"
+      kill $PID; wait $PID 2>/dev/null || true
+      continue
+    fi
     t1=$(now); code=$(post $ADMIN "$F"); reload=$(since "$t1")
     [ "$code" = 201 ] || { echo "POST /config answered $code" >&2; exit 1; }
     sleep 2

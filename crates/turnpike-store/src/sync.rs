@@ -151,14 +151,13 @@ impl ConfigSync {
                 _ => {}
             }
         }
-        let (version, mut raw) = self.store.export_raw().await?;
+        let cached = self.store.plugins.cached_tables();
+        let (version, raw) = self.store.export_raw(cached).await?;
         if version == self.applied_version() {
             return Ok(version);
         }
-        let cached = self.store.plugins.cached_tables();
         if !cached.is_empty() {
             self.store.plugins.invalidate_all();
-            raw.retain(|(table, _)| !cached.contains(table));
         }
         self.run_job(Job::Full { version, raw })
             .await

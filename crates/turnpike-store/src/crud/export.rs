@@ -6,14 +6,15 @@ impl Store {
     /// Every entity, as a declarative config (`_format_version: "3.0"`), read in one
     /// transaction so that it is consistent, with the config version it reflects.
     pub async fn export(&self) -> Result<(i64, Value), StoreError> {
-        let (version, raw) = self.export_raw().await?;
+        let (version, raw) = self.export_raw(&[]).await?;
         Ok((version, assemble(raw)?))
     }
 
     /// The rows of every table as stored (JSON text), read in one consistent transaction:
     /// the I/O half of [`Store::export`]; [`assemble`] is the CPU half, which the config sync
-    /// runs on its own low-priority thread.
-    pub async fn export_raw(&self) -> Result<(i64, RawExport), StoreError> {
+    /// runs on its own low-priority thread. The tables in `skip` are not read (credentials the
+    /// data plane reads by key: 100k key-auth rows were read, held and dropped at each start).
+    pub async fn export_raw(&self, skip: &[&str]) -> Result<(i64, RawExport), StoreError> {
         let (mut tx, version) = self.begin_snapshot().await?;
         let mut raw = Vec::new();
         // Rows in id order. SQLite reads a table in its rowid order and would find each row
@@ -21,7 +22,7 @@ impl Store {
         // unordered); its ids compare as bytes (BINARY), as Rust's strings do, so they are
         // sorted here. PostgreSQL sorts them itself, by its own collation.
         let sort_here = self.backend == crate::Backend::Sqlite;
-        for spec in self.tables.iter() {
+        for spec in self.tables.iter().filter(|t| !skip.contains(&t.table)) {
             let order = if sort_here { "" } else { " ORDER BY id" };
             let sql = format!("SELECT id, entity FROM {}{order}", spec.table);
             // Row by row: the driver's rows are not held beside their texts.
