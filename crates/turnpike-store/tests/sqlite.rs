@@ -366,7 +366,9 @@ async fn export_skips_the_tables_read_by_key() {
     .await
     .unwrap();
     let rows = |raw: &Vec<(&str, Vec<String>)>, t: &str| {
-        raw.iter().find(|(table, _)| *table == t).map(|(_, r)| r.len())
+        raw.iter()
+            .find(|(table, _)| *table == t)
+            .map(|(_, r)| r.len())
     };
     let (_, all) = s.export_raw(&[]).await.unwrap();
     assert_eq!(rows(&all, "keyauth_credentials"), Some(1));

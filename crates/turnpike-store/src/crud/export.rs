@@ -23,19 +23,32 @@ impl Store {
         // sorted here. PostgreSQL sorts them itself, by its own collation.
         let sort_here = self.backend == crate::Backend::Sqlite;
         for spec in self.tables.iter().filter(|t| !skip.contains(&t.table)) {
-            let order = if sort_here { "" } else { " ORDER BY id" };
-            let sql = format!("SELECT id, entity FROM {}{order}", spec.table);
+            let sql = if sort_here {
+                format!("SELECT entity, id FROM {}", spec.table)
+            } else {
+                format!("SELECT entity FROM {} ORDER BY id", spec.table)
+            };
             // Row by row: the driver's rows are not held beside their texts.
             let mut rows = sqlx::query(&sql).fetch(&mut *tx);
-            let mut pairs = Vec::new();
+            let mut texts = Vec::new();
+            let mut keys = Vec::new();
             while let Some(r) = futures_util::TryStreamExt::try_next(&mut rows).await? {
-                pairs.push((r.try_get::<String, _>(0)?, r.try_get::<String, _>(1)?));
+                texts.push(r.try_get::<String, _>(0)?);
+                if sort_here {
+                    keys.push(SortKey::new(&r.try_get::<String, _>(1)?));
+                }
             }
             drop(rows);
             if sort_here {
-                pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                let mut order: Vec<u32> = (0..texts.len() as u32).collect();
+                order.sort_unstable_by(|&a, &b| keys[a as usize].cmp(&keys[b as usize]));
+                drop(keys);
+                texts = order
+                    .into_iter()
+                    .map(|i| std::mem::take(&mut texts[i as usize]))
+                    .collect();
             }
-            raw.push((spec.table, pairs.into_iter().map(|(_, t)| t).collect()));
+            raw.push((spec.table, texts));
         }
         tx.commit().await?;
         Ok((version, raw))
@@ -117,5 +130,74 @@ impl Store {
         }
         self.commit(tx).await?;
         Ok(count)
+    }
+}
+
+/// A row's id as the key SQLite's rows are sorted by: the id's bytes (SQLite's BINARY
+/// collation), inline for the ids of up to 36 bytes (every UUID) rather than a `String` each
+/// (2.4 MB of a 100k-consumer start's peak).
+#[derive(PartialEq, Eq)]
+enum SortKey {
+    /// Padded with NULs, which no id holds and which sort first: the order is the ids' own.
+    Inline([u8; 36]),
+    Long(Box<str>),
+}
+
+impl SortKey {
+    fn new(id: &str) -> SortKey {
+        match id.len() {
+            n if n <= 36 => {
+                let mut b = [0u8; 36];
+                b[..n].copy_from_slice(id.as_bytes());
+                SortKey::Inline(b)
+            }
+            _ => SortKey::Long(id.into()),
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            SortKey::Inline(b) => &b[..b.iter().position(|&c| c == 0).unwrap_or(36)],
+            SortKey::Long(s) => s.as_bytes(),
+        }
+    }
+}
+
+impl Ord for SortKey {
+    fn cmp(&self, other: &SortKey) -> std::cmp::Ordering {
+        match (self, other) {
+            (SortKey::Inline(a), SortKey::Inline(b)) => a.cmp(b),
+            _ => self.bytes().cmp(other.bytes()),
+        }
+    }
+}
+
+impl PartialOrd for SortKey {
+    fn partial_cmp(&self, other: &SortKey) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SortKey;
+
+    #[test]
+    fn sort_keys_order_ids_as_their_bytes() {
+        let ids = [
+            "b",
+            "a",
+            "ab",
+            "00000000-0000-4000-8000-00000000000a",
+            "00000000-0000-4000-8000-000000000009",
+            "00000000-0000-4000-8000-000000000009-and-more",
+            "00000000-0000-4000-8000-000000000009x",
+            "",
+        ];
+        let mut by_key: Vec<&str> = ids.to_vec();
+        by_key.sort_by_key(|s| SortKey::new(s));
+        let mut by_bytes = ids.to_vec();
+        by_bytes.sort();
+        assert_eq!(by_key, by_bytes);
     }
 }

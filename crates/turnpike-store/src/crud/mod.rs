@@ -177,11 +177,7 @@ pub use crate::entity::is_uuid;
 fn parse_entity(text: &str) -> Result<Map<String, Value>, StoreError> {
     match serde_json::from_str(text) {
         Ok(Value::Object(mut m)) => {
-            // An entity written with a `ttl` keeps when it expires; it reads back with the
-            // seconds it has left, as Kong's do (0: expired).
-            if let Some(at) = m.remove(EXPIRES_AT).and_then(|v| v.as_i64()) {
-                m.insert("ttl".into(), json!((at - crate::now_secs()).max(0)));
-            }
+            read_back(&mut m);
             Ok(m)
         }
         _ => Err(StoreError::Database(
@@ -237,6 +233,34 @@ pub type Delta = Vec<(&'static str, String, Option<String>)>;
 pub type RawExport = Vec<(&'static str, Vec<String>)>;
 
 /// Builds the declarative config from raw rows.
+/// A stored entity as it reads back: one written with a `ttl` keeps when it expires, and reads
+/// back with the seconds it has left, as Kong's do (0: expired).
+fn read_back(m: &mut Map<String, Value>) {
+    if let Some(at) = m.remove(EXPIRES_AT).and_then(|v| v.as_i64()) {
+        m.insert("ttl".into(), json!((at - crate::now_secs()).max(0)));
+    }
+}
+
+/// [`assemble`] from the rows already joined into one document (the config sync's text).
+pub fn assemble_document(text: &str) -> Result<Value, StoreError> {
+    let mut doc: Value = serde_json::from_str(text)
+        .map_err(|_| StoreError::Database("stored entity is not a JSON object".into()))?;
+    let tables = doc.as_object_mut().into_iter().flat_map(|m| m.values_mut());
+    for rows in tables.filter_map(Value::as_array_mut) {
+        for row in rows {
+            match row.as_object_mut() {
+                Some(m) => read_back(m),
+                None => {
+                    return Err(StoreError::Database(
+                        "stored entity is not a JSON object".into(),
+                    ))
+                }
+            }
+        }
+    }
+    Ok(doc)
+}
+
 pub fn assemble(raw: RawExport) -> Result<Value, StoreError> {
     let mut top = Map::new();
     top.insert("_format_version".into(), json!("3.0"));
