@@ -30,19 +30,6 @@ pub(super) fn load_json<'p>(
     doc.finish()
 }
 
-/// The same for a document already parsed (YAML), consumed as it is read: each entity's
-/// values are dropped once read, so the parsed document and the config it becomes are not
-/// held whole together.
-pub(super) fn load_value<'p>(
-    value: Value,
-    plugins: &'p dyn PluginRegistry,
-    previous: Option<&'p Config>,
-) -> Option<Config> {
-    let mut doc = Document::new(plugins, previous);
-    (&mut doc).deserialize(value).ok()?;
-    doc.finish()
-}
-
 impl<'p> Document<'p> {
     fn new(plugins: &'p dyn PluginRegistry, previous: Option<&'p Config>) -> Document<'p> {
         Document {

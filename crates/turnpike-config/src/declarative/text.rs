@@ -12,7 +12,7 @@ pub const MAX_FLOW_DEPTH: usize = 512;
 
 /// The deepest `[`/`{` nesting of `text`, outside quoted strings and comments; stops counting
 /// once past `limit`.
-fn flow_depth(text: &str, limit: usize) -> usize {
+pub(super) fn flow_depth(text: &str, limit: usize) -> usize {
     let (mut depth, mut max) = (0usize, 0usize);
     let mut quote: Option<u8> = None;
     let mut prev = b'\n';

@@ -33,22 +33,176 @@ const NULL_TAG: &str = "tag:yaml.org,2002:null";
 /// A node read: a collection's value, or a scalar's text with its value. A mapping key is its
 /// scalar's text as written (tag and type ignored); a value is the resolved scalar, whose
 /// error (a bad `!!int`, a local tag) counts only where it is used as a value.
-enum Node {
-    Value(Value),
+enum Node<T> {
+    Value(T),
     Scalar(String, Result<Value, String>),
 }
 
-impl Node {
-    fn into_value(self) -> Result<Value, String> {
+impl<T: Tree> Node<T> {
+    fn into_value(self) -> Result<T, String> {
         match self {
             Node::Value(v) => Ok(v),
-            Node::Scalar(_, v) => v,
+            Node::Scalar(_, v) => v.map(T::scalar),
         }
     }
 }
 
-struct Open {
-    kind: OpenKind,
+/// What the parser's events are built into: a JSON value ([`from_str`]), or JSON text
+/// ([`to_json_text`]), which holds a big document in a tenth of the memory.
+trait Tree: Sized {
+    /// A sequence being read.
+    type Seq: Default;
+    fn scalar(v: Value) -> Self;
+    fn push(seq: &mut Self::Seq, item: Self);
+    fn seq(items: Self::Seq) -> Self;
+    /// A mapping's entries in order; a repeated key keeps its first place and takes its last
+    /// value.
+    fn map(entries: Vec<(String, Self)>) -> Self;
+    fn duplicate(&self) -> Self;
+    /// Nesting depth of its collections.
+    fn depth(&self) -> usize;
+    fn is_seq(&self) -> bool;
+}
+
+impl Tree for Value {
+    type Seq = Vec<Value>;
+
+    fn scalar(v: Value) -> Value {
+        v
+    }
+
+    fn push(seq: &mut Vec<Value>, item: Value) {
+        seq.push(item)
+    }
+
+    fn seq(mut items: Vec<Value>) -> Value {
+        items.shrink_to_fit();
+        Value::Array(items)
+    }
+
+    fn map(entries: Vec<(String, Value)>) -> Value {
+        let mut map = Map::with_capacity(entries.len());
+        for (k, v) in entries {
+            map.insert(k, v);
+        }
+        Value::Object(map)
+    }
+
+    fn duplicate(&self) -> Value {
+        self.clone()
+    }
+
+    fn depth(&self) -> usize {
+        depth(self)
+    }
+
+    fn is_seq(&self) -> bool {
+        self.is_array()
+    }
+}
+
+/// A node as its JSON text, with its collections' depth and kind.
+struct Json {
+    text: String,
+    depth: usize,
+    seq: bool,
+}
+
+/// A sequence's text so far (each item written as it is read, not kept), and its items'
+/// deepest nesting.
+#[derive(Default)]
+struct JsonSeq {
+    text: String,
+    depth: usize,
+}
+
+impl Tree for Json {
+    type Seq = JsonSeq;
+
+    fn scalar(v: Value) -> Json {
+        Json {
+            text: v.to_string(),
+            depth: 0,
+            seq: false,
+        }
+    }
+
+    fn push(seq: &mut JsonSeq, item: Json) {
+        seq.text.push(if seq.text.is_empty() { '[' } else { ',' });
+        seq.text.push_str(&item.text);
+        seq.depth = seq.depth.max(item.depth);
+    }
+
+    fn seq(mut items: JsonSeq) -> Json {
+        if items.text.is_empty() {
+            items.text.push('[');
+        }
+        items.text.push(']');
+        items.text.shrink_to_fit();
+        Json {
+            text: items.text,
+            depth: items.depth + 1,
+            seq: true,
+        }
+    }
+
+    fn map(entries: Vec<(String, Json)>) -> Json {
+        // Where each key is first seen, and which entry gives its value (the last).
+        let mut place: HashMap<&str, usize> = HashMap::with_capacity(entries.len());
+        let mut last = vec![usize::MAX; entries.len()];
+        let mut order = Vec::with_capacity(entries.len());
+        for (i, (k, _)) in entries.iter().enumerate() {
+            match place.get(k.as_str()) {
+                Some(&first) => last[first] = i,
+                None => {
+                    place.insert(k, i);
+                    last[i] = i;
+                    order.push(i);
+                }
+            }
+        }
+        drop(place);
+        let mut text = String::new();
+        let mut depth = 0;
+        text.push('{');
+        for (n, &first) in order.iter().enumerate() {
+            if n > 0 {
+                text.push(',');
+            }
+            let (key, _) = &entries[first];
+            let (_, value) = &entries[last[first]];
+            text.push_str(&Value::from(key.as_str()).to_string());
+            text.push(':');
+            text.push_str(&value.text);
+            depth = depth.max(value.depth);
+        }
+        text.push('}');
+        Json {
+            text,
+            depth: depth + 1,
+            seq: false,
+        }
+    }
+
+    fn duplicate(&self) -> Json {
+        Json {
+            text: self.text.clone(),
+            depth: self.depth,
+            seq: self.seq,
+        }
+    }
+
+    fn depth(&self) -> usize {
+        self.depth
+    }
+
+    fn is_seq(&self) -> bool {
+        self.seq
+    }
+}
+
+struct Open<T: Tree> {
+    kind: OpenKind<T>,
     anchor: Option<Vec<u8>>,
     /// Alias expansions inside this node (an alias to it costs them again).
     expansions: usize,
@@ -57,25 +211,25 @@ struct Open {
 /// A collection being read. Entries are gathered in a vector and the collection is made at its
 /// end with the exact capacity: a config is mostly small maps and lists, and growing them by
 /// doubling left a third of the parsed document's memory unused.
-enum OpenKind {
-    Seq(Vec<Value>),
+enum OpenKind<T: Tree> {
+    Seq(T::Seq),
     /// The entries, and the key read whose value is awaited.
-    Map(Vec<(String, Value)>, Option<String>),
+    Map(Vec<(String, T)>, Option<String>),
 }
 
 /// An anchored node, with what expanding it costs.
-struct Anchored {
+struct Anchored<T> {
     /// The node; `None` while it is still open (an alias to it is recursion).
-    node: Option<Node>,
+    node: Option<Node<T>>,
     /// Nesting depth of its collections (an alias's expansion counts toward the limit).
     depth: usize,
     expansions: usize,
 }
 
-impl Node {
-    fn duplicate(&self) -> Node {
+impl<T: Tree> Node<T> {
+    fn duplicate(&self) -> Node<T> {
         match self {
-            Node::Value(v) => Node::Value(v.clone()),
+            Node::Value(v) => Node::Value(v.duplicate()),
             Node::Scalar(t, v) => Node::Scalar(t.clone(), v.clone()),
         }
     }
@@ -91,11 +245,24 @@ fn utf8(bytes: Vec<u8>) -> Result<String, String> {
 
 /// Parses one YAML document into a JSON value.
 pub fn from_str(text: &str) -> Result<Value, String> {
+    Ok(build::<Value>(text)?.unwrap_or(Value::Null))
+}
+
+/// Parses one YAML document into the JSON text of the value [`from_str`] gives, never holding
+/// it as values: the collections read are kept as their text (100k routes: a 4 MB text, where
+/// the value took some 60 MB). The text streams into a config
+/// (`load_json_streaming`).
+pub fn to_json_text(text: &str) -> Result<String, String> {
+    Ok(build::<Json>(text)?.map_or_else(|| "null".into(), |j| j.text))
+}
+
+/// The document's root, `None` for an empty stream (null, as `serde_yaml` reads it).
+fn build<T: Tree>(text: &str) -> Result<Option<T>, String> {
     let mut parser = Parser::new(text.as_bytes());
 
-    let mut stack: Vec<Open> = Vec::new();
-    let mut anchors: HashMap<Vec<u8>, Anchored> = HashMap::new();
-    let mut root: Option<Value> = None;
+    let mut stack: Vec<Open<T>> = Vec::new();
+    let mut anchors: HashMap<Vec<u8>, Anchored<T>> = HashMap::new();
+    let mut root: Option<T> = None;
     let mut documents = 0usize;
     let mut events = 0usize;
     let mut expansions = 0usize;
@@ -168,7 +335,7 @@ pub fn from_str(text: &str) -> Result<Value, String> {
                     kind: if is_map {
                         OpenKind::Map(Vec::new(), None)
                     } else {
-                        OpenKind::Seq(Vec::new())
+                        OpenKind::Seq(T::Seq::default())
                     },
                     anchor,
                     expansions: 0,
@@ -178,18 +345,8 @@ pub fn from_str(text: &str) -> Result<Value, String> {
             Event::SequenceEnd | Event::MappingEnd => {
                 let open = stack.pop().expect("libyaml balances collections");
                 let value = match open.kind {
-                    OpenKind::Seq(mut items) => {
-                        items.shrink_to_fit();
-                        Value::Array(items)
-                    }
-                    OpenKind::Map(entries, _) => {
-                        let mut map = Map::with_capacity(entries.len());
-                        // A repeated key keeps its first place and takes its last value.
-                        for (k, v) in entries {
-                            map.insert(k, v);
-                        }
-                        Value::Object(map)
-                    }
+                    OpenKind::Seq(items) => T::seq(items),
+                    OpenKind::Map(entries, _) => T::map(entries),
                 };
                 (Node::Value(value), open.anchor, open.expansions)
             }
@@ -197,7 +354,7 @@ pub fn from_str(text: &str) -> Result<Value, String> {
 
         if let Some(name) = anchor {
             let depth = match &node {
-                Node::Value(v) => depth(v),
+                Node::Value(v) => v.depth(),
                 Node::Scalar(..) => 0,
             };
             anchors.insert(
@@ -216,13 +373,13 @@ pub fn from_str(text: &str) -> Result<Value, String> {
         };
         parent.expansions += inner_expansions;
         match &mut parent.kind {
-            OpenKind::Seq(items) => items.push(node.into_value()?),
+            OpenKind::Seq(items) => T::push(items, node.into_value()?),
             OpenKind::Map(map, key) => match key.take() {
                 Some(k) => map.push((k, node.into_value()?)),
                 None => match node {
                     Node::Scalar(text, _) => *key = Some(text),
                     Node::Value(v) => {
-                        let found = if v.is_array() { "sequence" } else { "map" };
+                        let found = if v.is_seq() { "sequence" } else { "map" };
                         return Err(format!(
                             "invalid type: {found}, expected a string key {}",
                             at(mark)
@@ -232,8 +389,7 @@ pub fn from_str(text: &str) -> Result<Value, String> {
             },
         }
     }
-    // An empty stream is null, as `serde_yaml` reads it.
-    Ok(root.unwrap_or(Value::Null))
+    Ok(root)
 }
 
 /// The nesting depth of collections in `value` (an alias's expansion counts toward the limit).
@@ -396,11 +552,19 @@ fn digits_but_not_number(text: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::from_str;
+    use super::{from_str, to_json_text};
     use serde_json::{json, Value};
 
     fn same(text: &str) {
         let ours = from_str(text);
+        // The JSON text reads back as the value, and fails where it fails.
+        match (&ours, to_json_text(text)) {
+            (Ok(v), Ok(t)) => {
+                assert_eq!(&serde_json::from_str::<Value>(&t).unwrap(), v, "{text:?}")
+            }
+            (Err(a), Err(b)) => assert_eq!(a, &b, "{text:?}"),
+            (a, b) => panic!("{text:?}: value {a:?}, text {b:?}"),
+        }
         let theirs: Result<Value, _> = serde_yaml::from_str(text);
         match (&ours, &theirs) {
             (Ok(a), Ok(b)) => assert_eq!(a, b, "{text:?}"),
@@ -444,6 +608,7 @@ mod tests {
             "{!!str : a, !x , b}\n",
             "a: &b !!int x\nc: [*b]\n",
             "a: &b !!int x\n*b : c\n",
+            "s:\n- {k: 1, j: [a, {x: 1, x: 2}], k: 3}\n- &n {a: [\"q\\\"uote\", \"\\u00e9\"]}\n- *n\n",
         ] {
             same(text);
         }
@@ -460,6 +625,7 @@ mod tests {
             doc += &format!("{name}: &{name} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n");
         }
         assert!(from_str(&doc).is_err());
+        assert!(to_json_text(&doc).is_err());
         assert!(serde_yaml::from_str::<Value>(&doc).is_err());
         assert_eq!(
             from_str("a: &x 1\nb: *x\n").unwrap(),
