@@ -33,6 +33,7 @@ pub mod prometheus;
 pub mod proxy_cache;
 pub mod rate_limiting;
 pub mod redirect;
+pub mod request_logs;
 pub mod request_size_limiting;
 pub mod request_termination;
 pub mod request_transformer;

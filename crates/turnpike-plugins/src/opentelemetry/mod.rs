@@ -18,8 +18,12 @@
 //! `precreate_balancer_span` does. With `dns_query`, a `kong.dns` CLIENT span for each try's
 //! look-up of a target's host name; with `db_query`, a `kong.database.query` CLIENT span for
 //! each store look-up a plugin made (a key-auth key not cached yet). Not made:
-//! `kong.internal.request` (no plugin makes an HTTP call on the request path). OTLP logs
-//! (`logs_endpoint`) are refused.
+//! `kong.internal.request` (no plugin makes an HTTP call on the request path).
+//!
+//! With `logs_endpoint`, the log phase also sends the request's log records (Kong's
+//! request-scoped logs: what plugin code wrote through `kong.log`/`ngx.log` at or above the
+//! node's log level, `crate::request_logs`) as OTLP log records with the request's trace, on a
+//! queue of their own. Not sent: the worker's logs outside requests, and `request.id`.
 
 mod otlp;
 pub(crate) mod propagation;
@@ -91,6 +95,8 @@ struct Configured {
     balancer_spans: bool,
     trace_id_header: Option<HeaderName>,
     queue: Option<Arc<http_log::Queue>>,
+    /// `logs_endpoint`'s queue.
+    logs: Option<Arc<http_log::Queue>>,
 }
 
 /// This request's trace (Kong's root span and tracing context).
@@ -262,6 +268,9 @@ impl Handler for Handle {
     }
 
     fn log(&self, entry: &LogEntry<'_>) {
+        if let Some(logs) = &self.0.logs {
+            send_logs(logs, entry);
+        }
         let (Some(queue), Some(t)) = (&self.0.queue, entry.ctx.and_then(|c| c.get::<Trace>()))
         else {
             return;
@@ -425,11 +434,35 @@ fn instrumentation_spans(
     }
 }
 
-fn target(c: &schema::Config, node_id: &str) -> Result<(Target, usize), String> {
-    let endpoint = c.traces_endpoint.as_deref().unwrap_or_default();
+/// The request's log records, each queued as an encoded `LogRecord` with the request's trace.
+fn send_logs(queue: &http_log::Queue, entry: &LogEntry<'_>) {
+    let Some(ctx) = entry.ctx else { return };
+    let Some(logs) = ctx.get::<crate::request_logs::RequestLogs>() else {
+        return;
+    };
+    let trace = ctx.get::<Trace>().map(|t| otlp::LogTrace {
+        trace_id: propagation::pad16(t.trace_id.as_slice()),
+        span_id: t.sampled.then_some(t.span_id),
+        flags: t.sampled as u32,
+    });
+    for r in &logs.0 {
+        queue.offer(otlp::encode_log(r, trace.as_ref()));
+    }
+}
+
+fn target(
+    c: &schema::Config,
+    node_id: &str,
+    endpoint_field: &str,
+) -> Result<(Target, usize), String> {
+    let endpoint = match endpoint_field {
+        "logs_endpoint" => c.logs_endpoint.as_deref(),
+        _ => c.traces_endpoint.as_deref(),
+    }
+    .unwrap_or_default();
     let uri: http::Uri = endpoint
         .parse()
-        .map_err(|e| format!("traces_endpoint: {e}"))?;
+        .map_err(|e| format!("{endpoint_field}: {e}"))?;
     let mut headers = Vec::new();
     for (k, v) in c.headers.iter().flatten() {
         let name = HeaderName::from_bytes(k.as_bytes())
@@ -513,9 +546,18 @@ impl PluginSpec for OpenTelemetry {
             Some(_) if settings.request_spans => Some(http_log::start_queue(
                 &state.queues,
                 config.to_string(),
-                || target(&c, &settings.node_id),
+                || target(&c, &settings.node_id, "traces_endpoint"),
             )?),
             _ => None,
+        };
+        // Logs go whatever `tracing_instrumentations` says, on a queue of their own.
+        let logs = match &c.logs_endpoint {
+            Some(_) => Some(http_log::start_queue(
+                &state.queues,
+                format!("{config}:logs"),
+                || target(&c, &settings.node_id, "logs_endpoint"),
+            )?),
+            None => None,
         };
         Ok(Arc::new(Handle(Arc::new(Configured {
             propagation: propagation::Params::new(&c.propagation, &c.header_type, None),
@@ -528,6 +570,7 @@ impl PluginSpec for OpenTelemetry {
                 .as_deref()
                 .and_then(|h| HeaderName::from_bytes(h.to_ascii_lowercase().as_bytes()).ok()),
             queue,
+            logs,
         }))))
     }
 }
@@ -573,6 +616,7 @@ mod tests {
             balancer_spans: false,
             trace_id_header: None,
             queue: None,
+            logs: None,
         };
         assert!(c.sampled(&[0; 16], Some(true)), "parent-based");
         assert!(!c.sampled(&[0; 16], None), "the global rate");

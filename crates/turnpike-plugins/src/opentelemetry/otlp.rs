@@ -195,6 +195,60 @@ pub fn encode_span_with(s: &Span<'_>, more_len: usize, more: impl FnOnce(&mut Ve
     Bytes::from(out)
 }
 
+/// The request's trace as its log records carry it.
+pub struct LogTrace {
+    pub trace_id: [u8; 16],
+    /// The request's span, when the trace is sampled.
+    pub span_id: Option<[u8; 8]>,
+    /// 1: sampled.
+    pub flags: u32,
+}
+
+/// One `LogRecord` (`opentelemetry/proto/logs/v1/logs.proto`) as Kong's `prepare_logs` makes
+/// it: time, severity, the line as a string body, the `introspection.*` attributes, and the
+/// request's trace (id, flags, and its span when sampled).
+pub fn encode_log(r: &crate::request_logs::RequestLog, trace: Option<&LogTrace>) -> Bytes {
+    let mut out = Vec::with_capacity(128 + r.body.len() + r.source.as_ref().map_or(0, |s| s.len()));
+    tag(&mut out, 1, 1);
+    out.extend_from_slice(&r.time_ns.to_le_bytes());
+    let (number, text) = crate::request_logs::severity(r.level);
+    tag(&mut out, 2, 0);
+    varint(&mut out, number);
+    bytes_field(&mut out, 3, text.as_bytes());
+    message(&mut out, 5, |body| bytes_field(body, 1, r.body.as_bytes()));
+    if let Some(line) = r.line {
+        // A Lua number: a double, as Kong's attributes give it.
+        message(&mut out, 6, |kv| {
+            bytes_field(kv, 1, b"introspection.current.line");
+            message(kv, 2, |v| {
+                tag(v, 4, 1);
+                v.extend_from_slice(&(line as f64).to_le_bytes());
+            });
+        });
+    }
+    for (k, v) in [
+        ("introspection.name", r.name.as_deref()),
+        ("introspection.namewhat", r.namewhat),
+        ("introspection.source", r.source.as_deref()),
+        ("introspection.what", Some(r.what)),
+    ] {
+        if let Some(v) = v {
+            key_value(&mut out, 6, k, &Value::Str(v));
+        }
+    }
+    if let Some(t) = trace {
+        tag(&mut out, 8, 5);
+        out.extend_from_slice(&t.flags.to_le_bytes());
+        bytes_field(&mut out, 9, &t.trace_id);
+        if let Some(s) = &t.span_id {
+            bytes_field(&mut out, 10, s);
+        }
+    }
+    tag(&mut out, 11, 1);
+    out.extend_from_slice(&r.time_ns.to_le_bytes());
+    Bytes::from(out)
+}
+
 /// The `Resource` message of a config's resource attributes, built once per config.
 pub fn encode_resource(attributes: &[(String, String)]) -> Vec<u8> {
     let mut out = Vec::new();
@@ -204,7 +258,8 @@ pub fn encode_resource(attributes: &[(String, String)]) -> Vec<u8> {
     out
 }
 
-/// An `ExportTraceServiceRequest` of encoded spans under one resource and Kong's scope.
+/// An `ExportTraceServiceRequest` of encoded spans under one resource and Kong's scope; of
+/// encoded log records, the `ExportLogsServiceRequest` (its envelope has the same fields).
 pub fn encode_request(resource: &[u8], spans: &[Bytes]) -> Bytes {
     let mut out =
         Vec::with_capacity(resource.len() + spans.iter().map(|s| s.len() + 4).sum::<usize>() + 64);

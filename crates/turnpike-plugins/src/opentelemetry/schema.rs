@@ -14,6 +14,7 @@ use crate::schema::{Default, Field, Type};
 #[derive(Deserialize)]
 pub struct Config {
     pub traces_endpoint: Option<String>,
+    pub logs_endpoint: Option<String>,
     pub headers: Option<BTreeMap<String, String>>,
     pub resource_attributes: Option<BTreeMap<String, String>>,
     pub queue: Queue,
@@ -139,8 +140,7 @@ fn url_error(v: &Value) -> Option<&'static str> {
         )
 }
 
-/// Kong's `at_least_one_of`, the URLs, the resource attributes' values; `logs_endpoint` is
-/// refused rather than accepted and ignored: this gateway exports traces only.
+/// Kong's `at_least_one_of`, the URLs, the resource attributes' values.
 pub fn entity_checks(config: &Value) -> Vec<(String, String)> {
     let mut errs = Vec::new();
     let (traces, logs) = (&config["traces_endpoint"], &config["logs_endpoint"]);
@@ -157,12 +157,6 @@ pub fn entity_checks(config: &Value) -> Vec<(String, String)> {
                 errs.push((name.into(), e.into()));
             }
         }
-    }
-    if !logs.is_null() && errs.is_empty() {
-        errs.push((
-            "logs_endpoint".into(),
-            "OTLP logs are not exported by this gateway (traces only)".into(),
-        ));
     }
     for (k, v) in config["resource_attributes"]
         .as_object()

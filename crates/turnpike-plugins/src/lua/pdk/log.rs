@@ -14,8 +14,8 @@ pub(super) fn log(lua: &Lua) -> mlua::Result<Table> {
         ("info", 7),
         ("debug", 8),
     ] {
-        set_fn(lua, &t, name, move |_, args: MultiValue| {
-            log_at(level, args)
+        set_fn(lua, &t, name, move |lua, args: MultiValue| {
+            log_at(lua, level, args)
         })?;
     }
     set_fn(lua, &t, "serialize", |lua, ()| {
@@ -24,10 +24,10 @@ pub(super) fn log(lua: &Lua) -> mlua::Result<Table> {
     })?;
     // `kong.log(...)` logs at notice.
     let meta = lua.create_table()?;
-    set_fn(lua, &meta, "__call", |_, args: MultiValue| {
+    set_fn(lua, &meta, "__call", |lua, args: MultiValue| {
         let mut args = args;
         args.pop_front();
-        log_at(6, args)
+        log_at(lua, 6, args)
     })?;
     t.set_metatable(Some(meta))?;
     Ok(t)

@@ -527,7 +527,7 @@ const LEVELS: [(&str, i64); 9] = [
     ("DEBUG", 8),
 ];
 
-fn log_at(level: i64, args: MultiValue) -> mlua::Result<()> {
+fn log_at(lua: &Lua, level: i64, args: MultiValue) -> mlua::Result<()> {
     let mut msg = String::new();
     for v in args.iter() {
         match v {
@@ -539,7 +539,43 @@ fn log_at(level: i64, args: MultiValue) -> mlua::Result<()> {
             other => msg.push_str(&format!("{}: {:?}", other.type_name(), other.to_pointer())),
         }
     }
-    let plugin = with_current(|c| Ok(c.plugin))?;
+    let (plugin, ctx) = with_current(|c| Ok((c.plugin, c.ctx)))?;
+    let enabled = match level {
+        0..=4 => tracing::enabled!(target: "turnpike::lua", tracing::Level::ERROR),
+        5 => tracing::enabled!(target: "turnpike::lua", tracing::Level::WARN),
+        6 | 7 => tracing::enabled!(target: "turnpike::lua", tracing::Level::INFO),
+        _ => tracing::enabled!(target: "turnpike::lua", tracing::Level::DEBUG),
+    };
+    // A request's line at or above the node's log level is kept for OTLP logs (Kong's
+    // `kong.observability.logs`), with where in the code it was written.
+    if enabled && !ctx.is_null() && !msg.is_empty() {
+        let mut log = crate::request_logs::RequestLog {
+            time_ns: crate::clock::now_ns(),
+            level: level.clamp(1, 8) as u8,
+            body: msg.clone(),
+            source: None,
+            line: None,
+            name: None,
+            namewhat: None,
+            what: "C",
+        };
+        lua.inspect_stack(1, |d| {
+            let names = d.names();
+            let source = d.source();
+            log.source = source.source.map(|s| s.into_owned());
+            log.what = source.what;
+            log.line = d.current_line();
+            log.name = names.name.map(|n| n.into_owned());
+            log.namewhat = names.name_what;
+        });
+        // SAFETY: `ctx` was set by the runtime from the request's live `&mut PluginCtx` for the
+        // length of this Lua call, as the phase's target was.
+        let ctx = unsafe { &mut *ctx };
+        if let Ok(logs) = ctx.get_or_insert_with(|| Ok(crate::request_logs::RequestLogs::default()))
+        {
+            logs.push(log);
+        }
+    }
     match level {
         0..=4 => tracing::error!(target: "turnpike::lua", "[{plugin}] {msg}"),
         5 => tracing::warn!(target: "turnpike::lua", "[{plugin}] {msg}"),

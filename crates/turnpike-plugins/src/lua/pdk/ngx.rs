@@ -62,7 +62,7 @@ pub(super) fn ngx(lua: &Lua) -> mlua::Result<Table> {
         ngx.set(format!("HTTP_{m}"), m)?;
     }
     ngx.set("null", Value::NULL)?;
-    set_fn(lua, &ngx, "log", |_, args: MultiValue| {
+    set_fn(lua, &ngx, "log", |lua, args: MultiValue| {
         let mut args = args;
         let level = match args.pop_front() {
             Some(Value::Integer(l)) => l,
@@ -73,7 +73,7 @@ pub(super) fn ngx(lua: &Lua) -> mlua::Result<Table> {
                 ))
             }
         };
-        log_at(level, args)
+        log_at(lua, level, args)
     })?;
     set_fn(lua, &ngx, "say", |_, args: MultiValue| {
         write_output(args, true)

@@ -1,14 +1,15 @@
 //! opentelemetry on the real binary, with a real OTLP/HTTP receiver that decodes what it gets
 //! with the official protobuf definitions (`opentelemetry-proto`): the request's span under the
 //! caller's trace, its attributes and the resource's, the context the upstream gets in each
-//! format, the trace id told to the client, propagation alone when tracing is off, and bad
-//! configs refused.
+//! format, the trace id told to the client, propagation alone when tracing is off, the
+//! request's log records sent to `logs_endpoint`, and bad configs refused.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::*;
 use http_body_util::BodyExt;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
@@ -16,10 +17,12 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use serde_json::json;
 
-/// An OTLP/HTTP collector: decodes each POST as an `ExportTraceServiceRequest`.
+/// An OTLP/HTTP collector: decodes each POST to `/v1/logs` as an `ExportLogsServiceRequest`,
+/// any other as an `ExportTraceServiceRequest`.
 struct Collector {
     port: u16,
     requests: Arc<Mutex<Vec<(String, ExportTraceServiceRequest)>>>,
+    logs: Arc<Mutex<Vec<(String, ExportLogsServiceRequest)>>>,
     rt: Option<tokio::runtime::Runtime>,
 }
 
@@ -43,7 +46,9 @@ impl Collector {
         listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();
         let requests: Arc<Mutex<Vec<(String, ExportTraceServiceRequest)>>> = Arc::default();
+        let logs: Arc<Mutex<Vec<(String, ExportLogsServiceRequest)>>> = Arc::default();
         let seen = requests.clone();
+        let seen_logs = logs.clone();
         rt.spawn(async move {
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();
             loop {
@@ -51,11 +56,14 @@ impl Collector {
                     continue;
                 };
                 let seen = seen.clone();
+                let seen_logs = seen_logs.clone();
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(
                         move |req: http::Request<hyper::body::Incoming>| {
                             let seen = seen.clone();
+                            let seen_logs = seen_logs.clone();
                             async move {
+                                let logs = req.uri().path() == "/v1/logs";
                                 let ct = req
                                     .headers()
                                     .get("content-type")
@@ -67,8 +75,13 @@ impl Collector {
                                     .map(|v| v.to_str().unwrap().to_string())
                                     .unwrap_or_default();
                                 let body = req.into_body().collect().await?.to_bytes();
-                                let decoded = ExportTraceServiceRequest::decode(body).unwrap();
-                                seen.lock().unwrap().push((format!("{ct}|{auth}"), decoded));
+                                if logs {
+                                    let decoded = ExportLogsServiceRequest::decode(body).unwrap();
+                                    seen_logs.lock().unwrap().push((ct, decoded));
+                                } else {
+                                    let decoded = ExportTraceServiceRequest::decode(body).unwrap();
+                                    seen.lock().unwrap().push((format!("{ct}|{auth}"), decoded));
+                                }
                                 Ok::<_, hyper::Error>(http::Response::new(
                                     http_body_util::Full::new(bytes::Bytes::new()),
                                 ))
@@ -84,6 +97,7 @@ impl Collector {
         Collector {
             port,
             requests,
+            logs,
             rt: Some(rt),
         }
     }
@@ -455,11 +469,15 @@ async fn opentelemetry_configs_are_checked() {
     )
     .await;
     assert_eq!(r.status, 400);
-    let r = post(json!({"logs_endpoint": "http://c:4318/v1/logs"})).await;
+    let r = post(json!({"logs_endpoint": "ftp://c:4318/v1/logs"})).await;
     assert_eq!(r.status, 400, "{:?}", r.json());
-    let r = post(json!({"traces_endpoint": "http://c:4318/v1/traces"})).await;
+    let r = post(
+        json!({"traces_endpoint": "http://c:4318/v1/traces", "logs_endpoint": "http://c:4318/v1/logs"}),
+    )
+    .await;
     assert_eq!(r.status, 201, "{:?}", r.json());
     let c = &r.json()["config"];
+    assert_eq!(c["logs_endpoint"], "http://c:4318/v1/logs");
     assert_eq!(c["queue"]["max_batch_size"], 200);
     assert_eq!(c["header_type"], "preserve");
     assert_eq!(c["propagation"]["default_format"], "w3c");
@@ -621,4 +639,130 @@ async fn db_query_spans_name_store_lookups() {
         }
     }
     assert!(cached, "every request looked the key up");
+}
+
+/// `logs_endpoint`: what plugin code logs during a request at or above the node's log level
+/// reaches the collector as OTLP log records (decoded by the official definitions) with Kong's
+/// severity, the line's place in the code and the request's trace; lines below the level, and
+/// requests of routes without the plugin, send nothing.
+#[tokio::test]
+async fn request_logs_reach_the_logs_endpoint() {
+    let collector = Collector::start();
+    let up = Upstream::start("logged");
+    let config = format!(
+        r#"_format_version: "3.0"
+services:
+- name: svc
+  url: {url}
+  routes:
+  - name: logged
+    paths: [/l]
+    plugins:
+    - name: pre-function
+      config:
+        access:
+        - |
+          kong.log.err("boom ", 42, " ", true)
+          kong.log.debug("too fine to send")
+          kong.log.warn("careful")
+    - name: opentelemetry
+      config:
+        logs_endpoint: http://127.0.0.1:{port}/v1/logs
+        queue: {{max_coalescing_delay: 0.1}}
+  - name: quiet
+    paths: [/q]
+    plugins:
+    - name: pre-function
+      config:
+        access:
+        - kong.log.err("not sent")
+"#,
+        url = up.url(),
+        port = collector.port
+    );
+    let gw = Gateway::with_config(&config)
+        .env("TURNPIKE_LOG_LEVEL", "warn")
+        .env("TURNPIKE_TRACING_INSTRUMENTATIONS", "request")
+        .env("TURNPIKE_TRACING_SAMPLING_RATE", "1")
+        .start();
+    assert_eq!(call(gw.proxy, "GET", "/q", &[]).await.status, 200);
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let r = call(
+        gw.proxy,
+        "GET",
+        "/l",
+        &[("traceparent", &format!("00-{trace}-00f067aa0ba902b7-01"))],
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let records = || -> Vec<_> {
+        collector
+            .logs
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|(_, r)| r.resource_logs.clone())
+            .flat_map(|rl| rl.scope_logs)
+            .flat_map(|sl| sl.log_records)
+            .collect()
+    };
+    assert!(
+        eventually(Duration::from_secs(10), async || records().len() >= 2).await,
+        "records: {:?}",
+        records()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let got = records();
+    let bodies: Vec<String> = got
+        .iter()
+        .map(|r| match r.body.as_ref().and_then(|b| b.value.as_ref()) {
+            Some(Any::StringValue(s)) => s.clone(),
+            other => panic!("body {other:?}"),
+        })
+        .collect();
+    assert_eq!(bodies, ["boom 42 true", "careful"]);
+    let boom = &got[0];
+    assert_eq!(
+        (boom.severity_number, boom.severity_text.as_str()),
+        (17, "ERR")
+    );
+    assert_eq!(
+        (got[1].severity_number, got[1].severity_text.as_str()),
+        (13, "WARN")
+    );
+    assert_eq!(hex::encode(&boom.trace_id), trace);
+    assert_eq!(boom.flags, 1, "sampled");
+    assert_eq!(boom.span_id.len(), 8);
+    assert!(boom.time_unix_nano > 0 && boom.observed_time_unix_nano == boom.time_unix_nano);
+    let attr = |r: &opentelemetry_proto::tonic::logs::v1::LogRecord, k: &str| {
+        r.attributes
+            .iter()
+            .find(|a| a.key == k)
+            .and_then(|a| a.value.as_ref())
+            .and_then(|v| v.value.clone())
+    };
+    assert_eq!(
+        attr(boom, "introspection.current.line"),
+        Some(Any::DoubleValue(1.0))
+    );
+    assert_eq!(
+        attr(&got[1], "introspection.current.line"),
+        Some(Any::DoubleValue(3.0))
+    );
+    assert!(matches!(
+        attr(boom, "introspection.source"),
+        Some(Any::StringValue(_))
+    ));
+    // Kong's resource and scope, and the protobuf content type.
+    let sent = collector.logs.lock().unwrap().clone();
+    assert!(sent.iter().all(|(ct, _)| ct == "application/x-protobuf"));
+    let rl = &sent[0].1.resource_logs[0];
+    let resource: Vec<&KeyValue> = rl.resource.as_ref().unwrap().attributes.iter().collect();
+    assert!(resource.iter().any(|a| a.key == "service.name"
+        && a.value.as_ref().and_then(|v| v.value.clone())
+            == Some(Any::StringValue("kong".into()))));
+    assert_eq!(
+        rl.scope_logs[0].scope.as_ref().unwrap().name,
+        "kong-internal"
+    );
 }
