@@ -103,6 +103,8 @@ pub struct RequestDetails {
 pub struct LogEntry<'a> {
     /// Present when a plugin of the chain asked for it.
     pub details: Option<&'a RequestDetails>,
+    /// The request's id (Kong's `kong.request.get_id()`, `X-Kong-Request-Id`).
+    pub request_id: &'a http::HeaderValue,
     /// Bytes received: request head and body as framed on the wire (estimated for HTTP/2).
     pub request_size: u64,
     pub status: u16,

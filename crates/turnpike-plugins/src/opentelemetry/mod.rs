@@ -23,7 +23,7 @@
 //! With `logs_endpoint`, the log phase also sends the request's log records (Kong's
 //! request-scoped logs: what plugin code wrote through `kong.log`/`ngx.log` at or above the
 //! node's log level, `crate::request_logs`) as OTLP log records with the request's trace, on a
-//! queue of their own. Not sent: the worker's logs outside requests, and `request.id`.
+//! queue of their own. Not sent: the worker's logs outside requests.
 
 mod otlp;
 pub(crate) mod propagation;
@@ -446,7 +446,11 @@ fn send_logs(queue: &http_log::Queue, entry: &LogEntry<'_>) {
         flags: t.sampled as u32,
     });
     for r in &logs.0 {
-        queue.offer(otlp::encode_log(r, trace.as_ref()));
+        queue.offer(otlp::encode_log(
+            r,
+            entry.request_id.to_str().ok(),
+            trace.as_ref(),
+        ));
     }
 }
 

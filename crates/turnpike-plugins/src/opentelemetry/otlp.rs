@@ -205,9 +205,14 @@ pub struct LogTrace {
 }
 
 /// One `LogRecord` (`opentelemetry/proto/logs/v1/logs.proto`) as Kong's `prepare_logs` makes
-/// it: time, severity, the line as a string body, the `introspection.*` attributes, and the
+/// it: time, severity, the line as a string body, `request.id` and the `introspection.*`
+/// attributes, and the
 /// request's trace (id, flags, and its span when sampled).
-pub fn encode_log(r: &crate::request_logs::RequestLog, trace: Option<&LogTrace>) -> Bytes {
+pub fn encode_log(
+    r: &crate::request_logs::RequestLog,
+    request_id: Option<&str>,
+    trace: Option<&LogTrace>,
+) -> Bytes {
     let mut out = Vec::with_capacity(128 + r.body.len() + r.source.as_ref().map_or(0, |s| s.len()));
     tag(&mut out, 1, 1);
     out.extend_from_slice(&r.time_ns.to_le_bytes());
@@ -227,6 +232,7 @@ pub fn encode_log(r: &crate::request_logs::RequestLog, trace: Option<&LogTrace>)
         });
     }
     for (k, v) in [
+        ("request.id", request_id),
         ("introspection.name", r.name.as_deref()),
         ("introspection.namewhat", r.namewhat),
         ("introspection.source", r.source.as_deref()),

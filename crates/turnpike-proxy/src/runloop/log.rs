@@ -19,6 +19,8 @@ pub struct LogState {
     pub service: Option<usize>,
     pub protocol: u8,
     pub start: Instant,
+    /// The request's id (`X-Kong-Request-Id`).
+    pub request_id: http::HeaderValue,
     /// Only for chains whose log plugins want the full entry (`LOG_HEADERS`).
     pub details: Option<Box<RequestDetails>>,
     pub request_size: u64,
@@ -50,6 +52,7 @@ impl LogState {
         let proxy_ms = self.upstream_latency.map(|d| d.as_millis() as u64);
         let entry = LogEntry {
             details: self.details.as_deref(),
+            request_id: &self.request_id,
             request_size: self.request_size,
             status: self.status,
             response_size: self.response_size,

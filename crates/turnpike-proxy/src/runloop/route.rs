@@ -137,6 +137,7 @@ fn log_state(
         service,
         protocol: request_protocol(conn),
         start: rc.start,
+        request_id: rc.request_id.clone(),
         details,
         request_size: head_size(start_line, &parts.headers) + content_length,
         consumer: None,

@@ -753,6 +753,11 @@ services:
         attr(boom, "introspection.source"),
         Some(Any::StringValue(_))
     ));
+    let id = r
+        .header("x-kong-request-id")
+        .expect("the request's id")
+        .to_string();
+    assert_eq!(attr(boom, "request.id"), Some(Any::StringValue(id)));
     // Kong's resource and scope, and the protobuf content type.
     let sent = collector.logs.lock().unwrap().clone();
     assert!(sent.iter().all(|(ct, _)| ct == "application/x-protobuf"));
