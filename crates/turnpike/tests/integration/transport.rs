@@ -836,3 +836,36 @@ async fn kong_tls_properties_shape_what_the_proxy_serves() {
         assert!(!ok && out.contains(expect), "{k}={v}: {out}");
     }
 }
+
+/// A client still uploading a body the gateway answered without reading (here a 404 to a
+/// 16 MiB POST) finishes its upload and reads the answer, as from nginx's lingering close: the
+/// gateway shuts its side and reads what still comes before closing, rather than resetting the
+/// connection under the client (which lost the response: a broken pipe while writing).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unread_upload_is_read_away_before_the_connection_closes() {
+    let up = Upstream::start("one");
+    let gw = Gateway::with_config(&api_route(&up)).start();
+    let mut s = tokio::net::TcpStream::connect(gw.proxy).await.unwrap();
+    let size = 16 << 20;
+    s.write_all(
+        format!("POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: {size}\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let chunk = vec![b'a'; 64 << 10];
+    let mut sent = 0;
+    while sent < size {
+        s.write_all(&chunk)
+            .await
+            .unwrap_or_else(|e| panic!("the upload broke after {sent} bytes: {e}"));
+        sent += chunk.len();
+    }
+    let mut out = Vec::new();
+    tokio::time::timeout(std::time::Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .expect("the gateway closes the connection")
+        .unwrap();
+    let out = String::from_utf8_lossy(&out);
+    assert!(out.starts_with("HTTP/1.1 404"), "{out}");
+    assert!(out.contains("no Route matched"), "{out}");
+}

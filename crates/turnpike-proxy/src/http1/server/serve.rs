@@ -109,6 +109,48 @@ pub async fn serve<S: Service>(svc: &S, io: Box<dyn Io>) {
     }
     // Sends TLS close_notify, or FIN, after the last response.
     let _ = poll_fn(|cx| Pin::new(&mut **shared.io.borrow_mut()).poll_shutdown(cx)).await;
+    // A client still sending a body the gateway answered without reading (a 413, a 401 before
+    // a large upload, a 404 to a POST): closing now would reset the connection under it, and a
+    // reset can discard the response before the client reads it (curl: "Send failure: Broken
+    // pipe"). Boxed: it is rare, and its buffer would otherwise size the idle state.
+    if shared.body.get() != BodyState::Done && !shared.expect_continue.get() && !svc.closing() {
+        Box::pin(linger(svc, &shared)).await;
+    }
+}
+
+/// nginx's `lingering_time` and `lingering_timeout`: how long a closing connection keeps reading
+/// and discarding what the client still sends, and how long it waits for each read.
+pub(crate) const LINGER_TIME: Duration = Duration::from_secs(30);
+pub(crate) const LINGER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// nginx's lingering close: after the response and the shutdown of the write side, reads and
+/// discards until the client closes, a read waits past [`LINGER_TIMEOUT`], or [`LINGER_TIME`]
+/// has passed.
+async fn linger<S: Service>(svc: &S, shared: &Shared) {
+    let until = std::time::Instant::now() + LINGER_TIME;
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        let read = poll_fn(|cx| {
+            let mut rb = tokio::io::ReadBuf::new(&mut buf);
+            match Pin::new(&mut **shared.io.borrow_mut()).poll_read(cx, &mut rb) {
+                std::task::Poll::Ready(Ok(())) => std::task::Poll::Ready(Ok(rb.filled().len())),
+                std::task::Poll::Ready(Err(e)) => std::task::Poll::Ready(Err(e)),
+                std::task::Poll::Pending => std::task::Poll::Pending,
+            }
+        });
+        match svc
+            .deadlines()
+            .timeout(left.min(LINGER_TIMEOUT), read)
+            .await
+        {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return,
+        }
+    }
 }
 
 /// Answers a refused request head with Kong's error; the connection then closes.
