@@ -2,6 +2,22 @@
 //! `kong.log`/`ngx.log` during a request, at or above the node's log level, kept in the
 //! request's context for the opentelemetry plugin's `logs_endpoint`.
 
+/// Whether the config's requests keep their log records: an enabled opentelemetry plugin has
+/// a `logs_endpoint` (Kong turns its log hook on for the same). Otherwise a plugin's log line
+/// costs no copy. Decided once per config, shared by its plugins.
+pub struct Wanted(pub bool);
+
+pub fn wanted(ctx: &crate::BuildContext) -> bool {
+    ctx.shared(|c| {
+        Wanted(c.config.plugins.iter().any(|p| {
+            p.enabled
+                && p.name == "opentelemetry"
+                && p.config.get("logs_endpoint").is_some_and(|v| !v.is_null())
+        }))
+    })
+    .0
+}
+
 /// Records kept per request; past it a record is dropped (Kong's `MAX_REQUEST_LOGS`).
 pub const MAX_REQUEST_LOGS: usize = 1000;
 
@@ -49,6 +65,31 @@ pub fn severity(level: u8) -> (u64, &'static str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn records_are_kept_only_for_an_enabled_logs_endpoint() {
+        let wanted_in = |plugins: serde_json::Value| {
+            let doc = serde_json::json!({"_format_version": "3.0", "plugins": plugins});
+            let config =
+                turnpike_config::declarative::load(&doc, &crate::registry::bundled()).unwrap();
+            let runtime = crate::Runtime::new();
+            wanted(&crate::BuildContext::new(&config, &runtime))
+        };
+        let otel = |config: serde_json::Value, enabled: bool| serde_json::json!([{"name": "opentelemetry", "config": config, "enabled": enabled}]);
+        assert!(wanted_in(otel(
+            serde_json::json!({"logs_endpoint": "http://c/v1/logs"}),
+            true
+        )));
+        assert!(!wanted_in(otel(
+            serde_json::json!({"logs_endpoint": "http://c/v1/logs"}),
+            false
+        )));
+        assert!(!wanted_in(otel(
+            serde_json::json!({"traces_endpoint": "http://c/v1/traces"}),
+            true
+        )));
+        assert!(!wanted_in(serde_json::json!([])));
+    }
 
     #[test]
     fn records_past_the_limit_are_dropped() {

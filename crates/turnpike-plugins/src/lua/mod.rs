@@ -144,6 +144,8 @@ pub struct Code {
     alive: Arc<()>,
     /// The node's `untrusted_lua*` properties, which the thread's state is made with.
     settings: Arc<Settings>,
+    /// Its log lines are kept in the request for OTLP logs (`crate::request_logs::wanted`).
+    pub keep_logs: bool,
 }
 
 impl Code {
@@ -157,6 +159,7 @@ impl Code {
             phases,
             alive,
             settings,
+            keep_logs: false,
         }
     }
 
@@ -324,6 +327,8 @@ pub(crate) struct Current {
     pub plugin: &'static str,
     pub plugin_id: u64,
     pub ctx: *mut PluginCtx,
+    /// The running code's `keep_logs`.
+    pub keep_logs: bool,
     /// A response the code asked for (`kong.response.exit`, `ngx.exit`).
     pub exit: Option<Exit>,
     /// What `ngx.say`/`ngx.print` wrote: the response body, if the code then exits.
@@ -337,6 +342,7 @@ thread_local! {
         plugin: "",
         plugin_id: 0,
         ctx: std::ptr::null_mut(),
+        keep_logs: false,
         exit: None,
         said: Vec::new(),
     }) };
@@ -383,6 +389,7 @@ pub(crate) fn run(code: &Code, phase: Phase, target: Target, ctx: *mut PluginCtx
         c.plugin = code.plugin;
         c.plugin_id = code.id;
         c.ctx = ctx;
+        c.keep_logs = code.keep_logs;
     });
     let _guard = CallGuard;
     // The functions are called in place: nothing the code can reach (the PDK) touches the

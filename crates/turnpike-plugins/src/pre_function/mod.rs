@@ -49,11 +49,11 @@ impl PluginSpec for ServerlessSpec {
         false
     }
     fn build(&self, config: &Value, ctx: &crate::BuildContext) -> Result<Arc<dyn Handler>, String> {
-        Ok(Arc::new(Serverless::new(
-            self.name,
-            config,
-            ctx.runtime.lua.settings().clone(),
-        )))
+        let mut s = Serverless::new(self.name, config, ctx.runtime.lua.settings().clone());
+        if let Some(code) = Arc::get_mut(&mut s.code) {
+            code.keep_logs = crate::request_logs::wanted(ctx);
+        }
+        Ok(Arc::new(s))
     }
 }
 

@@ -539,7 +539,16 @@ fn log_at(lua: &Lua, level: i64, args: MultiValue) -> mlua::Result<()> {
             other => msg.push_str(&format!("{}: {:?}", other.type_name(), other.to_pointer())),
         }
     }
-    let (plugin, ctx) = with_current(|c| Ok((c.plugin, c.ctx)))?;
+    let (plugin, ctx, keep) = with_current(|c| Ok((c.plugin, c.ctx, c.keep_logs)))?;
+    match level {
+        0..=4 => tracing::error!(target: "turnpike::lua", "[{plugin}] {msg}"),
+        5 => tracing::warn!(target: "turnpike::lua", "[{plugin}] {msg}"),
+        6 | 7 => tracing::info!(target: "turnpike::lua", "[{plugin}] {msg}"),
+        _ => tracing::debug!(target: "turnpike::lua", "[{plugin}] {msg}"),
+    }
+    if !keep || ctx.is_null() || msg.is_empty() {
+        return Ok(());
+    }
     let enabled = match level {
         0..=4 => tracing::enabled!(target: "turnpike::lua", tracing::Level::ERROR),
         5 => tracing::enabled!(target: "turnpike::lua", tracing::Level::WARN),
@@ -548,11 +557,11 @@ fn log_at(lua: &Lua, level: i64, args: MultiValue) -> mlua::Result<()> {
     };
     // A request's line at or above the node's log level is kept for OTLP logs (Kong's
     // `kong.observability.logs`), with where in the code it was written.
-    if enabled && !ctx.is_null() && !msg.is_empty() {
+    if enabled {
         let mut log = crate::request_logs::RequestLog {
             time_ns: crate::clock::now_ns(),
             level: level.clamp(1, 8) as u8,
-            body: msg.clone(),
+            body: msg,
             source: None,
             line: None,
             name: None,
@@ -575,12 +584,6 @@ fn log_at(lua: &Lua, level: i64, args: MultiValue) -> mlua::Result<()> {
         {
             logs.push(log);
         }
-    }
-    match level {
-        0..=4 => tracing::error!(target: "turnpike::lua", "[{plugin}] {msg}"),
-        5 => tracing::warn!(target: "turnpike::lua", "[{plugin}] {msg}"),
-        6 | 7 => tracing::info!(target: "turnpike::lua", "[{plugin}] {msg}"),
-        _ => tracing::debug!(target: "turnpike::lua", "[{plugin}] {msg}"),
     }
     Ok(())
 }
