@@ -201,11 +201,9 @@ pub fn load_str_against<'p>(
     // YAML: made JSON text (its collections never held as values: a 100k-route reload peaked
     // at 1.84x steady memory with them), then read entity by entity; a document with errors
     // is read again whole, for them.
-    if text::flow_depth(text, text::MAX_FLOW_DEPTH) <= text::MAX_FLOW_DEPTH {
-        if let Ok(json) = yaml::to_json_text(text) {
-            if let Some(cfg) = load_json_streaming_against(&json, plugins, previous) {
-                return Ok(cfg);
-            }
+    if let Some(json) = text::yaml_as_json(text) {
+        if let Some(cfg) = load_json_streaming_against(&json, plugins, previous) {
+            return Ok(cfg);
         }
     }
     load(&parse_text(text)?, plugins)

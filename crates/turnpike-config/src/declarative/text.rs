@@ -12,7 +12,7 @@ pub const MAX_FLOW_DEPTH: usize = 512;
 
 /// The deepest `[`/`{` nesting of `text`, outside quoted strings and comments; stops counting
 /// once past `limit`.
-pub(super) fn flow_depth(text: &str, limit: usize) -> usize {
+fn flow_depth(text: &str, limit: usize) -> usize {
     let (mut depth, mut max) = (0usize, 0usize);
     let mut quote: Option<u8> = None;
     let mut prev = b'\n';
@@ -47,6 +47,15 @@ pub(super) fn flow_depth(text: &str, limit: usize) -> usize {
         prev = if prev == b'\\' && b == b'\\' { b' ' } else { b };
     }
     max
+}
+
+/// YAML text as the JSON text of the value [`parse_text`] makes of it, for the streaming
+/// reader; `None` where `parse_text` refuses the text (it then says why).
+pub(super) fn yaml_as_json(text: &str) -> Option<String> {
+    if flow_depth(text, MAX_FLOW_DEPTH) > MAX_FLOW_DEPTH {
+        return None;
+    }
+    yaml::to_json_text(text).ok()
 }
 
 pub fn parse_text(text: &str) -> Result<Value, DeclarativeError> {

@@ -454,19 +454,15 @@ fn send_logs(queue: &http_log::Queue, entry: &LogEntry<'_>) {
     }
 }
 
+/// The sender's target for `endpoint`, the config's field `field` (`traces_endpoint`,
+/// `logs_endpoint`).
 fn target(
     c: &schema::Config,
     node_id: &str,
-    endpoint_field: &str,
+    field: &str,
+    endpoint: &str,
 ) -> Result<(Target, usize), String> {
-    let endpoint = match endpoint_field {
-        "logs_endpoint" => c.logs_endpoint.as_deref(),
-        _ => c.traces_endpoint.as_deref(),
-    }
-    .unwrap_or_default();
-    let uri: http::Uri = endpoint
-        .parse()
-        .map_err(|e| format!("{endpoint_field}: {e}"))?;
+    let uri: http::Uri = endpoint.parse().map_err(|e| format!("{field}: {e}"))?;
     let mut headers = Vec::new();
     for (k, v) in c.headers.iter().flatten() {
         let name = HeaderName::from_bytes(k.as_bytes())
@@ -547,19 +543,19 @@ impl PluginSpec for OpenTelemetry {
         let settings = state.settings();
 
         let queue = match &c.traces_endpoint {
-            Some(_) if settings.request_spans => Some(http_log::start_queue(
+            Some(e) if settings.request_spans => Some(http_log::start_queue(
                 &state.queues,
                 config.to_string(),
-                || target(&c, &settings.node_id, "traces_endpoint"),
+                || target(&c, &settings.node_id, "traces_endpoint", e),
             )?),
             _ => None,
         };
         // Logs go whatever `tracing_instrumentations` says, on a queue of their own.
         let logs = match &c.logs_endpoint {
-            Some(_) => Some(http_log::start_queue(
+            Some(e) => Some(http_log::start_queue(
                 &state.queues,
                 format!("{config}:logs"),
-                || target(&c, &settings.node_id, "logs_endpoint"),
+                || target(&c, &settings.node_id, "logs_endpoint", e),
             )?),
             None => None,
         };

@@ -206,8 +206,7 @@ pub struct LogTrace {
 
 /// One `LogRecord` (`opentelemetry/proto/logs/v1/logs.proto`) as Kong's `prepare_logs` makes
 /// it: time, severity, the line as a string body, `request.id` and the `introspection.*`
-/// attributes, and the
-/// request's trace (id, flags, and its span when sampled).
+/// attributes, and the request's trace (id, flags, and its span when sampled).
 pub fn encode_log(
     r: &crate::request_logs::RequestLog,
     request_id: Option<&str>,

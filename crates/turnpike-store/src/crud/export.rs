@@ -21,9 +21,8 @@ impl Store {
         // through the id index for `ORDER BY id` (0.49 s for 100k consumers, against 0.01 s
         // unordered); its ids compare as bytes (BINARY), as Rust's strings do, so they are
         // sorted here. PostgreSQL sorts them itself, by its own collation.
-        let sort_here = self.backend == crate::Backend::Sqlite;
         for spec in self.tables.iter().filter(|t| !skip.contains(&t.table)) {
-            if sort_here {
+            if self.backend == crate::Backend::Sqlite {
                 raw.push((spec.table, sqlite_rows(&mut tx, spec.table).await?));
                 continue;
             }
@@ -142,15 +141,14 @@ async fn sqlite_rows(tx: &mut Tx<'static>, table: &str) -> Result<Vec<String>, S
         let count = row.try_get::<i64, _>(1)? as usize;
         let entities: String = row.try_get(2)?;
         let ids: String = row.try_get(3)?;
-        let before = texts.len();
-        for (e, id) in entities.split('\x1e').zip(ids.split('\x1e')) {
-            texts.push(e.to_string());
-            keys.push(SortKey::new(id));
-        }
-        if texts.len() - before != count || ids.split('\x1e').count() != count {
+        if entities.split('\x1e').count() != count || ids.split('\x1e').count() != count {
             return Err(StoreError::Database(format!(
                 "{table}: a stored row holds a record separator (U+001E)"
             )));
+        }
+        for (e, id) in entities.split('\x1e').zip(ids.split('\x1e')) {
+            texts.push(e.to_string());
+            keys.push(SortKey::new(id));
         }
         after = last;
     }

@@ -232,7 +232,6 @@ pub type Delta = Vec<(&'static str, String, Option<String>)>;
 /// Each table's rows as stored: (table, entity JSON texts).
 pub type RawExport = Vec<(&'static str, Vec<String>)>;
 
-/// Builds the declarative config from raw rows.
 /// A stored entity as it reads back: one written with a `ttl` keeps when it expires, and reads
 /// back with the seconds it has left, as Kong's do (0: expired).
 fn read_back(m: &mut Map<String, Value>) {
@@ -261,6 +260,7 @@ pub fn assemble_document(text: &str) -> Result<Value, StoreError> {
     Ok(doc)
 }
 
+/// Builds the declarative config from raw rows.
 pub fn assemble(raw: RawExport) -> Result<Value, StoreError> {
     let mut top = Map::new();
     top.insert("_format_version".into(), json!("3.0"));
