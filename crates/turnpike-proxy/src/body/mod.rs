@@ -6,4 +6,4 @@ pub mod readahead;
 pub mod request;
 pub mod spool;
 
-pub use request::{BoxError, RequestBody};
+pub use request::{BoxError, Http2Body, RequestBody};

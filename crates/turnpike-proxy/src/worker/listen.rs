@@ -16,7 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use turnpike_config::conf::ListenAddr;
 
-use crate::body::RequestBody;
+use crate::body::{Http2Body, RequestBody};
 use crate::http1::server;
 use crate::runloop;
 use crate::state::{Gateway, SniResolver};
@@ -504,7 +504,8 @@ async fn serve_h2<I>(
                         crate::http1::server::Refused::BadRequest,
                     ));
                 }
-                let req = http::Request::from_parts(parts, RequestBody::Http2(body));
+                let req =
+                    http::Request::from_parts(parts, RequestBody::Http2(Http2Body::new(body)));
                 Ok::<_, std::convert::Infallible>(
                     runloop::handle(ctx, info, req, crate::http1::header_names::seen::ALL, None)
                         .await,

@@ -869,3 +869,79 @@ async fn an_unread_upload_is_read_away_before_the_connection_closes() {
     assert!(out.starts_with("HTTP/1.1 404"), "{out}");
     assert!(out.contains("no Route matched"), "{out}");
 }
+
+/// An HTTP/2 upload answered before it ends (here a 404 to a 1 MiB POST) reaches curl: the
+/// rest of the body is read away, as nginx discards it. hyper reset the stream under the
+/// client instead (`RST_STREAM`), and curl reported "(92) Stream error in the HTTP/2 framing
+/// layer" without the response.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http2_upload_answered_early_reaches_curl() {
+    let up = Upstream::start("one");
+    let gw = Gateway::with_config(&format!(
+        "_format_version: '3.0'\nservices: [{{name: s, url: '{}', routes: [{{paths: [/up]}}]}}]\n",
+        up.url()
+    ))
+    .start_h2();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("upload");
+    std::fs::write(&file, vec![b'x'; 1 << 20]).unwrap();
+    let data = format!("@{}", file.display());
+    let curl = |args: Vec<String>| {
+        let out = std::process::Command::new("curl")
+            .args([
+                "-sS",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_version} %{http_code}",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    for (how, args) in [
+        (
+            "h2c",
+            vec![
+                "--http2-prior-knowledge".to_string(),
+                format!("http://{}/nowhere", gw.proxy),
+            ],
+        ),
+        (
+            "h2 over TLS",
+            vec![
+                "--http2".to_string(),
+                "-k".to_string(),
+                format!("https://{}/nowhere", gw.proxy_tls),
+            ],
+        ),
+    ] {
+        let mut a = vec!["--data-binary".to_string(), data.clone()];
+        a.extend(args);
+        let (code, out, err) = tokio::task::spawn_blocking({
+            let a = a.clone();
+            move || curl(a)
+        })
+        .await
+        .unwrap();
+        assert_eq!((code, out.as_str()), (Some(0), "2 404"), "{how}: {err}");
+    }
+    // The same upload to a route is proxied whole.
+    let url = format!("http://{}/up", gw.proxy);
+    let (code, out, err) = tokio::task::spawn_blocking(move || {
+        curl(vec![
+            "--http2-prior-knowledge".to_string(),
+            "--data-binary".to_string(),
+            data,
+            url,
+        ])
+    })
+    .await
+    .unwrap();
+    assert_eq!((code, out.as_str()), (Some(0), "2 200"), "{err}");
+}

@@ -21,4 +21,5 @@ pub use response::{KongHeaders, OutsideHeaders, ResponseBody};
 #[cfg(feature = "fuzzing")]
 pub(crate) use serve::detached_shared;
 pub use serve::serve;
+pub(crate) use serve::{LINGER_TIME, LINGER_TIMEOUT};
 pub use service::{Limits, Refused, Service};
