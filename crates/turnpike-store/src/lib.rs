@@ -67,6 +67,22 @@ pub struct Store {
     options: StoreOptions,
 }
 
+/// A PostgreSQL URL with the connections' `application_name` (unless it names one).
+fn application_name(url: &str, name: &str) -> String {
+    if url.contains("application_name=") {
+        return url.to_string();
+    }
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let name: String = name
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    format!("{url}{sep}application_name={name}")
+}
+
 /// The state of a store's schema, as `migrations status` reports it.
 #[derive(Debug, PartialEq, Eq)]
 pub enum SchemaState {
@@ -83,13 +99,17 @@ impl Store {
         plugins: Arc<dyn PluginRegistry>,
     ) -> Result<Store, StoreError> {
         sqlx::any::install_default_drivers();
+        let url = match options.backend {
+            Backend::Postgres => application_name(&options.url, "turnpike"),
+            Backend::Sqlite => options.url.clone(),
+        };
         let pool = AnyPoolOptions::new()
             .max_connections(options.pool_size.max(1))
             .min_connections(0)
             .acquire_timeout(options.timeout)
             .idle_timeout(Some(Duration::from_secs(60)))
             // Lazy: a node starts (on its last good config) even while the database is down.
-            .connect_lazy(&options.url)
+            .connect_lazy(&url)
             .map_err(|e| StoreError::Database(e.to_string()))?;
         if options.backend == Backend::Sqlite {
             // WAL: readers (the config loader, Admin API reads) never wait for a writer.
@@ -103,6 +123,33 @@ impl Store {
             tables: schema::Tables::new(&*plugins),
             plugins,
             options,
+        })
+    }
+
+    /// The same store on a connection pool of its own, for one thread's reads: a proxy
+    /// worker's credential look-ups, which then run on the worker's runtime rather than
+    /// queue behind the Admin API's work (Kong's `pg_pool_size` is per worker too). The pool
+    /// connects lazily on the runtime this is called from, and must be used there.
+    /// `name` is the connections' `application_name` on PostgreSQL (what `pg_stat_activity`
+    /// shows an operator).
+    pub fn reader(&self, name: &str) -> Result<Store, StoreError> {
+        let url = match self.backend {
+            Backend::Postgres => application_name(&self.options.url, name),
+            Backend::Sqlite => self.options.url.clone(),
+        };
+        let pool = AnyPoolOptions::new()
+            .max_connections(self.options.pool_size.max(1))
+            .min_connections(0)
+            .acquire_timeout(self.options.timeout)
+            .idle_timeout(Some(Duration::from_secs(60)))
+            .connect_lazy(&url)
+            .map_err(|e| StoreError::Database(e.to_string()))?;
+        Ok(Store {
+            pool,
+            backend: self.backend,
+            plugins: self.plugins.clone(),
+            tables: self.tables,
+            options: self.options.clone(),
         })
     }
 
@@ -375,5 +422,24 @@ impl Store {
                 .await?
                 .rows_affected(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::application_name;
+
+    #[test]
+    fn connections_are_named_unless_the_url_names_them() {
+        assert_eq!(
+            application_name("postgres://u@h:5432/d?sslmode=disable", "turnpike-worker-0"),
+            "postgres://u@h:5432/d?sslmode=disable&application_name=turnpike-worker-0"
+        );
+        assert_eq!(
+            application_name("postgres://u@h/d", "a b"),
+            "postgres://u@h/d?application_name=a%20b"
+        );
+        let named = "postgres://u@h/d?application_name=mine";
+        assert_eq!(application_name(named, "turnpike"), named);
     }
 }

@@ -176,6 +176,7 @@ pub async fn start(
         Arc::new(StoreCredentials {
             store: store.clone(),
             runtime: tokio::runtime::Handle::current(),
+            readers: Default::default(),
         }),
         turnpike_plugins::credentials::CacheSettings {
             ttl: conf.db_cache_ttl,
@@ -256,11 +257,40 @@ pub async fn start(
     Ok((store, sync))
 }
 
-/// The store as the data plane's credential source. Look-ups run on the control plane's
-/// runtime, where the store's connections live; a proxy worker only awaits the answer.
+/// The store as the data plane's credential source. A proxy worker looks up on connections
+/// of its own, on its own runtime (as each of Kong's workers has its own pool): a look-up
+/// never waits behind the control plane's work (Admin API writes at hundreds a second, the
+/// config sync) nor crosses threads. Writes run on the control plane's runtime.
 struct StoreCredentials {
     store: Arc<Store>,
     runtime: tokio::runtime::Handle,
+    /// Each calling thread's store on its own pool, made on first use (a proxy worker's
+    /// runtime is single-threaded: its connections are driven by the thread that uses them).
+    readers: std::sync::Mutex<Vec<(std::thread::ThreadId, Arc<Store>)>>,
+}
+
+impl StoreCredentials {
+    /// The calling thread's reader, if it runs a runtime to drive one.
+    fn reader(&self) -> Option<Arc<Store>> {
+        tokio::runtime::Handle::try_current().ok()?;
+        let me = std::thread::current().id();
+        let mut readers = self.readers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, r)) = readers.iter().find(|(t, _)| *t == me) {
+            return Some(r.clone());
+        }
+        let thread = std::thread::current();
+        match self.store.reader(thread.name().unwrap_or("turnpike")) {
+            Ok(r) => {
+                let r = Arc::new(r);
+                readers.push((me, r.clone()));
+                Some(r)
+            }
+            Err(e) => {
+                tracing::warn!("credential look-ups: no pool of this worker's own ({e})");
+                None
+            }
+        }
+    }
 }
 
 impl turnpike_plugins::credentials::CredentialSource for StoreCredentials {
@@ -277,15 +307,27 @@ impl turnpike_plugins::credentials::CredentialSource for StoreCredentials {
         field: &'static str,
         value: String,
     ) -> turnpike_plugins::credentials::Lookup {
-        let store = self.store.clone();
-        let task = self
-            .runtime
-            .spawn(async move { store.find_credential(table, field, &value).await });
+        // Without a pool of its own, on the control plane's.
+        enum Via<T> {
+            Own(Arc<Store>, String),
+            Control(tokio::task::JoinHandle<T>),
+        }
+        let via = match self.reader() {
+            Some(r) => Via::Own(r, value),
+            None => {
+                let store = self.store.clone();
+                Via::Control(
+                    self.runtime
+                        .spawn(async move { store.find_credential(table, field, &value).await }),
+                )
+            }
+        };
         Box::pin(async move {
-            let found = task
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())?;
+            let found = match via {
+                Via::Own(r, value) => r.find_credential(table, field, &value).await,
+                Via::Control(task) => task.await.map_err(|e| e.to_string())?,
+            }
+            .map_err(|e| e.to_string())?;
             Ok(found.map(|(credential, consumer)| {
                 let s = |m: &serde_json::Map<String, serde_json::Value>, f: &str| {
                     m.get(f).and_then(|v| v.as_str()).map(String::from)

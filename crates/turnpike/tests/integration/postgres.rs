@@ -372,6 +372,70 @@ async fn cached_credentials_survive_an_outage() {
     assert_eq!(with_key("known").await.status, 200);
 }
 
+/// A proxy worker looks credentials up on connections of its own (Kong's `pg_pool_size` is
+/// per worker), named after it in `pg_stat_activity`: its look-ups do not queue behind the
+/// control plane's work on the Admin API's connections and thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_look_credentials_up_on_their_own_connections() {
+    let up = Upstream::start("own-connections");
+    let pg = Postgres::start();
+    bootstrap(&pg);
+    let a = node(&pg, &[("TURNPIKE_NGINX_WORKER_PROCESSES", "1")]);
+    a.add_service_route(&up.url(), "/k").await;
+    for (path, body) in [
+        ("/services/s/plugins", json!({"name": "key-auth"})),
+        ("/consumers", json!({"username": "ann"})),
+        ("/consumers/ann/key-auth", json!({"key": "k1"})),
+    ] {
+        let r = a.admin("POST", path, Some(body)).await;
+        assert_eq!(r.status, 201, "{path}: {:?}", r.body);
+    }
+    let proxy = a.proxy;
+    assert!(
+        eventually(Duration::from_secs(10), async || send(
+            proxy,
+            req("GET", "/k")
+                .header("apikey", "k1")
+                .body(http_body_util::Full::new(bytes::Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .status
+            == 200)
+        .await
+    );
+    let pg = Arc::new(pg);
+    let q = pg.clone();
+    let rows = tokio::task::spawn_blocking(move || {
+        q.query(
+            "SELECT application_name, query FROM pg_stat_activity \
+             WHERE datname = 'postgres' AND application_name LIKE 'turnpike%' ORDER BY 1",
+        )
+    })
+    .await
+    .unwrap();
+    // The key's look-up ran on the worker's connection; the Admin API's writes on the control
+    // plane's.
+    let by = |name: &str| -> Vec<&str> {
+        rows.lines()
+            .filter(|l| l.split('|').next() == Some(name))
+            .collect()
+    };
+    assert!(
+        by("turnpike-worker-0")
+            .iter()
+            .any(|l| l.contains("keyauth_credentials")),
+        "{rows}"
+    );
+    assert!(
+        !by("turnpike")
+            .iter()
+            .any(|l| l.contains("keyauth_credentials") && l.contains("JOIN consumers")),
+        "{rows}"
+    );
+    assert!(!by("turnpike").is_empty(), "{rows}");
+}
+
 /// rate-limiting's cluster policy on PostgreSQL: two nodes count in one table, exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_policy_is_shared_by_nodes() {

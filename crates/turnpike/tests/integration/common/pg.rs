@@ -171,6 +171,21 @@ impl Postgres {
         ]
     }
 
+    /// One statement through `psql`: its rows, unaligned, `|` between columns.
+    pub fn query(&self, sql: &str) -> String {
+        let out = Command::new(self.bin.join("psql"))
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(["-U", "kong", "-d", "postgres", "-qAt", "-c", sql])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "psql: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
