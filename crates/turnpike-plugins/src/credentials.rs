@@ -186,7 +186,16 @@ pub struct Cache<K, V> {
     /// a write then drops its entries by key, where a scan of the whole cache per write
     /// (`invalidate_entries_if`) cost more than the reads it served.
     rows: Option<Arc<dashmap::DashMap<Arc<str>, K>>>,
+    /// Bumped by a write of a row ([`Cache::invalidate_row`]) at the stripes of the row's id
+    /// and of the key it was written under: a look-up that started before and meets either
+    /// does not cache its answer, while look-ups of other rows and keys still do (with one
+    /// count for the whole store, a thousand token writes a second left nothing cached).
+    stripes: [AtomicU64; STRIPES],
 }
+
+/// Stripes of [`Cache::stripes`]: a look-up of ~2 ms under 1,000 writes a second loses its
+/// answer about once in 16.
+const STRIPES: usize = 64;
 
 /// What a look-up found.
 pub enum Outcome<V> {
@@ -220,7 +229,36 @@ where
             weight,
             entries: OnceLock::new(),
             rows: None,
+            stripes: std::array::from_fn(|_| AtomicU64::new(0)),
         }
+    }
+
+    fn stripe_of<Q: Hash + ?Sized>(key: &Q) -> usize {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        let h = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
+            .hash_one(key);
+        h as usize % STRIPES
+    }
+
+    fn stripe<Q: Hash + ?Sized>(&self, key: &Q) -> &AtomicU64 {
+        &self.stripes[Self::stripe_of(key)]
+    }
+
+    /// The counts a look-up's answer is cached against: the store's, then every stripe's (the
+    /// row's id is known only once found).
+    fn generations(&self) -> Vec<u64> {
+        std::iter::once(&self.store.generation)
+            .chain(&self.stripes)
+            .map(|g| g.load(Ordering::Acquire))
+            .collect()
+    }
+
+    /// Whether no invalidation met the key or the row since `before` ([`Cache::generations`]).
+    fn unchanged<Q: Hash + ?Sized>(&self, before: &[u64], key: &Q, id: Option<&str>) -> bool {
+        let at = |i: usize| before[1 + i] == self.stripes[i].load(Ordering::Acquire);
+        before[0] == self.store.generation.load(Ordering::Acquire)
+            && at(Self::stripe_of(key))
+            && id.is_none_or(|id| at(Self::stripe_of(id)))
     }
 
     /// Keeps an index from row id to key, so that [`Cache::invalidate_row`] needs no scan.
@@ -296,7 +334,7 @@ where
         let Some(installed) = self.store.installed.get() else {
             return (Outcome::Failed("no credential store".into()), None);
         };
-        let generation = self.store.generation.load(Ordering::Acquire);
+        let before = self.generations();
         let lookup: Arc<str> = Arc::from(token);
         let start = Instant::now();
         let found = installed.source.find(self.table, self.field, value).await;
@@ -324,12 +362,13 @@ where
                     ),
                     None => (None, None, None),
                 };
-                if self.store.generation.load(Ordering::Acquire) == generation {
+                if self.unchanged(&before, &key, credential_id.as_deref()) {
+                    let id = credential_id.clone();
                     if let (Some(rows), Some(id)) = (&self.rows, &credential_id) {
                         rows.insert(Arc::clone(id), key.clone());
                     }
                     self.entries().insert(
-                        key,
+                        key.clone(),
                         Entry {
                             value: value.clone(),
                             fetched: Instant::now(),
@@ -339,6 +378,11 @@ where
                             lookup,
                         },
                     );
+                    // An invalidation counts first, then drops: one that came between the
+                    // check and the insert is seen now, and its drop is done here.
+                    if !self.unchanged(&before, &key, id.as_deref()) {
+                        self.entries().invalidate(&key);
+                    }
                 }
                 match value {
                     Some(v) => Outcome::Found(v),
@@ -387,7 +431,11 @@ where
         let Some(rows) = &self.rows else {
             return self.invalidate(id, None);
         };
-        self.store.generation.fetch_add(1, Ordering::AcqRel);
+        // Counted first, then dropped (see `load`).
+        if let Some(l) = lookup {
+            self.stripe(l).fetch_add(1, Ordering::AcqRel);
+        }
+        self.stripe(id).fetch_add(1, Ordering::AcqRel);
         let Some(entries) = self.entries.get() else {
             return;
         };
@@ -488,6 +536,101 @@ mod tests {
         // A row written under a key that was a miss: the negative entry goes.
         c.invalidate_row("row-2", Some("tok-2"));
         assert!(c.get("tok-2").is_none());
+    }
+
+    /// A store whose look-ups wait for a permit: `tok-N` finds the row `row-N`, but for
+    /// `tok-0`, which finds nothing.
+    struct Held(Arc<tokio::sync::Semaphore>);
+
+    impl CredentialSource for Held {
+        fn find(&self, _: &'static str, _: &'static str, value: String) -> Lookup {
+            let gate = self.0.clone();
+            Box::pin(async move {
+                gate.acquire().await.unwrap().forget();
+                let n = value.strip_prefix("tok-").unwrap_or("0");
+                Ok((n != "0").then(|| Found {
+                    id: format!("row-{n}"),
+                    fields: Map::new(),
+                    consumer_id: "c".into(),
+                    username: None,
+                    custom_id: None,
+                }))
+            })
+        }
+        fn write(&self, _: Write) -> Written {
+            Box::pin(async { Ok(None) })
+        }
+    }
+
+    /// A look-up that a write of its row (or of its key) overtakes does not cache its answer,
+    /// which may predate the write; one that only other rows' writes overtake does.
+    #[tokio::test]
+    async fn a_write_overtaking_a_look_up_keeps_its_answer_out_only_for_its_own_row() {
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let store = Arc::new(Store::default());
+        store.install(
+            Arc::new(Held(gate.clone())),
+            CacheSettings {
+                ttl: None,
+                neg_ttl: None,
+                max_bytes: 1 << 20,
+            },
+        );
+        let c: Cache<Box<str>, String> = Cache::new(store, "t", "f").indexed_by_row();
+        type C = Cache<Box<str>, String>;
+        // Keys and rows on stripes of their own, so that the cases below do not meet by chance.
+        let names = [
+            "tok-1", "row-1", "tok-0", "tok-7", "row-7", "tok-9", "row-9",
+        ];
+        let stripes: std::collections::HashSet<usize> =
+            names.iter().map(|n| C::stripe_of(*n)).collect();
+        assert_eq!(stripes.len(), names.len(), "pick other names");
+        // Starts a look-up of `key`, lets `write` run while it waits, then lets it finish.
+        async fn overtaken(c: &C, gate: &tokio::sync::Semaphore, key: &str, write: impl Fn(&C)) {
+            let load = c.load(key.into(), key.into(), key.into(), |_| Some("v".into()));
+            let mut load = std::pin::pin!(load);
+            assert!(futures_poll_once(load.as_mut()).await.is_none());
+            write(c);
+            gate.add_permits(1);
+            load.await;
+        }
+        // Other rows written meanwhile (a new token, another deleted): cached all the same.
+        overtaken(&c, &gate, "tok-1", |c| {
+            c.invalidate_row("row-9", Some("tok-9"));
+            c.invalidate_row::<str>("row-7", None);
+        })
+        .await;
+        assert!(c.get("tok-1").is_some_and(|e| e.value.is_some()));
+        // Its own row deleted meanwhile (a revoked token): not cached.
+        overtaken(&c, &gate, "tok-7", |c| {
+            c.invalidate_row::<str>("row-7", None)
+        })
+        .await;
+        assert!(c.get("tok-7").is_none());
+        // A miss overtaken by the write of its key (the token just created): not cached.
+        overtaken(&c, &gate, "tok-0", |c| {
+            c.invalidate_row("row-0", Some("tok-0"))
+        })
+        .await;
+        assert!(c.get("tok-0").is_none());
+        // Undisturbed, both are cached.
+        for k in ["tok-7", "tok-0"] {
+            gate.add_permits(1);
+            c.load(k.into(), k.into(), k.into(), |_| Some("v".into()))
+                .await;
+            assert!(c.get(k).is_some(), "{k}");
+        }
+    }
+
+    /// Polls a future once: its output if it is ready at once.
+    async fn futures_poll_once<F: Future + Unpin>(mut f: F) -> Option<F::Output> {
+        std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(match Pin::new(&mut f).poll(cx) {
+                std::task::Poll::Ready(v) => Some(v),
+                std::task::Poll::Pending => None,
+            })
+        })
+        .await
     }
 
     #[test]
