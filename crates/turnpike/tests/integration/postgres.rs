@@ -391,19 +391,29 @@ async fn workers_look_credentials_up_on_their_own_connections() {
         assert_eq!(r.status, 201, "{path}: {:?}", r.body);
     }
     let proxy = a.proxy;
-    assert!(
-        eventually(Duration::from_secs(10), async || send(
+    let with_key = |key: &'static str| async move {
+        send(
             proxy,
             req("GET", "/k")
-                .header("apikey", "k1")
+                .header("apikey", key)
                 .body(http_body_util::Full::new(bytes::Bytes::new()))
                 .unwrap(),
         )
         .await
-        .status
-            == 200)
+    };
+    // All five writes applied (the plugin too: before it, any key is proxied).
+    assert!(
+        eventually(Duration::from_secs(10), async || a.status().await
+            ["config_version"]
+            == 5)
         .await
     );
+    assert_eq!(with_key("k1").await.status, 200);
+    // Keys never seen: each one a look-up, just before the connections are listed.
+    for key in ["never-1", "never-2"] {
+        let r = with_key(key).await;
+        assert_eq!(r.status, 401, "{:?}", r.body);
+    }
     let pg = Arc::new(pg);
     let q = pg.clone();
     let rows = tokio::task::spawn_blocking(move || {
