@@ -224,12 +224,15 @@ impl Store {
     /// Starts a write: the version bump comes first so that concurrent writers queue here.
     pub(super) async fn begin_write(&self) -> Result<WriteTx, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let version: i64 = sqlx::query(
-            "UPDATE turnpike_meta SET value = value + 1 WHERE name = 'config_version' RETURNING value",
-        )
-        .fetch_one(&mut *tx)
-        .await?
-        .try_get(0)?;
+        // On PostgreSQL the notification goes with the bump, one round trip fewer a write:
+        // it is delivered to every listening node when (and only if) the transaction commits.
+        const BUMP: &str =
+            "UPDATE turnpike_meta SET value = value + 1 WHERE name = 'config_version' RETURNING value";
+        let sql = match self.backend {
+            Backend::Postgres => format!("{BUMP}, pg_notify('{NOTIFY_CHANNEL}', '')::text"),
+            Backend::Sqlite => BUMP.to_string(),
+        };
+        let version: i64 = sqlx::query(&sql).fetch_one(&mut *tx).await?.try_get(0)?;
         Ok(WriteTx { tx, version })
     }
 
@@ -240,12 +243,6 @@ impl Store {
         if version % 64 == 0 {
             sqlx::query("DELETE FROM changes WHERE version < $1")
                 .bind(version - 10000)
-                .execute(&mut *tx)
-                .await?;
-        }
-        if self.backend == Backend::Postgres {
-            // Delivered to every listening node when (and only if) the transaction commits.
-            sqlx::query(&format!("NOTIFY {NOTIFY_CHANNEL}"))
                 .execute(&mut *tx)
                 .await?;
         }
@@ -298,6 +295,46 @@ impl Store {
         }
     }
 
+    /// Resolves an entity's references in one query when there are several and all are ids
+    /// (`None` otherwise: [`Store::resolve_tx`] each): per foreign key of `spec`, the id found.
+    async fn resolve_ids_tx(
+        &self,
+        tx: &mut Tx<'_>,
+        spec: &EntitySpec,
+        keys: &[Option<&String>],
+    ) -> Result<Option<Vec<Option<String>>>, StoreError> {
+        let given: Vec<(usize, String)> = keys
+            .iter()
+            .enumerate()
+            .filter_map(|(i, k)| Some((i, k.as_ref()?.to_ascii_lowercase())))
+            .collect();
+        if given.len() < 2 || !given.iter().all(|(_, k)| is_uuid(k)) {
+            return Ok(None);
+        }
+        let subs: Vec<String> = given
+            .iter()
+            .enumerate()
+            .map(|(n, (i, _))| {
+                format!(
+                    "(SELECT id FROM {} WHERE id = ${})",
+                    spec.foreign[*i].table,
+                    n + 1
+                )
+            })
+            .collect();
+        let sql = format!("SELECT {}", subs.join(", "));
+        let row = given
+            .iter()
+            .fold(sqlx::query(&sql), |q, (_, k)| q.bind(k.clone()))
+            .fetch_one(&mut **tx)
+            .await?;
+        let mut found = vec![None; keys.len()];
+        for (n, (i, _)) in given.iter().enumerate() {
+            found[*i] = row.try_get::<Option<String>, _>(n)?;
+        }
+        Ok(Some(found))
+    }
+
     /// Resolves a reference (an id or an endpoint key) to an id.
     pub(super) async fn resolve_tx(
         &self,
@@ -343,12 +380,21 @@ impl Store {
             }
         }
         // Foreign keys: each must name an existing entity; store its id.
+        let keys: Vec<Option<&String>> = spec
+            .foreign
+            .iter()
+            .map(|f| refs.iter().find(|(r, _)| *r == f.field).map(|(_, k)| k))
+            .collect();
+        // Several, all by id (a token's application and service): found in one round trip.
+        let by_id = self.resolve_ids_tx(tx, spec, &keys).await?;
         let mut fk_ids: Vec<(String, Option<String>)> = Vec::new();
-        for f in spec.foreign {
-            let key = refs.iter().find(|(r, _)| *r == f.field).map(|(_, k)| k);
-            let resolved = match key {
+        for (i, f) in spec.foreign.iter().enumerate() {
+            let resolved = match keys[i] {
                 None => None,
-                Some(k) => match self.resolve_tx(tx, f.table, k).await? {
+                Some(k) => match match &by_id {
+                    Some(found) => found[i].clone(),
+                    None => self.resolve_tx(tx, f.table, k).await?,
+                } {
                     Some(rid) => Some(rid),
                     None => {
                         return Err(StoreError::ForeignKey {
