@@ -295,46 +295,6 @@ impl Store {
         }
     }
 
-    /// Resolves an entity's references in one query when there are several and all are ids
-    /// (`None` otherwise: [`Store::resolve_tx`] each): per foreign key of `spec`, the id found.
-    async fn resolve_ids_tx(
-        &self,
-        tx: &mut Tx<'_>,
-        spec: &EntitySpec,
-        keys: &[Option<&String>],
-    ) -> Result<Option<Vec<Option<String>>>, StoreError> {
-        let given: Vec<(usize, String)> = keys
-            .iter()
-            .enumerate()
-            .filter_map(|(i, k)| Some((i, k.as_ref()?.to_ascii_lowercase())))
-            .collect();
-        if given.len() < 2 || !given.iter().all(|(_, k)| is_uuid(k)) {
-            return Ok(None);
-        }
-        let subs: Vec<String> = given
-            .iter()
-            .enumerate()
-            .map(|(n, (i, _))| {
-                format!(
-                    "(SELECT id FROM {} WHERE id = ${})",
-                    spec.foreign[*i].table,
-                    n + 1
-                )
-            })
-            .collect();
-        let sql = format!("SELECT {}", subs.join(", "));
-        let row = given
-            .iter()
-            .fold(sqlx::query(&sql), |q, (_, k)| q.bind(k.clone()))
-            .fetch_one(&mut **tx)
-            .await?;
-        let mut found = vec![None; keys.len()];
-        for (n, (i, _)) in given.iter().enumerate() {
-            found[*i] = row.try_get::<Option<String>, _>(n)?;
-        }
-        Ok(Some(found))
-    }
-
     /// Resolves a reference (an id or an endpoint key) to an id.
     pub(super) async fn resolve_tx(
         &self,
@@ -380,21 +340,12 @@ impl Store {
             }
         }
         // Foreign keys: each must name an existing entity; store its id.
-        let keys: Vec<Option<&String>> = spec
-            .foreign
-            .iter()
-            .map(|f| refs.iter().find(|(r, _)| *r == f.field).map(|(_, k)| k))
-            .collect();
-        // Several, all by id (a token's application and service): found in one round trip.
-        let by_id = self.resolve_ids_tx(tx, spec, &keys).await?;
         let mut fk_ids: Vec<(String, Option<String>)> = Vec::new();
-        for (i, f) in spec.foreign.iter().enumerate() {
-            let resolved = match keys[i] {
+        for f in spec.foreign {
+            let key = refs.iter().find(|(r, _)| *r == f.field).map(|(_, k)| k);
+            let resolved = match key {
                 None => None,
-                Some(k) => match match &by_id {
-                    Some(found) => found[i].clone(),
-                    None => self.resolve_tx(tx, f.table, k).await?,
-                } {
+                Some(k) => match self.resolve_tx(tx, f.table, k).await? {
                     Some(rid) => Some(rid),
                     None => {
                         return Err(StoreError::ForeignKey {
