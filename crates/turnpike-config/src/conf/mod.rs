@@ -130,7 +130,9 @@ impl PgConf {
             (true, true) => "verify-full",
         };
         format!(
-            "postgres://{}:{}@{}:{}/{}?sslmode={sslmode}&connect_timeout={}",
+            // No `connect_timeout`: the driver ignores it with a warning per connection; the
+            // pool's acquire timeout (`pg_timeout`) bounds a connect.
+            "postgres://{}:{}@{}:{}/{}?sslmode={sslmode}",
             enc(&self.user),
             enc(&self.password),
             if self.host.contains(':') {
@@ -140,7 +142,6 @@ impl PgConf {
             },
             self.port,
             enc(&self.database),
-            self.timeout.as_secs().max(1)
         )
     }
 }

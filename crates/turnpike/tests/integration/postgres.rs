@@ -444,6 +444,10 @@ async fn workers_look_credentials_up_on_their_own_connections() {
         "{rows}"
     );
     assert!(!by("turnpike").is_empty(), "{rows}");
+    // Every connection opened without a warning (the driver ignored a `connect_timeout` in the
+    // URL, once per connection).
+    let log = a.log_text();
+    assert!(!log.contains("unrecognized connect parameter"), "{log}");
 }
 
 /// rate-limiting's cluster policy on PostgreSQL: two nodes count in one table, exactly.
