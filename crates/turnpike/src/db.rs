@@ -172,11 +172,15 @@ pub async fn start(
     let store = Arc::new(open(conf, plugins).await?);
     // Credentials come from the store, through the data plane's cache (not with the config).
     let runtime = gateway.plugins.runtime();
+    let pools = Arc::new(WorkerPools {
+        store: store.clone(),
+        pools: Default::default(),
+    });
     runtime.credentials.install(
         Arc::new(StoreCredentials {
             store: store.clone(),
             runtime: tokio::runtime::Handle::current(),
-            readers: Default::default(),
+            pools: pools.clone(),
         }),
         turnpike_plugins::credentials::CacheSettings {
             ttl: conf.db_cache_ttl,
@@ -192,6 +196,7 @@ pub async fn start(
         .install(Arc::new(StoreCounters {
             store: store.clone(),
             runtime: tokio::runtime::Handle::current(),
+            pools,
         }));
     {
         let store = store.clone();
@@ -257,40 +262,47 @@ pub async fn start(
     Ok((store, sync))
 }
 
-/// The store as the data plane's credential source. A proxy worker looks up on connections
-/// of its own, on its own runtime (as each of Kong's workers has its own pool): a look-up
-/// never waits behind the control plane's work (Admin API writes at hundreds a second, the
-/// config sync) nor crosses threads. Writes run on the control plane's runtime.
-struct StoreCredentials {
+/// Each proxy worker's own connection pool, made on first use from the worker's thread (a
+/// worker's runtime is single-threaded: its connections are driven by the thread that uses
+/// them), as each of Kong's workers has its own `pg_pool_size`. The data plane's store work
+/// (credential look-ups, rate-limiting counters) then runs on the worker's runtime: it never
+/// waits behind the control plane's (Admin API writes at hundreds a second, the config sync)
+/// nor crosses threads.
+struct WorkerPools {
     store: Arc<Store>,
-    runtime: tokio::runtime::Handle,
-    /// Each calling thread's store on its own pool, made on first use (a proxy worker's
-    /// runtime is single-threaded: its connections are driven by the thread that uses them).
-    readers: std::sync::Mutex<Vec<(std::thread::ThreadId, Arc<Store>)>>,
+    pools: std::sync::Mutex<Vec<(std::thread::ThreadId, Arc<Store>)>>,
 }
 
-impl StoreCredentials {
-    /// The calling thread's reader, if it runs a runtime to drive one.
-    fn reader(&self) -> Option<Arc<Store>> {
+impl WorkerPools {
+    /// The calling thread's store, if it runs a runtime to drive one.
+    fn here(&self) -> Option<Arc<Store>> {
         tokio::runtime::Handle::try_current().ok()?;
         let me = std::thread::current().id();
-        let mut readers = self.readers.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, r)) = readers.iter().find(|(t, _)| *t == me) {
+        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, r)) = pools.iter().find(|(t, _)| *t == me) {
             return Some(r.clone());
         }
         let thread = std::thread::current();
         match self.store.reader(thread.name().unwrap_or("turnpike")) {
             Ok(r) => {
                 let r = Arc::new(r);
-                readers.push((me, r.clone()));
+                pools.push((me, r.clone()));
                 Some(r)
             }
             Err(e) => {
-                tracing::warn!("credential look-ups: no pool of this worker's own ({e})");
+                tracing::warn!("no connection pool of this worker's own ({e})");
                 None
             }
         }
     }
+}
+
+/// The store as the data plane's credential source: look-ups on the worker's own pool
+/// ([`WorkerPools`]); writes (oauth2's tokens and codes) on the control plane's runtime.
+struct StoreCredentials {
+    store: Arc<Store>,
+    runtime: tokio::runtime::Handle,
+    pools: Arc<WorkerPools>,
 }
 
 impl turnpike_plugins::credentials::CredentialSource for StoreCredentials {
@@ -312,7 +324,7 @@ impl turnpike_plugins::credentials::CredentialSource for StoreCredentials {
             Own(Arc<Store>, String),
             Control(tokio::task::JoinHandle<T>),
         }
-        let via = match self.reader() {
+        let via = match self.pools.here() {
             Some(r) => Via::Own(r, value),
             None => {
                 let store = self.store.clone();
@@ -380,6 +392,7 @@ impl turnpike_plugins::credentials::CredentialSource for StoreCredentials {
 struct StoreCounters {
     store: Arc<Store>,
     runtime: tokio::runtime::Handle,
+    pools: Arc<WorkerPools>,
 }
 
 impl turnpike_plugins::rate_limiting::cluster::CounterStore for StoreCounters {
@@ -387,8 +400,12 @@ impl turnpike_plugins::rate_limiting::cluster::CounterStore for StoreCounters {
         &self,
         windows: Vec<turnpike_plugins::rate_limiting::cluster::Window>,
     ) -> turnpike_plugins::rate_limiting::cluster::Counted {
-        let store = self.store.clone();
-        let task = self.runtime.spawn(async move {
+        // On the worker's own pool when it has one, else on the control plane's.
+        let (store, own) = match self.pools.here() {
+            Some(s) => (s, true),
+            None => (self.store.clone(), false),
+        };
+        let count = async move {
             let windows: Vec<turnpike_store::CounterWindow> = windows
                 .into_iter()
                 .map(|w| turnpike_store::CounterWindow {
@@ -402,7 +419,11 @@ impl turnpike_plugins::rate_limiting::cluster::CounterStore for StoreCounters {
                 })
                 .collect();
             store.count_request(&windows).await
-        });
+        };
+        if own {
+            return Box::pin(async move { count.await.map_err(|e| e.to_string()) });
+        }
+        let task = self.runtime.spawn(count);
         Box::pin(async move {
             task.await
                 .map_err(|e| e.to_string())?

@@ -480,4 +480,19 @@ async fn cluster_policy_is_shared_by_nodes() {
     // Two requests counted so far; 60 more spread over both nodes: exactly 28 pass.
     let counts = concurrent_statuses(&[a.proxy, b.proxy], "/rl", 60).await;
     assert_eq!(counts, [(200, 28), (429, 32)].into(), "{}", a.log_text());
+    // The workers counted on connections of their own (in this test nothing else opens one:
+    // no credentials are looked up), not on the control plane's.
+    let rows = tokio::task::spawn_blocking(move || {
+        pg.query(
+            "SELECT application_name, query FROM pg_stat_activity \
+             WHERE application_name LIKE 'turnpike-worker-%'",
+        )
+    })
+    .await
+    .unwrap();
+    assert!(
+        rows.lines()
+            .any(|l| l.contains("COMMIT") || l.contains("ratelimiting_metrics")),
+        "{rows}"
+    );
 }
