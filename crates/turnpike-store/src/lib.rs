@@ -153,6 +153,16 @@ impl Store {
         })
     }
 
+    /// PostgreSQL's `max_connections`.
+    pub async fn max_connections(&self) -> Result<i64, StoreError> {
+        let v: String = sqlx::query("SELECT current_setting('max_connections')")
+            .fetch_one(&self.pool)
+            .await?
+            .try_get(0)?;
+        v.parse()
+            .map_err(|_| StoreError::Database(format!("max_connections: {v}")))
+    }
+
     pub fn options(&self) -> &StoreOptions {
         &self.options
     }

@@ -237,7 +237,10 @@ pub async fn start(
         conf.db_update_frequency,
     );
     let loaded = match check_schema(&store).await {
-        Ok(()) => sync.sync_once().await.map_err(|e| e.to_string()),
+        Ok(()) => {
+            check_connection_budget(&store, conf).await;
+            sync.sync_once().await.map_err(|e| e.to_string())
+        }
         Err((true, e)) => Err(e),
         // A store that answers but lacks the schema is an operator error: refuse to start.
         Err((false, e)) => return Err(e),
@@ -260,6 +263,29 @@ pub async fn start(
     tokio::spawn(sync.clone().run());
     tokio::spawn(sync.clone().listen());
     Ok((store, sync))
+}
+
+/// Warns when this node alone may open more PostgreSQL connections than the server takes:
+/// each worker's pool and the control plane's are `pg_pool_size` each (as in Kong, where the
+/// pool is per worker), and a node past `max_connections` gets errors under load, not at start.
+async fn check_connection_budget(store: &Store, conf: &Conf) {
+    if store.backend != turnpike_store::Backend::Postgres {
+        return;
+    }
+    let Ok(max) = store.max_connections().await else {
+        return;
+    };
+    let mine = (conf.worker_processes as i64 + 1) * i64::from(conf.pg.pool_size);
+    if mine > max {
+        tracing::warn!(
+            "PostgreSQL takes {max} connections (max_connections) and this node alone may open {mine}: \
+             {} workers and the control plane, {} each (pg_pool_size). Past the limit, credential \
+             look-ups and Admin API writes fail under load. \
+             fix: lower pg_pool_size or raise max_connections (every node counts against it)",
+            conf.worker_processes,
+            conf.pg.pool_size
+        );
+    }
 }
 
 /// Each proxy worker's own connection pool, made on first use from the worker's thread (a

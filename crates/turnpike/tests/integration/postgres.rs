@@ -450,6 +450,53 @@ async fn workers_look_credentials_up_on_their_own_connections() {
     assert!(!log.contains("unrecognized connect parameter"), "{log}");
 }
 
+/// A node whose pools (one per worker and the control plane's, `pg_pool_size` each) could
+/// exceed the server's `max_connections` says so at start; one within it does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_budget_past_max_connections_is_reported_at_start() {
+    let pg = Postgres::start();
+    bootstrap(&pg);
+    let max: i64 = {
+        let q = pg.query("SHOW max_connections");
+        q.trim().parse().unwrap()
+    };
+    let within = node(
+        &pg,
+        &[
+            ("TURNPIKE_NGINX_WORKER_PROCESSES", "1"),
+            ("TURNPIKE_PG_POOL_SIZE", "10"),
+        ],
+    );
+    let past = node(
+        &pg,
+        &[
+            ("TURNPIKE_NGINX_WORKER_PROCESSES", "2"),
+            ("TURNPIKE_PG_POOL_SIZE", &(max / 2).to_string()),
+        ],
+    );
+    for n in [&within, &past] {
+        assert!(
+            eventually(Duration::from_secs(10), async || n.status().await
+                ["config_version"]
+                == 0)
+            .await
+        );
+    }
+    assert!(
+        !within.log_text().contains("max_connections"),
+        "{}",
+        within.log_text()
+    );
+    let log = past.log_text();
+    assert!(
+        log.contains(&format!(
+            "PostgreSQL takes {max} connections (max_connections) and this node alone may open {}",
+            3 * (max / 2)
+        )),
+        "{log}"
+    );
+}
+
 /// rate-limiting's cluster policy on PostgreSQL: two nodes count in one table, exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_policy_is_shared_by_nodes() {
