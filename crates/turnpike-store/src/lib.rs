@@ -83,6 +83,23 @@ fn application_name(url: &str, name: &str) -> String {
     format!("{url}{sep}application_name={name}")
 }
 
+/// A pool that connects on first use (a node starts, on its last good config, even while the
+/// database is down), on the runtime that first uses it; `name` is its connections'
+/// `application_name` on PostgreSQL.
+fn lazy_pool(options: &StoreOptions, name: &str) -> Result<AnyPool, StoreError> {
+    let url = match options.backend {
+        Backend::Postgres => application_name(&options.url, name),
+        Backend::Sqlite => options.url.clone(),
+    };
+    AnyPoolOptions::new()
+        .max_connections(options.pool_size.max(1))
+        .min_connections(0)
+        .acquire_timeout(options.timeout)
+        .idle_timeout(Some(Duration::from_secs(60)))
+        .connect_lazy(&url)
+        .map_err(|e| StoreError::Database(e.to_string()))
+}
+
 /// The state of a store's schema, as `migrations status` reports it.
 #[derive(Debug, PartialEq, Eq)]
 pub enum SchemaState {
@@ -99,18 +116,7 @@ impl Store {
         plugins: Arc<dyn PluginRegistry>,
     ) -> Result<Store, StoreError> {
         sqlx::any::install_default_drivers();
-        let url = match options.backend {
-            Backend::Postgres => application_name(&options.url, "turnpike"),
-            Backend::Sqlite => options.url.clone(),
-        };
-        let pool = AnyPoolOptions::new()
-            .max_connections(options.pool_size.max(1))
-            .min_connections(0)
-            .acquire_timeout(options.timeout)
-            .idle_timeout(Some(Duration::from_secs(60)))
-            // Lazy: a node starts (on its last good config) even while the database is down.
-            .connect_lazy(&url)
-            .map_err(|e| StoreError::Database(e.to_string()))?;
+        let pool = lazy_pool(&options, "turnpike")?;
         if options.backend == Backend::Sqlite {
             // WAL: readers (the config loader, Admin API reads) never wait for a writer.
             sqlx::query("PRAGMA journal_mode=WAL")
@@ -133,17 +139,7 @@ impl Store {
     /// `name` is the connections' `application_name` on PostgreSQL (what `pg_stat_activity`
     /// shows an operator).
     pub fn reader(&self, name: &str) -> Result<Store, StoreError> {
-        let url = match self.backend {
-            Backend::Postgres => application_name(&self.options.url, name),
-            Backend::Sqlite => self.options.url.clone(),
-        };
-        let pool = AnyPoolOptions::new()
-            .max_connections(self.options.pool_size.max(1))
-            .min_connections(0)
-            .acquire_timeout(self.options.timeout)
-            .idle_timeout(Some(Duration::from_secs(60)))
-            .connect_lazy(&url)
-            .map_err(|e| StoreError::Database(e.to_string()))?;
+        let pool = lazy_pool(&self.options, name)?;
         Ok(Store {
             pool,
             backend: self.backend,

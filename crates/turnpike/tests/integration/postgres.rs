@@ -20,6 +20,34 @@ fn node(pg: &Postgres, extra: &[(&str, &str)]) -> Gateway {
     b.start()
 }
 
+/// A node with a route `/k` to `up` behind key-auth, and consumer `ann` holding `key` (five
+/// writes: the config version they reach is 5).
+async fn key_auth_node(pg: &Postgres, up: &Upstream, key: &str, extra: &[(&str, &str)]) -> Gateway {
+    let a = node(pg, extra);
+    a.add_service_route(&up.url(), "/k").await;
+    for (path, body) in [
+        ("/services/s/plugins", json!({"name": "key-auth"})),
+        ("/consumers", json!({"username": "ann"})),
+        ("/consumers/ann/key-auth", json!({"key": key})),
+    ] {
+        let r = a.admin("POST", path, Some(body)).await;
+        assert_eq!(r.status, 201, "{path}: {:?}", r.body);
+    }
+    a
+}
+
+/// `GET /k` with an `apikey` header.
+async fn with_key(proxy: std::net::SocketAddr, key: &str) -> Reply {
+    send(
+        proxy,
+        req("GET", "/k")
+            .header("apikey", key)
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap(),
+    )
+    .await
+}
+
 fn bootstrap(pg: &Postgres) {
     let env: Vec<(&str, String)> = pg.env();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -294,27 +322,15 @@ async fn cached_credentials_survive_an_outage() {
     let up = Upstream::start("cached-creds");
     let pg = Postgres::start();
     bootstrap(&pg);
-    let a = node(&pg, &[("TURNPIKE_DB_UPDATE_FREQUENCY", "0.2")]);
-    a.add_service_route(&up.url(), "/k").await;
-    for (path, body) in [
-        ("/services/s/plugins", json!({"name": "key-auth"})),
-        ("/consumers", json!({"username": "ann"})),
-        ("/consumers/ann/key-auth", json!({"key": "known"})),
-    ] {
-        let r = a.admin("POST", path, Some(body)).await;
-        assert_eq!(r.status, 201, "{path}: {:?}", r.body);
-    }
+    let a = key_auth_node(
+        &pg,
+        &up,
+        "known",
+        &[("TURNPIKE_DB_UPDATE_FREQUENCY", "0.2")],
+    )
+    .await;
     let proxy = a.proxy;
-    let with_key = |key: &'static str| async move {
-        send(
-            proxy,
-            req("GET", "/k")
-                .header("apikey", key)
-                .body(http_body_util::Full::new(bytes::Bytes::new()))
-                .unwrap(),
-        )
-        .await
-    };
+    let with_key = |key: &'static str| with_key(proxy, key);
     assert!(
         eventually(Duration::from_secs(10), async || with_key("known")
             .await
@@ -380,27 +396,9 @@ async fn workers_look_credentials_up_on_their_own_connections() {
     let up = Upstream::start("own-connections");
     let pg = Postgres::start();
     bootstrap(&pg);
-    let a = node(&pg, &[("TURNPIKE_NGINX_WORKER_PROCESSES", "1")]);
-    a.add_service_route(&up.url(), "/k").await;
-    for (path, body) in [
-        ("/services/s/plugins", json!({"name": "key-auth"})),
-        ("/consumers", json!({"username": "ann"})),
-        ("/consumers/ann/key-auth", json!({"key": "k1"})),
-    ] {
-        let r = a.admin("POST", path, Some(body)).await;
-        assert_eq!(r.status, 201, "{path}: {:?}", r.body);
-    }
+    let a = key_auth_node(&pg, &up, "k1", &[("TURNPIKE_NGINX_WORKER_PROCESSES", "1")]).await;
     let proxy = a.proxy;
-    let with_key = |key: &'static str| async move {
-        send(
-            proxy,
-            req("GET", "/k")
-                .header("apikey", key)
-                .body(http_body_util::Full::new(bytes::Bytes::new()))
-                .unwrap(),
-        )
-        .await
-    };
+    let with_key = |key: &'static str| with_key(proxy, key);
     // All five writes applied (the plugin too: before it, any key is proxied).
     assert!(
         eventually(Duration::from_secs(10), async || a.status().await
