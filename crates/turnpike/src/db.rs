@@ -174,6 +174,7 @@ pub async fn start(
     let runtime = gateway.plugins.runtime();
     let pools = Arc::new(WorkerPools {
         store: store.clone(),
+        control: tokio::runtime::Handle::current(),
         pools: Default::default(),
     });
     runtime.credentials.install(
@@ -193,11 +194,7 @@ pub async fn start(
     runtime
         .rate_limiting
         .cluster
-        .install(Arc::new(StoreCounters {
-            store: store.clone(),
-            runtime: tokio::runtime::Handle::current(),
-            pools,
-        }));
+        .install(Arc::new(StoreCounters { pools }));
     {
         let store = store.clone();
         tokio::spawn(async move {
@@ -295,20 +292,47 @@ async fn check_connection_budget(store: &Store, conf: &Conf) {
 /// waits behind the control plane's (Admin API writes at hundreds a second, the config sync)
 /// nor crosses threads.
 struct WorkerPools {
+    /// The control plane's store, and the runtime its connections live on: the fallback.
     store: Arc<Store>,
+    control: tokio::runtime::Handle,
     pools: std::sync::Mutex<Vec<(std::thread::ThreadId, Arc<Store>)>>,
 }
 
+type StoreWork<T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, String>> + Send>>;
+
 impl WorkerPools {
+    /// Runs `work` on the calling worker's own pool, or, without one, on the control plane's
+    /// runtime and pool.
+    fn run<T, F>(&self, work: impl FnOnce(Arc<Store>) -> F) -> StoreWork<T>
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = Result<T, turnpike_store::StoreError>> + Send + 'static,
+    {
+        match self.here() {
+            Some(own) => {
+                let work = work(own);
+                Box::pin(async move { work.await.map_err(|e| e.to_string()) })
+            }
+            None => {
+                let task = self.control.spawn(work(self.store.clone()));
+                Box::pin(async move {
+                    task.await
+                        .map_err(|e| e.to_string())?
+                        .map_err(|e| e.to_string())
+                })
+            }
+        }
+    }
+
     /// The calling thread's store, if it runs a runtime to drive one.
     fn here(&self) -> Option<Arc<Store>> {
         tokio::runtime::Handle::try_current().ok()?;
-        let me = std::thread::current().id();
+        let thread = std::thread::current();
+        let me = thread.id();
         let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, r)) = pools.iter().find(|(t, _)| *t == me) {
             return Some(r.clone());
         }
-        let thread = std::thread::current();
         match self.store.reader(thread.name().unwrap_or("turnpike")) {
             Ok(r) => {
                 let r = Arc::new(r);
@@ -345,27 +369,11 @@ impl turnpike_plugins::credentials::CredentialSource for StoreCredentials {
         field: &'static str,
         value: String,
     ) -> turnpike_plugins::credentials::Lookup {
-        // Without a pool of its own, on the control plane's.
-        enum Via<T> {
-            Own(Arc<Store>, String),
-            Control(tokio::task::JoinHandle<T>),
-        }
-        let via = match self.pools.here() {
-            Some(r) => Via::Own(r, value),
-            None => {
-                let store = self.store.clone();
-                Via::Control(
-                    self.runtime
-                        .spawn(async move { store.find_credential(table, field, &value).await }),
-                )
-            }
-        };
+        let found = self
+            .pools
+            .run(move |store| async move { store.find_credential(table, field, &value).await });
         Box::pin(async move {
-            let found = match via {
-                Via::Own(r, value) => r.find_credential(table, field, &value).await,
-                Via::Control(task) => task.await.map_err(|e| e.to_string())?,
-            }
-            .map_err(|e| e.to_string())?;
+            let found = found.await?;
             Ok(found.map(|(credential, consumer)| {
                 let s = |m: &serde_json::Map<String, serde_json::Value>, f: &str| {
                     m.get(f).and_then(|v| v.as_str()).map(String::from)
@@ -413,11 +421,9 @@ impl turnpike_plugins::credentials::CredentialSource for StoreCredentials {
     }
 }
 
-/// The store as the cluster policy's counter store; like credential look-ups, the queries run
-/// on the control plane's runtime.
+/// The store as the cluster policy's counter store; like credential look-ups, the counting
+/// runs on the worker's own pool ([`WorkerPools`]).
 struct StoreCounters {
-    store: Arc<Store>,
-    runtime: tokio::runtime::Handle,
     pools: Arc<WorkerPools>,
 }
 
@@ -426,12 +432,7 @@ impl turnpike_plugins::rate_limiting::cluster::CounterStore for StoreCounters {
         &self,
         windows: Vec<turnpike_plugins::rate_limiting::cluster::Window>,
     ) -> turnpike_plugins::rate_limiting::cluster::Counted {
-        // On the worker's own pool when it has one, else on the control plane's.
-        let (store, own) = match self.pools.here() {
-            Some(s) => (s, true),
-            None => (self.store.clone(), false),
-        };
-        let count = async move {
+        self.pools.run(move |store| async move {
             let windows: Vec<turnpike_store::CounterWindow> = windows
                 .into_iter()
                 .map(|w| turnpike_store::CounterWindow {
@@ -445,15 +446,6 @@ impl turnpike_plugins::rate_limiting::cluster::CounterStore for StoreCounters {
                 })
                 .collect();
             store.count_request(&windows).await
-        };
-        if own {
-            return Box::pin(async move { count.await.map_err(|e| e.to_string()) });
-        }
-        let task = self.runtime.spawn(count);
-        Box::pin(async move {
-            task.await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())
         })
     }
 }
