@@ -63,21 +63,40 @@ impl Store {
                 .bind(since)
                 .fetch_all(&mut *tx)
                 .await?;
-        let mut delta = Vec::with_capacity(rows.len());
+        let mut changed: Vec<(&'static EntitySpec, String)> = Vec::with_capacity(rows.len());
         for r in rows {
             let table: String = r.try_get(0)?;
-            let id: String = r.try_get(1)?;
-            let Some(spec) = self.tables.by_table(&table) else {
-                continue;
-            };
-            let entity = sqlx::query(&format!("SELECT entity FROM {} WHERE id = $1", spec.table))
-                .bind(&id)
-                .fetch_optional(&mut *tx)
-                .await?
-                .map(|r| r.try_get::<String, _>(0))
-                .transpose()?;
-            delta.push((spec.table, id, entity));
+            if let Some(spec) = self.tables.by_table(&table) {
+                changed.push((spec, r.try_get(1)?));
+            }
         }
+        // Each table's changed rows in one query (a burst of token writes is one read, not
+        // one per token).
+        let mut texts: std::collections::HashMap<(&str, String), String> = Default::default();
+        let mut tables: Vec<&'static str> = changed.iter().map(|(s, _)| s.table).collect();
+        tables.sort_unstable();
+        tables.dedup();
+        for table in tables {
+            let sql = format!(
+                "SELECT id, entity FROM {table} WHERE id IN \
+                 (SELECT entity_id FROM changes WHERE version > $1 AND entity_name = $2)"
+            );
+            let rows = sqlx::query(&sql)
+                .bind(since)
+                .bind(table)
+                .fetch_all(&mut *tx)
+                .await?;
+            for r in rows {
+                texts.insert((table, r.try_get(0)?), r.try_get(1)?);
+            }
+        }
+        let delta = changed
+            .into_iter()
+            .map(|(spec, id)| {
+                let entity = texts.remove(&(spec.table, id.clone()));
+                (spec.table, id, entity)
+            })
+            .collect();
         tx.commit().await?;
         Ok(Some((version, delta)))
     }

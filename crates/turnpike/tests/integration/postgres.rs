@@ -541,3 +541,191 @@ async fn cluster_policy_is_shared_by_nodes() {
         "{rows}"
     );
 }
+
+/// A new entity is written by one statement (version bump, row, change log, notification),
+/// and that keeps every answer Kong gives: taken keys, missing references, a taken id, and
+/// concurrent writers racing for one key (the table's constraint catches the race; the long
+/// way then finds Kong's error). Tagged entities go the long way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_statement_writes_keep_kongs_answers() {
+    let up = Upstream::start("one-statement");
+    let pg = Postgres::start();
+    bootstrap(&pg);
+    // Every statement the node sends is logged, with the connection's name.
+    pg.query("ALTER ROLE kong SET log_statement = 'all'");
+    pg.query("ALTER SYSTEM SET log_line_prefix = '%a: '");
+    pg.query("SELECT pg_reload_conf()");
+    let a = key_auth_node(&pg, &up, "k1", &[]).await;
+    let ann = a.admin("GET", "/consumers/ann", None).await.json()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // The key's row went in with its version bump and change-log entry, in one statement.
+    let log = std::fs::read_to_string(pg.dir().join("postgres.log")).unwrap();
+    let inserts: Vec<&str> = log
+        .lines()
+        .filter(|l| l.starts_with("turnpike: ") && l.contains("INSERT INTO keyauth_credentials"))
+        .collect();
+    assert_eq!(inserts.len(), 1, "{log}");
+    assert!(
+        inserts[0].contains("UPDATE turnpike_meta") && inserts[0].contains("INSERT INTO changes"),
+        "{}",
+        inserts[0]
+    );
+
+    let post = |path: &'static str, body: serde_json::Value| a.admin("POST", path, Some(body));
+    // A taken key, a taken username.
+    let r = post("/consumers/ann/key-auth", json!({"key": "k1"})).await;
+    assert_eq!(r.status, 409, "{:?}", r.body);
+    let taken_key = r.json();
+    assert_eq!(taken_key["name"], "unique constraint violation");
+    assert_eq!(
+        taken_key["message"],
+        "UNIQUE violation detected on '{key=\"k1\"}'"
+    );
+    let r = post("/consumers", json!({"username": "ann"})).await;
+    assert_eq!(r.status, 409, "{:?}", r.body);
+    assert_eq!(
+        r.json()["message"],
+        "UNIQUE violation detected on '{username=\"ann\"}'"
+    );
+    // A reference to nothing.
+    let nobody = "0f0e0d0c-0000-4000-8000-000000000001";
+    let r = post(
+        "/key-auths",
+        json!({"key": "k2", "consumer": {"id": nobody}}),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert_eq!(
+        r.json()["message"],
+        format!("the foreign key '{{id=\"{nobody}\"}}' does not reference an existing 'consumers' entity.")
+    );
+    // A taken id.
+    let r = post("/consumers", json!({"id": ann, "username": "bob"})).await;
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert_eq!(
+        r.json()["message"],
+        format!("primary key violation on key '{{id=\"{ann}\"}}'")
+    );
+    // Nothing of the refused writes was kept.
+    assert_eq!(
+        pg.query("SELECT COUNT(*) FROM keyauth_credentials").trim(),
+        "1"
+    );
+    assert_eq!(pg.query("SELECT COUNT(*) FROM consumers").trim(), "1");
+
+    // Sixteen writers race for one key: one wins, every other gets Kong's answer.
+    let mut racers = tokio::task::JoinSet::new();
+    for _ in 0..16 {
+        let admin = a.admin;
+        racers.spawn(async move {
+            admin_call(
+                admin,
+                "POST",
+                "/consumers/ann/key-auth",
+                Some(json!({"key": "race"})),
+            )
+            .await
+        });
+    }
+    let mut created = 0;
+    while let Some(r) = racers.join_next().await {
+        let r = r.unwrap();
+        match r.status {
+            201 => created += 1,
+            409 => assert_eq!(
+                r.json()["message"],
+                "UNIQUE violation detected on '{key=\"race\"}'"
+            ),
+            s => panic!("{s}: {:?}", r.body),
+        }
+    }
+    assert_eq!(created, 1);
+
+    // A writer that checked before a racing transaction committed: its statement waits for
+    // the version row, then the UNIQUE column refuses its row, and the answer is still Kong's.
+    let mut racer = pg.session();
+    let held = "0f0e0d0c-0000-4000-8000-000000000002";
+    {
+        use std::io::Write;
+        let stdin = racer.stdin.as_mut().unwrap();
+        writeln!(
+            stdin,
+            "BEGIN; UPDATE turnpike_meta SET value = value + 1 WHERE name = 'config_version'; \
+             INSERT INTO consumers (id, username, created_at, entity) VALUES ('{held}', 'racer', 0, \
+             '{{\"id\":\"{held}\",\"username\":\"racer\",\"created_at\":0}}');"
+        )
+        .unwrap();
+        stdin.flush().unwrap();
+    }
+    let pg = Arc::new(pg);
+    let seen = |sql: &'static str| {
+        let p = pg.clone();
+        async move {
+            eventually(Duration::from_secs(10), async || {
+                let p = p.clone();
+                tokio::task::spawn_blocking(move || p.query(sql).trim() == "1")
+                    .await
+                    .unwrap()
+            })
+            .await
+        }
+    };
+    // The racing transaction holds the version row and its row, not yet committed...
+    assert!(
+        seen(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = 'psql' \
+              AND state = 'idle in transaction'"
+        )
+        .await
+    );
+    let admin = a.admin;
+    let late = tokio::spawn(async move {
+        admin_call(
+            admin,
+            "POST",
+            "/consumers",
+            Some(json!({"username": "racer"})),
+        )
+        .await
+    });
+    // ...when the write's statement, its check passed, waits for the version row.
+    assert!(
+        seen(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+              AND query LIKE 'WITH ok AS%INSERT INTO consumers%'"
+        )
+        .await,
+        "{}",
+        pg.query("SELECT application_name, state, wait_event_type, query FROM pg_stat_activity")
+    );
+    {
+        use std::io::Write;
+        let mut stdin = racer.stdin.take().unwrap();
+        writeln!(stdin, "COMMIT;").unwrap();
+    }
+    assert!(racer.wait().unwrap().success());
+    let r = late.await.unwrap();
+    assert_eq!(r.status, 409, "{:?}", r.body);
+    assert_eq!(
+        r.json()["message"],
+        "UNIQUE violation detected on '{username=\"racer\"}'"
+    );
+
+    // A tagged entity goes the long way, tags and all.
+    let r = post("/consumers", json!({"username": "tagged", "tags": ["t1"]})).await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let listed = a.admin("GET", "/consumers?tags=t1", None).await.json();
+    assert_eq!(listed["data"][0]["username"], "tagged");
+
+    // The won key authenticates, on this node's data plane.
+    assert!(
+        eventually(Duration::from_secs(10), async || with_key(a.proxy, "race")
+            .await
+            .status
+            == 200)
+        .await
+    );
+}

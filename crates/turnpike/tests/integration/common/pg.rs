@@ -186,6 +186,26 @@ impl Postgres {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// A `psql` session reading statements from its stdin as they are written (a transaction
+    /// held open across other clients' requests).
+    pub fn session(&self) -> std::process::Child {
+        Command::new(self.bin.join("psql"))
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args([
+                "-U",
+                "kong",
+                "-d",
+                "postgres",
+                "-qAt",
+                "-v",
+                "ON_ERROR_STOP=1",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
