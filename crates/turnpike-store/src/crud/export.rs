@@ -49,25 +49,30 @@ impl Store {
             tx.commit().await?;
             return Ok(Some((version, Vec::new())));
         }
-        let covered = sqlx::query("SELECT COUNT(DISTINCT version) FROM changes WHERE version > $1")
-            .bind(since)
-            .fetch_one(&mut *tx)
-            .await?
-            .try_get::<i64, _>(0)?;
-        if covered != version - since {
-            tx.commit().await?;
-            return Ok(None);
-        }
         let rows =
-            sqlx::query("SELECT DISTINCT entity_name, entity_id FROM changes WHERE version > $1")
+            sqlx::query("SELECT version, entity_name, entity_id FROM changes WHERE version > $1")
                 .bind(since)
                 .fetch_all(&mut *tx)
                 .await?;
-        let mut changed: Vec<(&'static EntitySpec, String)> = Vec::with_capacity(rows.len());
-        for r in rows {
-            let table: String = r.try_get(0)?;
+        // Every version since must be in the log (none pruned, no gap).
+        let mut versions = std::collections::HashSet::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut distinct = Vec::with_capacity(rows.len());
+        for r in &rows {
+            versions.insert(r.try_get::<i64, _>(0)?);
+            let row: (String, String) = (r.try_get(1)?, r.try_get(2)?);
+            if seen.insert(row.clone()) {
+                distinct.push(row);
+            }
+        }
+        if versions.len() as i64 != version - since {
+            tx.commit().await?;
+            return Ok(None);
+        }
+        let mut changed: Vec<(&'static EntitySpec, String)> = Vec::with_capacity(distinct.len());
+        for (table, id) in distinct {
             if let Some(spec) = self.tables.by_table(&table) {
-                changed.push((spec, r.try_get(1)?));
+                changed.push((spec, id));
             }
         }
         // Each table's changed rows in one query (a burst of token writes is one read, not

@@ -211,12 +211,14 @@ impl Store {
     /// Starts a read-only transaction that sees one consistent state of the store, and reads
     /// the config version of that state.
     pub(super) async fn begin_snapshot(&self) -> Result<(Tx<'static>, i64), StoreError> {
-        let mut tx = self.pool.begin().await?;
-        if self.backend == Backend::Postgres {
-            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                .execute(&mut *tx)
-                .await?;
-        }
+        let mut tx = match self.backend {
+            Backend::Postgres => {
+                self.pool
+                    .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    .await?
+            }
+            Backend::Sqlite => self.pool.begin().await?,
+        };
         let version = sqlx::query("SELECT value FROM turnpike_meta WHERE name = 'config_version'")
             .fetch_one(&mut *tx)
             .await?

@@ -729,3 +729,79 @@ async fn one_statement_writes_keep_kongs_answers() {
         .await
     );
 }
+
+/// A burst of writes (a notification each) is applied in batches: the node syncs at most once
+/// per 10 ms, not once per write, and still ends at the last version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_writes_is_synced_in_batches() {
+    let up = Upstream::start("burst");
+    let pg = Postgres::start();
+    bootstrap(&pg);
+    pg.query("ALTER ROLE kong SET log_statement = 'all'");
+    pg.query("ALTER SYSTEM SET log_line_prefix = '%a %m: '");
+    pg.query("SELECT pg_reload_conf()");
+    let a = key_auth_node(&pg, &up, "k1", &[]).await;
+    let admin = a.admin;
+    let writes = 400;
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut writers = tokio::task::JoinSet::new();
+    for _ in 0..16 {
+        let next = next.clone();
+        writers.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= writes {
+                    return;
+                }
+                let key = json!({"key": format!("burst-{i}")});
+                let r = admin_call(admin, "POST", "/consumers/ann/key-auth", Some(key)).await;
+                assert_eq!(r.status, 201, "{:?}", r.body);
+            }
+        });
+    }
+    while let Some(r) = writers.join_next().await {
+        r.unwrap();
+    }
+    assert!(
+        eventually(Duration::from_secs(10), async || a.status().await
+            ["config_version"]
+            == 5 + writes as u64)
+        .await
+    );
+    let last = format!("burst-{}", writes - 1);
+    assert_eq!(with_key(a.proxy, &last).await.status, 200);
+
+    // The syncs' change-log reads, with when each was sent.
+    let log = std::fs::read_to_string(pg.dir().join("postgres.log")).unwrap();
+    let at: Vec<f64> = log
+        .lines()
+        .filter(|l| {
+            l.starts_with("turnpike ")
+                && l.contains("SELECT version, entity_name, entity_id FROM changes")
+        })
+        .filter_map(|l| {
+            // "turnpike 2026-11-28 10:01:02.345 UTC: LOG: ..."
+            let time = l.split(' ').nth(2)?;
+            let mut hms = time.split(':');
+            let h: f64 = hms.next()?.parse().ok()?;
+            let m: f64 = hms.next()?.parse().ok()?;
+            let s: f64 = hms.next()?.parse().ok()?;
+            Some(h * 3600.0 + m * 60.0 + s)
+        })
+        .collect();
+    assert!(at.len() >= 2, "{log}");
+    let span_ms = (at[at.len() - 1] - at[0]) * 1000.0;
+    // At most one sync per 10 ms (+1 for the first; the log's times are to the millisecond).
+    assert!(
+        (at.len() as f64) <= span_ms / 9.0 + 2.0,
+        "{} syncs in {span_ms} ms for {writes} writes",
+        at.len()
+    );
+    assert!(at.len() < writes, "{} syncs for {writes} writes", at.len());
+    // And apart: the median gap between two syncs (the log's times carry each sync's first
+    // round trips, which move a gap by a millisecond or two, not the median).
+    let mut gaps: Vec<f64> = at.windows(2).map(|w| (w[1] - w[0]) * 1000.0).collect();
+    gaps.sort_by(f64::total_cmp);
+    let median = gaps[gaps.len() / 2];
+    assert!(median >= 9.0, "median gap {median} ms: {gaps:?}");
+}
