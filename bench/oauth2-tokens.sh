@@ -6,8 +6,9 @@
 # times each with no writes and while new tokens are written through `POST /oauth2_tokens` at
 # each rate of RATES (a Python writer, unpinned, as is PostgreSQL). Reports proxy RPS and p99
 # beside the no-write runs, the table's size, and the share of requests answered from the
-# node's token cache (1 - token index reads / requests; PostgreSQL's `pg_stat_user_tables`,
-# so the writes' own index reads count against it in the write runs).
+# node's token cache (1 - access-token index reads / requests, from PostgreSQL's
+# `pg_stat_user_indexes`; the writes' own reads of that index, measured without traffic, are
+# counted out).
 # Usage: [TOKENS=1000000] [RATES="150 1500"] [WARM=60s] [BENCH_BIN=path] bench/oauth2-tokens.sh [RUNS] [DUR]
 #        (needs postgresql, nginx, wrk, python3)
 set -euo pipefail
@@ -80,7 +81,9 @@ curl -sf -o /dev/null -H "Authorization: Bearer tok-1" http://127.0.0.1:8000/o
 # CPU ticks (1/100 s) used so far by these processes and their threads.
 # A process may end between pgrep and the read (a short-lived PostgreSQL backend): skipped.
 ticks() { for p in "$@"; do cat /proc/"$p"/task/*/stat 2>/dev/null || true; done | awk '{s += $14 + $15} END {print s + 0}'; }
-idx_scans() { psql -c "SELECT idx_scan FROM pg_stat_user_tables WHERE relname = 'oauth2_tokens'"; }
+# Reads of the access token's unique index: the node's token look-ups, and one per write (its
+# uniqueness check); the config sync reads written tokens by id, through the primary key.
+idx_scans() { psql -c "SELECT sum(idx_scan) FROM pg_stat_user_indexes WHERE relname = 'oauth2_tokens' AND indexrelname LIKE '%access_token%'"; }
 writer() { # rate seconds: paced writes from 32 threads (one client cannot do 1,500/s)
   python3 - "$1" "$2" <<'PY' &
 import http.client, json, resource, sys, threading, time, urllib.request, uuid
