@@ -81,7 +81,7 @@ impl ConfigSync {
         std::thread::Builder::new()
             .name("config-builder".into())
             .spawn(move || {
-                lower_priority();
+                lower_priority(10);
                 builder_loop(rx, plugins.as_ref(), apply.as_ref(), &path);
             })
             .expect("spawn the config builder thread");
@@ -489,11 +489,13 @@ fn save_last_good(path: &std::path::Path, text: &str) {
 }
 
 /// Nice 10 for the calling thread (Linux keeps the nice value per thread).
-fn lower_priority() {
+/// Lowers the calling thread's CPU priority to `nice` (threads it starts afterwards inherit
+/// it): when the cores are busy, the proxy workers' threads win.
+pub fn lower_priority(nice: i32) {
     // SAFETY: gettid and setpriority take plain integers and touch no memory of ours.
     unsafe {
         let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
+        libc::setpriority(libc::PRIO_PROCESS, tid, nice);
     }
 }
 

@@ -14,6 +14,9 @@ use turnpike_admin::Admin;
 use turnpike_config::conf::Database;
 use turnpike_config::declarative;
 use turnpike_config::Conf;
+/// The control plane's thread priority (nice; the proxy workers' is 0).
+const CONTROL_PLANE_NICE: i32 = 5;
+
 use turnpike_proxy::{tls, worker::listen as server, Gateway, Settings, BUILD_PROFILE, VERSION};
 
 /// mimalloc: chosen by measurement over glibc's malloc (see BENCHMARKS.md, "Allocator").
@@ -626,6 +629,10 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
         shutdown_rx.clone(),
         release_memory,
     );
+    // This thread runs the control plane: the Admin API, the config sync, and the threads it
+    // starts from now on (health checks, DNS). The proxy workers, started above, keep the normal priority: when the
+    // cores are busy (a burst of Admin API writes beside full traffic), they win.
+    turnpike_store::sync::lower_priority(CONTROL_PLANE_NICE);
 
     let admin = Arc::new(Admin {
         config_loading: Default::default(),

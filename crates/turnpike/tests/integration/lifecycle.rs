@@ -581,3 +581,37 @@ fn a_shared_proxy_port_is_noticed() {
     other.listen(1).unwrap();
     assert!(gw.proxy_port_shared());
 }
+
+/// When the cores are busy, the proxy wins: the control plane's thread (Admin API, config
+/// sync) runs at nice 5, the proxy workers at the normal priority.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_workers_outrank_the_control_plane() {
+    let gw = Gateway::with_config("_format_version: \"3.0\"\n")
+        .env("TURNPIKE_NGINX_WORKER_PROCESSES", "2")
+        .start();
+    let pid = gw.pid();
+    // (thread name, nice) of every thread of the node.
+    let threads: Vec<(u32, String, i64)> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|t| {
+            let tid: u32 = t.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+            let name = std::fs::read_to_string(t.path().join("comm")).ok()?;
+            // Fields after the name: state is field 3, nice field 19.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let nice = rest.split(' ').nth(16)?.parse().ok()?;
+            Some((tid, name.trim().to_string(), nice))
+        })
+        .collect();
+    let main = threads.iter().find(|t| t.0 == pid).unwrap();
+    assert_eq!(main.2, 5, "{threads:?}");
+    let workers: Vec<_> = threads
+        .iter()
+        .filter(|t| t.1.starts_with("turnpike-worke"))
+        .collect();
+    assert_eq!(workers.len(), 2, "{threads:?}");
+    assert!(workers.iter().all(|t| t.2 == 0), "{threads:?}");
+    // And the node still answers on both sides.
+    assert_eq!(gw.admin("GET", "/status", None).await.status, 200);
+}
