@@ -83,6 +83,9 @@ curl -sf -o /dev/null -H "Authorization: Bearer tok-1" http://127.0.0.1:8000/o
 ticks() { for p in "$@"; do cat /proc/"$p"/task/*/stat 2>/dev/null || true; done | awk '{s += $14 + $15} END {print s + 0}'; }
 # Reads of the access token's unique index: the node's token look-ups, and one per write (its
 # uniqueness check); the config sync reads written tokens by id, through the primary key.
+# PostgreSQL 15 backends publish their counts at most once a second while busy, and within 10 s
+# once idle: `settle` waits that out, so that a run's reads are counted in that run.
+settle() { sleep 11; }
 idx_scans() { psql -c "SELECT sum(idx_scan) FROM pg_stat_user_indexes WHERE relname = 'oauth2_tokens' AND indexrelname LIKE '%access_token%'"; }
 writer() { # rate seconds: paced writes from 32 threads (one client cannot do 1,500/s)
   python3 - "$1" "$2" <<'PY' &
@@ -135,22 +138,26 @@ run() { # label rate run
   taskset -c "$LOAD_CPUS" wrk -t1 -c50 -d"$DUR" --latency -s "$WORK/random.lua" http://127.0.0.1:8000/o > "$f"
   # Only the writer: a bare `wait` would wait for the servers too.
   if [ -n "$wp" ]; then wait "$wp"; fi
-  s1=$(idx_scans)
   n1=$(ticks "$NODE")
   p1=$(ticks $(pgrep -u postgres postgres))
+  settle
+  s1=$(idx_scans)
   echo "token_index_reads $((s1 - s0))" >> "$f"
   echo "cpu_ticks node $((n1 - n0)) postgres $((p1 - p0))" >> "$f"
 }
 # The token index reads of a write itself (no proxy traffic), to count out of the write runs'
 # hit ratio.
+settle
 c0=$(idx_scans)
 writer 150 2 > "$OUT/calibration.writer"
 wait $!
+settle
 c1=$(idx_scans)
 echo "index_reads $((c1 - c0))" >> "$OUT/calibration.writer"
 # Warm-up until the token cache is full (~600k tokens of 224 bytes in the default 128m
 # mem_cache_size), so that each run sees the same hit ratio rather than a rising one.
 taskset -c "$LOAD_CPUS" wrk -t1 -c50 -d"$WARM" -s "$WORK/random.lua" http://127.0.0.1:8000/o > /dev/null
+settle
 # Runs in ABBA order (none, writes, writes, none, ...), so that a drift over the runs does not
 # fall on one side.
 for i in $(seq 1 "$RUNS"); do
