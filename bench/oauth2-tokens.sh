@@ -9,8 +9,8 @@
 # node's token cache (1 - access-token index reads / requests, from PostgreSQL's
 # `pg_stat_user_indexes`; the writes' own reads of that index, measured without traffic, are
 # counted out).
-# Usage: [TOKENS=1000000] [RATES="150 1500"] [WARM=60s] [BENCH_BIN=path] bench/oauth2-tokens.sh [RUNS] [DUR]
-#        (needs postgresql, nginx, wrk, python3)
+# Usage: [TOKENS=1000000] [RATES="150 1500"] [WARM=60s] [OPEN_RPS=n] [BENCH_BIN=path] bench/oauth2-tokens.sh [RUNS] [DUR]
+#        (needs postgresql, nginx, wrk, python3; oha for OPEN_RPS)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 RUNS=${1:-2}
@@ -125,6 +125,35 @@ print(json.dumps({"writes": state["done"], "errors": state["errors"], "seconds":
                   "cpu": round(u.ru_utime + u.ru_stime, 2)}))
 PY
 }
+# The proxy's load for DUR: wrk as fast as 50 connections go (closed loop), or, with OPEN_RPS,
+# oha sending that many requests a second whatever the answers' pace (open loop: a site's
+# traffic does not slow down because the gateway does; latency counted from when each request
+# was due). oha's token is in the query (`access_token`, as Kong's oauth2 reads it), drawn from
+# the tokens with as many digits as the last one; its figures are written as wrk's lines.
+OHA=${OHA:-$(command -v oha || echo "$HOME/.cargo/bin/oha")}
+DIGITS=$(( ${#TOKENS} - 1 ))
+load() { # file
+  if [ -z "${OPEN_RPS:-}" ]; then
+    taskset -c "$LOAD_CPUS" wrk -t1 -c50 -d"$DUR" --latency -s "$WORK/random.lua" http://127.0.0.1:8000/o > "$1"
+    return
+  fi
+  taskset -c "$LOAD_CPUS" "$OHA" --no-tui --output-format json --latency-correction -c 50 -q "$OPEN_RPS" -z "$DUR" \
+    --rand-regex-url "http://127.0.0.1:8000/o\\?access_token=tok-[1-9][0-9]{$((DIGITS - 1))}" > "$1.json"
+  python3 - "$1.json" > "$1" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+s, codes = d["summary"], d.get("statusCodeDistribution", {})
+n = sum(codes.values())
+print(f"  99% {d['latencyPercentiles']['p99'] * 1000:.3f}ms")
+print(f"  {n} requests in {s['total']:.2f}s")
+# Answers other than 2xx/3xx, and requests that got none (oha's errors; not those still in
+# flight when the run's time was up).
+bad = sum(v for k, v in codes.items() if not k.startswith(("2", "3")))
+bad += sum(v for k, v in d.get("errorDistribution", {}).items() if "aborted due to deadline" not in k)
+print(f"Non-2xx or 3xx responses: {bad}")
+print(f"Requests/sec: {n / s['total']:.2f}")
+PY
+}
 run() { # label rate run
   local secs=${DUR%s} s0 s1 f=$OUT/raw/$1-run$3.txt
   local wp="" n0 n1 p0 p1
@@ -135,7 +164,7 @@ run() { # label rate run
     writer "$2" "$secs" > "$f.writer"
     wp=$!
   fi
-  taskset -c "$LOAD_CPUS" wrk -t1 -c50 -d"$DUR" --latency -s "$WORK/random.lua" http://127.0.0.1:8000/o > "$f"
+  load "$f"
   # Only the writer: a bare `wait` would wait for the servers too.
   if [ -n "$wp" ]; then wait "$wp"; fi
   n1=$(ticks "$NODE")
@@ -171,7 +200,7 @@ for i in $(seq 1 "$RUNS"); do
 done
 psql -c "SELECT count(*), pg_size_pretty(pg_total_relation_size('oauth2_tokens')) FROM oauth2_tokens" > "$OUT/store.txt"
 
-python3 - "$OUT" "$TOKENS" "$RATES" <<'PY' | tee "$OUT/summary.md"
+python3 - "$OUT" "$TOKENS" "$RATES" "${OPEN_RPS:-}" <<'PY' | tee "$OUT/summary.md"
 import json, pathlib, re, statistics, sys
 out, tokens, rates = pathlib.Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split()
 def lat(t):
@@ -199,7 +228,9 @@ def runs(label):
     return rs
 store = (out / "store.txt").read_text().strip().replace("|", " rows, ")
 base = runs("none")
-print(f"{tokens:,} tokens in PostgreSQL; table after the runs: {store}; a write's own token index reads: {per_write:.2f}\n")
+open_rps = sys.argv[4] if len(sys.argv) > 4 else ""
+load = f"oha, open loop at {int(open_rps):,} requests/s (latency from when each was due)" if open_rps else "wrk, closed loop, 50 connections"
+print(f"{tokens:,} tokens in PostgreSQL; table after the runs: {store}; a write's own token index reads: {per_write:.2f}; load: {load}\n")
 print("| writes | RPS (median; runs) | p99 ms (runs) | token cache hit ratio | writes done/s | non-2xx | node CPU % | PostgreSQL CPU % | writer CPU % |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 for label, name in [("none", "none")] + [("w" + r, r + "/s") for r in rates]:
