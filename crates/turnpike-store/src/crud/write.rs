@@ -367,12 +367,7 @@ impl Store {
         }
         // Unique keys and the cache key, checked here for Kong's error (the UNIQUE columns
         // back them up): one query with a sub-select per value written, not one per key.
-        let uniques: Vec<(&str, Option<String>)> = spec
-            .unique
-            .iter()
-            .map(|u| (*u, value.get(*u).and_then(|v| v.as_str()).map(String::from)))
-            .collect();
-        let cache_key = entity::cache_key(spec, &value);
+        let (uniques, cache_key) = keys_of(spec, &value);
         let checked: Vec<(&str, &str)> = uniques
             .iter()
             .filter_map(|(u, v)| Some((*u, v.as_deref()?)))
@@ -504,18 +499,36 @@ impl Store {
             }
             value.insert("snis".into(), json!(names));
         }
-        if let Some((field, shown)) = reveal {
-            value.insert(field, shown);
-        }
-        // The expiry is stored, not shown: the answer has the `ttl` as written.
-        value.remove(crate::entity::EXPIRES_AT);
-        Ok(value)
+        Ok(answer(value, reveal))
     }
 }
 
 /// Nodes further behind than 10,000 versions re-read everything instead; the log is pruned
 /// every 64th version (it holds at most 64 more), not in every write.
 const PRUNE_CHANGES: &str = "DELETE FROM changes WHERE version < $1";
+
+/// An entity's unique keys as written (`None`: not set) and its cache key, if it has one.
+fn keys_of<'s>(
+    spec: &'s EntitySpec,
+    value: &Map<String, Value>,
+) -> (Vec<(&'s str, Option<String>)>, Option<String>) {
+    let uniques = spec
+        .unique
+        .iter()
+        .map(|u| (*u, value.get(*u).and_then(|v| v.as_str()).map(String::from)))
+        .collect();
+    (uniques, entity::cache_key(spec, value))
+}
+
+/// A write's answer: the stored entity, showing what it reveals once (a new key-auth key) and
+/// not its expiry (the answer has the `ttl` as written).
+fn answer(mut value: Map<String, Value>, reveal: Option<(String, Value)>) -> Map<String, Value> {
+    if let Some((field, shown)) = reveal {
+        value.insert(field, shown);
+    }
+    value.remove(crate::entity::EXPIRES_AT);
+    value
+}
 
 /// A value bound to a statement: the entity tables hold text and integers only.
 enum Bind {
@@ -652,12 +665,7 @@ impl Store {
                 Some(_) => return Ok(None),
             }
         }
-        let uniques: Vec<(&str, Option<String>)> = spec
-            .unique
-            .iter()
-            .map(|u| (*u, value.get(*u).and_then(|v| v.as_str()).map(String::from)))
-            .collect();
-        let cache_key = entity::cache_key(spec, &value);
+        let (uniques, cache_key) = keys_of(spec, &value);
         for (col, v) in &uniques {
             if let Some(v) = v {
                 conds.push((
@@ -718,10 +726,6 @@ impl Store {
                 .execute(&self.pool)
                 .await?;
         }
-        if let Some((field, shown)) = reveal {
-            value.insert(field, shown);
-        }
-        value.remove(crate::entity::EXPIRES_AT);
-        Ok(Some(value))
+        Ok(Some(answer(value, reveal)))
     }
 }

@@ -792,16 +792,11 @@ async fn a_burst_of_writes_is_synced_in_batches() {
     assert!(at.len() >= 2, "{log}");
     let span_ms = (at[at.len() - 1] - at[0]) * 1000.0;
     // At most one sync per 10 ms (+1 for the first; the log's times are to the millisecond).
+    // A bound the code's own wait guarantees: a slow machine only spreads the syncs further.
     assert!(
         (at.len() as f64) <= span_ms / 9.0 + 2.0,
         "{} syncs in {span_ms} ms for {writes} writes",
         at.len()
     );
     assert!(at.len() < writes, "{} syncs for {writes} writes", at.len());
-    // And apart: the median gap between two syncs (the log's times carry each sync's first
-    // round trips, which move a gap by a millisecond or two, not the median).
-    let mut gaps: Vec<f64> = at.windows(2).map(|w| (w[1] - w[0]) * 1000.0).collect();
-    gaps.sort_by(f64::total_cmp);
-    let median = gaps[gaps.len() / 2];
-    assert!(median >= 9.0, "median gap {median} ms: {gaps:?}");
 }
