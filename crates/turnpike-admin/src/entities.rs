@@ -5,6 +5,7 @@
 
 use http::{Method, StatusCode};
 use serde_json::{json, Map, Value};
+use turnpike_config::entity::FieldKind;
 use turnpike_store::crud::{is_uuid, url_pairs};
 use turnpike_store::schema::{self, EntitySpec};
 use turnpike_store::{ListQuery, Page, StoreError};
@@ -30,6 +31,16 @@ enum Target {
         key: String,
         field: &'static schema::ForeignKey,
     },
+}
+
+impl Target {
+    fn spec(&self) -> &'static EntitySpec {
+        match self {
+            Target::Collection { spec, .. }
+            | Target::Entity { spec, .. }
+            | Target::Referenced { spec, .. } => spec,
+        }
+    }
 }
 
 fn route(tables: schema::Tables, segments: &[&str]) -> Option<Target> {
@@ -232,6 +243,37 @@ pub fn form_arrays(config: &mut Map<String, Value>, fields: &Value) {
             }
             (Some("record"), Value::Object(inner)) => form_arrays(inner, &def["fields"]),
             _ => {}
+        }
+    }
+}
+
+/// A plugin entity written as a form (`curl -d expires_in=7200`, as Kong's docs write it):
+/// its own fields typed by their kind, as Kong's `arguments.decode` types them by the
+/// entity's schema. A value that does not read as its kind is left as text, for the schema's
+/// own message.
+pub fn form_fields(body: &mut Map<String, Value>, fields: &[(&str, FieldKind)]) {
+    for (name, kind) in fields {
+        let Some(v) = body.get_mut(*name) else {
+            continue;
+        };
+        let Value::String(raw) = &*v else {
+            if let (FieldKind::StrArray, Value::Number(_) | Value::Bool(_)) = (kind, &*v) {
+                *v = Value::Array(vec![v.take()]);
+            }
+            continue;
+        };
+        let typed = match kind {
+            FieldKind::Int => raw.trim().parse::<i64>().ok().map(Value::from),
+            FieldKind::Bool => match raw.as_str() {
+                "true" => Some(Value::Bool(true)),
+                "false" => Some(Value::Bool(false)),
+                _ => None,
+            },
+            FieldKind::StrArray => Some(Value::Array(vec![v.take()])),
+            FieldKind::Required | FieldKind::Optional | FieldKind::Auto => None,
+        };
+        if let Some(t) = typed {
+            *v = t;
         }
     }
 }
@@ -461,6 +503,9 @@ impl Admin {
         };
         if write && is_form(content_type) {
             self.form_config_arrays(&mut body);
+            if let Some(entity) = self.tables().plugin_entity(target.spec().table) {
+                form_fields(&mut body, entity.fields);
+            }
         }
         let result: Result<(StatusCode, Option<Value>), StoreError> = async {
             match target {
@@ -780,6 +825,26 @@ mod tests {
         form_arrays(m["config"].as_object_mut().unwrap(), &fields);
         assert_eq!(m["config"]["scopes"], json!(["email"]));
         assert_eq!(m["config"]["realm"], "r");
+    }
+
+    #[test]
+    fn plugin_entity_forms_are_typed_by_their_fields() {
+        let tables = tables();
+        let token = tables.plugin_entity("oauth2_tokens").unwrap();
+        let mut m = form_to_json(&pairs("credential.id=c&expires_in=7200&ttl=60&scope=1"));
+        form_fields(&mut m, token.fields);
+        assert_eq!(m["expires_in"], 7200);
+        assert_eq!(m["ttl"], 60);
+        assert_eq!(m["scope"], "1", "a text field stays text");
+        // Not a number: left as written, for the schema's own message.
+        let mut m = form_to_json(&pairs("expires_in=soon"));
+        form_fields(&mut m, token.fields);
+        assert_eq!(m["expires_in"], "soon");
+        let app = tables.plugin_entity("oauth2_credentials").unwrap();
+        let mut m = form_to_json(&pairs("name=a&redirect_uris=https://x/cb&hash_secret=true"));
+        form_fields(&mut m, app.fields);
+        assert_eq!(m["redirect_uris"], json!(["https://x/cb"]));
+        assert_eq!(m["hash_secret"], true);
     }
 
     #[test]

@@ -86,6 +86,39 @@ async fn tokens_from_the_admin_api_authenticate_requests() {
     )
     .await;
     assert_eq!(r.status, 409);
+    // As Kong's docs write it: a form, its numbers typed by the token's schema.
+    let form = format!(
+        "credential.id={}&service.id={}&access_token=tok-form&expires_in=7200&ttl=600&scope=email",
+        app["id"].as_str().unwrap(),
+        service["id"].as_str().unwrap()
+    );
+    let r = post_form(gw.admin, "/oauth2_tokens", &form, &[]).await;
+    assert_eq!(r.status, 201, "{:?}", r.json());
+    assert_eq!(
+        (r.json()["expires_in"].clone(), r.json()["ttl"].clone()),
+        (json!(7200), json!(600))
+    );
+    let r = post_form(
+        gw.admin,
+        "/oauth2_tokens",
+        "credential.id=x&expires_in=soon",
+        &[],
+    )
+    .await;
+    assert_eq!(r.status, 400, "{:?}", r.json());
+    assert_eq!(r.json()["fields"]["expires_in"], "expected an integer");
+    // An application as a form: one redirect URI is a list of one, `hash_secret` a boolean.
+    let r = post_form(
+        gw.admin,
+        "/consumers/owner/oauth2",
+        "name=formapp&redirect_uris=https://example.com/f&hash_secret=true&client_secret=s3cret",
+        &[],
+    )
+    .await;
+    assert_eq!(r.status, 201, "{:?}", r.json());
+    assert_eq!(r.json()["redirect_uris"], json!(["https://example.com/f"]));
+    assert_eq!(r.json()["hash_secret"], json!(true));
+    assert_ne!(r.json()["client_secret"], "s3cret", "stored hashed");
 
     let p = gw.proxy;
     assert!(
@@ -96,6 +129,12 @@ async fn tokens_from_the_admin_api_authenticate_requests() {
                 == 200
         })
         .await
+    );
+    assert_eq!(
+        call(p, "GET", "/o", &[("authorization", "Bearer tok-form")])
+            .await
+            .status,
+        200
     );
     let r = call(
         p,
