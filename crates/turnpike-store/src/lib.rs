@@ -6,6 +6,7 @@
 //! in. Requests only ever see snapshots, so a slow or absent database cannot stall traffic.
 
 pub mod crud;
+pub mod direct;
 pub mod entity;
 pub mod error;
 pub mod schema;
@@ -59,7 +60,10 @@ pub const SCHEMA_VERSION: i64 = 5;
 pub const NOTIFY_CHANNEL: &str = "turnpike_config";
 
 pub struct Store {
+    /// Transactions (Admin API writes, the config sync's snapshots, migrations).
     pub pool: AnyPool,
+    /// Single statements on the hot paths, without sqlx's pool's checks ([`direct`]).
+    direct: direct::Direct,
     pub backend: Backend,
     pub plugins: Arc<dyn PluginRegistry>,
     /// Kong's tables and the plugins' (from `plugins`).
@@ -100,6 +104,23 @@ fn lazy_pool(options: &StoreOptions, name: &str) -> Result<AnyPool, StoreError> 
         .map_err(|e| StoreError::Database(e.to_string()))
 }
 
+/// The pool for a store's single statements ([`direct`]): on PostgreSQL, its own
+/// connections (under the same `application_name`); on SQLite, `pool`.
+fn direct_pool(
+    options: &StoreOptions,
+    name: &str,
+    pool: &AnyPool,
+) -> Result<direct::Direct, StoreError> {
+    match options.backend {
+        Backend::Postgres => direct::Direct::postgres(
+            application_name(&options.url, name),
+            options.pool_size.max(1) as usize,
+            options.timeout,
+        ),
+        Backend::Sqlite => Ok(direct::Direct::Sqlite(pool.clone())),
+    }
+}
+
 /// The state of a store's schema, as `migrations status` reports it.
 #[derive(Debug, PartialEq, Eq)]
 pub enum SchemaState {
@@ -124,6 +145,7 @@ impl Store {
                 .await?;
         }
         Ok(Store {
+            direct: direct_pool(&options, "turnpike", &pool)?,
             pool,
             backend: options.backend,
             tables: schema::Tables::new(&*plugins),
@@ -141,6 +163,7 @@ impl Store {
     pub fn reader(&self, name: &str) -> Result<Store, StoreError> {
         let pool = lazy_pool(&self.options, name)?;
         Ok(Store {
+            direct: direct_pool(&self.options, name, &pool)?,
             pool,
             backend: self.backend,
             plugins: self.plugins.clone(),
@@ -347,7 +370,17 @@ impl Store {
     /// back. Returns `[blocked window (1-based) or 0, count per window...]` (counts after the
     /// increment when allowed; as they were, for the windows checked, when blocked).
     pub async fn count_request(&self, windows: &[CounterWindow]) -> Result<Vec<i64>, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut conn = self.direct.get().await?;
+        let counted = Self::count_on(&mut conn, windows).await;
+        conn.seen(counted)
+    }
+
+    async fn count_on(
+        conn: &mut sqlx::AnyConnection,
+        windows: &[CounterWindow],
+    ) -> Result<Vec<i64>, StoreError> {
+        use sqlx::Connection;
+        let mut tx = conn.begin().await?;
         let mut out = vec![0i64];
         for (i, w) in windows.iter().enumerate() {
             let row = sqlx::query(

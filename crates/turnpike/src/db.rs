@@ -272,11 +272,13 @@ async fn check_connection_budget(store: &Store, conf: &Conf) {
     let Ok(max) = store.max_connections().await else {
         return;
     };
-    let mine = (conf.worker_processes as i64 + 1) * i64::from(conf.pg.pool_size);
+    // Each worker's single statements; the control plane's transactions and its single
+    // statements, two pools (turnpike_store::direct).
+    let mine = (conf.worker_processes as i64 + 2) * i64::from(conf.pg.pool_size);
     if mine > max {
         tracing::warn!(
             "PostgreSQL takes {max} connections (max_connections) and this node alone may open {mine}: \
-             {} workers and the control plane, {} each (pg_pool_size). Past the limit, credential \
+             {} workers and the control plane (twice), {} each (pg_pool_size). Past the limit, credential \
              look-ups and Admin API writes fail under load. \
              fix: lower pg_pool_size or raise max_connections (every node counts against it)",
             conf.worker_processes,

@@ -81,13 +81,13 @@ impl Store {
             quote(field),
             marks.join(", ")
         );
-        let mut conn = self.pool.acquire().await?;
-        let Some(row) = forms
+        let mut conn = self.direct.get().await?;
+        let found = forms
             .into_iter()
             .fold(sqlx::query(&sql), |q, f| q.bind(f))
             .fetch_optional(&mut *conn)
-            .await?
-        else {
+            .await;
+        let Some(row) = conn.seen(found)? else {
             return Ok(None);
         };
         let Some(mut found) = parse_live(&row.try_get::<String, _>(0)?)? else {

@@ -710,7 +710,9 @@ impl Store {
             .fold(bind_all(sqlx::query(&sql), &row.vals), |q, (_, v)| {
                 q.bind(v.as_str())
             });
-        let version: i64 = match q.fetch_optional(&self.pool).await {
+        let mut conn = self.direct.get().await?;
+        let written = q.fetch_optional(&mut *conn).await;
+        let version: i64 = match written {
             Ok(Some(r)) => r.try_get(0)?,
             Ok(None) => return Ok(None),
             Err(sqlx::Error::Database(d))
@@ -718,13 +720,14 @@ impl Store {
             {
                 return Ok(None)
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(conn.seen::<(), _>(Err(e)).unwrap_err()),
         };
         if version % 64 == 0 {
-            sqlx::query(PRUNE_CHANGES)
+            let pruned = sqlx::query(PRUNE_CHANGES)
                 .bind(version - 10000)
-                .execute(&self.pool)
-                .await?;
+                .execute(&mut *conn)
+                .await;
+            conn.seen(pruned)?;
         }
         Ok(Some(answer(value, reveal)))
     }

@@ -216,3 +216,86 @@ impl Drop for Postgres {
         self.stop();
     }
 }
+
+/// A TCP relay in front of PostgreSQL that counts, per connection's `application_name`, the
+/// `Sync` messages clients send: one per round trip a client waits on (a query's
+/// Bind/Execute/Sync, or a bare Sync to check a connection).
+pub struct SyncTap {
+    pub port: u16,
+    counts: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+}
+
+impl SyncTap {
+    /// Starts relaying to `pg` on a free port, on the calling runtime.
+    pub async fn start(pg: &Postgres) -> SyncTap {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let counts = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+        let (server, shared) = (pg.port, counts.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(upstream) = tokio::net::TcpStream::connect(("127.0.0.1", server)).await
+                else {
+                    continue;
+                };
+                let counts = shared.clone();
+                tokio::spawn(async move {
+                    let (mut cr, mut cw) = client.into_split();
+                    let (mut ur, mut uw) = upstream.into_split();
+                    tokio::spawn(async move {
+                        let _ = tokio::io::copy(&mut ur, &mut cw).await;
+                        let _ = cw.shutdown().await;
+                    });
+                    // Client to server: startup packets (length, code, body) until the
+                    // startup message, then typed messages (type, length, body).
+                    let mut name = String::new();
+                    let mut started = false;
+                    loop {
+                        let mut head = [0u8; 5];
+                        let typed = usize::from(started);
+                        if cr.read_exact(&mut head[..4 + typed]).await.is_err() {
+                            break;
+                        }
+                        let len_at = &head[typed..typed + 4];
+                        let len = u32::from_be_bytes(len_at.try_into().unwrap()) as usize;
+                        let mut body = vec![0u8; len.saturating_sub(4)];
+                        if cr.read_exact(&mut body).await.is_err() {
+                            break;
+                        }
+                        if started {
+                            if head[0] == b'S' {
+                                *counts.lock().unwrap().entry(name.clone()).or_insert(0) += 1;
+                            }
+                        } else if body.len() >= 4 && body[..4] == [0, 3, 0, 0] {
+                            // The startup message: protocol 3.0, then name\0value\0 pairs.
+                            let params: Vec<&[u8]> = body[4..].split(|b| *b == 0).collect();
+                            for kv in params.chunks(2) {
+                                if kv.len() == 2 && kv[0] == b"application_name" {
+                                    name = String::from_utf8_lossy(kv[1]).into_owned();
+                                }
+                            }
+                            started = true;
+                        }
+                        if uw.write_all(&head[..4 + typed]).await.is_err()
+                            || uw.write_all(&body).await.is_err()
+                        {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        SyncTap { port, counts }
+    }
+
+    /// Syncs sent so far on connections whose `application_name` starts with `prefix`.
+    pub fn syncs(&self, prefix: &str) -> usize {
+        let counts = self.counts.lock().unwrap();
+        counts
+            .iter()
+            .filter(|(n, _)| n.starts_with(prefix))
+            .map(|(_, c)| c)
+            .sum()
+    }
+}
