@@ -64,6 +64,9 @@ pub struct Store {
     pub pool: AnyPool,
     /// Single statements on the hot paths, without sqlx's pool's checks ([`direct`]).
     direct: direct::Direct,
+    /// Set while a node runs [`sync::Sync::announce`]: its writes then leave the NOTIFY to
+    /// it (one per [`sync::NOTIFY_GAP`] at most) instead of sending one each.
+    announcer: std::sync::OnceLock<Arc<tokio::sync::Notify>>,
     pub backend: Backend,
     pub plugins: Arc<dyn PluginRegistry>,
     /// Kong's tables and the plugins' (from `plugins`).
@@ -146,6 +149,7 @@ impl Store {
         }
         Ok(Store {
             direct: direct_pool(&options, "turnpike", &pool)?,
+            announcer: std::sync::OnceLock::new(),
             pool,
             backend: options.backend,
             tables: schema::Tables::new(&*plugins),
@@ -164,6 +168,7 @@ impl Store {
         let pool = lazy_pool(&self.options, name)?;
         Ok(Store {
             direct: direct_pool(&self.options, name, &pool)?,
+            announcer: std::sync::OnceLock::new(),
             pool,
             backend: self.backend,
             plugins: self.plugins.clone(),
@@ -365,6 +370,34 @@ pub struct CounterWindow {
 }
 
 impl Store {
+    /// From now on this store's writes leave telling other nodes to the returned signal's
+    /// holder ([`sync::Sync::announce`]), which is signalled after each committed write.
+    pub(crate) fn announce_writes_later(&self) -> Arc<tokio::sync::Notify> {
+        self.announcer.get_or_init(Default::default).clone()
+    }
+
+    /// Whether a write notifies other nodes itself (in its own statement): unless a node's
+    /// announcer does it after the commit.
+    pub(crate) fn notifies_inline(&self) -> bool {
+        self.backend == Backend::Postgres && self.announcer.get().is_none()
+    }
+
+    /// After a committed write: the announcer (if any) owes other nodes a notification.
+    pub(crate) fn written(&self) {
+        if let Some(a) = self.announcer.get() {
+            a.notify_one();
+        }
+    }
+
+    /// Tells every listening node (PostgreSQL's NOTIFY) that the config version moved.
+    pub(crate) async fn notify_nodes(&self) -> Result<(), StoreError> {
+        let mut conn = self.direct.get().await?;
+        let sent = sqlx::query(&format!("SELECT pg_notify('{NOTIFY_CHANNEL}', '')::text"))
+            .execute(&mut *conn)
+            .await;
+        conn.seen(sent).map(|_| ())
+    }
+
     /// Counts a request in every window, exactly: in one transaction each window's row is
     /// incremented only while under its limit; when one is full the transaction is rolled
     /// back. Returns `[blocked window (1-based) or 0, count per window...]` (counts after the

@@ -259,6 +259,7 @@ pub async fn start(
     }
     tokio::spawn(sync.clone().run());
     tokio::spawn(sync.clone().listen());
+    tokio::spawn(sync.clone().announce());
     Ok((store, sync))
 }
 

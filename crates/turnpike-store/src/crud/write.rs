@@ -229,13 +229,15 @@ impl Store {
     /// Starts a write: the version bump comes first so that concurrent writers queue here.
     pub(super) async fn begin_write(&self) -> Result<WriteTx, StoreError> {
         let mut tx = self.pool.begin().await?;
-        // On PostgreSQL the notification goes with the bump, one round trip fewer a write:
-        // it is delivered to every listening node when (and only if) the transaction commits.
+        // Without a node's announcer (a CLI command), the notification goes with the bump,
+        // one round trip fewer a write: it is delivered to every listening node when (and
+        // only if) the transaction commits.
         const BUMP: &str =
             "UPDATE turnpike_meta SET value = value + 1 WHERE name = 'config_version' RETURNING value";
-        let sql = match self.backend {
-            Backend::Postgres => format!("{BUMP}, pg_notify('{NOTIFY_CHANNEL}', '')::text"),
-            Backend::Sqlite => BUMP.to_string(),
+        let sql = if self.notifies_inline() {
+            format!("{BUMP}, pg_notify('{NOTIFY_CHANNEL}', '')::text")
+        } else {
+            BUMP.to_string()
         };
         let version: i64 = sqlx::query(&sql).fetch_one(&mut *tx).await?.try_get(0)?;
         Ok(WriteTx { tx, version })
@@ -251,6 +253,7 @@ impl Store {
                 .await?;
         }
         tx.commit().await?;
+        self.written();
         Ok(())
     }
 
@@ -699,8 +702,13 @@ impl Store {
              bump AS (UPDATE turnpike_meta SET value = value + 1 WHERE name = 'config_version' AND EXISTS (SELECT 1 FROM ok) RETURNING value), \
              ins AS (INSERT INTO {table} ({cols}) SELECT {vals} FROM bump), \
              chg AS (INSERT INTO changes (version, entity_name, entity_id) SELECT value, '{table}', $1 FROM bump) \
-             SELECT value, pg_notify('{NOTIFY_CHANNEL}', '')::text FROM bump",
+             SELECT value{notify} FROM bump",
             conds = if conds_sql.is_empty() { "TRUE".into() } else { conds_sql.join(" AND ") },
+            notify = if self.notifies_inline() {
+                format!(", pg_notify('{NOTIFY_CHANNEL}', '')::text")
+            } else {
+                String::new()
+            },
             table = spec.table,
             cols = row.cols.join(", "),
             vals = marks(1, n),
@@ -729,6 +737,7 @@ impl Store {
                 .await;
             conn.seen(pruned)?;
         }
+        self.written();
         Ok(Some(answer(value, reveal)))
     }
 }

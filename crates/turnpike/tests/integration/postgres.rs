@@ -873,6 +873,16 @@ async fn a_burst_of_writes_is_synced_in_batches() {
     pg.query("ALTER SYSTEM SET log_line_prefix = '%a %m: '");
     pg.query("SELECT pg_reload_conf()");
     let a = key_auth_node(&pg, &up, "k1", &[]).await;
+    // Another node that learns of changes only by NOTIFY (its poll is a minute away), as
+    // another role, whose statements stay out of the log.
+    pg.query("CREATE ROLE other SUPERUSER LOGIN");
+    let b = node(
+        &pg,
+        &[
+            ("TURNPIKE_DB_UPDATE_FREQUENCY", "60"),
+            ("TURNPIKE_PG_USER", "other"),
+        ],
+    );
     let admin = a.admin;
     let writes = 400;
     let next = Arc::new(AtomicUsize::new(0));
@@ -902,25 +912,27 @@ async fn a_burst_of_writes_is_synced_in_batches() {
     );
     let last = format!("burst-{}", writes - 1);
     assert_eq!(with_key(a.proxy, &last).await.status, 200);
+    // The last write was announced (the writes share NOTIFYs; one always follows the last).
+    assert!(
+        eventually(Duration::from_secs(5), async || b.status().await
+            ["config_version"]
+            == 5 + writes as u64)
+        .await,
+        "{}",
+        b.log_text()
+    );
 
-    // The syncs' change-log reads, with when each was sent.
     let log = std::fs::read_to_string(pg.dir().join("postgres.log")).unwrap();
-    let at: Vec<f64> = log
-        .lines()
-        .filter(|l| {
-            l.starts_with("turnpike ")
-                && l.contains("SELECT version, entity_name, entity_id FROM changes")
-        })
-        .filter_map(|l| {
-            // "turnpike 2026-11-28 10:01:02.345 UTC: LOG: ..."
-            let time = l.split(' ').nth(2)?;
-            let mut hms = time.split(':');
-            let h: f64 = hms.next()?.parse().ok()?;
-            let m: f64 = hms.next()?.parse().ok()?;
-            let s: f64 = hms.next()?.parse().ok()?;
-            Some(h * 3600.0 + m * 60.0 + s)
-        })
-        .collect();
+    // The NOTIFYs: at most one per 5 ms, not one per write.
+    let notified = times(&log, "pg_notify");
+    let span_ms = (notified[notified.len() - 1] - notified[0]) * 1000.0;
+    assert!(
+        (notified.len() as f64) <= span_ms / 4.5 + 2.0 && notified.len() < writes / 2,
+        "{} NOTIFYs in {span_ms} ms for {writes} writes",
+        notified.len()
+    );
+    // The syncs' change-log reads, with when each was sent.
+    let at = times(&log, "SELECT version, entity_name, entity_id FROM changes");
     assert!(at.len() >= 2, "{log}");
     let span_ms = (at[at.len() - 1] - at[0]) * 1000.0;
     // At most one sync per 10 ms (+1 for the first; the log's times are to the millisecond).
@@ -931,4 +943,21 @@ async fn a_burst_of_writes_is_synced_in_batches() {
         at.len()
     );
     assert!(at.len() < writes, "{} syncs for {writes} writes", at.len());
+}
+
+/// When node `a` (application_name `turnpike`) sent the statements of PostgreSQL's log
+/// that contain `what`, in seconds of the day.
+fn times(log: &str, what: &str) -> Vec<f64> {
+    log.lines()
+        .filter(|l| l.starts_with("turnpike ") && l.contains(what))
+        .filter_map(|l| {
+            // "turnpike 2026-11-28 10:01:02.345 UTC: LOG: ..."
+            let time = l.split(' ').nth(2)?;
+            let mut hms = time.split(':');
+            let h: f64 = hms.next()?.parse().ok()?;
+            let m: f64 = hms.next()?.parse().ok()?;
+            let s: f64 = hms.next()?.parse().ok()?;
+            Some(h * 3600.0 + m * 60.0 + s)
+        })
+        .collect()
 }
