@@ -44,6 +44,17 @@ pub enum StoreError {
     Unavailable(String),
 }
 
+impl StoreError {
+    /// The same failure, for another of the writes one failed statement carried.
+    pub(crate) fn again(&self) -> StoreError {
+        match self {
+            StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
+            StoreError::Database(m) => StoreError::Database(m.clone()),
+            other => StoreError::Database(other.to_string()),
+        }
+    }
+}
+
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
         if let sqlx::Error::Database(d) = &e {

@@ -67,6 +67,8 @@ pub struct Store {
     /// Set while a node runs [`sync::Sync::announce`]: its writes then leave the NOTIFY to
     /// it (one per [`sync::NOTIFY_GAP`] at most) instead of sending one each.
     announcer: std::sync::OnceLock<Arc<tokio::sync::Notify>>,
+    /// New entities waiting to share a statement ([`crud::batch`]).
+    batches: Arc<crud::batch::Batches>,
     pub backend: Backend,
     pub plugins: Arc<dyn PluginRegistry>,
     /// Kong's tables and the plugins' (from `plugins`).
@@ -150,6 +152,7 @@ impl Store {
         Ok(Store {
             direct: direct_pool(&options, "turnpike", &pool)?,
             announcer: std::sync::OnceLock::new(),
+            batches: Default::default(),
             pool,
             backend: options.backend,
             tables: schema::Tables::new(&*plugins),
@@ -169,6 +172,7 @@ impl Store {
         Ok(Store {
             direct: direct_pool(&self.options, name, &pool)?,
             announcer: std::sync::OnceLock::new(),
+            batches: Default::default(),
             pool,
             backend: self.backend,
             plugins: self.plugins.clone(),

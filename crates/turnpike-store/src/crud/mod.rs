@@ -3,7 +3,10 @@
 //! uniqueness checks below cannot race), validates, checks references and unique keys, writes
 //! the row and its tags, and commits; nothing is half-applied. On PostgreSQL a plain new
 //! entity (no tags, references by id) is the same write in one statement
-//! (`Store::insert_at_once`), the table's constraints backing its checks.
+//! (`Store::insert_at_once`), the table's constraints backing its checks, and such entities
+//! written at the same time share a statement ([`batch`]).
+
+pub(crate) mod batch;
 
 use base64::Engine;
 use serde_json::{json, Map, Value};

@@ -508,7 +508,7 @@ impl Store {
 
 /// Nodes further behind than 10,000 versions re-read everything instead; the log is pruned
 /// every 64th version (it holds at most 64 more), not in every write.
-const PRUNE_CHANGES: &str = "DELETE FROM changes WHERE version < $1";
+pub(super) const PRUNE_CHANGES: &str = "DELETE FROM changes WHERE version < $1";
 
 /// An entity's unique keys as written (`None`: not set) and its cache key, if it has one.
 fn keys_of<'s>(
@@ -534,7 +534,8 @@ fn answer(mut value: Map<String, Value>, reveal: Option<(String, Value)>) -> Map
 }
 
 /// A value bound to a statement: the entity tables hold text and integers only.
-enum Bind {
+#[derive(Clone)]
+pub(super) enum Bind {
     Text(Option<String>),
     Int(Option<i64>),
 }
@@ -545,7 +546,7 @@ struct RowValues {
     vals: Vec<Bind>,
 }
 
-fn bind_all<'q>(
+pub(super) fn bind_all<'q>(
     q: sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>,
     vals: &'q [Bind],
 ) -> sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>> {
@@ -556,7 +557,7 @@ fn bind_all<'q>(
 }
 
 /// `$from, $from+1, ...`: `count` placeholders.
-fn marks(from: usize, count: usize) -> String {
+pub(super) fn marks(from: usize, count: usize) -> String {
     (from..from + count)
         .map(|i| format!("${i}"))
         .collect::<Vec<_>>()
@@ -619,6 +620,8 @@ impl Store {
     /// so writers queue far less. The conditions only choose the path: the table's foreign keys
     /// and UNIQUE columns are what keep a racing write out. `None`: write it the long way,
     /// which finds Kong's error for what failed (also after a constraint caught a race).
+    /// Entities of the same shape written at the same time share the statement
+    /// ([`batch`]: one round trip, commit and version-row lock for them all).
     async fn insert_at_once(
         &self,
         spec: &'static EntitySpec,
@@ -691,53 +694,36 @@ impl Store {
             ));
         }
         let row = self.row_values(spec, id, &value, &uniques, &cache_key, &fk_ids)?;
-        let n = row.vals.len();
-        let conds_sql: Vec<String> = conds
-            .iter()
-            .enumerate()
-            .map(|(i, (c, _))| format!("{c}{})", n + 1 + i))
-            .collect();
-        let sql = format!(
-            "WITH ok AS (SELECT 1 WHERE {conds}), \
-             bump AS (UPDATE turnpike_meta SET value = value + 1 WHERE name = 'config_version' AND EXISTS (SELECT 1 FROM ok) RETURNING value), \
-             ins AS (INSERT INTO {table} ({cols}) SELECT {vals} FROM bump), \
-             chg AS (INSERT INTO changes (version, entity_name, entity_id) SELECT value, '{table}', $1 FROM bump) \
-             SELECT value{notify} FROM bump",
-            conds = if conds_sql.is_empty() { "TRUE".into() } else { conds_sql.join(" AND ") },
-            notify = if self.notifies_inline() {
-                format!(", pg_notify('{NOTIFY_CHANNEL}', '')::text")
-            } else {
-                String::new()
-            },
-            table = spec.table,
-            cols = row.cols.join(", "),
-            vals = marks(1, n),
-        );
-        let q = conds
-            .iter()
-            .fold(bind_all(sqlx::query(&sql), &row.vals), |q, (_, v)| {
-                q.bind(v.as_str())
-            });
-        let mut conn = self.direct.get().await?;
-        let written = q.fetch_optional(&mut *conn).await;
-        let version: i64 = match written {
-            Ok(Some(r)) => r.try_get(0)?,
-            Ok(None) => return Ok(None),
-            Err(sqlx::Error::Database(d))
-                if matches!(d.code().as_deref(), Some("23505" | "23503")) =>
-            {
-                return Ok(None)
-            }
-            Err(e) => return Err(conn.seen::<(), _>(Err(e)).unwrap_err()),
+        let announce = self.announcer.get().cloned();
+        let shape = || batch::Shape {
+            table: spec.table,
+            cols: row.cols.clone(),
+            conds: conds.iter().map(|(c, _)| c.clone()).collect(),
+            notify: announce.is_none(),
         };
-        if version % 64 == 0 {
-            let pruned = sqlx::query(PRUNE_CHANGES)
-                .bind(version - 10000)
-                .execute(&mut *conn)
-                .await;
-            conn.seen(pruned)?;
+        let binds = || batch::RowBinds {
+            vals: row.vals.clone(),
+            conds: conds.iter().map(|(_, v)| v.clone()).collect(),
+        };
+        let written = match self
+            .batches
+            .write(&self.direct, shape(), binds(), announce.clone())
+            .await?
+        {
+            batch::Outcome::Written => true,
+            batch::Outcome::Refused { alone: true } => false,
+            // Refused with others: alone, it may pass (another row's key was taken).
+            batch::Outcome::Refused { alone: false } => {
+                let written = batch::run(&self.direct, &shape(), &[binds()]).await?;
+                if written {
+                    self.written();
+                }
+                written
+            }
+        };
+        if !written {
+            return Ok(None);
         }
-        self.written();
         Ok(Some(answer(value, reveal)))
     }
 }

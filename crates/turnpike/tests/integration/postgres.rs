@@ -895,28 +895,49 @@ async fn a_burst_of_writes_is_synced_in_batches() {
                 if i >= writes {
                     return;
                 }
-                let key = json!({"key": format!("burst-{i}")});
-                let r = admin_call(admin, "POST", "/consumers/ann/key-auth", Some(key)).await;
-                assert_eq!(r.status, 201, "{:?}", r.body);
+                // Every tenth asks for a key that is taken: its batch is refused, and each of
+                // its rows is written alone.
+                let (key, status) = if i % 10 == 9 {
+                    ("k1".to_string(), 409)
+                } else {
+                    (format!("burst-{i}"), 201)
+                };
+                let r = admin_call(
+                    admin,
+                    "POST",
+                    "/consumers/ann/key-auth",
+                    Some(json!({ "key": key })),
+                )
+                .await;
+                assert_eq!(r.status, status, "{key}: {:?}", r.body);
             }
         });
     }
     while let Some(r) = writers.join_next().await {
         r.unwrap();
     }
+    let written = writes - writes / 10;
     assert!(
         eventually(Duration::from_secs(10), async || a.status().await
             ["config_version"]
-            == 5 + writes as u64)
+            == 5 + written as u64)
         .await
     );
-    let last = format!("burst-{}", writes - 1);
+    let last = format!("burst-{}", writes - 2);
     assert_eq!(with_key(a.proxy, &last).await.status, 200);
+    // A version each, in the change log, whether written in a batch or alone.
+    assert_eq!(
+        pg.query(
+            "SELECT count(DISTINCT version) FROM changes WHERE entity_name = 'keyauth_credentials'"
+        )
+        .trim(),
+        (written + 1).to_string()
+    );
     // The last write was announced (the writes share NOTIFYs; one always follows the last).
     assert!(
         eventually(Duration::from_secs(5), async || b.status().await
             ["config_version"]
-            == 5 + writes as u64)
+            == 5 + written as u64)
         .await,
         "{}",
         b.log_text()
@@ -930,6 +951,21 @@ async fn a_burst_of_writes_is_synced_in_batches() {
         (notified.len() as f64) <= span_ms / 4.5 + 2.0 && notified.len() < writes / 2,
         "{} NOTIFYs in {span_ms} ms for {writes} writes",
         notified.len()
+    );
+    // Writes that came together shared statements.
+    let inserts = times(&log, "INSERT INTO keyauth_credentials").len();
+    let most = log
+        .lines()
+        .filter(|l| l.starts_with("turnpike ") && l.contains("INSERT INTO keyauth_credentials"))
+        .filter_map(|l| {
+            let rows = l.split("SET value = value + ").nth(1)?;
+            rows.split(' ').next()?.parse::<usize>().ok()
+        })
+        .max()
+        .unwrap_or(0);
+    assert!(
+        inserts < writes && most >= 2,
+        "{inserts} statements for {writes} writes, at most {most} rows in one"
     );
     // The syncs' change-log reads, with when each was sent.
     let at = times(&log, "SELECT version, entity_name, entity_id FROM changes");
