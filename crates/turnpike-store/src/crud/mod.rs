@@ -4,7 +4,7 @@
 //! the row and its tags, and commits; nothing is half-applied. On PostgreSQL a plain new
 //! entity (no tags, references by id) is the same write in one statement
 //! (`Store::insert_at_once`), the table's constraints backing its checks, and such entities
-//! written at the same time share a statement ([`batch`]).
+//! written at the same time share a statement (`batch`).
 
 pub(crate) mod batch;
 
