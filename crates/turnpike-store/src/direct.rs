@@ -13,6 +13,8 @@
 //!
 //! SQLite keeps sqlx's pool: its "round trip" is a channel to its own thread.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool::managed::{self, Metrics, RecycleError, RecycleResult};
@@ -25,7 +27,7 @@ use crate::StoreError;
 const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 /// A PostgreSQL connection as the pool keeps it.
-pub struct Kept {
+pub struct Live {
     raw: AnyConnection,
     /// A use of it failed as a lost connection does: close it instead of reusing it.
     lost: bool,
@@ -36,17 +38,17 @@ pub struct Connector {
 }
 
 impl managed::Manager for Connector {
-    type Type = Kept;
+    type Type = Live;
     type Error = sqlx::Error;
 
-    async fn create(&self) -> Result<Kept, sqlx::Error> {
-        Ok(Kept {
+    async fn create(&self) -> Result<Live, sqlx::Error> {
+        Ok(Live {
             raw: AnyConnection::connect(&self.url).await?,
             lost: false,
         })
     }
 
-    async fn recycle(&self, conn: &mut Kept, metrics: &Metrics) -> RecycleResult<sqlx::Error> {
+    async fn recycle(&self, conn: &mut Live, metrics: &Metrics) -> RecycleResult<sqlx::Error> {
         if conn.lost {
             return Err(RecycleError::message("lost"));
         }
@@ -62,12 +64,38 @@ impl managed::Manager for Connector {
 #[derive(Clone)]
 pub enum Direct {
     Sqlite(AnyPool),
-    Postgres(managed::Pool<Connector>),
+    Postgres(Arc<Kept>),
+}
+
+/// A PostgreSQL pool and whether its idle connections are being swept.
+pub struct Kept {
+    pool: managed::Pool<Connector>,
+    /// Idle connections are closed after this long (`pg_keepalive_timeout`): a node at rest
+    /// holds none. `None`: kept.
+    keepalive: Option<Duration>,
+    swept: AtomicBool,
+}
+
+/// Closes the connections idle for `keepalive`, until the pool is dropped.
+async fn sweep(pool: std::sync::Weak<Kept>, keepalive: Duration) {
+    loop {
+        tokio::time::sleep((keepalive / 4).max(Duration::from_millis(100))).await;
+        let Some(kept) = pool.upgrade() else {
+            return;
+        };
+        kept.pool.retain(|_, m| m.last_used() < keepalive);
+    }
 }
 
 impl Direct {
-    /// `size` connections at most, made on first use; waiting for one up to `timeout`.
-    pub fn postgres(url: String, size: usize, timeout: Duration) -> Result<Direct, StoreError> {
+    /// `size` connections at most, made on first use; waiting for one up to `timeout`;
+    /// closed after `keepalive` idle.
+    pub fn postgres(
+        url: String,
+        size: usize,
+        timeout: Duration,
+        keepalive: Option<Duration>,
+    ) -> Result<Direct, StoreError> {
         managed::Pool::builder(Connector { url })
             .max_size(size.max(1))
             .wait_timeout(Some(timeout))
@@ -75,27 +103,32 @@ impl Direct {
             .recycle_timeout(Some(timeout))
             .runtime(deadpool::Runtime::Tokio1)
             .build()
-            .map(Direct::Postgres)
+            .map(|pool| {
+                Direct::Postgres(Arc::new(Kept {
+                    pool,
+                    keepalive,
+                    swept: AtomicBool::new(false),
+                }))
+            })
             .map_err(|e| StoreError::Database(e.to_string()))
     }
 
     /// A connection for one piece of work; report its outcome with [`Conn::seen`].
     pub async fn get(&self) -> Result<Conn, StoreError> {
-        match self {
-            Direct::Sqlite(pool) => Ok(Conn::Sqlite(pool.acquire().await?)),
-            Direct::Postgres(pool) => match pool.get().await {
-                Ok(c) => Ok(Conn::Postgres(c)),
-                Err(managed::PoolError::Backend(e)) => Err(e.into()),
-                Err(e) => Err(StoreError::Unavailable(e.to_string())),
-            },
+        let kept = match self {
+            Direct::Sqlite(pool) => return Ok(Conn::Sqlite(pool.acquire().await?)),
+            Direct::Postgres(kept) => kept,
+        };
+        // Swept on the runtime that uses it (a proxy worker's own).
+        if let Some(keepalive) = kept.keepalive {
+            if !kept.swept.swap(true, Ordering::Relaxed) {
+                tokio::spawn(sweep(Arc::downgrade(kept), keepalive));
+            }
         }
-    }
-
-    /// Connections open now (idle or in use), for tests and status.
-    pub fn open(&self) -> usize {
-        match self {
-            Direct::Sqlite(pool) => pool.size() as usize,
-            Direct::Postgres(pool) => pool.status().size,
+        match kept.pool.get().await {
+            Ok(c) => Ok(Conn::Postgres(c)),
+            Err(managed::PoolError::Backend(e)) => Err(e.into()),
+            Err(e) => Err(StoreError::Unavailable(e.to_string())),
         }
     }
 }

@@ -38,6 +38,8 @@ pub struct StoreOptions {
     pub url: String,
     pub pool_size: u32,
     pub timeout: Duration,
+    /// Idle connections are closed after this long (`pg_keepalive_timeout`); `None`: kept.
+    pub keepalive: Option<Duration>,
 }
 
 impl std::fmt::Debug for StoreOptions {
@@ -104,7 +106,7 @@ fn lazy_pool(options: &StoreOptions, name: &str) -> Result<AnyPool, StoreError> 
         .max_connections(options.pool_size.max(1))
         .min_connections(0)
         .acquire_timeout(options.timeout)
-        .idle_timeout(Some(Duration::from_secs(60)))
+        .idle_timeout(options.keepalive)
         .connect_lazy(&url)
         .map_err(|e| StoreError::Database(e.to_string()))
 }
@@ -121,6 +123,7 @@ fn direct_pool(
             application_name(&options.url, name),
             options.pool_size.max(1) as usize,
             options.timeout,
+            options.keepalive,
         ),
         Backend::Sqlite => Ok(direct::Direct::Sqlite(pool.clone())),
     }

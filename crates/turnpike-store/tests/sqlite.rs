@@ -27,6 +27,7 @@ async fn store() -> (Store, std::path::PathBuf) {
             url,
             pool_size: 4,
             timeout: Duration::from_secs(5),
+            keepalive: None,
         },
         Arc::new(plugins()),
     )

@@ -29,6 +29,7 @@ pub fn store_options(conf: &Conf) -> Result<Option<StoreOptions>, String> {
                 // One writer at a time in SQLite; a few readers beside it (WAL).
                 pool_size: 4,
                 timeout: std::time::Duration::from_secs(5),
+                keepalive: Some(std::time::Duration::from_secs(60)),
             })
         }
         Database::Postgres => Some(StoreOptions {
@@ -36,6 +37,7 @@ pub fn store_options(conf: &Conf) -> Result<Option<StoreOptions>, String> {
             url: conf.pg.url(),
             pool_size: conf.pg.pool_size,
             timeout: conf.pg.timeout,
+            keepalive: conf.pg.keepalive_timeout,
         }),
     })
 }

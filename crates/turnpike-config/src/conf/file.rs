@@ -32,6 +32,8 @@ pub(super) const DEFAULTS: &[(&str, &str)] = &[
     ("pg_ssl", "off"),
     ("pg_ssl_verify", "off"),
     ("pg_pool_size", "10"),
+    // Kong's default: `lua_socket_keepalive_timeout`.
+    ("pg_keepalive_timeout", "60000"),
     ("db_update_frequency", "5"),
     // Turnpike's own: how often expired rows (`ttl`: oauth2 tokens and codes, key-auth keys)
     // are deleted from the store, in batches (Kong runs this every 60 s).

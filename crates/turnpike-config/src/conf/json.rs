@@ -99,6 +99,11 @@ impl Conf {
             "real_ip_header": self.real_ip_header,
             "router_flavor": "traditional_compatible",
         });
+        v["pg_keepalive_timeout"] = self
+            .pg
+            .keepalive_timeout
+            .map_or(0, |d| d.as_millis() as u64)
+            .into();
         v["proxy_listeners"] = listeners(&self.proxy_listen).into();
         v["admin_listeners"] = listeners(&self.admin_listen).into();
         v["status_listeners"] = listeners(&self.status_listen).into();

@@ -93,6 +93,9 @@ pub struct PgConf {
     pub ssl_verify: bool,
     pub timeout: Duration,
     pub pool_size: u32,
+    /// How long a pooled connection may sit idle before it is closed; `None`: no limit
+    /// (`pg_keepalive_timeout = 0`).
+    pub keepalive_timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for PgConf {
@@ -389,6 +392,14 @@ impl Conf {
             pool_size: parse_num::<u32>(get("pg_pool_size"))
                 .filter(|n| (1..=1000).contains(n))
                 .ok_or_else(|| invalid("pg_pool_size", "must be an integer in 1..1000".into()))?,
+            keepalive_timeout: parse_num::<u64>(get("pg_keepalive_timeout"))
+                .map(|ms| (ms > 0).then(|| Duration::from_millis(ms)))
+                .ok_or_else(|| {
+                    invalid(
+                        "pg_keepalive_timeout",
+                        "must be a non-negative integer (ms; 0: no limit)".into(),
+                    )
+                })?,
         };
         let db_update_frequency = get("db_update_frequency")
             .trim()
@@ -767,6 +778,17 @@ mod tests {
         // Every test run used to leave one folder per call behind.
         let _ = std::fs::remove_dir_all(&dir);
         Ok((c?, w))
+    }
+
+    #[test]
+    fn pg_keepalive_timeout_as_kong_reads_it() {
+        let (c, _) = load("", &[]).unwrap();
+        assert_eq!(c.pg.keepalive_timeout, Some(Duration::from_secs(60)));
+        let (c, _) = load("pg_keepalive_timeout = 0\n", &[]).unwrap();
+        assert_eq!(c.pg.keepalive_timeout, None);
+        let (c, _) = load("pg_keepalive_timeout = 2500\n", &[]).unwrap();
+        assert_eq!(c.pg.keepalive_timeout, Some(Duration::from_millis(2500)));
+        assert!(load("pg_keepalive_timeout = soon\n", &[]).is_err());
     }
 
     #[test]

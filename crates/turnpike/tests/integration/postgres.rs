@@ -520,6 +520,56 @@ async fn cached_credentials_survive_an_outage() {
     assert_eq!(with_key("known").await.status, 200);
 }
 
+/// `pg_keepalive_timeout`: a worker's connections idle that long are closed (a node at rest
+/// holds none), and the next look-up opens one again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_close_after_pg_keepalive_timeout() {
+    let up = Upstream::start("keepalive");
+    let pg = Arc::new(Postgres::start());
+    bootstrap(&pg);
+    let a = key_auth_node(
+        &pg,
+        &up,
+        "k1",
+        &[
+            ("TURNPIKE_NGINX_WORKER_PROCESSES", "1"),
+            ("TURNPIKE_PG_KEEPALIVE_TIMEOUT", "1000"),
+        ],
+    )
+    .await;
+    let proxy = a.proxy;
+    assert!(
+        eventually(Duration::from_secs(10), async || with_key(proxy, "k1")
+            .await
+            .status
+            == 200)
+        .await
+    );
+    let workers = |pg: Arc<Postgres>| async move {
+        tokio::task::spawn_blocking(move || {
+            pg.query(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'turnpike-worker%'",
+            )
+            .trim()
+            .parse::<u32>()
+            .unwrap()
+        })
+        .await
+        .unwrap()
+    };
+    assert_eq!(with_key(proxy, "never-1").await.status, 401);
+    assert!(workers(pg.clone()).await >= 1);
+    assert!(
+        eventually(Duration::from_secs(10), async || workers(pg.clone()).await
+            == 0)
+        .await,
+        "the worker's connections stayed open"
+    );
+    assert_eq!(with_key(proxy, "never-2").await.status, 401);
+    let root = a.admin("GET", "/", None).await.json();
+    assert_eq!(root["configuration"]["pg_keepalive_timeout"], 1000);
+}
+
 /// A proxy worker looks credentials up on connections of its own (Kong's `pg_pool_size` is
 /// per worker), named after it in `pg_stat_activity`: its look-ups do not queue behind the
 /// control plane's work on the Admin API's connections and thread.
