@@ -538,13 +538,14 @@ async fn idle_connections_close_after_pg_keepalive_timeout() {
     )
     .await;
     let proxy = a.proxy;
+    // All five writes applied (the plugin too: before it, any key is proxied).
     assert!(
-        eventually(Duration::from_secs(10), async || with_key(proxy, "k1")
-            .await
-            .status
-            == 200)
+        eventually(Duration::from_secs(10), async || a.status().await
+            ["config_version"]
+            == 5)
         .await
     );
+    assert_eq!(with_key(proxy, "k1").await.status, 200);
     let workers = |pg: Arc<Postgres>| async move {
         tokio::task::spawn_blocking(move || {
             pg.query(
