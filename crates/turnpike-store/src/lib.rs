@@ -66,7 +66,7 @@ pub struct Store {
     pub pool: AnyPool,
     /// Single statements on the hot paths, without sqlx's pool's checks ([`direct`]).
     direct: direct::Direct,
-    /// Set while a node runs [`sync::Sync::announce`]: its writes then leave the NOTIFY to
+    /// Set while a node runs [`sync::ConfigSync::announce`]: its writes then leave the NOTIFY to
     /// it (one per [`sync::NOTIFY_GAP`] at most) instead of sending one each.
     announcer: std::sync::OnceLock<Arc<tokio::sync::Notify>>,
     /// New entities waiting to share a statement ([`crud::batch`]).

@@ -21,7 +21,7 @@ fn node(pg: &Postgres, extra: &[(&str, &str)]) -> Gateway {
 }
 
 /// A node with a route `/k` to `up` behind key-auth, and consumer `ann` holding `key` (five
-/// writes: the config version they reach is 5).
+/// writes: the config version they reach is 5), once it has applied them.
 async fn key_auth_node(pg: &Postgres, up: &Upstream, key: &str, extra: &[(&str, &str)]) -> Gateway {
     let a = node(pg, extra);
     a.add_service_route(&up.url(), "/k").await;
@@ -33,6 +33,16 @@ async fn key_auth_node(pg: &Postgres, up: &Upstream, key: &str, extra: &[(&str, 
         let r = a.admin("POST", path, Some(body)).await;
         assert_eq!(r.status, 201, "{path}: {:?}", r.body);
     }
+    // All five applied (the plugin too: before it, any key is proxied).
+    assert!(
+        eventually(Duration::from_secs(10), async || a.status().await
+            ["config_version"]
+            .as_i64()
+            .is_some_and(|v| v >= 5))
+        .await,
+        "{}",
+        a.log_text()
+    );
     a
 }
 
