@@ -508,7 +508,13 @@ impl Store {
 
 /// Nodes further behind than 10,000 versions re-read everything instead; the log is pruned
 /// every 64th version (it holds at most 64 more), not in every write.
-pub(super) const PRUNE_CHANGES: &str = "DELETE FROM changes WHERE version < $1";
+/// The lower bound is for PostgreSQL's planner: for `version < $1` alone, with statistics
+/// taken a few thousand versions ago (autovacuum's pace under writes), it expects every row
+/// to go and scans the whole log, 10,000 rows and their dead versions (at 1,500 writes a
+/// second, about half the prunes did). Bounded on both sides it reads the index from the
+/// oldest entry.
+pub(super) const PRUNE_CHANGES: &str =
+    "DELETE FROM changes WHERE version < $1 AND version >= (SELECT min(version) FROM changes)";
 
 /// An entity's unique keys as written (`None`: not set) and its cache key, if it has one.
 fn keys_of<'s>(

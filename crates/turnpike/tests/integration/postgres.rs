@@ -735,6 +735,66 @@ async fn cluster_policy_is_shared_by_nodes() {
     );
 }
 
+/// The change log is read (every sync) and pruned (every 64th version) through its index, at
+/// its full size (10,000 versions) and with statistics taken when it held older versions: a
+/// bound on one side only gave PostgreSQL's planner plans that read the whole log, each time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_change_log_is_read_and_pruned_through_its_index() {
+    let up = Upstream::start("change-log");
+    let pg = Postgres::start();
+    bootstrap(&pg);
+    // A full log whose statistics are from 10,000 versions ago (autovacuum would refresh them
+    // at some point; until then the planner goes by these).
+    pg.query("ALTER TABLE changes SET (autovacuum_enabled = false)");
+    pg.query("INSERT INTO changes SELECT v, 'seed', 'x' FROM generate_series(1, 10000) v");
+    pg.query("ANALYZE changes");
+    pg.query("DELETE FROM changes");
+    pg.query("INSERT INTO changes SELECT v, 'seed', 'x' FROM generate_series(10001, 20000) v");
+    pg.query("UPDATE turnpike_meta SET value = 20000 WHERE name = 'config_version'");
+    // Every plan the node's statements run with goes to the server's log.
+    pg.query("ALTER ROLE kong SET session_preload_libraries = 'auto_explain'");
+    pg.query("ALTER ROLE kong SET auto_explain.log_min_duration = 0");
+    let a = key_auth_node(&pg, &up, "k1", &[]).await;
+    // Written one by one, each synced: past three multiples of 64, each a prune.
+    for i in 0..200 {
+        let r = a
+            .admin(
+                "POST",
+                "/consumers/ann/key-auth",
+                Some(json!({ "key": format!("c-{i}") })),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{:?}", r.body);
+    }
+    assert!(
+        eventually(Duration::from_secs(10), async || a.status().await
+            ["config_version"]
+            == 20205)
+        .await
+    );
+    assert_eq!(with_key(a.proxy, "c-199").await.status, 200);
+    // Pruned to the last 10,000 versions (and at most 64 more).
+    let oldest: i64 = pg
+        .query("SELECT min(version) FROM changes")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        (20205 - 10000 - 64..=20205 - 10000).contains(&oldest),
+        "{oldest}"
+    );
+    let log = std::fs::read_to_string(pg.dir().join("postgres.log")).unwrap();
+    assert!(
+        log.contains("Delete on changes"),
+        "no prune's plan logged: {log}"
+    );
+    assert!(
+        log.contains("FROM changes WHERE version >"),
+        "no change-log read logged: {log}"
+    );
+    assert!(!log.contains("Seq Scan on changes"), "{log}");
+}
+
 /// A new entity is written by one statement (version bump, row, change log, notification),
 /// and that keeps every answer Kong gives: taken keys, missing references, a taken id, and
 /// concurrent writers racing for one key (the table's constraint catches the race; the long
