@@ -171,7 +171,25 @@ pub struct Entry<V> {
     credential_id: Option<Arc<str>>,
     consumer_id: Option<Arc<str>>,
     lookup: Arc<str>,
+    /// Its number in the index by row ([`Cache::indexed_by_row`]; 0 without one).
+    row: u64,
 }
+
+/// Bytes of a cached credential, unless its cache says otherwise: the key presented, its
+/// stored form, the credential's identity, the cache's own bookkeeping: key-auth's take 846
+/// (`a_cached_key_weighs_what_it_takes`; counted at 512 before, the cache held 1.65 times
+/// `mem_cache_size`). basic-auth's, jwt's and hmac-auth's entries are built alike but not
+/// measured.
+pub const DEFAULT_WEIGHT: u32 = 960;
+
+/// Bytes of a cached miss (a key that no credential has): the key, its stored form, the
+/// cache's bookkeeping. oauth2's take 436 (`a_cached_miss_weighs_what_it_takes`); key-auth's
+/// stored form, a digest, is longer. They were counted at 96: a flood of made-up keys filled
+/// 4.5 times `mem_cache_size`.
+pub const MISS_WEIGHT: u32 = 512;
+
+/// Row id -> the key of its entry, and that entry's number.
+type RowIndex<K> = dashmap::DashMap<Arc<str>, (K, u64)>;
 
 /// One credential table's cache.
 pub struct Cache<K, V> {
@@ -185,12 +203,20 @@ pub struct Cache<K, V> {
     /// Row id -> key of its cached entry, for tables written at a high rate (oauth2 tokens):
     /// a write then drops its entries by key, where a scan of the whole cache per write
     /// (`invalidate_entries_if`) cost more than the reads it served.
-    rows: Option<Arc<dashmap::DashMap<Arc<str>, K>>>,
+    /// With each key, the number of the entry it indexes: an entry's removal is reported
+    /// later (at the cache's next housekeeping), by when a new entry of the same row and key
+    /// may be in its place, whose index it must not remove.
+    rows: Option<Arc<RowIndex<K>>>,
+    /// The last entry number given.
+    row_numbers: AtomicU64,
     /// Bumped by a write of a row ([`Cache::invalidate_row`]) at the stripes of the row's id
     /// and of the key it was written under: a look-up that started before and meets either
     /// does not cache its answer, while look-ups of other rows and keys still do (with one
     /// count for the whole store, a thousand token writes a second left nothing cached).
     stripes: [AtomicU64; STRIPES],
+    /// Ids that many entries share (a consumer's, a service's), one allocation each rather
+    /// than one an entry: 64 of a cached oauth2 token's bytes.
+    shared_ids: moka::sync::Cache<Box<str>, Arc<str>>,
 }
 
 /// Stripes of [`Cache::stripes`]: a look-up of ~2 ms under 1,000 writes a second loses its
@@ -211,7 +237,7 @@ where
     V: Clone + Send + Sync + 'static,
 {
     pub fn new(store: Arc<Store>, table: &'static str, field: &'static str) -> Cache<K, V> {
-        Cache::weighing(store, table, field, 512)
+        Cache::weighing(store, table, field, DEFAULT_WEIGHT)
     }
 
     /// A cache whose found entries weigh about `weight` bytes each (a credential whose
@@ -229,8 +255,20 @@ where
             weight,
             entries: OnceLock::new(),
             rows: None,
+            row_numbers: AtomicU64::new(0),
             stripes: std::array::from_fn(|_| AtomicU64::new(0)),
+            shared_ids: moka::sync::Cache::new(10_000),
         }
+    }
+
+    /// `id` as the one shared copy this cache holds of it.
+    pub fn shared_id(&self, id: &str) -> Arc<str> {
+        if let Some(shared) = self.shared_ids.get(id) {
+            return shared;
+        }
+        let shared: Arc<str> = Arc::from(id);
+        self.shared_ids.insert(id.into(), shared.clone());
+        shared
     }
 
     fn stripe_of<Q: Hash + ?Sized>(key: &Q) -> usize {
@@ -278,17 +316,21 @@ where
             let weight = self.weight;
             let mut b = moka::sync::Cache::builder()
                 // Approximate bytes per entry: the key, the value, the map's overhead.
-                .weigher(move |_, e: &Entry<V>| if e.value.is_some() { weight } else { 96 })
+                .weigher(move |_, e: &Entry<V>| {
+                    if e.value.is_some() {
+                        weight
+                    } else {
+                        MISS_WEIGHT
+                    }
+                })
                 .max_capacity(max)
                 .support_invalidation_closures();
             if let Some(rows) = self.rows.clone() {
-                // An entry gone (evicted, expired, invalidated) leaves the index too; one
-                // replaced under the same key keeps its place.
-                b = b.eviction_listener(move |k: Arc<K>, e: Entry<V>, cause| {
-                    if cause != moka::notification::RemovalCause::Replaced {
-                        if let Some(id) = &e.credential_id {
-                            rows.remove_if(id, |_, v| *v == *k);
-                        }
+                // An entry gone (evicted, expired, invalidated, replaced) leaves the index,
+                // unless the index already names a newer entry of its row.
+                b = b.eviction_listener(move |_, e: Entry<V>, _| {
+                    if let Some(id) = &e.credential_id {
+                        rows.remove_if(id, |_, (_, row)| *row == e.row);
                     }
                 });
             }
@@ -328,14 +370,14 @@ where
         &self,
         key: K,
         value: String,
-        token: String,
+        token: impl Into<Arc<str>>,
         build: impl FnOnce(&Found) -> Option<V>,
     ) -> (Outcome<V>, Option<DbQuery>) {
         let Some(installed) = self.store.installed.get() else {
             return (Outcome::Failed("no credential store".into()), None);
         };
         let before = self.generations();
-        let lookup: Arc<str> = Arc::from(token);
+        let lookup: Arc<str> = token.into();
         let start = Instant::now();
         let found = installed.source.find(self.table, self.field, value).await;
         let query = Some(DbQuery {
@@ -358,14 +400,16 @@ where
                     Some(f) => (
                         build(f),
                         Some(Arc::from(f.id.as_str())),
-                        Some(Arc::from(f.consumer_id.as_str())),
+                        Some(self.shared_id(&f.consumer_id)),
                     ),
                     None => (None, None, None),
                 };
                 if self.unchanged(&before, &key, credential_id.as_deref()) {
                     let id = credential_id.clone();
+                    let mut row = 0;
                     if let (Some(rows), Some(id)) = (&self.rows, &credential_id) {
-                        rows.insert(Arc::clone(id), key.clone());
+                        row = self.row_numbers.fetch_add(1, Ordering::Relaxed) + 1;
+                        rows.insert(Arc::clone(id), (key.clone(), row));
                     }
                     self.entries().insert(
                         key.clone(),
@@ -376,6 +420,7 @@ where
                             credential_id,
                             consumer_id,
                             lookup,
+                            row,
                         },
                     );
                     // An invalidation counts first, then drops: one that came between the
@@ -442,7 +487,7 @@ where
         if let Some(l) = lookup {
             entries.invalidate(l);
         }
-        if let Some((_, key)) = rows.remove(id) {
+        if let Some((_, (key, _))) = rows.remove(id) {
             entries.invalidate(&key);
         }
     }
@@ -484,6 +529,7 @@ mod tests {
                     credential_id: None,
                     consumer_id: None,
                     lookup: Arc::from(""),
+                    row: 0,
                 },
             );
         }
@@ -507,7 +553,7 @@ mod tests {
         );
         let c: Cache<Box<str>, String> = Cache::new(store, "t", "f").indexed_by_row();
         for k in ["tok-1", "tok-0"] {
-            c.load(k.into(), k.into(), k.into(), |_| Some("v".to_string()))
+            c.load(k.into(), k.into(), k, |_| Some("v".to_string()))
                 .await;
         }
         assert!(c.get("tok-1").unwrap().value.is_some());
@@ -545,6 +591,38 @@ mod tests {
         }
     }
 
+    /// An entry dropped and then loaded again before the cache's housekeeping (which reports
+    /// the drop) stays in the index by row: a delete of its row still finds it. (The report
+    /// used to remove the index's new entry, and a revoked token then kept working.)
+    #[tokio::test]
+    async fn an_entry_loaded_again_before_housekeeping_stays_indexed() {
+        let store = Arc::new(Store::default());
+        store.install(
+            Arc::new(Held(Arc::new(tokio::sync::Semaphore::new(100)))),
+            CacheSettings {
+                ttl: None,
+                neg_ttl: None,
+                max_bytes: 1 << 20,
+            },
+        );
+        let c: Cache<Box<str>, String> = Cache::new(store, "t", "f").indexed_by_row();
+        let load = || {
+            c.load("tok-1".into(), "tok-1".into(), "tok-1", |_| {
+                Some("v".into())
+            })
+        };
+        load().await;
+        // Every entry dropped (an application changed), its report still pending; the token
+        // is looked up again meanwhile.
+        c.invalidate_all();
+        load().await;
+        c.entries().run_pending_tasks();
+        assert!(c.get("tok-1").is_some_and(|e| e.value.is_some()));
+        // Its row deleted: the entry goes.
+        c.invalidate_row::<str>("row-1", None);
+        assert!(c.get("tok-1").is_none());
+    }
+
     /// A look-up that a write of its row (or of its key) overtakes does not cache its answer,
     /// which may predate the write; one that only other rows' writes overtake does.
     #[tokio::test]
@@ -570,7 +648,7 @@ mod tests {
         assert_eq!(stripes.len(), names.len(), "pick other names");
         // Starts a look-up of `key`, lets `write` run while it waits, then lets it finish.
         async fn overtaken(c: &C, gate: &tokio::sync::Semaphore, key: &str, write: impl Fn(&C)) {
-            let load = c.load(key.into(), key.into(), key.into(), |_| Some("v".into()));
+            let load = c.load(key.into(), key.into(), key, |_| Some("v".into()));
             let mut load = std::pin::pin!(load);
             assert!(futures_poll_once(load.as_mut()).await.is_none());
             write(c);
@@ -599,8 +677,7 @@ mod tests {
         // Undisturbed, both are cached.
         for k in ["tok-7", "tok-0"] {
             gate.add_permits(1);
-            c.load(k.into(), k.into(), k.into(), |_| Some("v".into()))
-                .await;
+            c.load(k.into(), k.into(), k, |_| Some("v".into())).await;
             assert!(c.get(k).is_some(), "{k}");
         }
     }
@@ -629,6 +706,7 @@ mod tests {
                     credential_id: None,
                     consumer_id: None,
                     lookup: Arc::from(""),
+                    row: 0,
                 },
             );
         }
@@ -650,6 +728,7 @@ mod tests {
                     credential_id: Some(Arc::from(cred)),
                     consumer_id: Some(Arc::from(consumer)),
                     lookup: Arc::from(format!("lookup-{k}")),
+                    row: 0,
                 },
             );
         };

@@ -65,3 +65,91 @@ impl TestRequest {
         (outcome, req.consumer)
     }
 }
+
+/// The unit tests' allocator: the system's, counting the bytes the calling thread holds
+/// (what a cache's entries really cost, against the weight it books them at).
+pub(crate) struct Counting;
+
+thread_local! {
+    static HELD: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
+}
+
+/// Bytes an allocation of `size` takes: rounded up to the 16 bytes a general-purpose
+/// allocator's smallest classes step by (mimalloc's and glibc's both round to at least that).
+fn taken(size: usize) -> i64 {
+    (size.div_ceil(16) * 16) as i64
+}
+
+fn count(delta: i64) {
+    // During a thread's teardown its counter may be gone: nothing to count then.
+    let _ = HELD.try_with(|h| h.set(h.get() + delta));
+}
+
+// SAFETY: every call is passed to `System` unchanged; the counting touches no memory it hands out.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        count(taken(l.size()));
+        unsafe { std::alloc::System.alloc(l) }
+    }
+    unsafe fn alloc_zeroed(&self, l: std::alloc::Layout) -> *mut u8 {
+        count(taken(l.size()));
+        unsafe { std::alloc::System.alloc_zeroed(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        count(-taken(l.size()));
+        unsafe { std::alloc::System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, new: usize) -> *mut u8 {
+        count(taken(new) - taken(l.size()));
+        unsafe { std::alloc::System.realloc(p, l, new) }
+    }
+}
+
+/// Bytes the calling thread holds now (allocated and not yet freed, by it).
+pub(crate) fn held() -> i64 {
+    HELD.with(|h| h.get())
+}
+
+/// Bytes the calling thread keeps per call of `add` (for `i` in `range`), after `settle` on
+/// both sides (a cache's pending bookkeeping).
+pub(crate) fn bytes_each(
+    range: std::ops::Range<u64>,
+    mut add: impl FnMut(u64),
+    mut settle: impl FnMut(),
+) -> f64 {
+    let n = range.end - range.start;
+    settle();
+    let before = held();
+    for i in range {
+        add(i);
+    }
+    settle();
+    (held() - before) as f64 / n as f64
+}
+
+/// Whether the calling test (`name`, its path from the crate root) should do its work here:
+/// in the test run it starts itself again, alone, in a process of its own, and answers
+/// `false` once that run passed; in that process it answers `true`. For counts that other
+/// tests' threads would disturb (memory a cache frees lazily can be freed by any thread).
+pub(crate) fn alone(name: &str) -> bool {
+    const ALONE: &str = "TURNPIKE_TEST_ALONE";
+    if std::env::var_os(ALONE).is_some() {
+        return true;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--test-threads=1", "--nocapture"])
+        .env(ALONE, "1")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{name}, alone: {text}");
+    assert!(
+        text.contains("1 passed"),
+        "{name} did not run alone: {text}"
+    );
+    false
+}

@@ -245,6 +245,16 @@ enum Found<'r> {
     Key(std::borrow::Cow<'r, str>, usize, Location),
 }
 
+/// What a found key is cached as: its consumer and credential.
+fn identity_of(f: &crate::credentials::Found) -> Option<Arc<Identity>> {
+    Some(Arc::new(Identity::new(
+        &f.consumer_id,
+        f.username.as_deref(),
+        f.custom_id.as_deref(),
+        Some(&f.id),
+    )))
+}
+
 impl Authenticator {
     /// A key not cached yet: looked up in the store, then the request goes on.
     fn load(&self, state: Arc<State>, key: String, name: usize, location: Location) -> Access {
@@ -255,14 +265,7 @@ impl Authenticator {
             let token = stored_form(&key);
             let (outcome, query) = state
                 .stored
-                .load(key.clone().into_boxed_str(), key, token, |f| {
-                    Some(Arc::new(Identity::new(
-                        &f.consumer_id,
-                        f.username.as_deref(),
-                        f.custom_id.as_deref(),
-                        Some(&f.id),
-                    )))
-                })
+                .load(key.clone().into_boxed_str(), key, token, identity_of)
                 .await;
             let resume: crate::Resume = Box::new(move |req| {
                 crate::credentials::record(query, req);
@@ -368,6 +371,74 @@ impl Configured {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::credentials::{CacheSettings, CredentialSource, Found, Lookup, Write, Written};
+
+    /// Keys of consumers of their own, as stored: a row id and a consumer each.
+    struct Keys;
+
+    impl CredentialSource for Keys {
+        fn find(&self, _: &'static str, _: &'static str, value: String) -> Lookup {
+            Box::pin(async move {
+                let n = &value[value.len() - 12..];
+                Ok(Some(Found {
+                    id: format!("0b5c8a3e-5d6f-4a8b-9c0d-{n}"),
+                    fields: serde_json::Map::new(),
+                    consumer_id: format!("5d0e3b1a-2c4f-4e6d-8b9a-{n}"),
+                    username: Some(format!("consumer-{n}")),
+                    custom_id: None,
+                }))
+            })
+        }
+        fn write(&self, _: Write) -> Written {
+            Box::pin(async { Ok(None) })
+        }
+    }
+
+    /// What a cached key really costs the node (the key presented, its digest, its consumer's
+    /// identity, the cache's bookkeeping), against the weight it is counted at towards
+    /// `mem_cache_size`: at or above it, and not far above.
+    #[test]
+    fn a_cached_key_weighs_what_it_takes() {
+        // Counted in a process of its own: other tests' threads free memory this one's cache
+        // leaves for later (its table's old arrays), and it theirs.
+        if !crate::testing::alone("key_auth::tests::a_cached_key_weighs_what_it_takes") {
+            return;
+        }
+        let store = Arc::new(crate::credentials::Store::default());
+        store.install(
+            Arc::new(Keys),
+            CacheSettings {
+                ttl: None,
+                neg_ttl: None,
+                max_bytes: 1 << 40,
+            },
+        );
+        let state = State::new(store);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let load = |i: u64| {
+            let key = format!("{:032x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let token = stored_form(&key);
+            rt.block_on(
+                state
+                    .stored
+                    .load(key.clone().into_boxed_str(), key, token, identity_of),
+            );
+        };
+        for i in 0..1_000 {
+            load(i);
+        }
+        let each = crate::testing::bytes_each(1_000..51_000, load, || {
+            state.stored.len();
+        });
+        assert_eq!(state.stored.len(), 51_000);
+        let weight = f64::from(crate::credentials::DEFAULT_WEIGHT);
+        assert!(
+            weight >= each && weight <= each * 1.25,
+            "a cached key takes {each:.0} bytes, counted at {weight}"
+        );
+    }
 
     #[test]
     fn query_arguments_are_removed_exactly() {

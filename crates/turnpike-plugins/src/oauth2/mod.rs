@@ -31,8 +31,9 @@ pub struct OAuth2;
 /// A token as the plugin checks it.
 pub struct Token {
     who: Arc<Identity>,
-    /// The service it was issued for; `None`: any (only with `global_credentials`).
-    service_id: Option<String>,
+    /// The service it was issued for; `None`: any (only with `global_credentials`). Shared
+    /// by the tokens of a service.
+    service_id: Option<Arc<str>>,
     created_at: u64,
     expires_in: u64,
     scope: Option<HeaderValue>,
@@ -43,13 +44,15 @@ pub struct Token {
 /// and the identities they share (one per application: a million tokens of a few applications
 /// hold a few identities).
 pub struct State {
-    tokens: crate::credentials::Cache<Box<str>, Arc<Token>>,
+    tokens: crate::credentials::Cache<Arc<str>, Arc<Token>>,
     identities: moka::sync::Cache<String, Arc<Identity>>,
 }
 
-/// Bytes of a cached token: the key (an access token), the `Token` with its two header values,
-/// an `Arc` to its application's identity, the cache's own overhead.
-const TOKEN_WEIGHT: u32 = 224;
+/// Bytes of a cached token, as `a_cached_token_weighs_what_it_takes` measures them (692, with
+/// room for the allocator's size classes): the key (an access token), its entry, the `Token`
+/// with its header values, the index by row, the cache's bookkeeping. It was counted at 224
+/// while it took 819: a node's 128m `mem_cache_size` held about 550 MB of tokens.
+const TOKEN_WEIGHT: u32 = 768;
 
 impl State {
     pub fn new(store: Arc<crate::credentials::Store>) -> State {
@@ -193,18 +196,27 @@ impl PluginSpec for OAuth2 {
 
 impl Token {
     /// From a token row found in the store, with its application in `credential`; the
-    /// application's identity is shared through `identities`.
-    fn from_found(
-        f: &crate::credentials::Found,
-        identities: &moka::sync::Cache<String, Arc<Identity>>,
-    ) -> Option<Arc<Token>> {
+    /// application's identity is shared through the state's identities, its service's id
+    /// through the token cache's shared ids.
+    fn from_found(f: &crate::credentials::Found, state: &State) -> Option<Arc<Token>> {
+        let identities = &state.identities;
         let str_of = |v: Option<&Value>| v.and_then(|v| v.as_str()).map(String::from);
         let app = f.fields.get("credential")?;
         let client_id = app.get("client_id")?.as_str()?;
         let app_id = str_of(app.get("id"))?;
-        let header = |v: Option<&Value>| {
-            v.and_then(|v| v.as_str())
-                .and_then(|s| HeaderValue::from_str(s).ok())
+        // Both header values in one allocation, which their clones (one a request) share: as
+        // two values, each took a second allocation at its first clone.
+        let scope = f.fields.get("scope").and_then(Value::as_str).unwrap_or("");
+        let userid = f
+            .fields
+            .get("authenticated_userid")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let both = bytes::Bytes::from_owner(format!("{scope}{userid}"));
+        let header = |present: bool, at: std::ops::Range<usize>| {
+            present
+                .then(|| HeaderValue::from_maybe_shared(both.slice(at)).ok())
+                .flatten()
         };
         let who = identities.get_with(app_id.clone(), || {
             Arc::new(
@@ -219,15 +231,28 @@ impl Token {
         });
         Some(Arc::new(Token {
             who,
-            service_id: str_of(f.fields.get("service").and_then(|s| s.get("id"))),
+            service_id: f
+                .fields
+                .get("service")
+                .and_then(|s| s.get("id"))
+                .and_then(Value::as_str)
+                .map(|id| state.tokens.shared_id(id)),
             created_at: f.fields.get("created_at")?.as_u64()?,
             expires_in: f
                 .fields
                 .get("expires_in")
                 .and_then(|v| v.as_u64())
                 .unwrap_or(0),
-            scope: header(f.fields.get("scope")),
-            userid: header(f.fields.get("authenticated_userid")),
+            scope: header(
+                f.fields.get("scope").is_some_and(Value::is_string),
+                0..scope.len(),
+            ),
+            userid: header(
+                f.fields
+                    .get("authenticated_userid")
+                    .is_some_and(Value::is_string),
+                scope.len()..scope.len() + userid.len(),
+            ),
         }))
     }
 }
@@ -260,7 +285,7 @@ impl Configured {
             return self.fail(req, false);
         };
         let for_service = match &t.service_id {
-            Some(s) => self.global_credentials || req.service_id == Some(s.as_str()),
+            Some(s) => self.global_credentials || req.service_id == Some(&**s),
             None => self.global_credentials,
         };
         if !for_service {
@@ -401,11 +426,13 @@ impl Handler for Authenticator {
         }
         let conf = self.0.clone();
         Access::Wait(Box::pin(async move {
+            // The key and the value its writes drop it by: one allocation.
+            let key: Arc<str> = Arc::from(token.as_str());
             let (outcome, query) = conf
                 .state
                 .tokens
-                .load(token.as_str().into(), token.clone(), token, |f| {
-                    Token::from_found(f, &conf.state.identities)
+                .load(key.clone(), token, key, |f| {
+                    Token::from_found(f, &conf.state)
                 })
                 .await;
             let resume: crate::Resume = Box::new(move |req| {
@@ -418,5 +445,140 @@ impl Handler for Authenticator {
             });
             resume
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::credentials::{CacheSettings, CredentialSource, Found, Lookup, Write, Written};
+
+    /// Tokens as `POST /oauth2_tokens` stores them: 32 hex digits, of one application.
+    struct Tokens;
+
+    impl CredentialSource for Tokens {
+        fn find(&self, _: &'static str, _: &'static str, value: String) -> Lookup {
+            let n = value.len();
+            Box::pin(async move {
+                if value.starts_with("miss-") {
+                    return Ok(None);
+                }
+                let fields = json!({
+                    "id": format!("0b5c8a3e-5d6f-4a8b-9c0d-{:012x}", n),
+                    "created_at": 1_795_884_202u64,
+                    "access_token": value,
+                    "token_type": "bearer",
+                    "expires_in": 7200,
+                    "authenticated_userid": format!("user-{value}"),
+                    "scope": "email",
+                    "credential": {"id": "c331f311-bc90-495f-bb1b-e6a960a9bf87", "client_id": "app-client-id"},
+                    "service": {"id": "9f1c2b3a-4d5e-4f60-8a7b-6c5d4e3f2a10"},
+                });
+                let Value::Object(fields) = fields else {
+                    unreachable!()
+                };
+                Ok(Some(Found {
+                    id: format!("{:0>36}", &value[..16]),
+                    fields,
+                    consumer_id: "5d0e3b1a-2c4f-4e6d-8b9a-0f1e2d3c4b5a".into(),
+                    username: Some("owner".into()),
+                    custom_id: None,
+                }))
+            })
+        }
+        fn write(&self, _: Write) -> Written {
+            Box::pin(async { Ok(None) })
+        }
+    }
+
+    /// What a cached token really costs the node (its key, entry, token, the index by row, the
+    /// cache's own bookkeeping), against the `TOKEN_WEIGHT` it is counted at towards
+    /// `mem_cache_size`: at or above it, so that the bound holds, and not far above.
+    #[test]
+    fn a_cached_token_weighs_what_it_takes() {
+        // Counted in a process of its own: other tests' threads free memory this one's cache
+        // leaves for later (its table's old arrays), and it theirs.
+        if !crate::testing::alone("oauth2::tests::a_cached_token_weighs_what_it_takes") {
+            return;
+        }
+        let store = Arc::new(crate::credentials::Store::default());
+        store.install(
+            Arc::new(Tokens),
+            CacheSettings {
+                ttl: None,
+                neg_ttl: None,
+                max_bytes: 1 << 40,
+            },
+        );
+        let state = State::new(store);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let load = |i: u64| {
+            let token = format!("{:032x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let key: Arc<str> = Arc::from(token.as_str());
+            rt.block_on(state.tokens.load(key.clone(), token, key.clone(), |f| {
+                Token::from_found(f, &state)
+            }));
+            // As a request through it does: its header values go to the upstream request (a
+            // clone of each; the first clone of a value shares its bytes, which takes memory).
+            let t = state.tokens.get(&*key).unwrap().value.unwrap();
+            let _sent = (t.scope.clone(), t.userid.clone());
+        };
+        // The first entries make the cache's fixed parts.
+        for i in 0..1_000 {
+            load(i);
+        }
+        let each = crate::testing::bytes_each(1_000..51_000, load, || {
+            state.tokens.len();
+        });
+        assert_eq!(state.tokens.len(), 51_000);
+        assert!(
+            f64::from(TOKEN_WEIGHT) >= each && f64::from(TOKEN_WEIGHT) <= each * 1.25,
+            "a cached token takes {each:.0} bytes, counted at {TOKEN_WEIGHT}"
+        );
+    }
+
+    /// What a remembered miss costs (a made-up token; a flood of them fills the cache with
+    /// these), against the weight it is counted at.
+    #[test]
+    fn a_cached_miss_weighs_what_it_takes() {
+        if !crate::testing::alone("oauth2::tests::a_cached_miss_weighs_what_it_takes") {
+            return;
+        }
+        let store = Arc::new(crate::credentials::Store::default());
+        store.install(
+            Arc::new(Tokens),
+            CacheSettings {
+                ttl: None,
+                neg_ttl: None,
+                max_bytes: 1 << 40,
+            },
+        );
+        let state = State::new(store);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let load = |i: u64| {
+            let token = format!("miss-{:032x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let key: Arc<str> = Arc::from(token.as_str());
+            rt.block_on(
+                state
+                    .tokens
+                    .load(key.clone(), token, key, |f| Token::from_found(f, &state)),
+            );
+        };
+        for i in 0..1_000 {
+            load(i);
+        }
+        let each = crate::testing::bytes_each(1_000..51_000, load, || {
+            state.tokens.len();
+        });
+        assert_eq!(state.tokens.len(), 51_000);
+        let weight = f64::from(crate::credentials::MISS_WEIGHT);
+        assert!(
+            weight >= each && weight <= each * 1.25,
+            "a cached miss takes {each:.0} bytes, counted at {weight}"
+        );
     }
 }
