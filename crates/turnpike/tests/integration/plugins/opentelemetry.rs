@@ -599,7 +599,23 @@ async fn db_query_spans_name_store_lookups() {
         )
         .await;
     assert_eq!(r.status, 201);
-    until_status(gw.proxy, "/k", 401).await;
+    // Every write applied, the tracing plugin's too (key-auth may apply first): a second key
+    // of bob's answers with a trace id. The key under test stays uncached.
+    let r = gw
+        .admin(
+            "POST",
+            "/consumers/bob/key-auth",
+            Some(json!({"key": "probe-key"})),
+        )
+        .await;
+    assert_eq!(r.status, 201);
+    assert!(
+        eventually(Duration::from_secs(10), async || {
+            let r = call(gw.proxy, "GET", "/k", &[("apikey", "probe-key")]).await;
+            r.status == 200 && r.header("x-trace-id").is_some()
+        })
+        .await
+    );
     let trace_of = async |key: &str| {
         let r = call(gw.proxy, "GET", "/k", &[("apikey", key)]).await;
         assert_eq!(r.status, 200, "{:?}", r.body);
