@@ -186,6 +186,8 @@ echo "index_reads $((c1 - c0))" >> "$OUT/calibration.writer"
 # Warm-up until the token cache is full (~175k tokens of 768 bytes in the default 128m
 # mem_cache_size), so that each run sees the same hit ratio rather than a rising one.
 taskset -c "$LOAD_CPUS" wrk -t1 -c50 -d"$WARM" -s "$WORK/random.lua" http://127.0.0.1:8000/o > /dev/null
+# The node's resident memory with its token cache full (mem_cache_size bounds the cache).
+echo "after_warmup $(ps -o rss= -p "$NODE")" > "$OUT/rss.txt"
 settle
 # Runs in ABBA order (none, writes, writes, none, ...), so that a drift over the runs does not
 # fall on one side.
@@ -199,6 +201,7 @@ for i in $(seq 1 "$RUNS"); do
   fi
 done
 psql -c "SELECT count(*), pg_size_pretty(pg_total_relation_size('oauth2_tokens')) FROM oauth2_tokens" > "$OUT/store.txt"
+echo "after_runs $(ps -o rss= -p "$NODE")" >> "$OUT/rss.txt"
 
 python3 - "$OUT" "$TOKENS" "$RATES" "${OPEN_RPS:-}" <<'PY' | tee "$OUT/summary.md"
 import json, pathlib, re, statistics, sys
@@ -227,10 +230,12 @@ def runs(label):
                        node=int(cpu.group(1)) / secs, pg=int(cpu.group(2)) / secs))
     return rs
 store = (out / "store.txt").read_text().strip().replace("|", " rows, ")
+rss = dict(l.split() for l in (out / "rss.txt").read_text().splitlines())
+rss = f"node RSS {int(rss['after_warmup']) / 1024:.0f} MB after the warm-up, {int(rss['after_runs']) / 1024:.0f} MB after the runs"
 base = runs("none")
 open_rps = sys.argv[4] if len(sys.argv) > 4 else ""
 load = f"oha, open loop at {int(open_rps):,} requests/s (latency from when each was due)" if open_rps else "wrk, closed loop, 50 connections"
-print(f"{tokens:,} tokens in PostgreSQL; table after the runs: {store}; a write's own token index reads: {per_write:.2f}; load: {load}\n")
+print(f"{tokens:,} tokens in PostgreSQL; table after the runs: {store}; a write's own token index reads: {per_write:.2f}; load: {load}; {rss}\n")
 print("| writes | RPS (median; runs) | p99 ms (runs) | token cache hit ratio | writes done/s | non-2xx | node CPU % | PostgreSQL CPU % | writer CPU % |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 for label, name in [("none", "none")] + [("w" + r, r + "/s") for r in rates]:
