@@ -176,17 +176,16 @@ pub struct Entry<V> {
 }
 
 /// Bytes of a cached credential, unless its cache says otherwise: the key presented, its
-/// stored form, the credential's identity, the cache's own bookkeeping: key-auth's take 846
-/// (`a_cached_key_weighs_what_it_takes`; counted at 512 before, the cache held 1.65 times
-/// `mem_cache_size`). basic-auth's, jwt's and hmac-auth's entries are built alike but not
-/// measured.
-pub const DEFAULT_WEIGHT: u32 = 960;
+/// stored form, the credential's identity, the cache's own bookkeeping. key-auth's take 973
+/// (`a_cached_key_weighs_what_it_takes`, glibc's count; they were counted at 512). basic-auth's
+/// and hmac-auth's entries are built alike but not measured.
+pub const DEFAULT_WEIGHT: u32 = 1088;
 
 /// Bytes of a cached miss (a key that no credential has): the key, its stored form, the
-/// cache's bookkeeping. oauth2's take 436 (`a_cached_miss_weighs_what_it_takes`); key-auth's
+/// cache's bookkeeping. oauth2's take 500 (`a_cached_miss_weighs_what_it_takes`); key-auth's
 /// stored form, a digest, is longer. They were counted at 96: a flood of made-up keys filled
-/// 4.5 times `mem_cache_size`.
-pub const MISS_WEIGHT: u32 = 512;
+/// about 5 times `mem_cache_size`.
+pub const MISS_WEIGHT: u32 = 576;
 
 /// Row id -> the key of its entry, and that entry's number.
 type RowIndex<K> = dashmap::DashMap<Arc<str>, (K, u64)>;
@@ -199,6 +198,9 @@ pub struct Cache<K, V> {
     /// Approximate bytes of a found entry (key, value, the map's overhead), against
     /// `mem_cache_size`.
     weight: u32,
+    /// A found entry's bytes by its value, where they differ by kind (a jwt secret with a
+    /// parsed public key against an HMAC one); `weight` otherwise.
+    weigh: Option<fn(&V) -> u32>,
     entries: OnceLock<moka::sync::Cache<K, Entry<V>>>,
     /// Row id -> key of its cached entry, for tables written at a high rate (oauth2 tokens):
     /// a write then drops its entries by key, where a scan of the whole cache per write
@@ -253,6 +255,7 @@ where
             table,
             field,
             weight,
+            weigh: None,
             entries: OnceLock::new(),
             rows: None,
             row_numbers: AtomicU64::new(0),
@@ -299,6 +302,12 @@ where
             && id.is_none_or(|id| at(Self::stripe_of(id)))
     }
 
+    /// Weighs each found entry by `weigh` (its value's bytes with the entry's own).
+    pub fn weighed_by(mut self, weigh: fn(&V) -> u32) -> Self {
+        self.weigh = Some(weigh);
+        self
+    }
+
     /// Keeps an index from row id to key, so that [`Cache::invalidate_row`] needs no scan.
     pub fn indexed_by_row(mut self) -> Self {
         self.rows = Some(Arc::default());
@@ -313,15 +322,13 @@ where
                 .get()
                 .map_or(16 << 20, |i| i.settings.max_bytes)
                 .max(1 << 20);
-            let weight = self.weight;
+            let (weight, weigh) = (self.weight, self.weigh);
             let mut b = moka::sync::Cache::builder()
-                // Approximate bytes per entry: the key, the value, the map's overhead.
-                .weigher(move |_, e: &Entry<V>| {
-                    if e.value.is_some() {
-                        weight
-                    } else {
-                        MISS_WEIGHT
-                    }
+                // Bytes per entry: the key, the value, the map's overhead.
+                .weigher(move |_, e: &Entry<V>| match (&e.value, weigh) {
+                    (Some(v), Some(weigh)) => weigh(v),
+                    (Some(_), None) => weight,
+                    (None, _) => MISS_WEIGHT,
                 })
                 .max_capacity(max)
                 .support_invalidation_closures();
@@ -710,9 +717,12 @@ mod tests {
                 },
             );
         }
-        // 16 MiB (the default bound here) at 512 bytes per found entry: 32768 entries.
+        // 16 MiB (the default bound here) at DEFAULT_WEIGHT bytes per found entry.
         let n = c.len();
-        assert!(n > 0 && n <= 32_768, "{n} entries");
+        assert!(
+            n > 0 && n <= (16 << 20) / u64::from(DEFAULT_WEIGHT),
+            "{n} entries"
+        );
     }
 
     #[test]

@@ -59,9 +59,6 @@ mod registry;
 mod runtime;
 #[cfg(test)]
 mod testing;
-#[cfg(test)]
-#[global_allocator]
-static ALLOCATOR: testing::Counting = testing::Counting;
 
 pub use build::*;
 pub use clock::*;

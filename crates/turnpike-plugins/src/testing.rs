@@ -66,52 +66,16 @@ impl TestRequest {
     }
 }
 
-/// The unit tests' allocator: the system's, counting the bytes the calling thread holds
-/// (what a cache's entries really cost, against the weight it books them at).
-pub(crate) struct Counting;
-
-thread_local! {
-    static HELD: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
-}
-
-/// Bytes an allocation of `size` takes: rounded up to the 16 bytes a general-purpose
-/// allocator's smallest classes step by (mimalloc's and glibc's both round to at least that).
-fn taken(size: usize) -> i64 {
-    (size.div_ceil(16) * 16) as i64
-}
-
-fn count(delta: i64) {
-    // During a thread's teardown its counter may be gone: nothing to count then.
-    let _ = HELD.try_with(|h| h.set(h.get() + delta));
-}
-
-// SAFETY: every call is passed to `System` unchanged; the counting touches no memory it hands out.
-unsafe impl std::alloc::GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
-        count(taken(l.size()));
-        unsafe { std::alloc::System.alloc(l) }
-    }
-    unsafe fn alloc_zeroed(&self, l: std::alloc::Layout) -> *mut u8 {
-        count(taken(l.size()));
-        unsafe { std::alloc::System.alloc_zeroed(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
-        count(-taken(l.size()));
-        unsafe { std::alloc::System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, new: usize) -> *mut u8 {
-        count(taken(new) - taken(l.size()));
-        unsafe { std::alloc::System.realloc(p, l, new) }
-    }
-}
-
-/// Bytes the calling thread holds now (allocated and not yet freed, by it).
+/// Bytes the process's allocator holds now (glibc's count: what it handed out, chunk headers
+/// included, the crypto library's own allocations too). Meaningful in a test run
+/// [`alone`], where no other test's thread allocates meanwhile.
 pub(crate) fn held() -> i64 {
-    HELD.with(|h| h.get())
+    // SAFETY: mallinfo2 reads the allocator's counters; it takes no arguments.
+    unsafe { libc::mallinfo2() }.uordblks as i64
 }
 
-/// Bytes the calling thread keeps per call of `add` (for `i` in `range`), after `settle` on
-/// both sides (a cache's pending bookkeeping).
+/// Bytes the process keeps per call of `add` (for `i` in `range`), after `settle` on both
+/// sides (a cache's pending bookkeeping). Run it [`alone`].
 pub(crate) fn bytes_each(
     range: std::ops::Range<u64>,
     mut add: impl FnMut(u64),
@@ -130,7 +94,7 @@ pub(crate) fn bytes_each(
 /// Whether the calling test (`name`, its path from the crate root) should do its work here:
 /// in the test run it starts itself again, alone, in a process of its own, and answers
 /// `false` once that run passed; in that process it answers `true`. For counts that other
-/// tests' threads would disturb (memory a cache frees lazily can be freed by any thread).
+/// tests' threads would disturb.
 pub(crate) fn alone(name: &str) -> bool {
     const ALONE: &str = "TURNPIKE_TEST_ALONE";
     if std::env::var_os(ALONE).is_some() {

@@ -29,7 +29,32 @@ pub type State = crate::credentials::Cache<Box<str>, Arc<Secret>>;
 
 /// The node's cache of this plugin's credentials.
 pub fn state(store: Arc<crate::credentials::Store>) -> State {
-    crate::credentials::Cache::new(store, daos::TABLE, "key")
+    crate::credentials::Cache::new(store, daos::TABLE, "key").weighed_by(secret_weight)
+}
+
+/// Bytes of a cached secret, as `a_cached_secret_weighs_what_it_takes` measures them (glibc's
+/// count, the crypto library's own allocations included): HS256 1,348; RS256 with a 2048-bit
+/// key 2,350 (its parsed public key). Both were counted at 512 bytes.
+fn secret_weight(s: &Arc<Secret>) -> u32 {
+    match s.plain {
+        Some(token::Key::Public(_)) => 2_688,
+        _ => 1_536,
+    }
+}
+
+/// What a found secret is cached as: its verification key, parsed once, and its consumer.
+fn secret_of(f: &crate::credentials::Found) -> Option<Arc<Secret>> {
+    let key = f.fields.get("key").and_then(|v| v.as_str())?;
+    let who = Arc::new(
+        Identity::new(
+            &f.consumer_id,
+            f.username.as_deref(),
+            f.custom_id.as_deref(),
+            Some(&f.id),
+        )
+        .identified_by(key),
+    );
+    Secret::from_fields(&f.fields, who).map(Arc::new)
 }
 
 /// Where secrets are looked up.
@@ -327,19 +352,7 @@ impl Handler for Authenticator {
                 let state = state.clone();
                 Access::Wait(Box::pin(async move {
                     let (outcome, query) = state
-                        .load(key.as_str().into(), key.clone(), key, |f| {
-                            let key = f.fields.get("key").and_then(|v| v.as_str())?;
-                            let who = Arc::new(
-                                Identity::new(
-                                    &f.consumer_id,
-                                    f.username.as_deref(),
-                                    f.custom_id.as_deref(),
-                                    Some(&f.id),
-                                )
-                                .identified_by(key),
-                            );
-                            Secret::from_fields(&f.fields, who).map(Arc::new)
-                        })
+                        .load(key.as_str().into(), key.clone(), key, secret_of)
                         .await;
                     let resume: crate::Resume = Box::new(move |req| {
                         crate::credentials::record(query, req);
@@ -359,6 +372,88 @@ impl Handler for Authenticator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::credentials::{CacheSettings, CredentialSource, Found, Lookup, Write, Written};
+    use serde_json::json;
+
+    /// A 2048-bit RSA public key (made with `openssl genrsa 2048 | openssl rsa -pubout`).
+    const RSA_PUBLIC: &str = "-----BEGIN PUBLIC KEY-----\nMIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEAnndmCKsaKKDug3dzFNPx\nd/3xHN4IWknyJes82VtYcduCOHuL29If40npXnaYefaXF3NzuYUM4DpZVQVPp2WM\nj4OaV/BEwk3Yn3+s+t8nz9C6pmNiWlGgQBpS8ys5QbkyQj2i2YLLdEvQS8qVS4eU\nD5wukOan0V1rTljvt7AsZw2xa30QihPMsDy+s//NOV1Nr8bfx2OtqA4D9ieTpHJT\n63B9FieOi7xZNpLfdTIDDcFD2iD7PIicqOKu7L96ShkWIU9QJ5rKkfJtQ6t73Hfj\nfcqBRexC/s0VldiyqvEcB21gmEhb8vU8UBcZd2MyyPeH3zRQvscp5kOwjAzLfx42\nCwIDAQAB\n-----END PUBLIC KEY-----\n";
+
+    /// Secrets of consumers of their own: `rs-*` RS256 with the key above, others HS256.
+    struct Secrets;
+
+    impl CredentialSource for Secrets {
+        fn find(&self, _: &'static str, _: &'static str, value: String) -> Lookup {
+            Box::pin(async move {
+                let n = value[value.len() - 12..].to_string();
+                let fields = if value.starts_with("rs-") {
+                    json!({"key": value, "algorithm": "RS256", "rsa_public_key": RSA_PUBLIC})
+                } else {
+                    json!({"key": value, "algorithm": "HS256", "secret": format!("{n:0>32}")})
+                };
+                let Value::Object(fields) = fields else {
+                    unreachable!()
+                };
+                Ok(Some(Found {
+                    id: format!("0b5c8a3e-5d6f-4a8b-9c0d-{n}"),
+                    fields,
+                    consumer_id: format!("5d0e3b1a-2c4f-4e6d-8b9a-{n}"),
+                    username: Some(format!("consumer-{n}")),
+                    custom_id: None,
+                }))
+            })
+        }
+        fn write(&self, _: Write) -> Written {
+            Box::pin(async { Ok(None) })
+        }
+    }
+
+    fn key_of(prefix: &str, i: u64) -> String {
+        format!("{prefix}-{:032x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    }
+
+    /// What a cached jwt secret costs (HS256, and RS256 with its parsed public key), against
+    /// the weight it is counted at.
+    #[test]
+    fn a_cached_secret_weighs_what_it_takes() {
+        if !crate::testing::alone("jwt::tests::a_cached_secret_weighs_what_it_takes") {
+            return;
+        }
+        for prefix in ["hs", "rs"] {
+            let store = Arc::new(crate::credentials::Store::default());
+            store.install(
+                Arc::new(Secrets),
+                CacheSettings {
+                    ttl: None,
+                    neg_ttl: None,
+                    max_bytes: 1 << 40,
+                },
+            );
+            let state = state(store);
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            let load = |i: u64| {
+                let key = key_of(prefix, i);
+                rt.block_on(state.load(key.as_str().into(), key.clone(), key, secret_of));
+            };
+            for i in 0..1_000 {
+                load(i);
+            }
+            state.len();
+            let before = crate::testing::held();
+            for i in 1_000..21_000 {
+                load(i);
+            }
+            assert_eq!(state.len(), 21_000);
+            let each = (crate::testing::held() - before) as f64 / 20_000.0;
+            let e = state.get(key_of(prefix, 1_000).as_str()).unwrap();
+            let weight = f64::from(secret_weight(e.value.as_ref().unwrap()));
+            assert!(
+                weight >= each && weight <= each * 1.25,
+                "{prefix}: a cached secret takes {each:.0} bytes, counted at {weight}"
+            );
+        }
+    }
 
     #[test]
     fn finds_bearer_tokens_as_kongs_regex_does() {

@@ -48,11 +48,12 @@ pub struct State {
     identities: moka::sync::Cache<String, Arc<Identity>>,
 }
 
-/// Bytes of a cached token, as `a_cached_token_weighs_what_it_takes` measures them (692, with
-/// room for the allocator's size classes): the key (an access token), its entry, the `Token`
-/// with its header values, the index by row, the cache's bookkeeping. It was counted at 224
-/// while it took 819: a node's 128m `mem_cache_size` held about 550 MB of tokens.
-const TOKEN_WEIGHT: u32 = 768;
+/// Bytes of a cached token, as `a_cached_token_weighs_what_it_takes` measures them (823 by
+/// glibc's count, with room for other allocators' size classes): the key (an access token),
+/// its entry, the `Token` with its header values, the index by row, the cache's bookkeeping.
+/// It was counted at 224 while it took ~3.6 times that: a node's 128m `mem_cache_size` held
+/// about 550 MB of tokens.
+const TOKEN_WEIGHT: u32 = 896;
 
 impl State {
     pub fn new(store: Arc<crate::credentials::Store>) -> State {
