@@ -58,6 +58,12 @@ ir() {
   turnpike_env "$W/tp"
   export TURNPIKE_DECLARATIVE_CONFIG=$1
   local out=$W/cg.$(basename "$1").$2
+  # Something else on the proxy port would answer instead (a stray gateway answered 404 and
+  # the gate read 0 instructions as a pass).
+  if (echo >/dev/tcp/127.0.0.1/8000) 2>/dev/null; then
+    echo "port 8000 is in use: stop what listens there before the gate runs" >&2
+    exit 1
+  fi
   valgrind --tool=callgrind --collect-atstart=yes --callgrind-out-file="$out" "$BIN" start > /dev/null 2>&1 &
   local vp=$!
   for _ in $(seq 1 600); do (echo >/dev/tcp/127.0.0.1/8000) 2>/dev/null && break; sleep 0.1; done
@@ -94,6 +100,10 @@ if mode == "--write":
 base = json.loads(path.read_text())["instructions_per_request"]
 failed = False
 for case, value in measured.items():
+    if value <= 0:
+        print(f"{case}: NO MEASUREMENT ({value} instructions/request): the runs under callgrind failed")
+        failed = True
+        continue
     if case not in base:
         print(f"{case}: {value} instructions/request, NO BASELINE: add it in a reviewed commit")
         failed = True
