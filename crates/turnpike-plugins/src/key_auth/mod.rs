@@ -379,6 +379,10 @@ mod tests {
     impl CredentialSource for Keys {
         fn find(&self, _: &'static str, _: &'static str, value: String) -> Lookup {
             Box::pin(async move {
+                // Made-up keys: no credential has them.
+                if value.starts_with("miss-") {
+                    return Ok(None);
+                }
                 let n = &value[value.len() - 12..];
                 Ok(Some(Found {
                     id: format!("0b5c8a3e-5d6f-4a8b-9c0d-{n}"),
@@ -392,6 +396,55 @@ mod tests {
         fn write(&self, _: Write) -> Written {
             Box::pin(async { Ok(None) })
         }
+    }
+
+    /// What a remembered miss costs here (a made-up key, filed under its digest), against the
+    /// weight misses are counted at.
+    #[test]
+    fn a_cached_miss_weighs_what_it_takes() {
+        if !crate::testing::alone("key_auth::tests::a_cached_miss_weighs_what_it_takes") {
+            return;
+        }
+        let store = Arc::new(crate::credentials::Store::default());
+        store.install(
+            Arc::new(Keys),
+            CacheSettings {
+                ttl: None,
+                neg_ttl: None,
+                max_bytes: 1 << 40,
+            },
+        );
+        let state = State::new(store);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let key_of = |i: u64| format!("miss-{:032x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let load = |i: u64| {
+            let key = key_of(i);
+            let token = stored_form(&key);
+            rt.block_on(
+                state
+                    .stored
+                    .load(key.clone().into_boxed_str(), key, token, identity_of),
+            );
+        };
+        for i in 0..1_000 {
+            load(i);
+        }
+        let each = crate::testing::bytes_each(1_000..21_000, load, || {
+            state.stored.len();
+        });
+        assert!(state
+            .stored
+            .get(key_of(1_000).as_str())
+            .unwrap()
+            .value
+            .is_none());
+        let weight = f64::from(crate::credentials::MISS_WEIGHT);
+        assert!(
+            weight >= each && weight <= each * 1.25,
+            "a cached miss takes {each:.0} bytes, counted at {weight}"
+        );
     }
 
     /// What a cached key really costs the node (the key presented, its digest, its consumer's
