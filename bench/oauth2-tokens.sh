@@ -4,13 +4,13 @@
 # node (1 worker, CPU 0) on PostgreSQL holding TOKENS live oauth2 tokens; wrk (CPU 1)
 # authenticates every request with a token drawn at random from all of them, for DUR, RUNS
 # times each with no writes and while new tokens are written through `POST /oauth2_tokens` at
-# each rate of RATES (a Python writer, unpinned, as is PostgreSQL). Reports proxy RPS and p99
-# beside the no-write runs, the table's size, and the share of requests answered from the
-# node's token cache (1 - access-token index reads / requests, from PostgreSQL's
-# `pg_stat_user_indexes`; the writes' own reads of that index, measured without traffic, are
-# counted out).
-# Usage: [TOKENS=1000000] [RATES="150 1500"] [WARM=60s] [OPEN_RPS=n] [BENCH_BIN=path] bench/oauth2-tokens.sh [RUNS] [DUR]
-#        (needs postgresql, nginx, wrk, python3; oha for OPEN_RPS)
+# each rate of RATES (oha, or with WRITER=python a Python writer; unpinned, as is
+# PostgreSQL). Reports proxy RPS and p99 beside the no-write runs, the table's size, and the
+# share of requests answered from the node's token cache (1 - access-token index reads /
+# requests, from PostgreSQL's `pg_stat_user_indexes`; the writes' own reads of that index,
+# measured without traffic, are counted out).
+# Usage: [TOKENS=1000000] [RATES="150 1500"] [WARM=60s] [OPEN_RPS=n] [WRITER=oha|python] [BENCH_BIN=path] bench/oauth2-tokens.sh [RUNS] [DUR]
+#        (needs postgresql, nginx, wrk, python3, oha; GNU time)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 RUNS=${1:-2}
@@ -87,7 +87,34 @@ ticks() { for p in "$@"; do cat /proc/"$p"/task/*/stat 2>/dev/null || true; done
 # once idle: `settle` waits that out, so that a run's reads are counted in that run.
 settle() { sleep 11; }
 idx_scans() { psql -c "SELECT sum(idx_scan) FROM pg_stat_user_indexes WHERE relname = 'oauth2_tokens' AND indexrelname LIKE '%access_token%'"; }
-writer() { # rate seconds: paced writes from 32 threads (one client cannot do 1,500/s)
+# The token writes, at a rate for some seconds, in the background: one JSON line on stdout
+# (writes done, errors, seconds, the writer's own CPU seconds). By default oha sends them (32
+# kept-alive connections, paced; the access token left to the Admin API to draw, as Kong's
+# `auto` field): the token service is another machine in production, and a Python writer
+# took 0.23-0.36 of a CPU at 1,500/s from the two this benchmark shares. WRITER=python: the
+# Python writer of the earlier figures (its own access tokens).
+writer() { # rate seconds
+  if [ "${WRITER:-oha}" = oha ]; then writer_oha "$@" & return; fi
+  writer_python "$@"
+}
+writer_oha() { # rate seconds
+  local j=$WORK/writer.$BASHPID
+  /usr/bin/time -f '%U %S' -o "$j.cpu" "$OHA" --no-tui --output-format json -c 32 -q "$1" -z "$2s" \
+    -m POST -T application/json \
+    -d "{\"credential\":{\"id\":\"$CRED\"},\"service\":{\"id\":\"$SVC\"},\"expires_in\":7200,\"scope\":\"email\"}" \
+    http://127.0.0.1:8001/oauth2_tokens > "$j.json"
+  python3 - "$j.json" "$j.cpu" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+codes = d.get("statusCodeDistribution", {})
+u, s = map(float, open(sys.argv[2]).read().split()[-2:])
+bad = sum(v for k, v in codes.items() if k != "201")
+bad += sum(v for k, v in d.get("errorDistribution", {}).items() if "aborted due to deadline" not in k)
+print(json.dumps({"writes": codes.get("201", 0), "errors": bad, "seconds": round(d["summary"]["total"], 2),
+                  "cpu": round(u + s, 2)}))
+PY
+}
+writer_python() { # rate seconds: paced writes from 32 threads (one client cannot do 1,500/s)
   python3 - "$1" "$2" <<'PY' &
 import http.client, json, resource, sys, threading, time, urllib.request, uuid
 rate, secs = float(sys.argv[1]), float(sys.argv[2])
