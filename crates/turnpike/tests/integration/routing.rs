@@ -295,3 +295,73 @@ async fn headers_property_controls_kong_headers() {
     let r = get(gw.proxy, "localhost", "/").await;
     assert_eq!(r.status, 200);
 }
+
+/// A declarative file that shares settings through YAML anchors and merge keys (`<<`), as
+/// Kong's reader (lyaml) applies them: the merged keys fill in what the mapping does not set,
+/// its own keys win. Read the same way from `declarative_config` and from `POST /config`.
+#[tokio::test(flavor = "multi_thread")]
+async fn declarative_yaml_merge_keys_are_applied() {
+    let up = Upstream::start("one");
+    let yaml = format!(
+        r#"
+_format_version: "3.0"
+services:
+  - &base
+    name: a
+    url: {u}/svc
+    retries: 2
+    read_timeout: 7000
+    routes: [{{name: ra, paths: [/a]}}]
+  - <<: *base
+    name: b
+    retries: 4
+    routes: [{{name: rb, paths: [/b]}}]
+"#,
+        u = up.url()
+    );
+    let gw = Gateway::with_config(&yaml).start();
+    for path in ["/a/x", "/b/x"] {
+        let r = get(gw.proxy, "localhost", path).await;
+        assert_eq!(r.status, 200, "{path}: {:?}", r.body);
+        assert_eq!(r.json()["uri"], "/svc/x");
+    }
+    let b = gw.admin("GET", "/services/b", None).await;
+    assert_eq!(b.status, 200);
+    let b = b.json();
+    assert_eq!(b["retries"], 4);
+    assert_eq!(b["read_timeout"], 7000);
+    assert_eq!(b["path"], "/svc");
+
+    // The same through POST /config, with a third service merging two mappings.
+    let yaml = format!(
+        "{yaml}  - <<: [*base, {{retries: 9, write_timeout: 3000}}]\n    name: c\n    routes: [{{name: rc, paths: [/c]}}]\n"
+    );
+    let r = gw
+        .admin(
+            "POST",
+            "/config",
+            Some(serde_json::json!({ "config": yaml })),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let c = gw.admin("GET", "/services/c", None).await.json();
+    assert_eq!(c["retries"], 2);
+    assert_eq!(c["write_timeout"], 3000);
+    assert_eq!(c["read_timeout"], 7000);
+    let r = get(gw.proxy, "localhost", "/c/y").await;
+    assert_eq!(r.json()["uri"], "/svc/y");
+
+    // A merge of something that is not a mapping: Kong's 400, the running config kept.
+    let bad = "_format_version: \"3.0\"\nservices:\n  - <<: 5\n    name: d\n    url: http://x\n";
+    let r = gw
+        .admin(
+            "POST",
+            "/config",
+            Some(serde_json::json!({ "config": bad })),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    let text = String::from_utf8_lossy(&r.body);
+    assert!(text.contains("invalid '<<' merge event"), "{text}");
+    assert_eq!(gw.admin("GET", "/services/c", None).await.status, 200);
+}

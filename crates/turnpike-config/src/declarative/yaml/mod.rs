@@ -11,8 +11,10 @@
 //! scalars (`null`/`~`/empty, `true`/`True`/`TRUE`, decimal/`0x`/`0o`/`0b` integers, floats with
 //! `.inf`/`.nan`), keys taken as written, `!!bool`/`!!int`/`!!float`/`!!null` checked against
 //! their tag, local tags (`!x`) refused, nesting deeper than 128 refused, one document only.
-//! One deliberate difference: alias expansion is limited by the events read so far rather than
-//! by the whole document's, so a document that front-loads its aliases may be refused.
+//! Two deliberate differences: alias expansion is limited by the events read so far rather than
+//! by the whole document's, so a document that front-loads its aliases may be refused; and the
+//! merge key `<<` is applied ([`merge_keys`]), as Kong's YAML reader (lyaml) applies it, where
+//! `serde_yaml` reading into a JSON value keeps `<<` as a plain key.
 
 mod events;
 
@@ -62,6 +64,10 @@ trait Tree: Sized {
     /// Nesting depth of its collections.
     fn depth(&self) -> usize;
     fn is_seq(&self) -> bool;
+    /// A mapping's entries (`None`: not a mapping), for a merge key (`<<`).
+    fn into_entries(self) -> Option<Vec<(String, Self)>>;
+    /// A sequence's items (`None`: not a sequence).
+    fn into_items(self) -> Option<Vec<Self>>;
 }
 
 impl Tree for Value {
@@ -98,6 +104,20 @@ impl Tree for Value {
 
     fn is_seq(&self) -> bool {
         self.is_array()
+    }
+
+    fn into_entries(self) -> Option<Vec<(String, Value)>> {
+        match self {
+            Value::Object(map) => Some(map.into_iter().collect()),
+            _ => None,
+        }
+    }
+
+    fn into_items(self) -> Option<Vec<Value>> {
+        match self {
+            Value::Array(items) => Some(items),
+            _ => None,
+        }
     }
 }
 
@@ -198,6 +218,33 @@ impl Tree for Json {
 
     fn is_seq(&self) -> bool {
         self.seq
+    }
+
+    // A merge is rare and small (a shared block of settings): its text is read back.
+    fn into_entries(self) -> Option<Vec<(String, Json)>> {
+        if self.seq || !self.text.starts_with('{') {
+            return None;
+        }
+        let map: Map<String, Value> = serde_json::from_str(&self.text).ok()?;
+        Some(map.into_iter().map(|(k, v)| (k, Json::of(v))).collect())
+    }
+
+    fn into_items(self) -> Option<Vec<Json>> {
+        if !self.seq {
+            return None;
+        }
+        let items: Vec<Value> = serde_json::from_str(&self.text).ok()?;
+        Some(items.into_iter().map(Json::of).collect())
+    }
+}
+
+impl Json {
+    fn of(v: Value) -> Json {
+        Json {
+            depth: depth(&v),
+            seq: v.is_array(),
+            text: v.to_string(),
+        }
     }
 }
 
@@ -346,7 +393,9 @@ fn build<T: Tree>(text: &str) -> Result<Option<T>, String> {
                 let open = stack.pop().expect("libyaml balances collections");
                 let value = match open.kind {
                     OpenKind::Seq(items) => T::seq(items),
-                    OpenKind::Map(entries, _) => T::map(entries),
+                    OpenKind::Map(entries, _) => {
+                        T::map(merge_keys(entries).map_err(|e| format!("{e} {}", at(mark)))?)
+                    }
                 };
                 (Node::Value(value), open.anchor, open.expansions)
             }
@@ -390,6 +439,51 @@ fn build<T: Tree>(text: &str) -> Result<Option<T>, String> {
         }
     }
     Ok(root)
+}
+
+/// A merge key's value that is not a mapping or a sequence of them.
+const NOT_A_MAPPING: &str =
+    "invalid '<<' merge event: a scalar, expected a mapping or a sequence of mappings";
+
+/// The merge key (`<<`, YAML 1.1's merge type, which Kong's parser lyaml reads): its value,
+/// a mapping or a sequence of mappings, gives the mapping the keys it does not set itself; of
+/// several mappings in a sequence, the first that has a key gives it. The merged keys take the
+/// `<<`'s place. Anything else as its value is refused, as lyaml refuses it.
+fn merge_keys<T: Tree>(entries: Vec<(String, T)>) -> Result<Vec<(String, T)>, String> {
+    if !entries.iter().any(|(k, _)| k == "<<") {
+        return Ok(entries);
+    }
+    let own: std::collections::HashSet<String> = entries
+        .iter()
+        .filter(|(k, _)| k != "<<")
+        .map(|(k, _)| k.clone())
+        .collect();
+    let mut merged: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(entries.len());
+    for (k, v) in entries {
+        if k != "<<" {
+            out.push((k, v));
+            continue;
+        }
+        let sources = if v.is_seq() {
+            let items = v.into_items().unwrap_or_default();
+            let mut maps = Vec::with_capacity(items.len());
+            for (i, item) in items.into_iter().enumerate() {
+                let kind = if item.is_seq() { "sequence" } else { "scalar" };
+                let element = || format!("invalid '<<' sequence element {}: a {kind}", i + 1);
+                maps.push(item.into_entries().ok_or_else(element)?);
+            }
+            maps
+        } else {
+            vec![v.into_entries().ok_or(NOT_A_MAPPING)?]
+        };
+        for (mk, mv) in sources.into_iter().flatten() {
+            if !own.contains(&mk) && merged.insert(mk.clone()) {
+                out.push((mk, mv));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The nesting depth of collections in `value` (an alias's expansion counts toward the limit).
@@ -565,11 +659,81 @@ mod tests {
             (Err(a), Err(b)) => assert_eq!(a, &b, "{text:?}"),
             (a, b) => panic!("{text:?}: value {a:?}, text {b:?}"),
         }
-        let theirs: Result<Value, _> = serde_yaml::from_str(text);
+        let theirs: Result<Value, String> = serde_yaml::from_str(text)
+            .map_err(|e| e.to_string())
+            .and_then(|mut v| merged(&mut v).map(|()| v));
         match (&ours, &theirs) {
             (Ok(a), Ok(b)) => assert_eq!(a, b, "{text:?}"),
             (Err(_), Err(_)) => {}
             _ => panic!("{text:?}: ours {ours:?}, serde_yaml {theirs:?}"),
+        }
+    }
+
+    /// YAML's merge key applied to `serde_yaml`'s reading, innermost mappings first (as a
+    /// mapping's merge is applied when it is read): the reference for [`merge_keys`].
+    fn merged(v: &mut Value) -> Result<(), String> {
+        match v {
+            Value::Array(items) => items.iter_mut().try_for_each(merged),
+            Value::Object(map) => {
+                map.values_mut().try_for_each(merged)?;
+                let Some(m) = map.shift_remove("<<") else {
+                    return Ok(());
+                };
+                let sources = match m {
+                    Value::Object(o) => vec![o],
+                    Value::Array(items) => items
+                        .into_iter()
+                        .map(|i| match i {
+                            Value::Object(o) => Ok(o),
+                            _ => Err("element".to_string()),
+                        })
+                        .collect::<Result<_, _>>()?,
+                    _ => return Err("scalar".into()),
+                };
+                for (k, v) in sources.into_iter().flatten() {
+                    map.entry(k).or_insert(v);
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    #[test]
+    fn merge_keys_are_applied_as_kong_applies_them() {
+        let v = from_str(
+            "base: &b {connect_timeout: 1000, retries: 2, tags: [x]}\n\
+             other: &o {retries: 9, read_timeout: 5}\n\
+             s1:\n  <<: *b\n  name: one\n  retries: 5\n\
+             s2:\n  <<: [*b, *o]\n  name: two\n\
+             s3:\n  name: three\n  <<: {name: ignored, port: 80}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            v["s1"],
+            serde_json::json!({"connect_timeout": 1000, "retries": 5, "tags": ["x"], "name": "one"})
+        );
+        // Of several mappings the first that has a key gives it.
+        assert_eq!(
+            v["s2"],
+            serde_json::json!({"connect_timeout": 1000, "retries": 2, "tags": ["x"], "read_timeout": 5, "name": "two"})
+        );
+        // The mapping's own keys win wherever the merge is written.
+        assert_eq!(v["s3"], serde_json::json!({"name": "three", "port": 80}));
+        // The same through the JSON text.
+        let t: Value =
+            serde_json::from_str(&to_json_text("a: &a {k: 1}\nb: {<<: *a, j: 2}\n").unwrap())
+                .unwrap();
+        assert_eq!(t["b"], serde_json::json!({"k": 1, "j": 2}));
+        for bad in [
+            "a: {<<: 1}\n",
+            "a: {<<: [{k: 1}, 2]}\n",
+            "a: {<<: [[{k: 1}]]}\n",
+            "a: {<<: ~}\n",
+        ] {
+            let e = from_str(bad).unwrap_err();
+            assert!(e.starts_with("invalid '<<'"), "{bad:?}: {e}");
+            assert_eq!(to_json_text(bad).unwrap_err(), e);
         }
     }
 
@@ -600,6 +764,9 @@ mod tests {
             "x: [unterminated\n",
             "  - a\n - b\n",
             "<<: {a: 1}\nb: 2\n",
+            "<<: [{a: 1}, {a: 2, c: 3}]\na: 0\n",
+            "x: &x {p: 1, <<: {q: 2}}\ny: {<<: *x, p: 3}\n",
+            "<<: 5\n",
             "\"quoted key\": 1\n",
             "e: ''\n",
             "tab:\t1\n",
