@@ -23,7 +23,7 @@ $SUDO apt-get install -y -qq build-essential pkg-config curl ca-certificates pos
   dnsmasq-base nginx valgrind sqlite3 chromium $NODE_PKGS slapd
 command -v go >/dev/null 2>&1 || test -x /usr/local/go/bin/go || $SUDO apt-get install -y -qq golang-go
 if [ "${TURNPIKE_SETUP_BENCH:-0}" = 1 ]; then
-  $SUDO apt-get install -y -qq wrk libnginx-mod-http-lua haproxy openssl python3-matplotlib
+  $SUDO apt-get install -y -qq wrk libnginx-mod-http-lua haproxy openssl python3-matplotlib time
 fi
 if ! command -v cargo >/dev/null 2>&1; then
   if [ -x "$HOME/.cargo/bin/cargo" ]; then
