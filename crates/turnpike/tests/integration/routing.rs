@@ -336,13 +336,14 @@ services:
     let yaml = format!(
         "{yaml}  - <<: [*base, {{retries: 9, write_timeout: 3000}}]\n    name: c\n    routes: [{{name: rc, paths: [/c]}}]\n"
     );
-    let r = gw
-        .admin(
+    let post_config = |text: String| {
+        gw.admin(
             "POST",
             "/config",
-            Some(serde_json::json!({ "config": yaml })),
+            Some(serde_json::json!({ "config": text })),
         )
-        .await;
+    };
+    let r = post_config(yaml).await;
     assert_eq!(r.status, 201, "{:?}", r.body);
     let c = gw.admin("GET", "/services/c", None).await.json();
     assert_eq!(c["retries"], 2);
@@ -353,13 +354,7 @@ services:
 
     // A merge of something that is not a mapping: Kong's 400, the running config kept.
     let bad = "_format_version: \"3.0\"\nservices:\n  - <<: 5\n    name: d\n    url: http://x\n";
-    let r = gw
-        .admin(
-            "POST",
-            "/config",
-            Some(serde_json::json!({ "config": bad })),
-        )
-        .await;
+    let r = post_config(bad.into()).await;
     assert_eq!(r.status, 400, "{:?}", r.body);
     let text = String::from_utf8_lossy(&r.body);
     assert!(text.contains("invalid '<<' merge event"), "{text}");

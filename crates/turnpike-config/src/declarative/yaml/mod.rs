@@ -222,7 +222,7 @@ impl Tree for Json {
 
     // A merge is rare and small (a shared block of settings): its text is read back.
     fn into_entries(self) -> Option<Vec<(String, Json)>> {
-        if self.seq || !self.text.starts_with('{') {
+        if !self.text.starts_with('{') {
             return None;
         }
         let map: Map<String, Value> = serde_json::from_str(&self.text).ok()?;
@@ -453,12 +453,12 @@ fn merge_keys<T: Tree>(entries: Vec<(String, T)>) -> Result<Vec<(String, T)>, St
     if !entries.iter().any(|(k, _)| k == "<<") {
         return Ok(entries);
     }
-    let own: std::collections::HashSet<String> = entries
+    // The keys set so far: the mapping's own, then each merged one (the first source wins).
+    let mut taken: std::collections::HashSet<String> = entries
         .iter()
         .filter(|(k, _)| k != "<<")
         .map(|(k, _)| k.clone())
         .collect();
-    let mut merged: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut out = Vec::with_capacity(entries.len());
     for (k, v) in entries {
         if k != "<<" {
@@ -478,7 +478,7 @@ fn merge_keys<T: Tree>(entries: Vec<(String, T)>) -> Result<Vec<(String, T)>, St
             vec![v.into_entries().ok_or(NOT_A_MAPPING)?]
         };
         for (mk, mv) in sources.into_iter().flatten() {
-            if !own.contains(&mk) && merged.insert(mk.clone()) {
+            if taken.insert(mk.clone()) {
                 out.push((mk, mv));
             }
         }
