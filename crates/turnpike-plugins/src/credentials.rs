@@ -162,13 +162,14 @@ impl Store {
 #[derive(Clone)]
 pub struct Entry<V> {
     pub value: Option<V>,
-    fetched: Instant,
+    /// Milliseconds since the cache's epoch ([`Cache::now`]).
+    fetched: u64,
     /// A credential with a `ttl` (key-auth keys): it stops working then on this node too,
-    /// whatever the cache's own TTL.
-    expires: Option<Instant>,
+    /// whatever the cache's own TTL (as `fetched`; `u64::MAX`: never).
+    expires: u64,
     /// The credential's and its consumer's ids, and the stored value looked up (a key's
     /// digest, a username), for invalidation.
-    credential_id: Option<Arc<str>>,
+    credential_id: Option<RowId>,
     consumer_id: Option<Arc<str>>,
     lookup: Arc<str>,
     /// Its number in the index by row ([`Cache::indexed_by_row`]; 0 without one).
@@ -176,19 +177,110 @@ pub struct Entry<V> {
 }
 
 /// Bytes of a cached credential, unless its cache says otherwise: the key presented, its
-/// stored form, the credential's identity, the cache's own bookkeeping. key-auth's take 973
-/// (`a_cached_key_weighs_what_it_takes`, glibc's count; they were counted at 512). basic-auth's
-/// and hmac-auth's entries are built alike but not measured.
-pub const DEFAULT_WEIGHT: u32 = 1088;
+/// stored form, the credential's identity, the cache's own bookkeeping (its arrays' growth
+/// headroom included). key-auth's take 632 (`a_cached_key_weighs_what_it_takes`, glibc's
+/// count; 973 in moka, first counted at 512). basic-auth's and hmac-auth's entries are built
+/// alike but not measured.
+pub const DEFAULT_WEIGHT: u32 = 704;
 
-/// Bytes of a cached miss (a key that no credential has): the key, its stored form, the
-/// cache's bookkeeping: oauth2's take 500, key-auth's 571 (its stored form is a digest; both
-/// `a_cached_miss_weighs_what_it_takes`). They were counted at 96: a flood of made-up keys
-/// filled about 5 times `mem_cache_size`.
-pub const MISS_WEIGHT: u32 = 624;
+/// Bytes of a cached miss (a key that no credential has), unless its cache says otherwise
+/// ([`Cache::missing_weighs`]): the key, its stored form, the cache's bookkeeping. key-auth's
+/// take 342 (its stored form is a digest; `a_cached_miss_weighs_what_it_takes`; 571 in moka).
+/// They were first counted at 96: a flood of made-up keys filled about 5 times
+/// `mem_cache_size`.
+pub const MISS_WEIGHT: u32 = 384;
 
 /// Row id -> the key of its entry, and that entry's number.
-type RowIndex<K> = dashmap::DashMap<Arc<str>, (K, u64)>;
+type RowIndex<K> = dashmap::DashMap<RowId, (K, u64)>;
+
+/// A row's id as the cache keeps it: a UUID (what the store draws) in its 16 bytes, any other
+/// id as text. Half a million cached tokens held their ids in 32 MB of 36-byte strings.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum RowId {
+    /// As two halves: a `u128`'s alignment would make the id, and every entry, 8 bytes larger.
+    Uuid([u64; 2]),
+    Text(Arc<str>),
+}
+
+impl RowId {
+    fn new(id: &str) -> RowId {
+        uuid_bits(id).map_or_else(|| RowId::Text(Arc::from(id)), RowId::Uuid)
+    }
+
+    fn is(&self, id: &str) -> bool {
+        match self {
+            RowId::Uuid(u) => uuid_bits(id) == Some(*u),
+            RowId::Text(t) => &**t == id,
+        }
+    }
+}
+
+/// The bits of a UUID written as the store writes it (lower-case, hyphenated); `None` for
+/// any other text, which then stays text (so that one id has one form).
+fn uuid_bits(id: &str) -> Option<[u64; 2]> {
+    let b = id.as_bytes();
+    if b.len() != 36 {
+        return None;
+    }
+    let mut bits = 0u128;
+    for (i, &c) in b.iter().enumerate() {
+        let digit = match c {
+            b'-' if matches!(i, 8 | 13 | 18 | 23) => continue,
+            b'0'..=b'9' if !matches!(i, 8 | 13 | 18 | 23) => c - b'0',
+            b'a'..=b'f' if !matches!(i, 8 | 13 | 18 | 23) => c - b'a' + 10,
+            _ => return None,
+        };
+        bits = bits << 4 | u128::from(digit);
+    }
+    Some([(bits >> 64) as u64, bits as u64])
+}
+
+/// The entries: quick_cache, whose bookkeeping is a few bytes an entry (moka's took ~250 of a
+/// cached token's 823: its access-order and write-order queues' nodes, its frequency sketch,
+/// its hash table's buckets), so that `mem_cache_size` holds about twice the tokens.
+type Entries<K, V> =
+    quick_cache::sync::Cache<K, Entry<V>, Weigher<V>, quick_cache::DefaultHashBuilder, Unindex<K>>;
+
+/// Bytes of an entry, against `mem_cache_size`.
+#[derive(Clone)]
+struct Weigher<V> {
+    found: u32,
+    weigh: Option<fn(&V) -> u32>,
+    missing: u32,
+}
+
+impl<K, V> quick_cache::Weighter<K, Entry<V>> for Weigher<V> {
+    fn weight(&self, _: &K, e: &Entry<V>) -> u64 {
+        u64::from(match (&e.value, self.weigh) {
+            (Some(v), Some(weigh)) => weigh(v),
+            (Some(_), None) => self.found,
+            (None, _) => self.missing,
+        })
+    }
+}
+
+/// Takes an evicted entry out of the index by row, unless the index already names a newer
+/// entry of its row.
+#[derive(Clone)]
+struct Unindex<K>(Option<Arc<RowIndex<K>>>);
+
+impl<K: Hash + Eq, V> quick_cache::Lifecycle<K, Entry<V>> for Unindex<K> {
+    /// The evicted entries, dropped once the cache's lock is released.
+    type RequestState = [Option<Entry<V>>; 2];
+
+    fn begin_request(&self) -> Self::RequestState {
+        [None, None]
+    }
+
+    fn on_evict(&self, state: &mut Self::RequestState, _: K, e: Entry<V>) {
+        if let (Some(rows), Some(id)) = (&self.0, &e.credential_id) {
+            rows.remove_if(id, |_, (_, row)| *row == e.row);
+        }
+        if let Some(slot) = state.iter_mut().find(|s| s.is_none()) {
+            *slot = Some(e);
+        }
+    }
+}
 
 /// One credential table's cache.
 pub struct Cache<K, V> {
@@ -201,7 +293,9 @@ pub struct Cache<K, V> {
     /// A found entry's bytes by its value, where they differ by kind (a jwt secret with a
     /// parsed public key against an HMAC one); `weight` otherwise.
     weigh: Option<fn(&V) -> u32>,
-    entries: OnceLock<moka::sync::Cache<K, Entry<V>>>,
+    /// Approximate bytes of a negative entry.
+    miss_weight: u32,
+    entries: OnceLock<Entries<K, V>>,
     /// Row id -> key of its cached entry, for tables written at a high rate (oauth2 tokens):
     /// a write then drops its entries by key, where a scan of the whole cache per write
     /// (`invalidate_entries_if`) cost more than the reads it served.
@@ -211,6 +305,8 @@ pub struct Cache<K, V> {
     rows: Option<Arc<RowIndex<K>>>,
     /// The last entry number given.
     row_numbers: AtomicU64,
+    /// What entries' times count from.
+    epoch: Instant,
     /// Bumped by a write of a row ([`Cache::invalidate_row`]) at the stripes of the row's id
     /// and of the key it was written under: a look-up that started before and meets either
     /// does not cache its answer, while look-ups of other rows and keys still do (with one
@@ -256,9 +352,11 @@ where
             field,
             weight,
             weigh: None,
+            miss_weight: MISS_WEIGHT,
             entries: OnceLock::new(),
             rows: None,
             row_numbers: AtomicU64::new(0),
+            epoch: Instant::now(),
             stripes: std::array::from_fn(|_| AtomicU64::new(0)),
             shared_ids: moka::sync::Cache::new(10_000),
         }
@@ -272,6 +370,11 @@ where
         let shared: Arc<str> = Arc::from(id);
         self.shared_ids.insert(id.into(), shared.clone());
         shared
+    }
+
+    /// Milliseconds since the cache's epoch, as entries keep their times.
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
     }
 
     fn stripe_of<Q: Hash + ?Sized>(key: &Q) -> usize {
@@ -308,13 +411,19 @@ where
         self
     }
 
+    /// Counts each negative entry at `weight` bytes (its key's size differs by plugin).
+    pub fn missing_weighs(mut self, weight: u32) -> Self {
+        self.miss_weight = weight;
+        self
+    }
+
     /// Keeps an index from row id to key, so that [`Cache::invalidate_row`] needs no scan.
     pub fn indexed_by_row(mut self) -> Self {
         self.rows = Some(Arc::default());
         self
     }
 
-    fn entries(&self) -> &moka::sync::Cache<K, Entry<V>> {
+    fn entries(&self) -> &Entries<K, V> {
         self.entries.get_or_init(|| {
             let max = self
                 .store
@@ -322,26 +431,24 @@ where
                 .get()
                 .map_or(16 << 20, |i| i.settings.max_bytes)
                 .max(1 << 20);
-            let (weight, weigh) = (self.weight, self.weigh);
-            let mut b = moka::sync::Cache::builder()
-                // Bytes per entry: the key, the value, the map's overhead.
-                .weigher(move |_, e: &Entry<V>| match (&e.value, weigh) {
-                    (Some(v), Some(weigh)) => weigh(v),
-                    (Some(_), None) => weight,
-                    (None, _) => MISS_WEIGHT,
-                })
-                .max_capacity(max)
-                .support_invalidation_closures();
-            if let Some(rows) = self.rows.clone() {
-                // An entry gone (evicted, expired, invalidated, replaced) leaves the index,
-                // unless the index already names a newer entry of its row.
-                b = b.eviction_listener(move |_, e: Entry<V>, _| {
-                    if let Some(id) = &e.credential_id {
-                        rows.remove_if(id, |_, (_, row)| *row == e.row);
-                    }
-                });
-            }
-            b.build()
+            let options = quick_cache::OptionsBuilder::new()
+                .estimated_items_capacity(
+                    (max / u64::from(self.miss_weight.min(self.weight))) as usize,
+                )
+                .weight_capacity(max)
+                .build()
+                .expect("cache options");
+            let weigher = Weigher {
+                found: self.weight,
+                weigh: self.weigh,
+                missing: self.miss_weight,
+            };
+            quick_cache::sync::Cache::with_options(
+                options,
+                weigher,
+                Default::default(),
+                Unindex(self.rows.clone()),
+            )
         })
     }
 
@@ -352,7 +459,8 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let e = self.entries().get(key)?;
-        if e.expires.is_some_and(|at| Instant::now() >= at) {
+        let now = self.now();
+        if now >= e.expires {
             return None;
         }
         let ttl = self.store.installed.get().and_then(|i| {
@@ -363,7 +471,7 @@ where
             }
         });
         match ttl {
-            Some(t) if e.fetched.elapsed() > t => None,
+            Some(t) if u128::from(now - e.fetched.min(now)) > t.as_millis() => None,
             _ => Some(e),
         }
     }
@@ -396,33 +504,32 @@ where
         });
         let outcome = match found {
             Ok(found) => {
-                let expires = found.as_ref().and_then(|f| {
-                    f.fields
-                        .get("ttl")
-                        .and_then(|t| t.as_u64())
-                        .filter(|t| *t > 0)
-                        .map(|t| Instant::now() + std::time::Duration::from_secs(t))
-                });
+                let now = self.now();
+                let expires = found
+                    .as_ref()
+                    .and_then(|f| f.fields.get("ttl").and_then(|t| t.as_u64()))
+                    .filter(|t| *t > 0)
+                    .map_or(u64::MAX, |t| now.saturating_add(t.saturating_mul(1000)));
+                let found_id = found.as_ref().map(|f| f.id.as_str());
                 let (value, credential_id, consumer_id) = match &found {
                     Some(f) => (
                         build(f),
-                        Some(Arc::from(f.id.as_str())),
+                        Some(RowId::new(&f.id)),
                         Some(self.shared_id(&f.consumer_id)),
                     ),
                     None => (None, None, None),
                 };
-                if self.unchanged(&before, &key, credential_id.as_deref()) {
-                    let id = credential_id.clone();
+                if self.unchanged(&before, &key, found_id) {
                     let mut row = 0;
                     if let (Some(rows), Some(id)) = (&self.rows, &credential_id) {
                         row = self.row_numbers.fetch_add(1, Ordering::Relaxed) + 1;
-                        rows.insert(Arc::clone(id), (key.clone(), row));
+                        rows.insert(id.clone(), (key.clone(), row));
                     }
                     self.entries().insert(
                         key.clone(),
                         Entry {
                             value: value.clone(),
-                            fetched: Instant::now(),
+                            fetched: now,
                             expires,
                             credential_id,
                             consumer_id,
@@ -432,8 +539,8 @@ where
                     );
                     // An invalidation counts first, then drops: one that came between the
                     // check and the insert is seen now, and its drop is done here.
-                    if !self.unchanged(&before, &key, id.as_deref()) {
-                        self.entries().invalidate(&key);
+                    if !self.unchanged(&before, &key, found_id) {
+                        self.entries().remove(&key);
                     }
                 }
                 match value {
@@ -445,7 +552,7 @@ where
             Err(e) => match self
                 .entries()
                 .get(&key)
-                .filter(|en| en.expires.is_none_or(|at| Instant::now() < at))
+                .filter(|en| self.now() < en.expires)
             {
                 Some(Entry { value: Some(v), .. }) => Outcome::Found(v),
                 Some(Entry { value: None, .. }) => Outcome::Missing,
@@ -462,12 +569,14 @@ where
         let Some(entries) = self.entries.get() else {
             return;
         };
-        let id: Arc<str> = Arc::from(id);
-        let lookup: Option<Arc<str>> = lookup.map(Arc::from);
-        let _ = entries.invalidate_entries_if(move |_, e| {
-            e.credential_id.as_deref() == Some(&*id)
-                || e.consumer_id.as_deref() == Some(&*id)
-                || lookup.as_deref() == Some(&*e.lookup)
+        entries.retain(|_, e| {
+            let drop = e.credential_id.as_ref().is_some_and(|c| c.is(id))
+                || e.consumer_id.as_deref() == Some(id)
+                || lookup == Some(&*e.lookup);
+            if let (true, Some(rows), Some(id)) = (drop, &self.rows, &e.credential_id) {
+                rows.remove_if(id, |_, (_, row)| *row == e.row);
+            }
+            !drop
         });
     }
 
@@ -492,26 +601,37 @@ where
             return;
         };
         if let Some(l) = lookup {
-            entries.invalidate(l);
+            entries.remove(l);
         }
-        if let Some((_, (key, _))) = rows.remove(id) {
-            entries.invalidate(&key);
+        if let Some((_, (key, _))) = rows.remove(&RowId::new(id)) {
+            entries.remove(&key);
         }
     }
 
     pub fn invalidate_all(&self) {
         self.store.generation.fetch_add(1, Ordering::AcqRel);
         if let Some(entries) = self.entries.get() {
-            entries.invalidate_all();
+            entries.clear();
+        }
+        if let Some(rows) = &self.rows {
+            rows.clear();
         }
     }
 
+    pub fn debug_memory(&self) {
+        let m = self.entries().memory_used();
+        eprintln!(
+            "DEBUG entries {} map {} rows cap {} sizeof entry {} rowid {}",
+            m.entries,
+            m.map,
+            self.rows.as_ref().map_or(0, |r| r.capacity()),
+            std::mem::size_of::<Entry<V>>(),
+            std::mem::size_of::<Option<RowId>>()
+        );
+    }
     /// Entries held (for tests and status).
     pub fn len(&self) -> u64 {
-        self.entries.get().map_or(0, |e| {
-            e.run_pending_tasks();
-            e.entry_count()
-        })
+        self.entries.get().map_or(0, |e| e.len() as u64)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -531,8 +651,8 @@ mod tests {
                 k,
                 Entry {
                     value: Some("key".into()),
-                    fetched: Instant::now(),
-                    expires: Some(Instant::now() + std::time::Duration::from_secs(left)),
+                    fetched: c.now(),
+                    expires: c.now() + left * 1000,
                     credential_id: None,
                     consumer_id: None,
                     lookup: Arc::from(""),
@@ -623,7 +743,6 @@ mod tests {
         // is looked up again meanwhile.
         c.invalidate_all();
         load().await;
-        c.entries().run_pending_tasks();
         assert!(c.get("tok-1").is_some_and(|e| e.value.is_some()));
         // Its row deleted: the entry goes.
         c.invalidate_row::<str>("row-1", None);
@@ -700,6 +819,32 @@ mod tests {
         .await
     }
 
+    /// A UUID in the store's form is kept as its bits, and only that form: any other text
+    /// (upper case, no hyphens, another length) stays text, so an id has one form and the
+    /// index by row finds it whichever way it is asked.
+    #[test]
+    fn row_ids_keep_uuids_as_bits_and_anything_else_as_text() {
+        let id = "0b5c8a3e-5d6f-4a8b-9c0d-00000000002a";
+        assert_eq!(
+            RowId::new(id),
+            RowId::Uuid([0x0b5c_8a3e_5d6f_4a8b, 0x9c0d_0000_0000_002a])
+        );
+        assert!(RowId::new(id).is(id));
+        assert!(!RowId::new(id).is("0b5c8a3e-5d6f-4a8b-9c0d-00000000002b"));
+        for other in [
+            "0B5C8A3E-5D6F-4A8B-9C0D-00000000002A",
+            "0b5c8a3e5d6f4a8b9c0d00000000002a",
+            "0b5c8a3e-5d6f-4a8b-9c0d-00000000002a0",
+            "0b5c8a3e-5d6f-4a8b-9c0d+00000000002a",
+            "0b5c8a3e-5d6f-4a8b-9c0d-0000000000-a",
+            "row-1",
+        ] {
+            assert_eq!(RowId::new(other), RowId::Text(Arc::from(other)), "{other}");
+            assert!(RowId::new(other).is(other) && !RowId::new(other).is(id));
+        }
+        assert_eq!(std::mem::size_of::<Option<RowId>>(), 24);
+    }
+
     #[test]
     fn the_cache_is_bounded() {
         let c: Cache<u32, String> = Cache::new(Arc::default(), "t", "f");
@@ -708,8 +853,8 @@ mod tests {
                 k,
                 Entry {
                     value: Some(String::new()),
-                    fetched: Instant::now(),
-                    expires: None,
+                    fetched: c.now(),
+                    expires: u64::MAX,
                     credential_id: None,
                     consumer_id: None,
                     lookup: Arc::from(""),
@@ -733,9 +878,9 @@ mod tests {
                 k,
                 Entry {
                     value: v.map(String::from),
-                    fetched: Instant::now(),
-                    expires: None,
-                    credential_id: Some(Arc::from(cred)),
+                    fetched: c.now(),
+                    expires: u64::MAX,
+                    credential_id: Some(RowId::new(cred)),
                     consumer_id: Some(Arc::from(consumer)),
                     lookup: Arc::from(format!("lookup-{k}")),
                     row: 0,
@@ -747,10 +892,8 @@ mod tests {
         put(3, None, "", "");
         assert_eq!(c.get(&1).unwrap().value.as_deref(), Some("a"));
         c.invalidate("cred-1", None);
-        c.entries().run_pending_tasks();
         assert!(c.get(&1).is_none() && c.get(&2).is_some());
         c.invalidate("bob", Some("lookup-3"));
-        c.entries().run_pending_tasks();
         assert!(c.get(&2).is_none() && c.get(&3).is_none());
     }
 }

@@ -67,11 +67,13 @@ impl TestRequest {
 }
 
 /// Bytes the process's allocator holds now (glibc's count: what it handed out, chunk headers
-/// included, the crypto library's own allocations too). Meaningful in a test run
-/// [`alone`], where no other test's thread allocates meanwhile.
+/// included, the crypto library's own allocations too, and the large blocks it maps on their
+/// own, a cache's arrays among them). Meaningful in a test run [`alone`], where no other test's
+/// thread allocates meanwhile.
 pub(crate) fn held() -> i64 {
     // SAFETY: mallinfo2 reads the allocator's counters; it takes no arguments.
-    unsafe { libc::mallinfo2() }.uordblks as i64
+    let m = unsafe { libc::mallinfo2() };
+    (m.uordblks + m.hblkhd) as i64
 }
 
 /// Bytes the process keeps per call of `add` (for `i` in `range`), after `settle` on both

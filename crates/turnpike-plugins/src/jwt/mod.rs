@@ -33,12 +33,13 @@ pub fn state(store: Arc<crate::credentials::Store>) -> State {
 }
 
 /// Bytes of a cached secret, as `a_cached_secret_weighs_what_it_takes` measures them (glibc's
-/// count, the crypto library's own allocations included): HS256 1,348; RS256 with a 2048-bit
-/// key 2,350 (its parsed public key). Both were counted at 512 bytes.
+/// count, the crypto library's own allocations included): HS256 1,055; RS256 with a 2048-bit
+/// key 2,053 (its parsed public key). (1,348 and 2,350 in moka; both were first counted at
+/// 512 bytes.)
 fn secret_weight(s: &Arc<Secret>) -> u32 {
     match s.plain {
-        Some(token::Key::Public(_)) => 2_688,
-        _ => 1_536,
+        Some(token::Key::Public(_)) => 2_240,
+        _ => 1_152,
     }
 }
 
@@ -418,6 +419,7 @@ mod tests {
         if !crate::testing::alone("jwt::tests::a_cached_secret_weighs_what_it_takes") {
             return;
         }
+        let mut wrong = Vec::new();
         for prefix in ["hs", "rs"] {
             let store = Arc::new(crate::credentials::Store::default());
             store.install(
@@ -448,11 +450,13 @@ mod tests {
             let each = (crate::testing::held() - before) as f64 / 20_000.0;
             let e = state.get(key_of(prefix, 1_000).as_str()).unwrap();
             let weight = f64::from(secret_weight(e.value.as_ref().unwrap()));
-            assert!(
-                weight >= each && weight <= each * 1.25,
-                "{prefix}: a cached secret takes {each:.0} bytes, counted at {weight}"
-            );
+            if !(weight >= each && weight <= each * 1.25) {
+                wrong.push(format!(
+                    "{prefix}: a cached secret takes {each:.0} bytes, counted at {weight}"
+                ));
+            }
         }
+        assert!(wrong.is_empty(), "{wrong:?}");
     }
 
     #[test]

@@ -34,10 +34,36 @@ pub struct Token {
     /// The service it was issued for; `None`: any (only with `global_credentials`). Shared
     /// by the tokens of a service.
     service_id: Option<Arc<str>>,
-    created_at: u64,
-    expires_in: u64,
-    scope: Option<HeaderValue>,
-    userid: Option<HeaderValue>,
+    /// When it stops working (seconds since the epoch: `created_at + expires_in`);
+    /// `u64::MAX`: never (`expires_in` 0).
+    expires_at: u64,
+    /// `X-Authenticated-Scope`'s bytes then `X-Authenticated-Userid`'s, in one allocation
+    /// that every request's header values share (two `HeaderValue`s took 48 more bytes a
+    /// token, a million of them in a full cache).
+    headers: bytes::Bytes,
+    scope_len: u32,
+    /// Which of the two the token has: [`SCOPE`], [`USERID`].
+    present: u8,
+}
+
+const SCOPE: u8 = 1;
+const USERID: u8 = 2;
+
+impl Token {
+    /// The token's scope and user id as header values (`None`: the token has none).
+    fn header_values(&self) -> [Option<HeaderValue>; 2] {
+        let at = self.scope_len as usize;
+        let value = |bit: u8, range: (std::ops::Bound<usize>, std::ops::Bound<usize>)| {
+            (self.present & bit != 0)
+                .then(|| HeaderValue::from_maybe_shared(self.headers.slice(range)).ok())
+                .flatten()
+        };
+        use std::ops::Bound::{Excluded, Included, Unbounded};
+        [
+            value(SCOPE, (Unbounded, Excluded(at))),
+            value(USERID, (Included(at), Unbounded)),
+        ]
+    }
 }
 
 /// oauth2's part of the node's [`crate::Runtime`]: tokens found in the store, by access token,
@@ -48,12 +74,17 @@ pub struct State {
     identities: moka::sync::Cache<String, Arc<Identity>>,
 }
 
-/// Bytes of a cached token, as `a_cached_token_weighs_what_it_takes` measures them (823 by
+/// Bytes of a cached token, as `a_cached_token_weighs_what_it_takes` measures them (500 by
 /// glibc's count, with room for other allocators' size classes): the key (an access token),
-/// its entry, the `Token` with its header values, the index by row, the cache's bookkeeping.
-/// It was counted at 224 while it took ~3.6 times that: a node's 128m `mem_cache_size` held
-/// about 550 MB of tokens.
-const TOKEN_WEIGHT: u32 = 896;
+/// its entry, the `Token` with its header values, the index by row, the cache's bookkeeping
+/// (its arrays' growth headroom included). 823 in moka, with the row id as text and the
+/// header values apart; first counted at 224 while it took ~3.6 times that: a node's 128m
+/// `mem_cache_size` then held about 550 MB of tokens.
+const TOKEN_WEIGHT: u32 = 544;
+
+/// Bytes of a remembered unknown token (`a_cached_miss_weighs_what_it_takes`: 225; its key is
+/// also what a write of it invalidates).
+const MISS_WEIGHT: u32 = 248;
 
 impl State {
     pub fn new(store: Arc<crate::credentials::Store>) -> State {
@@ -64,6 +95,7 @@ impl State {
                 "access_token",
                 TOKEN_WEIGHT,
             )
+            .missing_weighs(MISS_WEIGHT)
             .indexed_by_row(),
             identities: moka::sync::Cache::builder()
                 .max_capacity(10_000)
@@ -207,18 +239,16 @@ impl Token {
         let app_id = str_of(app.get("id"))?;
         // Both header values in one allocation, which their clones (one a request) share: as
         // two values, each took a second allocation at its first clone.
-        let scope = f.fields.get("scope").and_then(Value::as_str).unwrap_or("");
-        let userid = f
-            .fields
-            .get("authenticated_userid")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let both = bytes::Bytes::from_owner(format!("{scope}{userid}"));
-        let header = |present: bool, at: std::ops::Range<usize>| {
-            present
-                .then(|| HeaderValue::from_maybe_shared(both.slice(at)).ok())
-                .flatten()
+        let valid = |field: &str| {
+            f.fields
+                .get(field)
+                .and_then(Value::as_str)
+                .filter(|v| HeaderValue::from_str(v).is_ok())
         };
+        let (scope, userid) = (valid("scope"), valid("authenticated_userid"));
+        let present = u8::from(scope.is_some()) * SCOPE + u8::from(userid.is_some()) * USERID;
+        let (scope, userid) = (scope.unwrap_or(""), userid.unwrap_or(""));
+        let headers = bytes::Bytes::from_owner(format!("{scope}{userid}"));
         let who = identities.get_with(app_id.clone(), || {
             Arc::new(
                 Identity::new(
@@ -238,22 +268,16 @@ impl Token {
                 .and_then(|s| s.get("id"))
                 .and_then(Value::as_str)
                 .map(|id| state.tokens.shared_id(id)),
-            created_at: f.fields.get("created_at")?.as_u64()?,
-            expires_in: f
-                .fields
-                .get("expires_in")
-                .and_then(|v| v.as_u64())
-                .unwrap_or(0),
-            scope: header(
-                f.fields.get("scope").is_some_and(Value::is_string),
-                0..scope.len(),
-            ),
-            userid: header(
-                f.fields
-                    .get("authenticated_userid")
-                    .is_some_and(Value::is_string),
-                scope.len()..scope.len() + userid.len(),
-            ),
+            expires_at: match f.fields.get("expires_in").and_then(Value::as_u64) {
+                Some(ttl) if ttl > 0 => f.fields.get("created_at")?.as_u64()?.saturating_add(ttl),
+                _ => {
+                    f.fields.get("created_at")?.as_u64()?;
+                    u64::MAX
+                }
+            },
+            headers,
+            scope_len: u32::try_from(scope.len()).ok()?,
+            present,
         }))
     }
 }
@@ -292,16 +316,16 @@ impl Configured {
         if !for_service {
             return self.fail(req, false);
         }
-        if t.expires_in > 0 && crate::clock::now_secs().saturating_sub(t.created_at) > t.expires_in
-        {
+        if crate::clock::now_secs() > t.expires_at {
             return self.fail(req, false);
         }
+        let [scope, userid] = t.header_values();
         for (name, value) in [
-            (&X_AUTHENTICATED_SCOPE, &t.scope),
-            (&X_AUTHENTICATED_USERID, &t.userid),
+            (&X_AUTHENTICATED_SCOPE, scope),
+            (&X_AUTHENTICATED_USERID, userid),
         ] {
             match value {
-                Some(v) => req.headers.insert(name.clone(), v.clone()),
+                Some(v) => req.headers.insert(name.clone(), v),
                 None => req.headers.remove(name),
             };
         }
@@ -479,7 +503,15 @@ mod tests {
                     unreachable!()
                 };
                 Ok(Some(Found {
-                    id: format!("{:0>36}", &value[..16]),
+                    // A UUID, as the store draws them.
+                    id: format!(
+                        "{}-{}-{}-{}-{}",
+                        &value[..8],
+                        &value[8..12],
+                        &value[12..16],
+                        &value[16..20],
+                        &value[20..32]
+                    ),
                     fields,
                     consumer_id: "5d0e3b1a-2c4f-4e6d-8b9a-0f1e2d3c4b5a".into(),
                     username: Some("owner".into()),
@@ -524,7 +556,7 @@ mod tests {
             // As a request through it does: its header values go to the upstream request (a
             // clone of each; the first clone of a value shares its bytes, which takes memory).
             let t = state.tokens.get(&*key).unwrap().value.unwrap();
-            let _sent = (t.scope.clone(), t.userid.clone());
+            let _sent = t.header_values();
         };
         // The first entries make the cache's fixed parts.
         for i in 0..1_000 {
@@ -576,7 +608,7 @@ mod tests {
             state.tokens.len();
         });
         assert_eq!(state.tokens.len(), 51_000);
-        let weight = f64::from(crate::credentials::MISS_WEIGHT);
+        let weight = f64::from(MISS_WEIGHT);
         assert!(
             weight >= each && weight <= each * 1.25,
             "a cached miss takes {each:.0} bytes, counted at {weight}"
