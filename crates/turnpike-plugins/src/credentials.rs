@@ -432,10 +432,12 @@ where
                 .map_or(16 << 20, |i| i.settings.max_bytes)
                 .max(1 << 20);
             let options = quick_cache::OptionsBuilder::new()
-                .estimated_items_capacity(
-                    (max / u64::from(self.miss_weight.min(self.weight))) as usize,
-                )
+                .estimated_items_capacity((max / u64::from(self.weight)) as usize)
                 .weight_capacity(max)
+                // Evicted keys remembered (a key asked for again soon after its eviction is
+                // let in as hot): a quarter of the entries, where quick_cache's default half
+                // took ~60 bytes a token of a full cache, each in an entry's slot.
+                .ghost_allocation(0.25)
                 .build()
                 .expect("cache options");
             let weigher = Weigher {

@@ -76,6 +76,21 @@ pub(crate) fn held() -> i64 {
     (m.uordblks + m.hblkhd) as i64
 }
 
+/// The process's resident memory, once the allocator has handed back what it keeps free:
+/// what the system counts against it. Meaningful in a test run [`alone`].
+pub(crate) fn resident() -> i64 {
+    // SAFETY: malloc_trim takes an integer and touches no memory of ours.
+    unsafe { libc::malloc_trim(0) };
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: i64 = statm
+        .split(' ')
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf takes an integer.
+    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as i64
+}
+
 /// Bytes the process keeps per call of `add` (for `i` in `range`), after `settle` on both
 /// sides (a cache's pending bookkeeping). Run it [`alone`].
 pub(crate) fn bytes_each(
