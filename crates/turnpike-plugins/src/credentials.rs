@@ -179,8 +179,8 @@ pub struct Entry<V> {
 /// Bytes of a cached credential, unless its cache says otherwise: the key presented, its
 /// stored form, the credential's identity, the cache's own bookkeeping (its arrays' growth
 /// headroom included). key-auth's take 632 (`a_cached_key_weighs_what_it_takes`, glibc's
-/// count; 973 in moka, first counted at 512). basic-auth's and hmac-auth's entries are built
-/// alike but not measured.
+/// count; 973 in moka, first counted at 512). basic-auth, hmac-auth, jwt and oauth2 count
+/// their own, measured alike.
 pub const DEFAULT_WEIGHT: u32 = 704;
 
 /// Bytes of a cached miss (a key that no credential has), unless its cache says otherwise

@@ -134,3 +134,68 @@ pub(crate) fn alone(name: &str) -> bool {
     );
     false
 }
+
+/// A store whose every look-up finds a credential of a consumer of its own (as a site's
+/// credentials are): `fields(value)` as the row's fields, UUIDs as ids. Values end in 12 hex
+/// digits, which make the ids.
+pub(crate) struct Rows(pub fn(&str) -> serde_json::Map<String, serde_json::Value>);
+
+impl crate::credentials::CredentialSource for Rows {
+    fn find(&self, _: &'static str, _: &'static str, value: String) -> crate::credentials::Lookup {
+        let fields = (self.0)(&value);
+        Box::pin(async move {
+            let n = &value[value.len() - 12..];
+            Ok(Some(crate::credentials::Found {
+                id: format!("0b5c8a3e-5d6f-4a8b-9c0d-{n}"),
+                fields,
+                consumer_id: format!("5d0e3b1a-2c4f-4e6d-8b9a-{n}"),
+                username: Some(format!("consumer-{n}")),
+                custom_id: None,
+            }))
+        })
+    }
+    fn write(&self, _: crate::credentials::Write) -> crate::credentials::Written {
+        Box::pin(async { Ok(None) })
+    }
+}
+
+/// A credential store of [`Rows`], for a cache with room for anything.
+pub(crate) fn rows(
+    fields: fn(&str) -> serde_json::Map<String, serde_json::Value>,
+) -> Arc<crate::credentials::Store> {
+    let store = Arc::new(crate::credentials::Store::default());
+    store.install(
+        Arc::new(Rows(fields)),
+        crate::credentials::CacheSettings {
+            ttl: None,
+            neg_ttl: None,
+            max_bytes: 1 << 40,
+        },
+    );
+    store
+}
+
+/// Bytes a found credential takes in `cache` (loaded by `load(value)` for values of 32 hex
+/// digits): 50,000 loaded after 1,000, as [`bytes_each`] counts them. Run it [`alone`].
+pub(crate) fn found_bytes_each<K, V>(
+    cache: &crate::credentials::Cache<K, V>,
+    load: impl Fn(String),
+) -> f64
+where
+    K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    let value = |i: u64| format!("{:032x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    for i in 0..1_000 {
+        load(value(i));
+    }
+    let each = bytes_each(
+        1_000..51_000,
+        |i| load(value(i)),
+        || {
+            cache.len();
+        },
+    );
+    assert_eq!(cache.len(), 51_000);
+    each
+}

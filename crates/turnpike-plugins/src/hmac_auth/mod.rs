@@ -31,8 +31,12 @@ pub type State = crate::credentials::Cache<Box<str>, Arc<Credential>>;
 
 /// The node's cache of this plugin's credentials.
 pub fn state(store: Arc<crate::credentials::Store>) -> State {
-    crate::credentials::Cache::new(store, daos::TABLE, "username")
+    crate::credentials::Cache::weighing(store, daos::TABLE, "username", CREDENTIAL_WEIGHT)
 }
+
+/// Bytes of a cached credential (`a_cached_credential_weighs_what_it_takes`, glibc's count: 728
+/// with a 32-character secret). They were counted at the default weight, 704.
+const CREDENTIAL_WEIGHT: u32 = 800;
 
 enum Credentials {
     Snapshot(Arc<CredentialIndex>),
@@ -354,15 +358,7 @@ impl Handler for Authenticator {
                     let name = p.username().to_string();
                     let (outcome, query) = state
                         .load(name.as_str().into(), name.clone(), name, |f| {
-                            Credential::from_fields(&f.fields, || {
-                                Identity::new(
-                                    &f.consumer_id,
-                                    f.username.as_deref(),
-                                    f.custom_id.as_deref(),
-                                    Some(&f.id),
-                                )
-                                .identified_by(p.username())
-                            })
+                            credential_of(f, p.username())
                         })
                         .await;
                     let resume: crate::Resume = Box::new(move |req| {
@@ -380,9 +376,51 @@ impl Handler for Authenticator {
     }
 }
 
+/// What a credential found in the store (by `username`) is cached as.
+fn credential_of(f: &crate::credentials::Found, username: &str) -> Option<Arc<Credential>> {
+    Credential::from_fields(&f.fields, || {
+        Identity::new(
+            &f.consumer_id,
+            f.username.as_deref(),
+            f.custom_id.as_deref(),
+            Some(&f.id),
+        )
+        .identified_by(username)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a cached credential costs (its username, its secret, its consumer's identity, the
+    /// cache's bookkeeping), against the weight it is counted at.
+    #[test]
+    fn a_cached_credential_weighs_what_it_takes() {
+        if !crate::testing::alone("hmac_auth::tests::a_cached_credential_weighs_what_it_takes") {
+            return;
+        }
+        let cache = state(crate::testing::rows(|v| {
+            // A secret as Kong draws one: 32 characters.
+            serde_json::json!({"username": v, "secret": "dGhpcyBpcyBhIHNlY3JldCBvZiAzMmI"})
+                .as_object()
+                .cloned()
+                .unwrap()
+        }));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let each = crate::testing::found_bytes_each(&cache, |v| {
+            rt.block_on(cache.load(v.as_str().into(), v.clone(), v.clone(), |f| {
+                credential_of(f, &v)
+            }));
+        });
+        let weight = f64::from(CREDENTIAL_WEIGHT);
+        assert!(
+            weight >= each && weight <= each * 1.25,
+            "a cached credential takes {each:.0} bytes, counted at {weight}"
+        );
+    }
 
     #[test]
     fn digests_as_kong_computes_them() {
