@@ -176,9 +176,10 @@ pub(crate) fn rows(
 }
 
 /// Bytes a found credential takes in `cache` (loaded by `load(value)` for values of 32 hex
-/// digits): 50,000 loaded after 1,000, as [`bytes_each`] counts them. Run it [`alone`].
+/// digits): `n` loaded after 1,000, as [`bytes_each`] counts them. Run it [`alone`].
 pub(crate) fn found_bytes_each<K, V>(
     cache: &crate::credentials::Cache<K, V>,
+    n: u64,
     load: impl Fn(String),
 ) -> f64
 where
@@ -190,12 +191,12 @@ where
         load(value(i));
     }
     let each = bytes_each(
-        1_000..51_000,
+        1_000..1_000 + n,
         |i| load(value(i)),
         || {
             cache.len();
         },
     );
-    assert_eq!(cache.len(), 51_000);
+    assert_eq!(cache.len(), 1_000 + n);
     each
 }

@@ -354,7 +354,7 @@ mod tests {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .build()
                 .unwrap();
-            let each = crate::testing::found_bytes_each(&state.stored, |v| {
+            let each = crate::testing::found_bytes_each(&state.stored, 50_000, |v| {
                 rt.block_on(state.stored.load(v.clone(), v.clone(), v, credential_of));
             });
             let weight = f64::from(CREDENTIAL_WEIGHT);

@@ -410,7 +410,7 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        let each = crate::testing::found_bytes_each(&cache, |v| {
+        let each = crate::testing::found_bytes_each(&cache, 50_000, |v| {
             rt.block_on(cache.load(v.as_str().into(), v.clone(), v.clone(), |f| {
                 credential_of(f, &v)
             }));

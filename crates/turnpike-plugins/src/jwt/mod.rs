@@ -32,13 +32,21 @@ pub fn state(store: Arc<crate::credentials::Store>) -> State {
     crate::credentials::Cache::new(store, daos::TABLE, "key").weighed_by(secret_weight)
 }
 
-/// Bytes of a cached secret, as `a_cached_secret_weighs_what_it_takes` measures them (glibc's
-/// count, the crypto library's own allocations included): HS256 1,055; RS256 with a 2048-bit
-/// key 2,053 (its parsed public key). (1,348 and 2,350 in moka; both were first counted at
-/// 512 bytes.)
+/// Bytes of a cached secret once used, as `a_cached_secret_weighs_what_it_takes` measures them
+/// (glibc's count, the crypto library's own allocations included): HS256 1,055; RSA 2,970
+/// with a 2048-bit key and 4,245 with a 4096-bit one (the parsed key, and the Montgomery
+/// set-up its first check leaves with it: ~5 bytes a byte of the key's DER); EC keys
+/// 1,491-1,557 by curve; Ed25519 1,219. RSA keys were counted at 2,240 whatever their size
+/// (moka's entries; first at 512), EC and Ed25519 keys at 2,240 too.
 fn secret_weight(s: &Arc<Secret>) -> u32 {
-    match s.plain {
-        Some(token::Key::Public(_)) => 2_240,
+    use token::Alg::*;
+    match (&s.plain, s.alg) {
+        (Some(token::Key::Public(k)), RS256 | RS384 | RS512 | PS256 | PS384 | PS512) => {
+            let der = u32::try_from(k.as_ref().len()).unwrap_or(u32::MAX / 8);
+            1_640u32.saturating_add(der.saturating_mul(5))
+        }
+        (Some(token::Key::Public(_)), EdDSA) => 1_344,
+        (Some(token::Key::Public(_)), _) => 1_664,
         _ => 1_152,
     }
 }
@@ -373,90 +381,133 @@ impl Handler for Authenticator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::credentials::{CacheSettings, CredentialSource, Found, Lookup, Write, Written};
     use serde_json::json;
 
     /// A 2048-bit RSA public key (made with `openssl genrsa 2048 | openssl rsa -pubout`).
     const RSA_PUBLIC: &str = "-----BEGIN PUBLIC KEY-----\nMIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEAnndmCKsaKKDug3dzFNPx\nd/3xHN4IWknyJes82VtYcduCOHuL29If40npXnaYefaXF3NzuYUM4DpZVQVPp2WM\nj4OaV/BEwk3Yn3+s+t8nz9C6pmNiWlGgQBpS8ys5QbkyQj2i2YLLdEvQS8qVS4eU\nD5wukOan0V1rTljvt7AsZw2xa30QihPMsDy+s//NOV1Nr8bfx2OtqA4D9ieTpHJT\n63B9FieOi7xZNpLfdTIDDcFD2iD7PIicqOKu7L96ShkWIU9QJ5rKkfJtQ6t73Hfj\nfcqBRexC/s0VldiyqvEcB21gmEhb8vU8UBcZd2MyyPeH3zRQvscp5kOwjAzLfx42\nCwIDAQAB\n-----END PUBLIC KEY-----\n";
 
-    /// Secrets of consumers of their own: `rs-*` RS256 with the key above, others HS256.
-    struct Secrets;
+    /// Public keys of the other kinds (`openssl ecparam -name prime256v1|secp384r1|secp521r1
+    /// -genkey | openssl ec -pubout`, `openssl genpkey -algorithm ed25519 | openssl pkey
+    /// -pubout`, `openssl genrsa 4096 | openssl rsa -pubout`).
+    const ES256_PUBLIC: &str = "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEH7IWKuvDJ5ASpvXCvH2F4QgL0wXk\n+dO9/rBkG+kP3rAmIXA5tI6zVtuzSFxaTw8BQuW45w4bUaBw/yDKaptiHw==\n-----END PUBLIC KEY-----\n";
+    const ES384_PUBLIC: &str = "-----BEGIN PUBLIC KEY-----\nMHYwEAYHKoZIzj0CAQYFK4EEACIDYgAE3p4iBX7cKybm4Ow59e8IClDefR5QgUKa\nSruVTaq2/vKSx7D96R/fiV4GzmSVAq4y73chxVuVY2S64F5YGiKxxadHIxv5/ECr\no5eC7C7XnTzVLvCReuFZKUXJsLv0j3F6\n-----END PUBLIC KEY-----\n";
+    const ES512_PUBLIC: &str = "-----BEGIN PUBLIC KEY-----\nMIGbMBAGByqGSM49AgEGBSuBBAAjA4GGAAQB2SwnDVuk0AsIFFoV51+0ctRj7dPM\nE0WNaSfFu6LLc8X87Ieo8lMH+pm9kjSUHgHb023s3FEGCBVjst7dPAEbtbIAgIMU\nCDmKTjhKchLCAZXDNYYrG031UWlJpU+0bjIIl7h5t7gTC1DKxC0xZK4aiQr9lAh7\nCf2IiEiqfhQE8deS7d8=\n-----END PUBLIC KEY-----\n";
+    const EDDSA_PUBLIC: &str = "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEAP0Qy2AVRc1c+RTb5BWJOqe3nnK6hwIjTtOu2E6tPI+4=\n-----END PUBLIC KEY-----\n";
+    const RSA_4096_PUBLIC: &str = "-----BEGIN PUBLIC KEY-----\nMIICIjANBgkqhkiG9w0BAQEFAAOCAg8AMIICCgKCAgEArrkoq1PdUgvOqp9TCfUR\ns5XAEF8u7wvk1h2z9B/51ff4oiqZ79a5IeITIrMvCJCDk1ixcD1UnJLJXpclrCVb\n0qrrerg5Wc2tKUsHZKlxwHcvg+22/53WzvxyRt6snQQvHbs46wVAJ65GOjyG5ICn\nxtueuKanDyyrjLNvesNyCFDgd3LUtITmZJYU1FWA+2hBgKJ695d7eNbINyJerYuA\nLYyoLNQ0VVUKPwBZsTNmTTX3Tj4sgKeYjmJiMNwNkGqcC0qiXJNXabNRPifFKlML\nWA1fiiaggz5FwCV40ynmej147FBvXHiCmIQCR8U2TEIjLvtgD7CfvWczt24DsxYS\nH+Pg4o2bAm4qgyAYLMP2BaYdLnRHAJe/PUQoJD/sphsUD4XiPAQXUezqQPkjiBHK\nzgugupCRtyTlVTWwPyW5NJXg95CwXc9nRDePnPBhoIJ3taT5v4ox/QjypKJcGl0I\nAAzZWtGJ2eecntVldEKIWE2OQhpCWtmgJX4n4LC4oo/AOv3nUeXepSvUQ6M/QLB0\ncX3v6BXJgRtBc88jLEW7ckq+arP72OYnTkdhi7uxhv2WJQGmCyvOfYQ5xHEXawSs\ngocnmZPQ85oKUw0WfThCfyJUJwdxfJJZ+bK8IIZnn9N67bBy2urk5maFJGYpI8SE\nAImakGRDl3V6OHQAjRlDBN8CAwEAAQ==\n-----END PUBLIC KEY-----\n";
 
-    impl CredentialSource for Secrets {
-        fn find(&self, _: &'static str, _: &'static str, value: String) -> Lookup {
-            Box::pin(async move {
-                let n = value[value.len() - 12..].to_string();
-                let fields = if value.starts_with("rs-") {
-                    json!({"key": value, "algorithm": "RS256", "rsa_public_key": RSA_PUBLIC})
-                } else {
-                    json!({"key": value, "algorithm": "HS256", "secret": format!("{n:0>32}")})
-                };
-                let Value::Object(fields) = fields else {
-                    unreachable!()
-                };
-                Ok(Some(Found {
-                    id: format!("0b5c8a3e-5d6f-4a8b-9c0d-{n}"),
-                    fields,
-                    consumer_id: format!("5d0e3b1a-2c4f-4e6d-8b9a-{n}"),
-                    username: Some(format!("consumer-{n}")),
-                    custom_id: None,
-                }))
-            })
-        }
-        fn write(&self, _: Write) -> Written {
-            Box::pin(async { Ok(None) })
-        }
-    }
-
-    fn key_of(prefix: &str, i: u64) -> String {
-        format!("{prefix}-{:032x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
-    }
-
-    /// What a cached jwt secret costs (HS256, and RS256 with its parsed public key), against
-    /// the weight it is counted at.
+    /// What a cached jwt secret costs, of every kind (an HMAC secret; RSA keys of 2048 and
+    /// 4096 bits; EC keys of the three curves; Ed25519), each used once as a request would
+    /// (an RSA key keeps its Montgomery set-up from its first check on), against the weight
+    /// it is counted at.
     #[test]
     fn a_cached_secret_weighs_what_it_takes() {
         if !crate::testing::alone("jwt::tests::a_cached_secret_weighs_what_it_takes") {
             return;
         }
         let mut wrong = Vec::new();
-        for prefix in ["hs", "rs"] {
-            let store = Arc::new(crate::credentials::Store::default());
-            store.install(
-                Arc::new(Secrets),
-                CacheSettings {
-                    ttl: None,
-                    neg_ttl: None,
-                    max_bytes: 1 << 40,
+        type Fields = fn(&str) -> serde_json::Map<String, Value>;
+        let kinds: [(&str, Fields, usize); 7] = [
+            (
+                "HS256",
+                |v| {
+                    let secret = format!("{:0>32}", &v[v.len() - 12..]);
+                    json!({"key": v, "algorithm": "HS256", "secret": secret})
+                        .as_object()
+                        .cloned()
+                        .unwrap()
                 },
-            );
-            let state = state(store);
+                32,
+            ),
+            (
+                "RS256",
+                |v| {
+                    json!({"key": v, "algorithm": "RS256", "rsa_public_key": RSA_PUBLIC})
+                        .as_object()
+                        .cloned()
+                        .unwrap()
+                },
+                256,
+            ),
+            (
+                "RS256 4096",
+                |v| {
+                    json!({"key": v, "algorithm": "RS256", "rsa_public_key": RSA_4096_PUBLIC})
+                        .as_object()
+                        .cloned()
+                        .unwrap()
+                },
+                512,
+            ),
+            (
+                "ES256",
+                |v| {
+                    json!({"key": v, "algorithm": "ES256", "rsa_public_key": ES256_PUBLIC})
+                        .as_object()
+                        .cloned()
+                        .unwrap()
+                },
+                64,
+            ),
+            (
+                "ES384",
+                |v| {
+                    json!({"key": v, "algorithm": "ES384", "rsa_public_key": ES384_PUBLIC})
+                        .as_object()
+                        .cloned()
+                        .unwrap()
+                },
+                96,
+            ),
+            (
+                "ES512",
+                |v| {
+                    json!({"key": v, "algorithm": "ES512", "rsa_public_key": ES512_PUBLIC})
+                        .as_object()
+                        .cloned()
+                        .unwrap()
+                },
+                132,
+            ),
+            (
+                "EdDSA",
+                |v| {
+                    json!({"key": v, "algorithm": "EdDSA", "rsa_public_key": EDDSA_PUBLIC})
+                        .as_object()
+                        .cloned()
+                        .unwrap()
+                },
+                64,
+            ),
+        ];
+        for (kind, fields, sig_len) in kinds {
+            let cache = state(crate::testing::rows(fields));
             let rt = tokio::runtime::Builder::new_current_thread()
                 .build()
                 .unwrap();
-            let load = |i: u64| {
-                let key = key_of(prefix, i);
-                rt.block_on(state.load(key.as_str().into(), key.clone(), key, secret_of));
-            };
-            for i in 0..1_000 {
-                load(i);
-            }
-            state.len();
-            let before = crate::testing::held();
-            for i in 1_000..21_000 {
-                load(i);
-            }
-            assert_eq!(state.len(), 21_000);
-            let each = (crate::testing::held() - before) as f64 / 20_000.0;
-            let e = state.get(key_of(prefix, 1_000).as_str()).unwrap();
+            // A signature of the right length that does not verify.
+            let sig = vec![1u8; sig_len];
+            let each = crate::testing::found_bytes_each(&cache, 20_000, |v| {
+                let (found, _) =
+                    rt.block_on(cache.load(v.as_str().into(), v.clone(), v, secret_of));
+                let crate::credentials::Outcome::Found(s) = found else {
+                    panic!("{kind}: no secret")
+                };
+                assert!(!s.plain.as_ref().unwrap().verify(b"header.claims", &sig));
+            });
+            let e = cache.get(cache_key_of_first()).unwrap();
             let weight = f64::from(secret_weight(e.value.as_ref().unwrap()));
             if !(weight >= each && weight <= each * 1.25) {
                 wrong.push(format!(
-                    "{prefix}: a cached secret takes {each:.0} bytes, counted at {weight}"
+                    "{kind}: a cached secret takes {each:.0} bytes, counted at {weight}"
                 ));
             }
         }
         assert!(wrong.is_empty(), "{wrong:?}");
+    }
+
+    /// The key of the first secret [`crate::testing::found_bytes_each`] loads.
+    fn cache_key_of_first() -> &'static str {
+        "00000000000000000000000000000000"
     }
 
     #[test]
