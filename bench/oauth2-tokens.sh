@@ -210,7 +210,7 @@ wait $!
 settle
 c1=$(idx_scans)
 echo "index_reads $((c1 - c0))" >> "$OUT/calibration.writer"
-# Warm-up until the token cache is full (~150k tokens of 896 bytes in the default 128m
+# Warm-up until the token cache is full (~220k tokens of 608 bytes in the default 128m
 # mem_cache_size), so that each run sees the same hit ratio rather than a rising one.
 taskset -c "$LOAD_CPUS" wrk -t1 -c50 -d"$WARM" -s "$WORK/random.lua" http://127.0.0.1:8000/o > /dev/null
 # The node's resident memory with its token cache full (mem_cache_size bounds the cache).
