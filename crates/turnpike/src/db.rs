@@ -300,11 +300,8 @@ struct WorkerPools {
     /// The control plane's store, and the runtime its connections live on: the fallback.
     store: Arc<Store>,
     control: tokio::runtime::Handle,
-    /// Each worker's pool, and its credential look-ups on their way ([`Batches`]).
-    pools: std::sync::Mutex<Vec<WorkerPool>>,
+    pools: std::sync::Mutex<Vec<(std::thread::ThreadId, Arc<Store>)>>,
 }
-
-type WorkerPool = (std::thread::ThreadId, Arc<Store>, Arc<Batches>);
 
 type StoreWork<T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, String>> + Send>>;
 
@@ -317,7 +314,7 @@ impl WorkerPools {
         F: std::future::Future<Output = Result<T, turnpike_store::StoreError>> + Send + 'static,
     {
         match self.here() {
-            Some((own, _)) => {
+            Some(own) => {
                 let work = work(own);
                 Box::pin(async move { work.await.map_err(|e| e.to_string()) })
             }
@@ -332,219 +329,24 @@ impl WorkerPools {
         }
     }
 
-    /// The calling thread's store and look-ups, if it runs a runtime to drive them.
-    fn here(&self) -> Option<(Arc<Store>, Arc<Batches>)> {
+    /// The calling thread's store, if it runs a runtime to drive one.
+    fn here(&self) -> Option<Arc<Store>> {
         tokio::runtime::Handle::try_current().ok()?;
         let thread = std::thread::current();
         let me = thread.id();
         let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, r, b)) = pools.iter().find(|(t, _, _)| *t == me) {
-            return Some((r.clone(), b.clone()));
+        if let Some((_, r)) = pools.iter().find(|(t, _)| *t == me) {
+            return Some(r.clone());
         }
         match self.store.reader(thread.name().unwrap_or("turnpike")) {
             Ok(r) => {
-                let (r, b) = (Arc::new(r), Arc::default());
-                pools.push((me, r.clone(), Arc::clone(&b)));
-                Some((r, b))
+                let r = Arc::new(r);
+                pools.push((me, r.clone()));
+                Some(r)
             }
             Err(e) => {
                 tracing::warn!("no connection pool of this worker's own ({e})");
                 None
-            }
-        }
-    }
-
-    /// A credential by a unique column, on the calling worker's pool: at once when no look-up
-    /// of its kind is on its way from this worker, else with the others that came meanwhile,
-    /// in one statement once that one is back ([`Batches`]).
-    fn find(&self, table: &'static str, field: &'static str, value: String) -> StoreWork<Found> {
-        let Some((store, batches)) = self.here() else {
-            return self.run(move |store| async move {
-                store.find_credential(table, field, &value).await
-            });
-        };
-        if let Some(answer) = batches.join(table, field, &value) {
-            return Box::pin(
-                async move { answer.await.map_err(|_| "look-up dropped".to_string())? },
-            );
-        }
-        let lead = Lead {
-            batches,
-            store: store.clone(),
-            table,
-            field,
-        };
-        Box::pin(async move {
-            let found = store.find_credential(table, field, &value).await;
-            drop(lead);
-            found.map_err(|e| e.to_string())
-        })
-    }
-}
-
-/// A credential row found, with its consumer's.
-type Found = Option<(
-    serde_json::Map<String, serde_json::Value>,
-    serde_json::Map<String, serde_json::Value>,
-)>;
-
-/// A worker's credential look-ups by kind (table and column). One of a kind goes to the store
-/// at once; those that come while it is on its way wait, and go together in one statement
-/// when it is back (up to [`MAX_BATCH`]), and so on. At thousands of cache misses a second
-/// (a million oauth2 tokens, a fifth of them cached), a statement each cost the node and
-/// PostgreSQL a round trip of system calls and wake-ups each; a miss waits at most for the
-/// statement ahead of it.
-#[derive(Default)]
-struct Batches {
-    kinds: std::sync::Mutex<Vec<Kind>>,
-}
-
-/// Look-ups in one statement at most.
-const MAX_BATCH: usize = 100;
-
-struct Kind {
-    table: &'static str,
-    field: &'static str,
-    /// A statement of this kind is on its way.
-    busy: bool,
-    waiting: Waiting,
-}
-
-type Waiting = Vec<(String, tokio::sync::oneshot::Sender<Result<Found, String>>)>;
-
-impl Batches {
-    /// `None`: the caller goes at once (and hands on with a [`Lead`]); else its answer to come.
-    fn join(
-        &self,
-        table: &'static str,
-        field: &'static str,
-        value: &str,
-    ) -> Option<tokio::sync::oneshot::Receiver<Result<Found, String>>> {
-        let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
-        let at = match kinds
-            .iter()
-            .position(|k| k.table == table && k.field == field)
-        {
-            Some(at) => at,
-            None => {
-                kinds.push(Kind {
-                    table,
-                    field,
-                    busy: false,
-                    waiting: Vec::new(),
-                });
-                kinds.len() - 1
-            }
-        };
-        let kind = &mut kinds[at];
-        if !kind.busy {
-            kind.busy = true;
-            return None;
-        }
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        kind.waiting.push((value.to_string(), tx));
-        Some(rx)
-    }
-
-    /// The look-ups that waited (up to [`MAX_BATCH`]) to go next; `None` when none did, and
-    /// the kind is free.
-    fn next(&self, table: &'static str, field: &'static str) -> Option<Waiting> {
-        let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
-        let kind = kinds
-            .iter_mut()
-            .find(|k| k.table == table && k.field == field)?;
-        if kind.waiting.is_empty() {
-            kind.busy = false;
-            return None;
-        }
-        let n = kind.waiting.len().min(MAX_BATCH);
-        Some(kind.waiting.drain(..n).collect())
-    }
-}
-
-/// The look-up on its way: when it ends (answered, or dropped with its request), those that
-/// waited go, in a task of the worker's.
-struct Lead {
-    batches: Arc<Batches>,
-    store: Arc<Store>,
-    table: &'static str,
-    field: &'static str,
-}
-
-impl Drop for Lead {
-    fn drop(&mut self) {
-        let Some(batch) = self.batches.next(self.table, self.field) else {
-            return;
-        };
-        // Outside a runtime (one shutting down), the waiting look-ups get an error: their
-        // senders are dropped with the batch.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            self.batches.release(self.table, self.field);
-            return;
-        };
-        runtime.spawn(drain(
-            self.batches.clone(),
-            self.store.clone(),
-            self.table,
-            self.field,
-            batch,
-        ));
-    }
-}
-
-impl Batches {
-    /// Frees a kind whose waiting look-ups will not be answered.
-    fn release(&self, table: &'static str, field: &'static str) {
-        let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(kind) = kinds
-            .iter_mut()
-            .find(|k| k.table == table && k.field == field)
-        {
-            kind.busy = false;
-            kind.waiting.clear();
-        }
-    }
-}
-
-/// Answers batches of waiting look-ups, one statement each, until none waits.
-async fn drain(
-    batches: Arc<Batches>,
-    store: Arc<Store>,
-    table: &'static str,
-    field: &'static str,
-    mut batch: Waiting,
-) {
-    // Dropped before it is done (its runtime shut down): the kind is freed, so that it is
-    // not left waiting for this task.
-    struct Draining<'a>(&'a Batches, &'static str, &'static str, bool);
-    impl Drop for Draining<'_> {
-        fn drop(&mut self) {
-            if !self.3 {
-                self.0.release(self.1, self.2);
-            }
-        }
-    }
-    let mut draining = Draining(&batches, table, field, false);
-    loop {
-        let values: Vec<&str> = batch.iter().map(|(v, _)| v.as_str()).collect();
-        match store.find_credentials(table, field, &values).await {
-            Ok(found) => {
-                for ((_, answer), found) in batch.drain(..).zip(found) {
-                    let _ = answer.send(Ok(found));
-                }
-            }
-            Err(e) => {
-                let e = e.to_string();
-                for (_, answer) in batch.drain(..) {
-                    let _ = answer.send(Err(e.clone()));
-                }
-            }
-        }
-        match batches.next(table, field) {
-            Some(next) => batch = next,
-            None => {
-                draining.3 = true;
-                return;
             }
         }
     }
@@ -572,7 +374,9 @@ impl turnpike_plugins::credentials::CredentialSource for StoreCredentials {
         field: &'static str,
         value: String,
     ) -> turnpike_plugins::credentials::Lookup {
-        let found = self.pools.find(table, field, value);
+        let found = self
+            .pools
+            .run(move |store| async move { store.find_credential(table, field, &value).await });
         Box::pin(async move {
             let found = found.await?;
             Ok(found.map(|(credential, consumer)| {
@@ -648,46 +452,5 @@ impl turnpike_plugins::rate_limiting::cluster::CounterStore for StoreCounters {
                 .collect();
             store.count_request(&windows).await
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The first look-up of a kind goes at once; those that come meanwhile wait, and go
-    /// together (in arrival order, at most MAX_BATCH at a time) when it is back; once none
-    /// waits, the next look-up goes at once again. Kinds do not wait for each other.
-    #[test]
-    fn look_ups_that_come_while_one_is_on_its_way_wait_and_go_together() {
-        let b = Batches::default();
-        assert!(b.join("keyauth_credentials", "key", "a").is_none());
-        assert!(b.join("oauth2_tokens", "access_token", "t").is_none());
-        let mut answers: Vec<_> = (0..MAX_BATCH + 1)
-            .map(|i| {
-                b.join("keyauth_credentials", "key", &format!("k{i}"))
-                    .unwrap()
-            })
-            .collect();
-        let first = b.next("keyauth_credentials", "key").unwrap();
-        assert_eq!(first.len(), MAX_BATCH);
-        assert_eq!(first[0].0, "k0");
-        let second = b.next("keyauth_credentials", "key").unwrap();
-        assert_eq!(second.len(), 1);
-        assert_eq!(second[0].0, format!("k{MAX_BATCH}"));
-        for (_, answer) in first.into_iter().chain(second) {
-            answer.send(Ok(None)).unwrap();
-        }
-        for a in &mut answers {
-            assert!(matches!(a.try_recv(), Ok(Ok(None))));
-        }
-        // None waits: free, and the next one goes at once.
-        assert!(b.next("keyauth_credentials", "key").is_none());
-        assert!(b.join("keyauth_credentials", "key", "b").is_none());
-        // Freed with look-ups waiting (their runtime is gone): they get an error, not a hang.
-        let mut waiting = b.join("keyauth_credentials", "key", "c").unwrap();
-        b.release("keyauth_credentials", "key");
-        assert!(waiting.try_recv().is_err());
-        assert!(b.join("keyauth_credentials", "key", "d").is_none());
     }
 }

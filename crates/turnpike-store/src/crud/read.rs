@@ -40,22 +40,6 @@ impl Store {
         field: &str,
         value: &str,
     ) -> Result<Option<(Map<String, Value>, Map<String, Value>)>, StoreError> {
-        Ok(self
-            .find_credentials(table, field, &[value])
-            .await?
-            .pop()
-            .flatten())
-    }
-
-    /// Credentials by one of their unique columns, as [`Store::find_credential`] finds one, in
-    /// one round trip for all of `values` (the look-ups of a worker that came while one was on
-    /// its way): the answers in the order of `values`.
-    pub async fn find_credentials(
-        &self,
-        table: &str,
-        field: &str,
-        values: &[&str],
-    ) -> Result<Vec<Option<(Map<String, Value>, Map<String, Value>)>>, StoreError> {
         let spec = self.tables.by_table(table).ok_or(StoreError::NotFound)?;
         if !spec.unique.contains(&field) {
             return Err(StoreError::Database(format!(
@@ -76,7 +60,7 @@ impl Store {
                 })
                 .ok_or_else(|| StoreError::Database(format!("{table} belongs to no consumer")))?,
         };
-        // One round trip: the rows, their parent credentials (if any) and consumers, joined.
+        // One round trip: the row, its parent credential (if any) and the consumer, joined.
         let (parent_col, join) = if via.table == "consumers" {
             ("", format!("JOIN consumers k ON k.id = t.{}", via.column()))
         } else {
@@ -89,53 +73,38 @@ impl Store {
                 ),
             )
         };
-        // Every stored form of every value, with the value it stands for.
-        let forms: Vec<(String, usize)> = values
-            .iter()
-            .enumerate()
-            .flat_map(|(i, v)| {
-                self.plugins
-                    .stored_keys(spec.table, v)
-                    .into_iter()
-                    .map(move |f| (f, i))
-            })
-            .collect();
+        let forms = self.plugins.stored_keys(spec.table, value);
         let marks: Vec<String> = (1..=forms.len()).map(|i| format!("${i}")).collect();
         let sql = format!(
-            "SELECT t.{field}, t.entity, {parent_col}k.entity FROM {} t {join} WHERE t.{field} IN ({})",
+            "SELECT t.entity, {parent_col}k.entity FROM {} t {join} WHERE t.{} IN ({})",
             spec.table,
-            marks.join(", "),
-            field = quote(field),
+            quote(field),
+            marks.join(", ")
         );
         let mut conn = self.direct.get().await?;
-        let rows = forms
-            .iter()
-            .fold(
-                sqlx::query(&sql).persistent(values.len() == 1),
-                |q, (f, _)| q.bind(f.as_str()),
-            )
-            .fetch_all(&mut *conn)
+        let found = forms
+            .into_iter()
+            .fold(sqlx::query(&sql), |q, f| q.bind(f))
+            .fetch_optional(&mut *conn)
             .await;
-        let mut found = vec![None; values.len()];
-        for row in conn.seen(rows)? {
-            let key: String = row.try_get(0)?;
-            let Some(mut credential) = parse_live(&row.try_get::<String, _>(1)?)? else {
-                continue;
+        let Some(row) = conn.seen(found)? else {
+            return Ok(None);
+        };
+        let Some(mut found) = parse_live(&row.try_get::<String, _>(0)?)? else {
+            return Ok(None);
+        };
+        let mut consumer = 1;
+        if via.table != "consumers" {
+            let Some(credential) = parse_live(&row.try_get::<String, _>(1)?)? else {
+                return Ok(None);
             };
-            let mut consumer = 2;
-            if via.table != "consumers" {
-                let Some(parent) = parse_live(&row.try_get::<String, _>(2)?)? else {
-                    continue;
-                };
-                credential.insert(via.field.to_string(), Value::Object(parent));
-                consumer = 3;
-            }
-            let consumer = parse_entity(&row.try_get::<String, _>(consumer)?)?;
-            for (_, i) in forms.iter().filter(|(f, _)| *f == key) {
-                found[*i].get_or_insert_with(|| (credential.clone(), consumer.clone()));
-            }
+            found.insert(via.field.to_string(), Value::Object(credential));
+            consumer = 2;
         }
-        Ok(found)
+        Ok(Some((
+            found,
+            parse_entity(&row.try_get::<String, _>(consumer)?)?,
+        )))
     }
 
     /// A target inside its upstream, by id or by `host:port`.

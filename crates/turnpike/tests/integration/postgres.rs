@@ -366,68 +366,6 @@ async fn a_credential_look_up_is_one_round_trip() {
     );
 }
 
-/// Look-ups that miss the cache while one is on its way go together, in one statement, when
-/// it is back: 200 requests at once, each with a key of its own (40 of them real, the rest
-/// made up), take far fewer than 200 round trips, and each gets its own answer.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_look_ups_go_together_and_each_gets_its_answer() {
-    let up = Upstream::start("together");
-    let pg = Postgres::start();
-    bootstrap(&pg);
-    let tap = SyncTap::start(&pg).await;
-    let port = tap.port.to_string();
-    let a = key_auth_node(
-        &pg,
-        &up,
-        "known",
-        &[
-            ("TURNPIKE_PG_PORT", &port),
-            ("TURNPIKE_NGINX_WORKER_PROCESSES", "1"),
-        ],
-    )
-    .await;
-    for i in 0..40 {
-        let r = a
-            .admin(
-                "POST",
-                "/consumers/ann/key-auth",
-                Some(json!({"key": format!("real-{i}")})),
-            )
-            .await;
-        assert_eq!(r.status, 201, "{:?}", r.body);
-    }
-    let proxy = a.proxy;
-    assert!(
-        eventually(Duration::from_secs(10), async || with_key(proxy, "real-39")
-            .await
-            .status
-            == 200)
-        .await
-    );
-    let before = tap.syncs("turnpike-worker");
-    let asks: Vec<_> = (0..200)
-        .map(|i| {
-            let key = if i % 5 == 0 && i / 5 < 39 {
-                format!("real-{}", i / 5)
-            } else {
-                format!("made-up-{i}")
-            };
-            tokio::spawn(async move { (with_key(proxy, &key).await.status, key) })
-        })
-        .collect();
-    for ask in asks {
-        let (status, key) = ask.await.unwrap();
-        let want = if key.starts_with("real-") { 200 } else { 401 };
-        assert_eq!(status, want, "{key}");
-    }
-    let syncs = tap.syncs("turnpike-worker") - before;
-    assert!(
-        syncs < 100,
-        "200 look-ups at once took {syncs} round trips: {}",
-        a.log_text()
-    );
-}
-
 /// Connections that PostgreSQL dropped (a restart) while they were in constant use are
 /// closed after their first failure, not reused: credential look-ups and one-statement
 /// writes work again once the server is back, and keep working.
