@@ -200,3 +200,26 @@ where
     assert_eq!(cache.len(), 1_000 + n);
     each
 }
+
+/// Fills a cache bounded at `bound` bytes with far more credentials than fit (`load(value)`
+/// for 200,000 values of 32 hex digits) and checks that the process's resident memory grew by
+/// the bound, within a tenth: the entries, the evicted keys the cache remembers, its arrays'
+/// doubling, all of it (`len`: the entries cached, at least `at_least`). Run it [`alone`].
+pub(crate) fn fills_to_its_bound(
+    bound: u64,
+    at_least: u64,
+    len: impl Fn() -> u64,
+    load: impl Fn(String),
+) {
+    let before = resident();
+    for i in 0..200_000u64 {
+        load(format!("{:032x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15)));
+    }
+    let held = (resident() - before) as f64;
+    let cached = len();
+    assert!(cached >= at_least, "{cached} cached");
+    assert!(
+        held <= bound as f64 * 1.1 && held >= bound as f64 * 0.75,
+        "{cached} cached in {held:.0} bytes, bound {bound}"
+    );
+}

@@ -493,6 +493,43 @@ mod tests {
         );
     }
 
+    /// A full cache of keys holds what `mem_cache_size` says, within a tenth, in resident
+    /// memory (see `crate::testing::fills_to_its_bound`).
+    #[test]
+    fn a_full_key_cache_holds_its_bound() {
+        if !crate::testing::alone("key_auth::tests::a_full_key_cache_holds_its_bound") {
+            return;
+        }
+        const BOUND: u64 = 32 << 20;
+        let store = Arc::new(crate::credentials::Store::default());
+        store.install(
+            Arc::new(Keys),
+            CacheSettings {
+                ttl: None,
+                neg_ttl: None,
+                max_bytes: BOUND,
+            },
+        );
+        let state = State::new(store);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        crate::testing::fills_to_its_bound(
+            BOUND,
+            30_000,
+            || state.stored.len(),
+            |key| {
+                let token = stored_form(&key);
+                rt.block_on(state.stored.load(
+                    key.clone().into_boxed_str(),
+                    key,
+                    token,
+                    identity_of,
+                ));
+            },
+        );
+    }
+
     #[test]
     fn query_arguments_are_removed_exactly() {
         assert_eq!(without_arg("a=1&apikey=k&b=2", "apikey"), "a=1&b=2");
