@@ -398,6 +398,20 @@ mod tests {
         }
     }
 
+    /// key-auth's state on a store of [`Keys`], its cache bounded at `max_bytes`.
+    fn keys_state(max_bytes: u64) -> State {
+        let store = Arc::new(crate::credentials::Store::default());
+        store.install(
+            Arc::new(Keys),
+            CacheSettings {
+                ttl: None,
+                neg_ttl: None,
+                max_bytes,
+            },
+        );
+        State::new(store)
+    }
+
     /// What a remembered miss costs here (a made-up key, filed under its digest), against the
     /// weight misses are counted at.
     #[test]
@@ -405,16 +419,7 @@ mod tests {
         if !crate::testing::alone("key_auth::tests::a_cached_miss_weighs_what_it_takes") {
             return;
         }
-        let store = Arc::new(crate::credentials::Store::default());
-        store.install(
-            Arc::new(Keys),
-            CacheSettings {
-                ttl: None,
-                neg_ttl: None,
-                max_bytes: 1 << 40,
-            },
-        );
-        let state = State::new(store);
+        let state = keys_state(1 << 40);
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
@@ -457,16 +462,7 @@ mod tests {
         if !crate::testing::alone("key_auth::tests::a_cached_key_weighs_what_it_takes") {
             return;
         }
-        let store = Arc::new(crate::credentials::Store::default());
-        store.install(
-            Arc::new(Keys),
-            CacheSettings {
-                ttl: None,
-                neg_ttl: None,
-                max_bytes: 1 << 40,
-            },
-        );
-        let state = State::new(store);
+        let state = keys_state(1 << 40);
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
@@ -501,16 +497,7 @@ mod tests {
             return;
         }
         const BOUND: u64 = 32 << 20;
-        let store = Arc::new(crate::credentials::Store::default());
-        store.install(
-            Arc::new(Keys),
-            CacheSettings {
-                ttl: None,
-                neg_ttl: None,
-                max_bytes: BOUND,
-            },
-        );
-        let state = State::new(store);
+        let state = keys_state(BOUND);
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();

@@ -525,6 +525,20 @@ mod tests {
         }
     }
 
+    /// oauth2's state on a store of [`Tokens`], its cache bounded at `max_bytes`.
+    fn tokens_state(max_bytes: u64) -> State {
+        let store = Arc::new(crate::credentials::Store::default());
+        store.install(
+            Arc::new(Tokens),
+            CacheSettings {
+                ttl: None,
+                neg_ttl: None,
+                max_bytes,
+            },
+        );
+        State::new(store)
+    }
+
     /// What a cached token really costs the node (its key, entry, token, the index by row, the
     /// cache's own bookkeeping), against the `TOKEN_WEIGHT` it is counted at towards
     /// `mem_cache_size`: at or above it, so that the bound holds, and not far above.
@@ -535,16 +549,7 @@ mod tests {
         if !crate::testing::alone("oauth2::tests::a_cached_token_weighs_what_it_takes") {
             return;
         }
-        let store = Arc::new(crate::credentials::Store::default());
-        store.install(
-            Arc::new(Tokens),
-            CacheSettings {
-                ttl: None,
-                neg_ttl: None,
-                max_bytes: 1 << 40,
-            },
-        );
-        let state = State::new(store);
+        let state = tokens_state(1 << 40);
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
@@ -584,16 +589,7 @@ mod tests {
             return;
         }
         const BOUND: u64 = 32 << 20;
-        let store = Arc::new(crate::credentials::Store::default());
-        store.install(
-            Arc::new(Tokens),
-            CacheSettings {
-                ttl: None,
-                neg_ttl: None,
-                max_bytes: BOUND,
-            },
-        );
-        let state = State::new(store);
+        let state = tokens_state(BOUND);
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
@@ -619,16 +615,7 @@ mod tests {
         if !crate::testing::alone("oauth2::tests::a_cached_miss_weighs_what_it_takes") {
             return;
         }
-        let store = Arc::new(crate::credentials::Store::default());
-        store.install(
-            Arc::new(Tokens),
-            CacheSettings {
-                ttl: None,
-                neg_ttl: None,
-                max_bytes: 1 << 40,
-            },
-        );
-        let state = State::new(store);
+        let state = tokens_state(1 << 40);
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
