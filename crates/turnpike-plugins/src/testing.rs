@@ -163,13 +163,21 @@ impl crate::credentials::CredentialSource for Rows {
 pub(crate) fn rows(
     fields: fn(&str) -> serde_json::Map<String, serde_json::Value>,
 ) -> Arc<crate::credentials::Store> {
+    store(Arc::new(Rows(fields)), 1 << 40)
+}
+
+/// A credential store on `source`, its caches bounded at `max_bytes`.
+pub(crate) fn store(
+    source: Arc<dyn crate::credentials::CredentialSource>,
+    max_bytes: u64,
+) -> Arc<crate::credentials::Store> {
     let store = Arc::new(crate::credentials::Store::default());
     store.install(
-        Arc::new(Rows(fields)),
+        source,
         crate::credentials::CacheSettings {
             ttl: None,
             neg_ttl: None,
-            max_bytes: 1 << 40,
+            max_bytes,
         },
     );
     store

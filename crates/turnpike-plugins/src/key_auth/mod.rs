@@ -371,7 +371,7 @@ impl Configured {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::credentials::{CacheSettings, CredentialSource, Found, Lookup, Write, Written};
+    use crate::credentials::{CredentialSource, Found, Lookup, Write, Written};
 
     /// Keys of consumers of their own, as stored: a row id and a consumer each.
     struct Keys;
@@ -398,20 +398,6 @@ mod tests {
         }
     }
 
-    /// key-auth's state on a store of [`Keys`], its cache bounded at `max_bytes`.
-    fn keys_state(max_bytes: u64) -> State {
-        let store = Arc::new(crate::credentials::Store::default());
-        store.install(
-            Arc::new(Keys),
-            CacheSettings {
-                ttl: None,
-                neg_ttl: None,
-                max_bytes,
-            },
-        );
-        State::new(store)
-    }
-
     /// What a remembered miss costs here (a made-up key, filed under its digest), against the
     /// weight misses are counted at.
     #[test]
@@ -419,7 +405,7 @@ mod tests {
         if !crate::testing::alone("key_auth::tests::a_cached_miss_weighs_what_it_takes") {
             return;
         }
-        let state = keys_state(1 << 40);
+        let state = State::new(crate::testing::store(Arc::new(Keys), 1 << 40));
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
@@ -462,7 +448,7 @@ mod tests {
         if !crate::testing::alone("key_auth::tests::a_cached_key_weighs_what_it_takes") {
             return;
         }
-        let state = keys_state(1 << 40);
+        let state = State::new(crate::testing::store(Arc::new(Keys), 1 << 40));
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
@@ -497,7 +483,7 @@ mod tests {
             return;
         }
         const BOUND: u64 = 32 << 20;
-        let state = keys_state(BOUND);
+        let state = State::new(crate::testing::store(Arc::new(Keys), BOUND));
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();

@@ -477,7 +477,7 @@ impl Handler for Authenticator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::credentials::{CacheSettings, CredentialSource, Found, Lookup, Write, Written};
+    use crate::credentials::{CredentialSource, Found, Lookup, Write, Written};
 
     /// Tokens as `POST /oauth2_tokens` stores them: 32 hex digits, of one application.
     struct Tokens;
@@ -525,20 +525,6 @@ mod tests {
         }
     }
 
-    /// oauth2's state on a store of [`Tokens`], its cache bounded at `max_bytes`.
-    fn tokens_state(max_bytes: u64) -> State {
-        let store = Arc::new(crate::credentials::Store::default());
-        store.install(
-            Arc::new(Tokens),
-            CacheSettings {
-                ttl: None,
-                neg_ttl: None,
-                max_bytes,
-            },
-        );
-        State::new(store)
-    }
-
     /// What a cached token really costs the node (its key, entry, token, the index by row, the
     /// cache's own bookkeeping), against the `TOKEN_WEIGHT` it is counted at towards
     /// `mem_cache_size`: at or above it, so that the bound holds, and not far above.
@@ -549,7 +535,7 @@ mod tests {
         if !crate::testing::alone("oauth2::tests::a_cached_token_weighs_what_it_takes") {
             return;
         }
-        let state = tokens_state(1 << 40);
+        let state = State::new(crate::testing::store(Arc::new(Tokens), 1 << 40));
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
@@ -589,7 +575,7 @@ mod tests {
             return;
         }
         const BOUND: u64 = 32 << 20;
-        let state = tokens_state(BOUND);
+        let state = State::new(crate::testing::store(Arc::new(Tokens), BOUND));
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
@@ -615,7 +601,7 @@ mod tests {
         if !crate::testing::alone("oauth2::tests::a_cached_miss_weighs_what_it_takes") {
             return;
         }
-        let state = tokens_state(1 << 40);
+        let state = State::new(crate::testing::store(Arc::new(Tokens), 1 << 40));
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
