@@ -245,8 +245,12 @@ type Entries<K, V> =
 /// Bytes of an entry, against `mem_cache_size`.
 #[derive(Clone)]
 struct Weigher<V> {
+    /// Approximate bytes of a found entry (key, value, the map's overhead).
     found: u32,
+    /// A found entry's bytes by its value, where they differ by kind (a jwt secret with a
+    /// parsed public key against an HMAC one); `found` otherwise.
     weigh: Option<fn(&V) -> u32>,
+    /// Approximate bytes of a negative entry.
     missing: u32,
 }
 
@@ -288,14 +292,8 @@ pub struct Cache<K, V> {
     store: Arc<Store>,
     table: &'static str,
     field: &'static str,
-    /// Approximate bytes of a found entry (key, value, the map's overhead), against
-    /// `mem_cache_size`.
-    weight: u32,
-    /// A found entry's bytes by its value, where they differ by kind (a jwt secret with a
-    /// parsed public key against an HMAC one); `weight` otherwise.
-    weigh: Option<fn(&V) -> u32>,
-    /// Approximate bytes of a negative entry.
-    miss_weight: u32,
+    /// Bytes of an entry, against `mem_cache_size`.
+    weigher: Weigher<V>,
     entries: OnceLock<Entries<K, V>>,
     /// Row id -> key of its cached entry, for tables written at a high rate (oauth2 tokens):
     /// a write then drops its entries by key, where a scan of the whole cache per write
@@ -351,9 +349,11 @@ where
             store,
             table,
             field,
-            weight,
-            weigh: None,
-            miss_weight: MISS_WEIGHT,
+            weigher: Weigher {
+                found: weight,
+                weigh: None,
+                missing: MISS_WEIGHT,
+            },
             entries: OnceLock::new(),
             rows: None,
             row_numbers: AtomicU64::new(0),
@@ -408,13 +408,13 @@ where
 
     /// Weighs each found entry by `weigh` (its value's bytes with the entry's own).
     pub fn weighed_by(mut self, weigh: fn(&V) -> u32) -> Self {
-        self.weigh = Some(weigh);
+        self.weigher.weigh = Some(weigh);
         self
     }
 
     /// Counts each negative entry at `weight` bytes (its key's size differs by plugin).
     pub fn missing_weighs(mut self, weight: u32) -> Self {
-        self.miss_weight = weight;
+        self.weigher.missing = weight;
         self
     }
 
@@ -433,7 +433,7 @@ where
                 .map_or(16 << 20, |i| i.settings.max_bytes)
                 .max(1 << 20);
             let options = quick_cache::OptionsBuilder::new()
-                .estimated_items_capacity((max / u64::from(self.weight)) as usize)
+                .estimated_items_capacity((max / u64::from(self.weigher.found)) as usize)
                 .weight_capacity(max)
                 // Evicted keys remembered (a key asked for again soon after its eviction is
                 // let in as hot): a quarter of the entries, where quick_cache's default half
@@ -441,14 +441,9 @@ where
                 .ghost_allocation(0.25)
                 .build()
                 .expect("cache options");
-            let weigher = Weigher {
-                found: self.weight,
-                weigh: self.weigh,
-                missing: self.miss_weight,
-            };
             quick_cache::sync::Cache::with_options(
                 options,
-                weigher,
+                self.weigher.clone(),
                 Default::default(),
                 Unindex(self.rows.clone()),
             )
@@ -462,8 +457,9 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let e = self.entries().get(key)?;
-        let now = self.now();
-        if now >= e.expires {
+        // The clock is read only for an entry that can run out (a key with a `ttl`, a
+        // `db_cache_ttl`): most hits read none.
+        if e.expires != u64::MAX && self.now() >= e.expires {
             return None;
         }
         let ttl = self.store.installed.get().and_then(|i| {
@@ -474,7 +470,7 @@ where
             }
         });
         match ttl {
-            Some(t) if u128::from(now - e.fetched.min(now)) > t.as_millis() => None,
+            Some(t) if u128::from(self.now().saturating_sub(e.fetched)) > t.as_millis() => None,
             _ => Some(e),
         }
     }
