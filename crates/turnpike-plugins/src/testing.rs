@@ -183,45 +183,55 @@ pub(crate) fn store(
     store
 }
 
-/// Bytes a found credential takes in `cache` (loaded by `load(value)` for values of 32 hex
-/// digits): `n` loaded after 1,000, as [`bytes_each`] counts them. Run it [`alone`].
-pub(crate) fn found_bytes_each<K, V>(
+/// The `i`th value the cache tests look up: 32 hex digits, spread over their range.
+pub(crate) fn value_of(i: u64) -> String {
+    format!("{:032x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+}
+
+/// Bytes an entry takes in `cache`: `n` values loaded (`load(prefix + value_of(i))`, awaited)
+/// after 1,000, as [`bytes_each`] counts them. Run it [`alone`].
+pub(crate) fn loaded_bytes_each<K, V, F: std::future::Future>(
     cache: &crate::credentials::Cache<K, V>,
+    prefix: &str,
     n: u64,
-    load: impl Fn(String),
+    load: impl Fn(String) -> F,
 ) -> f64
 where
     K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
-    let value = |i: u64| format!("{:032x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let load = |i: u64| {
+        rt.block_on(load(format!("{prefix}{}", value_of(i))));
+    };
     for i in 0..1_000 {
-        load(value(i));
+        load(i);
     }
-    let each = bytes_each(
-        1_000..1_000 + n,
-        |i| load(value(i)),
-        || {
-            cache.len();
-        },
-    );
+    let each = bytes_each(1_000..1_000 + n, load, || {
+        cache.len();
+    });
     assert_eq!(cache.len(), 1_000 + n);
     each
 }
 
-/// Fills a cache bounded at `bound` bytes with far more credentials than fit (`load(value)`
-/// for 200,000 values of 32 hex digits) and checks that the process's resident memory grew by
-/// the bound, within a tenth: the entries, the evicted keys the cache remembers, its arrays'
+/// Fills a cache bounded at `bound` bytes with far more credentials than fit (`load(value)`,
+/// awaited, for 200,000 values) and checks that the process's resident memory grew by the
+/// bound, within a tenth: the entries, the evicted keys the cache remembers, its arrays'
 /// doubling, all of it (`len`: the entries cached, at least `at_least`). Run it [`alone`].
-pub(crate) fn fills_to_its_bound(
+pub(crate) fn fills_to_its_bound<F: std::future::Future>(
     bound: u64,
     at_least: u64,
     len: impl Fn() -> u64,
-    load: impl Fn(String),
+    load: impl Fn(String) -> F,
 ) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     let before = resident();
     for i in 0..200_000u64 {
-        load(format!("{:032x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15)));
+        rt.block_on(load(value_of(i)));
     }
     let held = (resident() - before) as f64;
     let cached = len();

@@ -351,11 +351,11 @@ mod tests {
             }),
         ] {
             let state = State::new(crate::testing::rows(fields));
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .build()
-                .unwrap();
-            let each = crate::testing::found_bytes_each(&state.stored, 50_000, |v| {
-                rt.block_on(state.stored.load(v.clone(), v.clone(), v, credential_of));
+            let each = crate::testing::loaded_bytes_each(&state.stored, "", 50_000, |v| async {
+                state
+                    .stored
+                    .load(v.clone(), v.clone(), v, credential_of)
+                    .await;
             });
             let weight = f64::from(CREDENTIAL_WEIGHT);
             if !(weight >= each && weight <= each * 1.25) {

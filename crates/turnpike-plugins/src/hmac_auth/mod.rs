@@ -407,13 +407,14 @@ mod tests {
                 .cloned()
                 .unwrap()
         }));
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let each = crate::testing::found_bytes_each(&cache, 50_000, |v| {
-            rt.block_on(cache.load(v.as_str().into(), v.clone(), v.clone(), |f| {
-                credential_of(f, &v)
-            }));
+        let each = crate::testing::loaded_bytes_each(&cache, "", 50_000, |v| {
+            let cache = &cache;
+            async move {
+                let name = v.clone();
+                cache
+                    .load(v.as_str().into(), v.clone(), v, |f| credential_of(f, &name))
+                    .await;
+            }
         });
         let weight = f64::from(CREDENTIAL_WEIGHT);
         assert!(

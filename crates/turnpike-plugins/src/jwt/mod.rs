@@ -481,20 +481,19 @@ mod tests {
         ];
         for (kind, fields, sig_len) in kinds {
             let cache = state(crate::testing::rows(fields));
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .build()
-                .unwrap();
             // A signature of the right length that does not verify.
             let sig = vec![1u8; sig_len];
-            let each = crate::testing::found_bytes_each(&cache, 20_000, |v| {
-                let (found, _) =
-                    rt.block_on(cache.load(v.as_str().into(), v.clone(), v, secret_of));
-                let crate::credentials::Outcome::Found(s) = found else {
-                    panic!("{kind}: no secret")
-                };
-                assert!(!s.plain.as_ref().unwrap().verify(b"header.claims", &sig));
+            let each = crate::testing::loaded_bytes_each(&cache, "", 20_000, |v| {
+                let (cache, sig) = (&cache, &sig);
+                async move {
+                    let (found, _) = cache.load(v.as_str().into(), v.clone(), v, secret_of).await;
+                    let crate::credentials::Outcome::Found(s) = found else {
+                        panic!("{kind}: no secret")
+                    };
+                    assert!(!s.plain.as_ref().unwrap().verify(b"header.claims", sig));
+                }
             });
-            let e = cache.get(cache_key_of_first()).unwrap();
+            let e = cache.get(crate::testing::value_of(0).as_str()).unwrap();
             let weight = f64::from(secret_weight(e.value.as_ref().unwrap()));
             if !(weight >= each && weight <= each * 1.25) {
                 wrong.push(format!(
@@ -503,11 +502,6 @@ mod tests {
             }
         }
         assert!(wrong.is_empty(), "{wrong:?}");
-    }
-
-    /// The key of the first secret [`crate::testing::found_bytes_each`] loads.
-    fn cache_key_of_first() -> &'static str {
-        "00000000000000000000000000000000"
     }
 
     #[test]

@@ -398,6 +398,17 @@ mod tests {
         }
     }
 
+    /// Looks `key` up through the cache, as a request does.
+    fn load(state: &State, key: String) -> impl std::future::Future<Output = ()> + '_ {
+        let token = stored_form(&key);
+        async move {
+            state
+                .stored
+                .load(key.clone().into_boxed_str(), key, token, identity_of)
+                .await;
+        }
+    }
+
     /// What a remembered miss costs here (a made-up key, filed under its digest), against the
     /// weight misses are counted at.
     #[test]
@@ -406,31 +417,10 @@ mod tests {
             return;
         }
         let state = State::new(crate::testing::store(Arc::new(Keys), 1 << 40));
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let key_of = |i: u64| format!("miss-{:032x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        let load = |i: u64| {
-            let key = key_of(i);
-            let token = stored_form(&key);
-            rt.block_on(
-                state
-                    .stored
-                    .load(key.clone().into_boxed_str(), key, token, identity_of),
-            );
-        };
-        for i in 0..1_000 {
-            load(i);
-        }
-        let each = crate::testing::bytes_each(1_000..21_000, load, || {
-            state.stored.len();
-        });
-        assert!(state
-            .stored
-            .get(key_of(1_000).as_str())
-            .unwrap()
-            .value
-            .is_none());
+        let each =
+            crate::testing::loaded_bytes_each(&state.stored, "miss-", 20_000, |k| load(&state, k));
+        let first = format!("miss-{}", crate::testing::value_of(1_000));
+        assert!(state.stored.get(first.as_str()).unwrap().value.is_none());
         let weight = f64::from(crate::credentials::MISS_WEIGHT);
         assert!(
             weight >= each && weight <= each * 1.25,
@@ -449,25 +439,8 @@ mod tests {
             return;
         }
         let state = State::new(crate::testing::store(Arc::new(Keys), 1 << 40));
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let load = |i: u64| {
-            let key = format!("{:032x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-            let token = stored_form(&key);
-            rt.block_on(
-                state
-                    .stored
-                    .load(key.clone().into_boxed_str(), key, token, identity_of),
-            );
-        };
-        for i in 0..1_000 {
-            load(i);
-        }
-        let each = crate::testing::bytes_each(1_000..51_000, load, || {
-            state.stored.len();
-        });
-        assert_eq!(state.stored.len(), 51_000);
+        let each =
+            crate::testing::loaded_bytes_each(&state.stored, "", 50_000, |k| load(&state, k));
         let weight = f64::from(crate::credentials::DEFAULT_WEIGHT);
         assert!(
             weight >= each && weight <= each * 1.25,
@@ -484,22 +457,11 @@ mod tests {
         }
         const BOUND: u64 = 32 << 20;
         let state = State::new(crate::testing::store(Arc::new(Keys), BOUND));
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
         crate::testing::fills_to_its_bound(
             BOUND,
             30_000,
             || state.stored.len(),
-            |key| {
-                let token = stored_form(&key);
-                rt.block_on(state.stored.load(
-                    key.clone().into_boxed_str(),
-                    key,
-                    token,
-                    identity_of,
-                ));
-            },
+            |k| load(&state, k),
         );
     }
 

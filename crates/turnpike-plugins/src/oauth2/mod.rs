@@ -525,6 +525,17 @@ mod tests {
         }
     }
 
+    /// Looks `token` up through the cache, as a request does.
+    fn load(state: &State, token: String) -> impl std::future::Future<Output = ()> + '_ {
+        let key: Arc<str> = Arc::from(token.as_str());
+        async move {
+            state
+                .tokens
+                .load(key.clone(), token, key, |f| Token::from_found(f, state))
+                .await;
+        }
+    }
+
     /// What a cached token really costs the node (its key, entry, token, the index by row, the
     /// cache's own bookkeeping), against the `TOKEN_WEIGHT` it is counted at towards
     /// `mem_cache_size`: at or above it, so that the bound holds, and not far above.
@@ -536,28 +547,15 @@ mod tests {
             return;
         }
         let state = State::new(crate::testing::store(Arc::new(Tokens), 1 << 40));
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let load = |i: u64| {
-            let token = format!("{:032x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-            let key: Arc<str> = Arc::from(token.as_str());
-            rt.block_on(state.tokens.load(key.clone(), token, key.clone(), |f| {
-                Token::from_found(f, &state)
-            }));
-            // As a request through it does: its header values go to the upstream request (a
-            // clone of each; the first clone of a value shares its bytes, which takes memory).
-            let t = state.tokens.get(&*key).unwrap().value.unwrap();
-            let _sent = t.header_values();
-        };
-        // The first entries make the cache's fixed parts.
-        for i in 0..1_000 {
-            load(i);
-        }
-        let each = crate::testing::bytes_each(1_000..51_000, load, || {
-            state.tokens.len();
+        let each = crate::testing::loaded_bytes_each(&state.tokens, "", 50_000, |token| {
+            let state = &state;
+            async move {
+                load(state, token.clone()).await;
+                // As a request through it does: its header values go to the upstream request.
+                let t = state.tokens.get(token.as_str()).unwrap().value.unwrap();
+                let _sent = t.header_values();
+            }
         });
-        assert_eq!(state.tokens.len(), 51_000);
         assert!(
             f64::from(TOKEN_WEIGHT) >= each && f64::from(TOKEN_WEIGHT) <= each * 1.25,
             "a cached token takes {each:.0} bytes, counted at {TOKEN_WEIGHT}"
@@ -576,21 +574,11 @@ mod tests {
         }
         const BOUND: u64 = 32 << 20;
         let state = State::new(crate::testing::store(Arc::new(Tokens), BOUND));
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
         crate::testing::fills_to_its_bound(
             BOUND,
             40_000,
             || state.tokens.len(),
-            |token| {
-                let key: Arc<str> = Arc::from(token.as_str());
-                rt.block_on(
-                    state
-                        .tokens
-                        .load(key.clone(), token, key, |f| Token::from_found(f, &state)),
-                );
-            },
+            |t| load(&state, t),
         );
     }
 
@@ -602,25 +590,8 @@ mod tests {
             return;
         }
         let state = State::new(crate::testing::store(Arc::new(Tokens), 1 << 40));
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let load = |i: u64| {
-            let token = format!("miss-{:032x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-            let key: Arc<str> = Arc::from(token.as_str());
-            rt.block_on(
-                state
-                    .tokens
-                    .load(key.clone(), token, key, |f| Token::from_found(f, &state)),
-            );
-        };
-        for i in 0..1_000 {
-            load(i);
-        }
-        let each = crate::testing::bytes_each(1_000..51_000, load, || {
-            state.tokens.len();
-        });
-        assert_eq!(state.tokens.len(), 51_000);
+        let each =
+            crate::testing::loaded_bytes_each(&state.tokens, "miss-", 50_000, |t| load(&state, t));
         let weight = f64::from(MISS_WEIGHT);
         assert!(
             weight >= each && weight <= each * 1.25,
