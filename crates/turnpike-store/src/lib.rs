@@ -66,9 +66,9 @@ pub struct Store {
     pub pool: AnyPool,
     /// Single statements on the hot paths, without sqlx's pool's checks ([`direct`]).
     direct: direct::Direct,
-    /// Set while a node runs [`sync::ConfigSync::announce`]: its writes then leave the NOTIFY to
-    /// it (one per [`sync::NOTIFY_GAP`] at most) instead of sending one each.
-    announcer: std::sync::OnceLock<Arc<tokio::sync::Notify>>,
+    /// Set while a node runs [`sync::ConfigSync::announce`]: its writes then send one NOTIFY per
+    /// [`sync::NOTIFY_GAP`] at most between them instead of one each.
+    announcer: std::sync::OnceLock<Arc<sync::Announcer>>,
     /// New entities waiting to share a statement ([`crud::batch`]).
     batches: Arc<crud::batch::Batches>,
     pub backend: Backend,
@@ -377,22 +377,23 @@ pub struct CounterWindow {
 }
 
 impl Store {
-    /// From now on this store's writes leave telling other nodes to the returned signal's
-    /// holder ([`sync::Sync::announce`]), which is signalled after each committed write.
-    pub(crate) fn announce_writes_later(&self) -> Arc<tokio::sync::Notify> {
+    /// From now on this store's writes share their notifications to other nodes through the
+    /// returned announcer ([`sync::ConfigSync::announce`] sends those they leave to it).
+    pub(crate) fn announce_writes_later(&self) -> Arc<sync::Announcer> {
         self.announcer.get_or_init(Default::default).clone()
     }
 
-    /// Whether a write notifies other nodes itself (in its own statement): unless a node's
-    /// announcer does it after the commit.
+    /// Whether the write about to be sent notifies other nodes itself (in its own statement):
+    /// always without a node's announcer (a CLI command), else when it is the first of a gap.
     pub(crate) fn notifies_inline(&self) -> bool {
-        self.backend == Backend::Postgres && self.announcer.get().is_none()
+        self.backend == Backend::Postgres && self.announcer.get().is_none_or(|a| a.claim())
     }
 
-    /// After a committed write: the announcer (if any) owes other nodes a notification.
+    /// After a committed write that sent no NOTIFY: the announcer (if any) owes other nodes
+    /// one.
     pub(crate) fn written(&self) {
         if let Some(a) = self.announcer.get() {
-            a.notify_one();
+            a.owed();
         }
     }
 

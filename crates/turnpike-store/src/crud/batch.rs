@@ -20,6 +20,7 @@ use tokio::sync::oneshot;
 
 use super::write::{bind_all, marks, Bind, PRUNE_CHANGES};
 use crate::direct::Direct;
+use crate::sync::Announcer;
 use crate::{StoreError, NOTIFY_CHANNEL};
 
 /// Rows a statement takes at most (each binds its columns and conditions: well under
@@ -32,23 +33,21 @@ pub(super) struct Shape {
     pub(super) cols: Vec<String>,
     /// Each condition up to its bound value: `NOT EXISTS (SELECT 1 FROM t WHERE k = $`.
     pub(super) conds: Vec<String>,
-    /// The statement sends the NOTIFY itself (no announcer).
-    pub(super) notify: bool,
 }
 
 impl Shape {
     fn key(&self) -> String {
         format!(
-            "{}\n{}\n{}\n{}",
+            "{}\n{}\n{}",
             self.table,
             self.cols.join(","),
             self.conds.join("\n"),
-            self.notify
         )
     }
 
-    /// The statement writing `rows` rows: returns the last version it made.
-    fn sql(&self, rows: usize) -> String {
+    /// The statement writing `rows` rows: returns the last version it made. `notify`: it
+    /// sends the NOTIFY itself.
+    fn sql(&self, rows: usize, notify: bool) -> String {
         let (n, c) = (self.cols.len(), self.conds.len());
         let base = |j: usize| j * (n + c);
         let conds: Vec<String> = (0..rows)
@@ -83,7 +82,7 @@ impl Shape {
             cols = self.cols.join(", "),
             values = values.join(" UNION ALL "),
             changes = changes.join(" UNION ALL "),
-            notify = if self.notify {
+            notify = if notify {
                 format!(", pg_notify('{NOTIFY_CHANNEL}', '')::text")
             } else {
                 String::new()
@@ -127,13 +126,13 @@ pub(crate) struct Batches {
 
 impl Batches {
     /// Writes `row` with whichever rows of its shape are waiting when a statement is free.
-    /// `announce`: told after the commit (a node's announcer), unless the statement notifies.
+    /// `announce`: a node's announcer (without one, every statement notifies).
     pub(super) async fn write(
         self: &Arc<Self>,
         direct: &Direct,
         shape: Shape,
         row: RowBinds,
-        announce: Option<Arc<tokio::sync::Notify>>,
+        announce: Option<Arc<Announcer>>,
     ) -> Result<Outcome, StoreError> {
         let key = shape.key();
         let (done, outcome) = oneshot::channel();
@@ -158,7 +157,7 @@ impl Batches {
         key: String,
         shape: Shape,
         direct: Direct,
-        announce: Option<Arc<tokio::sync::Notify>>,
+        announce: Option<Arc<Announcer>>,
     ) {
         loop {
             let batch: Vec<Waiting> = {
@@ -175,11 +174,10 @@ impl Batches {
             };
             let (rows, senders): (Vec<RowBinds>, Vec<_>) =
                 batch.into_iter().map(|w| (w.row, w.done)).unzip();
-            let result = run(&direct, &shape, &rows).await;
-            if matches!(result, Ok(true)) {
-                if let Some(a) = &announce {
-                    a.notify_one();
-                }
+            let notifies = announce.as_ref().is_none_or(|a| a.claim());
+            let result = run(&direct, &shape, &rows, notifies).await;
+            if let (Ok(true), Some(a), false) = (&result, &announce, notifies) {
+                a.owed();
             }
             let alone = rows.len() == 1;
             for done in senders {
@@ -198,8 +196,9 @@ pub(super) async fn run(
     direct: &Direct,
     shape: &Shape,
     rows: &[RowBinds],
+    notify: bool,
 ) -> Result<bool, StoreError> {
-    let sql = shape.sql(rows.len());
+    let sql = shape.sql(rows.len(), notify);
     let q = rows.iter().fold(sqlx::query(&sql), |q, r| {
         r.conds
             .iter()
@@ -237,9 +236,8 @@ mod tests {
             table: "keyauth_credentials",
             cols: vec!["id".into(), "key".into()],
             conds: vec!["EXISTS (SELECT 1 FROM consumers WHERE id = $".into()],
-            notify: false,
         };
-        let sql = shape.sql(2);
+        let sql = shape.sql(2, false);
         assert!(sql.contains("WHERE EXISTS (SELECT 1 FROM consumers WHERE id = $3) AND EXISTS (SELECT 1 FROM consumers WHERE id = $6)"), "{sql}");
         assert!(sql.contains("SET value = value + 2"), "{sql}");
         assert!(
@@ -251,11 +249,7 @@ mod tests {
             "{sql}"
         );
         assert!(!sql.contains("pg_notify"), "{sql}");
-        let one = Shape {
-            notify: true,
-            ..shape
-        }
-        .sql(1);
+        let one = shape.sql(1, true);
         assert!(one.contains("SET value = value + 1 "), "{one}");
         assert!(
             one.ends_with("SELECT value, pg_notify('turnpike_config', '')::text FROM bump"),

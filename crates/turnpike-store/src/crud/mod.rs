@@ -26,6 +26,8 @@ type Tx<'a> = Transaction<'a, Any>;
 pub(crate) struct WriteTx {
     tx: Tx<'static>,
     version: i64,
+    /// Its bump sends the NOTIFY (delivered at the commit).
+    notifies: bool,
 }
 
 impl std::ops::Deref for WriteTx {

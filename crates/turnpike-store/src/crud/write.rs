@@ -229,22 +229,31 @@ impl Store {
     /// Starts a write: the version bump comes first so that concurrent writers queue here.
     pub(super) async fn begin_write(&self) -> Result<WriteTx, StoreError> {
         let mut tx = self.pool.begin().await?;
-        // Without a node's announcer (a CLI command), the notification goes with the bump,
-        // one round trip fewer a write: it is delivered to every listening node when (and
-        // only if) the transaction commits.
+        // The notification goes with the bump when this write sends one itself (a CLI
+        // command's, a node's first of a gap), one round trip fewer: it is delivered to every
+        // listening node when (and only if) the transaction commits.
         const BUMP: &str =
             "UPDATE turnpike_meta SET value = value + 1 WHERE name = 'config_version' RETURNING value";
-        let sql = if self.notifies_inline() {
+        let notifies = self.notifies_inline();
+        let sql = if notifies {
             format!("{BUMP}, pg_notify('{NOTIFY_CHANNEL}', '')::text")
         } else {
             BUMP.to_string()
         };
         let version: i64 = sqlx::query(&sql).fetch_one(&mut *tx).await?.try_get(0)?;
-        Ok(WriteTx { tx, version })
+        Ok(WriteTx {
+            tx,
+            version,
+            notifies,
+        })
     }
 
     pub(super) async fn commit(&self, w: WriteTx) -> Result<(), StoreError> {
-        let WriteTx { mut tx, version } = w;
+        let WriteTx {
+            mut tx,
+            version,
+            notifies,
+        } = w;
         // See PRUNE_CHANGES.
         if version % 64 == 0 {
             sqlx::query(PRUNE_CHANGES)
@@ -253,7 +262,9 @@ impl Store {
                 .await?;
         }
         tx.commit().await?;
-        self.written();
+        if !notifies {
+            self.written();
+        }
         Ok(())
     }
 
@@ -705,7 +716,6 @@ impl Store {
             table: spec.table,
             cols: row.cols.clone(),
             conds: conds.iter().map(|(c, _)| c.clone()).collect(),
-            notify: announce.is_none(),
         };
         let binds = || batch::RowBinds {
             vals: row.vals.clone(),
@@ -720,8 +730,9 @@ impl Store {
             batch::Outcome::Refused { alone: true } => false,
             // Refused with others: alone, it may pass (another row's key was taken).
             batch::Outcome::Refused { alone: false } => {
-                let written = batch::run(&self.direct, &shape(), &[binds()]).await?;
-                if written {
+                let notifies = self.notifies_inline();
+                let written = batch::run(&self.direct, &shape(), &[binds()], notifies).await?;
+                if written && !notifies {
                     self.written();
                 }
                 written
