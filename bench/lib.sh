@@ -195,3 +195,16 @@ report_python() {
     echo python3
   fi
 }
+
+# oauth2_setup ADMIN UPSTREAM: through the Admin API at ADMIN (http://host:port), a service
+# to UPSTREAM, its route /o with oauth2 (client credentials) on it, and a consumer "owner" with
+# an oauth2 application; sets SVC and CRED to the service's and the application's ids. The
+# set-up of the oauth2 token benchmarks.
+oauth2_setup() {
+  local admin=$1 upstream=$2 ct='content-type: application/json' id='import json,sys; print(json.load(sys.stdin)["id"])'
+  SVC=$(curl -sf -X POST "$admin/services" -H "$ct" -d "{\"name\":\"s\",\"url\":\"$upstream\"}" | python3 -c "$id")
+  curl -sf -X POST "$admin/services/s/routes" -H "$ct" -d '{"name":"r","paths":["/o"]}' > /dev/null
+  curl -sf -X POST "$admin/services/s/plugins" -H "$ct" -d '{"name":"oauth2","config":{"enable_client_credentials":true}}' > /dev/null
+  curl -sf -X POST "$admin/consumers" -H "$ct" -d '{"username":"owner"}' > /dev/null
+  CRED=$(curl -sf -X POST "$admin/consumers/owner/oauth2" -H "$ct" -d '{"name":"app"}' | python3 -c "$id")
+}

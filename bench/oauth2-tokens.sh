@@ -45,13 +45,7 @@ NODE=$!
 BENCH_PIDS+=($NODE)
 wait_port 8001
 
-A=http://127.0.0.1:8001
-post() { curl -sf -X POST "$A$1" -H 'content-type: application/json' -d "$2"; }
-SVC=$(post /services '{"name":"s","url":"http://127.0.0.1:9001"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
-post /services/s/routes '{"name":"r","paths":["/o"]}' > /dev/null
-post /services/s/plugins '{"name":"oauth2","config":{"enable_client_credentials":true}}' > /dev/null
-post /consumers '{"username":"owner"}' > /dev/null
-CRED=$(post /consumers/owner/oauth2 '{"name":"app"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+oauth2_setup http://127.0.0.1:8001 http://127.0.0.1:9001
 
 # The tokens, written in one statement in the rows' stored form (as POST /oauth2_tokens
 # writes them).

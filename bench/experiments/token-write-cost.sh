@@ -44,19 +44,13 @@ one() { # binary round
   local node=$!
   BENCH_PIDS+=($node $pg)
   wait_port 8001
-  post() { curl -sf -X POST "http://127.0.0.1:8001$1" -H 'content-type: application/json' -d "$2"; }
-  local svc cred
-  svc=$(post /services '{"name":"s","url":"http://127.0.0.1:9001"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
-  post /services/s/routes '{"name":"r","paths":["/o"]}' > /dev/null
-  post /services/s/plugins '{"name":"oauth2","config":{"enable_client_credentials":true}}' > /dev/null
-  post /consumers '{"username":"owner"}' > /dev/null
-  cred=$(post /consumers/owner/oauth2 '{"name":"app"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+  oauth2_setup http://127.0.0.1:8001 http://127.0.0.1:9001
   sleep 1
   psql -c "SELECT pg_stat_statements_reset()" > /dev/null
   local n0 p0 n1 p1
   n0=$(ticks $node); p0=$(ticks $(pgrep -u postgres postgres))
   "$OHA" --no-tui --output-format json -c 32 -q "$RATE" -z "${SECS}s" -m POST -T application/json \
-    -d "{\"credential\":{\"id\":\"$cred\"},\"service\":{\"id\":\"$svc\"},\"expires_in\":7200,\"scope\":\"email\"}" \
+    -d "{\"credential\":{\"id\":\"$CRED\"},\"service\":{\"id\":\"$SVC\"},\"expires_in\":7200,\"scope\":\"email\"}" \
     http://127.0.0.1:8001/oauth2_tokens > "$d/oha.json"
   n1=$(ticks $node); p1=$(ticks $(pgrep -u postgres postgres))
   local written
