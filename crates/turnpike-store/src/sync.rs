@@ -54,13 +54,14 @@ const SYNC_GAP: Duration = Duration::from_millis(10);
 
 /// The shortest time to the next sync after one that found only cached credentials changed
 /// (oauth2 tokens written by a token service, keys added): such writes come in streams, and
-/// at 150 token writes a second a sync every [`SYNC_GAP`] was a sync per write, which cost
-/// the node and PostgreSQL more than the write itself (measured without proxy traffic: 266 µs
-/// of the node's CPU and 396 of PostgreSQL's a write, three of its five statements the
-/// sync's; 200 and 313 with this gap, 156 and 283 with the write's own NOTIFY too). A revoked token
-/// still stops working within this gap and [`NOTIFY_GAP`] of its write, inside the 100 ms
-/// propagation bound; the first change after a quiet spell is applied at once, and a sync
-/// that applied config changes keeps the short gap.
+/// at 150 token writes a second a sync every [`SYNC_GAP`] was a sync per write, three of the
+/// five statements a write cost (`bench/experiments/token-write-cost.sh`: 296–313 µs of the
+/// node's CPU and 470–530 of PostgreSQL's a write before, 196–203 and 336–363 with this gap
+/// and [`Announcer`]). A revoked token, or a config change that comes next, reaches the data
+/// plane within this gap and [`NOTIFY_GAP`] of its write (measured on another node while
+/// tokens stream in: up to 55 ms, against 14 before), inside the 100 ms propagation bound;
+/// the first change after a quiet spell is applied at once, and after a sync that applied
+/// config changes the gap is [`SYNC_GAP`] again.
 const CREDENTIAL_SYNC_GAP: Duration = Duration::from_millis(50);
 
 /// The shortest time from one NOTIFY of this node's writes to the next. A NOTIFY a write
@@ -73,8 +74,8 @@ const CREDENTIAL_SYNC_GAP: Duration = Duration::from_millis(50);
 pub const NOTIFY_GAP: Duration = Duration::from_millis(5);
 
 /// A node's notifications to the other nodes ([`NOTIFY_GAP`] apart at most). The first write
-/// of a gap sends its NOTIFY in its own statement (no round trip of its own: at 150 token
-/// writes a second, each a gap apart, the separate NOTIFY was a third of a write's
+/// of a gap carries its NOTIFY in the write's own statement (no round trip for it: at 150
+/// token writes a second, each a gap apart, a separate NOTIFY was one of every write's
 /// statements); a write within the gap leaves it to [`ConfigSync::announce`], which sends one
 /// when the gap has passed. Every committed write is followed by a NOTIFY sent after its
 /// commit: its own, delivered at the commit, or the announcer's, sent after it is told.
