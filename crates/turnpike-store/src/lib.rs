@@ -75,6 +75,8 @@ pub struct Store {
     pub plugins: Arc<dyn PluginRegistry>,
     /// Kong's tables and the plugins' (from `plugins`).
     pub tables: schema::Tables,
+    /// [`schema::Tables::changes_query`], built once.
+    changes_sql: Arc<str>,
     options: StoreOptions,
 }
 
@@ -159,6 +161,7 @@ impl Store {
             pool,
             backend: options.backend,
             tables: schema::Tables::new(&*plugins),
+            changes_sql: schema::Tables::new(&*plugins).changes_query().into(),
             plugins,
             options,
         })
@@ -180,6 +183,7 @@ impl Store {
             backend: self.backend,
             plugins: self.plugins.clone(),
             tables: self.tables,
+            changes_sql: self.changes_sql.clone(),
             options: self.options.clone(),
         })
     }

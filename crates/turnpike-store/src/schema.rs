@@ -158,6 +158,30 @@ impl Tables {
             .map(|e| e.spec.table)
     }
 
+    /// PostgreSQL: the config version, the change log since `$1` up to it, and each changed
+    /// row's entity as stored (NULL: deleted, or a table this build does not know), in one
+    /// statement and so one snapshot (a version is bumped first in its write and held until
+    /// commit, so every version up to the one read has committed). One row with NULLs after
+    /// the version when nothing changed.
+    pub fn changes_query(&self) -> String {
+        let arms: String = self
+            .iter()
+            .map(|e| {
+                format!(
+                    " WHEN '{t}' THEN (SELECT t.entity FROM {t} t WHERE t.id = c.entity_id)",
+                    t = e.table
+                )
+            })
+            .collect();
+        format!(
+            "SELECT m.value, c.version, c.entity_name, c.entity_id, CASE c.entity_name{arms} END \
+             FROM turnpike_meta m LEFT JOIN LATERAL \
+             (SELECT version, entity_name, entity_id FROM changes \
+              WHERE version > $1 AND version <= m.value) c ON true \
+             WHERE m.name = 'config_version'"
+        )
+    }
+
     /// The spec of a table (`services`).
     pub fn by_table(&self, table: &str) -> Option<&'static EntitySpec> {
         self.iter().find(|e| e.table == table)
