@@ -14,7 +14,10 @@
 # so that what the writes still cost the proxy is the node's own share of them. Meant with a
 # cache that holds the tokens (TURNPIKE_MEM_CACHE_SIZE=1024m): at the default, four in five
 # requests read PostgreSQL, which then waits behind the proxy.
-# Usage: [TOKENS=1000000] [RATES="150 1500"] [WARM=60s] [OPEN_RPS=n] [WRITER=oha|python] [APART=1] [BENCH_BIN=path] bench/oauth2-tokens.sh [RUNS] [DUR]
+# CONTROL_CPUS=<list> moves the node's threads other than its proxy workers (the Admin API,
+# the config sync, the builder) off the worker's CPU onto these (taskset), so that what is
+# left of the writes' cost to the proxy is not the node's control plane taking the worker's CPU.
+# Usage: [TOKENS=1000000] [RATES="150 1500"] [WARM=60s] [OPEN_RPS=n] [WRITER=oha|python] [APART=1] [CONTROL_CPUS=list] [BENCH_BIN=path] bench/oauth2-tokens.sh [RUNS] [DUR]
 #        (needs postgresql, nginx, wrk, python3, oha; GNU time)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -51,6 +54,11 @@ taskset -c "$PROXY_CPUS" "$BIN" start > "$OUT/node.log" 2>&1 &
 NODE=$!
 BENCH_PIDS+=($NODE)
 wait_port 8001
+if [ -n "${CONTROL_CPUS:-}" ]; then
+  for t in /proc/$NODE/task/*; do
+    case $(cat "$t/comm") in turnpike-worker*) ;; *) taskset -pc "$CONTROL_CPUS" "${t##*/}" > /dev/null ;; esac
+  done
+fi
 
 oauth2_setup http://127.0.0.1:8001 http://127.0.0.1:9001
 
@@ -182,10 +190,19 @@ print(f"Non-2xx or 3xx responses: {bad}")
 print(f"Requests/sec: {n / s['total']:.2f}")
 PY
 }
+# The proxy workers' time on a CPU and waiting for one (runnable, another thread on it), in ns
+# (/proc/<tid>/schedstat): whether the writes make a request cost the worker more, or only
+# make it wait for its CPU.
+worker_sched() {
+  for t in /proc/$NODE/task/*; do
+    case $(cat "$t/comm") in turnpike-worker*) cat "$t/schedstat" ;; esac
+  done | awk '{r += $1; w += $2} END {printf "%.0f %.0f\n", r, w}'
+}
 run() { # label rate run
   local secs=${DUR%s} s0 s1 f=$OUT/raw/$1-run$3.txt
-  local wp="" n0 n1 p0 p1
+  local wp="" n0 n1 p0 p1 k0 k1
   s0=$(idx_scans)
+  k0=$(worker_sched)
   n0=$(ticks "$NODE")
   p0=$(ticks $(pgrep -u postgres postgres))
   if [ "$2" != 0 ]; then
@@ -196,11 +213,13 @@ run() { # label rate run
   # Only the writer: a bare `wait` would wait for the servers too.
   if [ -n "$wp" ]; then wait "$wp"; fi
   n1=$(ticks "$NODE")
+  k1=$(worker_sched)
   p1=$(ticks $(pgrep -u postgres postgres))
   settle
   s1=$(idx_scans)
   echo "token_index_reads $((s1 - s0))" >> "$f"
   echo "cpu_ticks node $((n1 - n0)) postgres $((p1 - p0))" >> "$f"
+  echo "worker_ns run $(( ${k1% *} - ${k0% *} )) wait $(( ${k1#* } - ${k0#* } ))" >> "$f"
 }
 # The token index reads of a write itself (no proxy traffic), to count out of the write runs'
 # hit ratio.
@@ -231,7 +250,7 @@ done
 psql -c "SELECT count(*), pg_size_pretty(pg_total_relation_size('oauth2_tokens')) FROM oauth2_tokens" > "$OUT/store.txt"
 echo "after_runs $(ps -o rss= -p "$NODE")" >> "$OUT/rss.txt"
 
-python3 - "$OUT" "$TOKENS" "$RATES" "${OPEN_RPS:-}" "${APART:-0}" <<'PY' | tee "$OUT/summary.md"
+python3 - "$OUT" "$TOKENS" "$RATES" "${OPEN_RPS:-}" "${APART:-0}" "${CONTROL_CPUS:-}" <<'PY' | tee "$OUT/summary.md"
 import json, pathlib, re, statistics, sys
 out, tokens, rates = pathlib.Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split()
 def lat(t):
@@ -254,8 +273,11 @@ def runs(label):
         secs = float(re.search(r"requests in ([\d.]+)s", t).group(1))
         # The writes' own index reads are not the requests'.
         reads -= round(per_write * writes["writes"]) if writes else 0
+        ws = re.search(r"worker_ns run (\d+) wait (\d+)", t)
         rs.append(dict(rps=rps, p99=lat(t), hit=1 - reads / max(n, 1), bad=int(non2xx.group(1)) if non2xx else 0, writes=writes,
-                       node=int(cpu.group(1)) / secs, pg=int(cpu.group(2)) / secs))
+                       node=int(cpu.group(1)) / secs, pg=int(cpu.group(2)) / secs,
+                       wrun=int(ws.group(1)) / 1000 / max(n, 1) if ws else None,
+                       wwait=int(ws.group(2)) / 1000 / max(n, 1) if ws else None))
     return rs
 store = (out / "store.txt").read_text().strip().replace("|", " rows, ")
 rss = dict(l.split() for l in (out / "rss.txt").read_text().splitlines())
@@ -264,9 +286,22 @@ base = runs("none")
 open_rps = sys.argv[4] if len(sys.argv) > 4 else ""
 load = f"oha, open loop at {int(open_rps):,} requests/s (latency from when each was due)" if open_rps else "wrk, closed loop, 50 connections"
 apart = "; PostgreSQL and the writer SCHED_IDLE (APART=1)" if len(sys.argv) > 5 and sys.argv[5] == "1" else ""
+apart += f"; the node's threads other than its worker on CPU {sys.argv[6]}" if len(sys.argv) > 6 and sys.argv[6] else ""
 print(f"{tokens:,} tokens in PostgreSQL; table after the runs: {store}; a write's own token index reads: {per_write:.2f}; load: {load}; {rss}{apart}\n")
-print("| writes | RPS (median; runs) | p99 ms (runs) | token cache hit ratio | writes done/s | non-2xx | node CPU % | PostgreSQL CPU % | writer CPU % |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+def p_larger(none, writes):
+    """Exact one-sided p of the Mann-Whitney U test that the write runs' p99s rank above the
+    no-write runs': the share of all ways to split the pooled runs in two groups of these
+    sizes whose U is at least the one seen (ties count half)."""
+    from itertools import combinations
+    u = lambda xs, ys: sum((x > y) + 0.5 * (x == y) for x in xs for y in ys)
+    pooled, k, seen = none + writes, len(writes), u(writes, none)
+    splits = list(combinations(range(len(pooled)), k))
+    hits = sum(u([pooled[i] for i in c], [pooled[i] for i in range(len(pooled)) if i not in c]) >= seen for c in splits)
+    return hits / len(splits)
+def us(v):
+    return "-" if v is None else f"{v:.1f}"
+print("| writes | RPS (median; runs) | p99 ms (runs) | p99 over no writes: median difference ms; p (one-sided Mann-Whitney) | token cache hit ratio | writes done/s | non-2xx | node CPU % | PostgreSQL CPU % | writer CPU % | worker µs a request: on CPU; waiting for it |")
+print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|")
 for label, name in [("none", "none")] + [("w" + r, r + "/s") for r in rates]:
     rs = runs(label)
     wd = [r["writes"]["writes"] / r["writes"]["seconds"] for r in rs if r["writes"]]
@@ -275,9 +310,17 @@ for label, name in [("none", "none")] + [("w" + r, r + "/s") for r in rates]:
     done = "{:,.0f}".format(statistics.median(wd)) if wd else "-"
     wc = [100 * r["writes"]["cpu"] / r["writes"]["seconds"] for r in rs if r["writes"] and "cpu" in r["writes"]]
     wcpu = "{:.0f}".format(statistics.median(wc)) if wc else "-"
-    print("| {} | {:,.0f} ({}) | {} | {:.2f} | {} | {} | {:.0f} | {:.0f} | {} |".format(
-        name, statistics.median(r["rps"] for r in rs), rps, p99,
+    if label == "none":
+        versus = "-"
+    else:
+        a, b = [r["p99"] for r in base], [r["p99"] for r in rs]
+        versus = "{:+.2f}; {:.3f}".format(statistics.median(b) - statistics.median(a), p_larger(a, b))
+    wr = [r["wrun"] for r in rs if r["wrun"] is not None]
+    ww = [r["wwait"] for r in rs if r["wwait"] is not None]
+    sched = "{}; {}".format(us(statistics.median(wr)), us(statistics.median(ww))) if wr else "-"
+    print("| {} | {:,.0f} ({}) | {} | {} | {:.2f} | {} | {} | {:.0f} | {:.0f} | {} | {} |".format(
+        name, statistics.median(r["rps"] for r in rs), rps, p99, versus,
         statistics.median(r["hit"] for r in rs), done, sum(r["bad"] for r in rs),
-        statistics.median(r["node"] for r in rs), statistics.median(r["pg"] for r in rs), wcpu))
+        statistics.median(r["node"] for r in rs), statistics.median(r["pg"] for r in rs), wcpu, sched))
 PY
 echo "raw results: $OUT"
