@@ -138,7 +138,9 @@ impl Store {
             .await;
         let rows = conn.seen(read)?;
         let Some(first) = rows.first() else {
-            return Err(StoreError::Database("no config version in turnpike_meta".into()));
+            return Err(StoreError::Database(
+                "no config version in turnpike_meta".into(),
+            ));
         };
         let version: i64 = first.try_get(0)?;
         if version <= since {

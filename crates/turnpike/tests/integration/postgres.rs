@@ -1110,7 +1110,12 @@ async fn a_burst_of_writes_is_synced_in_batches() {
     assert!(at.len() < writes, "{} syncs for {writes} writes", at.len());
     // Each sync is that one statement: the version, the log and the changed rows in one
     // snapshot, not a transaction of five (node a's writes are not read-only).
-    let after = |what: &str| times(&log, what).into_iter().filter(|t| *t >= burst).count();
+    let after = |what: &str| {
+        times(&log, what)
+            .into_iter()
+            .filter(|t| *t >= burst)
+            .count()
+    };
     assert_eq!(after("READ ONLY"), 0, "{log}");
     assert_eq!(after("FROM keyauth_credentials WHERE id IN"), 0, "{log}");
 
