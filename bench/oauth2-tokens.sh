@@ -17,7 +17,9 @@
 # CONTROL_CPUS=<list> moves the node's threads other than its proxy workers (the Admin API,
 # the config sync, the builder) off the worker's CPU onto these (taskset), so that what is
 # left of the writes' cost to the proxy is not the node's control plane taking the worker's CPU.
-# Usage: [TOKENS=1000000] [RATES="150 1500"] [WARM=60s] [OPEN_RPS=n] [WRITER=oha|python] [APART=1] [CONTROL_CPUS=list] [BENCH_BIN=path] bench/oauth2-tokens.sh [RUNS] [DUR]
+# CONTROL_NICE=<n> renices the node's threads other than its proxy workers (the node runs
+# them at nice 5 and its config builder at 10) to n.
+# Usage: [TOKENS=1000000] [RATES="150 1500"] [WARM=60s] [OPEN_RPS=n] [WRITER=oha|python] [APART=1] [CONTROL_CPUS=list] [CONTROL_NICE=n] [BENCH_BIN=path] bench/oauth2-tokens.sh [RUNS] [DUR]
 #        (needs postgresql, nginx, wrk, python3, oha; GNU time)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -57,6 +59,11 @@ wait_port 8001
 if [ -n "${CONTROL_CPUS:-}" ]; then
   for t in /proc/$NODE/task/*; do
     case $(cat "$t/comm") in turnpike-worker*) ;; *) taskset -pc "$CONTROL_CPUS" "${t##*/}" > /dev/null ;; esac
+  done
+fi
+if [ -n "${CONTROL_NICE:-}" ]; then
+  for t in /proc/$NODE/task/*; do
+    case $(cat "$t/comm") in turnpike-worker*) ;; *) renice -n "$CONTROL_NICE" -p "${t##*/}" > /dev/null ;; esac
   done
 fi
 
@@ -250,7 +257,7 @@ done
 psql -c "SELECT count(*), pg_size_pretty(pg_total_relation_size('oauth2_tokens')) FROM oauth2_tokens" > "$OUT/store.txt"
 echo "after_runs $(ps -o rss= -p "$NODE")" >> "$OUT/rss.txt"
 
-python3 - "$OUT" "$TOKENS" "$RATES" "${OPEN_RPS:-}" "${APART:-0}" "${CONTROL_CPUS:-}" <<'PY' | tee "$OUT/summary.md"
+python3 - "$OUT" "$TOKENS" "$RATES" "${OPEN_RPS:-}" "${APART:-0}" "${CONTROL_CPUS:-}" "${CONTROL_NICE:-}" <<'PY' | tee "$OUT/summary.md"
 import json, pathlib, re, statistics, sys
 out, tokens, rates = pathlib.Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split()
 def lat(t):
@@ -287,6 +294,7 @@ open_rps = sys.argv[4] if len(sys.argv) > 4 else ""
 load = f"oha, open loop at {int(open_rps):,} requests/s (latency from when each was due)" if open_rps else "wrk, closed loop, 50 connections"
 apart = "; PostgreSQL and the writer SCHED_IDLE (APART=1)" if len(sys.argv) > 5 and sys.argv[5] == "1" else ""
 apart += f"; the node's threads other than its worker on CPU {sys.argv[6]}" if len(sys.argv) > 6 and sys.argv[6] else ""
+apart += f"; the node's threads other than its worker at nice {sys.argv[7]}" if len(sys.argv) > 7 and sys.argv[7] else ""
 print(f"{tokens:,} tokens in PostgreSQL; table after the runs: {store}; a write's own token index reads: {per_write:.2f}; load: {load}; {rss}{apart}\n")
 def p_larger(none, writes):
     """Exact one-sided p of the Mann-Whitney U test that the write runs' p99s rank above the
