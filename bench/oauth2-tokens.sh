@@ -56,16 +56,19 @@ taskset -c "$PROXY_CPUS" "$BIN" start > "$OUT/node.log" 2>&1 &
 NODE=$!
 BENCH_PIDS+=($NODE)
 wait_port 8001
-if [ -n "${CONTROL_CPUS:-}" ]; then
+# The node's thread ids: its proxy workers (`workers`) or the others (`control`).
+threads() { # workers|control
+  local t kind
   for t in /proc/$NODE/task/*; do
-    case $(cat "$t/comm") in turnpike-worker*) ;; *) taskset -pc "$CONTROL_CPUS" "${t##*/}" > /dev/null ;; esac
+    kind=control
+    case $(cat "$t/comm") in turnpike-worker*) kind=workers ;; esac
+    if [ "$kind" = "$1" ]; then echo "${t##*/}"; fi
   done
-fi
-if [ -n "${CONTROL_NICE:-}" ]; then
-  for t in /proc/$NODE/task/*; do
-    case $(cat "$t/comm") in turnpike-worker*) ;; *) renice -n "$CONTROL_NICE" -p "${t##*/}" > /dev/null ;; esac
-  done
-fi
+}
+for tid in $(threads control); do
+  if [ -n "${CONTROL_CPUS:-}" ]; then taskset -pc "$CONTROL_CPUS" "$tid" > /dev/null; fi
+  if [ -n "${CONTROL_NICE:-}" ]; then renice -n "$CONTROL_NICE" -p "$tid" > /dev/null; fi
+done
 
 oauth2_setup http://127.0.0.1:8001 http://127.0.0.1:9001
 
@@ -201,9 +204,7 @@ PY
 # (/proc/<tid>/schedstat): whether the writes make a request cost the worker more, or only
 # make it wait for its CPU.
 worker_sched() {
-  for t in /proc/$NODE/task/*; do
-    case $(cat "$t/comm") in turnpike-worker*) cat "$t/schedstat" ;; esac
-  done | awk '{r += $1; w += $2} END {printf "%.0f %.0f\n", r, w}'
+  for tid in $(threads workers); do cat "/proc/$NODE/task/$tid/schedstat"; done | awk '{r += $1; w += $2} END {printf "%.0f %.0f\n", r, w}'
 }
 run() { # label rate run
   local secs=${DUR%s} s0 s1 f=$OUT/raw/$1-run$3.txt

@@ -154,14 +154,15 @@ impl Store {
                 .execute(&pool)
                 .await?;
         }
+        let tables = schema::Tables::new(&*plugins);
         Ok(Store {
             direct: direct_pool(&options, "turnpike", &pool)?,
             announcer: std::sync::OnceLock::new(),
             batches: Default::default(),
             pool,
             backend: options.backend,
-            tables: schema::Tables::new(&*plugins),
-            changes_sql: schema::Tables::new(&*plugins).changes_query().into(),
+            tables,
+            changes_sql: tables.changes_query().into(),
             plugins,
             options,
         })
