@@ -304,6 +304,10 @@ pub fn form_to_json(pairs: &[(String, String)]) -> Map<String, Value> {
         let value = if top == "config" {
             // Plugin configs: numbers and booleans as such (the plugin schema decides).
             typed(raw)
+        } else if top == "healthchecks" {
+            // An upstream's `--data healthchecks.active.healthy.interval=5`: typed by the
+            // healthchecks record, as Kong's `arguments.decode` types it by the schema.
+            healthcheck_value(&parts, raw)
         } else if parts.len() == 1 && INT_FIELDS.contains(&top.as_str()) {
             raw.parse::<i64>()
                 .map(Value::from)
@@ -321,11 +325,34 @@ pub fn form_to_json(pairs: &[(String, String)]) -> Map<String, Value> {
         if parts.len() == 1 && ARRAY_FIELDS.contains(&top.as_str()) {
             parts.push(String::new());
         }
+        // Inside `healthchecks`, the status lists and each header's values are arrays.
+        if top == "healthchecks"
+            && (parts.last().is_some_and(|p| p == "http_statuses")
+                || parts.len() >= 2 && parts[parts.len() - 2] == "headers")
+        {
+            parts.push(String::new());
+        }
         insert_path(&mut root, &parts, value);
     }
     match root {
         Value::Object(m) => m,
         _ => Map::new(),
+    }
+}
+
+/// A form value inside an upstream's `healthchecks`: its text fields (`type`, `http_path`,
+/// `https_sni`, header values) stay text; the rest are numbers and booleans (intervals,
+/// timeouts, counts, statuses, `https_verify_certificate`).
+fn healthcheck_value(parts: &[String], raw: &str) -> Value {
+    let text = parts.iter().any(|p| p == "headers")
+        || matches!(
+            parts.last().map(String::as_str),
+            Some("type" | "http_path" | "https_sni")
+        );
+    if text {
+        Value::String(raw.to_string())
+    } else {
+        typed(raw)
     }
 }
 
@@ -863,6 +890,34 @@ mod tests {
         )
         .is_err());
         assert!(parse_body(Some("multipart/form-data"), body.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn upstream_healthchecks_as_a_form_are_typed_by_their_record() {
+        let m = form_to_json(&pairs(
+            "name=u&healthchecks.active.healthy.interval=5&healthchecks.active.unhealthy.interval=0.5\
+             &healthchecks.active.concurrency=3&healthchecks.active.http_path=/200\
+             &healthchecks.active.type=https&healthchecks.active.https_sni=10.0.0.1\
+             &healthchecks.active.https_verify_certificate=false\
+             &healthchecks.active.healthy.http_statuses=200&healthchecks.passive.unhealthy.http_statuses=500\
+             &healthchecks.passive.unhealthy.http_statuses=503&healthchecks.active.headers.x-n=1\
+             &healthchecks.threshold=25",
+        ));
+        let h = &m["healthchecks"];
+        assert_eq!(h["active"]["healthy"]["interval"], 5);
+        assert_eq!(h["active"]["unhealthy"]["interval"], 0.5);
+        assert_eq!(h["active"]["concurrency"], 3);
+        assert_eq!(h["active"]["http_path"], "/200");
+        assert_eq!(h["active"]["type"], "https");
+        assert_eq!(h["active"]["https_sni"], "10.0.0.1");
+        assert_eq!(h["active"]["https_verify_certificate"], false);
+        assert_eq!(h["active"]["healthy"]["http_statuses"], json!([200]));
+        assert_eq!(
+            h["passive"]["unhealthy"]["http_statuses"],
+            json!([500, 503])
+        );
+        assert_eq!(h["active"]["headers"]["x-n"], json!(["1"]));
+        assert_eq!(h["threshold"], 25);
     }
 
     #[test]
