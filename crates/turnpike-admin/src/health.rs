@@ -37,7 +37,10 @@ impl Admin {
             if with_health {
                 let state = if !checks.enabled() {
                     "HEALTHCHECKS_OFF"
-                } else if turnpike_proxy::upstream::health::lookup(&upstream.id, &t.target)
+                } else if self
+                    .gateway
+                    .health
+                    .lookup(&upstream.id, &t.target)
                     .is_none_or(|h| h.healthy())
                 {
                     "HEALTHY"
@@ -80,7 +83,9 @@ impl Admin {
                 else {
                     return Some(message(StatusCode::NOT_FOUND, "Not found"));
                 };
-                turnpike_proxy::upstream::health::target(&upstream.id, &t.target)
+                self.gateway
+                    .health
+                    .target(&upstream.id, &t.target)
                     .set(state == "healthy");
                 tracing::info!(
                     "health: target {} of upstream {} set {state} through the Admin API",

@@ -44,6 +44,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     diff == 0 && a.len() == b.len()
 }
 
+#[derive(Clone)]
 pub struct Admin {
     pub gateway: Arc<Gateway>,
     pub conf: Conf,
@@ -671,7 +672,7 @@ impl Admin {
         let spawned = std::thread::Builder::new()
             .name("config-load".into())
             .spawn(move || {
-                background_priority();
+                // Started by the control plane's thread, whose priority it keeps.
                 let r = load_config(&text, plugins.as_ref(), &gateway, check_hash, flatten);
                 drop(text);
                 // What the parse and the old config's retirement freed on this thread goes
@@ -695,16 +696,6 @@ impl Admin {
                 "An unexpected error occurred",
             ),
         }
-    }
-}
-
-/// Lowers the calling thread's CPU priority (nice 10; Linux applies it per thread).
-fn background_priority() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: gettid and setpriority take no pointers; they act on this thread only.
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
     }
 }
 
@@ -787,7 +778,7 @@ fn echo_body(snapshot: Arc<turnpike_proxy::snapshot::Snapshot>) -> Body {
     let spawned = std::thread::Builder::new()
         .name("config-echo".into())
         .spawn(move || {
-            background_priority();
+            // Spawned from the control plane's thread: at its priority.
             let mut w = ChunkWriter {
                 tx,
                 buf: Vec::with_capacity(ChunkWriter::CHUNK),

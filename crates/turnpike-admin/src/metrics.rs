@@ -112,7 +112,9 @@ impl Admin {
                 {
                     let state = if !checks.enabled() {
                         "healthchecks_off"
-                    } else if turnpike_proxy::upstream::health::lookup(&u.id, &t.target)
+                    } else if gw
+                        .health
+                        .lookup(&u.id, &t.target)
                         .is_none_or(|h| h.healthy())
                     {
                         "healthy"

@@ -12,6 +12,8 @@ use turnpike_config::declarative::{same_id, Changes};
 use turnpike_config::Config;
 use turnpike_router::{ChunkedVec, Router};
 
+use crate::upstream::health::Health;
+
 use turnpike_plugins::Handler;
 use turnpike_plugins::Phases;
 
@@ -466,15 +468,20 @@ impl Snapshot {
     /// The snapshot of an empty config (no plugin is built, so no node's plugin state is
     /// needed).
     pub fn empty() -> Snapshot {
-        Snapshot::compile(Config::default(), &turnpike_plugins::bundled())
-            .expect("an empty config compiles")
+        Snapshot::compile(
+            Config::default(),
+            &turnpike_plugins::bundled(),
+            &Default::default(),
+        )
+        .expect("an empty config compiles")
     }
 
     /// Compiles `config`, its plugins built by the node's `plugins` registry (which hands them
-    /// the node's plugin state).
+    /// the node's plugin state), its balancers sharing the node's target `health`.
     pub fn compile(
         config: Config,
         plugins: &turnpike_plugins::Registry,
+        health: &Health,
     ) -> Result<Snapshot, String> {
         let mut route_problems = Vec::new();
         let router = Router::build_skipping(&config, &mut route_problems);
@@ -483,6 +490,7 @@ impl Snapshot {
         Ok(Snapshot::assemble(
             config,
             plugins,
+            health,
             Arc::new(router),
             route_problems,
             routes,
@@ -498,6 +506,7 @@ impl Snapshot {
         config: Config,
         changes: &Changes,
         plugins: &turnpike_plugins::Registry,
+        health: &Health,
     ) -> Result<Snapshot, String> {
         // Routes refer to services by index, and the router leaves out routes of disabled
         // services: both must hold for every service the previous config had.
@@ -509,7 +518,7 @@ impl Snapshot {
                 .zip(&config.services)
                 .all(|(a, b)| a.id == b.id && a.enabled == b.enabled);
         if !services_kept {
-            return Snapshot::compile(config, plugins);
+            return Snapshot::compile(config, plugins, health);
         }
         let mut routes = prev.routes.clone();
         let mut route_problems = prev.route_problems.clone();
@@ -565,6 +574,7 @@ impl Snapshot {
             return Ok(Snapshot::assemble(
                 config,
                 plugins,
+                health,
                 router,
                 route_problems,
                 routes.iter().map(|slot| slot.route.clone()),
@@ -606,6 +616,7 @@ impl Snapshot {
     fn assemble(
         config: Config,
         plugins: &turnpike_plugins::Registry,
+        node_health: &Health,
         router: Arc<Router>,
         route_problems: Vec<String>,
         // The route of each slot, in slot order.
@@ -635,7 +646,7 @@ impl Snapshot {
             for t in config.targets.iter().filter(|t| *t.upstream.id == *u.id) {
                 let (h, p) = t.target.rsplit_once(':').unwrap_or((&t.target, "8000"));
                 let port = p.parse().unwrap_or(8000);
-                let state = crate::upstream::health::target(&u.id, &t.target);
+                let state = node_health.target(&u.id, &t.target);
                 if checks.active_enabled() && t.weight > 0 {
                     probes.push(Arc::new(crate::upstream::health::Probe {
                         upstream: u.name.clone(),
@@ -817,7 +828,8 @@ mod tests {
         // does not carry.
         std::sync::Arc::make_mut(&mut cfg.routes[1]).paths = Some(vec!["~/bad(".into()].into());
         cfg.plugins[0].name = "no-such-plugin".into();
-        let snap = Snapshot::compile(cfg, &turnpike_plugins::bundled()).unwrap();
+        let snap =
+            Snapshot::compile(cfg, &turnpike_plugins::bundled(), &Health::default()).unwrap();
         assert_eq!(snap.problems.len(), 2, "{:?}", snap.problems);
         assert!(
             snap.problems[0].contains("path regex"),
@@ -883,7 +895,8 @@ mod tests {
             .plugins
             .remove(0),
         );
-        let first = Snapshot::compile(cfg.clone(), &plugins).unwrap();
+        let health = Health::default();
+        let first = Snapshot::compile(cfg.clone(), &plugins, &health).unwrap();
         let paths = ["/r0", "/r2", "/x2", "/r3", "/r5", "/r9", "/r10", "/r11"];
         assert_eq!(routing(&first, &paths)[3], Some(("r3".into(), 2)));
 
@@ -908,8 +921,8 @@ mod tests {
             routes: vec![r2, r5, r10.clone()],
             others: false,
         };
-        let patched = Snapshot::patch(&first, next.clone(), &changes, &plugins).unwrap();
-        let whole = Snapshot::compile(next.clone(), &plugins).unwrap();
+        let patched = Snapshot::patch(&first, next.clone(), &changes, &plugins, &health).unwrap();
+        let whole = Snapshot::compile(next.clone(), &plugins, &health).unwrap();
         assert_eq!(routing(&patched, &paths), routing(&whole, &paths));
         assert_eq!(routing(&patched, &paths)[1], None);
         assert_eq!(routing(&patched, &paths)[2], Some(("r2".into(), 1)));
@@ -934,8 +947,9 @@ mod tests {
             routes: vec![r11],
             others: true,
         };
-        let patched = Snapshot::patch(&patched, third.clone(), &changes, &plugins).unwrap();
-        let whole = Snapshot::compile(third, &plugins).unwrap();
+        let patched =
+            Snapshot::patch(&patched, third.clone(), &changes, &plugins, &health).unwrap();
+        let whole = Snapshot::compile(third, &plugins, &health).unwrap();
         assert_eq!(routing(&patched, &paths), routing(&whole, &paths));
         assert_eq!(routing(&patched, &paths)[7], Some(("r11".into(), 2)));
     }

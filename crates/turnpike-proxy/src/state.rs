@@ -126,6 +126,8 @@ pub struct Gateway {
     retired: Mutex<Vec<Arc<Snapshot>>>,
     /// Wakes the reaper when a snapshot is retired.
     retired_added: std::sync::Condvar,
+    /// Target health, kept across snapshots; its checker thread runs the active probes.
+    pub health: Arc<crate::upstream::health::Health>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -157,6 +159,7 @@ impl Gateway {
             reload_lock: Mutex::new(()),
             retired: Mutex::new(Vec::new()),
             retired_added: std::sync::Condvar::new(),
+            health: Default::default(),
         }
     }
 
@@ -203,8 +206,8 @@ impl Gateway {
             .or(computed.as_ref())
             .filter(|c| current.config.hash == c.from);
         let snap = match patch {
-            Some(c) => Snapshot::patch(&current, config, c, &self.plugins)?,
-            None => Snapshot::compile(config, &self.plugins)?,
+            Some(c) => Snapshot::patch(&current, config, c, &self.plugins, &self.health)?,
+            None => Snapshot::compile(config, &self.plugins, &self.health)?,
         };
         drop(current);
         if whole && !snap.problems.is_empty() {
@@ -241,7 +244,7 @@ impl Gateway {
         }
         let probes = snap.probes.clone();
         let old = self.snapshot.swap(Arc::new(snap));
-        crate::upstream::health::watch(probes);
+        self.health.watch(probes);
         self.generation.fetch_add(1, Ordering::Release);
         self.reloads.fetch_add(1, Ordering::Relaxed);
         let took = started.elapsed().as_micros() as u64;

@@ -276,12 +276,14 @@ async fn check_connection_budget(store: &Store, conf: &Conf) {
         return;
     };
     // Each worker's single statements; the control plane's transactions and its single
-    // statements, two pools (turnpike_store::direct).
-    let mine = (conf.worker_processes as i64 + 2) * i64::from(conf.pg.pool_size);
+    // statements, two pools (turnpike_store::direct); the status API's reachability check,
+    // when it listens.
+    let pools = conf.worker_processes as i64 + 2 + i64::from(!conf.status_listen.is_empty());
+    let mine = pools * i64::from(conf.pg.pool_size);
     if mine > max {
         tracing::warn!(
             "PostgreSQL takes {max} connections (max_connections) and this node alone may open {mine}: \
-             {} workers and the control plane (twice), {} each (pg_pool_size). Past the limit, credential \
+             {} workers, the control plane (twice) and the status API if it listens, {} each (pg_pool_size). Past the limit, credential \
              look-ups and Admin API writes fail under load. \
              fix: lower pg_pool_size or raise max_connections (every node counts against it)",
             conf.worker_processes,

@@ -14,8 +14,6 @@ use turnpike_admin::Admin;
 use turnpike_config::conf::Database;
 use turnpike_config::declarative;
 use turnpike_config::Conf;
-/// The control plane's thread priority (nice; the proxy workers' is 0).
-const CONTROL_PLANE_NICE: i32 = 5;
 
 use turnpike_proxy::{tls, worker::listen as server, Gateway, Settings, BUILD_PROFILE, VERSION};
 
@@ -214,7 +212,7 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match parse_file(&file, plugins.as_ref()) {
+            match parse_file(&file, plugins.as_ref(), &Default::default()) {
                 Ok(snap) => {
                     let cfg = &snap.config;
                     println!(
@@ -255,7 +253,7 @@ fn main() -> ExitCode {
         Command::Config {
             command: ConfigCommand::DbImport { file, conf },
         } => run_db_command(conf.as_deref(), |conf, plugins| async move {
-            let snap = parse_file(&file, &plugins)?;
+            let snap = parse_file(&file, &plugins, &Default::default())?;
             db::db_import(&conf, plugins, snap.config).await
         }),
         Command::Config {
@@ -336,16 +334,18 @@ where
 
 /// Reads, validates and compiles a declarative file: the snapshot a gateway swaps in as it is
 /// (compiled once: compiling a copy to check it, then the config again to apply it, doubled a
-/// 100k-entity start's time and its peak memory).
+/// 100k-entity start's time and its peak memory). `health` is the target health its balancers
+/// share: the gateway's, or a throwaway one for a file only checked.
 fn parse_file(
     path: &Path,
     plugins: &turnpike_plugins::Registry,
+    health: &turnpike_proxy::upstream::health::Health,
 ) -> Result<turnpike_proxy::snapshot::Snapshot, String> {
     let text = read_text(path)?;
     let cfg = load_text(path, &text, plugins, None)?;
     // Compile it too: a config that validates but cannot be compiled (a certificate that does
     // not parse, a regex the engine refuses) is reported here rather than at reload.
-    let snap = turnpike_proxy::snapshot::Snapshot::compile(cfg, plugins)
+    let snap = turnpike_proxy::snapshot::Snapshot::compile(cfg, plugins, health)
         .map_err(|e| format!("in '{}': {e}", path.display()))?;
     if !snap.problems.is_empty() {
         return Err(format!(
@@ -558,7 +558,7 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
         (Some(store), Some(sync))
     };
     if let (Database::Off, Some(path)) = (conf.database, &conf.declarative_config) {
-        gateway.apply_compiled(parse_file(path, plugins.as_ref())?);
+        gateway.apply_compiled(parse_file(path, plugins.as_ref(), &gateway.health)?);
         tracing::info!("loaded declarative config {}", path.display());
     }
 
@@ -629,11 +629,6 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
         shutdown_rx.clone(),
         release_memory,
     );
-    // This thread runs the control plane: the Admin API, the config sync, and the threads it
-    // starts from now on (health checks, DNS). The proxy workers, started above, keep the normal priority: when the
-    // cores are busy (a burst of Admin API writes beside full traffic), they win.
-    turnpike_store::sync::lower_priority(CONTROL_PLANE_NICE);
-
     let admin = Arc::new(Admin {
         config_loading: Default::default(),
         release_memory: release_memory_now,
@@ -651,21 +646,25 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
             ))
         }),
     });
+    // What watches the traffic keeps the proxy workers' priority, on threads of its own
+    // started before this one lowers its own: active health checks (a probe's answer read
+    // late counts as a timeout) and the status API (load balancers' and orchestrators' probes
+    // of this node). DNS refreshes have theirs already (`dns::install`).
+    gateway
+        .health
+        .start_checker()
+        .map_err(|e| format!("cannot start the health checker: {e}"))?;
+    let status = serve_status(&admin, status_listeners, &shutdown_rx)?;
+    // This thread runs the control plane: the Admin API, the config sync, and the threads it
+    // starts from now on (a `POST /config` load). When the cores are busy, traffic wins: the
+    // proxy workers and the threads above keep the normal priority, this one yields to them.
+    turnpike_store::sync::lower_priority(turnpike_store::sync::CONTROL_PLANE_NICE);
+
     rt.block_on(async {
         for l in admin_listeners {
             for s in l.sockets {
                 let listener = tokio::net::TcpListener::from_std(s).expect("admin listener");
                 tokio::spawn(turnpike_admin::serve(
-                    admin.clone(),
-                    listener,
-                    shutdown_rx.clone(),
-                ));
-            }
-        }
-        for l in status_listeners {
-            for s in l.sockets {
-                let listener = tokio::net::TcpListener::from_std(s).expect("status listener");
-                tokio::spawn(turnpike_admin::serve_status(
                     admin.clone(),
                     listener,
                     shutdown_rx.clone(),
@@ -706,13 +705,75 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
     // Workers stop accepting, finish their connections, then exit; bounded like Kong's
     // nginx_main_worker_shutdown_timeout.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    for w in workers {
+    for w in workers.into_iter().chain(status) {
         while !w.is_finished() && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Serves the status API (`status_listen`) on a thread of its own, with its own runtime and,
+/// on a database, its own connection for `/status`'s reachability check: it answers at the
+/// priority of the thread that calls this, whatever the control plane's. `None` without
+/// status listeners.
+fn serve_status(
+    admin: &Arc<Admin>,
+    listeners: Vec<server::BoundListener>,
+    shutdown: &watch::Receiver<bool>,
+) -> Result<Option<std::thread::JoinHandle<()>>, String> {
+    let sockets: Vec<std::net::TcpListener> =
+        listeners.into_iter().flat_map(|l| l.sockets).collect();
+    if sockets.is_empty() {
+        return Ok(None);
+    }
+    let (admin, shutdown) = (admin.clone(), shutdown.clone());
+    std::thread::Builder::new()
+        .name("status".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => return tracing::error!("status API: cannot start: {e}"),
+            };
+            rt.block_on(async move {
+                // The store's connections live on the runtime that opened them: this thread
+                // checks the database on a pool of its own.
+                let own = admin.store.as_ref().and_then(|s| {
+                    s.reader("turnpike-status")
+                        .map_err(|e| {
+                            tracing::warn!("status API: no connection pool of its own ({e})")
+                        })
+                        .ok()
+                });
+                let admin = match own {
+                    Some(store) => Arc::new(Admin {
+                        store: Some(Arc::new(store)),
+                        ..(*admin).clone()
+                    }),
+                    None => admin,
+                };
+                let mut served = tokio::task::JoinSet::new();
+                for s in sockets {
+                    match tokio::net::TcpListener::from_std(s) {
+                        Ok(l) => {
+                            served.spawn(turnpike_admin::serve_status(
+                                admin.clone(),
+                                l,
+                                shutdown.clone(),
+                            ));
+                        }
+                        Err(e) => tracing::error!("status API: {e}"),
+                    }
+                }
+                served.join_all().await;
+            });
+        })
+        .map(Some)
+        .map_err(|e| format!("cannot start the status API thread: {e}"))
 }
 
 /// Waits for a stop signal; reloads the declarative file on SIGHUP meanwhile.

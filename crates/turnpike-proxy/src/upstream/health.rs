@@ -8,7 +8,7 @@
 //! weight falls under `healthchecks.threshold` percent) the request gets Kong's 503.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
@@ -229,27 +229,6 @@ impl TargetHealth {
     }
 }
 
-/// Health by (upstream id, target `host:port`): kept across config reloads.
-static HEALTH: LazyLock<DashMap<(String, String), Arc<TargetHealth>>> =
-    LazyLock::new(Default::default);
-
-pub fn target(upstream_id: &str, target: &str) -> Arc<TargetHealth> {
-    if let Some(h) = HEALTH.get(&(upstream_id.to_string(), target.to_string())) {
-        return h.clone();
-    }
-    HEALTH
-        .entry((upstream_id.to_string(), target.to_string()))
-        .or_default()
-        .clone()
-}
-
-/// The state of a target if it is known (for the Admin API).
-pub fn lookup(upstream_id: &str, target: &str) -> Option<Arc<TargetHealth>> {
-    HEALTH
-        .get(&(upstream_id.to_string(), target.to_string()))
-        .map(|h| h.clone())
-}
-
 /// One target the active checker probes.
 pub struct Probe {
     pub upstream: String,
@@ -259,75 +238,115 @@ pub struct Probe {
     pub checks: Arc<Checks>,
 }
 
-/// The probes of the running config, replaced on every reload.
-static PROBES: Mutex<Vec<Arc<Probe>>> = Mutex::new(Vec::new());
-static CHECKER: Mutex<bool> = Mutex::new(false);
-
-/// Installs the probes of a new config (and starts the checker thread with the first ones).
-pub fn watch(probes: Vec<Arc<Probe>>) {
-    let any = !probes.is_empty();
-    *PROBES.lock().unwrap_or_else(|e| e.into_inner()) = probes;
-    if !any {
-        return;
-    }
-    let mut started = CHECKER.lock().unwrap_or_else(|e| e.into_inner());
-    if *started {
-        return;
-    }
-    *started = true;
-    let spawned = std::thread::Builder::new()
-        .name("healthchecker".into())
-        .spawn(|| {
-            match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt.block_on(checker()),
-                Err(e) => tracing::error!("health checks: cannot start: {e}"),
-            }
-        });
-    if let Err(e) = spawned {
-        tracing::error!("health checks: cannot start: {e}");
-        *started = false;
-    }
+/// A node's target health: what passive and active checks have learnt, by (upstream id,
+/// target `host:port`), kept across config reloads; and the running config's probes, which
+/// the checker thread runs.
+#[derive(Default)]
+pub struct Health {
+    targets: DashMap<(String, String), Arc<TargetHealth>>,
+    probes: Mutex<Vec<Arc<Probe>>>,
+    /// Wakes the checker when probes are installed (it sleeps while there are none).
+    probes_set: tokio::sync::Notify,
 }
 
-async fn checker() {
-    let mut due: std::collections::HashMap<(String, String, u16), Instant> = Default::default();
-    let limit = Arc::new(tokio::sync::Semaphore::new(64));
-    loop {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let probes: Vec<Arc<Probe>> = PROBES.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let now = Instant::now();
-        for p in probes {
-            let a = &p.checks.active;
-            let interval = if p.health.healthy() {
-                a.healthy_interval
-            } else {
-                a.unhealthy_interval
-            };
-            let Some(interval) = interval else { continue };
-            let key = (p.upstream.clone(), p.host.clone(), p.port);
-            if due.get(&key).is_some_and(|t| now < *t) {
+impl Health {
+    /// The state of a target, made healthy when first asked for (a config being compiled).
+    pub fn target(&self, upstream_id: &str, target: &str) -> Arc<TargetHealth> {
+        let key = (upstream_id.to_string(), target.to_string());
+        if let Some(h) = self.targets.get(&key) {
+            return h.clone();
+        }
+        self.targets.entry(key).or_default().clone()
+    }
+
+    /// The state of a target if it is known (for the Admin API).
+    pub fn lookup(&self, upstream_id: &str, target: &str) -> Option<Arc<TargetHealth>> {
+        self.targets
+            .get(&(upstream_id.to_string(), target.to_string()))
+            .map(|h| h.clone())
+    }
+
+    /// Installs the probes of a config just swapped in, and forgets the targets that no
+    /// config holds any more (one that comes back later starts healthy, as in Kong).
+    pub fn watch(&self, probes: Vec<Arc<Probe>>) {
+        *self.probes.lock().unwrap_or_else(|e| e.into_inner()) = probes;
+        self.probes_set.notify_one();
+        // A snapshot (running, retired but still in use, or being compiled) holds the state
+        // of each of its targets; only the map holds the others.
+        self.targets.retain(|_, h| Arc::strong_count(h) > 1);
+    }
+
+    /// How many targets have a health state (for tests and the status API).
+    pub fn known_targets(&self) -> usize {
+        self.targets.len()
+    }
+
+    /// Starts the thread that runs the active probes. Called once at start-up by a thread at
+    /// the proxy workers' CPU priority, which the checker inherits: the control plane runs at
+    /// a lower one, and a probe's answer read late counts as a timeout.
+    pub fn start_checker(self: &Arc<Self>) -> std::io::Result<()> {
+        let health = self.clone();
+        std::thread::Builder::new()
+            .name("healthchecker".into())
+            .spawn(move || {
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt.block_on(health.checker()),
+                    Err(e) => tracing::error!("health checks: cannot start: {e}"),
+                }
+            })
+            .map(|_| ())
+    }
+
+    async fn checker(self: Arc<Self>) {
+        let mut due: std::collections::HashMap<(String, String, u16), Instant> = Default::default();
+        let limit = Arc::new(tokio::sync::Semaphore::new(64));
+        loop {
+            let installed = self.probes_set.notified();
+            let probes: Vec<Arc<Probe>> = self
+                .probes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            if probes.is_empty() {
+                due.clear();
+                installed.await;
                 continue;
             }
-            due.insert(key, now + interval);
-            let Ok(permit) = limit.clone().try_acquire_owned() else {
-                continue;
-            };
-            tokio::spawn(async move {
-                let outcome = probe(&p).await;
-                if let Some(healthy) = p.health.record(outcome, &p.checks.active.rules) {
-                    tracing::warn!(
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let now = Instant::now();
+            for p in probes {
+                let a = &p.checks.active;
+                let interval = if p.health.healthy() {
+                    a.healthy_interval
+                } else {
+                    a.unhealthy_interval
+                };
+                let Some(interval) = interval else { continue };
+                let key = (p.upstream.clone(), p.host.clone(), p.port);
+                if due.get(&key).is_some_and(|t| now < *t) {
+                    continue;
+                }
+                due.insert(key, now + interval);
+                let Ok(permit) = limit.clone().try_acquire_owned() else {
+                    continue;
+                };
+                tokio::spawn(async move {
+                    let outcome = probe(&p).await;
+                    if let Some(healthy) = p.health.record(outcome, &p.checks.active.rules) {
+                        tracing::warn!(
                         "health checks: target {}:{} of upstream {} is now {} (active: {outcome:?})",
                         p.host,
                         p.port,
                         p.upstream,
                         if healthy { "healthy" } else { "unhealthy" }
                     );
-                }
-                drop(permit);
-            });
+                    }
+                    drop(permit);
+                });
+            }
         }
     }
 }
@@ -422,6 +441,21 @@ mod tests {
         h.set(true);
         assert_eq!(h.record(Outcome::Timeout, &rules), None);
         assert_eq!(h.record(Outcome::Timeout, &rules), Some(false));
+    }
+
+    #[test]
+    fn a_reload_keeps_what_was_learnt_and_forgets_removed_targets() {
+        let health = Health::default();
+        let kept = health.target("u", "a:80");
+        kept.set(false);
+        drop(health.target("u", "gone:80"));
+        // The new config holds "a:80" (as its balancer would); nothing holds "gone:80".
+        health.watch(Vec::new());
+        assert_eq!(health.known_targets(), 1);
+        assert!(!health.lookup("u", "a:80").unwrap().healthy());
+        assert!(health.lookup("u", "gone:80").is_none());
+        // A target that comes back starts healthy.
+        assert!(health.target("u", "gone:80").healthy());
     }
 
     #[test]

@@ -582,16 +582,9 @@ fn a_shared_proxy_port_is_noticed() {
     assert!(gw.proxy_port_shared());
 }
 
-/// When the cores are busy, the proxy wins: the control plane's thread (Admin API, config
-/// sync) runs at nice 5, the proxy workers at the normal priority.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_proxy_workers_outrank_the_control_plane() {
-    let gw = Gateway::with_config("_format_version: \"3.0\"\n")
-        .env("TURNPIKE_NGINX_WORKER_PROCESSES", "2")
-        .start();
-    let pid = gw.pid();
-    // (thread name, nice) of every thread of the node.
-    let threads: Vec<(u32, String, i64)> = std::fs::read_dir(format!("/proc/{pid}/task"))
+/// (thread name, nice) of every thread of process `pid`, by thread id.
+fn threads_of(pid: u32) -> Vec<(u32, String, i64)> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
         .flatten()
         .filter_map(|t| {
@@ -603,15 +596,84 @@ async fn the_proxy_workers_outrank_the_control_plane() {
             let nice = rest.split(' ').nth(16)?.parse().ok()?;
             Some((tid, name.trim().to_string(), nice))
         })
-        .collect();
+        .collect()
+}
+
+/// When the cores are busy, traffic wins: the control plane (Admin API, config sync, config
+/// builder) runs at nice 19; the proxy workers and what watches the traffic for them (active
+/// health checks, the status API, DNS) at the normal priority, whichever thread installs the
+/// first probes (here the config builder, at nice 19).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traffic_and_its_watchers_outrank_the_control_plane() {
+    let status_port = free_port();
+    let gw = Gateway::sqlite()
+        .env(
+            "TURNPIKE_STATUS_LISTEN",
+            &format!("127.0.0.1:{status_port}"),
+        )
+        .start();
+    let pid = gw.pid();
+    // Health probes written as Kong's docs write them, a form, on a database node: the config
+    // builder compiles them and the checker (already running) starts probing.
+    let dead = format!("127.0.0.1:{}", free_port());
+    let form = "name=hc&healthchecks.active.healthy.interval=0.2&healthchecks.active.unhealthy.interval=0.2\
+                &healthchecks.active.unhealthy.tcp_failures=1&healthchecks.active.timeout=0.5";
+    let r = admin_raw(
+        gw.admin,
+        "POST",
+        "/upstreams",
+        "application/x-www-form-urlencoded",
+        form.into(),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(
+        r.json()["healthchecks"]["active"]["healthy"]["interval"],
+        0.2
+    );
+    let r = admin_raw(
+        gw.admin,
+        "POST",
+        "/upstreams/hc/targets",
+        "application/x-www-form-urlencoded",
+        format!("target={dead}").into_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    assert!(
+        eventually(Duration::from_secs(10), async || gw
+            .health_of("hc", &dead)
+            .await
+            == "UNHEALTHY")
+        .await,
+        "{}",
+        gw.log_text()
+    );
+    let threads = threads_of(pid);
+    let nice = |name: &str| -> Vec<i64> {
+        threads
+            .iter()
+            .filter(|t| t.1.starts_with(name))
+            .map(|t| t.2)
+            .collect()
+    };
     let main = threads.iter().find(|t| t.0 == pid).unwrap();
-    assert_eq!(main.2, 5, "{threads:?}");
-    let workers: Vec<_> = threads
-        .iter()
-        .filter(|t| t.1.starts_with("turnpike-worke"))
-        .collect();
-    assert_eq!(workers.len(), 2, "{threads:?}");
-    assert!(workers.iter().all(|t| t.2 == 0), "{threads:?}");
-    // And the node still answers on both sides.
+    assert_eq!(main.2, 19, "the control plane: {threads:?}");
+    assert_eq!(nice("config-builder"), [19], "{threads:?}");
+    assert_eq!(nice("turnpike-worke"), [0, 0], "{threads:?}");
+    assert_eq!(nice("healthchecker"), [0], "{threads:?}");
+    assert_eq!(nice("status"), [0], "{threads:?}");
+    assert_eq!(nice("dns"), [0], "{threads:?}");
+    // And the node answers on every side.
     assert_eq!(gw.admin("GET", "/status", None).await.status, 200);
+    let status: std::net::SocketAddr = format!("127.0.0.1:{status_port}").parse().unwrap();
+    let r = call(status, "GET", "/status", &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.json()["database"]["reachable"],
+        true,
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    assert_eq!(call(status, "GET", "/status/ready", &[]).await.status, 200);
 }
