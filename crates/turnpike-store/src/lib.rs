@@ -67,8 +67,9 @@ pub struct Store {
     /// Single statements on the hot paths, without sqlx's pool's checks ([`direct`]).
     direct: direct::Direct,
     /// Set while a node runs [`sync::ConfigSync::announce`]: its writes then send one NOTIFY per
-    /// [`sync::NOTIFY_GAP`] at most between them instead of one each.
-    announcer: std::sync::OnceLock<Arc<sync::Announcer>>,
+    /// [`sync::NOTIFY_GAP`] at most between them instead of one each. Shared with the
+    /// workers' stores ([`Store::reader`]): the node's writes share one announcer.
+    announcer: Arc<std::sync::OnceLock<Arc<sync::Announcer>>>,
     /// New entities waiting to share a statement ([`crud::batch`]).
     batches: Arc<crud::batch::Batches>,
     pub backend: Backend,
@@ -157,7 +158,7 @@ impl Store {
         let tables = schema::Tables::new(&*plugins);
         Ok(Store {
             direct: direct_pool(&options, "turnpike", &pool)?,
-            announcer: std::sync::OnceLock::new(),
+            announcer: Default::default(),
             batches: Default::default(),
             pool,
             backend: options.backend,
@@ -168,17 +169,18 @@ impl Store {
         })
     }
 
-    /// The same store on a connection pool of its own, for one thread's reads: a proxy
-    /// worker's credential look-ups, which then run on the worker's runtime rather than
-    /// queue behind the Admin API's work (Kong's `pg_pool_size` is per worker too). The pool
-    /// connects lazily on the runtime this is called from, and must be used there.
-    /// `name` is the connections' `application_name` on PostgreSQL (what `pg_stat_activity`
-    /// shows an operator).
-    pub fn reader(&self, name: &str) -> Result<Store, StoreError> {
+    /// The same store on a connection pool of its own, for one thread's store work: a proxy
+    /// worker's credential look-ups and writes (oauth2's tokens and codes), which then run on
+    /// the worker's runtime rather than queue behind the Admin API's work on the control
+    /// plane's lower-priority thread (Kong's `pg_pool_size` is per worker too). Its writes
+    /// share the node's announcer. The pool connects lazily on the runtime this is called
+    /// from, and must be used there. `name` is the connections' `application_name` on
+    /// PostgreSQL (what `pg_stat_activity` shows an operator).
+    pub fn with_own_pool(&self, name: &str) -> Result<Store, StoreError> {
         let pool = lazy_pool(&self.options, name)?;
         Ok(Store {
             direct: direct_pool(&self.options, name, &pool)?,
-            announcer: std::sync::OnceLock::new(),
+            announcer: self.announcer.clone(),
             batches: Default::default(),
             pool,
             backend: self.backend,

@@ -182,7 +182,6 @@ pub async fn start(
     runtime.credentials.install(
         Arc::new(StoreCredentials {
             store: store.clone(),
-            runtime: tokio::runtime::Handle::current(),
             pools: pools.clone(),
         }),
         turnpike_plugins::credentials::CacheSettings {
@@ -340,7 +339,10 @@ impl WorkerPools {
         if let Some((_, r)) = pools.iter().find(|(t, _)| *t == me) {
             return Some(r.clone());
         }
-        match self.store.reader(thread.name().unwrap_or("turnpike")) {
+        match self
+            .store
+            .with_own_pool(thread.name().unwrap_or("turnpike"))
+        {
             Ok(r) => {
                 let r = Arc::new(r);
                 pools.push((me, r.clone()));
@@ -354,11 +356,11 @@ impl WorkerPools {
     }
 }
 
-/// The store as the data plane's credential source: look-ups on the worker's own pool
-/// ([`WorkerPools`]); writes (oauth2's tokens and codes) on the control plane's runtime.
+/// The store as the data plane's credential source: look-ups and writes (oauth2's tokens and
+/// codes) on the worker's own pool ([`WorkerPools`]), never on the control plane's
+/// lower-priority thread.
 struct StoreCredentials {
     store: Arc<Store>,
-    runtime: tokio::runtime::Handle,
     pools: Arc<WorkerPools>,
 }
 
@@ -401,8 +403,7 @@ impl turnpike_plugins::credentials::CredentialSource for StoreCredentials {
         write: turnpike_plugins::credentials::Write,
     ) -> turnpike_plugins::credentials::Written {
         use turnpike_plugins::credentials::Write;
-        let store = self.store.clone();
-        let task = self.runtime.spawn(async move {
+        self.pools.run(move |store| async move {
             let spec = |table: &str| {
                 store.tables.by_table(table).ok_or_else(|| {
                     turnpike_store::StoreError::Database(format!("no table {table}"))
@@ -419,11 +420,6 @@ impl turnpike_plugins::credentials::CredentialSource for StoreCredentials {
                     store.delete(spec(table)?, &id, None).await.map(|_| None)
                 }
             }
-        });
-        Box::pin(async move {
-            task.await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())
         })
     }
 }

@@ -743,7 +743,7 @@ fn serve_status(
                 // The store's connections live on the runtime that opened them: this thread
                 // checks the database on a pool of its own.
                 let own = admin.store.as_ref().and_then(|s| {
-                    s.reader("turnpike-status")
+                    s.with_own_pool("turnpike-status")
                         .map_err(|e| {
                             tracing::warn!("status API: no connection pool of its own ({e})")
                         })

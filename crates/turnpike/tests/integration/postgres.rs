@@ -641,6 +641,100 @@ async fn workers_look_credentials_up_on_their_own_connections() {
     assert!(!log.contains("unrecognized connect parameter"), "{log}");
 }
 
+/// The proxy's own oauth2 writes (a token issued by `/oauth2/token`) run on the worker's
+/// connections too, not on the control plane's (whose thread yields to traffic, nice 19): a
+/// client asking for a token is traffic. They still tell other nodes: a second node on the
+/// same database accepts the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_write_the_tokens_they_issue_on_their_own_connections() {
+    let up = Upstream::start("own-writes");
+    let pg = Postgres::start();
+    bootstrap(&pg);
+    let env = [
+        ("TURNPIKE_NGINX_WORKER_PROCESSES", "1"),
+        ("TURNPIKE_TRUSTED_IPS", "127.0.0.1"),
+    ];
+    let a = node(&pg, &env);
+    let b = node(&pg, &env);
+    a.add_service_route(&up.url(), "/api").await;
+    for (path, body) in [
+        (
+            "/services/s/plugins",
+            json!({"name": "oauth2", "config": {"enable_client_credentials": true,
+                "accept_http_if_already_terminated": true, "global_credentials": true}}),
+        ),
+        ("/consumers", json!({"username": "owner"})),
+        (
+            "/consumers/owner/oauth2",
+            json!({"name": "app", "client_id": "cid", "client_secret": "cs",
+                   "redirect_uris": ["https://app.test/cb"]}),
+        ),
+    ] {
+        let r = a.admin("POST", path, Some(body)).await;
+        assert_eq!(r.status, 201, "{path}: {:?}", r.body);
+    }
+    let issue = async || {
+        send(
+            a.proxy,
+            req("POST", "/api/oauth2/token")
+                .header("content-type", "application/x-www-form-urlencoded")
+                .header("x-forwarded-proto", "https")
+                .body(http_body_util::Full::new(bytes::Bytes::from(
+                    "grant_type=client_credentials&client_id=cid&client_secret=cs",
+                )))
+                .unwrap(),
+        )
+        .await
+    };
+    let mut issued = None;
+    assert!(
+        eventually(Duration::from_secs(10), async || {
+            let r = issue().await;
+            let ok = r.status == 200;
+            issued = ok.then(|| r.json());
+            ok
+        })
+        .await,
+        "{}",
+        a.log_text()
+    );
+    // Listed before the token is used (a look-up would be its connection's last statement).
+    let pg = Arc::new(pg);
+    let q = pg.clone();
+    let rows = tokio::task::spawn_blocking(move || {
+        q.query(
+            "SELECT application_name, query FROM pg_stat_activity \
+             WHERE datname = 'postgres' AND application_name LIKE 'turnpike%' ORDER BY 1",
+        )
+    })
+    .await
+    .unwrap();
+    let by = |name: &str| -> Vec<&str> {
+        rows.lines()
+            .filter(|l| l.split('|').next() == Some(name))
+            .collect()
+    };
+    let inserts_token = |l: &&str| l.contains("INSERT INTO oauth2_tokens");
+    assert!(by("turnpike-worker-0").iter().any(inserts_token), "{rows}");
+    assert!(!by("turnpike").iter().any(inserts_token), "{rows}");
+    // The token works on the node that issued it and on the other.
+    let token = issued.unwrap()["access_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for n in [&a, &b] {
+        let bearer = format!("Bearer {token}");
+        let ok = eventually(Duration::from_secs(10), async || {
+            call(n.proxy, "GET", "/api/x", &[("authorization", &bearer)])
+                .await
+                .status
+                == 200
+        })
+        .await;
+        assert!(ok, "{}", n.log_text());
+    }
+}
+
 /// A node whose pools (one per worker and the control plane's, `pg_pool_size` each) could
 /// exceed the server's `max_connections` says so at start; one within it does not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
