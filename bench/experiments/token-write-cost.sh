@@ -5,7 +5,9 @@
 # PostgreSQL's CPU time (utime + stime of every thread of theirs, 10 ms ticks) and the
 # statements PostgreSQL ran (pg_stat_statements: calls, total execution ms, rows). Runs each
 # binary of BINS in turn, ROUNDS times (BINS: paths; default: this checkout's release build).
-# Usage: [BINS="a b"] bench/experiments/token-write-cost.sh [RATE] [SECS] [ROUNDS]
+# PERF=1 also samples the node's threads (perf record -g, 999 Hz) while the writes run and keeps
+# each round's top symbols in raw/<binary>-round<n>.perf.txt.
+# Usage: [BINS="a b"] [PERF=1] bench/experiments/token-write-cost.sh [RATE] [SECS] [ROUNDS]
 #        (needs postgresql, oha, python3)
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
@@ -49,10 +51,20 @@ one() { # binary round
   psql -c "SELECT pg_stat_statements_reset()" > /dev/null
   local n0 p0 n1 p1
   n0=$(ticks $node); p0=$(ticks $(pgrep -u postgres postgres))
+  local perf=
+  if [ "${PERF:-}" = 1 ]; then
+    perf record -q -g -F 999 -p "$node" -o "$d/perf.data" -- sleep "$SECS" > /dev/null 2>&1 &
+    perf=$!
+  fi
   "$OHA" --no-tui --output-format json -c 32 -q "$RATE" -z "${SECS}s" -m POST -T application/json \
     -d "{\"credential\":{\"id\":\"$CRED\"},\"service\":{\"id\":\"$SVC\"},\"expires_in\":7200,\"scope\":\"email\"}" \
     http://127.0.0.1:8001/oauth2_tokens > "$d/oha.json"
   n1=$(ticks $node); p1=$(ticks $(pgrep -u postgres postgres))
+  if [ -n "$perf" ]; then
+    wait "$perf" || true
+    perf report -i "$d/perf.data" --no-children --sort comm,symbol --stdio 2>/dev/null \
+      | grep -v '^#' | grep '%' | head -60 > "${f%.txt}.perf.txt" || true
+  fi
   local written
   written=$(python3 -c "import json; print(json.load(open('$d/oha.json')).get('statusCodeDistribution', {}).get('201', 0))")
   {
