@@ -68,7 +68,7 @@ pub struct Store {
     direct: direct::Direct,
     /// Set while a node runs [`sync::ConfigSync::announce`]: its writes then send one NOTIFY per
     /// [`sync::NOTIFY_GAP`] at most between them instead of one each. Shared with the
-    /// workers' stores ([`Store::reader`]): the node's writes share one announcer.
+    /// workers' stores ([`Store::with_own_pool`]): the node's writes share one announcer.
     announcer: Arc<std::sync::OnceLock<Arc<sync::Announcer>>>,
     /// New entities waiting to share a statement ([`crud::batch`]).
     batches: Arc<crud::batch::Batches>,

@@ -274,15 +274,15 @@ async fn check_connection_budget(store: &Store, conf: &Conf) {
     let Ok(max) = store.max_connections().await else {
         return;
     };
-    // Each worker's single statements; the control plane's transactions and its single
-    // statements, two pools (turnpike_store::direct); the status API's reachability check,
-    // when it listens.
-    let pools = conf.worker_processes as i64 + 2 + i64::from(!conf.status_listen.is_empty());
+    // Each worker's and the control plane's single statements and transactions, two pools each
+    // (turnpike_store::direct; a worker's transactions are the oauth2 endpoints' token and
+    // code updates and deletes); the status API's reachability check, when it listens.
+    let pools = 2 * conf.worker_processes as i64 + 2 + i64::from(!conf.status_listen.is_empty());
     let mine = pools * i64::from(conf.pg.pool_size);
     if mine > max {
         tracing::warn!(
             "PostgreSQL takes {max} connections (max_connections) and this node alone may open {mine}: \
-             {} workers, the control plane (twice) and the status API if it listens, {} each (pg_pool_size). Past the limit, credential \
+             {} workers and the control plane (two pools each) and the status API if it listens, {} a pool (pg_pool_size). Past the limit, credential \
              look-ups and Admin API writes fail under load. \
              fix: lower pg_pool_size or raise max_connections (every node counts against it)",
             conf.worker_processes,
@@ -294,7 +294,8 @@ async fn check_connection_budget(store: &Store, conf: &Conf) {
 /// Each proxy worker's own connection pool, made on first use from the worker's thread (a
 /// worker's runtime is single-threaded: its connections are driven by the thread that uses
 /// them), as each of Kong's workers has its own `pg_pool_size`. The data plane's store work
-/// (credential look-ups, rate-limiting counters) then runs on the worker's runtime: it never
+/// (credential look-ups, oauth2's token writes, rate-limiting counters) then runs on the
+/// worker's runtime: it never
 /// waits behind the control plane's (Admin API writes at hundreds a second, the config sync)
 /// nor crosses threads.
 struct WorkerPools {

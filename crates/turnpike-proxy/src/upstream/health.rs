@@ -276,8 +276,9 @@ impl Health {
         self.targets.retain(|_, h| Arc::strong_count(h) > 1);
     }
 
-    /// How many targets have a health state (for tests and the status API).
-    pub fn known_targets(&self) -> usize {
+    /// How many targets have a health state.
+    #[cfg(test)]
+    fn known_targets(&self) -> usize {
         self.targets.len()
     }
 

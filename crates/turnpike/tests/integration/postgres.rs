@@ -735,7 +735,7 @@ async fn workers_write_the_tokens_they_issue_on_their_own_connections() {
     }
 }
 
-/// A node whose pools (one per worker and the control plane's, `pg_pool_size` each) could
+/// A node whose pools (two per worker and the control plane's, `pg_pool_size` each) could
 /// exceed the server's `max_connections` says so at start; one within it does not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_budget_past_max_connections_is_reported_at_start() {
@@ -776,7 +776,7 @@ async fn a_connection_budget_past_max_connections_is_reported_at_start() {
     assert!(
         log.contains(&format!(
             "PostgreSQL takes {max} connections (max_connections) and this node alone may open {}",
-            4 * (max / 2)
+            6 * (max / 2)
         )),
         "{log}"
     );
