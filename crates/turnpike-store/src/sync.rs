@@ -640,10 +640,12 @@ fn save_last_good(path: &std::path::Path, text: &str) {
 
 /// The CPU priority (nice) of a node's control plane: the Admin API, the config sync, the
 /// config builder. The threads that serve or watch traffic (proxy workers, health checks, the
-/// status API, DNS) keep the normal one, 0. When the cores are busy they win: measured with a
-/// million oauth2 tokens written at 1,500/s beside 5,000 proxy requests/s on two cores, nice
-/// 19 took ~0.3 ms off the write load's effect on the proxy's p99 that nice 5 left
-/// (BENCHMARKS.md; `docs/benchmark-history.md`, "the control plane at nice 19").
+/// status API, DNS) keep the normal one, 0. When the cores are busy they win: with a million
+/// oauth2 tokens written at 1,500/s beside 5,000 proxy requests/s on two cores, nice 19 took
+/// ~0.3 ms off the write load's effect on the proxy's p99 that nice 5 left, and the write load
+/// added 0.62x the worker's wait for its CPU. The price: on a saturated node a config change
+/// takes up to ~0.15 s to reach the proxy instead of ~0.05 s (BENCHMARKS.md;
+/// `docs/benchmark-history.md`, "the control plane yields to traffic").
 pub const CONTROL_PLANE_NICE: i32 = 19;
 
 /// Lowers the calling thread's CPU priority to `nice` (threads it starts afterwards inherit
