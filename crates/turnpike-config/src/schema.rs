@@ -56,6 +56,10 @@ pub struct Field {
     pub ty: Type,
     pub required: bool,
     pub default: Option<Default>,
+    /// Kong's `auto`: drawn by the gateway when a write leaves the field out (the plugin's
+    /// `shorthands` draws it); shown in the schema, so decK sends it as an explicit null,
+    /// which a required field refuses, as Kong does.
+    pub auto: bool,
 }
 
 /// A deprecated flat field Kong still accepts and moves into its place (Kong's
@@ -104,6 +108,7 @@ impl Field {
             ty,
             required: false,
             default: None,
+            auto: false,
         }
     }
     pub const fn default(mut self, d: Default) -> Field {
@@ -112,6 +117,10 @@ impl Field {
     }
     pub const fn required(mut self) -> Field {
         self.required = true;
+        self
+    }
+    pub const fn auto(mut self) -> Field {
+        self.auto = true;
         self
     }
 }
@@ -499,6 +508,9 @@ fn record_fields_json(fields: &[Field]) -> Vec<Value> {
             let mut d = type_json(f.ty);
             if f.required {
                 d.insert("required".into(), json!(true));
+            }
+            if f.auto {
+                d.insert("auto".into(), json!(true));
             }
             if let Some(def) = f.default {
                 let mut v = def.to_value();

@@ -178,9 +178,14 @@ impl PluginSpec for OAuth2 {
         ))
     }
     fn shorthands(&self, config: &mut Value) {
-        // Kong draws a provision_key when the config is written.
+        // Kong draws a provision_key when a write leaves it out; an explicit null (what decK
+        // sends for an auto field its file leaves out) is "required field missing", as in
+        // Kong: drawing one there would rotate the key on every sync.
+        if config.is_null() {
+            *config = Value::Object(Default::default());
+        }
         if let Some(m) = config.as_object_mut() {
-            if m.get("provision_key").is_none_or(|v| v.is_null()) {
+            if !m.contains_key("provision_key") {
                 m.insert(
                     "provision_key".into(),
                     Value::from(uuid::Uuid::new_v4().simple().to_string()),

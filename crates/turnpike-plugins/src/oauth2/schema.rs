@@ -30,7 +30,7 @@ pub struct Config {
 pub const FIELDS: &[Field] = &[
     Field::new("scopes", Type::StringArray),
     Field::new("mandatory_scope", Type::Boolean).default(Default::Bool(false)),
-    Field::new("provision_key", Type::String),
+    Field::new("provision_key", Type::String).required().auto(),
     Field::new("token_expiration", Type::Number).default(Default::Int(7200)),
     Field::new("enable_authorization_code", Type::Boolean).default(Default::Bool(false)),
     Field::new("enable_implicit_grant", Type::Boolean).default(Default::Bool(false)),

@@ -345,6 +345,53 @@ async fn oauth2_needs_a_database_and_a_grant() {
         c["provision_key"].as_str().is_some_and(|k| k.len() == 32),
         "{c}"
     );
+    // An explicit null is refused, as Kong refuses it: decK sends one for an auto field its
+    // file leaves out, and a key drawn there would change on every sync.
+    let schema = gw
+        .admin("GET", "/schemas/plugins/oauth2", None)
+        .await
+        .json();
+    let config = schema["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|f| f.get("config"))
+        .unwrap()["fields"]
+        .clone();
+    let key = config
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|f| f.get("provision_key"))
+        .unwrap();
+    assert_eq!(
+        (&key["auto"], &key["required"]),
+        (&json!(true), &json!(true))
+    );
+    let id = r.json()["id"].as_str().unwrap().to_string();
+    for (method, path) in [
+        ("POST", "/plugins".to_string()),
+        ("PUT", format!("/plugins/{id}")),
+    ] {
+        let r = gw
+            .admin(
+                method,
+                &path,
+                Some(json!({"name": "oauth2", "config": {"enable_implicit_grant": true, "provision_key": null}})),
+            )
+            .await;
+        assert_eq!(r.status, 400, "{method} {:?}", r.json());
+        assert_eq!(
+            r.json()["fields"]["config"]["provision_key"],
+            "required field missing"
+        );
+    }
+    // The stored key is as it was.
+    let stored = gw
+        .admin("GET", &format!("/plugins/{id}"), None)
+        .await
+        .json();
+    assert_eq!(stored["config"]["provision_key"], c["provision_key"]);
 }
 
 /// A form POST to the proxy, as Kong's documented `curl --data` examples send it; over
