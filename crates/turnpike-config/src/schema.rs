@@ -56,9 +56,9 @@ pub struct Field {
     pub ty: Type,
     pub required: bool,
     pub default: Option<Default>,
-    /// Kong's `auto`: drawn by the gateway when a write leaves the field out (the plugin's
-    /// `shorthands` draws it); shown in the schema, so decK sends it as an explicit null,
-    /// which a required field refuses, as Kong does.
+    /// Kong's `auto` (a string field): drawn by [`validate`] when a write leaves the field out,
+    /// 32 random hex digits; shown in the schema, so decK sends it as an explicit null, which
+    /// a required field refuses, as Kong does.
     pub auto: bool,
 }
 
@@ -170,6 +170,9 @@ fn validate_record(
             continue;
         }
         let v = match input.get(f.name) {
+            // Kong's `auto`: a value drawn when the write leaves the field out (an explicit
+            // null is not "left out": a required field then reports it missing).
+            None if f.auto => Value::from(uuid::Uuid::new_v4().simple().to_string()),
             None | Some(Value::Null) => match f.default {
                 Some(d) => d.to_value(),
                 None if f.required => {
@@ -548,6 +551,29 @@ mod tests {
         Field::new("message", Type::String),
         Field::new("mode", Type::OneOf(&["a", "b"])).required(),
     ];
+
+    #[test]
+    fn auto_fields_are_drawn_when_left_out_and_an_explicit_null_is_missing() {
+        const KEYED: &[Field] = &[Field::new("key", Type::String).required().auto()];
+        let drawn = validate(KEYED, &json!({})).unwrap()["key"].clone();
+        assert!(
+            drawn
+                .as_str()
+                .is_some_and(|k| k.len() == 32 && k.bytes().all(|b| b.is_ascii_hexdigit())),
+            "{drawn}"
+        );
+        assert_eq!(
+            validate(KEYED, &Value::Null).unwrap()["key"]
+                .as_str()
+                .map(str::len),
+            Some(32)
+        );
+        assert_eq!(validate(KEYED, &json!({"key": "k"})).unwrap()["key"], "k");
+        assert_eq!(
+            validate(KEYED, &json!({"key": null})).unwrap_err(),
+            vec![("key".to_string(), "required field missing".to_string())]
+        );
+    }
 
     #[test]
     fn defaults_nulls_and_violations() {

@@ -177,22 +177,6 @@ impl PluginSpec for OAuth2 {
             "oauth2 keeps its tokens in a database and is not supported in DB-less mode".into(),
         ))
     }
-    fn shorthands(&self, config: &mut Value) {
-        // Kong draws a provision_key when a write leaves it out; an explicit null (what decK
-        // sends for an auto field its file leaves out) is "required field missing", as in
-        // Kong: drawing one there would rotate the key on every sync.
-        if config.is_null() {
-            *config = Value::Object(Default::default());
-        }
-        if let Some(m) = config.as_object_mut() {
-            if !m.contains_key("provision_key") {
-                m.insert(
-                    "provision_key".into(),
-                    Value::from(uuid::Uuid::new_v4().simple().to_string()),
-                );
-            }
-        }
-    }
     fn build(&self, config: &Value, ctx: &BuildContext) -> Result<Arc<dyn Handler>, String> {
         let c: schema::Config = crate::typed(config)?;
         let realm = c.realm.as_deref().unwrap_or("service");

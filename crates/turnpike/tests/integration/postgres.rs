@@ -58,6 +58,27 @@ async fn with_key(proxy: std::net::SocketAddr, key: &str) -> Reply {
     .await
 }
 
+/// The last statement of each of the nodes' connections, `application_name|query` a line
+/// (`pg_stat_activity`), in name order.
+async fn last_statements(pg: &Arc<Postgres>) -> String {
+    let q = pg.clone();
+    tokio::task::spawn_blocking(move || {
+        q.query(
+            "SELECT application_name, query FROM pg_stat_activity \
+             WHERE datname = 'postgres' AND application_name LIKE 'turnpike%' ORDER BY 1",
+        )
+    })
+    .await
+    .unwrap()
+}
+
+/// The lines of [`last_statements`] from connections named `name`.
+fn of_connection<'a>(rows: &'a str, name: &str) -> Vec<&'a str> {
+    rows.lines()
+        .filter(|l| l.split('|').next() == Some(name))
+        .collect()
+}
+
 fn bootstrap(pg: &Postgres) {
     let env: Vec<(&str, String)> = pg.env();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -606,22 +627,10 @@ async fn workers_look_credentials_up_on_their_own_connections() {
         assert_eq!(r.status, 401, "{:?}", r.body);
     }
     let pg = Arc::new(pg);
-    let q = pg.clone();
-    let rows = tokio::task::spawn_blocking(move || {
-        q.query(
-            "SELECT application_name, query FROM pg_stat_activity \
-             WHERE datname = 'postgres' AND application_name LIKE 'turnpike%' ORDER BY 1",
-        )
-    })
-    .await
-    .unwrap();
+    let rows = last_statements(&pg).await;
     // The key's look-up ran on the worker's connection; the Admin API's writes on the control
     // plane's.
-    let by = |name: &str| -> Vec<&str> {
-        rows.lines()
-            .filter(|l| l.split('|').next() == Some(name))
-            .collect()
-    };
+    let by = |name: &str| of_connection(&rows, name);
     assert!(
         by("turnpike-worker-0")
             .iter()
@@ -700,20 +709,8 @@ async fn workers_write_the_tokens_they_issue_on_their_own_connections() {
     );
     // Listed before the token is used (a look-up would be its connection's last statement).
     let pg = Arc::new(pg);
-    let q = pg.clone();
-    let rows = tokio::task::spawn_blocking(move || {
-        q.query(
-            "SELECT application_name, query FROM pg_stat_activity \
-             WHERE datname = 'postgres' AND application_name LIKE 'turnpike%' ORDER BY 1",
-        )
-    })
-    .await
-    .unwrap();
-    let by = |name: &str| -> Vec<&str> {
-        rows.lines()
-            .filter(|l| l.split('|').next() == Some(name))
-            .collect()
-    };
+    let rows = last_statements(&pg).await;
+    let by = |name: &str| of_connection(&rows, name);
     let inserts_token = |l: &&str| l.contains("INSERT INTO oauth2_tokens");
     assert!(by("turnpike-worker-0").iter().any(inserts_token), "{rows}");
     assert!(!by("turnpike").iter().any(inserts_token), "{rows}");
