@@ -39,6 +39,7 @@ impl Admin {
                     "HEALTHCHECKS_OFF"
                 } else if self
                     .gateway
+                    .upstreams
                     .health
                     .lookup(&upstream.id, &t.target)
                     .is_none_or(|h| h.healthy())
@@ -84,6 +85,7 @@ impl Admin {
                     return Some(message(StatusCode::NOT_FOUND, "Not found"));
                 };
                 self.gateway
+                    .upstreams
                     .health
                     .target(&upstream.id, &t.target)
                     .set(state == "healthy");

@@ -870,7 +870,7 @@ fn peer_stats(gateway: &turnpike_proxy::Gateway) -> Value {
         .enumerate()
         .filter(|(_, t)| t.requests > 0 || t.connections_opened > 0)
         .filter_map(|(id, t)| {
-            let (host, port) = turnpike_proxy::snapshot::peer_address(id as u64)?;
+            let (host, port) = gateway.upstreams.peers.address(id as u64)?;
             Some(json!({
                 "peer": format!("{host}:{port}"),
                 "connections_opened": t.connections_opened,

@@ -113,6 +113,7 @@ impl Admin {
                     let state = if !checks.enabled() {
                         "healthchecks_off"
                     } else if gw
+                        .upstreams
                         .health
                         .lookup(&u.id, &t.target)
                         .is_none_or(|h| h.healthy())
@@ -150,7 +151,9 @@ impl Admin {
             .enumerate()
             .filter(|(_, p)| p.requests > 0 || p.connections_opened > 0)
             .filter_map(|(id, p)| {
-                turnpike_proxy::snapshot::peer_address(id as u64)
+                gw.upstreams
+                    .peers
+                    .address(id as u64)
                     .map(|(h, port)| (escape(&format!("{h}:{port}")), *p))
             })
             .collect();

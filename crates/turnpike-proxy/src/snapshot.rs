@@ -12,7 +12,7 @@ use turnpike_config::declarative::{same_id, Changes};
 use turnpike_config::Config;
 use turnpike_router::{ChunkedVec, Router};
 
-use crate::upstream::health::Health;
+use crate::upstream::Upstreams;
 
 use turnpike_plugins::Handler;
 use turnpike_plugins::Phases;
@@ -20,8 +20,7 @@ use turnpike_plugins::Phases;
 use crate::tls::{self, CertStore};
 pub use crate::upstream::balancer::Balancer;
 use crate::upstream::balancer::HashOn;
-use crate::upstream::peer::peer;
-pub use crate::upstream::peer::{peer_address, Peer};
+pub use crate::upstream::peer::Peer;
 
 pub struct Snapshot {
     pub config: Config,
@@ -467,21 +466,18 @@ fn hash_on(
 impl Snapshot {
     /// The snapshot of an empty config (no plugin is built, so no node's plugin state is
     /// needed).
-    pub fn empty() -> Snapshot {
-        Snapshot::compile(
-            Config::default(),
-            &turnpike_plugins::bundled(),
-            &Default::default(),
-        )
-        .expect("an empty config compiles")
+    pub fn empty(upstreams: &Upstreams) -> Snapshot {
+        Snapshot::compile(Config::default(), &turnpike_plugins::bundled(), upstreams)
+            .expect("an empty config compiles")
     }
 
     /// Compiles `config`, its plugins built by the node's `plugins` registry (which hands them
-    /// the node's plugin state), its balancers sharing the node's target `health`.
+    /// the node's plugin state), its peers and balancers made with what the node knows of its
+    /// `upstreams` (their health, pool ids and resolved names).
     pub fn compile(
         config: Config,
         plugins: &turnpike_plugins::Registry,
-        health: &Health,
+        upstreams: &Upstreams,
     ) -> Result<Snapshot, String> {
         let mut route_problems = Vec::new();
         let router = Router::build_skipping(&config, &mut route_problems);
@@ -490,7 +486,7 @@ impl Snapshot {
         Ok(Snapshot::assemble(
             config,
             plugins,
-            health,
+            upstreams,
             Arc::new(router),
             route_problems,
             routes,
@@ -506,7 +502,7 @@ impl Snapshot {
         config: Config,
         changes: &Changes,
         plugins: &turnpike_plugins::Registry,
-        health: &Health,
+        upstreams: &Upstreams,
     ) -> Result<Snapshot, String> {
         // Routes refer to services by index, and the router leaves out routes of disabled
         // services: both must hold for every service the previous config had.
@@ -518,7 +514,7 @@ impl Snapshot {
                 .zip(&config.services)
                 .all(|(a, b)| a.id == b.id && a.enabled == b.enabled);
         if !services_kept {
-            return Snapshot::compile(config, plugins, health);
+            return Snapshot::compile(config, plugins, upstreams);
         }
         let mut routes = prev.routes.clone();
         let mut route_problems = prev.route_problems.clone();
@@ -574,7 +570,7 @@ impl Snapshot {
             return Ok(Snapshot::assemble(
                 config,
                 plugins,
-                health,
+                upstreams,
                 router,
                 route_problems,
                 routes.iter().map(|slot| slot.route.clone()),
@@ -616,7 +612,7 @@ impl Snapshot {
     fn assemble(
         config: Config,
         plugins: &turnpike_plugins::Registry,
-        node_health: &Health,
+        upstreams: &Upstreams,
         router: Arc<Router>,
         route_problems: Vec<String>,
         // The route of each slot, in slot order.
@@ -646,17 +642,20 @@ impl Snapshot {
             for t in config.targets.iter().filter(|t| *t.upstream.id == *u.id) {
                 let (h, p) = t.target.rsplit_once(':').unwrap_or((&t.target, "8000"));
                 let port = p.parse().unwrap_or(8000);
-                let state = node_health.target(&u.id, &t.target);
+                let state = upstreams.health.target(&u.id, &t.target);
+                let peer = upstreams.peer(h, port, false);
                 if checks.active_enabled() && t.weight > 0 {
                     probes.push(Arc::new(crate::upstream::health::Probe {
                         upstream: u.name.clone(),
                         host: h.trim_matches(|c| c == '[' || c == ']').to_string(),
                         port,
+                        address: peer.addr,
+                        name: peer.dns.clone(),
                         health: state.clone(),
                         checks: checks.clone(),
                     }));
                 }
-                peers.push((peer(h, port, false), t.weight));
+                peers.push((peer, t.weight));
                 health.push(state);
             }
             let hh = u
@@ -704,7 +703,7 @@ impl Snapshot {
             } else if let Some(b) = balancers.get(s.host.as_str()) {
                 Destination::Balanced(b.clone())
             } else {
-                Destination::Direct(peer(&s.host, s.port, https))
+                Destination::Direct(upstreams.peer(&s.host, s.port, https))
             };
             let (tls, destination) = if https {
                 match service_tls(s, &cert_by_id, &ca_by_id) {
@@ -829,7 +828,7 @@ mod tests {
         std::sync::Arc::make_mut(&mut cfg.routes[1]).paths = Some(vec!["~/bad(".into()].into());
         cfg.plugins[0].name = "no-such-plugin".into();
         let snap =
-            Snapshot::compile(cfg, &turnpike_plugins::bundled(), &Health::default()).unwrap();
+            Snapshot::compile(cfg, &turnpike_plugins::bundled(), &Upstreams::default()).unwrap();
         assert_eq!(snap.problems.len(), 2, "{:?}", snap.problems);
         assert!(
             snap.problems[0].contains("path regex"),
@@ -895,8 +894,8 @@ mod tests {
             .plugins
             .remove(0),
         );
-        let health = Health::default();
-        let first = Snapshot::compile(cfg.clone(), &plugins, &health).unwrap();
+        let upstreams = Upstreams::default();
+        let first = Snapshot::compile(cfg.clone(), &plugins, &upstreams).unwrap();
         let paths = ["/r0", "/r2", "/x2", "/r3", "/r5", "/r9", "/r10", "/r11"];
         assert_eq!(routing(&first, &paths)[3], Some(("r3".into(), 2)));
 
@@ -921,8 +920,9 @@ mod tests {
             routes: vec![r2, r5, r10.clone()],
             others: false,
         };
-        let patched = Snapshot::patch(&first, next.clone(), &changes, &plugins, &health).unwrap();
-        let whole = Snapshot::compile(next.clone(), &plugins, &health).unwrap();
+        let patched =
+            Snapshot::patch(&first, next.clone(), &changes, &plugins, &upstreams).unwrap();
+        let whole = Snapshot::compile(next.clone(), &plugins, &upstreams).unwrap();
         assert_eq!(routing(&patched, &paths), routing(&whole, &paths));
         assert_eq!(routing(&patched, &paths)[1], None);
         assert_eq!(routing(&patched, &paths)[2], Some(("r2".into(), 1)));
@@ -948,8 +948,8 @@ mod tests {
             others: true,
         };
         let patched =
-            Snapshot::patch(&patched, third.clone(), &changes, &plugins, &health).unwrap();
-        let whole = Snapshot::compile(third, &plugins, &health).unwrap();
+            Snapshot::patch(&patched, third.clone(), &changes, &plugins, &upstreams).unwrap();
+        let whole = Snapshot::compile(third, &plugins, &upstreams).unwrap();
         assert_eq!(routing(&patched, &paths), routing(&whole, &paths));
         assert_eq!(routing(&patched, &paths)[7], Some(("r11".into(), 2)));
     }

@@ -126,8 +126,9 @@ pub struct Gateway {
     retired: Mutex<Vec<Arc<Snapshot>>>,
     /// Wakes the reaper when a snapshot is retired.
     retired_added: std::sync::Condvar,
-    /// Target health, kept across snapshots; its checker thread runs the active probes.
-    pub health: Arc<crate::upstream::health::Health>,
+    /// What the node knows of its upstreams across snapshots: target health (its checker
+    /// thread runs the active probes), the peers' pool ids, the resolver.
+    pub upstreams: crate::upstream::Upstreams,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -144,9 +145,11 @@ impl Gateway {
         workers: usize,
         default_cert: Arc<CertifiedKey>,
         plugins: Arc<turnpike_plugins::Registry>,
+        dns: Arc<crate::upstream::dns::Dns>,
     ) -> Gateway {
+        let upstreams = crate::upstream::Upstreams::new(dns);
         Gateway {
-            snapshot: ArcSwap::from_pointee(Snapshot::empty()),
+            snapshot: ArcSwap::from_pointee(Snapshot::empty(&upstreams)),
             generation: AtomicU64::new(0),
             settings,
             stats: Stats::new(workers),
@@ -159,7 +162,7 @@ impl Gateway {
             reload_lock: Mutex::new(()),
             retired: Mutex::new(Vec::new()),
             retired_added: std::sync::Condvar::new(),
-            health: Default::default(),
+            upstreams,
         }
     }
 
@@ -206,8 +209,8 @@ impl Gateway {
             .or(computed.as_ref())
             .filter(|c| current.config.hash == c.from);
         let snap = match patch {
-            Some(c) => Snapshot::patch(&current, config, c, &self.plugins, &self.health)?,
-            None => Snapshot::compile(config, &self.plugins, &self.health)?,
+            Some(c) => Snapshot::patch(&current, config, c, &self.plugins, &self.upstreams)?,
+            None => Snapshot::compile(config, &self.plugins, &self.upstreams)?,
         };
         drop(current);
         if whole && !snap.problems.is_empty() {
@@ -244,7 +247,7 @@ impl Gateway {
         }
         let probes = snap.probes.clone();
         let old = self.snapshot.swap(Arc::new(snap));
-        self.health.watch(probes);
+        self.upstreams.health.watch(probes);
         self.generation.fetch_add(1, Ordering::Release);
         self.reloads.fetch_add(1, Ordering::Relaxed);
         let took = started.elapsed().as_micros() as u64;

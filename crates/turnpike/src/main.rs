@@ -334,18 +334,18 @@ where
 
 /// Reads, validates and compiles a declarative file: the snapshot a gateway swaps in as it is
 /// (compiled once: compiling a copy to check it, then the config again to apply it, doubled a
-/// 100k-entity start's time and its peak memory). `health` is the target health its balancers
+/// 100k-entity start's time and its peak memory). `upstreams` is what its peers and balancers
 /// share: the gateway's, or a throwaway one for a file only checked.
 fn parse_file(
     path: &Path,
     plugins: &turnpike_plugins::Registry,
-    health: &turnpike_proxy::upstream::health::Health,
+    upstreams: &turnpike_proxy::upstream::Upstreams,
 ) -> Result<turnpike_proxy::snapshot::Snapshot, String> {
     let text = read_text(path)?;
     let cfg = load_text(path, &text, plugins, None)?;
     // Compile it too: a config that validates but cannot be compiled (a certificate that does
     // not parse, a regex the engine refuses) is reported here rather than at reload.
-    let snap = turnpike_proxy::snapshot::Snapshot::compile(cfg, plugins, health)
+    let snap = turnpike_proxy::snapshot::Snapshot::compile(cfg, plugins, upstreams)
         .map_err(|e| format!("in '{}': {e}", path.display()))?;
     if !snap.problems.is_empty() {
         return Err(format!(
@@ -517,9 +517,10 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
 
     std::fs::create_dir_all(&conf.prefix)
         .map_err(|e| format!("cannot create prefix {}: {e}", conf.prefix.display()))?;
-    // Before the first config compiles: its host names are resolved with these settings.
-    // No name servers is not fatal (IP targets need none): names then fail to resolve.
-    if let Err(e) = turnpike_proxy::upstream::dns::install(&conf.dns) {
+    // The node's resolver, with which every config's host names are resolved. No name
+    // servers is not fatal (IP targets need none): names then fail to resolve.
+    let (dns, dns_problem) = turnpike_proxy::upstream::dns::Dns::start(&conf.dns);
+    if let Some(e) = dns_problem {
         tracing::warn!("dns: {e}");
     }
     let default_cert = tls::default_certificate(
@@ -540,6 +541,7 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
         conf.worker_processes,
         default_cert,
         plugins.clone(),
+        dns,
     ));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -558,7 +560,7 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
         (Some(store), Some(sync))
     };
     if let (Database::Off, Some(path)) = (conf.database, &conf.declarative_config) {
-        gateway.apply_compiled(parse_file(path, plugins.as_ref(), &gateway.health)?);
+        gateway.apply_compiled(parse_file(path, plugins.as_ref(), &gateway.upstreams)?);
         tracing::info!("loaded declarative config {}", path.display());
     }
 
@@ -649,8 +651,9 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
     // What watches the traffic keeps the proxy workers' priority, on threads of its own
     // started before this one lowers its own: active health checks (a probe's answer read
     // late counts as a timeout) and the status API (load balancers' and orchestrators' probes
-    // of this node). DNS refreshes have theirs already (`dns::install`).
+    // of this node). DNS refreshes have theirs already (`Dns::start`).
     gateway
+        .upstreams
         .health
         .start_checker()
         .map_err(|e| format!("cannot start the health checker: {e}"))?;

@@ -459,12 +459,12 @@ fn continuum(peers: &[(Peer, u32)], slots: u32) -> Vec<(u32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::peer::peer;
 
     fn peers(n: usize) -> Vec<(Peer, u32)> {
+        let node = crate::upstream::Upstreams::default();
         (0..n)
             // Kong's default target weight.
-            .map(|i| (peer(&format!("10.0.0.{i}"), 80, false), 100))
+            .map(|i| (node.peer(&format!("10.0.0.{i}"), 80, false), 100))
             .collect()
     }
 

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -75,10 +75,12 @@ impl Answer {
 }
 
 /// One upstream host name, shared by every peer naming it. Held by config snapshots; the
-/// registry forgets it when no snapshot holds it any more.
+/// resolver forgets it when no snapshot holds it any more.
 #[derive(Debug)]
 pub struct Name {
     host: Box<str>,
+    /// The resolver that made it, which refreshes it (gone: the node is shutting down).
+    dns: Weak<Dns>,
     answer: ArcSwap<Answer>,
     /// Changes when the set of addresses changes: pooled connections opened under another
     /// generation are not reused (they may lead to an address the name no longer has).
@@ -100,9 +102,10 @@ pub enum ResolveError {
 
 impl Name {
     /// A name not resolved yet.
-    fn new(host: Box<str>) -> Name {
+    fn new(host: Box<str>, dns: Weak<Dns>) -> Name {
         Name {
             host,
+            dns,
             answer: ArcSwap::from_pointee(Answer::unresolved()),
             generation: AtomicU64::new(0),
             refreshing: AtomicBool::new(false),
@@ -174,12 +177,14 @@ impl Name {
 
     /// Starts a look-up in the background unless one is running.
     fn refresh(self: &Arc<Self>) {
+        let Some(dns) = self.dns.upgrade() else {
+            return;
+        };
         if self.refreshing.swap(true, Ordering::AcqRel) {
             return;
         }
-        let dns = resolver();
         let name = self.clone();
-        dns.runtime.spawn(async move {
+        dns.runtime.clone().spawn(async move {
             let fresh = dns.query(&name).await;
             name.store(fresh, &dns.conf);
             name.refreshing.store(false, Ordering::Release);
@@ -250,7 +255,10 @@ impl Name {
     }
 }
 
-struct Resolver {
+/// The node's resolver (one per gateway, made from its `dns_*` properties): the hosts file
+/// read once, the name servers, and the names the node's configs use, refreshed by a thread
+/// of its own (`dns`) that ends when the resolver is dropped.
+pub struct Dns {
     conf: DnsConf,
     resolver: Option<TokioResolver>,
     hosts: Hosts,
@@ -258,71 +266,70 @@ struct Resolver {
     runtime: tokio::runtime::Handle,
 }
 
-static RESOLVER: OnceLock<Resolver> = OnceLock::new();
+impl std::fmt::Debug for Dns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dns").field("conf", &self.conf).finish()
+    }
+}
 
-/// Sets up resolution with the gateway's `dns_*` properties: reads the hosts file and the
-/// name servers, and starts the refresher thread. Called once at start; a gateway embedded
-/// without calling it gets Kong's defaults.
-pub fn install(conf: &DnsConf) -> Result<(), String> {
-    let mut result = Ok(());
-    RESOLVER.get_or_init(|| match Resolver::start(conf.clone()) {
-        Ok(r) => r,
-        Err(e) => {
-            result = Err(e);
-            Resolver::start(DnsConf {
-                resolver: vec![SocketAddr::from(([127, 0, 0, 1], 53))],
-                ..conf.clone()
-            })
-            .expect("a resolver without system configuration starts")
+impl Dns {
+    /// Starts the resolver with `conf`: reads the hosts file and the name servers, and starts
+    /// the refresher thread. When the system's name servers cannot be read, names are asked of
+    /// 127.0.0.1:53 and the reason comes back beside (not fatal: IP targets need no resolver).
+    pub fn start(conf: &DnsConf) -> (Arc<Dns>, Option<String>) {
+        match Dns::open(conf.clone()) {
+            Ok(dns) => (dns, None),
+            Err(e) => {
+                let fallback = DnsConf {
+                    resolver: vec![SocketAddr::from(([127, 0, 0, 1], 53))],
+                    ..conf.clone()
+                };
+                let dns =
+                    Dns::open(fallback).expect("a resolver without system configuration starts");
+                (dns, Some(e))
+            }
         }
-    });
-    result
-}
-
-fn resolver() -> &'static Resolver {
-    RESOLVER.get_or_init(|| {
-        Resolver::start(DnsConf::default()).unwrap_or_else(|e| {
-            tracing::warn!("dns: {e}");
-            Resolver::start(DnsConf {
-                resolver: vec![SocketAddr::from(([127, 0, 0, 1], 53))],
-                ..DnsConf::default()
-            })
-            .expect("a resolver without system configuration starts")
-        })
-    })
-}
-
-/// The shared entry for `host`, or `None` when `host` is an IP address. A name seen for the
-/// first time is looked up in the background at once, so that the first request finds it
-/// resolved.
-pub fn name(host: &str) -> Option<Arc<Name>> {
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    if bare.parse::<IpAddr>().is_ok() {
-        return None;
     }
-    let dns = resolver();
-    let key = bare.to_ascii_lowercase();
-    let mut names = dns.names.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(n) = names.get(key.as_str()) {
-        return Some(n.clone());
-    }
-    let n = Arc::new(Name::new(key.clone().into()));
-    names.insert(key.into(), n.clone());
-    drop(names);
-    n.refresh();
-    Some(n)
-}
 
-/// Resolves `host:port` once (health probes): IP addresses as they are, names through the
-/// shared cache.
-pub async fn lookup(host: &str, port: u16) -> Result<SocketAddr, ResolveError> {
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    if let Ok(ip) = bare.parse::<IpAddr>() {
-        return Ok(SocketAddr::new(ip, port));
+    /// The shared entry for `host`, or `None` when `host` is an IP address. A name seen for
+    /// the first time is looked up in the background at once, so that the first request finds
+    /// it resolved.
+    pub fn name(self: &Arc<Self>, host: &str) -> Option<Arc<Name>> {
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        if bare.parse::<IpAddr>().is_ok() {
+            return None;
+        }
+        let key = bare.to_ascii_lowercase();
+        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = names.get(key.as_str()) {
+            return Some(n.clone());
+        }
+        let n = Arc::new(Name::new(key.clone().into(), Arc::downgrade(self)));
+        names.insert(key.into(), n.clone());
+        drop(names);
+        n.refresh();
+        Some(n)
     }
-    match name(host) {
-        Some(n) => n.address(port).await,
-        None => Err(ResolveError::Failed),
+
+    /// Resolves `host:port` once: IP addresses as they are, names through the shared cache.
+    pub async fn lookup(
+        self: &Arc<Self>,
+        host: &str,
+        port: u16,
+    ) -> Result<SocketAddr, ResolveError> {
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        if let Ok(ip) = bare.parse::<IpAddr>() {
+            return Ok(SocketAddr::new(ip, port));
+        }
+        match self.name(host) {
+            Some(n) => n.address(port).await,
+            None => Err(ResolveError::Failed),
+        }
+    }
+
+    /// How many names the resolver keeps (those some config or request still holds).
+    pub fn names(&self) -> usize {
+        self.names.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 }
 
@@ -335,8 +342,8 @@ fn record_code(t: RecordType) -> u8 {
     }
 }
 
-impl Resolver {
-    fn start(conf: DnsConf) -> Result<Resolver, String> {
+impl Dns {
+    fn open(conf: DnsConf) -> Result<Arc<Dns>, String> {
         let mut hosts = Hosts::default();
         match std::fs::File::open(&conf.hostsfile) {
             Ok(f) => {
@@ -370,6 +377,8 @@ impl Resolver {
         opts.cache_size = 0;
         opts.use_hosts_file = hickory_resolver::config::ResolveHosts::Never;
         let (tx, rx) = std::sync::mpsc::channel();
+        // The refresher holds the resolver weakly: dropping the resolver ends the thread.
+        let (made_tx, made) = tokio::sync::oneshot::channel::<Weak<Dns>>();
         std::thread::Builder::new()
             .name("dns".into())
             .spawn(move || {
@@ -384,7 +393,11 @@ impl Resolver {
                     }
                 };
                 let _ = tx.send(Ok(rt.handle().clone()));
-                rt.block_on(refresher());
+                rt.block_on(async move {
+                    if let Ok(dns) = made.await {
+                        refresher(dns).await;
+                    }
+                });
             })
             .map_err(|e| format!("cannot start the dns thread: {e}"))?;
         let runtime = rx
@@ -399,13 +412,15 @@ impl Resolver {
                 .map_err(|e| tracing::error!("dns: cannot build the resolver: {e}"))
                 .ok()
         };
-        Ok(Resolver {
+        let dns = Arc::new(Dns {
             conf,
             resolver,
             hosts,
             names: Mutex::new(HashMap::new()),
             runtime,
-        })
+        });
+        let _ = made_tx.send(Arc::downgrade(&dns));
+        Ok(dns)
     }
 
     fn ttl(&self, seconds: u32) -> Duration {
@@ -595,11 +610,12 @@ impl Resolver {
     }
 }
 
-/// Refreshes the names still in use before their answers expire, and forgets the others.
-async fn refresher() {
+/// Refreshes the names still in use before their answers expire, and forgets the others;
+/// returns when the resolver is gone.
+async fn refresher(dns: Weak<Dns>) {
     loop {
         tokio::time::sleep(REFRESH_TICK).await;
-        let Some(dns) = RESOLVER.get() else { continue };
+        let Some(dns) = dns.upgrade() else { return };
         let now = Instant::now();
         let mut due = Vec::new();
         {
@@ -643,7 +659,7 @@ mod tests {
     }
 
     fn entry() -> Name {
-        Name::new("svc.test".into())
+        Name::new("svc.test".into(), Weak::new())
     }
 
     #[test]
@@ -702,14 +718,42 @@ mod tests {
 
     #[tokio::test]
     async fn hosts_file_names_and_ip_literals_need_no_name_server() {
-        assert!(name("127.0.0.1").is_none());
-        assert!(name("[::1]").is_none());
+        let (dns, _) = Dns::start(&DnsConf::default());
+        assert!(dns.name("127.0.0.1").is_none());
+        assert!(dns.name("[::1]").is_none());
         assert_eq!(
-            lookup("::1", 80).await,
+            dns.lookup("::1", 80).await,
             Ok("[::1]:80".parse::<SocketAddr>().unwrap())
         );
         // /etc/hosts names localhost on every Linux machine.
-        let a = lookup("localhost", 8080).await.unwrap();
+        let a = dns.lookup("localhost", 8080).await.unwrap();
         assert!(a.ip().is_loopback() && a.port() == 8080, "{a}");
+    }
+
+    /// Each gateway has a resolver of its own: a name one resolves is not in another's
+    /// registry, and nothing but its owner keeps a resolver alive (its refresher and its names
+    /// hold it weakly), so dropping it ends its thread.
+    #[test]
+    fn resolvers_are_the_nodes_own_and_end_with_it() {
+        let (a, _) = Dns::start(&DnsConf::default());
+        let (b, _) = Dns::start(&DnsConf::default());
+        let n = a.name("localhost").unwrap();
+        assert!(Arc::ptr_eq(&n, &a.name("LOCALHOST").unwrap()));
+        assert_eq!((a.names(), b.names()), (1, 0));
+        // The first look-up (from the hosts file) runs on a's thread and lets go of it.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while (n.answer.load().state == State::Unresolved || Arc::strong_count(&a) > 1)
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(n.answer.load().state, State::Found);
+        let weak = Arc::downgrade(&a);
+        drop((a, b));
+        assert!(weak.upgrade().is_none(), "only its owner held the resolver");
+        // A name outliving its resolver keeps its last answer and asks no one.
+        n.refresh();
+        assert!(!n.refreshing.load(Ordering::Acquire));
+        assert_eq!(n.answer.load().state, State::Found);
     }
 }

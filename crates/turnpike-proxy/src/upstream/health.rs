@@ -234,6 +234,9 @@ pub struct Probe {
     pub upstream: String,
     pub host: String,
     pub port: u16,
+    /// Where the target is: its address (an IP target) or its name in the node's resolver.
+    pub address: Option<std::net::SocketAddr>,
+    pub name: Option<Arc<crate::upstream::dns::Name>>,
     pub health: Arc<TargetHealth>,
     pub checks: Arc<Checks>,
 }
@@ -357,9 +360,11 @@ async fn probe(p: &Probe) -> Outcome {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let a = &p.checks.active;
     let work = async {
-        let addr = crate::upstream::dns::lookup(&p.host, p.port)
-            .await
-            .map_err(|_| Outcome::TcpFailure)?;
+        let addr = match (p.address, &p.name) {
+            (Some(a), _) => a,
+            (None, Some(n)) => n.address(p.port).await.map_err(|_| Outcome::TcpFailure)?,
+            (None, None) => return Err(Outcome::TcpFailure),
+        };
         let stream = tokio::net::TcpStream::connect(addr)
             .await
             .map_err(|_| Outcome::TcpFailure)?;

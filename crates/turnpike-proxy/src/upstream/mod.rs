@@ -6,3 +6,36 @@ pub mod dns;
 pub mod health;
 pub mod peer;
 pub mod pool;
+
+use std::sync::Arc;
+
+/// What a node knows of its upstreams beyond any one config, owned by its `Gateway` and kept
+/// across snapshots: target health (and the thread probing it), the peers' pool ids, and the
+/// resolver with the names the configs use.
+pub struct Upstreams {
+    pub health: Arc<health::Health>,
+    pub peers: peer::Peers,
+    pub dns: Arc<dns::Dns>,
+}
+
+impl Upstreams {
+    pub fn new(dns: Arc<dns::Dns>) -> Upstreams {
+        Upstreams {
+            health: Default::default(),
+            peers: Default::default(),
+            dns,
+        }
+    }
+
+    /// The peer `host:port`, numbered and resolved by this node.
+    pub fn peer(&self, host: &str, port: u16, https: bool) -> peer::Peer {
+        self.peers.peer(&self.dns, host, port, https)
+    }
+}
+
+impl Default for Upstreams {
+    /// With Kong's `dns_*` defaults.
+    fn default() -> Upstreams {
+        Upstreams::new(dns::Dns::start(&Default::default()).0)
+    }
+}

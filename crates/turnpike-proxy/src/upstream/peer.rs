@@ -7,6 +7,8 @@ use std::sync::Arc;
 use http::HeaderValue;
 use rustc_hash::FxHashMap;
 
+use crate::upstream::dns::Dns;
+
 #[derive(Clone, Debug)]
 pub struct Peer {
     pub host: Arc<str>,
@@ -33,59 +35,66 @@ fn host_header(host: &str, port: u16, https: bool) -> HeaderValue {
     HeaderValue::from_str(&v).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
 }
 
-/// A process-wide number per host:port, handed out at config compile time: pool keys stay
-/// valid across reloads and cost a u64 compare on the request path.
-/// The ids are dense (0, 1, 2, ...): per-peer counters are vectors indexed by them.
-fn peer_id(host: &str, port: u16) -> u64 {
-    let mut ids = PEER_IDS.lock().unwrap_or_else(|e| e.into_inner());
-    let key = (host.to_ascii_lowercase(), port);
-    if let Some(id) = ids.0.get(&key) {
-        return *id;
+/// The node's numbering of upstream peers (host:port), handed out at config compile time:
+/// pool keys stay valid across reloads and cost a u64 compare on the request path.
+/// The ids are dense (0, 1, 2, ...): per-peer counters are vectors indexed by them. A number is
+/// never reused (pooled connections and counters may still carry it), so the table grows by one
+/// entry per host:port the node has ever been configured with.
+#[derive(Default)]
+pub struct Peers {
+    ids: std::sync::Mutex<PeerIds>,
+}
+
+#[derive(Default)]
+struct PeerIds {
+    by_address: FxHashMap<(String, u16), u64>,
+    addresses: Vec<(String, u16)>,
+}
+
+impl Peers {
+    fn id(&self, host: &str, port: u16) -> u64 {
+        let mut ids = self.ids.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (host.to_ascii_lowercase(), port);
+        if let Some(id) = ids.by_address.get(&key) {
+            return *id;
+        }
+        let id = ids.addresses.len() as u64;
+        ids.addresses.push(key.clone());
+        ids.by_address.insert(key, id);
+        id
     }
-    let id = ids.1.len() as u64;
-    ids.1.push(key.clone());
-    ids.0.insert(key, id);
-    id
-}
 
-type PeerIds = (FxHashMap<(String, u16), u64>, Vec<(String, u16)>);
-static PEER_IDS: std::sync::Mutex<PeerIds> = std::sync::Mutex::new((
-    FxHashMap::with_hasher(rustc_hash::FxBuildHasher),
-    Vec::new(),
-));
+    /// The host and port a peer id stands for.
+    pub fn address(&self, id: u64) -> Option<(String, u16)> {
+        self.ids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .addresses
+            .get(id as usize)
+            .cloned()
+    }
 
-/// The host and port a peer id stands for.
-pub fn peer_address(id: u64) -> Option<(String, u16)> {
-    PEER_IDS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .1
-        .get(id as usize)
-        .cloned()
-}
-
-pub fn peer(host: &str, port: u16, https: bool) -> Peer {
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    let addr = bare
-        .parse::<IpAddr>()
-        .ok()
-        .map(|ip| SocketAddr::new(ip, port));
-    let server_name =
-        rustls::pki_types::ServerName::try_from(bare.to_string()).unwrap_or_else(|_| {
-            rustls::pki_types::ServerName::try_from("invalid").expect("a valid name")
-        });
-    Peer {
-        host: host.into(),
-        port,
-        id: peer_id(host, port),
-        server_name,
-        dns: if addr.is_none() {
-            crate::upstream::dns::name(bare)
-        } else {
-            None
-        },
-        addr,
-        host_header: host_header(host, port, https),
+    /// The peer `host:port` (`https`: for its Host header's default port), its name from the
+    /// node's resolver `dns`.
+    pub fn peer(&self, dns: &Arc<Dns>, host: &str, port: u16, https: bool) -> Peer {
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let addr = bare
+            .parse::<IpAddr>()
+            .ok()
+            .map(|ip| SocketAddr::new(ip, port));
+        let server_name =
+            rustls::pki_types::ServerName::try_from(bare.to_string()).unwrap_or_else(|_| {
+                rustls::pki_types::ServerName::try_from("invalid").expect("a valid name")
+            });
+        Peer {
+            host: host.into(),
+            port,
+            id: self.id(host, port),
+            server_name,
+            dns: if addr.is_none() { dns.name(bare) } else { None },
+            addr,
+            host_header: host_header(host, port, https),
+        }
     }
 }
 
@@ -98,5 +107,24 @@ mod tests {
         assert_eq!(host_header("a", 80, false), "a");
         assert_eq!(host_header("a", 8080, false), "a:8080");
         assert_eq!(host_header("a", 443, true), "a");
+    }
+
+    #[test]
+    fn ids_are_dense_per_node_and_name_their_address() {
+        let (dns, _) = Dns::start(&Default::default());
+        let (a, b) = (Peers::default(), Peers::default());
+        assert_eq!(a.peer(&dns, "10.0.0.1", 80, false).id, 0);
+        assert_eq!(a.peer(&dns, "10.0.0.2", 80, false).id, 1);
+        assert_eq!(
+            a.peer(&dns, "10.0.0.1", 80, true).id,
+            0,
+            "the same host:port"
+        );
+        assert_eq!(a.peer(&dns, "EXAMPLE.test", 8080, false).id, 2);
+        assert_eq!(a.peer(&dns, "example.test", 8080, false).id, 2);
+        assert_eq!(a.address(2), Some(("example.test".into(), 8080)));
+        assert_eq!(a.address(3), None);
+        // Another node numbers its own peers.
+        assert_eq!(b.peer(&dns, "10.0.0.2", 80, false).id, 0);
     }
 }

@@ -28,7 +28,7 @@ pub struct PeerTally {
     pub requests: u64,
 }
 
-/// A worker's per-peer tallies, indexed by peer id (ids are dense, see `snapshot::peer_id`):
+/// A worker's per-peer tallies, indexed by peer id (ids are dense, see `upstream::peer::Peers`):
 /// counting is an index and an add. Published to readers once a second.
 #[derive(Default, Debug)]
 pub struct PeerTallies {
