@@ -191,6 +191,22 @@ impl Store {
         })
     }
 
+    /// Closes the pool's idle connections, so that those opened next open from the calling
+    /// thread. A SQLite connection runs on a thread of its own, which takes the CPU priority
+    /// of the thread that opened it: a control plane that lowers its priority after its first
+    /// connections were opened renews them (PostgreSQL's connections have no such thread;
+    /// there this only reconnects). Returns how many were closed.
+    pub async fn renew_idle_connections(&self) -> usize {
+        let mut closed = 0;
+        while let Some(c) = self.pool.try_acquire() {
+            if let Err(e) = c.close().await {
+                tracing::debug!("store: closing an idle connection: {e}");
+            }
+            closed += 1;
+        }
+        closed
+    }
+
     /// PostgreSQL's `max_connections`.
     pub async fn max_connections(&self) -> Result<i64, StoreError> {
         let v: String = sqlx::query("SELECT current_setting('max_connections')")

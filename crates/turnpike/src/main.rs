@@ -662,6 +662,12 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
     // starts from now on (a `POST /config` load). When the cores are busy, traffic wins: the
     // proxy workers and the threads above keep the normal priority, this one yields to them.
     turnpike_store::sync::lower_priority(turnpike_store::sync::CONTROL_PLANE_NICE);
+    // Its SQLite connections so far (loading the config) were opened at the workers' priority,
+    // each on a thread of its own that kept it: the next ones open from here, at this one's.
+    if let Some(store) = &admin.store {
+        let renewed = rt.block_on(store.renew_idle_connections());
+        tracing::debug!("store: {renewed} connections renewed at the control plane's priority");
+    }
 
     rt.block_on(async {
         for l in admin_listeners {

@@ -600,9 +600,9 @@ fn threads_of(pid: u32) -> Vec<(u32, String, i64)> {
 }
 
 /// When the cores are busy, traffic wins: the control plane (Admin API, config sync, config
-/// builder) runs at nice 19; the proxy workers and what watches the traffic for them (active
-/// health checks, the status API, DNS) at the normal priority, whichever thread installs the
-/// first probes (here the config builder, at nice 19).
+/// builder, its SQLite connections' threads) runs at nice 19; the proxy workers and what
+/// watches the traffic for them (active health checks, the status API, DNS) at the normal
+/// priority, whichever thread installs the first probes (here the config builder, at nice 19).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn traffic_and_its_watchers_outrank_the_control_plane() {
     let status_port = free_port();
@@ -664,6 +664,11 @@ async fn traffic_and_its_watchers_outrank_the_control_plane() {
     assert_eq!(nice("healthchecker"), [0], "{threads:?}");
     assert_eq!(nice("status"), [0], "{threads:?}");
     assert_eq!(nice("dns"), [0], "{threads:?}");
+    // SQLite runs each connection on a thread that keeps its opener's priority; no worker has
+    // looked up a credential yet, so all of them are the control plane's.
+    let sqlite = nice("sqlx-sqlite-wor");
+    assert!(!sqlite.is_empty(), "{threads:?}");
+    assert!(sqlite.iter().all(|n| *n == 19), "{threads:?}");
     // And the node answers on every side.
     assert_eq!(gw.admin("GET", "/status", None).await.status, 200);
     let status: std::net::SocketAddr = format!("127.0.0.1:{status_port}").parse().unwrap();
