@@ -41,6 +41,7 @@ pub mod response_ratelimiting;
 pub mod response_transformer;
 pub mod session;
 pub mod spans;
+pub mod spawner;
 pub mod statsd;
 pub mod syslog;
 pub mod tcp_log;

@@ -36,9 +36,14 @@ impl Sender {
 
 /// The node's senders, by destination key.
 #[derive(Default)]
-pub struct Senders(Mutex<HashMap<String, Arc<Sender>>>);
+pub struct Senders(Mutex<HashMap<String, Arc<Sender>>>, crate::spawner::Spawner);
 
 impl Senders {
+    /// Senders whose threads `spawner` starts.
+    pub fn new(spawner: crate::spawner::Spawner) -> Senders {
+        Senders(Mutex::default(), spawner)
+    }
+
     /// The sender for `key`, started with `run` (which receives entries until the node's
     /// configs stop naming the destination and the queue closes) when there is none yet.
     pub fn get(
@@ -52,9 +57,8 @@ impl Senders {
             return Ok(s.clone());
         }
         let (tx, rx) = sync_channel(QUEUE);
-        std::thread::Builder::new()
-            .name(name.into())
-            .spawn(move || run(rx))
+        self.1
+            .spawn(name, move || run(rx))
             .map_err(|e| format!("cannot start the {name} sender: {e}"))?;
         let s = Arc::new(Sender {
             queue: tx,

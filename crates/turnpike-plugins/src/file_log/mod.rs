@@ -24,6 +24,17 @@ pub struct FileLog;
 pub struct State {
     writers: Mutex<HashMap<(String, bool), Arc<Writer>>>,
     pub dropped: Arc<AtomicU64>,
+    spawner: crate::spawner::Spawner,
+}
+
+impl State {
+    /// The state of a node whose writers `spawner` starts.
+    pub fn new(spawner: crate::spawner::Spawner) -> State {
+        State {
+            spawner,
+            ..Default::default()
+        }
+    }
 }
 
 /// Lines waiting for a file's writer.
@@ -45,9 +56,9 @@ fn writer(state: &State, path: &str, reopen: bool) -> Result<Arc<Writer>, String
     }
     let (tx, rx) = sync_channel(QUEUE);
     let file = path.to_string();
-    std::thread::Builder::new()
-        .name("file-log".into())
-        .spawn(move || write_lines(&file, reopen, rx))
+    state
+        .spawner
+        .spawn("file-log", move || write_lines(&file, reopen, rx))
         .map_err(|e| format!("cannot start the file-log writer: {e}"))?;
     let w = Arc::new(Writer {
         queue: tx,

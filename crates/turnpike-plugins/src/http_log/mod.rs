@@ -32,6 +32,17 @@ pub struct HttpLog;
 pub struct State {
     queues: Mutex<HashMap<String, Arc<Queue>>>,
     pub tally: Arc<Tally>,
+    spawner: crate::spawner::Spawner,
+}
+
+impl State {
+    /// The state of a node whose senders `spawner` starts.
+    pub fn new(spawner: crate::spawner::Spawner) -> State {
+        State {
+            spawner,
+            ..Default::default()
+        }
+    }
 }
 
 /// Entries sent, and dropped (queue full, or a batch that could not be delivered in time).
@@ -173,17 +184,18 @@ pub(crate) fn start_queue(
     let (tx, rx) = mpsc::channel(max_entries);
     let tally = state.tally.clone();
     let sent = tally.clone();
-    std::thread::Builder::new()
-        .name(plugin.into())
-        .spawn(move || {
-            match tokio::runtime::Builder::new_current_thread()
+    state
+        .spawner
+        .spawn(
+            plugin,
+            move || match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
             {
                 Ok(rt) => rt.block_on(send_loop(target, rx, sent)),
                 Err(e) => tracing::error!("{plugin}: cannot start its sender: {e}"),
-            }
-        })
+            },
+        )
         .map_err(|e| format!("cannot start the {plugin} sender: {e}"))?;
     let q = Arc::new(Queue { tx, tally, plugin });
     queues.insert(key, q.clone());

@@ -48,6 +48,16 @@ pub struct State {
     queues: http_log::State,
 }
 
+impl State {
+    /// The state of a node whose span senders `spawner` starts.
+    pub fn new(spawner: crate::spawner::Spawner) -> State {
+        State {
+            settings: OnceLock::new(),
+            queues: http_log::State::new(spawner),
+        }
+    }
+}
+
 struct Settings {
     /// `tracing_instrumentations` is not `off`: the request span is made.
     request_spans: bool,

@@ -601,8 +601,9 @@ fn threads_of(pid: u32) -> Vec<(u32, String, i64)> {
 
 /// When the cores are busy, traffic wins: the control plane (Admin API, config sync, config
 /// builder, its SQLite connections' threads) runs at nice 19; the proxy workers and what
-/// watches the traffic for them (active health checks, the status API, DNS) at the normal
-/// priority, whichever thread installs the first probes (here the config builder, at nice 19).
+/// watches or serves the traffic for them (active health checks, the status API, DNS, the log
+/// plugins' senders) at the normal priority, whichever thread installs the first probes or
+/// builds the first log plugin (here the config builder, at nice 19).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn traffic_and_its_watchers_outrank_the_control_plane() {
     let status_port = free_port();
@@ -649,6 +650,34 @@ async fn traffic_and_its_watchers_outrank_the_control_plane() {
         "{}",
         gw.log_text()
     );
+    // Log plugins' senders and writers are started when the config builder (nice 19) builds
+    // them; they serve the traffic and keep its priority.
+    let log = std::env::temp_dir().join(format!("tp-file-log-{status_port}.log"));
+    for form in [
+        "name=http-log&config.http_endpoint=http://127.0.0.1:9/log".to_string(),
+        "name=udp-log&config.host=127.0.0.1&config.port=9".to_string(),
+        format!("name=file-log&config.path={}", log.display()),
+    ] {
+        let r = admin_raw(
+            gw.admin,
+            "POST",
+            "/plugins",
+            "application/x-www-form-urlencoded",
+            form.into_bytes(),
+        )
+        .await;
+        assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    }
+    assert!(
+        eventually(Duration::from_secs(10), async || [
+            "http-log", "udp-log", "file-log"
+        ]
+        .iter()
+        .all(|n| threads_of(pid).iter().any(|t| t.1 == *n)))
+        .await,
+        "{:?}",
+        threads_of(pid)
+    );
     let threads = threads_of(pid);
     let nice = |name: &str| -> Vec<i64> {
         threads
@@ -664,6 +693,9 @@ async fn traffic_and_its_watchers_outrank_the_control_plane() {
     assert_eq!(nice("healthchecker"), [0], "{threads:?}");
     assert_eq!(nice("status"), [0], "{threads:?}");
     assert_eq!(nice("dns"), [0], "{threads:?}");
+    for sender in ["http-log", "udp-log", "file-log", "spawner"] {
+        assert_eq!(nice(sender), [0], "{sender}: {threads:?}");
+    }
     // SQLite runs each connection on a thread that keeps its opener's priority; no worker has
     // looked up a credential yet, so all of them are the control plane's.
     let sqlite = nice("sqlx-sqlite-wor");
