@@ -19,7 +19,10 @@
 # left of the writes' cost to the proxy is not the node's control plane taking the worker's CPU.
 # CONTROL_NICE=<n> renices the node's threads other than its proxy workers (the node runs
 # them at nice 5 and its config builder at 10) to n.
-# Usage: [TOKENS=1000000] [RATES="150 1500"] [WARM=60s] [OPEN_RPS=n] [WRITER=oha|python] [APART=1] [CONTROL_CPUS=list] [CONTROL_NICE=n] [BENCH_BIN=path] bench/oauth2-tokens.sh [RUNS] [DUR]
+# CONTROL_IDLE=1 puts the node's control plane (its main thread: the Admin API and the config
+# sync; and the config builder) under SCHED_IDLE instead of its nice 19: a woken proxy worker
+# then preempts it at once (a nice-19 thread keeps the CPU for the rest of its slice).
+# Usage: [TOKENS=1000000] [RATES="150 1500"] [WARM=60s] [OPEN_RPS=n] [WRITER=oha|python] [APART=1] [CONTROL_CPUS=list] [CONTROL_NICE=n] [CONTROL_IDLE=1] [BENCH_BIN=path] bench/oauth2-tokens.sh [RUNS] [DUR]
 #        (needs postgresql, nginx, wrk, python3, oha; GNU time)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -68,6 +71,11 @@ threads() { # workers|control
 for tid in $(threads control); do
   if [ -n "${CONTROL_CPUS:-}" ]; then taskset -pc "$CONTROL_CPUS" "$tid" > /dev/null; fi
   if [ -n "${CONTROL_NICE:-}" ]; then renice -n "$CONTROL_NICE" -p "$tid" > /dev/null; fi
+  if [ "${CONTROL_IDLE:-0}" = 1 ]; then
+    if [ "$tid" = "$NODE" ] || [ "$(cat "/proc/$NODE/task/$tid/comm")" = config-builder ]; then
+      chrt --idle -p 0 "$tid"
+    fi
+  fi
 done
 
 oauth2_setup http://127.0.0.1:8001 http://127.0.0.1:9001
@@ -258,7 +266,7 @@ done
 psql -c "SELECT count(*), pg_size_pretty(pg_total_relation_size('oauth2_tokens')) FROM oauth2_tokens" > "$OUT/store.txt"
 echo "after_runs $(ps -o rss= -p "$NODE")" >> "$OUT/rss.txt"
 
-python3 - "$OUT" "$TOKENS" "$RATES" "${OPEN_RPS:-}" "${APART:-0}" "${CONTROL_CPUS:-}" "${CONTROL_NICE:-}" <<'PY' | tee "$OUT/summary.md"
+python3 - "$OUT" "$TOKENS" "$RATES" "${OPEN_RPS:-}" "${APART:-0}" "${CONTROL_CPUS:-}" "${CONTROL_NICE:-}" "${CONTROL_IDLE:-0}" <<'PY' | tee "$OUT/summary.md"
 import json, pathlib, re, statistics, sys
 out, tokens, rates = pathlib.Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split()
 def lat(t):
@@ -296,6 +304,7 @@ load = f"oha, open loop at {int(open_rps):,} requests/s (latency from when each 
 apart = "; PostgreSQL and the writer SCHED_IDLE (APART=1)" if len(sys.argv) > 5 and sys.argv[5] == "1" else ""
 apart += f"; the node's threads other than its worker on CPU {sys.argv[6]}" if len(sys.argv) > 6 and sys.argv[6] else ""
 apart += f"; the node's threads other than its worker at nice {sys.argv[7]}" if len(sys.argv) > 7 and sys.argv[7] else ""
+apart += "; the node's control plane SCHED_IDLE (CONTROL_IDLE=1)" if len(sys.argv) > 8 and sys.argv[8] == "1" else ""
 print(f"{tokens:,} tokens in PostgreSQL; table after the runs: {store}; a write's own token index reads: {per_write:.2f}; load: {load}; {rss}{apart}\n")
 def p_larger(none, writes):
     """Exact one-sided p of the Mann-Whitney U test that the write runs' p99s rank above the

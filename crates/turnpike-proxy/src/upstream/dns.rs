@@ -177,12 +177,13 @@ impl Name {
 
     /// Starts a look-up in the background unless one is running.
     fn refresh(self: &Arc<Self>) {
-        let Some(dns) = self.dns.upgrade() else {
-            return;
-        };
         if self.refreshing.swap(true, Ordering::AcqRel) {
             return;
         }
+        let Some(dns) = self.dns.upgrade() else {
+            self.refreshing.store(false, Ordering::Release);
+            return;
+        };
         let name = self.clone();
         dns.runtime.clone().spawn(async move {
             let fresh = dns.query(&name).await;
