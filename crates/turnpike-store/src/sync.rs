@@ -640,7 +640,7 @@ fn save_last_good(path: &std::path::Path, text: &str) {
 
 /// The CPU priority (nice) of a node's control plane: the Admin API, the config sync, the
 /// config builder. The threads that serve or watch traffic (proxy workers, health checks, the
-/// status API, DNS) keep the normal one, 0. When the cores are busy they win: with a million
+/// status API, DNS, the log plugins' senders) keep the normal one, 0. When the cores are busy they win: with a million
 /// oauth2 tokens written at 1,500/s beside 5,000 proxy requests/s on two cores, nice 19 took
 /// ~0.3 ms off the write load's effect on the proxy's p99 that nice 5 left, and the write load
 /// added 0.62x the worker's wait for its CPU. The price: on a saturated node a config change
