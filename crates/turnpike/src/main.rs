@@ -212,7 +212,9 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match parse_file(&file, plugins.as_ref(), &Default::default()) {
+            let checked = turnpike_proxy::upstream::Upstreams::with_default_dns()
+                .and_then(|u| parse_file(&file, plugins.as_ref(), &u));
+            match checked {
                 Ok(snap) => {
                     let cfg = &snap.config;
                     println!(
@@ -253,7 +255,8 @@ fn main() -> ExitCode {
         Command::Config {
             command: ConfigCommand::DbImport { file, conf },
         } => run_db_command(conf.as_deref(), |conf, plugins| async move {
-            let snap = parse_file(&file, &plugins, &Default::default())?;
+            let upstreams = turnpike_proxy::upstream::Upstreams::with_default_dns()?;
+            let snap = parse_file(&file, &plugins, &upstreams)?;
             db::db_import(&conf, plugins, snap.config).await
         }),
         Command::Config {
@@ -519,7 +522,8 @@ fn start(conf_path: Option<&Path>) -> Result<(), String> {
         .map_err(|e| format!("cannot create prefix {}: {e}", conf.prefix.display()))?;
     // The node's resolver, with which every config's host names are resolved. No name
     // servers is not fatal (IP targets need none): names then fail to resolve.
-    let (dns, dns_problem) = turnpike_proxy::upstream::dns::Dns::start(&conf.dns);
+    let (dns, dns_problem) = turnpike_proxy::upstream::dns::Dns::start(&conf.dns)
+        .map_err(|e| format!("cannot start the resolver: {e}"))?;
     if let Some(e) = dns_problem {
         tracing::warn!("dns: {e}");
     }

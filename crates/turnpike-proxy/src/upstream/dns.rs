@@ -277,17 +277,16 @@ impl Dns {
     /// Starts the resolver with `conf`: reads the hosts file and the name servers, and starts
     /// the refresher thread. When the system's name servers cannot be read, names are asked of
     /// 127.0.0.1:53 and the reason comes back beside (not fatal: IP targets need no resolver).
-    pub fn start(conf: &DnsConf) -> (Arc<Dns>, Option<String>) {
+    /// Fails only when its thread cannot be started.
+    pub fn start(conf: &DnsConf) -> Result<(Arc<Dns>, Option<String>), String> {
         match Dns::open(conf.clone()) {
-            Ok(dns) => (dns, None),
+            Ok(dns) => Ok((dns, None)),
             Err(e) => {
                 let fallback = DnsConf {
                     resolver: vec![SocketAddr::from(([127, 0, 0, 1], 53))],
                     ..conf.clone()
                 };
-                let dns =
-                    Dns::open(fallback).expect("a resolver without system configuration starts");
-                (dns, Some(e))
+                Ok((Dns::open(fallback)?, Some(e)))
             }
         }
     }
@@ -719,7 +718,7 @@ mod tests {
 
     #[tokio::test]
     async fn hosts_file_names_and_ip_literals_need_no_name_server() {
-        let (dns, _) = Dns::start(&DnsConf::default());
+        let (dns, _) = Dns::start(&DnsConf::default()).unwrap();
         assert!(dns.name("127.0.0.1").is_none());
         assert!(dns.name("[::1]").is_none());
         assert_eq!(
@@ -736,8 +735,8 @@ mod tests {
     /// hold it weakly), so dropping it ends its thread.
     #[test]
     fn resolvers_are_the_nodes_own_and_end_with_it() {
-        let (a, _) = Dns::start(&DnsConf::default());
-        let (b, _) = Dns::start(&DnsConf::default());
+        let (a, _) = Dns::start(&DnsConf::default()).unwrap();
+        let (b, _) = Dns::start(&DnsConf::default()).unwrap();
         let n = a.name("localhost").unwrap();
         assert!(Arc::ptr_eq(&n, &a.name("LOCALHOST").unwrap()));
         assert_eq!((a.names(), b.names()), (1, 0));

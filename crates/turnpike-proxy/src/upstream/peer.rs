@@ -111,7 +111,7 @@ mod tests {
 
     #[test]
     fn ids_are_dense_per_node_and_name_their_address() {
-        let (dns, _) = Dns::start(&Default::default());
+        let (dns, _) = Dns::start(&Default::default()).unwrap();
         let (a, b) = (Peers::default(), Peers::default());
         assert_eq!(a.peer(&dns, "10.0.0.1", 80, false).id, 0);
         assert_eq!(a.peer(&dns, "10.0.0.2", 80, false).id, 1);
