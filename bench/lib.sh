@@ -81,6 +81,19 @@ bench_begin() {
   BIN=$ROOT/target/release/turnpike
 }
 
+# start_sqlite_node BIN DIR LOG_LEVEL: a Turnpike node on SQLite in DIR (two workers, unpinned;
+# proxy on 127.0.0.1:18000, Admin API on :18001), bootstrapped and started, its log in
+# DIR/node.log; sets NODE to its pid once the Admin API listens.
+start_sqlite_node() {
+  export TURNPIKE_PREFIX=$2 TURNPIKE_DATABASE=sqlite TURNPIKE_PROXY_LISTEN=127.0.0.1:18000 \
+    TURNPIKE_ADMIN_LISTEN=127.0.0.1:18001 TURNPIKE_NGINX_WORKER_PROCESSES=2 TURNPIKE_LOG_LEVEL=$3
+  "$1" migrations bootstrap > /dev/null
+  "$1" start > "$2/node.log" 2>&1 &
+  NODE=$!
+  BENCH_PIDS+=($NODE)
+  wait_port 18001
+}
+
 # wait_port PORT: until something listens on 127.0.0.1:PORT (10 s at most).
 wait_port() {
   for _ in $(seq 1 200); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done

@@ -28,13 +28,8 @@ one() { # binary[:idle] run
   if [ "$bin" != "$1" ]; then idle=1; fi
   d=$W/$2-$(basename "$1") f=$OUT/raw/$2-$(basename "$1").txt
   mkdir -p "$d"
-  export TURNPIKE_PREFIX=$d TURNPIKE_DATABASE=sqlite TURNPIKE_PROXY_LISTEN=127.0.0.1:18000 \
-    TURNPIKE_ADMIN_LISTEN=$A TURNPIKE_NGINX_WORKER_PROCESSES=2 TURNPIKE_LOG_LEVEL=info
-  "$bin" migrations bootstrap > /dev/null
-  "$bin" start > "$d/node.log" 2>&1 &
-  local node=$!
-  BENCH_PIDS+=($node)
-  wait_port 18001
+  start_sqlite_node "$bin" "$d" info
+  local node=$NODE
   if [ $idle = 1 ]; then
     local t
     for t in /proc/$node/task/*; do

@@ -21,13 +21,8 @@ one() { # binary run
   local bin=$1 d f
   d=$W/$2-$(basename "$1") f=$OUT/raw/$2-$(basename "$1").txt
   mkdir -p "$d"
-  export TURNPIKE_PREFIX=$d TURNPIKE_DATABASE=sqlite TURNPIKE_PROXY_LISTEN=127.0.0.1:18000 \
-    TURNPIKE_ADMIN_LISTEN=$A TURNPIKE_NGINX_WORKER_PROCESSES=2 TURNPIKE_LOG_LEVEL=warn
-  "$bin" migrations bootstrap > /dev/null
-  "$bin" start > "$d/node.log" 2>&1 &
-  local node=$!
-  BENCH_PIDS+=($node)
-  wait_port 18001
+  start_sqlite_node "$bin" "$d" warn
+  local node=$NODE
   curl -sf -o /dev/null -XPOST $A/services -d name=s -d url=http://127.0.0.1:9001
   curl -sf -o /dev/null -XPOST $A/services/s/routes -d paths=/
   curl -sf -o /dev/null -XPOST $A/plugins -d name=file-log -d config.path="$d/requests.log"
