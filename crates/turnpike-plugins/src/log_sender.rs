@@ -36,18 +36,14 @@ impl Sender {
 
 /// The node's senders, by destination key.
 #[derive(Default)]
-pub struct Senders(Mutex<HashMap<String, Arc<Sender>>>, crate::spawner::Spawner);
+pub struct Senders(Mutex<HashMap<String, Arc<Sender>>>);
 
 impl Senders {
-    /// Senders whose threads `spawner` starts.
-    pub fn new(spawner: crate::spawner::Spawner) -> Senders {
-        Senders(Mutex::default(), spawner)
-    }
-
     /// The sender for `key`, started with `run` (which receives entries until the node's
     /// configs stop naming the destination and the queue closes) when there is none yet.
     pub fn get(
         &self,
+        spawner: &crate::spawner::Spawner,
         name: &'static str,
         key: String,
         run: impl FnOnce(Receiver<String>) + Send + 'static,
@@ -57,7 +53,7 @@ impl Senders {
             return Ok(s.clone());
         }
         let (tx, rx) = sync_channel(QUEUE);
-        self.1
+        spawner
             .spawn(name, move || run(rx))
             .map_err(|e| format!("cannot start the {name} sender: {e}"))?;
         let s = Arc::new(Sender {

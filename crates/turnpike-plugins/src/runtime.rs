@@ -41,7 +41,6 @@ pub struct Runtime {
 impl Runtime {
     pub fn new() -> Arc<Runtime> {
         let credentials = Arc::new(credentials::Store::default());
-        let spawner = crate::spawner::Spawner::new();
         Arc::new(Runtime {
             key_auth: Arc::new(key_auth::State::new(credentials.clone())),
             basic_auth: Arc::new(basic_auth::State::new(credentials.clone())),
@@ -52,16 +51,16 @@ impl Runtime {
             credentials,
             rate_limiting: Arc::default(),
             response_ratelimiting: Arc::default(),
-            http_log: Arc::new(http_log::State::new(spawner.clone())),
-            file_log: Arc::new(file_log::State::new(spawner.clone())),
-            log_senders: Arc::new(crate::log_sender::Senders::new(spawner.clone())),
+            http_log: Arc::default(),
+            file_log: Arc::default(),
+            log_senders: Arc::default(),
             prometheus: Arc::default(),
-            opentelemetry: Arc::new(opentelemetry::State::new(spawner.clone())),
-            zipkin: http_log::State::new(spawner.clone()),
+            opentelemetry: Arc::default(),
+            zipkin: http_log::State::default(),
             proxy_cache: Arc::default(),
             lua: lua::State::default(),
             syslog_socket: std::sync::OnceLock::new(),
-            spawner,
+            spawner: crate::spawner::Spawner::new(),
         })
     }
 }

@@ -210,6 +210,7 @@ impl PluginSpec for Datadog {
             .collect();
         let (host, port) = (c.host.clone(), c.port);
         let sender = ctx.runtime.log_senders.get(
+            &ctx.runtime.spawner,
             "statsd",
             format!("statsd {}:{} tcp=false packet=0", c.host, c.port),
             move |rx| crate::statsd::send_metrics(host, port, false, 0, rx),

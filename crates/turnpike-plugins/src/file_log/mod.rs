@@ -24,17 +24,6 @@ pub struct FileLog;
 pub struct State {
     writers: Mutex<HashMap<(String, bool), Arc<Writer>>>,
     pub dropped: Arc<AtomicU64>,
-    spawner: crate::spawner::Spawner,
-}
-
-impl State {
-    /// The state of a node whose writers `spawner` starts.
-    pub fn new(spawner: crate::spawner::Spawner) -> State {
-        State {
-            spawner,
-            ..Default::default()
-        }
-    }
 }
 
 /// Lines waiting for a file's writer.
@@ -49,15 +38,19 @@ struct Writer {
 }
 
 /// The writer of a file (see [`State`]).
-fn writer(state: &State, path: &str, reopen: bool) -> Result<Arc<Writer>, String> {
+fn writer(
+    state: &State,
+    spawner: &crate::spawner::Spawner,
+    path: &str,
+    reopen: bool,
+) -> Result<Arc<Writer>, String> {
     let mut writers = state.writers.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(w) = writers.get(&(path.to_string(), reopen)) {
         return Ok(w.clone());
     }
     let (tx, rx) = sync_channel(QUEUE);
     let file = path.to_string();
-    state
-        .spawner
+    spawner
         .spawn("file-log", move || write_lines(&file, reopen, rx))
         .map_err(|e| format!("cannot start the file-log writer: {e}"))?;
     let w = Arc::new(Writer {
@@ -153,7 +146,12 @@ impl PluginSpec for FileLog {
     fn build(&self, config: &Value, ctx: &crate::BuildContext) -> Result<Arc<dyn Handler>, String> {
         let c: schema::Config = crate::typed(config)?;
         Ok(Arc::new(Configured {
-            writer: writer(&ctx.runtime.file_log, &c.path, c.reopen)?,
+            writer: writer(
+                &ctx.runtime.file_log,
+                &ctx.runtime.spawner,
+                &c.path,
+                c.reopen,
+            )?,
             fields: crate::lua::LogFields::new(
                 "file-log",
                 c.custom_fields_by_lua.as_ref(),

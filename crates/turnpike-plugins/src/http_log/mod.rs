@@ -32,17 +32,6 @@ pub struct HttpLog;
 pub struct State {
     queues: Mutex<HashMap<String, Arc<Queue>>>,
     pub tally: Arc<Tally>,
-    spawner: crate::spawner::Spawner,
-}
-
-impl State {
-    /// The state of a node whose senders `spawner` starts.
-    pub fn new(spawner: crate::spawner::Spawner) -> State {
-        State {
-            spawner,
-            ..Default::default()
-        }
-    }
 }
 
 /// Entries sent, and dropped (queue full, or a batch that could not be delivered in time).
@@ -164,14 +153,20 @@ fn target(c: &schema::Config) -> Result<(Target, usize), String> {
 }
 
 /// The queue of a sending config (see [`State`]).
-fn queue(state: &State, config: &Value, c: &schema::Config) -> Result<Arc<Queue>, String> {
-    start_queue(state, config.to_string(), || target(c))
+fn queue(
+    state: &State,
+    spawner: &crate::spawner::Spawner,
+    config: &Value,
+    c: &schema::Config,
+) -> Result<Arc<Queue>, String> {
+    start_queue(state, spawner, config.to_string(), || target(c))
 }
 
 /// The queue for `key` in `state` (one per distinct sending config, kept across reloads),
 /// its sender thread started with the target `make` gives the first time.
 pub(crate) fn start_queue(
     state: &State,
+    spawner: &crate::spawner::Spawner,
     key: String,
     make: impl FnOnce() -> Result<(Target, usize), String>,
 ) -> Result<Arc<Queue>, String> {
@@ -184,8 +179,7 @@ pub(crate) fn start_queue(
     let (tx, rx) = mpsc::channel(max_entries);
     let tally = state.tally.clone();
     let sent = tally.clone();
-    state
-        .spawner
+    spawner
         .spawn(
             plugin,
             move || match tokio::runtime::Builder::new_current_thread()
@@ -401,7 +395,7 @@ impl PluginSpec for HttpLog {
     fn build(&self, config: &Value, ctx: &crate::BuildContext) -> Result<Arc<dyn Handler>, String> {
         let c: schema::Config = crate::typed(config)?;
         Ok(Arc::new(Configured {
-            queue: queue(&ctx.runtime.http_log, config, &c)?,
+            queue: queue(&ctx.runtime.http_log, &ctx.runtime.spawner, config, &c)?,
             fields: crate::lua::LogFields::new(
                 "http-log",
                 c.custom_fields_by_lua.as_ref(),

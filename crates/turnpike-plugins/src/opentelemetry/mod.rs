@@ -48,16 +48,6 @@ pub struct State {
     queues: http_log::State,
 }
 
-impl State {
-    /// The state of a node whose span senders `spawner` starts.
-    pub fn new(spawner: crate::spawner::Spawner) -> State {
-        State {
-            settings: OnceLock::new(),
-            queues: http_log::State::new(spawner),
-        }
-    }
-}
-
 struct Settings {
     /// `tracing_instrumentations` is not `off`: the request span is made.
     request_spans: bool,
@@ -555,6 +545,7 @@ impl PluginSpec for OpenTelemetry {
         let queue = match &c.traces_endpoint {
             Some(e) if settings.request_spans => Some(http_log::start_queue(
                 &state.queues,
+                &ctx.runtime.spawner,
                 config.to_string(),
                 || target(&c, &settings.node_id, "traces_endpoint", e),
             )?),
@@ -564,6 +555,7 @@ impl PluginSpec for OpenTelemetry {
         let logs = match &c.logs_endpoint {
             Some(e) => Some(http_log::start_queue(
                 &state.queues,
+                &ctx.runtime.spawner,
                 format!("{config}:logs"),
                 || target(&c, &settings.node_id, "logs_endpoint", e),
             )?),

@@ -221,6 +221,7 @@ impl PluginSpec for Statsd {
         let packet = c.udp_packet_size as usize;
         let (host, port, tcp) = (c.host.clone(), c.port, c.use_tcp);
         let sender = ctx.runtime.log_senders.get(
+            &ctx.runtime.spawner,
             "statsd",
             format!("statsd {}:{} tcp={} packet={}", c.host, c.port, tcp, packet),
             move |rx| send_metrics(host, port, tcp, packet, rx),

@@ -152,10 +152,12 @@ impl PluginSpec for Syslog {
             .cloned()
             .unwrap_or_else(|| PathBuf::from("/dev/log"));
         let key = format!("syslog {}", path.display());
-        let sender = ctx
-            .runtime
-            .log_senders
-            .get("syslog", key, move |rx| send_datagrams(path, rx))?;
+        let sender =
+            ctx.runtime
+                .log_senders
+                .get(&ctx.runtime.spawner, "syslog", key, move |rx| {
+                    send_datagrams(path, rx)
+                })?;
         Ok(Arc::new(Configured {
             level: severity(&c.log_level),
             severities: [

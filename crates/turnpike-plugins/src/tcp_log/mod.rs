@@ -185,10 +185,12 @@ impl PluginSpec for TcpLog {
             "tcp {}:{} {} {:?} {} {}",
             c.host, c.port, c.tls, c.tls_sni, c.timeout, c.keepalive
         );
-        let sender = ctx
-            .runtime
-            .log_senders
-            .get("tcp-log", key, move |rx| send_lines(target, rx))?;
+        let sender =
+            ctx.runtime
+                .log_senders
+                .get(&ctx.runtime.spawner, "tcp-log", key, move |rx| {
+                    send_lines(target, rx)
+                })?;
         Ok(Arc::new(crate::log_sender::Entries::new(
             "tcp-log",
             sender,

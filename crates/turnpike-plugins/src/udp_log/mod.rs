@@ -92,6 +92,7 @@ impl PluginSpec for UdpLog {
         let timeout = Duration::from_millis(c.timeout.max(1.0) as u64);
         let (host, port) = (c.host.clone(), c.port);
         let sender = ctx.runtime.log_senders.get(
+            &ctx.runtime.spawner,
             "udp-log",
             format!("udp {}:{} {}", c.host, c.port, timeout.as_millis()),
             move |rx| send_datagrams(host, port, timeout, rx),

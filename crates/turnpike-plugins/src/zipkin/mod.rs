@@ -486,6 +486,7 @@ impl PluginSpec for Zipkin {
         let queue = match &c.http_endpoint {
             Some(endpoint) => Some(http_log::start_queue(
                 &ctx.runtime.zipkin,
+                &ctx.runtime.spawner,
                 config.to_string(),
                 || target(&c, endpoint),
             )?),
