@@ -79,7 +79,11 @@ pub(crate) fn full(bytes: impl Into<Bytes>) -> Body {
 }
 
 pub(crate) fn json_response(status: StatusCode, v: &Value) -> Resp {
-    json_bytes(status, serde_json::to_vec(v).unwrap_or_default())
+    // Numbers as Kong writes them: typed clients (go-kong) refuse `1.0` for an integer.
+    json_bytes(
+        status,
+        turnpike_config::number::to_vec(v).unwrap_or_default(),
+    )
 }
 
 /// A JSON body already written.
@@ -605,8 +609,10 @@ impl Admin {
                 "This endpoint is only available when Turnpike is configured to not use a database (use `turnpike config db_export`)",
             );
         }
-        let yaml =
-            serde_yaml::to_string(&self.gateway.snapshot.load().config.json()).unwrap_or_default();
+        // Numbers as Kong writes them (`timeout: 1`, not `1.0`).
+        let mut config = self.gateway.snapshot.load().config.to_json();
+        turnpike_config::number::normalize(&mut config);
+        let yaml = serde_yaml::to_string(&config).unwrap_or_default();
         json_response(StatusCode::OK, &json!({ "config": yaml }))
     }
 
@@ -783,13 +789,15 @@ fn echo_body(snapshot: Arc<turnpike_proxy::snapshot::Snapshot>) -> Body {
                 tx,
                 buf: Vec::with_capacity(ChunkWriter::CHUNK),
             };
-            if serde_json::to_writer(&mut w, &mine.config.json()).is_ok() {
+            if turnpike_config::number::to_writer(&mut w, &mine.config.json()).is_ok() {
                 let _ = std::io::Write::flush(&mut w);
             }
         });
     match spawned {
         Ok(_) => ChannelBody(rx).boxed(),
-        Err(_) => full(serde_json::to_vec(&snapshot.config.json()).unwrap_or_default()),
+        Err(_) => {
+            full(turnpike_config::number::to_vec(&snapshot.config.json()).unwrap_or_default())
+        }
     }
 }
 

@@ -5,6 +5,7 @@ pub mod conf;
 pub mod declarative;
 pub mod entity;
 mod kong_properties;
+pub mod number;
 pub mod schema;
 
 pub use conf::Conf;

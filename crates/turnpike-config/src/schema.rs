@@ -91,7 +91,7 @@ impl Default {
         match self {
             Default::Str(s) => Value::String(s.into()),
             Default::Int(i) => Value::from(i),
-            Default::Float(f) => Value::from(f),
+            Default::Float(f) => crate::number::value(f),
             Default::Bool(b) => Value::Bool(b),
             Default::EmptyArray => Value::Array(Vec::new()),
             Default::StrArray(a) => Value::from(a.to_vec()),
@@ -184,7 +184,7 @@ fn validate_record(
                 }
                 None => Value::Null,
             },
-            Some(v) => v.clone(),
+            Some(v) => as_typed(f.ty, v),
         };
         if let (Type::MapOfRecords(inner), Some(items)) = (f.ty, v.as_object()) {
             let mut checked = Map::new();
@@ -264,6 +264,25 @@ fn validate_record(
     }
 }
 
+/// An input value as the field's type stores it: a number as Kong writes it back (`1`, not
+/// `1.0`; an integer field's `5.0` is the integer 5, as Lua reads it).
+fn as_typed(ty: Type, v: &Value) -> Value {
+    match (ty, v.as_f64()) {
+        (Type::Number | Type::NumberIn { .. }, Some(f)) if v.is_f64() => crate::number::value(f),
+        (Type::Integer { .. }, Some(_)) if v.is_f64() => {
+            integral(v).map_or_else(|| v.clone(), Value::from)
+        }
+        _ => v.clone(),
+    }
+}
+
+/// A floating-point JSON number with an integral value, as an integer.
+fn integral(v: &Value) -> Option<i64> {
+    v.as_f64()
+        .filter(|f| f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0)
+        .map(|f| f as i64)
+}
+
 /// A record inside a map, as Kong returns it: its unset fields left out rather than null
 /// (decK compares a file's values, which have none, with what it reads back).
 fn without_nulls(v: Value) -> Value {
@@ -315,7 +334,7 @@ fn check_type(ty: Type, v: &Value) -> Result<(), String> {
             Some(_) => Ok(()),
             None => Err("expected a string".into()),
         },
-        Type::Integer { min, max } => match v.as_i64() {
+        Type::Integer { min, max } => match v.as_i64().or_else(|| integral(v)) {
             Some(i) if i < min || i > max => {
                 Err(format!("value should be between {min} and {max}"))
             }
@@ -433,7 +452,13 @@ fn type_json(ty: Type) -> Map<String, Value> {
         Type::String => ("string", vec![]),
         Type::Integer { min, max } => ("integer", vec![("between", json!([min, max]))]),
         Type::Number => ("number", vec![]),
-        Type::NumberIn { min, max } => ("number", vec![("between", json!([min, max]))]),
+        Type::NumberIn { min, max } => (
+            "number",
+            vec![(
+                "between",
+                json!([crate::number::value(min), crate::number::value(max)]),
+            )],
+        ),
         Type::IntegerArray { min, max } => (
             "array",
             vec![(

@@ -363,3 +363,93 @@ impl PluginRegistry for Registry {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Map, Value};
+    use turnpike_config::schema::{self, Field, Type};
+
+    /// A config that satisfies `fields`' types and required fields, with every number field
+    /// set to an integral value written as a float (`2.0`, as a JSON client may send it).
+    fn sample(fields: &[Field]) -> Value {
+        let mut m = Map::new();
+        for f in fields {
+            let v = match f.ty {
+                Type::Number => json!(2.0),
+                Type::NumberIn { min, max } => json!((min.max(0.0) + 1.0).min(max).floor()),
+                Type::Record(inner) => sample(inner),
+                _ if !f.required || f.default.is_some() => continue,
+                Type::String => json!("x"),
+                Type::Integer { min, .. } => json!(min.max(1)),
+                Type::Boolean => json!(true),
+                Type::OneOf(c) => json!(c[0]),
+                Type::RecordArray(inner) => json!([sample(inner)]),
+                Type::MapOfRecords(inner) => json!({"a": sample(inner)}),
+                Type::Map | Type::MapOfStringArrays => json!({}),
+                Type::StringArray | Type::ColonStringArray => json!(["a:b"]),
+                Type::OneOfArray(c) => json!([c[0]]),
+                Type::IntegerArray { min, .. } => json!([min]),
+            };
+            m.insert(f.name.into(), v);
+        }
+        Value::Object(m)
+    }
+
+    /// Every number field's path in `fields` (records and arrays of records walked).
+    fn number_paths(fields: &[Field], at: &str, out: &mut Vec<String>) {
+        for f in fields {
+            let path = format!("{at}/{}", f.name);
+            match f.ty {
+                Type::Number | Type::NumberIn { .. } => out.push(path),
+                Type::Record(inner) => number_paths(inner, &path, out),
+                Type::RecordArray(inner) => number_paths(inner, &format!("{path}/0"), out),
+                Type::MapOfRecords(inner) => number_paths(inner, &format!("{path}/a"), out),
+                _ => {}
+            }
+        }
+    }
+
+    /// Kong writes an integral number without a fraction (`%.14g`); go-kong decodes several
+    /// of them into Go `int`s. Every number field of every plugin's config and of the
+    /// upstream's `healthchecks`, given as `2.0` or left to its default, is stored as an integer
+    /// when integral: plain serde_json then writes `2`, never `2.0`.
+    #[test]
+    fn every_number_field_is_stored_as_kong_writes_it() {
+        let mut schemas: Vec<(&str, &[Field])> = super::bundled()
+            .all()
+            .map(|p| (p.name(), p.fields()))
+            .collect();
+        schemas.push((
+            "upstreams.healthchecks",
+            turnpike_config::declarative::healthchecks::FIELDS,
+        ));
+        let mut checked = 0;
+        let fraction = regex::Regex::new(r"\d\.0[,\]}]").unwrap();
+        for (name, fields) in schemas {
+            let mut paths = Vec::new();
+            number_paths(fields, "", &mut paths);
+            for input in [sample(fields), json!({})] {
+                let Ok(full) = schema::validate(fields, &input) else {
+                    // Defaults alone do not satisfy this schema's required fields.
+                    continue;
+                };
+                for p in &paths {
+                    let Some(v) = full.pointer(p) else { continue };
+                    if let Some(f) = v.as_f64().filter(|f| f.fract() == 0.0) {
+                        assert!(v.is_i64(), "{name}{p} = {v} ({f}) is stored as a float");
+                        assert!(!serde_json::to_string(v).unwrap().contains('.'));
+                        checked += 1;
+                    }
+                }
+            }
+            // The schema JSON's defaults and bounds too.
+            let text = serde_json::to_string(&schema::kong_json(fields, &[])).unwrap();
+            assert!(
+                !fraction.is_match(&text),
+                "{name}'s schema writes an integral number with a fraction: {text}"
+            );
+        }
+        // rate-limiting's second..year, response-ratelimiting's, healthchecks' five, ...
+        assert!(checked >= 20, "only {checked} number fields checked");
+    }
+}

@@ -488,7 +488,7 @@ fn builder_loop(
                 Ok(m) => m,
                 Err(RecvTimeoutError::Timeout) => {
                     if let Some((_, cfg)) = &state {
-                        if let Ok(text) = serde_json::to_string(&cfg.to_json()) {
+                        if let Ok(text) = turnpike_config::number::to_string(&cfg.to_json()) {
                             save_last_good(last_good, &text);
                         }
                     }

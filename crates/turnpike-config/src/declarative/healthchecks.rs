@@ -98,7 +98,8 @@ mod tests {
             json!([429, 500, 503])
         );
         assert_eq!(v["active"]["http_path"], "/");
-        assert_eq!(v["threshold"], json!(0.0));
+        assert_eq!(v["threshold"], json!(0));
+        assert!(v["active"]["timeout"].is_i64());
         let e = validate(FIELDS, &json!({"passive": {"unhealthy": {"interval": 5}}})).unwrap_err();
         assert_eq!(
             e,

@@ -16,6 +16,7 @@ mod deck;
 mod dns;
 mod doctor;
 mod faults;
+mod gokong;
 mod health;
 mod idle_connections;
 mod kong_manager;
