@@ -54,9 +54,10 @@ pub fn certificate(
                     Ok(_) => {}
                     Err(e @ super::super::pem::PemError::Cert(_)) => f.err(cf, e.to_string()),
                     Err(e @ super::super::pem::PemError::Key(_)) => f.err(kf, e.to_string()),
-                    Err(e @ super::super::pem::PemError::Mismatch) => {
-                        f.err("@entity", e.to_string())
-                    }
+                    Err(
+                        e @ (super::super::pem::PemError::Mismatch
+                        | super::super::pem::PemError::Ca(_)),
+                    ) => f.err("@entity", e.to_string()),
                 }
             }
         }
@@ -137,8 +138,10 @@ pub fn ca_certificate(
     let cert = f.req_str("cert");
     check_pem(&mut f, "cert", &cert, "CERTIFICATE");
     if let Some(c) = cert.as_deref().filter(|c| c.contains("-----BEGIN")) {
-        if let Err(e) = super::super::pem::ca_certificate(c) {
-            f.err("cert", e.to_string());
+        match super::super::pem::ca_certificate(c) {
+            Ok(()) => {}
+            Err(e @ super::super::pem::PemError::Ca(_)) => f.err("@entity", e.to_string()),
+            Err(e) => f.err("cert", e.to_string()),
         }
     }
     let cert_digest = f.str("cert_digest");

@@ -431,6 +431,69 @@ async fn credentials_upstreams_targets_certificates() {
         "{}",
         gw.log_text()
     );
+    // An X.509 version 1 certificate (no extensions: old self-signed ones, many internal CAs,
+    // go-kong's own test certificates) is accepted as Kong accepts it, and served by SNI.
+    let v1_cert = include_str!("../../../../turnpike-config/testdata/x509-v1-cert.pem");
+    let v1_key = include_str!("../../../../turnpike-config/testdata/x509-v1-key.pem");
+    let r = gw
+        .admin(
+            "POST",
+            "/certificates",
+            Some(json!({"cert": v1_cert, "key": v1_key, "snis": ["v1.example.test"]})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    // (rustls refuses to handshake with a v1 certificate even unverified; curl, on OpenSSL,
+    // takes it as browsers and most clients do.)
+    let resolve = format!("v1.example.test:{}:127.0.0.1", tls.port());
+    let url = format!("https://v1.example.test:{}/", tls.port());
+    assert!(
+        eventually(Duration::from_secs(10), async || {
+            let out = std::process::Command::new("curl")
+                .args(["-skv", "-o", "/dev/null", "-w", "%{http_code}", "--resolve"])
+                .args([&resolve, &url])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout) == "404"
+                && String::from_utf8_lossy(&out.stderr).contains("CN=v1.example.test")
+        })
+        .await,
+        "{}",
+        gw.log_text()
+    );
+    // What is really unusable keeps a clear error in Kong's shape.
+    let r = gw
+        .admin(
+            "POST",
+            "/certificates",
+            Some(json!({"cert": v1_cert, "key": key})),
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.json()["fields"],
+        json!({"@entity": ["certificate does not match key"]})
+    );
+    let r = gw
+        .admin(
+            "POST",
+            "/certificates",
+            Some(json!({"cert": "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", "key": v1_key})),
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.json()["fields"],
+        json!({"cert": "invalid certificate: not a well-formed X.509 certificate"})
+    );
+    let r = gw
+        .admin("POST", "/ca_certificates", Some(json!({"cert": v1_cert})))
+        .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.json()["message"],
+        "schema violation (@entity: certificate does not appear to be a CA because it is missing the \"CA\" basic constraint)"
+    );
 
     // Deleting the consumer takes its credentials; the upstream its targets.
     assert_eq!(
