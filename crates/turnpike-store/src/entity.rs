@@ -172,6 +172,10 @@ pub fn check(
     // this write. Stored beside it; it reads back as the seconds left.
     if let Some(ttl) = value.get("ttl").and_then(|t| t.as_i64()).filter(|t| *t > 0) {
         value.insert(EXPIRES_AT.into(), serde_json::json!(now + ttl));
+        value.insert(
+            EXPIRES_AT_MS.into(),
+            serde_json::json!(crate::now_millis() + ttl * 1000),
+        );
     }
     if errs.is_empty() {
         Ok(Checked {
@@ -227,6 +231,9 @@ pub fn is_uuid(s: &str) -> bool {
 
 /// Where a stored entity with a `ttl` keeps its expiry (seconds since the epoch).
 pub(crate) const EXPIRES_AT: &str = "_expires_at";
+
+/// The same expiry in milliseconds, from which the `ttl` left is read back.
+pub(crate) const EXPIRES_AT_MS: &str = "_expires_at_ms";
 
 #[cfg(test)]
 mod tests {

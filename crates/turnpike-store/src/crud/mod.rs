@@ -182,10 +182,15 @@ fn decode_offset(o: &str) -> Result<String, StoreError> {
 pub use crate::entity::is_uuid;
 
 fn parse_entity(text: &str) -> Result<Map<String, Value>, StoreError> {
+    parse_entity_expiring(text).map(|(m, _)| m)
+}
+
+/// A stored entity as it reads back, and whether its `ttl` has run out.
+fn parse_entity_expiring(text: &str) -> Result<(Map<String, Value>, bool), StoreError> {
     match serde_json::from_str(text) {
         Ok(Value::Object(mut m)) => {
-            read_back(&mut m);
-            Ok(m)
+            let expired = read_back(&mut m);
+            Ok((m, expired))
         }
         _ => Err(StoreError::Database(
             "stored entity is not a JSON object".into(),
@@ -193,12 +198,11 @@ fn parse_entity(text: &str) -> Result<Map<String, Value>, StoreError> {
     }
 }
 
-use crate::entity::EXPIRES_AT;
+use crate::entity::{EXPIRES_AT, EXPIRES_AT_MS};
 
 /// A stored entity, unless its `ttl` has run out (Kong no longer shows or uses it).
 fn parse_live(text: &str) -> Result<Option<Map<String, Value>>, StoreError> {
-    let m = parse_entity(text)?;
-    let expired = text.contains(EXPIRES_AT) && m.get("ttl").and_then(|t| t.as_i64()) == Some(0);
+    let (m, expired) = parse_entity_expiring(text)?;
     Ok((!expired).then_some(m))
 }
 
@@ -240,11 +244,21 @@ pub type Delta = Vec<(&'static str, String, Option<String>)>;
 pub type RawExport = Vec<(&'static str, Vec<String>)>;
 
 /// A stored entity as it reads back: one written with a `ttl` keeps when it expires, and reads
-/// back with the seconds it has left, as Kong's do (0: expired).
-fn read_back(m: &mut Map<String, Value>) {
-    if let Some(at) = m.remove(EXPIRES_AT).and_then(|v| v.as_i64()) {
-        m.insert("ttl".into(), json!((at - crate::now_secs()).max(0)));
-    }
+/// back with the whole seconds it has left, counted down on every read as Kong's are (Kong's
+/// PostgreSQL strategy: `FLOOR(EXTRACT(EPOCH FROM (ttl - now)))`, so a `ttl` of 10 reads 9
+/// as soon as any time has passed). Returns whether it has expired. Entities written before
+/// the expiry was kept in milliseconds count whole seconds.
+pub(crate) fn read_back(m: &mut Map<String, Value>) -> bool {
+    let at_ms = m.remove(EXPIRES_AT_MS).and_then(|v| v.as_i64());
+    let Some(at) = m.remove(EXPIRES_AT).and_then(|v| v.as_i64()) else {
+        return false;
+    };
+    let left_ms = match at_ms {
+        Some(ms) => ms - crate::now_millis(),
+        None => (at - crate::now_secs()) * 1000,
+    };
+    m.insert("ttl".into(), json!((left_ms.div_euclid(1000)).max(0)));
+    left_ms <= 0
 }
 
 /// [`assemble`] from the rows already joined into one document (the config sync's text).
@@ -255,7 +269,9 @@ pub fn assemble_document(text: &str) -> Result<Value, StoreError> {
     for rows in tables.filter_map(Value::as_array_mut) {
         for row in rows {
             match row.as_object_mut() {
-                Some(m) => read_back(m),
+                Some(m) => {
+                    read_back(m);
+                }
                 None => {
                     return Err(StoreError::Database(
                         "stored entity is not a JSON object".into(),

@@ -540,13 +540,13 @@ fn keys_of<'s>(
     (uniques, entity::cache_key(spec, value))
 }
 
-/// A write's answer: the stored entity, showing what it reveals once (a new key-auth key) and
-/// not its expiry (the answer has the `ttl` as written).
+/// A write's answer: the stored entity, showing what it reveals once (a new key-auth key),
+/// with the `ttl` it has left as any read shows it (Kong's answer is read back the same way).
 fn answer(mut value: Map<String, Value>, reveal: Option<(String, Value)>) -> Map<String, Value> {
     if let Some((field, shown)) = reveal {
         value.insert(field, shown);
     }
-    value.remove(crate::entity::EXPIRES_AT);
+    super::read_back(&mut value);
     value
 }
 
@@ -598,7 +598,8 @@ impl Store {
             .and_then(|v| v.as_f64())
             .map(|v| if spec.table == "targets" { v / 1000.0 } else { v } as i64)
             .unwrap_or_else(now_secs);
-        let text = serde_json::to_string(value).map_err(|e| StoreError::Database(e.to_string()))?;
+        let text = turnpike_config::number::to_string(value)
+            .map_err(|e| StoreError::Database(e.to_string()))?;
         let mut row = RowValues {
             cols: vec!["id".into()],
             vals: vec![Bind::Text(Some(id.to_string()))],

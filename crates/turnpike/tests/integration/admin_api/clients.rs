@@ -260,6 +260,41 @@ async fn behaves_as_kong_for_its_clients() {
         (0..=98).contains(&ttl),
         "ttl {ttl} should have counted down: {r}"
     );
+    // As Kong counts it: the whole seconds left, so 9 as soon as any time has passed after a
+    // ttl of 10 (each of three keys read 50 ms after its write; counting whole seconds of the
+    // clock would read 10 unless a second boundary fell in between).
+    for i in 0..3 {
+        let key = format!("ten-{i}");
+        let r = gw
+            .admin(
+                "POST",
+                "/consumers/ann/key-auth",
+                Some(json!({"key": key, "ttl": 10})),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{:?}", r.body);
+        let written = r.json()["ttl"].as_i64().unwrap();
+        assert!((0..=10).contains(&written), "{written}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        for path in [
+            format!("/key-auths/{key}"),
+            format!("/consumers/ann/key-auth/{key}"),
+        ] {
+            let r = gw.admin("GET", &path, None).await.json();
+            let ttl = r["ttl"].as_i64().unwrap();
+            assert!((0..=9).contains(&ttl), "{path}: ttl {ttl} after 50 ms: {r}");
+        }
+        let listed = gw.admin("GET", "/key-auths", None).await.json();
+        let ttl = listed["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["key"] == key.as_str())
+            .unwrap()["ttl"]
+            .as_i64()
+            .unwrap();
+        assert!((0..=9).contains(&ttl), "listed: ttl {ttl}");
+    }
 
     // Health lists a target created a moment ago; targets are stamped in seconds.ms.
     let r = gw
