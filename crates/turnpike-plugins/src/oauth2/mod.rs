@@ -154,6 +154,8 @@ struct Authenticator(Arc<Configured>);
 static X_AUTHENTICATED_SCOPE: HeaderName = HeaderName::from_static("x-authenticated-scope");
 static X_AUTHENTICATED_USERID: HeaderName = HeaderName::from_static("x-authenticated-userid");
 const INVALID: &str = "The access token is invalid or has expired";
+const GLOBAL: &str =
+    "The access token is global, but the current plugin is configured without 'global_credentials'";
 
 impl PluginSpec for OAuth2 {
     fn name(&self) -> &'static str {
@@ -299,12 +301,23 @@ impl Configured {
         let Some(t) = token else {
             return self.fail(req, false);
         };
-        let for_service = match &t.service_id {
-            Some(s) => self.global_credentials || req.service_id == Some(&**s),
-            None => self.global_credentials,
-        };
-        if !for_service {
-            return self.fail(req, false);
+        // Kong 3.9's `load_token` and `do_authentication`: a token issued for a service is
+        // valid on that service only, `global_credentials` or not; a global token (no
+        // service) needs `global_credentials`, and without it the request ends with Kong's
+        // own description (an exit from the token loader: no challenge header, no anonymous).
+        match &t.service_id {
+            Some(s) if req.service_id != Some(&**s) => return self.fail(req, false),
+            Some(_) => {}
+            None if !self.global_credentials => {
+                let mut e = Exit::message(StatusCode::UNAUTHORIZED, "");
+                e.body = serde_json::to_vec(
+                    &json!({"error": "invalid_token", "error_description": GLOBAL}),
+                )
+                .unwrap_or_default()
+                .into();
+                return Access::Exit(e);
+            }
+            None => {}
         }
         if crate::clock::now_secs() > t.expires_at {
             return self.fail(req, false);

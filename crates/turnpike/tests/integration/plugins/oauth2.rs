@@ -63,12 +63,14 @@ async fn tokens_from_the_admin_api_authenticate_requests() {
     .await;
     assert_eq!(r.status, 201, "{:?}", r.json());
     assert_eq!(r.json()["token_type"], "bearer");
-    // A token with a ttl: the answer shows the ttl as written, not the stored expiry.
+    // A token with a ttl: the answer shows the whole seconds left (as Kong reads it back),
+    // not the stored expiry.
     let mut with_ttl = token("tok-ttl", &service, 7200);
     with_ttl["ttl"] = json!(3600);
     let r = admin("POST", "/oauth2_tokens".into(), Some(with_ttl)).await;
     assert_eq!(r.status, 201, "{:?}", r.json());
-    assert_eq!(r.json()["ttl"], 3600);
+    let ttl = r.json()["ttl"].as_i64().unwrap();
+    assert!((3590..=3600).contains(&ttl), "{ttl}");
     assert!(r.json().get("_expires_at").is_none(), "{}", r.json());
     // Kong's schema errors; nothing stored.
     let r = admin(
@@ -94,10 +96,9 @@ async fn tokens_from_the_admin_api_authenticate_requests() {
     );
     let r = post_form(gw.admin, "/oauth2_tokens", &form, &[]).await;
     assert_eq!(r.status, 201, "{:?}", r.json());
-    assert_eq!(
-        (r.json()["expires_in"].clone(), r.json()["ttl"].clone()),
-        (json!(7200), json!(600))
-    );
+    assert_eq!(r.json()["expires_in"], json!(7200));
+    let ttl = r.json()["ttl"].as_i64().unwrap();
+    assert!((590..=600).contains(&ttl), "{ttl}");
     let r = post_form(
         gw.admin,
         "/oauth2_tokens",
@@ -205,12 +206,42 @@ async fn tokens_from_the_admin_api_authenticate_requests() {
         .await
     );
     assert_eq!(call(p, "GET", "/o", &other_auth).await.json(), invalid);
+    // Kong 3.9 (`do_authentication`): a token issued for a service is valid on that service
+    // only, even where the plugin takes global credentials.
     assert_eq!(
         call(p, "GET", "/other", &[("authorization", "Bearer tok-1")])
             .await
-            .status,
-        200
+            .json(),
+        invalid
     );
+    // A global token (no service) works where the plugin takes global credentials; elsewhere
+    // it is refused with Kong's own description and no challenge (`load_token`'s exit).
+    let mut global = token("tok-global", &other, 7200);
+    global.as_object_mut().unwrap().remove("service");
+    let r = admin("POST", "/oauth2_tokens".into(), Some(global)).await;
+    assert_eq!(r.status, 201, "{:?}", r.json());
+    let global_auth = [("authorization", "Bearer tok-global")];
+    assert!(
+        eventually(Duration::from_secs(10), async || call(
+            p,
+            "GET",
+            "/other",
+            &global_auth
+        )
+        .await
+        .status
+            == 200)
+        .await
+    );
+    let r = call(p, "GET", "/o", &global_auth).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (
+            401,
+            json!({"error": "invalid_token", "error_description": "The access token is global, but the current plugin is configured without 'global_credentials'"})
+        )
+    );
+    assert_eq!(r.header("www-authenticate"), None);
 
     // A miss is remembered, but a token created afterwards works at once.
     assert_eq!(
@@ -990,7 +1021,7 @@ async fn expired_tokens_leave_the_store_on_sqlite_and_postgres() {
         ("TURNPIKE_PREFIX", prefix.to_str().unwrap()),
     ];
     let (ok, out) = run(&["migrations", "up"], &env);
-    assert!(ok && out.contains("schema version 5"), "{out}");
+    assert!(ok && out.contains("schema version 6"), "{out}");
     assert_eq!(
         sqlite2("SELECT COUNT(*) FROM oauth2_tokens WHERE expires_at IS NOT NULL").trim(),
         "2"
