@@ -5,6 +5,7 @@
 //! sync ([`sync`]) turns the store's contents into a new immutable snapshot that the proxy swaps
 //! in. Requests only ever see snapshots, so a slow or absent database cannot stall traffic.
 
+pub mod counters;
 pub mod crud;
 pub mod direct;
 pub mod entity;
@@ -20,6 +21,7 @@ use sqlx::AnyPool;
 use sqlx::Row;
 use turnpike_config::declarative::PluginRegistry;
 
+pub use counters::{CounterWindow, ResponseCounter};
 pub use crud::{ListQuery, Page};
 pub use error::StoreError;
 
@@ -55,8 +57,9 @@ impl std::fmt::Debug for StoreOptions {
 /// The schema version this build writes; `migrations up` brings older stores here.
 /// 1: the entity tables; 2: the change log (`changes`); 3: rate-limiting counters
 /// (`ratelimiting_metrics`, the cluster policy); 4: `key_sets`, `keys`, `vaults`;
-/// 5: `oauth2_authorization_codes`.
-pub const SCHEMA_VERSION: i64 = 5;
+/// 5: `oauth2_authorization_codes`; 6: `response_ratelimiting_metrics` (response-ratelimiting's
+/// cluster policy).
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// Channel PostgreSQL notifies on when the config version changes.
 pub const NOTIFY_CHANNEL: &str = "turnpike_config";
@@ -327,6 +330,18 @@ impl Store {
         )
         .execute(&mut *tx)
         .await?;
+        // Schema 6: response-ratelimiting's cluster policy (Kong's table and key; `period` is
+        // the limit's name and its period, `videos_minute`).
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS response_ratelimiting_metrics (identifier TEXT NOT NULL, period TEXT NOT NULL, period_date BIGINT NOT NULL, service_id TEXT NOT NULL, route_id TEXT NOT NULL, value BIGINT NOT NULL, expire_at BIGINT NOT NULL, PRIMARY KEY (identifier, period, period_date, service_id, route_id))",
+        )
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "CREATE INDEX IF NOT EXISTS response_ratelimiting_metrics_expire ON response_ratelimiting_metrics (expire_at)",
+        )
+        .execute(&mut *tx)
+        .await?;
         sqlx::query(
             "INSERT INTO turnpike_meta (name, value) VALUES ('config_version', 0) ON CONFLICT (name) DO NOTHING",
         )
@@ -346,7 +361,12 @@ impl Store {
     /// Drops every Turnpike table (Kong's `migrations reset`).
     pub async fn reset(&self) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
-        for t in ["tags", "changes", "ratelimiting_metrics"] {
+        for t in [
+            "tags",
+            "changes",
+            "ratelimiting_metrics",
+            "response_ratelimiting_metrics",
+        ] {
             sqlx::query(&format!("DROP TABLE IF EXISTS {t}"))
                 .execute(&mut *tx)
                 .await?;
@@ -380,23 +400,18 @@ impl Store {
 }
 
 /// Seconds since the epoch, Kong's entity timestamps.
+pub fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
 pub fn now_secs() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0)
-}
-
-/// One window of a rate-limiting counter (the cluster policy).
-#[derive(Debug, Clone)]
-pub struct CounterWindow {
-    pub route_id: String,
-    pub service_id: String,
-    pub identifier: String,
-    pub period: &'static str,
-    pub period_date: i64,
-    pub limit: i64,
-    pub expire_at: i64,
 }
 
 impl Store {
@@ -427,58 +442,6 @@ impl Store {
             .execute(&mut *conn)
             .await;
         conn.seen(sent).map(|_| ())
-    }
-
-    /// Counts a request in every window, exactly: in one transaction each window's row is
-    /// incremented only while under its limit; when one is full the transaction is rolled
-    /// back. Returns `[blocked window (1-based) or 0, count per window...]` (counts after the
-    /// increment when allowed; as they were, for the windows checked, when blocked).
-    pub async fn count_request(&self, windows: &[CounterWindow]) -> Result<Vec<i64>, StoreError> {
-        let mut conn = self.direct.get().await?;
-        let counted = Self::count_on(&mut conn, windows).await;
-        conn.seen(counted)
-    }
-
-    async fn count_on(
-        conn: &mut sqlx::AnyConnection,
-        windows: &[CounterWindow],
-    ) -> Result<Vec<i64>, StoreError> {
-        use sqlx::Connection;
-        let mut tx = conn.begin().await?;
-        let mut out = vec![0i64];
-        for (i, w) in windows.iter().enumerate() {
-            let row = sqlx::query(
-                "INSERT INTO ratelimiting_metrics (identifier, period, period_date, service_id, route_id, value, expire_at) \
-                 VALUES ($1, $2, $3, $4, $5, 1, $6) \
-                 ON CONFLICT (identifier, period, period_date, service_id, route_id) \
-                 DO UPDATE SET value = ratelimiting_metrics.value + 1 WHERE ratelimiting_metrics.value < $7 \
-                 RETURNING value",
-            )
-            .bind(&w.identifier)
-            .bind(w.period)
-            .bind(w.period_date)
-            .bind(&w.service_id)
-            .bind(&w.route_id)
-            .bind(w.expire_at)
-            .bind(w.limit)
-            .fetch_optional(&mut *tx)
-            .await?;
-            match row {
-                Some(r) if w.limit >= 1 => out.push(r.try_get::<i64, _>(0)?),
-                _ => {
-                    tx.rollback().await?;
-                    // As they were: the earlier windows' increments are undone.
-                    for c in out.iter_mut().skip(1) {
-                        *c -= 1;
-                    }
-                    out[0] = i as i64 + 1;
-                    out.push(w.limit);
-                    return Ok(out);
-                }
-            }
-        }
-        tx.commit().await?;
-        Ok(out)
     }
 
     /// Deletes rows whose `ttl` ran out (Kong's ttl cleanup), `batch` rows per statement so
@@ -514,17 +477,6 @@ impl Store {
             total += purged;
         }
         Ok(total)
-    }
-
-    /// Deletes counter rows whose window has ended.
-    pub async fn purge_counters(&self, now: i64) -> Result<u64, StoreError> {
-        Ok(
-            sqlx::query("DELETE FROM ratelimiting_metrics WHERE expire_at < $1")
-                .bind(now)
-                .execute(&self.pool)
-                .await?
-                .rows_affected(),
-        )
     }
 }
 

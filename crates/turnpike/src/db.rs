@@ -126,8 +126,11 @@ pub async fn db_export(
 }
 
 /// The export as YAML, the format `kong config db_export` writes.
+/// Numbers as Kong writes them (`timeout: 1`, not `1.0`).
 fn to_yaml(v: &serde_json::Value) -> Result<String, String> {
-    serde_yaml::to_string(v).map_err(|e| e.to_string())
+    let mut v = v.clone();
+    turnpike_config::number::normalize(&mut v);
+    serde_yaml::to_string(&v).map_err(|e| e.to_string())
 }
 
 async fn ensure_schema(store: &Store) -> Result<(), String> {
@@ -451,5 +454,41 @@ impl turnpike_plugins::rate_limiting::cluster::CounterStore for StoreCounters {
                 .collect();
             store.count_request(&windows).await
         })
+    }
+
+    fn usage(
+        &self,
+        counters: Vec<turnpike_plugins::rate_limiting::cluster::Counter>,
+    ) -> turnpike_plugins::rate_limiting::cluster::Counted {
+        self.pools.run(move |store| async move {
+            let counters: Vec<_> = counters.into_iter().map(response_counter).collect();
+            store.response_usage(&counters).await
+        })
+    }
+
+    fn add(
+        &self,
+        counters: Vec<(turnpike_plugins::rate_limiting::cluster::Counter, i64)>,
+    ) -> turnpike_plugins::rate_limiting::cluster::Done {
+        self.pools.run(move |store| async move {
+            let counters: Vec<_> = counters
+                .into_iter()
+                .map(|(c, n)| (response_counter(c), n))
+                .collect();
+            store.response_add(&counters).await
+        })
+    }
+}
+
+fn response_counter(
+    c: turnpike_plugins::rate_limiting::cluster::Counter,
+) -> turnpike_store::ResponseCounter {
+    turnpike_store::ResponseCounter {
+        route_id: c.route_id,
+        service_id: c.service_id,
+        identifier: c.identifier,
+        period: c.period,
+        period_date: c.period_date,
+        expire_at: c.expire_at,
     }
 }

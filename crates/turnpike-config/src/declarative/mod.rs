@@ -299,6 +299,9 @@ fn load_inner(
         match key.as_str() {
             "_format_version" | "_transform" | "_comment" | "_ignore" => continue,
             "_workspace" | "_info" | "_konnect" | "_plugin_configs" => continue,
+            // Extension keys (`x-defaults: &defaults ...`): anchors for YAML reuse, as decK
+            // files write them; not entities.
+            k if k.starts_with("x-") => continue,
             _ => {}
         }
         let Some(kind) = Kind::from_table(key, plugins) else {

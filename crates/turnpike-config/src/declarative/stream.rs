@@ -99,6 +99,7 @@ impl<'de> Visitor<'de> for &mut Document<'_> {
             if self.parts.iter().any(|(k, _)| *k == key) {
                 return Err(stop());
             }
+
             let digest = match key.as_str() {
                 "_format_version" => {
                     let v: Value = map.next_value()?;
@@ -125,6 +126,11 @@ impl<'de> Visitor<'de> for &mut Document<'_> {
                 }
                 "_comment" | "_ignore" | "_workspace" | "_info" | "_konnect"
                 | "_plugin_configs" => ids::digest(&map.next_value::<Value>()?),
+                // Extension keys (`x-defaults: &defaults ...`, YAML anchors for reuse as decK
+                // files write them): not entities; digested as the whole-document path does.
+                extension if extension.starts_with("x-") => {
+                    ids::digest(&map.next_value::<Value>()?)
+                }
                 table => {
                     let kind = Kind::from_table(table, self.plugins).ok_or_else(stop)?;
                     let loader = self.loader.as_mut().ok_or_else(stop)?;

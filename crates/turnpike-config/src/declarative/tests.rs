@@ -1023,3 +1023,23 @@ fn unique_fields_are_checked_per_table_and_field() {
         );
     }
 }
+
+#[test]
+fn extension_keys_hold_anchors_and_are_not_entities() {
+    // decK files keep shared values under top-level `x-` keys and merge them with `<<`.
+    let yaml = "_format_version: \"3.0\"\nx-defaults: &defaults\n  connect_timeout: 5000\n  retries: 2\nservices:\n  - name: a\n    url: http://127.0.0.1:9\n    <<: *defaults\n";
+    let c = ok(yaml);
+    assert_eq!(c.services.len(), 1);
+    assert_eq!(c.services[0].connect_timeout, 5000);
+    assert_eq!(c.services[0].retries, 2);
+    // JSON, read entity by entity or whole: the same config, the same hash.
+    let json = r#"{"_format_version": "3.0", "x-note": {"any": ["thing"]}, "services": [{"name": "a", "url": "http://127.0.0.1:9"}]}"#;
+    let streamed = super::load_json_streaming(json, &Credentials).expect("streamed");
+    let whole = super::load(&serde_json::from_str(json).unwrap(), &Credentials).unwrap();
+    assert_eq!(streamed.services.len(), 1);
+    assert_eq!(streamed.hash, whole.hash);
+    // Any other unknown top-level key stays an error.
+    assert!(err("_format_version: \"3.0\"\ny-defaults: {}\n")
+        .to_string()
+        .contains("y-defaults: unknown field"));
+}

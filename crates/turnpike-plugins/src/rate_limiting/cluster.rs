@@ -1,5 +1,7 @@
 //! The `cluster` policy: counters in the node's database (SQLite for one node, PostgreSQL
-//! shared by many), as Kong keeps them in its `ratelimiting_metrics` table.
+//! shared by many), as Kong keeps them in its `ratelimiting_metrics` table (and, for
+//! response-ratelimiting, `response_ratelimiting_metrics`: read when a request comes, added to
+//! once its response says what it cost).
 //!
 //! Exact: the store checks and counts every window in one transaction, each window's row
 //! updated only while it is under its limit (an upsert with a condition, which PostgreSQL
@@ -30,9 +32,31 @@ pub struct Window {
 /// answers: counts after the increment when allowed, as they were when blocked.
 pub type Counted = Pin<Box<dyn Future<Output = Result<Vec<i64>, String>> + Send>>;
 
-/// The database, as the rate-limiting plugin sees it.
+/// One window of one named limit of response-ratelimiting.
+#[derive(Debug, Clone)]
+pub struct Counter {
+    pub route_id: String,
+    pub service_id: String,
+    pub identifier: String,
+    /// The limit's name and the period (`videos_minute`), as Kong keys it.
+    pub period: String,
+    /// The window's start, in milliseconds (Kong's `period_date`).
+    pub period_date: i64,
+    /// When the row may be deleted (the window's end), in seconds.
+    pub expire_at: i64,
+}
+
+/// A write's outcome.
+pub type Done = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+
+/// The database, as the rate-limiting plugins see it.
 pub trait CounterStore: Send + Sync {
+    /// rate-limiting: checks and counts a request in every window.
     fn count(&self, windows: Vec<Window>) -> Counted;
+    /// response-ratelimiting: what each window has used.
+    fn usage(&self, counters: Vec<Counter>) -> Counted;
+    /// response-ratelimiting: adds what a response spent.
+    fn add(&self, counters: Vec<(Counter, i64)>) -> Done;
 }
 
 /// The cluster policy's database, part of the node's rate-limiting state.
@@ -50,16 +74,40 @@ impl Cluster {
     }
 
     pub async fn count(&self, windows: Vec<Window>) -> Result<Vec<i64>, String> {
-        count(self, windows).await
+        let counted = match self.store.get() {
+            Some(s) => s.count(windows).await,
+            None => Err(NO_DATABASE.into()),
+        };
+        self.watch(counted)
+    }
+
+    /// response-ratelimiting's usage of `counters`' windows.
+    pub async fn usage(&self, counters: Vec<Counter>) -> Result<Vec<i64>, String> {
+        let used = match self.store.get() {
+            Some(s) => s.usage(counters).await,
+            None => Err(NO_DATABASE.into()),
+        };
+        self.watch(used)
+    }
+
+    /// Adds what a response spent to its windows.
+    pub async fn add(&self, counters: Vec<(Counter, i64)>) -> Result<(), String> {
+        let added = match self.store.get() {
+            Some(s) => s.add(counters).await,
+            None => Err(NO_DATABASE.into()),
+        };
+        self.watch(added)
+    }
+
+    /// Logs when the database stops (or starts again) counting; passes the result on.
+    fn watch<T>(&self, result: Result<T, String>) -> Result<T, String> {
+        watch(&self.down, result)
     }
 }
 
-async fn count(cluster: &Cluster, windows: Vec<Window>) -> Result<Vec<i64>, String> {
-    let (store, down) = (&cluster.store, &cluster.down);
-    let result = match store.get() {
-        Some(s) => s.count(windows).await,
-        None => Err("the cluster policy needs a database (database = sqlite or postgres)".into()),
-    };
+const NO_DATABASE: &str = "the cluster policy needs a database (database = sqlite or postgres)";
+
+fn watch<T>(down: &std::sync::atomic::AtomicBool, result: Result<T, String>) -> Result<T, String> {
     use std::sync::atomic::Ordering;
     match &result {
         Ok(_) if down.swap(false, Ordering::Relaxed) => {

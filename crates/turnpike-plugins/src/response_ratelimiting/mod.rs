@@ -8,9 +8,10 @@
 //! upstream's header, and answers 429 (no body) when a response spends a limit that was
 //! already used up; the log phase adds what was spent.
 //!
-//! Policies: `local` (counted on the node, shared by its workers) and `redis` (one Redis for all
-//! nodes: one MGET per request, INCRBY per spent window). `cluster` is refused when the config
-//! is written, not served yet.
+//! Policies: `local` (counted on the node, shared by its workers), `redis` (one Redis for all
+//! nodes: one MGET per request, INCRBY per spent window) and `cluster` (the node's database,
+//! Kong's `response_ratelimiting_metrics` table: one read per window when a request comes, one
+//! transaction adding what the response spent after it; refused on a DB-less node, as Kong).
 
 mod schema;
 
@@ -21,6 +22,7 @@ use dashmap::DashMap;
 use http::{HeaderName, HeaderValue, StatusCode};
 use serde_json::Value;
 
+use crate::rate_limiting::cluster;
 use crate::rate_limiting::redis::{self, RedisTarget};
 use crate::rate_limiting::Period;
 use crate::{now_secs, Access, AccessRequest, BuildContext, Exit, Handler, PluginSpec};
@@ -74,6 +76,8 @@ impl State {
 enum Policy {
     Local,
     Redis(Arc<RedisTarget>),
+    /// The node's database, through rate-limiting's cluster counters.
+    Cluster(Arc<crate::rate_limiting::State>),
 }
 
 #[derive(Clone, Copy)]
@@ -148,6 +152,16 @@ impl PluginSpec for ResponseRateLimiting {
     fn entity_checks(&self, config: &Value) -> Vec<(String, String)> {
         schema::entity_checks(config)
     }
+    fn needs_database(&self, config: &Value) -> Option<(String, String)> {
+        (config["policy"].as_str() == Some("cluster")).then(|| {
+            (
+                "policy".to_string(),
+                "policy 'cluster' needs a database and is not supported in DB-less mode; use \
+                 'local' or 'redis'"
+                    .to_string(),
+            )
+        })
+    }
     fn build(&self, config: &Value, ctx: &BuildContext) -> Result<Arc<dyn Handler>, String> {
         let c: schema::Config = crate::typed(config)?;
         let mut limits = Vec::new();
@@ -178,6 +192,7 @@ impl PluginSpec for ResponseRateLimiting {
         let policy = match c.policy.as_str() {
             "redis" => Policy::Redis(Arc::new(RedisTarget::from_config(&c.redis)?)),
             "local" => Policy::Local,
+            "cluster" => Policy::Cluster(ctx.runtime.rate_limiting.clone()),
             other => return Err(format!("policy '{other}' is not supported")),
         };
         Ok(Arc::new(Handle(Arc::new(Configured {
@@ -235,6 +250,38 @@ impl Configured {
                             ),
                             end,
                         )
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Each window's row for the cluster policy (Kong's `response_ratelimiting_metrics` key:
+    /// the limit's name and period, the window's start in milliseconds).
+    fn counters(&self, base: &str, now: u64) -> Vec<Vec<cluster::Counter>> {
+        // `base` is route id, service id (both without colons) and the identifier (an IPv6
+        // address has some).
+        let mut parts = base.splitn(3, ':');
+        let (route_id, service_id, identifier) = (
+            parts.next().unwrap_or(""),
+            parts.next().unwrap_or(""),
+            parts.next().unwrap_or(""),
+        );
+        self.limits
+            .iter()
+            .map(|l| {
+                l.windows
+                    .iter()
+                    .map(|w| {
+                        let (start, end) = w.period.window(now);
+                        cluster::Counter {
+                            route_id: route_id.into(),
+                            service_id: service_id.into(),
+                            identifier: identifier.into(),
+                            period: format!("{}_{}", l.name, w.period.name()),
+                            period_date: start as i64 * 1000,
+                            expire_at: end as i64,
+                        }
                     })
                     .collect()
             })
@@ -377,6 +424,29 @@ impl Handler for Handle {
                     resume
                 }))
             }
+            Policy::Cluster(state) => {
+                let counters = conf.counters(&usage.base, now);
+                let (conf, state) = (self.0.clone(), state.clone());
+                Access::Wait(Box::pin(async move {
+                    let shape: Vec<usize> = counters.iter().map(Vec::len).collect();
+                    let got = state
+                        .cluster
+                        .usage(counters.into_iter().flatten().collect())
+                        .await;
+                    let resume: crate::Resume = Box::new(move |req| match got {
+                        Ok(counts) => {
+                            let mut it = counts.into_iter();
+                            let used = shape
+                                .iter()
+                                .map(|n| it.by_ref().take(*n).collect())
+                                .collect();
+                            conf.decide(req, usage, used)
+                        }
+                        Err(e) => conf.failed(&e),
+                    });
+                    resume
+                }))
+            }
         }
     }
 
@@ -460,6 +530,29 @@ impl Handler for Handle {
                             );
                         }
                     }
+                }
+            }
+            Policy::Cluster(state) => {
+                let adds: Vec<(cluster::Counter, i64)> = conf
+                    .counters(&usage.base, usage.now)
+                    .into_iter()
+                    .zip(&usage.spent)
+                    .filter(|(_, n)| **n > 0)
+                    .flat_map(|(ws, n)| ws.into_iter().map(move |c| (c, *n as i64)))
+                    .collect();
+                // The log phase does not wait: the addition runs on the worker's runtime.
+                let state = state.clone();
+                match tokio::runtime::Handle::try_current() {
+                    Ok(rt) => {
+                        rt.spawn(async move {
+                            if let Err(e) = state.cluster.add(adds).await {
+                                tracing::error!("response-ratelimiting: failed to add usage: {e}");
+                            }
+                        });
+                    }
+                    Err(_) => tracing::error!(
+                        "response-ratelimiting: no runtime to add usage on; this response's cost is not counted"
+                    ),
                 }
             }
         }

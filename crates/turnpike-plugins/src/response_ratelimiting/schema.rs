@@ -70,7 +70,7 @@ pub const FIELDS: &[Field] = &[
 const PERIODS: [&str; 6] = ["second", "minute", "hour", "day", "month", "year"];
 
 /// Kong's checks: at least one limit, each with at least one period, longer periods not
-/// allowing less than shorter ones; Redis needs its host; `cluster` is not served here yet.
+/// allowing less than shorter ones; Redis needs its host.
 pub fn entity_checks(config: &Value) -> Vec<(String, String)> {
     let mut errs = Vec::new();
     let limits = config["limits"].as_object();
@@ -102,10 +102,6 @@ pub fn entity_checks(config: &Value) -> Vec<(String, String)> {
         Some("redis") if config["redis"]["host"].is_null() => {
             errs.push(("redis.host".into(), "required field missing".into()))
         }
-        Some("cluster") => errs.push((
-            "policy".into(),
-            "policy 'cluster' is not supported by this gateway's response-ratelimiting yet; use 'local' or 'redis'".into(),
-        )),
         _ => {}
     }
     errs

@@ -828,6 +828,57 @@ async fn cluster_policy_is_shared_by_nodes() {
     );
 }
 
+/// response-ratelimiting's cluster policy on PostgreSQL: what a response spent on one node is
+/// seen by the other (Kong's `response_ratelimiting_metrics`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_ratelimiting_cluster_policy_is_shared_by_nodes() {
+    let up = Upstream::start("pg-cluster-rrl");
+    let pg = Postgres::start();
+    bootstrap(&pg);
+    let a = node(&pg, &[]);
+    let b = node(&pg, &[]);
+    a.add_service_route(&up.url(), "/rr").await;
+    let r = a
+        .admin(
+            "POST",
+            "/services/s/plugins",
+            Some(json!({"name": "response-ratelimiting", "config": {"policy": "cluster", "limit_by": "ip", "limits": {"videos": {"minute": 3, "hour": 5}}}})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    for n in [&a, &b] {
+        let proxy = n.proxy;
+        assert!(
+            eventually(Duration::from_secs(10), async || get(proxy, "x", "/rr/x")
+                .await
+                .header("x-ratelimit-limit-videos-minute")
+                .is_some())
+            .await
+        );
+    }
+    let r = get(a.proxy, "x", "/rr/limit/videos=2").await;
+    assert_eq!(r.header("x-ratelimit-remaining-videos-minute"), Some("1"));
+    let bp = b.proxy;
+    assert!(
+        eventually(Duration::from_secs(5), async || get(bp, "x", "/rr/plain")
+            .await
+            .header("x-ratelimit-remaining-videos-hour")
+            == Some("3"))
+        .await,
+        "{}",
+        b.log_text()
+    );
+    let rows = tokio::task::spawn_blocking(move || {
+        pg.query("SELECT period, value FROM response_ratelimiting_metrics ORDER BY period")
+    })
+    .await
+    .unwrap();
+    assert!(
+        rows.contains("videos_hour") && rows.contains("videos_minute"),
+        "{rows}"
+    );
+}
+
 /// The change log is read (every sync) and pruned (every 64th version) through its index, at
 /// its full size (10,000 versions) and with statistics taken when it held older versions: a
 /// bound on one side only gave PostgreSQL's planner plans that read the whole log, each time.

@@ -99,10 +99,6 @@ async fn bad_configs_are_refused() {
             json!({"limits": {"v": {"minute": 10, "hour": 5}}}),
             "limits",
         ),
-        (
-            json!({"limits": {"v": {"minute": 1}}, "policy": "cluster"}),
-            "policy",
-        ),
         (json!({"limits": {"v": {"minute": "x"}}}), "limits"),
     ] {
         let r = gw
@@ -128,6 +124,101 @@ async fn bad_configs_are_refused() {
         .await;
     assert_eq!(r.status, 201, "{:?}", r.json());
     assert_eq!(r.json()["config"]["header_name"], "x-kong-limit");
+    let id = r.json()["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        gw.admin("DELETE", &format!("/plugins/{id}"), None)
+            .await
+            .status,
+        204
+    );
+    // `cluster` counts in the database: taken on a database node, refused DB-less.
+    let r = gw
+        .admin(
+            "POST",
+            "/plugins",
+            Some(json!({"name": "response-ratelimiting", "config": {"limits": {"v": {"minute": 1}}, "policy": "cluster"}})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.json());
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "kong.yml",
+        "_format_version: '3.0'\nplugins:\n- name: response-ratelimiting\n  config: {policy: cluster, limits: {v: {minute: 1}}}\n",
+    );
+    let (ok, out) = run(&["config", "parse", file.to_str().unwrap()], &[]);
+    assert!(!ok, "{out}");
+    assert!(out.contains("policy 'cluster' needs a database"), "{out}");
+}
+
+/// The cluster policy on the embedded store: usage read from and added to the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_policy_counts_in_the_database() {
+    let up = Upstream::start("rrl-cluster");
+    let gw = Gateway::sqlite().start();
+    gw.add_service_route(&up.url(), "/rr").await;
+    let r = gw
+        .admin(
+            "POST",
+            "/routes/r/plugins",
+            Some(json!({"name": "response-ratelimiting", "config": {"limit_by": "ip", "policy": "cluster", "limits": {"videos": {"minute": 3}}}})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.json());
+    let p = gw.proxy;
+    assert!(
+        eventually(Duration::from_secs(10), async || call(
+            p,
+            "GET",
+            "/rr/x",
+            &[]
+        )
+        .await
+        .header("x-ratelimit-limit-videos-minute")
+            == Some("3"))
+        .await
+    );
+    let r = call(p, "GET", "/rr/limit/videos=2", &[]).await;
+    assert_eq!(r.header("x-ratelimit-remaining-videos-minute"), Some("1"));
+    assert!(
+        eventually(Duration::from_secs(5), async || call(
+            p,
+            "GET",
+            "/rr/plain",
+            &[]
+        )
+        .await
+        .header("x-ratelimit-remaining-videos-minute")
+            == Some("1"))
+        .await
+    );
+    let r = call(p, "GET", "/rr/limit/videos=1", &[]).await;
+    assert_eq!(r.status, 200);
+    // Once the database has it, spending more is refused (and not counted).
+    assert!(
+        eventually(Duration::from_secs(5), async || call(
+            p,
+            "GET",
+            "/rr/plain",
+            &[]
+        )
+        .await
+        .header("x-ratelimit-remaining-videos-minute")
+            == Some("0"))
+        .await
+    );
+    assert_eq!(call(p, "GET", "/rr/limit/videos=1", &[]).await.status, 429);
+    // In Kong's table, keyed by the limit's name and period.
+    let db = gw.dir.path().join("prefix/turnpike.db");
+    let out = std::process::Command::new("sqlite3")
+        .arg(&db)
+        .arg("SELECT period, value FROM response_ratelimiting_metrics")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "videos_minute|3"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
