@@ -281,23 +281,31 @@ impl Conf {
                 set(&k, v, format!("file {}", path.display()), warnings)?;
             }
         }
-        // KONG_ first, then TURNPIKE_ so that ours wins when both are set.
+        // KONG_ first, then TURNPIKE_ so that ours wins when both are set. Variables with
+        // either prefix that name no property (KONG_VERSION in Kong's images, a script's own
+        // TURNPIKE_SETUP_BENCH) are not ours to judge: Kong ignores them, and so does a node,
+        // with one warning naming them. A typo in the file stays an error.
+        let mut ignored = Vec::new();
         for prefix in ["KONG_", "TURNPIKE_"] {
             for (k, v) in env {
                 if let Some(name) = k.strip_prefix(prefix) {
                     let name = name.to_ascii_lowercase();
-                    // Kong ignores KONG_ variables that are not properties (e.g. KONG_VERSION in
-                    // images); so do we, but our own prefix is strict.
-                    if prefix == "KONG_"
-                        && canonical(&name) == name
-                        && !DEFAULTS.iter().any(|(d, _)| *d == name)
-                        && !KONG_PROPERTIES.contains(&name.as_str())
-                    {
+                    let known = DEFAULTS.iter().any(|(d, _)| *d == canonical(&name))
+                        || KONG_PROPERTIES.contains(&canonical(&name))
+                        || name.starts_with("nginx_");
+                    if !known {
+                        ignored.push(k.clone());
                         continue;
                     }
                     set(&name, v.clone(), format!("env {k}"), warnings)?;
                 }
             }
+        }
+        if !ignored.is_empty() {
+            warnings.push(format!(
+                "environment variables that name no property, ignored: {}",
+                ignored.join(", ")
+            ));
         }
 
         let get = |name: &str| values.get(name).map(|(v, _)| v.as_str()).unwrap_or("");
@@ -880,9 +888,27 @@ mod tests {
         );
         let (_, w) = load("lua_ssl_verify_depth = 2\n", &[]).unwrap();
         assert!(w[0].contains("lua_ssl_verify_depth"), "{w:?}");
-        assert!(load("", &[("TURNPIKE_BOGUS", "1")]).is_err());
-        // KONG_ variables that are not properties (KONG_VERSION in images) are not ours to judge.
-        assert!(load("", &[("KONG_VERSION", "3.9")]).is_ok());
+        // Variables that are not properties (KONG_VERSION in images, a script's own
+        // TURNPIKE_SETUP_BENCH) do not stop a node: one warning names them.
+        let (_, w) = load(
+            "",
+            &[
+                ("KONG_VERSION", "3.9"),
+                ("TURNPIKE_SETUP_BENCH", "1"),
+                ("TURNPIKE_BOGUS", "1"),
+            ],
+        )
+        .unwrap();
+        let about: Vec<&String> = w
+            .iter()
+            .filter(|m| m.contains("name no property"))
+            .collect();
+        assert_eq!(about.len(), 1, "{w:?}");
+        for name in ["KONG_VERSION", "TURNPIKE_SETUP_BENCH", "TURNPIKE_BOGUS"] {
+            assert!(about[0].contains(name), "{w:?}");
+        }
+        // A property's bad value given by a variable is still an error.
+        assert!(load("", &[("TURNPIKE_DNS_STALE_TTL", "-1")]).is_err());
     }
 
     #[test]
