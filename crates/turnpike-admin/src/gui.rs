@@ -4,9 +4,9 @@
 //! and `index.html` for the app's own paths. We do not ship Kong's files: `admin_gui_dir`
 //! names a build of them.
 //!
-//! And CORS on the Admin API, as Kong answers Kong Manager loaded from another origin:
-//! `Access-Control-Allow-Origin` for `admin_gui_url` (any origin, echoed, when unset) with credentials on
-//! every answer, and preflight `OPTIONS` answered with 204.
+//! And CORS on the Admin API for Kong Manager loaded from another origin (see [`cors`]):
+//! `admin_gui_url`'s origin with credentials, or (unset) this node's own Kong Manager with
+//! credentials and `*` without them for any other page; preflight `OPTIONS` answered with 204.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -38,24 +38,40 @@ pub(crate) fn preflight(admin: &Admin, origin: Option<&HeaderValue>, headers: &H
     r
 }
 
-/// Adds Kong's CORS headers to an Admin API answer.
+/// Adds the CORS headers to an Admin API answer.
+///
+/// With `admin_gui_url` set: its origin (the caller's when it is one of several), with
+/// credentials, as Kong answers. Unset, Kong echoes any caller's `Origin` with
+/// `Access-Control-Allow-Credentials: true`, so any web page an operator opens could drive the
+/// Admin API with whatever credentials the browser holds for it (a reverse proxy's basic auth,
+/// a cookie). Here only this node's own Kong Manager (an origin on an `admin_gui_listen`
+/// port) is answered so; any other origin gets `*` without credentials: a browser then sends
+/// nothing it holds for the Admin API. (Set `admin_gui_url` when Kong Manager is served from
+/// elsewhere; see docs/admin-api-security.md.)
 pub(crate) fn cors(admin: &Admin, origin: Option<&HeaderValue>, resp: &mut Resp) {
     let origin = origin.and_then(|o| o.to_str().ok());
     let allowed = &admin.conf.admin_gui_url;
     let h = resp.headers_mut();
+    h.insert(header::VARY, HeaderValue::from_static("Origin"));
     let value = if allowed.is_empty() {
-        // Any origin: the caller's is echoed (a credentialed request may not be answered
-        // with `*`, and Kong Manager sends its requests with credentials).
-        h.insert(header::VARY, HeaderValue::from_static("Origin"));
-        origin
-            .and_then(|o| HeaderValue::from_str(o).ok())
-            .unwrap_or(HeaderValue::from_static("*"))
+        match origin.filter(|o| own_gui(&admin.conf.admin_gui_listen, o)) {
+            Some(o) => match HeaderValue::from_str(o) {
+                Ok(v) => v,
+                Err(_) => return,
+            },
+            None => {
+                h.insert(
+                    header::ACCESS_CONTROL_ALLOW_ORIGIN,
+                    HeaderValue::from_static("*"),
+                );
+                return;
+            }
+        }
     } else {
         // Several allowed origins: answer with the caller's when it is one of them.
         let pick = origin
             .and_then(|o| allowed.iter().find(|a| origin_of(a) == o))
             .unwrap_or(&allowed[0]);
-        h.insert(header::VARY, HeaderValue::from_static("Origin"));
         match HeaderValue::from_str(&origin_of(pick)) {
             Ok(v) => v,
             Err(_) => return,
@@ -66,6 +82,38 @@ pub(crate) fn cors(admin: &Admin, origin: Option<&HeaderValue>, resp: &mut Resp)
         header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
         HeaderValue::from_static("true"),
     );
+}
+
+/// Whether `origin` (`http://host:port`) is this node's Kong Manager: `http`, the port of an
+/// `admin_gui_listen` address, and a host that address answers (any, for a wildcard address;
+/// `localhost` for a loopback one).
+fn own_gui(listen: &[turnpike_config::conf::ListenAddr], origin: &str) -> bool {
+    let Some(rest) = origin.strip_prefix("http://") else {
+        return false;
+    };
+    let Some((host, port)) = rest.rsplit_once(':') else {
+        // No port: 80.
+        return listen
+            .iter()
+            .any(|l| l.addr.port() == 80 && host_matches(l.addr.ip(), rest));
+    };
+    let Ok(port) = port.parse::<u16>() else {
+        return false;
+    };
+    listen
+        .iter()
+        .any(|l| l.addr.port() == port && host_matches(l.addr.ip(), host))
+}
+
+fn host_matches(ip: std::net::IpAddr, host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if ip.is_unspecified() {
+        return true;
+    }
+    match host.parse::<std::net::IpAddr>() {
+        Ok(h) => h == ip,
+        Err(_) => ip.is_loopback() && host.eq_ignore_ascii_case("localhost"),
+    }
 }
 
 /// `scheme://host[:port]` of a URL (what browsers send as `Origin`).
@@ -200,5 +248,32 @@ mod tests {
             origin_of("http://a.example:8002/manager"),
             "http://a.example:8002"
         );
+    }
+
+    use turnpike_config::conf::ListenAddr;
+
+    fn listen(addr: &str) -> ListenAddr {
+        ListenAddr {
+            addr: addr.parse().unwrap(),
+            ssl: false,
+            http2: false,
+            reuseport: false,
+            backlog: 511,
+        }
+    }
+
+    #[test]
+    fn only_this_nodes_kong_manager_is_its_own() {
+        let local = [listen("127.0.0.1:8002")];
+        assert!(own_gui(&local, "http://127.0.0.1:8002"));
+        assert!(own_gui(&local, "http://localhost:8002"));
+        assert!(!own_gui(&local, "http://127.0.0.1:8003"));
+        assert!(!own_gui(&local, "https://127.0.0.1:8002"));
+        assert!(!own_gui(&local, "http://evil.example:8002"));
+        assert!(!own_gui(&local, "http://10.0.0.1:8002"));
+        let any = [listen("0.0.0.0:8002")];
+        assert!(own_gui(&any, "http://gw.internal:8002"));
+        assert!(!own_gui(&any, "http://gw.internal"));
+        assert!(!own_gui(&[], "http://127.0.0.1:8002"));
     }
 }

@@ -532,3 +532,56 @@ async fn a_key_with_a_ttl_expires() {
     );
     assert_eq!(gw.admin("GET", "/key-auths/brief", None).await.status, 404);
 }
+
+/// CORS on the Admin API: with `admin_gui_url` unset, a page from any origin gets `*` and no
+/// credentials (its browser sends none of the operator's), this node's own Kong Manager its
+/// origin with credentials; with `admin_gui_url` set, that origin, as Kong answers.
+#[tokio::test]
+async fn admin_api_cors_gives_no_credentials_to_other_pages() {
+    let gui_port = free_port();
+    let gw = Gateway::sqlite()
+        .env(
+            "TURNPIKE_ADMIN_GUI_LISTEN",
+            &format!("127.0.0.1:{gui_port}"),
+        )
+        .start();
+    let own = format!("http://127.0.0.1:{gui_port}");
+    let own_by_name = format!("http://localhost:{gui_port}");
+    for method in ["GET", "OPTIONS"] {
+        for evil in [
+            "http://evil.example",
+            "http://127.0.0.1:1",
+            "https://127.0.0.1",
+        ] {
+            let r = call(gw.admin, method, "/", &[("origin", evil)]).await;
+            assert_eq!(
+                r.header("access-control-allow-origin"),
+                Some("*"),
+                "{method} {evil}"
+            );
+            assert_eq!(
+                r.header("access-control-allow-credentials"),
+                None,
+                "{method} {evil}"
+            );
+        }
+        for mine in [&own, &own_by_name] {
+            let r = call(gw.admin, method, "/", &[("origin", mine)]).await;
+            assert_eq!(r.header("access-control-allow-origin"), Some(mine.as_str()));
+            assert_eq!(r.header("access-control-allow-credentials"), Some("true"));
+            assert_eq!(r.header("vary"), Some("Origin"));
+        }
+        let r = call(gw.admin, method, "/", &[]).await;
+        assert_eq!(r.header("access-control-allow-origin"), Some("*"));
+    }
+    drop(gw);
+    let gw = Gateway::sqlite()
+        .env("TURNPIKE_ADMIN_GUI_URL", "https://manager.example.com/path")
+        .start();
+    let r = call(gw.admin, "GET", "/", &[("origin", "http://evil.example")]).await;
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://manager.example.com")
+    );
+    assert_eq!(r.header("access-control-allow-credentials"), Some("true"));
+}
