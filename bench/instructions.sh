@@ -13,8 +13,13 @@ cd "$ROOT"
 N=${1:-20000}
 OUT=$(mktemp -d)
 BENCH_TMP+=("$OUT")
-cargo build --release --locked -p turnpike >&2
-BIN=$ROOT/target/release/turnpike
+# BENCH_BIN=path: measure a binary built elsewhere (as bench_begin's scripts take it).
+if [ -n "${BENCH_BIN:-}" ]; then
+  BIN=$BENCH_BIN
+else
+  cargo build --release --locked -p turnpike >&2
+  BIN=$ROOT/target/release/turnpike
+fi
 start_upstream
 turnpike_env "$OUT/tp"
 [ -n "${CONFIG:-}" ] && export TURNPIKE_DECLARATIVE_CONFIG=$CONFIG

@@ -125,6 +125,28 @@ pub async fn db_export(
     Ok(format!("exported to {}", path.display()))
 }
 
+/// The store's `vaults` entities, for `turnpike vault get`.
+pub async fn vaults(
+    conf: &Conf,
+    plugins: Arc<dyn PluginRegistry>,
+) -> Result<Vec<turnpike_config::declarative::records::Record>, String> {
+    let store = open(conf, plugins).await?;
+    ensure_schema(&store).await?;
+    let (_, export) = store.export().await.map_err(|e| e.to_string())?;
+    let spec = turnpike_config::declarative::records::by_table("vaults")
+        .ok_or("this build has no vaults entity")?;
+    let mut out = Vec::new();
+    for v in export["vaults"].as_array().into_iter().flatten() {
+        let Some(m) = v.as_object() else { continue };
+        let id = m.get("id").and_then(|i| i.as_str()).unwrap_or_default();
+        let (record, _, errors) = turnpike_config::declarative::records::read(spec, m, id, 0);
+        if errors.is_empty() {
+            out.push(record);
+        }
+    }
+    Ok(out)
+}
+
 /// The export as YAML, the format `kong config db_export` writes.
 /// Numbers as Kong writes them (`timeout: 1`, not `1.0`).
 fn to_yaml(v: &serde_json::Value) -> Result<String, String> {

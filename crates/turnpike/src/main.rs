@@ -98,11 +98,28 @@ enum Command {
         #[arg(short = 'c', long = "conf")]
         conf: Option<PathBuf>,
     },
+    /// Secret references (as `kong vault`).
+    Vault {
+        #[command(subcommand)]
+        command: VaultCommand,
+    },
     /// Database schema: bootstrap, up, status, reset (as `kong migrations`).
     Migrations {
         #[command(subcommand)]
         command: MigrationsCommand,
         #[arg(short = 'c', long = "conf", global = true)]
+        conf: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum VaultCommand {
+    /// Print the secret a reference resolves to, with the node's vaults (its database's, or
+    /// its declarative file's) and environment: `{vault://env/name[/key]}` or `env/name[/key]`
+    /// (like `kong vault get`).
+    Get {
+        reference: String,
+        #[arg(short = 'c', long = "conf")]
         conf: Option<PathBuf>,
     },
 }
@@ -264,6 +281,57 @@ fn main() -> ExitCode {
         } => run_db_command(conf.as_deref(), |conf, plugins| async move {
             db::db_export(&conf, plugins, &file).await
         }),
+        Command::Vault {
+            command: VaultCommand::Get { reference, conf },
+        } => {
+            let reference = if reference.starts_with("{vault://") {
+                reference
+            } else {
+                format!("{{vault://{}}}", reference.trim_start_matches('/'))
+            };
+            let loaded = load_conf(conf.as_deref()).and_then(|(conf, _)| {
+                let plugins = plugin_registry(&conf)?;
+                Ok((conf, plugins))
+            });
+            let (conf, plugins) = match loaded {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("Error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let vaults = if conf.database == Database::Off {
+                match &conf.declarative_config {
+                    Some(path) => read_text(path)
+                        .and_then(|text| load_text(path, &text, &plugins, None))
+                        .map(|cfg| cfg.records),
+                    None => Ok(Vec::new()),
+                }
+            } else {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())
+                    .and_then(|rt| rt.block_on(db::vaults(&conf, plugins)))
+            };
+            let resolved = vaults.and_then(|v| {
+                turnpike_config::declarative::vault::resolve(
+                    &reference,
+                    &v,
+                    &turnpike_config::declarative::vault::process_env,
+                )
+            });
+            match resolved {
+                Ok(secret) => {
+                    println!("{secret}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("Error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Doctor { conf } => {
             let conf = match load_conf(conf.as_deref()) {
                 Ok((c, _)) => c,

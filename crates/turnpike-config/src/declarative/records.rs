@@ -75,8 +75,12 @@ const PEM: &[Field] = &[
     Field::new("public_key", Type::String),
 ];
 
-/// The `env` vault's config: a prefix for the variables it reads.
-const ENV_VAULT: &[Field] = &[Field::new("prefix", Type::String)];
+/// The `env` vault's config (Kong's `kong/vaults/env/schema.lua`): a prefix for the variables it
+/// reads, and whether their values are base64 to decode.
+const ENV_VAULT: &[Field] = &[
+    Field::new("prefix", Type::String),
+    Field::new("base64_decode", Type::Boolean).default(crate::schema::Default::Bool(false)),
+];
 
 pub fn by_table(table: &str) -> Option<usize> {
     RECORDS.iter().position(|r| r.table == table)

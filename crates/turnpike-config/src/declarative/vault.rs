@@ -42,21 +42,27 @@ pub fn resolve(reference: &str, vaults: &[Record], env: Env) -> Result<String, S
     let entity = vaults.iter().find(|v| {
         v.table() == "vaults" && v.fields.get("prefix").and_then(|p| p.as_str()) == Some(vault)
     });
-    let (strategy, var_prefix) = match entity {
-        Some(v) => (
-            v.fields
-                .get("name")
-                .and_then(|n| n.as_str())
-                .unwrap_or_default()
-                .to_string(),
-            v.fields
-                .get("config")
-                .and_then(|c| c.get("prefix"))
-                .and_then(|p| p.as_str())
-                .unwrap_or_default()
-                .to_string(),
-        ),
-        None => (vault.to_string(), String::new()),
+    let (strategy, var_prefix, base64) = match entity {
+        Some(v) => {
+            let config = v.fields.get("config");
+            (
+                v.fields
+                    .get("name")
+                    .and_then(|n| n.as_str())
+                    .unwrap_or_default()
+                    .to_string(),
+                config
+                    .and_then(|c| c.get("prefix"))
+                    .and_then(|p| p.as_str())
+                    .unwrap_or_default()
+                    .to_string(),
+                config
+                    .and_then(|c| c.get("base64_decode"))
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
+            )
+        }
+        None => (vault.to_string(), String::new(), false),
     };
     if strategy != "env" {
         return Err(format!(
@@ -69,6 +75,19 @@ pub fn resolve(reference: &str, vaults: &[Record], env: Env) -> Result<String, S
     let value = env(&name).ok_or_else(|| {
         format!("could not resolve '{reference}': environment variable {name} is not set")
     })?;
+    // `base64_decode`: the variable holds the secret base64-encoded (Kong decodes it before
+    // picking a key from it).
+    let value = if base64 {
+        use base64::Engine;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(value.trim())
+            .map_err(|_| format!("could not resolve '{reference}': {name} is not valid base64"))?;
+        String::from_utf8(bytes).map_err(|_| {
+            format!("could not resolve '{reference}': {name} does not decode to text")
+        })?
+    } else {
+        value
+    };
     match key {
         None => Ok(value),
         Some(k) => match serde_json::from_str::<Value>(&value) {
@@ -134,6 +153,9 @@ mod tests {
         match name {
             "REDIS_PASSWORD" => Some("s3cret".into()),
             "TP_DB_CREDS" => Some(r#"{"user": "u", "password": "p"}"#.into()),
+            // base64 of {"token": "t0k"}, and not base64 at all.
+            "B64_API" => Some("eyJ0b2tlbiI6ICJ0MGsifQ==".into()),
+            "B64_BAD" => Some("not base64!".into()),
             _ => None,
         }
     }
@@ -177,5 +199,36 @@ mod tests {
         resolve_in(&mut config, &vaults, &env).unwrap();
         assert_eq!(config["redis"]["password"], "s3cret");
         assert!(!has_reference(&config));
+    }
+
+    #[test]
+    fn the_env_vault_decodes_base64_when_asked() {
+        let vault = |config: serde_json::Value| {
+            let (v, _, e) = records::read(
+                records::by_table("vaults").unwrap(),
+                json!({"prefix": "b64", "name": "env", "config": config})
+                    .as_object()
+                    .unwrap(),
+                "00000000-0000-4000-8000-000000000002",
+                0,
+            );
+            assert!(e.is_empty(), "{e:?}");
+            v
+        };
+        let decoding = vec![vault(json!({"prefix": "B64_", "base64_decode": true}))];
+        assert_eq!(
+            resolve("{vault://b64/api/token}", &decoding, &env).unwrap(),
+            "t0k"
+        );
+        assert!(resolve("{vault://b64/bad}", &decoding, &env)
+            .unwrap_err()
+            .contains("B64_BAD is not valid base64"));
+        // Off by default: the value as it is.
+        let plain = vec![vault(json!({"prefix": "B64_"}))];
+        assert_eq!(plain[0].fields["config"]["base64_decode"], json!(false));
+        assert_eq!(
+            resolve("{vault://b64/api}", &plain, &env).unwrap(),
+            "eyJ0b2tlbiI6ICJ0MGsifQ=="
+        );
     }
 }

@@ -585,3 +585,53 @@ async fn admin_api_cors_gives_no_credentials_to_other_pages() {
     );
     assert_eq!(r.header("access-control-allow-credentials"), Some("true"));
 }
+
+/// `turnpike vault get` (Kong's `kong vault get`): a reference resolved with the node's
+/// vaults, from its declarative file or its database, and the env vault's `prefix` and
+/// `base64_decode`.
+#[tokio::test]
+async fn vault_get_resolves_references_as_the_node_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "kong.yml",
+        "_format_version: '3.0'\nvaults:\n- prefix: b64\n  name: env\n  config: {prefix: TPV_, base64_decode: true}\n",
+    );
+    let creds = "eyJ1c2VyIjogImFkbWluIn0="; // {"user": "admin"}
+    let env = [
+        ("TURNPIKE_DECLARATIVE_CONFIG", file.to_str().unwrap()),
+        ("TPV_CREDS", creds),
+        ("PLAIN_SECRET", "s3cret"),
+    ];
+    let (ok, out) = run(&["vault", "get", "{vault://b64/creds/user}"], &env);
+    assert!(ok, "{out}");
+    assert_eq!(out.trim(), "admin");
+    let (ok, out) = run(&["vault", "get", "env/plain-secret"], &env);
+    assert!(ok, "{out}");
+    assert_eq!(out.trim(), "s3cret");
+    let (ok, out) = run(&["vault", "get", "env/missing"], &env);
+    assert!(!ok);
+    assert!(out.contains("MISSING is not set"), "{out}");
+    // On a database node, its vaults entities.
+    let gw = Gateway::sqlite().start();
+    let r = gw
+        .admin(
+            "POST",
+            "/vaults",
+            Some(json!({"prefix": "db", "name": "env", "config": {"prefix": "TPV_", "base64_decode": true}})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    assert_eq!(r.json()["config"]["base64_decode"], true);
+    let prefix = gw.dir.path().join("prefix");
+    let (ok, out) = run(
+        &["vault", "get", "{vault://db/creds/user}"],
+        &[
+            ("TURNPIKE_DATABASE", "sqlite"),
+            ("TURNPIKE_PREFIX", prefix.to_str().unwrap()),
+            ("TPV_CREDS", creds),
+        ],
+    );
+    assert!(ok, "{out}");
+    assert_eq!(out.trim(), "admin");
+}
