@@ -48,10 +48,14 @@ http {
   }
 }
 EOF
+  chmod 755 "$UP" "$UP/www" && chmod 644 "$UP/www/body.txt"  # nginx's workers run as nobody
   nginx -c "$UP/upstream.conf" -p "$UP" -e "$UP/error.log" &
   UPSTREAM_PID=$!
   BENCH_PIDS+=("$UPSTREAM_PID")
   wait_port 9001
+  local got
+  got=$(curl -s -o /dev/null -w '%{http_code} %{size_download}' http://127.0.0.1:9001/)
+  [ "$got" = "200 $1" ] || { echo "the upstream answers '$got', not 200 with $1 bytes" >&2; exit 1; }
 }
 
 # nginx in front of the same upstream, as bench/reference-instructions.sh runs it.

@@ -199,13 +199,24 @@ impl Store {
     /// of the thread that opened it: a control plane that lowers its priority after its first
     /// connections were opened renews them (PostgreSQL's connections have no such thread;
     /// there this only reconnects). Returns how many were closed.
+    ///
+    /// A connection in use at that moment (the first config load's, a start-up task's) is
+    /// renewed once it is returned: the pool is watched for up to two seconds until every
+    /// connection opened before the call is gone (those opened since open from here).
     pub async fn renew_idle_connections(&self) -> usize {
         let mut closed = 0;
-        while let Some(c) = self.pool.try_acquire() {
-            if let Err(e) = c.close().await {
-                tracing::debug!("store: closing an idle connection: {e}");
+        let before = self.pool.size() as usize;
+        for _ in 0..100 {
+            while let Some(c) = self.pool.try_acquire() {
+                if let Err(e) = c.close().await {
+                    tracing::debug!("store: closing an idle connection: {e}");
+                }
+                closed += 1;
             }
-            closed += 1;
+            if closed >= before || self.pool.size() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         closed
     }

@@ -97,6 +97,23 @@ fn proxied_ok(conf: &GzipConf, r: &GzipRequest, h: &HeaderMap) -> bool {
     })
 }
 
+/// Whether [`apply`] can do anything to this response, from what is known without its header
+/// map (the status, a HEAD request, the Content-Length): when not, the response goes out as
+/// if gzip were off, its head written straight from the upstream's (a response below
+/// `gzip_min_length` costs nothing, as in nginx).
+pub fn may_apply(
+    conf: &GzipConf,
+    r: &GzipRequest,
+    status: StatusCode,
+    content_length: Option<u64>,
+) -> bool {
+    matches!(status.as_u16(), 200 | 403 | 404)
+        && !r.head
+        && content_length.is_none_or(|n| n >= conf.min_length)
+        // Without gzip_vary, a client that does not take gzip gets nothing from it.
+        && (r.accepts || conf.vary)
+}
+
 /// Whether to compress this response (and, with `gzip_vary`, adds `Vary`): if so, the
 /// headers are changed (Content-Encoding set, Content-Length gone) and the caller wraps the
 /// body in [`Encoder`].
@@ -238,6 +255,55 @@ mod tests {
         assert!(accepts_gzip(&h("br;q=1.0, gzip;q=0.5")));
         assert!(!accepts_gzip(&h("gzip;q=0")));
         assert!(!accepts_gzip(&h("identity")));
+    }
+
+    #[test]
+    fn what_gzip_cannot_touch_is_known_without_the_header_map() {
+        let conf = GzipConf {
+            types: vec!["text/plain".into()],
+            any_type: false,
+            min_length: 20,
+            level: 1,
+            vary: false,
+            proxied: Vec::new(),
+            http_1_0: false,
+        };
+        let client = GzipRequest {
+            accepts: true,
+            ..GzipRequest::default()
+        };
+        let ok = StatusCode::OK;
+        assert!(may_apply(&conf, &client, ok, Some(20)));
+        assert!(
+            may_apply(&conf, &client, ok, None),
+            "chunked: unknown length"
+        );
+        assert!(
+            !may_apply(&conf, &client, ok, Some(3)),
+            "below gzip_min_length"
+        );
+        assert!(!may_apply(
+            &conf,
+            &client,
+            StatusCode::NOT_MODIFIED,
+            Some(100)
+        ));
+        let head = GzipRequest {
+            head: true,
+            ..client
+        };
+        assert!(!may_apply(&conf, &head, ok, Some(100)));
+        let plain_client = GzipRequest::default();
+        assert!(!may_apply(&conf, &plain_client, ok, Some(100)));
+        // With gzip_vary, a client that does not take gzip still gets `Vary`.
+        let vary = GzipConf { vary: true, ..conf };
+        assert!(may_apply(&vary, &plain_client, ok, Some(100)));
+        // Whatever may_apply refuses, apply would not have touched.
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_TYPE, "text/plain".parse().unwrap());
+        h.insert(header::CONTENT_LENGTH, "3".parse().unwrap());
+        assert!(!apply(&vary, &client, ok, &mut h));
+        assert!(h.get(header::VARY).is_none());
     }
 
     #[test]

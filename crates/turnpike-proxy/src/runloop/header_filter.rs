@@ -30,10 +30,24 @@ pub fn run(ctx: &WorkerCtx, conn: &ConnInfo, resp: &mut Response<ProxyBody>, rc:
     let plugin_named_kong = plugin_headers
         .iter()
         .any(|(k, _)| k == header::VIA || k.as_str().starts_with("x-kong-"));
+    // Compression needs the map only for a response it may compress (or mark with Vary):
+    // one below gzip_min_length, a 304, a HEAD, goes out as if gzip were off.
+    let gzip = rc.gzip.filter(|g| {
+        settings.gzip.as_ref().is_some_and(|conf| {
+            let length = match resp.body().raw_head() {
+                Some(raw) => raw.content_length,
+                None => resp
+                    .headers()
+                    .get(header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok()?.parse().ok()),
+            };
+            crate::runloop::gzip::may_apply(conf, g, resp.status(), length)
+        })
+    });
     let head_direct = conn.http1
         && rc.log.as_deref().is_none_or(|l| l.details.is_none())
         && rc.filters.is_empty()
-        && rc.gzip.is_none()
+        && gzip.is_none()
         && !rc.upstream_named_kong
         && !plugin_named_kong;
     // The same holds for the upstream's headers, which are also kept out of the map (as it
@@ -132,7 +146,7 @@ pub fn run(ctx: &WorkerCtx, conn: &ConnInfo, resp: &mut Response<ProxyBody>, rc:
         *resp = Response::from_parts(parts, body);
     }
     // Response compression, after the plugins (nginx's gzip filter runs after Kong's).
-    if let (Some(g), Some(conf)) = (rc.gzip, settings.gzip.as_ref()) {
+    if let (Some(g), Some(conf)) = (gzip, settings.gzip.as_ref()) {
         let (mut parts, mut body) = take(resp).into_parts();
         if crate::runloop::gzip::apply(conf, &g, parts.status, &mut parts.headers) {
             body.filter(vec![Box::new(crate::runloop::gzip::Encoder::new(

@@ -6,8 +6,11 @@ use serde_json::json;
 
 use crate::common::*;
 
+/// A PEM block whose content is no certificate.
+const GARBAGE_CERT: &str = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+
 /// An X.509 v1 certificate (no extensions; `openssl x509 -req` without `-extfile`) and its
-/// key. OpenSSL and browsers accept it; rustls/webpki refuse v1 certificates.
+/// key. OpenSSL, browsers and Kong accept it (webpki, rustls' verifier, refuses v1).
 const V1_CERT: &str = "-----BEGIN CERTIFICATE-----
 MIIBJTCBzQIUPGOiB3Ja40rZtZiaUj9qAKr3gZMwCgYIKoZIzj0EAwIwFTETMBEG
 A1UEAwwKdjEuZXhhbXBsZTAgFw0yNjExMjQyMDQ2MzhaGA8yMTI2MTAzMTIwNDYz
@@ -28,12 +31,29 @@ QjnXlP/0xA0PvFAB1Kwh/349N0yhRANCAATQ5O53tyNk7ZDUyaFcMFyunNsVbJUF
 #[tokio::test(flavor = "multi_thread")]
 async fn what_the_data_plane_refuses_is_refused_on_write() {
     let gw = Gateway::sqlite().start();
-    // The v1 certificate: Kong's schema violation on `cert`, nothing stored.
+    // A v1 certificate is taken, as Kong takes it (the data plane serves it: admin_api's
+    // credentials_upstreams_targets_certificates).
     let r = gw
         .admin(
             "POST",
             "/certificates",
             Some(json!({"cert": V1_CERT, "key": V1_KEY, "snis": ["v1.example"]})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let v1 = r.json()["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        gw.admin("DELETE", &format!("/certificates/{v1}"), None)
+            .await
+            .status,
+        204
+    );
+    // A PEM that holds no certificate: Kong's schema violation on `cert`, nothing stored.
+    let r = gw
+        .admin(
+            "POST",
+            "/certificates",
+            Some(json!({"cert": GARBAGE_CERT, "key": V1_KEY, "snis": ["v1.example"]})),
         )
         .await;
     assert_eq!(r.status, 400, "{:?}", r.body);
@@ -103,9 +123,9 @@ async fn a_stored_entity_that_fails_is_left_out_and_reported() {
         assert_eq!(r.status, 201, "{:?}", r.body);
         cert_id = r.json()["id"].as_str().unwrap().to_string();
     }
-    // The stored certificate becomes the v1 one, as an older Turnpike accepted it.
-    let entity =
-        json!({"id": cert_id, "cert": V1_CERT, "key": V1_KEY, "created_at": 1, "updated_at": 1});
+    // The stored certificate becomes one that does not parse, as if written to the database
+    // directly.
+    let entity = json!({"id": cert_id, "cert": GARBAGE_CERT, "key": V1_KEY, "created_at": 1, "updated_at": 1});
     let sql = format!(
         "UPDATE certificates SET entity = '{}' WHERE id = '{cert_id}';",
         entity.to_string().replace('\'', "''")

@@ -386,12 +386,36 @@ fn bad_declarative_file_prevents_start_with_a_clear_error() {
         "{out}"
     );
 
-    // Bad node configuration: unknown or invalid properties stop the start.
-    let (ok, out) = run(&["start"], &[("TURNPIKE_NO_SUCH_PROPERTY", "1")]);
+    // Bad node configuration: an unknown property in the file, or an invalid value, stops
+    // the start. A variable that names no property does not (Kong ignores them; a script's
+    // own TURNPIKE_SETUP_BENCH is one): one warning names it, and the start goes on (here to
+    // the bad declarative file).
+    let typo = write(dir.path(), "typo.conf", "no_such_property = 1\n");
+    let (ok, out) = run(&["start", "-c", typo.to_str().unwrap()], &[]);
     assert!(
         !ok && out.contains("unknown property 'no_such_property'"),
         "{out}"
     );
+    let (ok, out) = run(
+        &["start"],
+        &[
+            ("TURNPIKE_NO_SUCH_PROPERTY", "1"),
+            ("TURNPIKE_SETUP_BENCH", "1"),
+            ("TURNPIKE_DECLARATIVE_CONFIG", f.to_str().unwrap()),
+            ("TURNPIKE_PREFIX", prefix.to_str().unwrap()),
+            ("TURNPIKE_PROXY_LISTEN", "127.0.0.1:0"),
+            ("TURNPIKE_ADMIN_LISTEN", "127.0.0.1:0"),
+        ],
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("name no property, ignored: TURNPIKE_NO_SUCH_PROPERTY, TURNPIKE_SETUP_BENCH")
+            || out.contains(
+                "name no property, ignored: TURNPIKE_SETUP_BENCH, TURNPIKE_NO_SUCH_PROPERTY"
+            ),
+        "{out}"
+    );
+    assert!(out.contains("invalid regex"), "{out}");
     let (ok, out) = run(&["start"], &[("KONG_UPSTREAM_KEEPALIVE_POOL_SIZE", "lots")]);
     assert!(!ok && out.contains("upstream_keepalive_pool_size"), "{out}");
     let conf = write(

@@ -121,7 +121,16 @@ fn y(s: &str) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn https_services_verify_only_when_asked() {
     let up = start_tls_upstream("localhost", None);
-    let (other_ca, _) = cert_for("unrelated-ca");
+    // A CA of its own (Kong takes only certificates with the CA basic constraint as
+    // ca_certificates), which did not sign the upstream's certificate.
+    let other_ca = {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        p.distinguished_name
+            .push(rcgen::DnType::CommonName, "unrelated CA");
+        p.self_signed(&key).unwrap().pem()
+    };
     let yaml = format!(
         r#"_format_version: "3.0"
 ca_certificates:
