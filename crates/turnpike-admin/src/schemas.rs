@@ -102,6 +102,45 @@ fn kong_constraints(table: &str, field: &str) -> Option<Value> {
 }
 
 /// Kong's `tags` entity (what `/tags` lists), which has no table of its own here.
+/// Kong 3.9.1's `entity_checks` of its entities and of the bundled plugins this build carries,
+/// as Kong's `GET /schemas/...` returns them (functions left out, as Kong's JSON leaves them
+/// out). Made from Kong's schema files by `scripts/kong-entity-checks.py`; Kong Manager and
+/// other clients read them to know which fields go together.
+const KONG_ENTITY_CHECKS: &str = include_str!("entity_checks.json");
+
+fn kong_entity_checks() -> Value {
+    serde_json::from_str(KONG_ENTITY_CHECKS).unwrap_or(Value::Null)
+}
+
+/// An entity's schema with Kong's `entity_checks` (`[]` for one that has none).
+fn with_entity_checks(mut schema: Value, table: &str) -> Value {
+    let checks = kong_entity_checks();
+    if let Some(m) = schema.as_object_mut() {
+        let own = checks["entities"].get(table).cloned();
+        m.insert("entity_checks".into(), own.unwrap_or_else(|| json!([])));
+    }
+    schema
+}
+
+/// A plugin's schema with Kong's `entity_checks`: the plugin's own, and its `config`
+/// record's inside that field, where Kong's JSON has them.
+fn with_plugin_checks(mut schema: Value, name: &str) -> Value {
+    let checks = kong_entity_checks();
+    let config_checks = checks["plugin_configs"].get(name).cloned();
+    if let Some(fields) = schema["fields"].as_array_mut() {
+        for f in fields {
+            if let (Some(config), Some(c)) = (f.get_mut("config"), config_checks.clone()) {
+                config["entity_checks"] = c;
+            }
+        }
+    }
+    if let Some(m) = schema.as_object_mut() {
+        let own = checks["plugins"].get(name).cloned();
+        m.insert("entity_checks".into(), own.unwrap_or_else(|| json!([])));
+    }
+    schema
+}
+
 fn tags_schema() -> Value {
     json!({"fields": [
         {"tag": {"type": "string", "required": true}},
@@ -199,7 +238,7 @@ impl Admin {
         let parts: Vec<&str> = rest.split('/').collect();
         match (method, parts.as_slice()) {
             (&Method::GET, ["plugins", name]) => match self.plugins.schema_json(name) {
-                Some(s) => json_response(StatusCode::OK, &s),
+                Some(s) => json_response(StatusCode::OK, &with_plugin_checks(s, name)),
                 None => message(StatusCode::NOT_FOUND, &format!("No plugin named '{name}'")),
             },
             (&Method::POST, ["plugins", "validate"]) => {
@@ -211,7 +250,10 @@ impl Admin {
             }
             (&Method::GET, ["tags"]) => json_response(StatusCode::OK, &tags_schema()),
             (&Method::GET, [entity]) => match lookup(self.tables(), entity) {
-                Some(spec) => json_response(StatusCode::OK, &entity_schema(spec, &*self.plugins)),
+                Some(spec) => json_response(
+                    StatusCode::OK,
+                    &with_entity_checks(entity_schema(spec, &*self.plugins), spec.table),
+                ),
                 None => message(
                     StatusCode::NOT_FOUND,
                     &format!("No entity named '{entity}'"),
@@ -257,6 +299,50 @@ fn lookup(tables: schema::Tables, name: &str) -> Option<&'static EntitySpec> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn schemas_carry_kongs_entity_checks() {
+        let checks = kong_entity_checks();
+        assert_eq!(checks["kong"], "3.9.1");
+        // Every entity and plugin named is one this build has.
+        let tables = tables();
+        for table in checks["entities"].as_object().unwrap().keys() {
+            assert!(lookup(tables, table).is_some(), "{table}");
+        }
+        let registry = turnpike_plugins::bundled();
+        for name in checks["plugins"].as_object().unwrap().keys() {
+            assert!(registry.get(name).is_some(), "{name}");
+        }
+        let consumers = lookup(tables, "consumers").unwrap();
+        let s = with_entity_checks(entity_schema(consumers, &registry), "consumers");
+        assert_eq!(
+            s["entity_checks"],
+            json!([{"at_least_one_of": ["custom_id", "username"]}])
+        );
+        let services = lookup(tables, "services").unwrap();
+        let s = with_entity_checks(entity_schema(services, &registry), "services");
+        assert_eq!(s["entity_checks"].as_array().unwrap().len(), 5, "{s}");
+        assert_eq!(
+            s["entity_checks"][0]["conditional"]["then_match"],
+            json!({"eq": null})
+        );
+        let targets = lookup(tables, "targets").unwrap();
+        let s = with_entity_checks(entity_schema(targets, &registry), "targets");
+        assert_eq!(s["entity_checks"], json!([]));
+        // A plugin's own, and its config record's inside that field.
+        use turnpike_config::declarative::PluginRegistry;
+        let acl = with_plugin_checks(registry.schema_json("acl").unwrap(), "acl");
+        assert_eq!(
+            acl["entity_checks"][0],
+            json!({"only_one_of": ["config.allow", "config.deny"]})
+        );
+        let oauth2 = with_plugin_checks(registry.schema_json("oauth2").unwrap(), "oauth2");
+        assert_eq!(
+            field(&oauth2, "config")["entity_checks"][0]["conditional"]["then_field"],
+            "scopes"
+        );
+        assert_eq!(oauth2["entity_checks"], json!([]));
+    }
 
     fn tables() -> schema::Tables {
         schema::Tables::new(&turnpike_plugins::bundled())
