@@ -98,13 +98,32 @@ pub async fn db_import(
 ) -> Result<String, String> {
     let store = open(conf, plugins).await?;
     ensure_schema(&store).await?;
-    let n = store.import(&cfg).await.map_err(|e| {
-        let (_, body) = e.to_kong();
-        body["message"]
-            .as_str()
-            .unwrap_or("import failed")
-            .to_string()
-    })?;
+    // On a terminal, how far it is (entities done of all, and their rate), as any long
+    // import shows it.
+    let started = std::time::Instant::now();
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut last = started;
+    let mut progress = |done: usize, total: usize| {
+        if !tty || (last.elapsed().as_millis() < 200 && done < total) {
+            return;
+        }
+        last = std::time::Instant::now();
+        let rate = done as f64 / started.elapsed().as_secs_f64().max(0.001);
+        eprint!("\rimporting: {done}/{total} entities ({rate:.0}/s)   ");
+        if done == total {
+            eprintln!();
+        }
+    };
+    let n = store
+        .import_with_progress(&cfg, &mut progress)
+        .await
+        .map_err(|e| {
+            let (_, body) = e.to_kong();
+            body["message"]
+                .as_str()
+                .unwrap_or("import failed")
+                .to_string()
+        })?;
     Ok(format!("import successful: {n} entities"))
 }
 

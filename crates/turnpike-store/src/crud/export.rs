@@ -175,8 +175,29 @@ impl Store {
     /// upserted by its id, as Kong's `load_into_db` does, all in one transaction (entities
     /// already stored and absent from the file stay).
     pub async fn import(&self, cfg: &turnpike_config::Config) -> Result<usize, StoreError> {
+        self.import_with_progress(cfg, &mut |_, _| {}).await
+    }
+
+    /// [`Store::import`], telling `progress(done, total)` as it goes. Into empty tables (a
+    /// first import, a migration from Kong) the entities are written in bulk, many to a
+    /// statement; otherwise one by one, each answered with Kong's errors as a write is.
+    pub async fn import_with_progress(
+        &self,
+        cfg: &turnpike_config::Config,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<usize, StoreError> {
         let v = cfg.to_json();
         let mut tx = self.begin_write().await?;
+        if self.tables_empty(&mut tx, &v).await? {
+            let n = self.import_bulk(&mut tx, &v, progress).await?;
+            self.commit(tx).await?;
+            return Ok(n);
+        }
+        let total: usize = self
+            .tables
+            .iter()
+            .filter_map(|s| v.get(s.table)?.as_array().map(Vec::len))
+            .sum();
         let mut count = 0;
         for spec in self.tables.iter() {
             let Some(Value::Array(items)) = v.get(spec.table) else {
@@ -201,8 +222,12 @@ impl Store {
                         other => other,
                     })?;
                 count += 1;
+                if count % 1000 == 0 {
+                    progress(count, total);
+                }
             }
         }
+        progress(count, total);
         self.commit(tx).await?;
         Ok(count)
     }

@@ -206,6 +206,7 @@ fn parse_live(text: &str) -> Result<Option<Map<String, Value>>, StoreError> {
     Ok((!expired).then_some(m))
 }
 
+mod bulk;
 mod export;
 mod read;
 mod write;

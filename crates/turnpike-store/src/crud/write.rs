@@ -528,7 +528,7 @@ pub(super) const PRUNE_CHANGES: &str =
     "DELETE FROM changes WHERE version < $1 AND version >= (SELECT min(version) FROM changes)";
 
 /// An entity's unique keys as written (`None`: not set) and its cache key, if it has one.
-fn keys_of<'s>(
+pub(super) fn keys_of<'s>(
     spec: &'s EntitySpec,
     value: &Map<String, Value>,
 ) -> (Vec<(&'s str, Option<String>)>, Option<String>) {
@@ -558,9 +558,9 @@ pub(super) enum Bind {
 }
 
 /// One entity row as written: its columns, `id` first, and their values in the same order.
-struct RowValues {
-    cols: Vec<String>,
-    vals: Vec<Bind>,
+pub(super) struct RowValues {
+    pub(super) cols: Vec<String>,
+    pub(super) vals: Vec<Bind>,
 }
 
 pub(super) fn bind_all<'q>(
@@ -584,7 +584,7 @@ pub(super) fn marks(from: usize, count: usize) -> String {
 impl Store {
     /// The row an entity is stored as: its id, unique keys, cache key, foreign key ids,
     /// creation time, JSON text and (for entities with a `ttl`) expiry.
-    fn row_values(
+    pub(super) fn row_values(
         &self,
         spec: &EntitySpec,
         id: &str,

@@ -1307,3 +1307,47 @@ fn times(log: &str, what: &str) -> Vec<f64> {
         })
         .collect()
 }
+
+/// `config db_import` in bulk on PostgreSQL (its statements carry thousands of values): the
+/// rows, the references between them and the change log, which a node then serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn db_import_in_bulk_on_postgres() {
+    let up = Upstream::start("pg-bulk");
+    let pg = Postgres::start();
+    bootstrap(&pg);
+    let dir = tempfile::tempdir().unwrap();
+    let mut yaml = format!(
+        "_format_version: '3.0'\nservices:\n- name: main\n  url: {}\n  routes:\n  - name: main\n    paths: [/bulk]\n    plugins:\n    - name: key-auth\n",
+        up.url()
+    );
+    for i in 0..2000 {
+        yaml.push_str(&format!(
+            "- name: s{i}\n  host: h{i}.example\n  tags: [generated]\n"
+        ));
+    }
+    yaml.push_str("consumers:\n");
+    for i in 0..6000 {
+        yaml.push_str(&format!(
+            "- username: u{i}\n  keyauth_credentials:\n  - key: key-{i}\n"
+        ));
+    }
+    let file = write(dir.path(), "kong.yml", &yaml);
+    let env: Vec<(&str, String)> = pg.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (ok, text) = run(&["config", "db_import", file.to_str().unwrap()], &env);
+    assert!(ok, "{text}");
+    assert!(text.contains("import successful: 14003 entities"), "{text}");
+    let counts = pg.query(
+        "SELECT (SELECT count(*) FROM services), (SELECT count(*) FROM keyauth_credentials), \
+         (SELECT count(*) FROM tags), (SELECT count(DISTINCT entity_id) FROM changes)",
+    );
+    assert_eq!(counts.trim(), "2001|6000|2000|14003");
+    let gw = node(&pg, &[]);
+    assert_eq!(
+        call(gw.proxy, "GET", "/bulk", &[("apikey", "key-5999")])
+            .await
+            .status,
+        200
+    );
+    assert_eq!(get(gw.proxy, "x", "/bulk").await.status, 401);
+}

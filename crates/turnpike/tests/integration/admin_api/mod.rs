@@ -669,3 +669,100 @@ async fn concurrent_writes_on_sqlite_all_land() {
 /// from Kong before: filters, ACLs by group, ttl, health right after a write, target
 /// timestamps, and validation as strict as Kong's.
 mod clients;
+
+/// `config db_import` into an empty store writes in bulk (many entities to a statement) what
+/// entity-by-entity writes would: every kind the file holds, credentials as they are stored
+/// (a basic-auth password hashed), tags, a certificate's snis, the change log; the node then
+/// serves it. Into a store that has rows, the same file is imported entity by entity (an
+/// update of what is there).
+#[tokio::test]
+async fn db_import_in_bulk_writes_what_writes_would() {
+    let up = Upstream::start("bulk");
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("p");
+    let (cert, key) = cert_for("bulk.example");
+    let mut yaml = format!(
+        "_format_version: '3.0'\nservices:\n- name: main\n  url: {}\n  tags: [team-a]\n  routes:\n  - name: main\n    paths: [/bulk]\n    plugins:\n    - name: key-auth\n",
+        up.url()
+    );
+    for i in 0..1500 {
+        yaml.push_str(&format!(
+            "- name: s{i}\n  host: h{i}.example\n  tags: [generated]\n  routes:\n  - paths: [/r{i}]\n"
+        ));
+    }
+    yaml.push_str("consumers:\n- username: alice\n  keyauth_credentials:\n  - id: 4a1b5e30-0000-4000-8000-000000000001\n    key: alice-key\n  basicauth_credentials:\n  - id: 4a1b5e30-0000-4000-8000-000000000002\n    username: alice\n    password: s3cret\n");
+    for i in 0..3000 {
+        yaml.push_str(&format!("- username: u{i}\n  custom_id: c{i}\n"));
+    }
+    yaml.push_str(&format!(
+        "upstreams:\n- name: pool\n  targets:\n  - target: 127.0.0.1:9\ncertificates:\n- cert: |\n{}  key: |\n{}  snis: [bulk.example]\n",
+        indent(&cert),
+        indent(&key)
+    ));
+    let file = write(dir.path(), "kong.yml", &yaml);
+    let env = [
+        ("TURNPIKE_PREFIX", prefix.to_str().unwrap()),
+        ("TURNPIKE_DATABASE", "sqlite"),
+    ];
+    let (ok, text) = run(&["config", "db_import", file.to_str().unwrap()], &env);
+    assert!(ok, "{text}");
+    // 1501 services and routes, 3001 consumers, 2 credentials, a plugin, an upstream, a
+    // target, a certificate and its sni.
+    assert!(text.contains("import successful: 6010 entities"), "{text}");
+    let db = prefix.join("turnpike.db");
+    let sql = |q: &str| {
+        let out = std::process::Command::new("sqlite3")
+            .arg(&db)
+            .arg(q)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(sql("SELECT count(*) FROM services"), "1501");
+    assert_eq!(sql("SELECT count(*) FROM consumers"), "3001");
+    assert_eq!(
+        sql("SELECT count(*) FROM tags WHERE tag = 'generated'"),
+        "1500"
+    );
+    assert_eq!(sql("SELECT count(*) FROM snis"), "1");
+    assert_eq!(sql("SELECT count(DISTINCT entity_id) FROM changes"), "6010");
+    let password = sql("SELECT json_extract(entity, '$.password') FROM basicauth_credentials");
+    assert!(
+        password.starts_with("$argon2") || password.len() == 40,
+        "stored hashed: {password}"
+    );
+
+    let gw = Gateway::sqlite()
+        .env("TURNPIKE_PREFIX", prefix.to_str().unwrap())
+        .start();
+    assert_eq!(get(gw.proxy, "x", "/bulk").await.status, 401);
+    assert_eq!(
+        call(gw.proxy, "GET", "/bulk", &[("apikey", "alice-key")])
+            .await
+            .status,
+        200
+    );
+    let tagged = gw.admin("GET", "/services?tags=team-a", None).await.json();
+    assert_eq!(ids(&tagged).len(), 1, "{tagged}");
+    assert_eq!(
+        gw.admin("GET", "/consumers/u2999", None).await.json()["custom_id"],
+        "c2999"
+    );
+    assert_eq!(
+        gw.admin("GET", "/snis/bulk.example", None).await.status,
+        200
+    );
+    drop(gw);
+    // A second import of the same file updates what is there, entity by entity.
+    let (ok, text) = run(&["config", "db_import", file.to_str().unwrap()], &env);
+    assert!(ok, "{text}");
+    assert_eq!(sql("SELECT count(*) FROM services"), "1501");
+    assert_eq!(
+        sql("SELECT count(*) FROM tags WHERE tag = 'generated'"),
+        "1500"
+    );
+}
+
+fn indent(pem: &str) -> String {
+    pem.lines().map(|l| format!("    {l}\n")).collect()
+}
