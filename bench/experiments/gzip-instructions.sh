@@ -18,7 +18,7 @@ if [ -z "${BENCH_BIN:-}" ]; then
   cp "$ROOT/target/release/turnpike" "$OUT/turnpike"
   export BENCH_BIN=$OUT/turnpike
 fi
-git -C "$ROOT" rev-parse --short HEAD > "$OUT/commit" 2>/dev/null || true
+{ git -C "$ROOT" rev-parse --short HEAD; echo "binary $BENCH_BIN"; } > "$OUT/commit" 2>/dev/null || true
 UP=$(mktemp -d)
 BENCH_TMP+=("$UP")
 
