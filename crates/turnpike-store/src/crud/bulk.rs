@@ -220,48 +220,77 @@ async fn flush(
     max: usize,
 ) -> Result<(), StoreError> {
     if let Some(p) = pending.take() {
-        let n = p.cols.len();
-        let rows: Vec<String> = (0..p.rows)
-            .map(|r| format!("({})", write::marks(r * n + 1, n)))
-            .collect();
-        let sql = format!(
-            "INSERT INTO {table} ({}) VALUES {}",
-            p.cols.join(", "),
-            rows.join(", ")
-        );
-        write::bind_all(sqlx::query(&sql), &p.vals)
-            .execute(&mut **tx)
-            .await?;
+        let cols = p.cols.join(", ");
+        insert_rows(
+            tx,
+            &format!("{table} ({cols})"),
+            p.cols.len(),
+            p.rows,
+            p.vals,
+        )
+        .await?;
     }
-    for chunk in changes.chunks(max / 3) {
-        let rows: Vec<String> = (0..chunk.len())
-            .map(|r| format!("({})", write::marks(r * 3 + 1, 3)))
+    // Change-log entries and tags: three values a row, `max` values a statement.
+    let per = max / 3;
+    for chunk in changes.chunks(per) {
+        let vals = chunk
+            .iter()
+            .flat_map(|id| {
+                [
+                    Bind::Int(Some(version)),
+                    Bind::Text(Some(table.to_string())),
+                    Bind::Text(Some(id.clone())),
+                ]
+            })
             .collect();
-        let sql = format!(
-            "INSERT INTO changes (version, entity_name, entity_id) VALUES {}",
-            rows.join(", ")
-        );
-        let mut q = sqlx::query(&sql);
-        for id in chunk {
-            q = q.bind(version).bind(table).bind(id.as_str());
-        }
-        q.execute(&mut **tx).await?;
+        insert_rows(
+            tx,
+            "changes (version, entity_name, entity_id)",
+            3,
+            chunk.len(),
+            vals,
+        )
+        .await?;
     }
     changes.clear();
-    for chunk in tags.chunks(max / 3) {
-        let rows: Vec<String> = (0..chunk.len())
-            .map(|r| format!("({})", write::marks(r * 3 + 1, 3)))
+    for chunk in tags.chunks(per) {
+        let vals = chunk
+            .iter()
+            .flat_map(|(id, tag)| {
+                [
+                    Bind::Text(Some(id.clone())),
+                    Bind::Text(Some(table.to_string())),
+                    Bind::Text(Some(tag.clone())),
+                ]
+            })
             .collect();
-        let sql = format!(
-            "INSERT INTO tags (entity_id, entity_name, tag) VALUES {}",
-            rows.join(", ")
-        );
-        let mut q = sqlx::query(&sql);
-        for (id, tag) in chunk {
-            q = q.bind(id.as_str()).bind(table).bind(tag.as_str());
-        }
-        q.execute(&mut **tx).await?;
+        insert_rows(
+            tx,
+            "tags (entity_id, entity_name, tag)",
+            3,
+            chunk.len(),
+            vals,
+        )
+        .await?;
     }
     tags.clear();
+    Ok(())
+}
+
+/// `INSERT INTO <into> VALUES (...), (...)`: `rows` rows of `width` values, `vals` in order.
+async fn insert_rows(
+    tx: &mut Tx<'static>,
+    into: &str,
+    width: usize,
+    rows: usize,
+    vals: Vec<Bind>,
+) -> Result<(), StoreError> {
+    let marks: Vec<String> = (0..rows)
+        .map(|r| format!("({})", write::marks(r * width + 1, width)))
+        .collect();
+    let sql = format!("INSERT INTO {into} VALUES {}", marks.join(", "));
+    write::bind_all(sqlx::query(&sql), &vals)
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }
