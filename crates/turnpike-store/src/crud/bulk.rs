@@ -11,6 +11,7 @@
 
 use std::collections::HashSet;
 
+use super::export::in_entity;
 use super::write::{self, Bind};
 use super::*;
 
@@ -66,11 +67,7 @@ impl Store {
     ) -> Result<usize, StoreError> {
         let version = w.version;
         let tx: &mut Tx<'static> = &mut w.tx;
-        let total: usize = self
-            .tables
-            .iter()
-            .filter_map(|s| v.get(s.table)?.as_array().map(Vec::len))
-            .sum();
+        let total = self.entities_in(v);
         let now = now_secs();
         let max = max_values(self.backend);
         // The ids written so far, by table: what a reference may name.
@@ -80,9 +77,14 @@ impl Store {
             let Some(Value::Array(items)) = v.get(spec.table) else {
                 continue;
             };
-            let mut pending: Option<Pending> = None;
-            let mut tags: Vec<(String, String)> = Vec::new();
-            let mut changes: Vec<String> = Vec::new();
+            let mut batch = Batch {
+                table: spec.table,
+                version,
+                max,
+                pending: None,
+                tags: Vec::new(),
+                changes: Vec::new(),
+            };
             for item in items {
                 let Value::Object(m) = item else { continue };
                 let id = m
@@ -90,14 +92,7 @@ impl Store {
                     .and_then(|v| v.as_str())
                     .unwrap_or_default()
                     .to_string();
-                let named = |e: StoreError| match e {
-                    StoreError::Schema(v) => StoreError::Schema(
-                        v.into_iter()
-                            .map(|(f, m)| (format!("{}.{id}.{f}", spec.table), m))
-                            .collect(),
-                    ),
-                    other => other,
-                };
+                let named = |e| in_entity(spec.table, &id, e);
                 let Checked {
                     mut value,
                     refs,
@@ -109,16 +104,7 @@ impl Store {
                 if sni_names.is_some() {
                     // A certificate with `snis` makes sni entities: written the long way (its
                     // table's rows so far first, which it does not need, but in order).
-                    flush(
-                        tx,
-                        spec.table,
-                        &mut pending,
-                        &mut tags,
-                        &mut changes,
-                        version,
-                        max,
-                    )
-                    .await?;
+                    batch.flush(tx).await?;
                     Box::pin(self.write(tx, spec, &id, m, now, None))
                         .await
                         .map_err(named)?;
@@ -157,24 +143,16 @@ impl Store {
                 }
                 let (uniques, cache_key) = write::keys_of(spec, &value);
                 let row = self.row_values(spec, &id, &value, &uniques, &cache_key, &fk_ids)?;
-                let same_cols = pending.as_ref().is_none_or(|p| p.cols == row.cols);
-                let full = pending
+                let same_cols = batch.pending.as_ref().is_none_or(|p| p.cols == row.cols);
+                let full = batch
+                    .pending
                     .as_ref()
                     .is_some_and(|p| p.vals.len() + row.vals.len() > max);
                 if !same_cols || full {
-                    flush(
-                        tx,
-                        spec.table,
-                        &mut pending,
-                        &mut tags,
-                        &mut changes,
-                        version,
-                        max,
-                    )
-                    .await?;
+                    batch.flush(tx).await?;
                     progress(count, total);
                 }
-                let p = pending.get_or_insert_with(|| Pending {
+                let p = batch.pending.get_or_insert_with(|| Pending {
                     cols: row.cols.clone(),
                     vals: Vec::new(),
                     rows: 0,
@@ -185,96 +163,77 @@ impl Store {
                     let mut seen = HashSet::new();
                     for tag in t.iter().filter_map(|t| t.as_str()) {
                         if seen.insert(tag) {
-                            tags.push((id.clone(), tag.to_string()));
+                            batch.tags.push((id.clone(), tag.to_string()));
                         }
                     }
                 }
-                changes.push(id.clone());
+                batch.changes.push(id.clone());
                 known.entry(spec.table).or_default().insert(id);
                 count += 1;
             }
-            flush(
-                tx,
-                spec.table,
-                &mut pending,
-                &mut tags,
-                &mut changes,
-                version,
-                max,
-            )
-            .await?;
+            batch.flush(tx).await?;
             progress(count, total);
         }
         Ok(count)
     }
 }
 
-/// Writes the pending rows of `table`, their tags and their change-log entries.
-async fn flush(
-    tx: &mut Tx<'static>,
-    table: &str,
-    pending: &mut Option<Pending>,
-    tags: &mut Vec<(String, String)>,
-    changes: &mut Vec<String>,
+/// One table's rows waiting for their statements, with their tags and change-log entries.
+struct Batch<'t> {
+    table: &'t str,
+    /// The import's config version (its change-log entries').
     version: i64,
+    /// Values a statement.
     max: usize,
-) -> Result<(), StoreError> {
-    if let Some(p) = pending.take() {
-        let cols = p.cols.join(", ");
-        insert_rows(
-            tx,
-            &format!("{table} ({cols})"),
-            p.cols.len(),
-            p.rows,
-            p.vals,
-        )
-        .await?;
+    pending: Option<Pending>,
+    tags: Vec<(String, String)>,
+    changes: Vec<String>,
+}
+
+impl Batch<'_> {
+    /// Writes the pending rows, their tags and their change-log entries.
+    async fn flush(&mut self, tx: &mut Tx<'static>) -> Result<(), StoreError> {
+        let table = self.table;
+        if let Some(p) = self.pending.take() {
+            let cols = p.cols.join(", ");
+            insert_rows(
+                tx,
+                &format!("{table} ({cols})"),
+                p.cols.len(),
+                p.rows,
+                p.vals,
+            )
+            .await?;
+        }
+        // Change-log entries and tags: three values a row, `max` values a statement.
+        let per = self.max / 3;
+        let text = |s: &str| Bind::Text(Some(s.to_string()));
+        for chunk in self.changes.chunks(per) {
+            let vals = chunk
+                .iter()
+                .flat_map(|id| [Bind::Int(Some(self.version)), text(table), text(id)])
+                .collect();
+            let into = "changes (version, entity_name, entity_id)";
+            insert_rows(tx, into, 3, chunk.len(), vals).await?;
+        }
+        self.changes.clear();
+        for chunk in self.tags.chunks(per) {
+            let vals = chunk
+                .iter()
+                .flat_map(|(id, tag)| [text(id), text(table), text(tag)])
+                .collect();
+            insert_rows(
+                tx,
+                "tags (entity_id, entity_name, tag)",
+                3,
+                chunk.len(),
+                vals,
+            )
+            .await?;
+        }
+        self.tags.clear();
+        Ok(())
     }
-    // Change-log entries and tags: three values a row, `max` values a statement.
-    let per = max / 3;
-    for chunk in changes.chunks(per) {
-        let vals = chunk
-            .iter()
-            .flat_map(|id| {
-                [
-                    Bind::Int(Some(version)),
-                    Bind::Text(Some(table.to_string())),
-                    Bind::Text(Some(id.clone())),
-                ]
-            })
-            .collect();
-        insert_rows(
-            tx,
-            "changes (version, entity_name, entity_id)",
-            3,
-            chunk.len(),
-            vals,
-        )
-        .await?;
-    }
-    changes.clear();
-    for chunk in tags.chunks(per) {
-        let vals = chunk
-            .iter()
-            .flat_map(|(id, tag)| {
-                [
-                    Bind::Text(Some(id.clone())),
-                    Bind::Text(Some(table.to_string())),
-                    Bind::Text(Some(tag.clone())),
-                ]
-            })
-            .collect();
-        insert_rows(
-            tx,
-            "tags (entity_id, entity_name, tag)",
-            3,
-            chunk.len(),
-            vals,
-        )
-        .await?;
-    }
-    tags.clear();
-    Ok(())
 }
 
 /// `INSERT INTO <into> VALUES (...), (...)`: `rows` rows of `width` values, `vals` in order.

@@ -193,11 +193,7 @@ impl Store {
             self.commit(tx).await?;
             return Ok(n);
         }
-        let total: usize = self
-            .tables
-            .iter()
-            .filter_map(|s| v.get(s.table)?.as_array().map(Vec::len))
-            .sum();
+        let total = self.entities_in(&v);
         let mut count = 0;
         for spec in self.tables.iter() {
             let Some(Value::Array(items)) = v.get(spec.table) else {
@@ -213,14 +209,7 @@ impl Store {
                 let old = self.find_tx(&mut tx, spec, &id).await?.map(|e| e.1);
                 Box::pin(self.write(&mut tx, spec, &id, m, now_secs(), old))
                     .await
-                    .map_err(|e| match e {
-                        StoreError::Schema(v) => StoreError::Schema(
-                            v.into_iter()
-                                .map(|(f, m)| (format!("{}.{id}.{f}", spec.table), m))
-                                .collect(),
-                        ),
-                        other => other,
-                    })?;
+                    .map_err(|e| in_entity(spec.table, &id, e))?;
                 count += 1;
                 if count % 1000 == 0 {
                     progress(count, total);
@@ -230,6 +219,29 @@ impl Store {
         progress(count, total);
         self.commit(tx).await?;
         Ok(count)
+    }
+}
+
+/// A schema violation of an imported entity, its fields named by table and id
+/// (`consumers.<id>.username`).
+pub(super) fn in_entity(table: &str, id: &str, e: StoreError) -> StoreError {
+    match e {
+        StoreError::Schema(v) => StoreError::Schema(
+            v.into_iter()
+                .map(|(f, m)| (format!("{table}.{id}.{f}"), m))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+impl Store {
+    /// How many entities an import of `v` writes.
+    pub(super) fn entities_in(&self, v: &Value) -> usize {
+        self.tables
+            .iter()
+            .filter_map(|s| v.get(s.table)?.as_array().map(Vec::len))
+            .sum()
     }
 }
 
