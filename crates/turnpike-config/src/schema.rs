@@ -60,6 +60,10 @@ pub struct Field {
     /// 32 random hex digits; shown in the schema, so decK sends it as an explicit null, which
     /// a required field refuses, as Kong does.
     pub auto: bool,
+    /// Kong's `referenceable`: the value may be a `{vault://...}` reference, resolved when the
+    /// data plane is built (a map's values, for a map). A reference anywhere else is a plain
+    /// string, as in Kong.
+    pub referenceable: bool,
 }
 
 /// A deprecated flat field Kong still accepts and moves into its place (Kong's
@@ -109,6 +113,7 @@ impl Field {
             required: false,
             default: None,
             auto: false,
+            referenceable: false,
         }
     }
     pub const fn default(mut self, d: Default) -> Field {
@@ -123,6 +128,88 @@ impl Field {
         self.auto = true;
         self
     }
+    pub const fn referenceable(mut self) -> Field {
+        self.referenceable = true;
+        self
+    }
+}
+
+/// Visits every referenceable string of `value` (a record of `fields`) that holds a vault
+/// reference, with its path as Kong names it (`redis.password`, `headers.Authorization`).
+pub fn visit_references(
+    fields: &[Field],
+    value: &mut Value,
+    visit: &mut dyn FnMut(&str, &mut String),
+) {
+    visit_record(fields, value, "", visit)
+}
+
+fn visit_record(
+    fields: &[Field],
+    value: &mut Value,
+    prefix: &str,
+    visit: &mut dyn FnMut(&str, &mut String),
+) {
+    let Value::Object(m) = value else { return };
+    let is_ref = crate::declarative::vault::is_reference;
+    for f in fields {
+        let Some(v) = m.get_mut(f.name) else { continue };
+        let at = format!("{prefix}{}", f.name);
+        match (f.ty, v) {
+            (Type::Record(inner), v) => visit_record(inner, v, &format!("{at}."), visit),
+            (Type::RecordArray(inner), Value::Array(items)) => {
+                for (i, item) in items.iter_mut().enumerate() {
+                    visit_record(inner, item, &format!("{at}.{}.", i + 1), visit);
+                }
+            }
+            (Type::MapOfRecords(inner), Value::Object(items)) => {
+                for (k, item) in items.iter_mut() {
+                    visit_record(inner, item, &format!("{at}.{k}."), visit);
+                }
+            }
+            (Type::Map, Value::Object(items)) if f.referenceable => {
+                for (k, item) in items.iter_mut() {
+                    if let Value::String(s) = item {
+                        if is_ref(s) {
+                            visit(&format!("{at}.{k}"), s);
+                        }
+                    }
+                }
+            }
+            (_, Value::String(s)) if f.referenceable && is_ref(s) => visit(&at, s),
+            _ => {}
+        }
+    }
+}
+
+/// Resolves, in place, every reference `value` holds where `fields` allow one; a reference in
+/// any other field stays the string it is. The first that does not resolve is the error.
+pub fn resolve_references(
+    fields: &[Field],
+    value: &mut Value,
+    resolve: &dyn Fn(&str) -> Result<String, String>,
+) -> Result<(), String> {
+    let mut failed = None;
+    visit_references(fields, value, &mut |_, s| {
+        if failed.is_none() {
+            match resolve(s) {
+                Ok(secret) => *s = secret,
+                Err(e) => failed = Some(e),
+            }
+        }
+    });
+    failed.map_or(Ok(()), Err)
+}
+
+/// The paths of the referenceable fields of `value` that hold a reference (Kong runs no
+/// validator on those: their values are only known once resolved).
+pub fn reference_paths(fields: &[Field], value: &Value) -> Vec<String> {
+    let mut paths = Vec::new();
+    if crate::declarative::vault::has_reference(value) {
+        let mut copy = value.clone();
+        visit_references(fields, &mut copy, &mut |at, _| paths.push(at.to_string()));
+    }
+    paths
 }
 
 /// Checks `config` (absent: `{}`) against `fields`: returns the config with defaults filled in
@@ -540,6 +627,16 @@ fn record_fields_json(fields: &[Field]) -> Vec<Value> {
             if f.auto {
                 d.insert("auto".into(), json!(true));
             }
+            if f.referenceable {
+                match d.get_mut("values") {
+                    Some(Value::Object(values)) => {
+                        values.insert("referenceable".into(), json!(true));
+                    }
+                    _ => {
+                        d.insert("referenceable".into(), json!(true));
+                    }
+                }
+            }
             if let Some(def) = f.default {
                 let mut v = def.to_value();
                 // An array of records' default as it is stored: each element with every field
@@ -570,6 +667,56 @@ fn record_fields_json(fields: &[Field]) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const WITH_SECRETS: &[Field] = &[
+        Field::new("endpoint", Type::String).referenceable(),
+        Field::new("note", Type::String),
+        Field::new("headers", Type::Map).referenceable(),
+        Field::new(
+            "redis",
+            Type::Record(&[Field::new("password", Type::String).referenceable()]),
+        ),
+        Field::new(
+            "limits",
+            Type::MapOfRecords(&[Field::new("token", Type::String).referenceable()]),
+        ),
+    ];
+
+    #[test]
+    fn references_resolve_only_where_the_schema_allows_them() {
+        let r = "{vault://env/x}";
+        let mut v = json!({
+            "endpoint": r, "note": r, "headers": {"a": r, "b": "plain"},
+            "redis": {"password": r}, "limits": {"l": {"token": r}},
+        });
+        let mut paths = reference_paths(WITH_SECRETS, &v);
+        paths.sort();
+        assert_eq!(
+            paths,
+            ["endpoint", "headers.a", "limits.l.token", "redis.password"]
+        );
+        resolve_references(WITH_SECRETS, &mut v, &|s: &str| Ok(format!("<{s}>"))).unwrap();
+        assert_eq!(v["endpoint"], "<{vault://env/x}>");
+        assert_eq!(v["headers"]["a"], "<{vault://env/x}>");
+        assert_eq!(v["headers"]["b"], "plain");
+        assert_eq!(v["redis"]["password"], "<{vault://env/x}>");
+        assert_eq!(v["limits"]["l"]["token"], "<{vault://env/x}>");
+        assert_eq!(
+            v["note"], r,
+            "a field Kong does not mark keeps the reference as text"
+        );
+        let err = resolve_references(WITH_SECRETS, &mut json!({"endpoint": r}), &|_| {
+            Err("not set".into())
+        });
+        assert_eq!(err, Err("not set".into()));
+        // The schema JSON marks them as Kong's does (a map's values, for a map).
+        let j = kong_json(WITH_SECRETS, &[]);
+        let config = &j["fields"][11]["config"]["fields"];
+        assert_eq!(config[0]["endpoint"]["referenceable"], true);
+        assert_eq!(config[1]["note"].get("referenceable"), None);
+        assert_eq!(config[2]["headers"]["values"]["referenceable"], true);
+        assert_eq!(config[2]["headers"].get("referenceable"), None);
+    }
 
     const FIELDS: &[Field] = &[
         Field::new("status_code", Type::Integer { min: 100, max: 599 }).default(Default::Int(503)),

@@ -214,6 +214,14 @@ impl PluginRegistry for Registry {
             let mut errs = p.entity_checks(&full);
             errs.extend(p.lua_checks(&full, self.runtime.lua.settings()));
             errs.extend(p.runtime_checks(&full, &self.runtime));
+            // A reference in a referenceable field is checked once resolved, as Kong skips
+            // its validators (an http-log endpoint read from a vault is no URL yet).
+            let refs = schema::reference_paths(p.fields(), &full);
+            errs.retain(|(at, _)| {
+                !refs
+                    .iter()
+                    .any(|r| at == r || r.starts_with(&format!("{at}.")))
+            });
             if self.database_off {
                 errs.extend(p.needs_database(&full));
             }

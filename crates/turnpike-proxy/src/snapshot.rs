@@ -195,12 +195,15 @@ fn build_plugins(
                 return None;
             }
             let spec = registry.get(&p.name);
-            // Secrets written as `{vault://...}` references are resolved here, into a copy:
-            // the stored config keeps the reference.
+            // Secrets written as `{vault://...}` references in the fields Kong marks
+            // referenceable are resolved here, into a copy: the stored config keeps the
+            // reference. Anywhere else a reference is the string it is, as in Kong.
             let resolved;
-            let plugin_config = if vault::has_reference(&p.config) {
+            let plugin_config = if let Some(spec) = spec.filter(|_| vault::has_reference(&p.config))
+            {
                 let mut c = p.config.clone();
-                match vault::resolve_in(&mut c, &config.records, &vault::process_env) {
+                let resolve = |r: &str| vault::resolve(r, &config.records, &vault::process_env);
+                match turnpike_config::schema::resolve_references(spec.fields(), &mut c, &resolve) {
                     Ok(()) => {
                         resolved = c;
                         Ok(&resolved)

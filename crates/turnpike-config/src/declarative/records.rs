@@ -45,7 +45,7 @@ pub const RECORDS: &[RecordSpec] = &[
         fields: &[
             Field::new("name", Type::String),
             Field::new("kid", Type::String).required(),
-            Field::new("jwk", Type::String),
+            Field::new("jwk", Type::String).referenceable(),
             Field::new("pem", Type::Record(PEM)),
             Field::new("tags", Type::StringArray),
         ],
@@ -71,8 +71,8 @@ pub const RECORDS: &[RecordSpec] = &[
 ];
 
 const PEM: &[Field] = &[
-    Field::new("private_key", Type::String),
-    Field::new("public_key", Type::String),
+    Field::new("private_key", Type::String).referenceable(),
+    Field::new("public_key", Type::String).referenceable(),
 ];
 
 /// The `env` vault's config (Kong's `kong/vaults/env/schema.lua`): a prefix for the variables it
@@ -107,6 +107,8 @@ fn check_key(m: &Map<String, Value>) -> Vec<(String, String)> {
             "@entity".into(),
             "only one of these fields must be non-empty: 'jwk', 'pem'".into(),
         )),
+        // A reference is only known once resolved: Kong checks nothing of it.
+        (Some(j), None) if crate::declarative::vault::is_reference(j) => {}
         (Some(j), None) => match serde_json::from_str::<Value>(j) {
             Ok(Value::Object(o)) => {
                 if o.get("kid").and_then(|k| k.as_str()) != m.get("kid").and_then(|k| k.as_str()) {
@@ -116,15 +118,14 @@ fn check_key(m: &Map<String, Value>) -> Vec<(String, String)> {
                     ));
                 }
             }
-            _ => errs.push((
-                "jwk".into(),
-                "could not parse JWK: not a JSON object".into(),
-            )),
+            _ => errs.push(("jwk".into(), "could not json decode jwk string".into())),
         },
         (None, Some(p)) => {
             for field in ["private_key", "public_key"] {
                 if let Some(text) = p.get(field).and_then(|v| v.as_str()) {
-                    if !text.contains("-----BEGIN") {
+                    if !text.contains("-----BEGIN")
+                        && !crate::declarative::vault::is_reference(text)
+                    {
                         errs.push((format!("pem.{field}"), "invalid key".into()));
                     }
                 }

@@ -1,6 +1,8 @@
-//! Secret references, Kong's `{vault://<vault>/<resource>[/<key>]}`: a plugin config value or
-//! a certificate's PEM written as a reference is resolved when the data plane is built, so the
-//! stored config and its export keep the reference, never the secret.
+//! Secret references, Kong's `{vault://<vault>/<resource>[/<key>]}`: a plugin config value in a
+//! field Kong marks `referenceable` (see `schema::resolve_references`) or a certificate's PEM
+//! written as a reference is resolved when the data plane is built, so the stored config and
+//! its export keep the reference, never the secret. A reference in any other field is a plain
+//! string, as in Kong.
 //!
 //! `<vault>` is a `vaults` entity's `prefix` or a vault's own name; this build carries Kong
 //! OSS's `env` vault: `<resource>` names an environment variable (upper-cased, `-` read as
@@ -118,21 +120,6 @@ pub fn resolved<'a>(
     }
 }
 
-/// Resolves every reference in a value (a plugin's config), in place.
-pub fn resolve_in(value: &mut Value, vaults: &[Record], env: Env) -> Result<(), String> {
-    match value {
-        Value::String(s) if is_reference(s) => {
-            *s = resolve(s, vaults, env)?;
-            Ok(())
-        }
-        Value::Array(items) => items
-            .iter_mut()
-            .try_for_each(|v| resolve_in(v, vaults, env)),
-        Value::Object(m) => m.values_mut().try_for_each(|v| resolve_in(v, vaults, env)),
-        _ => Ok(()),
-    }
-}
-
 /// Whether a value holds a reference anywhere (most configs do not: no copy is made).
 pub fn has_reference(value: &Value) -> bool {
     match value {
@@ -196,9 +183,18 @@ mod tests {
         );
         let mut config = json!({"redis": {"password": "{vault://env/redis-password}"}, "n": 1});
         assert!(has_reference(&config));
-        resolve_in(&mut config, &vaults, &env).unwrap();
+        use crate::schema::{Field, Type};
+        const REDIS: &[Field] = &[
+            Field::new("password", Type::String).referenceable(),
+            Field::new("user", Type::String),
+        ];
+        let fields = [Field::new("redis", Type::Record(REDIS))];
+        config["redis"]["user"] = json!("{vault://env/redis-password}");
+        let resolve = |r: &str| resolve(r, &vaults, &env);
+        crate::schema::resolve_references(&fields, &mut config, &resolve).unwrap();
         assert_eq!(config["redis"]["password"], "s3cret");
-        assert!(!has_reference(&config));
+        // Only where the schema allows a reference: elsewhere it is the string it is.
+        assert_eq!(config["redis"]["user"], "{vault://env/redis-password}");
     }
 
     #[test]

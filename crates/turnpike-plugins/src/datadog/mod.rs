@@ -79,7 +79,9 @@ const DEFAULT_METRICS: &str = r#"[
 ]"#;
 
 const FIELDS: &[Field] = &[
-    Field::new("host", Type::String).default(Default::Str("localhost")),
+    Field::new("host", Type::String)
+        .default(Default::Str("localhost"))
+        .referenceable(),
     Field::new("port", Type::Integer { min: 0, max: 65535 }).default(Default::Int(8125)),
     Field::new("prefix", Type::String).default(Default::Str("kong")),
     Field::new("service_name_tag", Type::String).default(Default::Str("name")),

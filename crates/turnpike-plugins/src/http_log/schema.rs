@@ -64,7 +64,9 @@ pub const QUEUE: &[Field] = &[
 ];
 
 pub const FIELDS: &[Field] = &[
-    Field::new("http_endpoint", Type::String).required(),
+    Field::new("http_endpoint", Type::String)
+        .required()
+        .referenceable(),
     Field::new("method", Type::OneOf(&["POST", "PUT", "PATCH"])).default(Default::Str("POST")),
     Field::new(
         "content_type",
@@ -88,7 +90,7 @@ pub const FIELDS: &[Field] = &[
         },
     ),
     Field::new("flush_timeout", Type::Number),
-    Field::new("headers", Type::Map),
+    Field::new("headers", Type::Map).referenceable(),
     Field::new("queue", Type::Record(QUEUE)),
     Field::new("custom_fields_by_lua", Type::Map),
 ];

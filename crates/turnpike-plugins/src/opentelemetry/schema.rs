@@ -87,9 +87,9 @@ const TIMEOUT: Type = Type::Integer {
 };
 
 pub const FIELDS: &[Field] = &[
-    Field::new("traces_endpoint", Type::String),
-    Field::new("logs_endpoint", Type::String),
-    Field::new("headers", Type::Map),
+    Field::new("traces_endpoint", Type::String).referenceable(),
+    Field::new("logs_endpoint", Type::String).referenceable(),
+    Field::new("headers", Type::Map).referenceable(),
     Field::new("resource_attributes", Type::Map),
     Field::new("queue", Type::Record(OTEL_QUEUE)),
     Field::new(

@@ -93,8 +93,8 @@ pub const REDIS: &[Field] = &[
         },
     )
     .default(Default::Int(2000)),
-    Field::new("username", Type::String),
-    Field::new("password", Type::String),
+    Field::new("username", Type::String).referenceable(),
+    Field::new("password", Type::String).referenceable(),
     Field::new(
         "database",
         Type::Integer {

@@ -42,7 +42,7 @@ pub struct Config {
 }
 
 pub const FIELDS: &[Field] = &[
-    Field::new("secret", Type::String),
+    Field::new("secret", Type::String).referenceable(),
     Field::new("storage", Type::OneOf(&["cookie", "kong"])).default(Default::Str("cookie")),
     Field::new("audience", Type::String).default(Default::Str("default")),
     Field::new("idling_timeout", Type::Number).default(Default::Int(900)),

@@ -278,11 +278,29 @@ async fn post_config_answers_without_amplification() {
 }
 
 /// Secrets as Kong's `{vault://...}` references (the env vault, by its name or by a vaults
-/// entity's prefix): resolved when the data plane is built, kept as references in the stored
-/// config; one that cannot be resolved fails its plugin closed and says so in /status.
+/// entity's prefix): resolved when the data plane is built, only in the fields Kong marks
+/// `referenceable` (elsewhere a reference is the string it is, as in Kong), kept as references
+/// in the stored config; one that cannot be resolved fails its plugin closed and says so in
+/// /status.
 #[tokio::test]
 async fn vault_references_resolve_from_the_environment() {
     let up = Upstream::start("vaults");
+    // The log receiver: the first request's head, as http-log sends it.
+    let sink = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let sink_port = sink.local_addr().unwrap().port();
+    let received = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let (mut s, _) = sink.accept().unwrap();
+        let mut head = Vec::new();
+        let mut b = [0u8; 4096];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = s.read(&mut b).unwrap();
+            assert!(n > 0, "the log request ended early");
+            head.extend_from_slice(&b[..n]);
+        }
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
+        String::from_utf8_lossy(&head).into_owned()
+    });
     let gw = Gateway::with_config(&format!(
         r#"_format_version: "3.0"
 vaults:
@@ -293,37 +311,76 @@ services:
 - name: s
   url: {url}
   routes:
-  - name: by-name
-    paths: [/by-name]
+  - name: literal
+    paths: [/literal]
     plugins:
     - name: request-termination
       config: {{status_code: 418, message: "{{vault://env/tp-message}}"}}
-  - name: by-prefix
-    paths: [/by-prefix]
+  - name: logged
+    paths: [/logged]
     plugins:
-    - name: request-termination
-      config: {{status_code: 418, message: "{{vault://team-secrets/creds/greeting}}"}}
+    - name: http-log
+      config:
+        http_endpoint: "{{vault://env/tp-log-url}}"
+        headers: {{authorization: "{{vault://team-secrets/creds/token}}"}}
+        queue: {{max_coalescing_delay: 0.01}}
 "#,
         url = up.url()
     ))
     .env("TP_MESSAGE", "from the environment")
-    .env("TP_TEAM_CREDS", r#"{"greeting": "from a JSON secret"}"#)
+    .env(
+        "TP_LOG_URL",
+        &format!("http://127.0.0.1:{sink_port}/from-the-vault"),
+    )
+    .env("TP_TEAM_CREDS", r#"{"token": "Bearer from-a-JSON-secret"}"#)
     .start();
     let p = gw.proxy;
-    let r = call(p, "GET", "/by-name", &[]).await;
+    // request-termination's message is not referenceable in Kong: it is the string written.
+    let r = call(p, "GET", "/literal", &[]).await;
     assert_eq!(
         (r.status, r.json()["message"].clone()),
-        (418, json!("from the environment"))
+        (418, json!("{vault://env/tp-message}"))
     );
-    let r = call(p, "GET", "/by-prefix", &[]).await;
-    assert_eq!(
-        (r.status, r.json()["message"].clone()),
-        (418, json!("from a JSON secret"))
+    // http-log's endpoint and header values are: the log goes where the vault says, with
+    // the secret from a JSON variable through the vaults entity's prefix.
+    assert_eq!(call(p, "GET", "/logged", &[]).await.status, 200);
+    let head = tokio::task::spawn_blocking(move || received.join().unwrap())
+        .await
+        .unwrap();
+    assert!(head.starts_with("POST /from-the-vault "), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("authorization: bearer from-a-json-secret\r\n"),
+        "{head}"
     );
-    // The Admin API shows the references, never the secrets.
+    // The Admin API shows the references, never the secrets; the schema says which fields
+    // take one.
     let plugins = gw.admin("GET", "/plugins", None).await.json().to_string();
-    assert!(plugins.contains("{vault://env/tp-message}"), "{plugins}");
-    assert!(!plugins.contains("from the environment"), "{plugins}");
+    assert!(plugins.contains("{vault://env/tp-log-url}"), "{plugins}");
+    assert!(!plugins.contains("from-a-JSON-secret"), "{plugins}");
+    let schema = gw
+        .admin("GET", "/schemas/plugins/http-log", None)
+        .await
+        .json();
+    let config = schema["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|f| f.get("config"))
+        .unwrap()
+        .clone();
+    let field = |name: &str| {
+        config["fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find_map(|f| f.get(name))
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(field("http_endpoint")["referenceable"], true);
+    assert_eq!(field("headers")["values"]["referenceable"], true);
+    assert_eq!(field("method").get("referenceable"), None);
     // Unresolvable (a start refuses such a file; a POST /config applies the rest): the
     // plugin fails closed, and /status names it.
     let r = gw
@@ -334,8 +391,8 @@ services:
                 "_format_version": "3.0",
                 "services": [{"name": "s", "url": up.url(), "routes": [{
                     "name": "missing", "paths": ["/missing"],
-                    "plugins": [{"name": "request-termination",
-                                 "config": {"status_code": 418, "message": "{vault://env/not-set}"}}]
+                    "plugins": [{"name": "http-log",
+                                 "config": {"http_endpoint": "{vault://env/not-set}"}}]
                 }]}],
                 "vaults": [{"prefix": "team-secrets", "name": "env", "config": {"prefix": "TP_TEAM_"}}]
             })),

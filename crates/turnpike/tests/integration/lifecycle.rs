@@ -332,7 +332,7 @@ async fn sighup_reloads_the_file_and_keeps_a_good_config_over_a_bad_one() {
     let reloads = gw.status().await["config_reloads"].as_u64().unwrap();
     std::fs::write(
         &gw.config_file,
-        format!("_format_version: '3.0'\nservices: [{{name: s, url: '{}', routes: [{{name: r, paths: [/b], plugins: [{{name: request-termination, config: {{status_code: 418, message: '{{vault://env/turnpike-test-unset}}'}}}}]}}]}}]\n", up.url()),
+        format!("_format_version: '3.0'\nservices: [{{name: s, url: '{}', routes: [{{name: r, paths: [/b], plugins: [{{name: http-log, config: {{http_endpoint: '{{vault://env/turnpike-test-unset}}'}}}}]}}]}}]\n", up.url()),
     )
     .unwrap();
     gw.signal("HUP");
