@@ -83,7 +83,7 @@ fn route(tables: schema::Tables, segments: &[&str]) -> Option<Target> {
     }
 }
 
-fn store_error(e: StoreError) -> Resp {
+pub(crate) fn store_error(e: StoreError) -> Resp {
     if let StoreError::Database(m) = &e {
         tracing::error!("admin: database error: {m}");
     }

@@ -1,6 +1,7 @@
 //! The Admin API (Kong's surface): `GET /`, `GET /status`, the entity endpoints
 //! ([`entities`]), `GET /tags/{tag}`, schemas, and `GET`/`POST /config` in DB-less mode.
 
+mod cache;
 mod entities;
 mod gui;
 mod health;
@@ -319,7 +320,7 @@ impl Admin {
             (Method::GET, "/endpoints") => return self.endpoints(),
             (Method::GET, "/timers") => return self.timers(),
             (Method::GET, "/tags") => return self.tags(&method, None, &path, &query).await,
-            // Kong's node cache: this node caches credentials (and nothing else by key).
+            // Kong's node cache (see `cache`): this node caches credentials.
             (Method::DELETE, "/cache") => {
                 self.plugins.invalidate_all();
                 return no_content();
@@ -352,17 +353,8 @@ impl Admin {
             }
         }
         if let Some(key) = path.strip_prefix("/cache/") {
-            // Entries are credentials looked up by what a request presents, not by Kong's
-            // cache keys: none is readable by key; deleting one purges the credential caches.
-            return match method {
-                Method::GET => message(StatusCode::NOT_FOUND, "Not found"),
-                Method::DELETE => {
-                    tracing::debug!("admin: DELETE /cache/{key}: credential caches purged");
-                    self.plugins.invalidate_all();
-                    no_content()
-                }
-                _ => message(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed"),
-            };
+            let key = turnpike_store::crud::percent_decode(key);
+            return self.cache_entry(&method, &key).await;
         }
         let content_type = req
             .headers()

@@ -213,6 +213,16 @@ impl RowId {
             RowId::Text(t) => &**t == id,
         }
     }
+
+    /// The id as the store writes it.
+    fn text(&self) -> String {
+        match self {
+            RowId::Uuid([hi, lo]) => uuid::Uuid::from_u128(u128::from(*hi) << 64 | u128::from(*lo))
+                .hyphenated()
+                .to_string(),
+            RowId::Text(t) => t.to_string(),
+        }
+    }
 }
 
 /// The bits of a UUID written as the store writes it (lower-case, hyphenated); `None` for
@@ -604,6 +614,40 @@ where
         }
         if let Some((_, (key, _))) = rows.remove(&RowId::new(id)) {
             entries.remove(&key);
+        }
+    }
+
+    /// What is cached under `key`, as Kong's `cache:probe` sees it (the Admin API's
+    /// `GET /cache/{key}`): `None` when nothing (or nothing fresh), `Some(None)` for a
+    /// remembered miss, `Some(Some(id))` for a credential, by its row's id.
+    pub fn probe<Q>(&self, key: &Q) -> Option<Option<String>>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.entries.get()?;
+        let e = self.get(key)?;
+        Some(match e.value {
+            Some(_) => Some(e.credential_id.as_ref()?.text()),
+            None => None,
+        })
+    }
+
+    /// Drops the entry under `key` alone (the Admin API's `DELETE /cache/{key}`); a look-up
+    /// under way then does not file its answer (see `load`).
+    pub fn forget<Q>(&self, key: &Q)
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.store.generation.fetch_add(1, Ordering::AcqRel);
+        let Some(entries) = self.entries.get() else {
+            return;
+        };
+        if let Some((_, e)) = entries.remove(key) {
+            if let (Some(rows), Some(id)) = (&self.rows, &e.credential_id) {
+                rows.remove_if(id, |_, (_, row)| *row == e.row);
+            }
         }
     }
 

@@ -354,6 +354,31 @@ impl PluginRegistry for Registry {
         self.runtime.oauth2.invalidate_all();
     }
 
+    fn cache_probe(&self, table: &str, key: &str) -> Option<Option<String>> {
+        let rt = &self.runtime;
+        match table {
+            key_auth::daos::TABLE => rt.key_auth.cache().probe(key),
+            basic_auth::daos::TABLE => rt.basic_auth.cache().probe(key),
+            jwt::daos::TABLE => rt.jwt.probe(key),
+            hmac_auth::daos::TABLE => rt.hmac_auth.probe(key),
+            oauth2::daos::TOKENS => rt.oauth2.tokens().probe(key),
+            _ => None,
+        }
+    }
+
+    fn cache_forget(&self, table: &str, key: &str) -> bool {
+        let rt = &self.runtime;
+        match table {
+            key_auth::daos::TABLE => rt.key_auth.cache().forget(key),
+            basic_auth::daos::TABLE => rt.basic_auth.cache().forget(key),
+            jwt::daos::TABLE => rt.jwt.forget(key),
+            hmac_auth::daos::TABLE => rt.hmac_auth.forget(key),
+            oauth2::daos::TOKENS => rt.oauth2.tokens().forget(key),
+            _ => return false,
+        }
+        true
+    }
+
     fn stored_keys(&self, table: &str, key: &str) -> Vec<String> {
         // A key may be stored as written or as its digest (written while `key_auth_hash_keys`
         // was on, or the other way round): both are looked up, by their unique index.

@@ -57,6 +57,18 @@ pub trait PluginRegistry: Send + Sync {
     /// The store changed in ways not itemised (a full rebuild): drops every cached credential.
     fn invalidate_all(&self) {}
 
+    /// What the node's cache holds for a credential of `table` looked up by `key` (Kong's
+    /// `cache:probe` of `<table>:<key>:::::`): `None` when nothing is cached, `Some(None)` for
+    /// a remembered miss, `Some(Some(id))` for a credential, by its id.
+    fn cache_probe(&self, _table: &str, _key: &str) -> Option<Option<String>> {
+        None
+    }
+
+    /// Drops that one entry (Kong's `DELETE /cache/{key}`); false for a table not cached.
+    fn cache_forget(&self, _table: &str, _key: &str) -> bool {
+        false
+    }
+
     /// The forms an endpoint key may be stored in, to find a credential by it
     /// (`/key-auths/{key}` finds a row holding the key, or its digest when keys are hashed).
     fn stored_keys(&self, _table: &str, key: &str) -> Vec<String> {

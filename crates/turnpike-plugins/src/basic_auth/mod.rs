@@ -84,6 +84,11 @@ impl State {
     pub fn invalidate_all(&self) {
         self.stored.invalidate_all();
     }
+
+    /// The cache's `probe` and `forget` (see `crate::credentials::Cache`), by username.
+    pub fn cache(&self) -> &crate::credentials::Cache<String, Arc<Credential>> {
+        &self.stored
+    }
 }
 
 struct Configured {

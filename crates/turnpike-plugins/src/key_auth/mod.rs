@@ -90,6 +90,11 @@ impl State {
         self.stored.invalidate_all();
     }
 
+    /// The cache's `probe` and `forget` (see `crate::credentials::Cache`), by the key.
+    pub fn cache(&self) -> &crate::credentials::Cache<Box<str>, Arc<Identity>> {
+        &self.stored
+    }
+
     /// Cached keys (for tests and status).
     pub fn cached_keys(&self) -> u64 {
         self.stored.len()

@@ -122,6 +122,12 @@ impl State {
         self.tokens.invalidate_row(id, access_token);
     }
 
+    /// The token cache's `probe` and `forget` (see `crate::credentials::Cache`), by access
+    /// token.
+    pub fn tokens(&self) -> &crate::credentials::Cache<Arc<str>, Arc<Token>> {
+        &self.tokens
+    }
+
     /// Drops every cached token (an application changed: its tokens carry its client_id).
     pub fn invalidate_all(&self) {
         self.tokens.invalidate_all();

@@ -410,3 +410,80 @@ services:
     .await;
     assert_eq!(r.status, 413);
 }
+
+/// Kong's `GET /cache/{key}`: what the node holds under Kong's cache key of a credential
+/// (`keyauth_credentials:<key>:::::<workspace>`): the credential once a request used it,
+/// `{}` for a key remembered as missing, 404 for one never asked for; `DELETE /cache/{key}`
+/// drops that entry alone.
+#[tokio::test]
+async fn the_node_cache_reads_by_kong_cache_keys() {
+    let up = Upstream::start("cache-keys");
+    let gw = Gateway::sqlite().start();
+    gw.add_service_route(&up.url(), "/k").await;
+    let r = gw
+        .admin(
+            "POST",
+            "/services/s/plugins",
+            Some(json!({"name": "key-auth"})),
+        )
+        .await;
+    assert_eq!(r.status, 201);
+    let r = gw
+        .admin("POST", "/consumers", Some(json!({"username": "carol"})))
+        .await;
+    assert_eq!(r.status, 201);
+    let r = gw
+        .admin(
+            "POST",
+            "/consumers/carol/key-auth",
+            Some(json!({"key": "k:with:colons"})),
+        )
+        .await;
+    assert_eq!(r.status, 201);
+    let id = r.json()["id"].as_str().unwrap().to_string();
+    let ws = "00000000-0000-4000-8000-000000000000";
+    let entry = |key: &str| format!("/cache/keyauth_credentials:{key}:::::{ws}");
+    until_status(gw.proxy, "/k", 401).await;
+    // Never asked for: nothing cached.
+    assert_eq!(
+        gw.admin("GET", &entry("k:with:colons"), None).await.status,
+        404
+    );
+    let r = call(gw.proxy, "GET", "/k", &[("apikey", "k:with:colons")]).await;
+    assert_eq!(r.status, 200);
+    let r = call(gw.proxy, "GET", "/k", &[("apikey", "nobody")]).await;
+    assert_eq!(r.status, 401);
+    let r = gw.admin("GET", &entry("k:with:colons"), None).await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.json()["id"], id.as_str());
+    assert_eq!(r.json()["key"], "k:with:colons");
+    let r = gw.admin("GET", &entry("nobody"), None).await;
+    assert_eq!((r.status, r.json()), (200, json!({})));
+    // Percent-encoded as a client may send it.
+    let r = gw
+        .admin(
+            "GET",
+            &format!("/cache/keyauth_credentials%3Anobody%3A%3A%3A%3A%3A{ws}"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(gw.admin("GET", "/cache/some-key", None).await.status, 404);
+    // One entry dropped; the other stays.
+    let r = gw.admin("DELETE", &entry("k:with:colons"), None).await;
+    assert_eq!(r.status, 204);
+    assert_eq!(
+        gw.admin("GET", &entry("k:with:colons"), None).await.status,
+        404
+    );
+    assert_eq!(gw.admin("GET", &entry("nobody"), None).await.status, 200);
+    // And the key still works: looked up again.
+    let r = call(gw.proxy, "GET", "/k", &[("apikey", "k:with:colons")]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        gw.admin("GET", &entry("k:with:colons"), None).await.status,
+        200
+    );
+    assert_eq!(gw.admin("DELETE", "/cache", None).await.status, 204);
+    assert_eq!(gw.admin("GET", &entry("nobody"), None).await.status, 404);
+}
