@@ -14,6 +14,7 @@
 //! across browser restarts under the `remember_*` timeouts. Cookies are not Kong's
 //! lua-resty-session format: sessions made by Kong are not read (users sign in again once).
 
+mod cookie;
 mod schema;
 
 use std::sync::Arc;

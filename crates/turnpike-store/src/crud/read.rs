@@ -46,6 +46,21 @@ impl Store {
                 "{table}.{field} is not unique"
             )));
         }
+        // A row of no one (the session plugin's `sessions`): the row alone, with an empty
+        // consumer.
+        if spec.foreign.is_empty() {
+            let sql = format!(
+                "SELECT entity FROM {} WHERE {} = $1",
+                spec.table,
+                quote(field)
+            );
+            let mut conn = self.direct.get().await?;
+            let found = sqlx::query(&sql).bind(value).fetch_optional(&mut *conn).await;
+            let Some(row) = conn.seen(found)? else {
+                return Ok(None);
+            };
+            return Ok(parse_live(&row.try_get::<String, _>(0)?)?.map(|r| (r, Map::new())));
+        }
         // The foreign key that leads to the consumer: the consumer's own, or a parent
         // credential's.
         let via = match spec.foreign_to("consumers") {
