@@ -263,7 +263,7 @@ pub fn form_fields(body: &mut Map<String, Value>, fields: &[(&str, FieldKind)]) 
             continue;
         };
         let typed = match kind {
-            FieldKind::Int => raw.trim().parse::<i64>().ok().map(Value::from),
+            FieldKind::Int | FieldKind::Integer => raw.trim().parse::<i64>().ok().map(Value::from),
             FieldKind::Bool => match raw.as_str() {
                 "true" => Some(Value::Bool(true)),
                 "false" => Some(Value::Bool(false)),

@@ -78,7 +78,10 @@ pub enum FieldKind {
     Optional,
     /// Generated when absent (Kong's `auto = true`).
     Auto,
+    /// An integer within [0, 100000000] (Kong's `ttl`, `expires_in`).
     Int,
+    /// Any integer (Kong's plain `integer`: a session's `expires`, a Unix time).
+    Integer,
     StrArray,
     Bool,
 }

@@ -85,6 +85,7 @@ pub static ENTITIES: &[&PluginEntity] = &[
     &oauth2::daos::OAUTH2_CREDENTIALS,
     &oauth2::daos::OAUTH2_TOKENS,
     &oauth2::daos::OAUTH2_AUTHORIZATION_CODES,
+    &session::SESSIONS,
 ];
 
 /// Every plugin compiled in (Kong's `plugins = bundled`).
@@ -291,6 +292,7 @@ impl PluginRegistry for Registry {
                 oauth2::daos::TOKENS,
                 // Read once, by the token endpoint, never by the snapshot.
                 oauth2::daos::CODES,
+                session::TABLE,
             ]
         } else {
             &[]
@@ -311,6 +313,7 @@ impl PluginRegistry for Registry {
             jwt::daos::TABLE => rt.jwt.invalidate(id, field("key")),
             hmac_auth::daos::TABLE => rt.hmac_auth.invalidate(id, field("username")),
             oauth2::daos::TOKENS => rt.oauth2.invalidate_token(id, field("access_token")),
+            session::TABLE => rt.session.invalidate(id, field("session_id")),
             // Tokens carry their application's client_id.
             oauth2::daos::TABLE => rt.oauth2.invalidate_all(),
             // A consumer's identity is part of every cached credential of it.
@@ -352,6 +355,7 @@ impl PluginRegistry for Registry {
         self.runtime.jwt.invalidate_all();
         self.runtime.hmac_auth.invalidate_all();
         self.runtime.oauth2.invalidate_all();
+        self.runtime.session.invalidate_all();
     }
 
     fn cache_probe(&self, table: &str, key: &str) -> Option<Option<String>> {

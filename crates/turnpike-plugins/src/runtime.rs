@@ -16,6 +16,8 @@ pub struct Runtime {
     pub hmac_auth: Arc<hmac_auth::State>,
     pub ldap_auth: Arc<ldap_auth::State>,
     pub oauth2: Arc<oauth2::State>,
+    /// session's `storage = kong` sessions, read through the credential cache.
+    pub session: Arc<session::State>,
     pub rate_limiting: Arc<rate_limiting::State>,
     pub response_ratelimiting: Arc<response_ratelimiting::State>,
     pub http_log: Arc<http_log::State>,
@@ -48,6 +50,7 @@ impl Runtime {
             hmac_auth: Arc::new(hmac_auth::state(credentials.clone())),
             ldap_auth: Arc::default(),
             oauth2: Arc::new(oauth2::State::new(credentials.clone())),
+            session: Arc::new(session::State::new(credentials.clone())),
             credentials,
             rate_limiting: Arc::default(),
             response_ratelimiting: Arc::default(),

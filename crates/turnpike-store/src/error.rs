@@ -6,7 +6,7 @@ use serde_json::{json, Map, Value};
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// Code 2: the entity breaks its schema. (field path, message), `a.b` for nested fields.
-    #[error("schema violation")]
+    #[error("schema violation ({})", describe(.0))]
     Schema(Vec<(String, String)>),
     /// Code 3: `POST` with an id that exists.
     #[error("primary key violation on id {0}")]
@@ -195,6 +195,15 @@ impl StoreError {
             ),
         }
     }
+}
+
+/// A schema violation's fields and messages, for logs (`ttl: expected an integer`).
+fn describe(errors: &[(String, String)]) -> String {
+    errors
+        .iter()
+        .map(|(f, m)| format!("{f}: {m}"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 #[cfg(test)]

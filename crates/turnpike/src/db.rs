@@ -138,6 +138,8 @@ pub async fn db_export(
     let (_, mut export) = store.export().await.map_err(|e| e.to_string())?;
     if let Some(m) = export.as_object_mut() {
         m.remove("_transform");
+        // Sessions are state, not config (Kong's `db_export = false`).
+        m.remove(turnpike_plugins::session::TABLE);
     }
     let yaml = to_yaml(&export)?;
     std::fs::write(path, yaml).map_err(|e| format!("cannot write {}: {e}", path.display()))?;

@@ -42,7 +42,6 @@ pub const HEADER_ENCODED_SIZE: usize = 110;
 
 const COOKIE_TYPE: u8 = 1;
 pub const FLAG_STORAGE: u16 = 0x0001;
-const FLAG_FORGET: u16 = 0x0002;
 const FLAG_DEFLATE: u16 = 0x0010;
 
 const MAX_ROLLING_OFFSET: i64 = (1 << 32) - 1;
@@ -70,7 +69,9 @@ impl hkdf::KeyType for Len {
 impl Keys {
     pub fn new(secret: &str) -> Keys {
         let mut ikm = [0u8; 32];
-        ikm.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, secret.as_bytes()).as_ref());
+        ikm.copy_from_slice(
+            ring::digest::digest(&ring::digest::SHA256, secret.as_bytes()).as_ref(),
+        );
         // OpenSSL's HKDF with an empty salt (lua-resty-session's): HMAC under an empty key.
         let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, &[]).extract(&ikm);
         Keys { ikm, prk }
@@ -259,7 +260,12 @@ impl Header {
 
     /// The session's entries, from the base64url payload (the rest of the cookie, or what the
     /// storage keeps).
-    pub fn decrypt(&self, payload: &str, keys: &Keys, remember: bool) -> Result<Value, &'static str> {
+    pub fn decrypt(
+        &self,
+        payload: &str,
+        keys: &Keys,
+        remember: bool,
+    ) -> Result<Value, &'static str> {
         if payload.len() != self.data_size {
             return Err("invalid session payload");
         }
@@ -269,7 +275,11 @@ impl Header {
         sealed.extend_from_slice(&self.raw[HEADER_TAG_SIZE..HEADER_TOUCH_SIZE]);
         let (key, iv) = keys.cipher(&self.sid, remember);
         let plain = key
-            .open_in_place(iv, aead::Aad::from(&self.raw[..HEADER_TAG_SIZE]), &mut sealed)
+            .open_in_place(
+                iv,
+                aead::Aad::from(&self.raw[..HEADER_TAG_SIZE]),
+                &mut sealed,
+            )
             .map_err(|_| "unable to decrypt session data")?;
         let plain = if self.flags & FLAG_DEFLATE != 0 {
             use std::io::Read;
@@ -301,10 +311,6 @@ impl Header {
     /// The session id as lua-resty-session shows and stores it.
     pub fn id(&self) -> String {
         B64.encode(self.sid)
-    }
-
-    pub fn forget(&self) -> bool {
-        self.flags & FLAG_FORGET != 0
     }
 }
 
@@ -401,9 +407,14 @@ mod tests {
     }
 
     fn value(set_cookie: &Value) -> (String, String) {
-        let first = set_cookie.as_str().unwrap_or_else(|| set_cookie[0].as_str().unwrap());
+        let first = set_cookie
+            .as_str()
+            .unwrap_or_else(|| set_cookie[0].as_str().unwrap());
         let (name, rest) = first.split_once('=').unwrap();
-        (name.to_string(), rest.split(';').next().unwrap().to_string())
+        (
+            name.to_string(),
+            rest.split(';').next().unwrap().to_string(),
+        )
     }
 
     fn timeouts(c: &Value) -> Timeouts {
@@ -481,11 +492,18 @@ mod tests {
         let mut h = Header::open(&cookie, &keys, false, false, t, now).unwrap();
         let header = h.touch(&keys, now);
         let (_, expected) = value(&touched["set_cookie"]);
-        assert_eq!(format!("{header}{}", &cookie[HEADER_ENCODED_SIZE..]), expected);
+        assert_eq!(
+            format!("{header}{}", &cookie[HEADER_ENCODED_SIZE..]),
+            expected
+        );
         // Its errors where the library refuses.
         for (k, remember) in [("idle", false), ("other_secret", false)] {
             let case_now = v[k]["now"].as_i64().unwrap();
-            let keys = if k == "other_secret" { Keys::new("another") } else { Keys::new(conf["secret"].as_str().unwrap()) };
+            let keys = if k == "other_secret" {
+                Keys::new("another")
+            } else {
+                Keys::new(conf["secret"].as_str().unwrap())
+            };
             let e = Header::open(&cookie, &keys, false, remember, t, case_now).unwrap_err();
             assert_eq!(e, v[k]["error"].as_str().unwrap(), "{k}");
         }
@@ -493,14 +511,31 @@ mod tests {
         let (_, cookie) = value(&no_idle["set_cookie"]);
         let t = timeouts(&no_idle["config"]);
         let abs = &v["absolute"];
-        let e = Header::open(&cookie, &keys, false, false, t, abs["now"].as_i64().unwrap()).unwrap_err();
+        let e = Header::open(
+            &cookie,
+            &keys,
+            false,
+            false,
+            t,
+            abs["now"].as_i64().unwrap(),
+        )
+        .unwrap_err();
         assert_eq!(e, abs["error"].as_str().unwrap());
         // Rolled: a new id, the creation time kept, the library's cookie.
         let rolled = &v["rolled"];
         let now = rolled["now"].as_i64().unwrap();
         let h = Header::open(&cookie, &keys, false, false, t, now).unwrap();
         let sid: [u8; 32] = core::array::from_fn(|i| 3 + i as u8);
-        let s = seal(&keys, sid, &entries(no_idle), Some(h.created), now, 0, false).unwrap();
+        let s = seal(
+            &keys,
+            sid,
+            &entries(no_idle),
+            Some(h.created),
+            now,
+            0,
+            false,
+        )
+        .unwrap();
         let (_, expected) = value(&rolled["set_cookie"]);
         assert_eq!(format!("{}{}", s.header, s.payload), expected);
     }
@@ -521,7 +556,9 @@ mod tests {
             absolute: conf["remember_absolute_timeout"].as_f64().unwrap(),
         };
         let h = Header::open(&cookie, &keys, false, true, t, now + 100_000).unwrap();
-        let data = h.decrypt(&cookie[HEADER_ENCODED_SIZE..], &keys, true).unwrap();
+        let data = h
+            .decrypt(&cookie[HEADER_ENCODED_SIZE..], &keys, true)
+            .unwrap();
         assert_eq!(data, entries(case));
         let sid: [u8; 32] = core::array::from_fn(|i| 8 + i as u8);
         let s = seal(&keys, sid, &entries(case), None, now, 0, true).unwrap();
@@ -536,15 +573,32 @@ mod tests {
             rolling: 3600.0,
             absolute: 86400.0,
         };
-        for c in ["", "short", &"A".repeat(110), &"é".repeat(60), &"_".repeat(200)] {
+        for c in [
+            "",
+            "short",
+            &"A".repeat(110),
+            &"é".repeat(60),
+            &"_".repeat(200),
+        ] {
             assert!(Header::open(c, &keys, false, false, t, 0).is_err(), "{c}");
         }
-        let s = seal(&keys, [7; 32], &json!([[["c", "k"], "default"]]), None, 1000, 0, false).unwrap();
+        let s = seal(
+            &keys,
+            [7; 32],
+            &json!([[["c", "k"], "default"]]),
+            None,
+            1000,
+            0,
+            false,
+        )
+        .unwrap();
         let h = Header::open(&s.header, &keys, false, false, t, 1001).unwrap();
         assert!(h.decrypt("", &keys, false).is_err());
         let mut bad = s.payload.clone().into_bytes();
         bad[0] = if bad[0] == b'A' { b'B' } else { b'A' };
-        assert!(h.decrypt(std::str::from_utf8(&bad).unwrap(), &keys, false).is_err());
+        assert!(h
+            .decrypt(std::str::from_utf8(&bad).unwrap(), &keys, false)
+            .is_err());
         assert_eq!(chunks(7, 10), Some(1));
         assert_eq!(chunks(7, 5000), Some(2));
         assert_eq!(chunks(7, 40_000), None);

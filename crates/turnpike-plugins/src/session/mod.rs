@@ -6,29 +6,33 @@
 //! `logout_methods` with `logout_query_arg`, or `logout_post_arg` in a form body when
 //! `read_body_for_logout`) clears it and gets 200.
 //!
-//! The cookie (storage `cookie`) holds the session itself, sealed with AES-256-GCM under a key
-//! derived from `secret` (HKDF-SHA256, once per config) and bound to the cookie name and
-//! `audience`: a changed secret or audience ends every session. Its times enforce
-//! `idling_timeout` (renewed as the session is used), `rolling_timeout` (renewed at most every
-//! rolling period) and `absolute_timeout` (never renewed); `remember` makes the cookie persist
-//! across browser restarts under the `remember_*` timeouts. Cookies are not Kong's
-//! lua-resty-session format: sessions made by Kong are not read (users sign in again once).
+//! Cookies are lua-resty-session 4's, byte for byte (see `cookie`): a session a Kong node
+//! made keeps working here, and one made here on Kong. The times are the library's:
+//! `idling_timeout` (the header's idling offset, renewed by a touch once a minute has passed),
+//! `rolling_timeout` (a new session id and cookie once three quarters of it have passed),
+//! `absolute_timeout` (never renewed); `remember` adds the library's persistent second cookie,
+//! which opens a new session when the browser's has gone. `storage = kong` keeps the sessions
+//! in the database (Kong's `sessions` entity, see `storage`) and the header alone in the
+//! cookie.
 
 mod cookie;
+mod daos;
 mod schema;
+mod storage;
+
+pub use daos::{SESSIONS, TABLE};
+pub use storage::State;
 
 use std::sync::Arc;
 
-use base64::Engine;
 use http::{HeaderName, HeaderValue, StatusCode};
-use ring::aead;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::{
     Access, AccessRequest, BodyFilter, BuildContext, Exit, Handler, Identity, PluginSpec,
     ResponseHead,
 };
+use cookie::{Header, Keys, Timeouts};
 
 pub struct Session;
 
@@ -43,23 +47,27 @@ fn consumers(ctx: &BuildContext<'_>) -> Consumers {
         .collect()
 }
 
+const EXPIRE: &str = "; Expires=Thu, 01 Jan 1970 00:00:01 GMT; Max-Age=0";
+/// lua-resty-session's `touch_threshold`: the idling clock is renewed at most once a minute.
+const TOUCH_THRESHOLD: i64 = 60;
+
 struct Configured {
-    key: aead::LessSafeKey,
-    /// Additional data every cookie is sealed with: name and audience.
-    aad: Vec<u8>,
+    keys: Keys,
     cookie_name: String,
-    /// `; Path=/; Domain=...; SameSite=...; HttpOnly; Secure`
-    attributes: String,
-    idling: u64,
-    rolling: u64,
-    absolute: u64,
-    /// Persistent cookie lifetime (`remember`), else a browser-session cookie.
-    persistent: Option<u64>,
+    /// The remember cookie's name, with `remember`.
+    remember_cookie_name: Option<String>,
+    /// lua-resty-session's cookie flags: `; Domain=..; Path=..; SameSite=..; Secure; HttpOnly`.
+    flags: String,
+    timeouts: Timeouts,
+    remember_timeouts: Timeouts,
+    stale_ttl: i64,
+    /// `storage = kong`.
+    store: Option<Arc<State>>,
+    audience: String,
     logout_methods: Vec<String>,
     logout_query_arg: String,
     logout_post_arg: Option<String>,
     consumers: Arc<Consumers>,
-    audience: HeaderValue,
     /// lua-resty-session's headers to the upstream and to the client (`request_headers`,
     /// `response_headers`).
     request_headers: Vec<String>,
@@ -68,25 +76,20 @@ struct Configured {
 
 struct Handle(Arc<Configured>);
 
-/// What a cookie carries.
-#[derive(Serialize, Deserialize, Clone, PartialEq, Debug)]
-struct Data {
-    /// Consumer and credential ids.
-    c: String,
-    k: String,
-    /// Created (absolute start), rolled (rolling start), seen (idling start): Unix seconds.
-    t0: u64,
-    tr: u64,
-    ts: u64,
-    /// The session's id (random, made with it).
-    id: String,
-}
-
 /// The request's session, from access to header_filter.
 struct Opened {
-    data: Data,
-    /// The cookie must be sent again (its times were renewed).
-    renew: bool,
+    header: Header,
+    /// The session's entries, ours at `index` (other audiences' are kept as they are).
+    entries: Vec<Value>,
+    index: usize,
+    consumer: String,
+    credential: String,
+}
+
+/// Where a session's payload is: after the header in the cookie, or in the store.
+enum Payload {
+    Cookie(String),
+    Stored(String),
 }
 
 impl PluginSpec for Session {
@@ -114,75 +117,67 @@ impl PluginSpec for Session {
             }
         }
     }
-    fn entity_checks(&self, config: &Value) -> Vec<(String, String)> {
-        if config["storage"] == "kong" {
-            return vec![(
+    fn needs_database(&self, config: &Value) -> Option<(String, String)> {
+        (config["storage"] == "kong").then(|| {
+            (
                 "storage".into(),
-                "storage 'kong' (sessions kept in the database) is not supported by this \
-                 build; use 'cookie'"
+                "storage 'kong' keeps sessions in the database and is not available in DB-less \
+                 mode; use 'cookie'"
                     .into(),
-            )];
-        }
-        Vec::new()
+            )
+        })
     }
     fn build(&self, config: &Value, ctx: &BuildContext) -> Result<Arc<dyn Handler>, String> {
         let c: schema::Config = crate::typed(config)?;
         let secret = c.secret.unwrap_or_default();
-        let (cookie_name, idling, rolling, absolute, persistent) = if c.remember {
-            (
-                c.remember_cookie_name.clone(),
-                c.idling_timeout,
-                c.remember_rolling_timeout,
-                c.remember_absolute_timeout,
-                Some(c.remember_rolling_timeout.max(0.0) as u64),
-            )
-        } else {
-            (
-                c.cookie_name.clone(),
-                c.idling_timeout,
-                c.rolling_timeout,
-                c.absolute_timeout,
-                None,
-            )
+        let store = match c.storage.as_str() {
+            "kong" if ctx.runtime.session.available() => Some(ctx.runtime.session.clone()),
+            "kong" => return Err("storage 'kong' needs a database".into()),
+            _ => None,
         };
-        let okm = ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, b"turnpike session v1")
-            .extract(secret.as_bytes());
-        let info = [c.audience.as_bytes()];
-        let key_bytes: ring::hkdf::Okm<&aead::Algorithm> = okm
-            .expand(&info, &aead::AES_256_GCM)
-            .map_err(|_| "cannot derive the session key")?;
-        let key = aead::LessSafeKey::new(aead::UnboundKey::from(key_bytes));
-        let mut attributes = format!("; Path={}", c.cookie_path);
-        if let Some(d) = &c.cookie_domain {
-            attributes.push_str(&format!("; Domain={d}"));
+        let mut flags = String::new();
+        if let Some(d) = c
+            .cookie_domain
+            .as_deref()
+            .filter(|d| !d.is_empty() && *d != "localhost")
+        {
+            flags.push_str(&format!("; Domain={d}"));
         }
-        if c.cookie_same_site != "Default" {
-            attributes.push_str(&format!("; SameSite={}", c.cookie_same_site));
+        flags.push_str(&format!(
+            "; Path={}; SameSite={}",
+            c.cookie_path, c.cookie_same_site
+        ));
+        if c.cookie_secure || c.cookie_same_site == "None" {
+            flags.push_str("; Secure");
         }
         if c.cookie_http_only {
-            attributes.push_str("; HttpOnly");
+            flags.push_str("; HttpOnly");
         }
-        if c.cookie_secure {
-            attributes.push_str("; Secure");
-        }
-        HeaderValue::from_str(&format!("{cookie_name}=x{attributes}"))
+        HeaderValue::from_str(&format!("{}=x{flags}", c.cookie_name))
             .map_err(|_| "cookie name and attributes must be header text")?;
-        let secs = |v: f64| v.max(0.0) as u64;
+        HeaderValue::from_str(&c.audience).map_err(|_| "audience must be header text")?;
         Ok(Arc::new(Handle(Arc::new(Configured {
-            key,
-            aad: format!("{cookie_name}\n{}", c.audience).into_bytes(),
-            cookie_name,
-            attributes,
-            idling: secs(idling),
-            rolling: secs(rolling),
-            absolute: secs(absolute),
-            persistent,
+            keys: Keys::new(&secret),
+            cookie_name: c.cookie_name,
+            remember_cookie_name: c.remember.then_some(c.remember_cookie_name),
+            flags,
+            timeouts: Timeouts {
+                idling: c.idling_timeout,
+                rolling: c.rolling_timeout,
+                absolute: c.absolute_timeout,
+            },
+            remember_timeouts: Timeouts {
+                idling: 0.0,
+                rolling: c.remember_rolling_timeout,
+                absolute: c.remember_absolute_timeout,
+            },
+            stale_ttl: c.stale_ttl.max(0.0) as i64,
+            store,
+            audience: c.audience,
             logout_methods: c.logout_methods,
             logout_query_arg: c.logout_query_arg,
             logout_post_arg: c.read_body_for_logout.then_some(c.logout_post_arg),
             consumers: ctx.shared(consumers),
-            audience: HeaderValue::from_str(&c.audience)
-                .map_err(|_| "audience must be header text")?,
             request_headers: c.request_headers.unwrap_or_default(),
             response_headers: c.response_headers.unwrap_or_default(),
         }))))
@@ -191,21 +186,28 @@ impl PluginSpec for Session {
 
 /// 32 random bytes in base64, as Kong's `random_string`.
 fn random_secret() -> String {
+    use base64::Engine;
     let mut b = [0u8; 32];
     let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b);
     base64::engine::general_purpose::STANDARD.encode(b)
 }
 
-/// A new session id: 16 random bytes, base64url.
-fn session_id() -> String {
-    let mut b = [0u8; 16];
-    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b);
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
+fn now() -> i64 {
+    crate::clock::now_secs() as i64
+}
+
+/// A number as Lua writes it in a header (`900`, `900.5`).
+fn lua_number(n: f64) -> String {
+    if n.fract() == 0.0 && n.abs() < 1e15 {
+        format!("{}", n as i64)
+    } else {
+        format!("{n}")
+    }
 }
 
 impl Configured {
-    /// The session cookie's value in the request, if any.
-    fn cookie<'r>(&self, req: &'r AccessRequest<'_>) -> Option<&'r str> {
+    /// The value of cookie `name` in the request (nginx's `$cookie_<name>`: the first).
+    fn cookie<'r>(&self, req: &'r AccessRequest<'_>, name: &str) -> Option<&'r str> {
         req.headers
             .get_all(http::header::COOKIE)
             .iter()
@@ -213,92 +215,171 @@ impl Configured {
             .flat_map(|v| v.split(';'))
             .find_map(|pair| {
                 let (k, v) = pair.trim().split_once('=')?;
-                (k == self.cookie_name).then_some(v)
+                (k == name).then_some(v)
             })
     }
 
-    fn seal(&self, data: &Data) -> Option<String> {
-        let mut nonce = [0u8; 12];
-        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce).ok()?;
-        let mut buf = serde_json::to_vec(data).ok()?;
-        self.key
-            .seal_in_place_append_tag(
-                aead::Nonce::assume_unique_for_key(nonce),
-                aead::Aad::from(&self.aad),
-                &mut buf,
-            )
-            .ok()?;
-        let mut out = Vec::with_capacity(1 + 12 + buf.len());
-        out.push(1u8);
-        out.extend_from_slice(&nonce);
-        out.extend_from_slice(&buf);
-        Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(out))
-    }
-
-    fn open(&self, cookie: &str) -> Option<Data> {
-        let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(cookie)
-            .ok()?;
-        if raw.len() < 1 + 12 + 16 || raw[0] != 1 {
-            return None;
+    fn name(&self, remember: bool) -> &str {
+        match (&self.remember_cookie_name, remember) {
+            (Some(r), true) => r,
+            _ => &self.cookie_name,
         }
-        let nonce = aead::Nonce::try_assume_unique_for_key(&raw[1..13]).ok()?;
-        let mut buf = raw[13..].to_vec();
-        let plain = self
-            .key
-            .open_in_place(nonce, aead::Aad::from(&self.aad), &mut buf)
-            .ok()?;
-        serde_json::from_slice(plain).ok()
     }
 
-    /// Whether a session with these times is still valid at `now`.
-    fn valid(&self, d: &Data, now: u64) -> bool {
-        let within = |start: u64, limit: u64| limit == 0 || now.saturating_sub(start) < limit;
-        within(d.t0, self.absolute) && within(d.tr, self.rolling) && within(d.ts, self.idling)
-    }
-
-    /// lua-resty-session's header for `what` of session `d` at `now`.
-    fn header(&self, what: &str, d: &Data, now: u64) -> Option<(HeaderName, HeaderValue)> {
-        let left = |start: u64, limit: u64| limit.saturating_sub(now.saturating_sub(start));
-        let (name, value) = match what {
-            "id" => ("session-id", HeaderValue::from_str(&d.id).ok()?),
-            "audience" => ("session-audience", self.audience.clone()),
-            "timeout" => {
-                let all = [
-                    (self.idling > 0).then(|| left(d.ts, self.idling)),
-                    (self.rolling > 0).then(|| left(d.tr, self.rolling)),
-                    (self.absolute > 0).then(|| left(d.t0, self.absolute)),
-                ];
-                ("session-timeout", all.into_iter().flatten().min()?.into())
-            }
-            "idling-timeout" => ("session-idling-timeout", left(d.ts, self.idling).into()),
-            "rolling-timeout" => ("session-rolling-timeout", left(d.tr, self.rolling).into()),
-            "absolute-timeout" => ("session-absolute-timeout", left(d.t0, self.absolute).into()),
-            // Kong's sessions have no subject.
-            _ => return None,
+    /// The session cookie's header, checked, and where its payload is.
+    fn header(
+        &self,
+        req: &AccessRequest<'_>,
+        remember: bool,
+        now: i64,
+    ) -> Option<(Header, Payload)> {
+        let name = self.name(remember);
+        let cookie = self.cookie(req, name)?;
+        let t = if remember {
+            self.remember_timeouts
+        } else {
+            self.timeouts
         };
-        Some((HeaderName::from_static(name), value))
+        let header = Header::open(cookie, &self.keys, self.store.is_some(), remember, t, now)
+            .map_err(|e| tracing::debug!("session not present ({e})"))
+            .ok()?;
+        if self.store.is_some() {
+            let key = header.id();
+            return Some((header, Payload::Stored(key)));
+        }
+        let mut payload = cookie[cookie::HEADER_ENCODED_SIZE..].to_string();
+        let chunks = cookie::chunks(name.len(), header.data_size)?;
+        for i in 2..=chunks {
+            payload.push_str(self.cookie(req, &format!("{name}{i}"))?);
+        }
+        Some((header, Payload::Cookie(payload)))
     }
 
-    fn set_cookie(&self, value: &str) -> Option<HeaderValue> {
-        let mut s = format!("{}={value}{}", self.cookie_name, self.attributes);
-        if let Some(age) = self.persistent {
+    /// Our entry of a session's entries, and the consumer and credential it names.
+    fn ours(&self, entries: &[Value]) -> Option<(usize, String, String)> {
+        let index = entries
+            .iter()
+            .position(|e| e[1] == self.audience.as_str())?;
+        let data = &entries[index][0];
+        Some((
+            index,
+            data[0].as_str()?.to_string(),
+            data[1].as_str()?.to_string(),
+        ))
+    }
+
+    /// `Set-Cookie` for a sealed session (`remember`: the persistent cookie).
+    fn set_cookie(&self, sealed: &cookie::Sealed, remember: bool) -> Option<HeaderValue> {
+        let name = self.name(remember);
+        let body = if self.store.is_some() {
+            sealed.header.clone()
+        } else {
+            format!("{}{}", sealed.header, sealed.payload)
+        };
+        let mut s = format!("{name}={body}{}", self.flags);
+        if remember {
+            let max_age = match self.remember_timeouts.rolling as i64 {
+                0 => cookie::MAX_TTL,
+                a => a.min(cookie::MAX_TTL),
+            };
+            let expires = std::time::UNIX_EPOCH
+                + std::time::Duration::from_secs((sealed.decoded.created + max_age).max(0) as u64);
             s.push_str(&format!(
-                "; Expires={}; Max-Age={age}",
-                httpdate::fmt_http_date(
-                    std::time::SystemTime::now() + std::time::Duration::from_secs(age)
-                )
+                "; Expires={}; Max-Age={max_age}",
+                httpdate::fmt_http_date(expires)
             ));
         }
         HeaderValue::from_str(&s).ok()
     }
 
-    fn clear_cookie(&self) -> Option<HeaderValue> {
-        HeaderValue::from_str(&format!(
-            "{}={}; Expires=Thu, 01 Jan 1970 00:00:01 GMT; Max-Age=0",
-            self.cookie_name, self.attributes
-        ))
-        .ok()
+    fn clear_cookie(&self, name: &str) -> Option<HeaderValue> {
+        HeaderValue::from_str(&format!("{name}={}{EXPIRE}", self.flags)).ok()
+    }
+
+    /// Seals the entries as a new session (`created` kept from the one it renews); with the
+    /// `kong` storage, the write to make (run by the caller).
+    fn save(
+        &self,
+        entries: &[Value],
+        created: Option<i64>,
+        old: Option<&Header>,
+        remember: bool,
+        now: i64,
+    ) -> Option<(cookie::Sealed, Option<Save>)> {
+        let flags = if self.store.is_some() {
+            cookie::FLAG_STORAGE
+        } else {
+            0
+        };
+        let sealed = cookie::seal(
+            &self.keys,
+            cookie::new_sid(),
+            &Value::Array(entries.to_vec()),
+            created,
+            now,
+            flags,
+            remember,
+        )?;
+        let write = self.store.as_ref().map(|store| {
+            let rolling = if remember {
+                self.remember_timeouts.rolling
+            } else {
+                self.timeouts.rolling
+            };
+            let ttl = match rolling as i64 {
+                t if t <= 0 || t > cookie::MAX_TTL => cookie::MAX_TTL,
+                t => t,
+            };
+            Save {
+                store: store.clone(),
+                key: sealed.decoded.id(),
+                payload: sealed.payload.clone(),
+                ttl,
+                now,
+                old: old.map(|h| (h.id(), self.stale_ttl, remember)),
+            }
+        });
+        Some((sealed, write))
+    }
+
+    /// lua-resty-session's `Session-*` header for `what`.
+    fn header_for(&self, what: &str, o: &Opened, now: i64) -> Option<(HeaderName, HeaderValue)> {
+        let h = &o.header;
+        let t = &self.timeouts;
+        let rolling_elapsed = (now - h.created - h.rolling_offset) as f64;
+        let idling_left = t.idling - (rolling_elapsed - h.idling_offset as f64);
+        let rolling_left = t.rolling - rolling_elapsed;
+        let absolute_left = t.absolute - (now - h.created) as f64;
+        let number = |n: f64| HeaderValue::from_str(&lua_number(n)).ok();
+        let (name, value) = match what {
+            "id" => ("session-id", HeaderValue::from_str(&h.id()).ok()?),
+            "audience" => (
+                "session-audience",
+                HeaderValue::from_str(&self.audience).ok()?,
+            ),
+            "subject" => (
+                "session-subject",
+                HeaderValue::from_str(o.entries[o.index].get(2)?.as_str()?).ok()?,
+            ),
+            "timeout" => {
+                let all = [
+                    (t.idling > 0.0).then_some(idling_left),
+                    (t.rolling > 0.0).then_some(rolling_left),
+                    (t.absolute > 0.0).then_some(absolute_left),
+                ];
+                let min = all.into_iter().flatten().reduce(f64::min)?;
+                ("session-timeout", number(min)?)
+            }
+            "idling-timeout" if t.idling > 0.0 => ("session-idling-timeout", number(idling_left)?),
+            "rolling-timeout" if t.rolling > 0.0 => {
+                ("session-rolling-timeout", number(rolling_left)?)
+            }
+            "absolute-timeout" if t.absolute > 0.0 => {
+                ("session-absolute-timeout", number(absolute_left)?)
+            }
+            _ => return None,
+        };
+        Some((HeaderName::from_static(name), value))
     }
 
     fn is_logout(&self, req: &AccessRequest<'_>) -> bool {
@@ -330,6 +411,170 @@ impl Configured {
     }
 }
 
+/// A session write for the `kong` storage.
+struct Save {
+    store: Arc<State>,
+    key: String,
+    payload: String,
+    ttl: i64,
+    now: i64,
+    old: Option<(String, i64, bool)>,
+}
+
+impl Save {
+    async fn run(self) {
+        if let Err(e) = self
+            .store
+            .save(self.key, &self.payload, self.ttl, self.now, self.old)
+            .await
+        {
+            tracing::warn!("session: unable to store session data ({e})");
+        }
+    }
+}
+
+/// Writes to make before the request goes on (a session renewed in the access phase must be
+/// stored before the client can present its new cookie).
+fn after(writes: Vec<Save>) -> Access {
+    if writes.is_empty() {
+        return Access::Continue;
+    }
+    Access::Wait(Box::pin(async move {
+        for w in writes {
+            w.run().await;
+        }
+        let resume: crate::Resume = Box::new(|_| Access::Continue);
+        resume
+    }))
+}
+
+impl Handle {
+    /// The access phase once the session's payload is known.
+    fn proceed(
+        conf: &Arc<Configured>,
+        req: &mut AccessRequest<'_>,
+        header: Header,
+        payload: Option<String>,
+        remember: bool,
+        now: i64,
+    ) -> Access {
+        let Some(payload) = payload else {
+            return Access::Continue;
+        };
+        let entries = match header.decrypt(&payload, &conf.keys, remember) {
+            Ok(Value::Array(e)) => e,
+            Ok(_) => return Access::Continue,
+            Err(e) => {
+                tracing::debug!("session not present ({e})");
+                return Access::Continue;
+            }
+        };
+        let Some((index, consumer, credential)) = conf.ours(&entries) else {
+            return Access::Continue;
+        };
+        let mut writes = Vec::new();
+        let set = |req: &mut AccessRequest<'_>, v: Option<HeaderValue>| {
+            if let Some(v) = v {
+                req.response_headers.push((http::header::SET_COOKIE, v));
+            }
+        };
+        let destroy = |req: &mut AccessRequest<'_>| {
+            let mut out = vec![conf.clear_cookie(&conf.cookie_name)];
+            if let Some(r) = &conf.remember_cookie_name {
+                out.push(conf.clear_cookie(r));
+            }
+            for v in out.into_iter().flatten() {
+                req.response_headers.push((http::header::SET_COOKIE, v));
+            }
+            if let Some(store) = &conf.store {
+                let (store, key) = (store.clone(), header.id());
+                tokio::spawn(async move {
+                    let _ = store.retire(&key, 0, now, true).await;
+                });
+            }
+        };
+        if conf.is_logout(req) {
+            let mut e = Exit::message(StatusCode::OK, "");
+            e.headers.clear();
+            e.body = bytes::Bytes::new();
+            destroy(req);
+            e.headers = std::mem::take(req.response_headers);
+            return Access::Exit(e);
+        }
+        // A session of a consumer since deleted is over.
+        let Some((username, custom_id)) = conf.consumers.get(consumer.as_str()) else {
+            destroy(req);
+            return Access::Continue;
+        };
+        let mut header = header;
+        if remember {
+            // The browser's session has gone and the remember cookie opened it: both are
+            // made again (lua-resty-session's `open`), the persistent one keeping its start.
+            if let Some((r, w)) =
+                conf.save(&entries, Some(header.created), Some(&header), true, now)
+            {
+                set(req, conf.set_cookie(&r, true));
+                writes.extend(w);
+            }
+            if let Some((s, w)) = conf.save(&entries, None, None, false, now) {
+                set(req, conf.set_cookie(&s, false));
+                writes.extend(w);
+                header = s.decoded;
+            }
+        } else {
+            // lua-resty-session's `refresh`: renewed when three quarters of the rolling
+            // period have passed, touched when the idling clock is a minute old.
+            let t = conf.timeouts;
+            let rolling_elapsed = now - header.created - header.rolling_offset;
+            if t.rolling > 0.0 && rolling_elapsed > (t.rolling * 0.75).floor() as i64 {
+                if let Some((s, w)) =
+                    conf.save(&entries, Some(header.created), Some(&header), false, now)
+                {
+                    set(req, conf.set_cookie(&s, false));
+                    writes.extend(w);
+                    header = s.decoded;
+                }
+            } else if t.idling > 0.0 && rolling_elapsed - header.idling_offset > TOUCH_THRESHOLD {
+                let touched = header.touch(&conf.keys, now);
+                let value = match &conf.store {
+                    Some(_) => touched,
+                    None => format!("{touched}{payload}"),
+                };
+                set(
+                    req,
+                    HeaderValue::from_str(&format!("{}={value}{}", conf.cookie_name, conf.flags))
+                        .ok(),
+                );
+            }
+        }
+        req.set_consumer(Arc::new(Identity::new(
+            &consumer,
+            username.as_deref(),
+            custom_id.as_deref(),
+            Some(&credential),
+        )));
+        let opened = Opened {
+            header,
+            entries,
+            index,
+            consumer,
+            credential,
+        };
+        for what in &conf.request_headers {
+            if let Some((k, v)) = conf.header_for(what, &opened, now) {
+                req.headers.insert(k, v);
+            }
+        }
+        for what in &conf.response_headers {
+            if let Some(h) = conf.header_for(what, &opened, now) {
+                req.response_headers.push(h);
+            }
+        }
+        req.ctx.insert(opened);
+        after(writes)
+    }
+}
+
 impl Handler for Handle {
     fn phases(&self) -> crate::Phases {
         crate::Phases::ACCESS | crate::Phases::RESPONSE
@@ -339,61 +584,36 @@ impl Handler for Handle {
     }
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {
         let conf = &self.0;
-        let Some(data) = conf.cookie(req).and_then(|c| conf.open(c)) else {
+        let now = now();
+        let found = conf
+            .header(req, false, now)
+            .map(|(h, p)| (h, p, false))
+            .or_else(|| {
+                conf.remember_cookie_name
+                    .as_ref()
+                    .and_then(|_| conf.header(req, true, now))
+                    .map(|(h, p)| (h, p, true))
+            });
+        let Some((header, payload, remember)) = found else {
             return Access::Continue;
         };
-        let now = crate::clock::now_secs();
-        if !conf.valid(&data, now) {
-            return Access::Continue;
+        match (payload, &conf.store) {
+            (Payload::Cookie(p), _) => Self::proceed(conf, req, header, Some(p), remember, now),
+            (Payload::Stored(key), Some(store)) => match store.cached(&key) {
+                Some(p) => Self::proceed(conf, req, header, p, remember, now),
+                None => {
+                    let (conf, store) = (conf.clone(), store.clone());
+                    Access::Wait(Box::pin(async move {
+                        let p = store.load(key).await;
+                        let resume: crate::Resume = Box::new(move |req| {
+                            Self::proceed(&conf, req, header, p, remember, now)
+                        });
+                        resume
+                    }))
+                }
+            },
+            (Payload::Stored(_), None) => Access::Continue,
         }
-        if conf.is_logout(req) {
-            let mut e = Exit::message(StatusCode::OK, "");
-            e.headers.clear();
-            e.body = bytes::Bytes::new();
-            if let Some(v) = conf.clear_cookie() {
-                e.headers.push((http::header::SET_COOKIE, v));
-            }
-            return Access::Exit(e);
-        }
-        // A session of a consumer since deleted is over.
-        let Some((username, custom_id)) = conf.consumers.get(data.c.as_str()) else {
-            return Access::Continue;
-        };
-        req.set_consumer(Arc::new(Identity::new(
-            &data.c,
-            username.as_deref(),
-            custom_id.as_deref(),
-            Some(&data.k),
-        )));
-        // Renewed as used: the idling clock on every use a minute or more after the last
-        // renewal (or sooner for short timeouts), the rolling clock halfway through its period.
-        let mut renewed = data.clone();
-        let step = (conf.idling / 4).clamp(1, 60);
-        let mut renew = false;
-        if conf.idling > 0 && now.saturating_sub(data.ts) >= step {
-            renewed.ts = now;
-            renew = true;
-        }
-        if conf.rolling > 0 && now.saturating_sub(data.tr) >= conf.rolling / 2 {
-            renewed.tr = now;
-            renewed.ts = now;
-            renew = true;
-        }
-        for what in &conf.request_headers {
-            if let Some((k, v)) = conf.header(what, &renewed, now) {
-                req.headers.insert(k, v);
-            }
-        }
-        for what in &conf.response_headers {
-            if let Some(h) = conf.header(what, &renewed, now) {
-                req.response_headers.push(h);
-            }
-        }
-        req.ctx.insert(Opened {
-            data: renewed,
-            renew,
-        });
-        Access::Continue
     }
     fn header_filter(&self, resp: &mut ResponseHead<'_>) -> Option<Box<dyn BodyFilter>> {
         let conf = &self.0;
@@ -404,27 +624,57 @@ impl Handler for Handle {
             return None;
         }
         let opened = resp.ctx.get_mut::<Opened>();
-        let data = match opened {
-            Some(o) if o.data.c == who.consumer_id() && o.data.k == credential => {
-                if !o.renew {
-                    return None;
-                }
-                o.data.clone()
+        if let Some(o) = &opened {
+            if o.consumer == who.consumer_id() && o.credential == credential {
+                return None;
             }
-            _ => {
-                let now = crate::clock::now_secs();
-                Data {
-                    c: who.consumer_id().to_string(),
-                    k: credential.to_string(),
-                    t0: now,
-                    tr: now,
-                    ts: now,
-                    id: session_id(),
-                }
+        }
+        // Kong's data: the consumer, the credential; the subject names the consumer.
+        let subject = who
+            .username()
+            .or_else(|| who.custom_id())
+            .unwrap_or(who.consumer_id());
+        let ours = serde_json::json!([[who.consumer_id(), credential], conf.audience, subject]);
+        let mut entries = match opened {
+            Some(o) => {
+                let mut e = std::mem::take(&mut o.entries);
+                e.remove(o.index);
+                e
             }
+            None => Vec::new(),
         };
-        if let Some(v) = conf.seal(&data).and_then(|c| conf.set_cookie(&c)) {
-            resp.headers.append(http::header::SET_COOKIE, v);
+        entries.push(ours);
+        let now = now();
+        let mut writes = Vec::new();
+        if let Some((s, w)) = conf.save(&entries, None, None, false, now) {
+            if let Some(v) = conf.set_cookie(&s, false) {
+                resp.headers.append(http::header::SET_COOKIE, v);
+            }
+            writes.extend(w);
+            let o = Opened {
+                index: entries.len() - 1,
+                header: s.decoded,
+                entries: entries.clone(),
+                consumer: who.consumer_id().to_string(),
+                credential: credential.to_string(),
+            };
+            for what in &conf.response_headers {
+                if let Some((k, v)) = conf.header_for(what, &o, now) {
+                    resp.headers.insert(k, v);
+                }
+            }
+        }
+        if conf.remember_cookie_name.is_some() {
+            if let Some((r, w)) = conf.save(&entries, None, None, true, now) {
+                if let Some(v) = conf.set_cookie(&r, true) {
+                    resp.headers.append(http::header::SET_COOKIE, v);
+                }
+                writes.extend(w);
+            }
+        }
+        // As Kong's storage does in header_filter: written in the background.
+        for w in writes {
+            tokio::spawn(w.run());
         }
         None
     }
@@ -434,64 +684,10 @@ impl Handler for Handle {
 mod tests {
     use super::*;
 
-    fn conf(secret: &str, audience: &str) -> Configured {
-        let okm = ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, b"turnpike session v1")
-            .extract(secret.as_bytes());
-        let info = [audience.as_bytes()];
-        let k: ring::hkdf::Okm<&aead::Algorithm> = okm.expand(&info, &aead::AES_256_GCM).unwrap();
-        Configured {
-            key: aead::LessSafeKey::new(aead::UnboundKey::from(k)),
-            aad: format!("session\n{audience}").into_bytes(),
-            cookie_name: "session".into(),
-            attributes: "; Path=/".into(),
-            idling: 900,
-            rolling: 3600,
-            absolute: 86400,
-            persistent: None,
-            logout_methods: vec![],
-            logout_query_arg: "session_logout".into(),
-            logout_post_arg: None,
-            consumers: Arc::default(),
-            audience: HeaderValue::from_static("default"),
-            request_headers: vec![],
-            response_headers: vec![],
-        }
-    }
-
     #[test]
-    fn cookies_open_only_with_their_key_and_times() {
-        let a = conf("s1", "default");
-        let d = Data {
-            c: "c".into(),
-            k: "k".into(),
-            t0: 1000,
-            tr: 1000,
-            ts: 1000,
-            id: "i".into(),
-        };
-        let cookie = a.seal(&d).unwrap();
-        assert_eq!(a.open(&cookie), Some(d.clone()));
-        assert_eq!(conf("s2", "default").open(&cookie), None);
-        assert_eq!(conf("s1", "other").open(&cookie), None);
-        let mut forged = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(&cookie)
-            .unwrap();
-        let last = forged.len() - 1;
-        forged[last] ^= 1;
-        let forged = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(forged);
-        assert_eq!(a.open(&forged), None);
-        assert!(a.valid(&d, 1000 + 899));
-        assert!(!a.valid(&d, 1000 + 900), "idle");
-        let busy = Data {
-            ts: 4000,
-            ..d.clone()
-        };
-        assert!(!a.valid(&busy, 4601), "rolling");
-        let rolled = Data {
-            tr: 86000,
-            ts: 86390,
-            ..d
-        };
-        assert!(!a.valid(&rolled, 1000 + 86400), "absolute");
+    fn header_numbers_are_written_as_lua_writes_them() {
+        assert_eq!(lua_number(900.0), "900");
+        assert_eq!(lua_number(899.5), "899.5");
+        assert_eq!(lua_number(-3.0), "-3");
     }
 }

@@ -19,6 +19,8 @@ const HEADERS: &[&str] = &[
 #[derive(Deserialize)]
 pub struct Config {
     pub secret: Option<String>,
+    pub storage: String,
+    pub stale_ttl: f64,
     pub audience: String,
     pub idling_timeout: f64,
     pub rolling_timeout: f64,

@@ -55,7 +55,10 @@ impl Store {
                 quote(field)
             );
             let mut conn = self.direct.get().await?;
-            let found = sqlx::query(&sql).bind(value).fetch_optional(&mut *conn).await;
+            let found = sqlx::query(&sql)
+                .bind(value)
+                .fetch_optional(&mut *conn)
+                .await;
             let Some(row) = conn.seen(found)? else {
                 return Ok(None);
             };

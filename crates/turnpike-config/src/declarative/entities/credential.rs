@@ -24,6 +24,7 @@ pub fn credential(
             FieldKind::Optional => f.str(name).map(Value::String),
             FieldKind::Auto => Some(Value::String(f.str(name).unwrap_or_else(random_secret))),
             FieldKind::Int => f.int(name, 0, 100_000_000, None).map(Value::from),
+            FieldKind::Integer => f.int(name, i64::MIN, i64::MAX, None).map(Value::from),
             FieldKind::Bool => Some(Value::Bool(f.bool(name, false))),
             FieldKind::StrArray => f.str_array(name).map(Value::from),
         };

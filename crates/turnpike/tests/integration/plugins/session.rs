@@ -61,7 +61,8 @@ services:
     assert_eq!(r.status, 200, "{:?}", r.json());
     let (cookie, header) = set_cookie(&r, "session").expect("a session cookie");
     assert!(
-        header.ends_with("; Path=/; SameSite=Strict; HttpOnly; Secure"),
+        // lua-resty-session's attributes, in its order.
+        header.ends_with("; Path=/; SameSite=Strict; Secure; HttpOnly"),
         "{header}"
     );
     // Kong's anonymous consumer is turned away without a key or a session.
@@ -197,7 +198,6 @@ async fn session_configs_through_the_admin_api() {
         .await;
     assert_eq!(r.status, 201);
     for (config, field) in [
-        (json!({"storage": "kong"}), "storage"),
         (json!({"cookie_same_site": "Sometimes"}), "cookie_same_site"),
         (json!({"logout_methods": ["PUT"]}), "logout_methods"),
     ] {
@@ -215,4 +215,219 @@ async fn session_configs_through_the_admin_api() {
             r.json()
         );
     }
+}
+
+/// The Kong-made cookies of `session/testdata/kong-cookies.json` (lua-resty-session 4.0.5
+/// itself made them, in 2023: the plugins below turn the timeouts off to open them today).
+fn kong_vectors() -> serde_json::Value {
+    serde_json::from_str(include_str!(
+        "../../../../turnpike-plugins/src/session/testdata/kong-cookies.json"
+    ))
+    .unwrap()
+}
+
+fn cookie_of(set_cookie: &serde_json::Value) -> String {
+    set_cookie
+        .as_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+const ALICE: &str = "8a2e8e4d-3b1f-4a5e-9c3d-0f1e2d3c4b5a";
+const ALICE_KEY: &str = "1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f";
+
+fn kong_site(url: &str, storage: &str) -> String {
+    format!(
+        r#"_format_version: "3.0"
+consumers:
+- id: {ALICE}
+  username: alice
+  keyauth_credentials:
+  - id: {ALICE_KEY}
+    key: alice-key
+- username: anonymous
+  plugins:
+  - name: request-termination
+    config: {{status_code: 403}}
+services:
+- name: svc
+  url: {url}
+  routes:
+  - name: app
+    paths: [/app]
+    plugins:
+    - name: session
+      config: {{secret: kong-session-secret, storage: {storage}, idling_timeout: 0, rolling_timeout: 0, absolute_timeout: 0, response_headers: [id, subject]}}
+    - name: key-auth
+      config: {{anonymous: anonymous}}
+"#
+    )
+}
+
+/// A user signed in on Kong stays signed in after the switch: the session cookie Kong made
+/// opens here, for the consumer and credential it names.
+#[tokio::test]
+async fn sessions_made_by_kong_keep_working() {
+    let v = kong_vectors();
+    let up = Upstream::start("kong-sessions");
+    let gw = Gateway::with_config(&kong_site(&up.url(), "cookie")).start();
+    let cookie = cookie_of(&v["cases"][0]["set_cookie"]);
+    let r = call(gw.proxy, "GET", "/app", &[("cookie", &cookie)]).await;
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    let h = &r.json()["headers"];
+    assert_eq!(h["x-consumer-username"], "alice");
+    assert_eq!(h["x-credential-identifier"], ALICE_KEY);
+    assert_eq!(r.header("session-subject"), Some("alice"));
+    assert_eq!(
+        r.header("session-id"),
+        Some("AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA")
+    );
+    // Another audience's cookie (Kong's `audience`) is no session here.
+    let other = cookie_of(&v["cases"][1]["set_cookie"]).replace("portal_session=", "session=");
+    assert_eq!(
+        call(gw.proxy, "GET", "/app", &[("cookie", &other)])
+            .await
+            .status,
+        403
+    );
+    // And one made here is the same kind of cookie: 110 characters of header, then the payload.
+    let r = call(gw.proxy, "GET", "/app", &[("apikey", "alice-key")]).await;
+    let (made, _) = set_cookie(&r, "session").unwrap();
+    assert!(made.len() > "session=".len() + 110, "{made}");
+    assert!(made["session=".len()..].starts_with("AQAA"), "{made}");
+}
+
+/// `storage = kong`: the session in the database (Kong's `sessions` entity), the cookie holds
+/// its header; a session Kong stored opens too; logout deletes the row.
+#[tokio::test]
+async fn sessions_kept_in_the_database() {
+    let v = kong_vectors();
+    let up = Upstream::start("stored-sessions");
+    let gw = Gateway::sqlite().start();
+    // A database node takes the same entities through the Admin API.
+    for (path, body) in [
+        ("/consumers", json!({"id": ALICE, "username": "alice"})),
+        (
+            "/consumers/alice/key-auth",
+            json!({"id": ALICE_KEY, "key": "alice-key"}),
+        ),
+        ("/consumers", json!({"username": "anonymous"})),
+        (
+            "/consumers/anonymous/plugins",
+            json!({"name": "request-termination", "config": {"status_code": 403}}),
+        ),
+        ("/services", json!({"name": "svc", "url": up.url()})),
+        (
+            "/services/svc/routes",
+            json!({"name": "app", "paths": ["/app"]}),
+        ),
+        (
+            "/routes/app/plugins",
+            json!({"name": "session", "config": {"secret": "kong-session-secret", "storage": "kong",
+                "idling_timeout": 0, "rolling_timeout": 0, "absolute_timeout": 0,
+                "response_headers": ["id"]}}),
+        ),
+        (
+            "/routes/app/plugins",
+            json!({"name": "key-auth", "config": {"anonymous": "anonymous"}}),
+        ),
+    ] {
+        let r = gw.admin("POST", path, Some(body)).await;
+        assert_eq!(r.status, 201, "{path}: {:?}", r.json());
+    }
+    until_status(gw.proxy, "/app", 403).await;
+    let r = call(gw.proxy, "GET", "/app", &[("apikey", "alice-key")]).await;
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    let (cookie, _) = set_cookie(&r, "session").unwrap();
+    assert_eq!(
+        cookie.len(),
+        "session=".len() + 110,
+        "the header alone: {cookie}"
+    );
+    let id = r.header("session-id").unwrap().to_string();
+    // Stored in the background, as Kong's header_filter does.
+    let mut row = serde_json::Value::Null;
+    for _ in 0..50 {
+        let got = gw.admin("GET", &format!("/sessions/{id}"), None).await;
+        if got.status == 200 {
+            row = got.json();
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(row["session_id"], id.as_str(), "{row} {}", gw.log_text());
+    let data: serde_json::Value = serde_json::from_str(row["data"].as_str().unwrap()).unwrap();
+    assert!(data[0].as_str().is_some_and(|p| p.len() > 100), "{row}");
+    assert!(row["ttl"].as_i64().is_some(), "{row}");
+    let r = call(gw.proxy, "GET", "/app", &[("cookie", &cookie)]).await;
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    assert_eq!(r.json()["headers"]["x-consumer-username"], "alice");
+
+    // A session Kong stored (its row as Kong's storage writes it), under Kong's cookie.
+    let kong = &v["cases"][2];
+    let (key, stored) = kong["stored"].as_object().unwrap().iter().next().unwrap();
+    let r = gw
+        .admin(
+            "POST",
+            "/sessions",
+            Some(json!({"session_id": key, "data": stored["value"]})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.json());
+    let kong_cookie = cookie_of(&kong["set_cookie"]);
+    let r = call(gw.proxy, "GET", "/app", &[("cookie", &kong_cookie)]).await;
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    assert_eq!(r.json()["headers"]["x-credential-identifier"], ALICE_KEY);
+
+    // Logout: the row goes, and the cookie opens nothing after.
+    let r = call(
+        gw.proxy,
+        "POST",
+        "/app?session_logout=1",
+        &[("cookie", &cookie)],
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let mut gone = false;
+    for _ in 0..50 {
+        if gw
+            .admin("GET", &format!("/sessions/{id}"), None)
+            .await
+            .status
+            == 404
+        {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(gone, "the session's row is still there");
+    let r = call(gw.proxy, "GET", "/app", &[("cookie", &cookie)]).await;
+    assert_eq!(r.status, 403);
+}
+
+/// DB-less nodes have no database to keep sessions in: `storage = kong` is refused there,
+/// with the reason.
+#[tokio::test]
+async fn kong_storage_needs_a_database() {
+    let up = Upstream::start("dbless-sessions");
+    let gw = Gateway::with_config(&kong_site(&up.url(), "cookie")).start();
+    let r = gw
+        .admin(
+            "POST",
+            "/config",
+            Some(json!({"config": kong_site(&up.url(), "kong")})),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert!(
+        r.json()
+            .to_string()
+            .contains("not available in DB-less mode"),
+        "{}",
+        r.json()
+    );
 }
