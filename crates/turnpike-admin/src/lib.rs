@@ -3,6 +3,7 @@
 
 mod cache;
 mod entities;
+mod forms;
 mod gui;
 mod health;
 pub mod log_level;
@@ -643,7 +644,7 @@ impl Admin {
         let field = if content_type.starts_with("application/x-www-form-urlencoded") {
             form_field(text, "config")
         } else if content_type.starts_with("multipart/form-data") {
-            entities::multipart_pairs(&content_type, text)
+            forms::multipart_pairs(&content_type, text)
                 .and_then(|pairs| pairs.into_iter().find(|(k, _)| k == "config"))
                 .map(|(_, v)| v)
         } else {

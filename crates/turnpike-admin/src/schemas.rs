@@ -11,7 +11,7 @@ use turnpike_store::entity;
 use turnpike_store::schema::{self, EntitySpec};
 use turnpike_store::StoreError;
 
-use crate::entities::parse_body;
+use crate::forms::parse_body;
 use crate::{json_response, message, Admin, Resp};
 use turnpike_config::declarative::PluginRegistry;
 
