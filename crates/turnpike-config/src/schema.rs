@@ -134,6 +134,21 @@ impl Field {
     }
 }
 
+/// Whether `s` is written as a vault reference (`{vault://...}`, see `declarative::vault`).
+pub fn is_reference(s: &str) -> bool {
+    s.starts_with("{vault://") && s.ends_with('}')
+}
+
+/// Whether a value holds a reference anywhere (most configs do not: no copy is made).
+pub fn has_reference(value: &Value) -> bool {
+    match value {
+        Value::String(s) => is_reference(s),
+        Value::Array(items) => items.iter().any(has_reference),
+        Value::Object(m) => m.values().any(has_reference),
+        _ => false,
+    }
+}
+
 /// Visits every referenceable string of `value` (a record of `fields`) that holds a vault
 /// reference, with its path as Kong names it (`redis.password`, `headers.Authorization`).
 pub fn visit_references(
@@ -151,7 +166,7 @@ fn visit_record(
     visit: &mut dyn FnMut(&str, &mut String),
 ) {
     let Value::Object(m) = value else { return };
-    let is_ref = crate::declarative::vault::is_reference;
+    let is_ref = is_reference;
     for f in fields {
         let Some(v) = m.get_mut(f.name) else { continue };
         let at = format!("{prefix}{}", f.name);
@@ -205,7 +220,7 @@ pub fn resolve_references(
 /// validator on those: their values are only known once resolved).
 pub fn reference_paths(fields: &[Field], value: &Value) -> Vec<String> {
     let mut paths = Vec::new();
-    if crate::declarative::vault::has_reference(value) {
+    if has_reference(value) {
         let mut copy = value.clone();
         visit_references(fields, &mut copy, &mut |at, _| paths.push(at.to_string()));
     }

@@ -108,7 +108,7 @@ fn check_key(m: &Map<String, Value>) -> Vec<(String, String)> {
             "only one of these fields must be non-empty: 'jwk', 'pem'".into(),
         )),
         // A reference is only known once resolved: Kong checks nothing of it.
-        (Some(j), None) if crate::declarative::vault::is_reference(j) => {}
+        (Some(j), None) if crate::schema::is_reference(j) => {}
         (Some(j), None) => match serde_json::from_str::<Value>(j) {
             Ok(Value::Object(o)) => {
                 if o.get("kid").and_then(|k| k.as_str()) != m.get("kid").and_then(|k| k.as_str()) {
@@ -123,9 +123,7 @@ fn check_key(m: &Map<String, Value>) -> Vec<(String, String)> {
         (None, Some(p)) => {
             for field in ["private_key", "public_key"] {
                 if let Some(text) = p.get(field).and_then(|v| v.as_str()) {
-                    if !text.contains("-----BEGIN")
-                        && !crate::declarative::vault::is_reference(text)
-                    {
+                    if !text.contains("-----BEGIN") && !crate::schema::is_reference(text) {
                         errs.push((format!("pem.{field}"), "invalid key".into()));
                     }
                 }

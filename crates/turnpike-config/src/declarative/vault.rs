@@ -22,10 +22,7 @@ pub fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
-/// Whether `s` is written as a reference.
-pub fn is_reference(s: &str) -> bool {
-    s.starts_with("{vault://") && s.ends_with('}')
-}
+pub use crate::schema::{has_reference, is_reference};
 
 /// Resolves one reference against the config's vaults.
 pub fn resolve(reference: &str, vaults: &[Record], env: Env) -> Result<String, String> {
@@ -117,16 +114,6 @@ pub fn resolved<'a>(
         resolve(s, vaults, env).map(std::borrow::Cow::Owned)
     } else {
         Ok(std::borrow::Cow::Borrowed(s))
-    }
-}
-
-/// Whether a value holds a reference anywhere (most configs do not: no copy is made).
-pub fn has_reference(value: &Value) -> bool {
-    match value {
-        Value::String(s) => is_reference(s),
-        Value::Array(items) => items.iter().any(has_reference),
-        Value::Object(m) => m.values().any(has_reference),
-        _ => false,
     }
 }
 
