@@ -148,10 +148,15 @@ pub fn run(ctx: &WorkerCtx, conn: &ConnInfo, resp: &mut Response<ProxyBody>, rc:
     // Response compression, after the plugins (nginx's gzip filter runs after Kong's).
     if let (Some(g), Some(conf)) = (gzip, settings.gzip.as_ref()) {
         let (mut parts, mut body) = take(resp).into_parts();
+        let length = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
         if crate::runloop::gzip::apply(conf, &g, parts.status, &mut parts.headers) {
             body.filter(vec![Box::new(crate::runloop::gzip::Encoder::new(
                 conf.level,
                 &ctx.gzip_encoders,
+                length,
             ))]);
         }
         *resp = Response::from_parts(parts, body);

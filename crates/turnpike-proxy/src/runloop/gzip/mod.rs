@@ -10,6 +10,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use flate2::{Compress, Crc, FlushCompress, Status};
+
+mod fixed;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, StatusCode, Version};
 use turnpike_config::conf::{GzipConf, Proxied};
@@ -156,25 +158,32 @@ const POOL_MAX: usize = 16;
 const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3];
 
 /// The body filter that compresses: each piece is compressed and flushed (a client reading
-/// a stream gets it as it comes), the gzip trailer at the end.
+/// a stream gets it as it comes), the gzip trailer at the end. A body whose Content-Length
+/// says it is small ([`fixed::MAX`]) is gathered and coded in one go by [`fixed`], which clears
+/// no 176 KiB of zlib-rs state for it.
 pub struct Encoder {
     deflate: Option<Compress>,
+    level: u32,
     pool: EncoderPool,
     crc: Crc,
     started: bool,
+    /// A small body, gathered until its end.
+    small: Option<Vec<u8>>,
 }
 
 impl Encoder {
-    pub fn new(level: u32, pool: &EncoderPool) -> Encoder {
-        let deflate = pool
-            .borrow_mut()
-            .pop()
-            .unwrap_or_else(|| Compress::new(flate2::Compression::new(level), false));
+    /// `content_length`: what the response's head announced, if anything.
+    pub fn new(level: u32, pool: &EncoderPool, content_length: Option<u64>) -> Encoder {
+        let small = content_length
+            .filter(|n| *n as usize <= fixed::MAX)
+            .map(|n| Vec::with_capacity(n as usize));
         Encoder {
-            deflate: Some(deflate),
+            deflate: None,
+            level,
             pool: pool.clone(),
             crc: Crc::new(),
             started: false,
+            small,
         }
     }
 
@@ -196,6 +205,33 @@ impl Encoder {
             }
         }
     }
+
+    /// A piece of a streamed body, through zlib-rs.
+    fn stream(&mut self, piece: &[u8], eof: bool) -> bytes::Bytes {
+        let (level, pool) = (self.level, &self.pool);
+        let c = self.deflate.get_or_insert_with(|| {
+            pool.borrow_mut()
+                .pop()
+                .unwrap_or_else(|| Compress::new(flate2::Compression::new(level), false))
+        });
+        let mut out = Vec::with_capacity(piece.len() / 2 + 64);
+        if !self.started {
+            out.extend_from_slice(&GZIP_HEADER);
+            self.started = true;
+        }
+        self.crc.update(piece);
+        let flush = if eof {
+            FlushCompress::Finish
+        } else {
+            FlushCompress::Sync
+        };
+        Self::deflate(c, piece, &mut out, flush);
+        if eof {
+            out.extend_from_slice(&self.crc.sum().to_le_bytes());
+            out.extend_from_slice(&self.crc.amount().to_le_bytes());
+        }
+        bytes::Bytes::from(out)
+    }
 }
 
 impl Drop for Encoder {
@@ -212,29 +248,32 @@ impl Drop for Encoder {
 
 impl turnpike_plugins::BodyFilter for Encoder {
     fn filter(&mut self, piece: bytes::Bytes, eof: bool) -> bytes::Bytes {
-        let Some(c) = self.deflate.as_mut() else {
-            return bytes::Bytes::new();
-        };
+        if let Some(body) = self.small.as_mut() {
+            body.extend_from_slice(&piece);
+            if body.len() > fixed::MAX {
+                // Longer than its head said: a stream after all.
+                let gathered = std::mem::take(body);
+                self.small = None;
+                return self.stream(&gathered, eof);
+            }
+            if !eof {
+                return bytes::Bytes::new();
+            }
+            let body = self.small.take().unwrap_or_default();
+            let deflated = fixed::deflate(&body);
+            let mut out = Vec::with_capacity(GZIP_HEADER.len() + deflated.len() + 8);
+            out.extend_from_slice(&GZIP_HEADER);
+            out.extend_from_slice(&deflated);
+            self.crc.update(&body);
+            out.extend_from_slice(&self.crc.sum().to_le_bytes());
+            out.extend_from_slice(&self.crc.amount().to_le_bytes());
+            self.started = true;
+            return bytes::Bytes::from(out);
+        }
         if piece.is_empty() && !eof {
             return bytes::Bytes::new();
         }
-        let mut out = Vec::with_capacity(piece.len() / 2 + 64);
-        if !self.started {
-            out.extend_from_slice(&GZIP_HEADER);
-            self.started = true;
-        }
-        self.crc.update(&piece);
-        let flush = if eof {
-            FlushCompress::Finish
-        } else {
-            FlushCompress::Sync
-        };
-        Self::deflate(c, &piece, &mut out, flush);
-        if eof {
-            out.extend_from_slice(&self.crc.sum().to_le_bytes());
-            out.extend_from_slice(&self.crc.amount().to_le_bytes());
-        }
-        bytes::Bytes::from(out)
+        self.stream(&piece, eof)
     }
 }
 
@@ -309,7 +348,7 @@ mod tests {
     #[test]
     fn pieces_come_out_compressed_and_whole() {
         let pool = EncoderPool::default();
-        let mut e = Encoder::new(6, &pool);
+        let mut e = Encoder::new(6, &pool, None);
         let mut out = Vec::new();
         for piece in ["hello ", "streaming ", "world"] {
             let b = e.filter(bytes::Bytes::from(piece), false);
@@ -325,7 +364,7 @@ mod tests {
         // The deflate state goes back to the worker's pool, and serves the next response.
         drop(e);
         assert_eq!(pool.borrow().len(), 1);
-        let mut e = Encoder::new(6, &pool);
+        let mut e = Encoder::new(6, &pool, None);
         let mut out = e.filter(bytes::Bytes::from("again"), false).to_vec();
         out.extend_from_slice(&e.filter(bytes::Bytes::new(), true));
         let mut text = String::new();
@@ -334,5 +373,39 @@ mod tests {
             .unwrap();
         assert_eq!(text, "again");
         assert!(pool.borrow().is_empty());
+    }
+
+    #[test]
+    fn a_small_body_is_gathered_and_coded_whole() {
+        let pool = EncoderPool::default();
+        let body = "{\"id\": 1, \"name\": \"item-7\", \"status\": \"active\"}\n".repeat(3);
+        let (a, b) = body.split_at(40);
+        let mut e = Encoder::new(1, &pool, Some(body.len() as u64));
+        assert!(e
+            .filter(bytes::Bytes::from(a.to_string()), false)
+            .is_empty());
+        assert!(e
+            .filter(bytes::Bytes::from(b.to_string()), false)
+            .is_empty());
+        let out = e.filter(bytes::Bytes::new(), true);
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(&out[..])
+            .read_to_string(&mut text)
+            .unwrap();
+        assert_eq!(text, body);
+        // No zlib-rs state was taken or made for it.
+        drop(e);
+        assert!(pool.borrow().is_empty());
+        // A body longer than its head said goes on as a stream, whole.
+        let mut e = Encoder::new(1, &pool, Some(10));
+        let mut out = e
+            .filter(bytes::Bytes::from(body.repeat(300)), false)
+            .to_vec();
+        out.extend_from_slice(&e.filter(bytes::Bytes::new(), true));
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(&out[..])
+            .read_to_string(&mut text)
+            .unwrap();
+        assert_eq!(text, body.repeat(300));
     }
 }
