@@ -46,14 +46,48 @@ impl Bits {
     }
 }
 
-/// The fixed literal/length code of symbol `s` (0..=287).
-fn literal(bits: &mut Bits, s: u32) {
-    match s {
-        0..=143 => bits.code(0x30 + s, 8),
-        144..=255 => bits.code(0x190 + (s - 144), 9),
-        256..=279 => bits.code(s - 256, 7),
-        _ => bits.code(0xC0 + (s - 280), 8),
+/// The fixed literal/length codes (RFC 1951, 3.2.6), bit-reversed as they are written, with
+/// their lengths: made once, at compile time.
+const LITERALS: [(u16, u8); 288] = {
+    let mut t = [(0u16, 0u8); 288];
+    let mut s = 0;
+    while s < 288 {
+        let (code, len) = match s {
+            0..=143 => (0x30 + s, 8),
+            144..=255 => (0x190 + (s - 144), 9),
+            256..=279 => (s - 256, 7),
+            _ => (0xC0 + (s - 280), 8),
+        };
+        t[s as usize] = (((code as u32).reverse_bits() >> (32 - len)) as u16, len as u8);
+        s += 1;
     }
+    t
+};
+
+/// The fixed literal/length code of symbol `s` (0..=287).
+#[inline]
+fn literal(bits: &mut Bits, s: u32) {
+    let (code, len) = LITERALS[s as usize];
+    bits.put(u32::from(code), u32::from(len));
+}
+
+/// How many bytes `a` and `b` have in common from their start (eight at a time).
+#[inline]
+fn common(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        let x = u64::from_le_bytes(a[i..i + 8].try_into().unwrap_or([0; 8]));
+        let y = u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
+        if x != y {
+            return i + ((x ^ y).trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < n && a[i] == b[i] {
+        i += 1;
+    }
+    i
 }
 
 /// Length base values and extra bits, for symbols 257..=285.
@@ -120,11 +154,7 @@ pub fn deflate(input: &[u8]) -> Vec<u8> {
             if cand > 0 {
                 let c = cand - 1;
                 let limit = (n - i).min(MAX_MATCH);
-                let len = input[c..]
-                    .iter()
-                    .zip(&input[i..i + limit])
-                    .take_while(|(a, b)| a == b)
-                    .count();
+                let len = common(&input[c..], &input[i..i + limit]);
                 if len >= MIN_MATCH {
                     emit_match(&mut bits, len, i - c);
                     // The positions inside the match go into the table too (better matches
