@@ -58,7 +58,10 @@ const LITERALS: [(u16, u8); 288] = {
             256..=279 => (s - 256, 7),
             _ => (0xC0 + (s - 280), 8),
         };
-        t[s as usize] = (((code as u32).reverse_bits() >> (32 - len)) as u16, len as u8);
+        t[s as usize] = (
+            ((code as u32).reverse_bits() >> (32 - len)) as u16,
+            len as u8,
+        );
         s += 1;
     }
     t
