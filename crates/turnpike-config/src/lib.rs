@@ -1,6 +1,7 @@
 //! Turnpike's configuration: the node's kong.conf-style properties ([`conf`]) and Kong's
 //! declarative entity configuration ([`declarative`]).
 
+pub mod atc;
 pub mod conf;
 pub mod declarative;
 pub mod entity;

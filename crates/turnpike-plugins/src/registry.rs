@@ -69,6 +69,8 @@ pub struct Registry {
     /// `key_auth_hash_keys`: key-auth keys are stored as digests (Kong stores them as
     /// written, which decK needs to compare a file with the gateway).
     hash_keys: bool,
+    /// `router_flavor`: the route fields the entity readers accept.
+    router_flavor: turnpike_config::atc::RouterFlavor,
     /// The node's plugin state, handed to every plugin built with this registry.
     runtime: Arc<Runtime>,
 }
@@ -93,6 +95,7 @@ pub fn bundled() -> Registry {
     Registry {
         database_off: false,
         hash_keys: false,
+        router_flavor: Default::default(),
         runtime: Runtime::new(),
         plugins: vec![
             &acl::Acl,
@@ -183,6 +186,12 @@ impl Registry {
         self
     }
 
+    /// Reads routes as `router_flavor = flavor` does.
+    pub fn routing(mut self, flavor: turnpike_config::atc::RouterFlavor) -> Registry {
+        self.router_flavor = flavor;
+        self
+    }
+
     /// The node's plugin state, which every plugin built with this registry keeps a part of.
     pub fn runtime(&self) -> &Arc<Runtime> {
         &self.runtime
@@ -203,6 +212,10 @@ impl Registry {
 }
 
 impl PluginRegistry for Registry {
+    fn router_flavor(&self) -> turnpike_config::atc::RouterFlavor {
+        self.router_flavor
+    }
+
     fn entities(&self) -> &'static [&'static PluginEntity] {
         ENTITIES
     }

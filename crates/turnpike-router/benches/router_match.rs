@@ -38,6 +38,11 @@ fn bench(c: &mut Criterion) {
                     path: black_box(&path),
                     headers: &headers,
                     sni: None,
+                    authority: "",
+                    query: None,
+                    tls: false,
+                    peer: None,
+                    local_ip: None,
                 };
                 let m = router.find(&view).expect("route");
                 black_box(m.route.route_index())

@@ -8,6 +8,7 @@
 //! index (host map → per-host prefix table of path prefixes, plus regex and path-less lists), and
 //! the first candidate in priority order whose every field matches wins.
 
+pub mod atc;
 mod path;
 mod shared;
 
@@ -16,6 +17,7 @@ use std::sync::Arc;
 use http::HeaderMap;
 use regex::Regex;
 use rustc_hash::FxHashMap;
+use turnpike_config::atc::RouterFlavor;
 use turnpike_config::declarative::{Config, Route};
 
 pub use path::{normalize_path, upstream_uri};
@@ -32,6 +34,41 @@ pub struct RequestView<'a> {
     pub path: &'a str,
     pub headers: &'a HeaderMap,
     pub sni: Option<&'a str>,
+    /// The Host as the client sent it, port included: Kong's `http.host` (case kept) and
+    /// `net.dst.port` (the Host's port when it has one).
+    pub authority: &'a str,
+    /// The query string (`http.queries.*`).
+    pub query: Option<&'a str>,
+    /// Whether the request came over TLS (`net.protocol`).
+    pub tls: bool,
+    /// The client's address (`net.src.*`) and the address it reached (`net.dst.ip`).
+    pub peer: Option<std::net::SocketAddr>,
+    pub local_ip: Option<std::net::IpAddr>,
+}
+
+impl<'a> RequestView<'a> {
+    /// A request with only the fields the traditional router reads; the rest empty.
+    pub fn basic(
+        method: &'a str,
+        host: &'a str,
+        port: u16,
+        path: &'a str,
+        headers: &'a HeaderMap,
+    ) -> Self {
+        RequestView {
+            method,
+            host,
+            port,
+            path,
+            headers,
+            sni: None,
+            authority: host,
+            query: None,
+            tls: false,
+            peer: None,
+            local_ip: None,
+        }
+    }
 }
 
 /// A compiled route: what the proxy needs after a match.
@@ -122,10 +159,12 @@ struct Matcher {
     /// The route's slot.
     entry: u32,
     priority: u64,
-    created_at: i64,
-    /// Kong's last tie-break, file order: the route's position at the full build, and after
-    /// that a number past every other route's for a route added by a patch.
-    order: u32,
+    /// The tie-break among equal priorities, lowest first: under the ATC flavors the
+    /// matcher's id in descending order (Kong's engine keeps matchers by (priority, id) and
+    /// tries the largest first); under `traditional` the route's creation time, then file
+    /// order (its position at the full build, and past every other route's for a route added
+    /// by a patch).
+    tie: (u64, u64),
     paths: PathMatch,
     /// Methods, hosts, headers and SNIs, when the route has any: most routes have a path
     /// only, and these four lists inline made a matcher 176 bytes rather than 88 (9 MB at
@@ -139,6 +178,9 @@ struct Filters {
     hosts: Option<Vec<HostPattern>>,
     headers: Vec<(http::HeaderName, Vec<ValueMatch>)>,
     snis: Option<Vec<HostPattern>>,
+    /// An ATC matcher (the expressions flavor): evaluated instead of the fields above, which
+    /// then only say where the index files it.
+    program: Option<Arc<atc::Program>>,
 }
 
 impl Matcher {
@@ -148,13 +190,9 @@ impl Matcher {
 }
 
 impl Matcher {
-    /// Highest priority first; among equals the oldest route, then file order.
-    fn rank(&self) -> (std::cmp::Reverse<u64>, i64, u32) {
-        (
-            std::cmp::Reverse(self.priority),
-            self.created_at,
-            self.order,
-        )
+    /// Highest priority first; among equals the tie-break.
+    fn rank(&self) -> (std::cmp::Reverse<u64>, (u64, u64)) {
+        (std::cmp::Reverse(self.priority), self.tie)
     }
 }
 
@@ -266,6 +304,18 @@ pub struct Router {
     exact_hosts: ShardedMap<Arc<Bucket>>,
     wildcard_hosts: Arc<Bucket>,
     any_host: Arc<Bucket>,
+    flavor: RouterFlavor,
+}
+
+/// The traditional tie-break: creation time, then file order.
+fn created_tie(created_at: i64, order: u32) -> (u64, u64) {
+    ((created_at as u64) ^ (1 << 63), order as u64)
+}
+
+/// The ATC tie-break: the largest id first.
+fn id_tie(id: uuid::Uuid) -> (u64, u64) {
+    let (hi, lo) = id.as_u64_pair();
+    (!hi, !lo)
 }
 
 const MAX_HEADER_COUNT: u64 = 255;
@@ -423,16 +473,101 @@ pub type ServiceRef = Option<(usize, bool)>;
 /// it) and its matchers.
 type Compiled = (Option<RouteEntry>, Vec<Matcher>);
 
+/// Kong's priority for `route` restricted to one group of its paths (as Kong splits them).
+fn group_priority(route: &Route, group: &[&str]) -> u64 {
+    let paths = match group.first() {
+        None => PathMatch::Any,
+        Some(p) if p.starts_with('~') => PathMatch::Regex(Vec::new()),
+        Some(p) => PathMatch::Prefix(smallvec::smallvec![Arc::from(*p)]),
+    };
+    priority(route, &paths)
+}
+
+/// The id Kong's engine knows a route's matcher by: the route's, or for a route whose paths
+/// Kong splits into groups, the group's UUIDv5 (`kong/router/transform.lua`).
+fn matcher_id(route: &Route, paths: &PathMatch) -> uuid::Uuid {
+    let own = uuid::Uuid::parse_str(&route.id).unwrap_or_default();
+    let all = route.paths.as_deref().unwrap_or_default();
+    if all.len() < 2 {
+        return own;
+    }
+    let groups = atc::translate::path_groups(all);
+    if groups.len() < 2 {
+        return own;
+    }
+    let is_regex = matches!(paths, PathMatch::Regex(_));
+    let len = match paths {
+        PathMatch::Prefix(p) => p[0].len(),
+        _ => 0,
+    };
+    let index = groups.iter().position(|g| {
+        let first = g[0];
+        if is_regex {
+            first.starts_with('~')
+        } else {
+            !first.starts_with('~') && first.len() == len
+        }
+    });
+    index.map_or(own, |i| atc::translate::split_id(&route.id, i + 1))
+}
+
+/// Matchers for the expressions flavor: every route as an ATC program.
+fn compile_programs(route: &Route, slot: u32) -> Result<Vec<Matcher>, CompileError> {
+    let programs = atc::programs(route, |g| group_priority(route, g))
+        .map_err(|e| CompileError(format!("route {}: {e}", route.id)))?;
+    Ok(programs
+        .into_iter()
+        .map(|(p, priority, id)| {
+            let paths = match &p.paths {
+                Some(ps) => PathMatch::Prefix(ps.iter().cloned().collect()),
+                None => PathMatch::Any,
+            };
+            let hosts = p.hosts.as_ref().map(|hs| {
+                hs.iter()
+                    .map(|h| HostPattern::Exact(h.clone(), None))
+                    .collect()
+            });
+            Matcher {
+                entry: slot,
+                priority,
+                tie: id_tie(id),
+                paths,
+                filters: Some(Box::new(Filters {
+                    hosts,
+                    program: Some(Arc::new(p)),
+                    ..Default::default()
+                })),
+            }
+        })
+        .collect())
+}
+
 fn compile(
     route: &Route,
     slot: u32,
     service: ServiceRef,
     order: u32,
+    flavor: RouterFlavor,
 ) -> Result<Compiled, CompileError> {
     let accepts_http = route.protocols.iter().any(|p| p == "http" || p == "ws");
     let accepts_https = route.protocols.iter().any(|p| p == "https" || p == "wss");
     if (!accepts_http && !accepts_https) || service.is_some_and(|s| !s.1) {
         return Ok((None, Vec::new()));
+    }
+    let entry = RouteEntry {
+        slot,
+        service: service.map(|s| s.0 as u32),
+        strip_path: route.strip_path,
+        preserve_host: route.preserve_host,
+        path_handling_v1: route.path_handling == turnpike_config::declarative::PathHandling::V1,
+        accepts_http,
+        accepts_https,
+        https_redirect_status_code: route.https_redirect_status_code,
+        request_buffering: route.request_buffering,
+        response_buffering: route.response_buffering,
+    };
+    if flavor == RouterFlavor::Expressions {
+        return Ok((Some(entry), compile_programs(route, slot)?));
     }
     let methods: Option<Vec<Box<str>>> = route
         .methods
@@ -457,27 +592,18 @@ fn compile(
                 hosts,
                 headers,
                 snis,
+                program: None,
             })
         });
-    let entry = RouteEntry {
-        slot,
-        service: service.map(|s| s.0 as u32),
-        strip_path: route.strip_path,
-        preserve_host: route.preserve_host,
-        path_handling_v1: route.path_handling == turnpike_config::declarative::PathHandling::V1,
-        accepts_http,
-        accepts_https,
-        https_redirect_status_code: route.https_redirect_status_code,
-        request_buffering: route.request_buffering,
-        response_buffering: route.response_buffering,
-    };
     let matchers = groups
         .into_iter()
         .map(|paths| Matcher {
             entry: slot,
             priority: priority(route, &paths),
-            created_at: route.created_at,
-            order,
+            tie: match flavor {
+                RouterFlavor::Traditional => created_tie(route.created_at, order),
+                _ => id_tie(matcher_id(route, &paths)),
+            },
             paths,
             filters: filters.clone(),
         })
@@ -490,7 +616,7 @@ impl Router {
     /// tls_passthrough) and gRPC routes are not served by the HTTP router.
     pub fn build(config: &Config) -> Result<Router, CompileError> {
         let mut problems = Vec::new();
-        let router = Router::build_skipping(config, &mut problems);
+        let router = Router::build_skipping(config, RouterFlavor::default(), &mut problems);
         match problems.into_iter().next() {
             Some(p) => Err(CompileError(p)),
             None => Ok(router),
@@ -499,14 +625,21 @@ impl Router {
 
     /// Like `build`, leaving out the routes that do not compile, each named in `problems`.
     /// Route `i` of the config gets slot `i`.
-    pub fn build_skipping(config: &Config, problems: &mut Vec<String>) -> Router {
+    pub fn build_skipping(
+        config: &Config,
+        flavor: RouterFlavor,
+        problems: &mut Vec<String>,
+    ) -> Router {
         let service_index: FxHashMap<&str, usize> = config
             .services
             .iter()
             .enumerate()
             .map(|(i, s)| (s.id.as_str(), i))
             .collect();
-        let mut router = Router::default();
+        let mut router = Router {
+            flavor,
+            ..Router::default()
+        };
         for route in &config.routes {
             let service = route.service.as_ref().and_then(|s| {
                 let i = *service_index.get(s.id.as_ref())?;
@@ -561,7 +694,7 @@ impl Router {
     /// Compiles a route into `slot` (empty) and indexes its matchers.
     fn place(&mut self, slot: u32, route: &Route, service: ServiceRef) -> Result<(), CompileError> {
         let order = self.slots[slot as usize].order;
-        let (entry, matchers) = compile(route, slot, service, order)?;
+        let (entry, matchers) = compile(route, slot, service, order, self.flavor)?;
         let mut ids = Ids::new();
         for m in matchers {
             let id = match self.free_matchers.pop() {
@@ -682,6 +815,9 @@ impl Router {
     }
 
     fn check<'r>(&'r self, m: &Matcher, req: &RequestView) -> Option<Match<'r>> {
+        if let Some(p) = m.filters.as_ref().and_then(|f| f.program.as_ref()) {
+            return self.check_program(m, p, req);
+        }
         if let Some(f) = &m.filters {
             if let Some(methods) = &f.methods {
                 if !methods.iter().any(|x| &**x == req.method) {
@@ -761,6 +897,35 @@ impl Router {
                 None
             }
         }
+    }
+}
+
+impl Router {
+    /// The flavor the router was built for.
+    pub fn flavor(&self) -> RouterFlavor {
+        self.flavor
+    }
+
+    /// An ATC matcher: Kong strips the length of the `http.path` value the expression matched.
+    fn check_program<'r>(
+        &'r self,
+        m: &Matcher,
+        p: &atc::Program,
+        req: &RequestView,
+    ) -> Option<Match<'r>> {
+        let route = self.slots[m.entry as usize].entry.as_ref()?;
+        let mut fields = atc::eval::Fields::new(req);
+        let mut rec = atc::eval::Record::default();
+        if !atc::eval::eval(&p.expr, &mut fields, &mut rec) {
+            return None;
+        }
+        Some(Match {
+            route,
+            matched_len: rec
+                .path
+                .filter(|&l| l <= req.path.len() && req.path.is_char_boundary(l)),
+            captures: (!rec.captures.is_empty()).then_some(rec.captures),
+        })
     }
 }
 

@@ -38,7 +38,7 @@ pub fn check(
             (serde_json::to_value(s), e)
         }
         "routes" => {
-            let (r, svc, e) = decl::route(map, id, now);
+            let (r, svc, e) = decl::route(map, id, now, plugins.router_flavor());
             if let Some(s) = svc {
                 refs.push(("service", s));
             }

@@ -188,7 +188,8 @@ fn load_conf(path: Option<&Path>) -> Result<(Conf, Vec<String>), String> {
 fn plugin_registry(conf: &Conf) -> Result<Arc<turnpike_plugins::Registry>, String> {
     let registry = turnpike_plugins::enabled(&conf.plugins, conf.database == Database::Off)
         .map_err(|e| format!("invalid configuration: {e}"))?
-        .hashing_keys(conf.key_auth_hash_keys);
+        .hashing_keys(conf.key_auth_hash_keys)
+        .routing(conf.router_flavor);
     // Before any plugin config is checked: whether and how Lua code in configs may run.
     let _ = registry
         .runtime()

@@ -230,6 +230,8 @@ pub struct Conf {
     /// Maximum size of the request line plus headers (nginx's large_client_header_buffers
     /// count x size); above it the client gets 431.
     pub max_header_size: usize,
+    /// Kong's `router_flavor`: which route fields exist and how routes are ordered.
+    pub router_flavor: crate::atc::RouterFlavor,
     /// How upstream host names are resolved (Kong's `dns_*` properties).
     pub dns: DnsConf,
     /// What the proxy's TLS listeners serve (Kong's `ssl_*` properties).
@@ -676,17 +678,13 @@ impl Conf {
                 "must be '<count> <size>', e.g. '4 8k'".into(),
             )
         })?;
-        match get("router_flavor") {
-            "traditional_compatible" | "traditional" => {}
-            other => {
-                return Err(invalid(
+        let router_flavor =
+            crate::atc::RouterFlavor::parse(get("router_flavor")).ok_or_else(|| {
+                invalid(
                     "router_flavor",
-                    format!(
-                        "'{other}' is not supported; Turnpike implements traditional_compatible"
-                    ),
-                ))
-            }
-        }
+                    "expected one of: traditional, traditional_compatible, expressions".into(),
+                )
+            })?;
 
         // The Admin API can rewrite every route: off loopback it must demand a token.
         if admin_auth_token.is_none() {
@@ -762,6 +760,7 @@ impl Conf {
             trusted_ips,
             real_ip_header,
             max_header_size,
+            router_flavor,
             dns,
             sources,
         })
@@ -925,7 +924,7 @@ mod tests {
             "trusted_ips = 10.0.0.0/99",
             "ssl_cert = /a.pem",
             "nginx_http_keepalive_timeout = soon",
-            "router_flavor = expressions",
+            "router_flavor = atc",
             "just a line",
         ] {
             assert!(load(bad, &[]).is_err(), "{bad} should be rejected");

@@ -227,7 +227,7 @@ impl Config {
                 replace_or_push(&mut self.services, id, e, |x| &x.id);
             }
             Kind::Route => {
-                let (mut e, _, errs) = entities::route(map, id, now);
+                let (mut e, _, errs) = entities::route(map, id, now, plugins.router_flavor());
                 fail(errs)?;
                 e.service = stored_fk(map, "service");
                 replace_or_push(&mut self.routes, id, std::sync::Arc::new(e), |x| &x.id);

@@ -118,7 +118,7 @@ impl<'p> Loader<'p> {
                     cfg.services.len() - 1
                 }
                 Kind::Route => {
-                    let (r, svc, er) = entities::route(it.map, id, now);
+                    let (r, svc, er) = entities::route(it.map, id, now, plugins.router_flavor());
                     e.extend(er);
                     if let Some(s) = svc {
                         refs.push(("service", s));

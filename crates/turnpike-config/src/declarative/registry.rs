@@ -10,6 +10,11 @@ pub trait PluginRegistry: Send + Sync {
     /// entity when it starts with `/`; message).
     fn check(&self, name: &str, config: &Value) -> Option<Result<Value, Vec<(String, String)>>>;
 
+    /// The node's `router_flavor`: which route fields exist and how routes are checked.
+    fn router_flavor(&self) -> crate::atc::RouterFlavor {
+        crate::atc::RouterFlavor::default()
+    }
+
     /// The entities the plugins bring (Kong's `daos.lua`): their credential tables.
     fn entities(&self) -> &'static [&'static PluginEntity] {
         &[]

@@ -99,4 +99,6 @@ pub struct Target<'a> {
     pub path: &'a str,
     /// The host, lower case, without its port.
     pub host: &'a str,
+    /// The host as sent, port included.
+    pub authority: &'a str,
 }

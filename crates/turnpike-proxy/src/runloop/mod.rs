@@ -159,16 +159,17 @@ async fn proxy(
     }
 
     let host_value = parts.headers.get(header::HOST).cloned();
-    let host = match orig_uri.authority() {
+    let authority = match orig_uri.authority() {
         Some(a) => Some(a.as_str()),
         None => host_value.as_ref().and_then(|v| v.to_str().ok()),
     }
-    .map(host_without_port)
-    .unwrap_or(std::borrow::Cow::Borrowed(""));
+    .unwrap_or("");
+    let host = host_without_port(authority);
     let target = Target {
         orig_uri: &orig_uri,
         path: &path,
         host: &host,
+        authority,
     };
     let router_start = turnpike_plugins::spans::start(&rc.spans, turnpike_plugins::spans::ROUTER);
     let m = match route::run(ctx, &snap, conn, &parts, &target, rc) {

@@ -30,10 +30,18 @@ pub fn run<'s>(
     let view = RequestView {
         method: parts.method.as_str(),
         host: t.host,
-        port: conn.local_port,
+        // Kong's `net.dst.port`: the Host's port, else the listener's.
+        port: turnpike_router::atc::eval::split_host_port(t.authority)
+            .1
+            .unwrap_or(conn.local_port),
         path: t.path,
         headers: &parts.headers,
         sni: conn.sni.as_deref(),
+        authority: t.authority,
+        query: t.orig_uri.query(),
+        tls: conn.tls,
+        peer: Some(conn.peer),
+        local_ip: conn.local_ip,
     };
     let Some(m) = snap.router.find(&view) else {
         return Err(Box::new(rc.error(

@@ -177,7 +177,8 @@ impl Snapshot {
         upstreams: &Upstreams,
     ) -> Result<Snapshot, String> {
         let mut route_problems = Vec::new();
-        let router = Router::build_skipping(&config, &mut route_problems);
+        let flavor = turnpike_config::PluginRegistry::router_flavor(plugins);
+        let router = Router::build_skipping(&config, flavor, &mut route_problems);
         // Slot i is route i.
         let routes = config.routes.clone();
         Ok(Snapshot::assemble(
@@ -549,14 +550,8 @@ mod tests {
         paths
             .iter()
             .map(|path| {
-                let view = turnpike_router::RequestView {
-                    method: "GET",
-                    host: "example.com",
-                    port: 8000,
-                    path,
-                    headers: &headers,
-                    sni: None,
-                };
+                let view =
+                    turnpike_router::RequestView::basic("GET", "example.com", 8000, path, &headers);
                 let m = snap.router.find(&view)?;
                 let slot = &snap.routes[m.route.route_index()];
                 Some((

@@ -141,6 +141,8 @@ const IDS_PER_BLOCK: usize = 128;
 pub struct ConnInfo {
     pub peer: SocketAddr,
     pub local_port: u16,
+    /// The address the client reached (Kong's `net.dst.ip`), when the socket tells.
+    pub local_ip: Option<std::net::IpAddr>,
     pub tls: bool,
     pub sni: Option<String>,
     pub http1: bool,
@@ -168,6 +170,7 @@ impl ConnInfo {
         ConnInfo {
             peer,
             local_port,
+            local_ip: None,
             tls,
             sni,
             http1,

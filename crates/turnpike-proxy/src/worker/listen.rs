@@ -365,6 +365,7 @@ fn serve_connection(
     async move {
         let ctx = &active.0;
         let trusted = ctx.gateway.settings.is_trusted(peer.ip());
+        let local_ip = stream.local_addr().ok().map(|a| a.ip());
         match acceptor {
             None => {
                 // With the http2 flag a plain listener also speaks h2c with prior knowledge: the
@@ -376,7 +377,9 @@ fn serve_connection(
                         ctx.gateway.settings.keepalive_timeout,
                     ))
                     .await;
-                let info = Rc::new(ConnInfo::new(peer, local_port, false, None, !h2c, trusted));
+                let mut info = ConnInfo::new(peer, local_port, false, None, !h2c, trusted);
+                info.local_ip = local_ip;
+                let info = Rc::new(info);
                 // The HTTP/2 path's state is boxed: every connection's task is as large as its
                 // largest path, and most connections are HTTP/1.1 ones that sit idle.
                 if h2c {
@@ -409,7 +412,9 @@ fn serve_connection(
                 let (_, session) = tls.get_ref();
                 let sni = session.server_name().map(|s| s.to_ascii_lowercase());
                 let h2 = session.alpn_protocol() == Some(b"h2");
-                let info = Rc::new(ConnInfo::new(peer, local_port, true, sni, !h2, trusted));
+                let mut info = ConnInfo::new(peer, local_port, true, sni, !h2, trusted);
+                info.local_ip = local_ip;
+                let info = Rc::new(info);
                 if h2 {
                     Box::pin(serve_h2(ctx, TokioIo::new(*tls), info, shutdown)).await
                 } else {

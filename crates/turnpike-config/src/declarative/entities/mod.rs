@@ -114,6 +114,18 @@ pub struct Route {
     pub destinations: Option<List<Value>>,
     pub tags: Option<List<String>>,
     pub service: Option<ForeignKey>,
+    /// `expression` and `priority`: fields of Kong's route schema only under
+    /// `router_flavor = expressions` (and then on every route, `null` and 0 when unset).
+    #[serde(flatten)]
+    pub expression: Option<Box<ExpressionFields>>,
+}
+
+/// A route's `expression` (an ATC matcher) and `priority` (0 to 2^46-1; the higher, the sooner
+/// the route is tried).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct ExpressionFields {
+    pub expression: Option<String>,
+    pub priority: u64,
 }
 
 /// A route's `path_handling`: one byte where the name was a 16-byte `&str`.

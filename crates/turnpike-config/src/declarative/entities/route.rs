@@ -5,12 +5,20 @@ use serde_json::{Map, Value};
 use super::super::fields::{check_host, Fields};
 use super::*;
 
+use crate::atc::{self, RouterFlavor};
+
+/// Kong's bound on `priority`: 2^46 - 1.
+pub const MAX_PRIORITY: i64 = (1 << 46) - 1;
+
 const HTTP_ROUTE_FIELDS_MSG: &str = "must set one of 'methods', 'hosts', 'headers', 'paths'";
 
+/// Reads a route as Kong's schema for `flavor` does: `expression` and `priority` exist only
+/// under `expressions`, and the ATC flavors check the route as Kong's `validate_route` does.
 pub fn route(
     map: &Map<String, Value>,
     id: &str,
     now: i64,
+    flavor: RouterFlavor,
 ) -> (Route, Option<String>, Vec<(String, String)>) {
     let mut f = Fields::new(map);
     let id = read_id(&mut f, id);
@@ -160,28 +168,61 @@ pub fn route(
     let destinations = array(&mut f, "destinations");
     let tags = f.tags();
     let service = f.raw("service").map(foreign_ref_value);
-    // Kong's router-flavor specific fields; not valid under traditional_compatible.
-    if f.is_set("expression") {
-        f.raw("expression");
-        f.err("expression", "unknown field");
-    }
-    if f.is_set("priority") {
-        f.raw("priority");
-        f.err("priority", "unknown field");
-    }
+    // Kong's router-flavor specific fields: in its schema only under `expressions`.
+    let expression = if flavor == RouterFlavor::Expressions {
+        let expression = f.str("expression");
+        let priority = f.int("priority", 0, MAX_PRIORITY, Some(0)).unwrap();
+        Some(Box::new(ExpressionFields {
+            expression,
+            priority: priority as u64,
+        }))
+    } else {
+        for name in ["expression", "priority"] {
+            if f.is_set(name) {
+                f.known(&["expression", "priority"]);
+                f.err(name, "unknown field");
+            }
+        }
+        None
+    };
+    let has_expression = expression.as_ref().is_some_and(|e| e.expression.is_some());
 
     let is_http = protocols.iter().any(|p| p == "http" || p == "https");
     let non_empty = |o: &Option<Vec<String>>| o.as_ref().is_some_and(|v| !v.is_empty());
     let has_headers = headers.as_ref().is_some_and(|h| !h.is_empty());
     if is_http {
         let any = non_empty(&methods) || non_empty(&hosts) || non_empty(&paths) || has_headers;
-        if !(any || protocols.iter().any(|p| p == "https") && non_empty(&snis)) {
-            let msg = if protocols.iter().any(|p| p == "https") {
-                format!("{HTTP_ROUTE_FIELDS_MSG}, 'snis' when 'protocols' is 'https'")
+        if !(any || has_expression || protocols.iter().any(|p| p == "https") && non_empty(&snis)) {
+            let or_expression = if expression.is_some() {
+                ", 'expression'"
             } else {
-                format!("{HTTP_ROUTE_FIELDS_MSG} when 'protocols' is 'http'")
+                ""
+            };
+            let msg = if protocols.iter().any(|p| p == "https") {
+                format!(
+                    "{HTTP_ROUTE_FIELDS_MSG}, 'snis'{or_expression} when 'protocols' is 'https'"
+                )
+            } else {
+                format!("{HTTP_ROUTE_FIELDS_MSG}{or_expression} when 'protocols' is 'http'")
             };
             f.err("@entity", msg);
+        }
+    }
+    if flavor.is_atc() && f.errors.is_empty() {
+        let others = non_empty(&snis)
+            || sources.as_ref().is_some_and(|v| !v.is_empty())
+            || destinations.as_ref().is_some_and(|v| !v.is_empty())
+            || non_empty(&methods)
+            || non_empty(&hosts)
+            || non_empty(&paths)
+            || has_headers;
+        if let Some(e) = validate_route(
+            expression.as_deref(),
+            others,
+            regex_priority,
+            protocols.first(),
+        ) {
+            f.err("@entity", e);
         }
     }
     if non_empty(&snis)
@@ -229,6 +270,45 @@ pub fn route(
         destinations: destinations.map(List::from),
         tags: tags.map(List::from),
         service: None,
+        expression,
     };
     (r, service, errors)
+}
+
+/// Kong's `validate_route` (`kong/db/schema/entities/routes.lua`) under the ATC flavors: an
+/// expression excludes the traditional fields and a regex priority, a priority needs an
+/// expression, and the expression must compile against the schema of the route's first
+/// protocol. The message, when there is one, is Kong's.
+fn validate_route(
+    e: Option<&ExpressionFields>,
+    others: bool,
+    regex_priority: i64,
+    first_protocol: Option<&str>,
+) -> Option<String> {
+    let expression = e.and_then(|e| e.expression.as_deref());
+    let priority = e.map_or(0, |e| e.priority);
+    let fields = "'methods', 'hosts', 'paths', 'headers', 'snis', 'sources' or 'destinations'";
+    if expression.is_some() && others {
+        return Some(format!(
+            "{}cannot set 'expression' with {fields} simultaneously",
+            atc::FAILED
+        ));
+    }
+    if expression.is_some() && regex_priority != 0 {
+        return Some(format!(
+            "{}cannot set 'regex_priority' with 'expression' simultaneously",
+            atc::FAILED
+        ));
+    }
+    if others && priority != 0 {
+        return Some(format!(
+            "{}cannot set 'priority' with {fields} simultaneously",
+            atc::FAILED
+        ));
+    }
+    let expression = expression?;
+    let amended = atc::amend(expression);
+    atc::parse(&amended, atc::schema_for(first_protocol))
+        .err()
+        .map(|e| format!("{}{e}", atc::FAILED))
 }
