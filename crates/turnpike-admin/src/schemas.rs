@@ -86,6 +86,10 @@ fn kong_constraints(table: &str, field: &str) -> Option<Value> {
         }
         ("routes", "path_handling") => json!({"one_of": ["v0", "v1"]}),
         ("routes", "regex_priority") => json!({"between": [i32::MIN, i32::MAX]}),
+        ("routes", "priority") => json!({
+            "between": [0, turnpike_config::declarative::entities::MAX_PRIORITY],
+            "required": true
+        }),
         ("routes", "headers") => {
             json!({"keys": {"type": "string"}, "values": {"type": "array", "elements": {"type": "string"}}})
         }

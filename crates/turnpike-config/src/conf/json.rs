@@ -97,7 +97,7 @@ impl Conf {
             "ssl_cert_key": self.ssl_cert_key.iter().map(|_| "******").collect::<Vec<_>>(),
             "trusted_ips": self.trusted_ips,
             "real_ip_header": self.real_ip_header,
-            "router_flavor": "traditional_compatible",
+            "router_flavor": self.router_flavor.name(),
         });
         v["pg_keepalive_timeout"] = self
             .pg

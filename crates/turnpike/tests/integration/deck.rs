@@ -220,3 +220,65 @@ async fn deck_render_and_dump_db_less() {
         assert!(dump.contains(name), "{name} missing from the dump:\n{dump}");
     }
 }
+
+/// The routes of a decK file (top level and under services): name -> (expression, priority).
+fn expression_routes(yaml: &str) -> std::collections::BTreeMap<String, (String, i64)> {
+    let doc: serde_json::Value = serde_yaml::from_str(yaml).unwrap();
+    let mut out = std::collections::BTreeMap::new();
+    let mut routes: Vec<&serde_json::Value> =
+        doc["routes"].as_array().into_iter().flatten().collect();
+    for s in doc["services"].as_array().into_iter().flatten() {
+        routes.extend(s["routes"].as_array().into_iter().flatten());
+    }
+    for r in routes {
+        out.insert(
+            r["name"].as_str().unwrap().to_string(),
+            (
+                r["expression"].as_str().unwrap_or_default().to_string(),
+                r["priority"].as_i64().unwrap_or(0),
+            ),
+        );
+    }
+    out
+}
+
+/// decK's own fixtures with expressions routes (`deck-expressions/`) against a node on
+/// `router_flavor = expressions`: sync, an empty diff, a dump with the same expressions and
+/// priorities, and a sync of the dump that changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deck_syncs_expression_routes() {
+    let gw = Gateway::sqlite()
+        .env("TURNPIKE_ROUTER_FLAVOR", "expressions")
+        .start();
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    for (name, text, created) in [
+        (
+            "expression-routes.yaml",
+            include_str!("deck-expressions/expression-routes.yaml"),
+            2,
+        ),
+        (
+            "route-expressions.yaml",
+            include_str!("deck-expressions/route-expressions.yaml"),
+            5,
+        ),
+    ] {
+        std::fs::write(dir.join(name), text).unwrap();
+        ok(&gw, dir, &["gateway", "validate", name]);
+        let out = ok(&gw, dir, &["gateway", "sync", name]);
+        assert_eq!(summary(&out), (created, 0, 0), "{name}: {out}");
+        let out = ok(&gw, dir, &["gateway", "diff", name]);
+        assert_eq!(summary(&out), (0, 0, 0), "{name}: {out}");
+        ok(&gw, dir, &["gateway", "dump", "-o", "dump.yml", "--yes"]);
+        let dump = std::fs::read_to_string(dir.join("dump.yml")).unwrap();
+        assert_eq!(
+            expression_routes(&dump),
+            expression_routes(text),
+            "{name}: {dump}"
+        );
+        let out = ok(&gw, dir, &["gateway", "sync", "dump.yml"]);
+        assert_eq!(summary(&out), (0, 0, 0), "{name}: {out}");
+        ok(&gw, dir, &["gateway", "reset", "--force"]);
+    }
+}

@@ -15,6 +15,7 @@ mod conformance;
 mod deck;
 mod dns;
 mod doctor;
+mod expressions;
 mod faults;
 mod gokong;
 mod health;
