@@ -142,7 +142,7 @@ impl HostPattern {
 enum ValueMatch {
     /// Compared case-insensitively (stored lower-case).
     Exact(Box<str>),
-    /// `~*regex`: Kong's case-insensitive regex.
+    /// `~*regex`: Kong's case-insensitive regex, stored lower-cased.
     Regex(Regex),
 }
 
@@ -427,7 +427,9 @@ fn route_matchers(
         let mut vm = Vec::new();
         for v in values {
             if let Some(re) = v.strip_prefix("~*") {
-                let re = Regex::new(&format!("(?i){re}"))
+                // Kong's `any(lower(http.headers.x)) ~ lower(regex)`: the pattern itself is
+                // lower-cased (so `\D` reads as `\d`) and matched against the lower-cased value.
+                let re = Regex::new(&re.to_lowercase())
                     .map_err(|e| CompileError(format!("route {}: header regex: {e}", route.id)))?;
                 vm.push(ValueMatch::Regex(re));
             } else {
@@ -829,7 +831,8 @@ impl Router {
                     return None;
                 }
             }
-            if let Some(snis) = &f.snis {
+            // Kong's `(net.protocol != "https" || tls.sni ...)`: SNIs bind TLS requests only.
+            if let (Some(snis), true) = (&f.snis, req.tls) {
                 let sni = req.sni?;
                 if !snis.iter().any(|h| h.matches(sni, 0)) {
                     return None;
@@ -841,7 +844,7 @@ impl Router {
                     let Ok(s) = hv.to_str() else { continue };
                     ok = values.iter().any(|v| match v {
                         ValueMatch::Exact(e) => s.eq_ignore_ascii_case(e),
-                        ValueMatch::Regex(re) => re.is_match(s),
+                        ValueMatch::Regex(re) => re.is_match(&s.to_lowercase()),
                     });
                     if ok {
                         break;

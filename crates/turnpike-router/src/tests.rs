@@ -13,6 +13,7 @@ struct Req<'a> {
     path: &'a str,
     headers: HeaderMap,
     sni: Option<&'a str>,
+    tls: bool,
 }
 
 fn req(path: &str) -> Req<'_> {
@@ -23,6 +24,7 @@ fn req(path: &str) -> Req<'_> {
         path,
         headers: HeaderMap::new(),
         sni: None,
+        tls: false,
     }
 }
 
@@ -36,7 +38,7 @@ fn find(r: &Router, cfg: &Config, q: &Req) -> Option<(String, Option<usize>)> {
         sni: q.sni,
         authority: "",
         query: None,
-        tls: false,
+        tls: q.tls,
         peer: None,
         local_ip: None,
     };
@@ -149,15 +151,21 @@ fn regex_paths_priority_and_captures() {
     assert_eq!(name(&r, &c, &req("/x/users/42")), "<none>");
 }
 
+/// Kong's `(net.protocol != "https" || tls.sni == ...)`: SNIs bind TLS requests only; a
+/// plain request reaches the route (and then its HTTPS redirect).
 #[test]
-fn snis_need_tls() {
+fn snis_bind_tls_requests() {
     let (r, c) = router(&format!(
         "{BASE}  - {{name: sni, protocols: [https], snis: [secure.example.com]}}\n  - {{name: other, paths: [/other]}}\n"
     ));
-    assert_eq!(name(&r, &c, &req("/")), "<none>");
+    assert_eq!(name(&r, &c, &req("/")), "sni");
     let mut q = req("/");
+    q.tls = true;
+    assert_eq!(name(&r, &c, &q), "<none>");
     q.sni = Some("secure.example.com");
     assert_eq!(name(&r, &c, &q), "sni");
+    q.sni = Some("other.example.com");
+    assert_eq!(name(&r, &c, &q), "<none>");
 }
 
 #[test]

@@ -318,3 +318,182 @@ fn bad_expression_routes_get_kong_messages() {
     .unwrap_err();
     assert!(e.contains("expression: unknown field"), "{e}");
 }
+
+/// A small deterministic generator (xorshift), so that a failing seed can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+    fn some<'a>(&mut self, pool: &[&'a str], max: usize) -> Vec<&'a str> {
+        let n = 1 + self.below(max);
+        let mut out: Vec<&str> = (0..n).map(|_| pool[self.below(pool.len())]).collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+/// The traditional_compatible router (our index and matchers) against Kong's engine running
+/// the expressions Kong's `get_expression` writes for the same routes, with Kong's priorities
+/// and ids: random routes of every traditional field, random requests, the same winner.
+#[test]
+fn traditional_compatible_agrees_with_the_engine_on_translated_routes() {
+    use atc_router::context::Context;
+    const PATHS: &[&str] = &[
+        "/",
+        "/a",
+        "/a/b",
+        "/ab",
+        "~/a/\\d+$",
+        "~/b(?<x>[a-z]+)",
+        "/c/",
+    ];
+    const HOSTS: &[&str] = &["a.test", "*.b.test", "c.*", "a.test:8000", "d.test"];
+    const SNIS: &[&str] = &["a.test", "*.b.test", "s.test"];
+    const REQ_PATHS: &[&str] = &["/", "/a", "/a/b", "/a/12", "/ab", "/bxyz", "/c/d", "/z"];
+    const REQ_HOSTS: &[&str] = &[
+        "a.test",
+        "a.test:8000",
+        "x.b.test",
+        "c.org",
+        "d.test",
+        "e.test",
+    ];
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut compared = 0;
+    for round in 0..150 {
+        let mut routes = Vec::new();
+        for i in 0..12 {
+            let mut r = serde_json::Map::new();
+            r.insert(
+                "id".into(),
+                json!(format!(
+                    "00000000-0000-4000-8000-{:012x}",
+                    rng.next() % 4096 * 4096 + i
+                )),
+            );
+            r.insert("name".into(), json!(format!("r{i}")));
+            let mut any = false;
+            if rng.chance(70) {
+                r.insert("paths".into(), json!(rng.some(PATHS, 3)));
+                any = true;
+            }
+            if rng.chance(40) {
+                r.insert("hosts".into(), json!(rng.some(HOSTS, 2)));
+                any = true;
+            } else if rng.chance(15) {
+                // Kong's quirk: an empty hosts array still sets the plain-host bit.
+                r.insert("hosts".into(), json!([]));
+            }
+            if rng.chance(30) {
+                r.insert("methods".into(), json!(rng.some(&["GET", "POST"], 1)));
+                any = true;
+            }
+            if rng.chance(25) {
+                r.insert(
+                    "headers".into(),
+                    json!({"x-v": rng.some(&["1", "Two", "~*^V\\d", "~*^T\\D"], 2)}),
+                );
+                any = true;
+            }
+            if rng.chance(20) {
+                r.insert("snis".into(), json!(rng.some(SNIS, 2)));
+                if rng.chance(50) {
+                    r.insert("protocols".into(), json!(["https"]));
+                }
+            }
+            if rng.chance(30) {
+                r.insert("regex_priority".into(), json!(rng.below(3)));
+            }
+            if !any {
+                r.insert("paths".into(), json!(["/"]));
+            }
+            routes.push(Json::Object(r));
+        }
+        let cfg = config(&Json::Array(routes), RouterFlavor::TraditionalCompatible)
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        let mut problems = Vec::new();
+        let ours = Router::build_skipping(&cfg, RouterFlavor::TraditionalCompatible, &mut problems);
+        assert!(problems.is_empty(), "{problems:?}");
+        let mut engine = atc_router::router::Router::new(&HTTP_SCHEMA);
+        let mut owner = std::collections::HashMap::new();
+        let mut shown = Vec::new();
+        for (i, route) in cfg.routes.iter().enumerate() {
+            let paths: Vec<String> = route.paths.as_deref().unwrap_or_default().to_vec();
+            let mut groups = super::translate::path_groups(&paths);
+            if groups.is_empty() {
+                groups.push(Vec::new());
+            }
+            let split = groups.len() > 1;
+            for (g, group) in groups.iter().enumerate() {
+                let src = super::translate::expression(route, group).unwrap();
+                let id = if split {
+                    super::translate::split_id(&route.id, g + 1)
+                } else {
+                    uuid::Uuid::parse_str(&route.id).unwrap()
+                };
+                engine
+                    .add_matcher(group_priority(route, group) as usize, id, &src)
+                    .unwrap_or_else(|e| panic!("{src}: {e}"));
+                owner.insert(id, i);
+                shown.push(format!("r{i} {:x}: {src}", group_priority(route, group)));
+            }
+        }
+        for _ in 0..40 {
+            let authority = REQ_HOSTS[rng.below(REQ_HOSTS.len())];
+            let method = ["GET", "POST"][rng.below(2)];
+            let mut q = json!({
+                "method": method,
+                "path": REQ_PATHS[rng.below(REQ_PATHS.len())],
+                "host": authority,
+            });
+            if rng.chance(40) {
+                let v = ["1", "two", "v7", "V8", "x"][rng.below(5)];
+                q["headers"] = json!({ "x-v": [v] });
+            }
+            if rng.chance(40) {
+                q["tls"] = json!(true);
+                if rng.chance(80) {
+                    let sni = ["a.test", "y.b.test", "s.test", "n.test"][rng.below(4)];
+                    q["sni"] = json!(sni);
+                }
+            }
+            let req = Req::from(&q);
+            let view = req.view();
+            let mut ctx = Context::new(&HTTP_SCHEMA);
+            let mut fields = super::eval::Fields::new(&view);
+            for field in engine.fields.keys() {
+                for v in fields.engine_values(field) {
+                    ctx.add_value(field, v);
+                }
+            }
+            let found = engine.execute(&mut ctx);
+            let theirs = ctx
+                .result
+                .as_ref()
+                .filter(|_| found)
+                .map(|r| owner[&r.uuid]);
+            let m = ours.find(&view);
+            let got = m.as_ref().map(|m| m.route.route_index());
+            assert_eq!(got, theirs, "round {round}: {q}\n{}", shown.join("\n"));
+            if let (Some(m), Some(r)) = (&m, ctx.result.as_ref().filter(|_| found)) {
+                if let Some(atc_router::ast::Value::String(p)) = r.matches.get("http.path") {
+                    assert_eq!(m.matched_len, Some(p.len()), "round {round}: {q}");
+                }
+            }
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, 6000);
+}
