@@ -172,7 +172,6 @@ fn traditional_routes_translate_as_kong_writes_them() {
 /// records the same path and captures as ours.
 #[test]
 fn the_engine_agrees() {
-    use atc_router::context::Context;
     let data: Json = serde_json::from_str(CASES).unwrap();
     let mut compared = 0;
     for case in data["cases"].as_array().unwrap() {
@@ -194,15 +193,8 @@ fn the_engine_agrees() {
         for q in case["requests"].as_array().unwrap() {
             let req = Req::from(q);
             let view = req.view();
-            let mut ctx = Context::new(&HTTP_SCHEMA);
-            let mut fields = super::eval::Fields::new(&view);
-            for field in engine.fields.keys() {
-                for v in fields.engine_values(field) {
-                    ctx.add_value(field, v);
-                }
-            }
-            let found = engine.execute(&mut ctx);
-            let theirs = ctx.result.as_ref().filter(|_| found);
+            let result = run_engine(&engine, &view);
+            let theirs = result.as_ref();
             let m = ours.find(&view);
             assert_eq!(
                 m.as_ref().map(|m| m.route.route_index()),
@@ -319,6 +311,23 @@ fn bad_expression_routes_get_kong_messages() {
     assert!(e.contains("expression: unknown field"), "{e}");
 }
 
+/// Kong's engine on a request: the context filled with the values of every field its
+/// matchers read, then its own `execute`.
+fn run_engine(
+    engine: &atc_router::router::Router<'_>,
+    view: &RequestView<'_>,
+) -> Option<atc_router::context::Match> {
+    let mut ctx = atc_router::context::Context::new(&HTTP_SCHEMA);
+    let mut fields = super::eval::Fields::new(view);
+    for field in engine.fields.keys() {
+        for v in fields.engine_values(field) {
+            ctx.add_value(field, v);
+        }
+    }
+    let found = engine.execute(&mut ctx);
+    ctx.result.filter(|_| found)
+}
+
 /// A small deterministic generator (xorshift), so that a failing seed can be replayed.
 struct Rng(u64);
 
@@ -349,7 +358,6 @@ impl Rng {
 /// and ids: random routes of every traditional field, random requests, the same winner.
 #[test]
 fn traditional_compatible_agrees_with_the_engine_on_translated_routes() {
-    use atc_router::context::Context;
     const PATHS: &[&str] = &[
         "/",
         "/a",
@@ -471,23 +479,12 @@ fn traditional_compatible_agrees_with_the_engine_on_translated_routes() {
             }
             let req = Req::from(&q);
             let view = req.view();
-            let mut ctx = Context::new(&HTTP_SCHEMA);
-            let mut fields = super::eval::Fields::new(&view);
-            for field in engine.fields.keys() {
-                for v in fields.engine_values(field) {
-                    ctx.add_value(field, v);
-                }
-            }
-            let found = engine.execute(&mut ctx);
-            let theirs = ctx
-                .result
-                .as_ref()
-                .filter(|_| found)
-                .map(|r| owner[&r.uuid]);
+            let result = run_engine(&engine, &view);
+            let theirs = result.as_ref().map(|r| owner[&r.uuid]);
             let m = ours.find(&view);
             let got = m.as_ref().map(|m| m.route.route_index());
             assert_eq!(got, theirs, "round {round}: {q}\n{}", shown.join("\n"));
-            if let (Some(m), Some(r)) = (&m, ctx.result.as_ref().filter(|_| found)) {
+            if let (Some(m), Some(r)) = (&m, result.as_ref()) {
                 if let Some(atc_router::ast::Value::String(p)) = r.matches.get("http.path") {
                     assert_eq!(m.matched_len, Some(p.len()), "round {round}: {q}");
                 }
