@@ -881,15 +881,7 @@ impl Router {
                             });
                         }
                     } else if let Some(c) = re.captures(req.path) {
-                        let names: Vec<Option<&str>> = re.capture_names().collect();
-                        let caps = c
-                            .iter()
-                            .enumerate()
-                            .skip(1)
-                            .filter_map(|(i, g)| {
-                                g.map(|g| (names[i].map(String::from), g.as_str().to_string()))
-                            })
-                            .collect();
+                        let caps = captures(re, &c);
                         return Some(Match {
                             route,
                             matched_len: Some(c.get(0).unwrap().end()),
@@ -930,6 +922,17 @@ impl Router {
             captures: (!rec.captures.is_empty()).then_some(rec.captures),
         })
     }
+}
+
+/// A regex's groups past the whole match, in order, named when the regex names them (the
+/// shape plugins read `uri_captures` in); groups that took no part are left out.
+pub(crate) fn captures(re: &Regex, c: &regex::Captures<'_>) -> Vec<(Option<String>, String)> {
+    let names: Vec<Option<&str>> = re.capture_names().collect();
+    c.iter()
+        .enumerate()
+        .skip(1)
+        .filter_map(|(i, g)| g.map(|g| (names[i].map(String::from), g.as_str().to_string())))
+        .collect()
 }
 
 /// A router shared by many workers.

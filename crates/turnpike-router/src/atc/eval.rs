@@ -302,15 +302,7 @@ fn one(p: &Predicate, v: &FieldValue, is_path: bool, rec: &mut Record) -> bool {
             // The groups of the last regex that matched (the engine merges every regex's
             // groups into one map; two capturing regexes in one route are not seen in
             // practice).
-            let names: Vec<Option<&str>> = re.capture_names().collect();
-            rec.captures = c
-                .iter()
-                .enumerate()
-                .skip(1)
-                .filter_map(|(i, g)| {
-                    g.map(|g| (names[i].map(String::from), g.as_str().to_string()))
-                })
-                .collect();
+            rec.captures = crate::captures(re, &c);
             true
         }
         (BinaryOperator::Prefix, FieldValue::Str(s), Value::String(r)) => {
