@@ -563,9 +563,17 @@ async fn jwt_secrets_through_the_admin_api() {
         "ES256"
     );
 
-    // The database node looks the secret up by key.
+    // The database node looks the secret up by key. The plugin is live once a request
+    // without a token is refused (the node applies writes in the background: on a loaded
+    // machine the route can be live before the plugin is).
     let t = sign("HS256", &json!({"iss": key}), secret.as_bytes(), None);
     let proxy = gw.proxy;
+    assert!(
+        eventually(std::time::Duration::from_secs(10), async || {
+            call(proxy, "GET", "/j", &[]).await.status == 401
+        })
+        .await
+    );
     let auth = bearer(&t);
     assert!(
         eventually(std::time::Duration::from_secs(10), async || {
