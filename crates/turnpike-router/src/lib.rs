@@ -71,6 +71,11 @@ impl<'a> RequestView<'a> {
     }
 }
 
+/// [`RouteEntry::grpc`]: the route lists `grpc` (cleartext h2c).
+pub const GRPC: u8 = 1;
+/// [`RouteEntry::grpc`]: the route lists `grpcs`.
+pub const GRPCS: u8 = 2;
+
 /// A compiled route: what the proxy needs after a match.
 #[derive(Debug, Clone, Copy)]
 pub struct RouteEntry {
@@ -84,6 +89,8 @@ pub struct RouteEntry {
     pub accepts_http: bool,
     pub accepts_https: bool,
     pub https_redirect_status_code: u16,
+    /// A gRPC route ([`GRPC`], [`GRPCS`] bits: the protocols it lists); 0 for others.
+    pub grpc: u8,
     /// Read the whole request body before choosing and connecting to an upstream (Kong's
     /// `request_buffering`, default true).
     pub request_buffering: bool,
@@ -551,8 +558,18 @@ fn compile(
     order: u32,
     flavor: RouterFlavor,
 ) -> Result<Compiled, CompileError> {
-    let accepts_http = route.protocols.iter().any(|p| p == "http" || p == "ws");
-    let accepts_https = route.protocols.iter().any(|p| p == "https" || p == "wss");
+    let mut grpc = 0;
+    for p in route.protocols.iter() {
+        match p {
+            "grpc" => grpc |= GRPC,
+            "grpcs" => grpc |= GRPCS,
+            _ => {}
+        }
+    }
+    // gRPC requests are HTTP/2 requests: a gRPC route is matched as an HTTP one, and the
+    // proxy checks the request is gRPC afterwards (Kong's access phase).
+    let accepts_http = grpc != 0 || route.protocols.iter().any(|p| p == "http" || p == "ws");
+    let accepts_https = grpc != 0 || route.protocols.iter().any(|p| p == "https" || p == "wss");
     if (!accepts_http && !accepts_https) || service.is_some_and(|s| !s.1) {
         return Ok((None, Vec::new()));
     }
@@ -565,6 +582,7 @@ fn compile(
         accepts_http,
         accepts_https,
         https_redirect_status_code: route.https_redirect_status_code,
+        grpc,
         request_buffering: route.request_buffering,
         response_buffering: route.response_buffering,
     };

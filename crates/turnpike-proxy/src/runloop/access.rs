@@ -132,7 +132,7 @@ pub async fn run(
                     d.request_headers = with_identity(access.headers, access.consumer.as_deref());
                 }
             }
-            return Err(Box::new(exit_response(ctx, e, rc.start)));
+            return Err(Box::new(exit_response(ctx, e, rc.start, rc.grpc)));
         }
     }
     rc.upstream_query = access.upstream_query;

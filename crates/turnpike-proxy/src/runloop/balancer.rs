@@ -196,6 +196,67 @@ async fn send_upgrade(
     Ok(tokio::time::timeout(service.read_timeout, sender.send_request(req)).await)
 }
 
+/// A request to a gRPC service goes over the worker's HTTP/2 connection to the peer (opened
+/// when there is none): `:authority` is the Host the request would have carried, `:path`
+/// the client's, the body streamed both ways as it comes.
+#[allow(clippy::too_many_arguments)]
+async fn send_h2(
+    ctx: &Rc<WorkerCtx>,
+    service: &ServiceInfo,
+    peer: &Peer,
+    key: PeerKey,
+    tls: connect::TlsParams<'_>,
+    parts: &mut http::request::Parts,
+    body: &mut Option<ClientBody>,
+    overrides: &Overrides,
+) -> Result<UpgradeSent, Upgrade> {
+    use crate::body::request::H2RequestBody;
+    let mut sender = match ctx.h2.get(&key) {
+        Some(s) => s,
+        None => {
+            let addr = resolve(peer).await.map_err(Upgrade::Failed)?;
+            let stream = ctx
+                .pool
+                .open(peer.id, addr, tls, service.connect_timeout)
+                .await
+                .map_err(Upgrade::Connect)?;
+            ctx.h2
+                .handshake(key, stream)
+                .await
+                .map_err(Upgrade::Connect)?
+        }
+    };
+    ctx.stats.upstream_requests.inc();
+    ctx.pool.tallies.request(peer.id);
+    apply_overrides(&mut parts.headers, overrides);
+    let Some(authority) = parts.headers.remove(http::header::HOST) else {
+        return Err(Upgrade::Failed(UpstreamError::Failed));
+    };
+    let scheme = if service.https { "https" } else { "http" };
+    let uri = format!(
+        "{scheme}://{}{}",
+        authority.to_str().unwrap_or(""),
+        parts.uri.path_and_query().map_or("/", |p| p.as_str())
+    );
+    parts.uri = match http::Uri::try_from(uri) {
+        Ok(u) => u,
+        Err(_) => return Err(Upgrade::Failed(UpstreamError::Failed)),
+    };
+    parts.version = http::Version::HTTP_2;
+    let body = match body.take().map(|b| b.source) {
+        None => H2RequestBody::Full(None),
+        Some(BodySource::Stream(s)) => H2RequestBody::Stream(s),
+        Some(BodySource::Buffered(b)) => H2RequestBody::Full(Some(b)),
+        Some(BodySource::Spooled(_)) => {
+            tracing::error!("a spooled request body is not sent to an HTTP/2 upstream");
+            return Err(Upgrade::Failed(UpstreamError::Failed));
+        }
+    };
+    let placeholder = Request::new(()).into_parts().0;
+    let req = Request::from_parts(std::mem::replace(parts, placeholder), body);
+    Ok(tokio::time::timeout(service.read_timeout, sender.send_request(req)).await)
+}
+
 /// Sends the request to the service's upstream, retrying up to `service.retries` times, on
 /// the next target when the service is balanced: on connection failures (nothing was sent),
 /// and on timeouts or closed connections before any response byte when the request is
@@ -320,19 +381,33 @@ pub async fn send(
             })
         };
 
-        if upgrade {
+        if upgrade || service.grpc {
             // Boxed: hyper's handshake and exchange are large futures, and only upgrades
-            // (WebSocket) take this path; every other request's future stays small.
-            let sent = Box::pin(send_upgrade(
-                ctx,
-                service,
-                peer,
-                tls(),
-                parts,
-                &mut body,
-                overrides,
-            ))
-            .await;
+            // (WebSocket) and gRPC take this path; every other request's future stays small.
+            let sent = if service.grpc {
+                Box::pin(send_h2(
+                    ctx,
+                    service,
+                    peer,
+                    key,
+                    tls(),
+                    parts,
+                    &mut body,
+                    overrides,
+                ))
+                .await
+            } else {
+                Box::pin(send_upgrade(
+                    ctx,
+                    service,
+                    peer,
+                    tls(),
+                    parts,
+                    &mut body,
+                    overrides,
+                ))
+                .await
+            };
             match sent {
                 Err(Upgrade::Connect(e)) => {
                     finish(Some(connect_outcome(&e)));
@@ -353,7 +428,7 @@ pub async fn send(
                         Ok(Ok(resp)) => Ok(Upstreamed::Hyper(resp)),
                         Ok(Err(e)) => {
                             tracing::debug!(
-                                "upstream {}:{} failed during upgrade: {e}",
+                                "upstream {}:{} failed (upgrade or HTTP/2): {e}",
                                 peer.host,
                                 peer.port
                             );

@@ -56,6 +56,9 @@ pub struct RequestCtx {
     pub gzip: Option<crate::runloop::gzip::GzipRequest>,
     /// The router, plugin phases and balancer tries, when `tracing_instrumentations` asks.
     pub spans: Option<Box<turnpike_plugins::spans::Spans>>,
+    /// A gRPC request (HTTP/2, `Content-Type: application/grpc*`, Kong's `is_grpc_request`):
+    /// the gateway's own answers are gRPC ones.
+    pub grpc: bool,
 }
 
 impl RequestCtx {
@@ -81,6 +84,17 @@ impl RequestCtx {
             spans: None,
             log: None,
             access_record: None,
+            grpc: false,
+        }
+    }
+
+    /// Notes whether the request is a gRPC one (only an HTTP/2 request can be).
+    #[inline]
+    pub fn note_grpc(&mut self, version: http::Version, headers: &HeaderMap) {
+        if version == http::Version::HTTP_2 {
+            self.grpc = headers
+                .get(http::header::CONTENT_TYPE)
+                .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
         }
     }
 

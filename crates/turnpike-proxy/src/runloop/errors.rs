@@ -20,6 +20,12 @@ pub const NAME_RESOLUTION: &str = "name resolution failed";
 pub const UNEXPECTED: &str = "An unexpected error occurred";
 pub const NO_SERVICE: &str = "no Service found with those values";
 pub const USE_HTTPS: &str = "Please use HTTPS protocol";
+/// A gRPC request over HTTP/1 on a gRPC route.
+pub const USE_HTTP2: &str = "Please use HTTP2 protocol";
+/// A request that is not gRPC on a gRPC route.
+pub const NON_GRPC: &str = "Non-gRPC request matched gRPC route";
+/// A cleartext gRPC request on a grpcs-only route.
+pub const GRPCS_ONLY: &str = "gRPC request matched gRPCs route";
 /// request-size-limiting's message, for a body found too large while it streams.
 pub const BODY_TOO_LARGE: &str = "Request size limit exceeded";
 /// A request body larger than nginx_http_client_max_body_size (Kong's error handler for 413).
@@ -132,28 +138,138 @@ pub fn ms(d: Duration) -> HeaderValue {
 }
 
 impl RequestCtx {
-    /// Kong's error response, in the shape the client accepts, with Kong's headers for a
-    /// response the gateway produced.
+    /// Kong's error response (`kong.response.error`), in the shape the client accepts, with
+    /// Kong's headers for a response the gateway produced. A gRPC client gets gRPC's shape,
+    /// the message dropped for the status's canonical name, as Kong does.
     pub fn error(&self, ctx: &WorkerCtx, status: StatusCode, msg: &str) -> Response<ProxyBody> {
-        own_response(
-            ctx,
+        let r = if self.grpc {
+            grpc_response(status, None, true)
+        } else {
             error_response(
                 status,
                 msg,
                 self.request_id.to_str().unwrap_or(""),
                 self.accept.as_ref(),
-            ),
-            self.start,
-        )
+            )
+        };
+        own_response(ctx, r, self.start)
+    }
+
+    /// An error nginx raises (the upstream failed, timed out) as Kong's error handler
+    /// answers it: for a gRPC client, with the handler's message as `grpc-message`.
+    pub fn proxy_error(
+        &self,
+        ctx: &WorkerCtx,
+        status: StatusCode,
+        msg: &str,
+    ) -> Response<ProxyBody> {
+        if self.grpc {
+            let handler_msg = match status.as_u16() {
+                502 => BAD_GATEWAY,
+                503 => "The upstream server is currently unavailable",
+                504 => "The upstream server is timing out",
+                _ => msg,
+            };
+            return own_response(
+                ctx,
+                grpc_response(status, Some(handler_msg), false),
+                self.start,
+            );
+        }
+        self.error(ctx, status, msg)
     }
 }
 
-/// A plugin's own response (Kong's `kong.response.exit`).
+/// Kong's HTTP status → gRPC status (`kong/pdk/response.lua`: 200 → 0, 400 → 3, 500 → 13
+/// fall in their ranges).
+pub fn grpc_status(status: u16) -> u8 {
+    match status {
+        401 => 16,
+        403 => 7,
+        404 => 5,
+        409 => 6,
+        429 => 8,
+        499 => 1,
+        501 => 12,
+        503 => 14,
+        504 => 4,
+        500..=599 => 13,
+        400..=499 => 3,
+        200..=299 => 0,
+        _ => 2,
+    }
+}
+
+/// gRPC's canonical status names, as Kong writes them in `grpc-message`.
+pub const GRPC_MESSAGES: [&str; 17] = [
+    "OK",
+    "Canceled",
+    "Unknown",
+    "InvalidArgument",
+    "DeadlineExceeded",
+    "NotFound",
+    "AlreadyExists",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "FailedPrecondition",
+    "Aborted",
+    "OutOfRange",
+    "Unimplemented",
+    "Internal",
+    "Unavailable",
+    "DataLoss",
+    "Unauthenticated",
+];
+
+/// The gateway's own answer to a gRPC client (Kong's `send` for a gRPC request): the HTTP
+/// status kept, `grpc-status` from it, `grpc-message` the given message or the status's
+/// canonical name, an empty body. `content_type`: `kong.response.error` sets
+/// `application/grpc`; `kong.response.exit` sets none.
+pub fn grpc_response(
+    status: StatusCode,
+    message: Option<&str>,
+    content_type: bool,
+) -> Response<ProxyBody> {
+    let code = grpc_status(status.as_u16());
+    let mut r = Response::new(ProxyBody::empty());
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    if content_type {
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/grpc"),
+        );
+    }
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+    h.insert(GRPC_STATUS.clone(), HeaderValue::from(code as u16));
+    let message = message
+        .and_then(|m| HeaderValue::from_str(m).ok())
+        .unwrap_or_else(|| HeaderValue::from_static(GRPC_MESSAGES[code as usize]));
+    h.insert(GRPC_MESSAGE.clone(), message);
+    r
+}
+
+pub static GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
+pub static GRPC_MESSAGE: http::HeaderName = http::HeaderName::from_static("grpc-message");
+
+/// A plugin's own response (Kong's `kong.response.exit`). To a gRPC client, an error exit is
+/// a gRPC one: Kong's plugins answer errors with `kong.response.error`, whose message a gRPC
+/// client gets as the status's canonical name.
 pub fn exit_response(
     ctx: &WorkerCtx,
     e: turnpike_plugins::Exit,
     start: Instant,
+    grpc: bool,
 ) -> Response<ProxyBody> {
+    if grpc && e.status.as_u16() >= 400 {
+        let mut r = grpc_response(e.status, None, true);
+        for (k, v) in e.headers {
+            if k != header::CONTENT_TYPE {
+                r.headers_mut().insert(k, v);
+            }
+        }
+        return own_response(ctx, r, start);
+    }
     let mut r = Response::new(ProxyBody::full(e.body));
     *r.status_mut() = e.status;
     for (k, v) in e.headers {
@@ -225,6 +341,40 @@ mod tests {
             format_for(Some(&HeaderValue::from_static("image/png"))),
             Format::Json
         );
+    }
+
+    #[test]
+    fn grpc_statuses_follow_kongs_table() {
+        let pairs = [
+            (200, 0),
+            (204, 0),
+            (400, 3),
+            (401, 16),
+            (403, 7),
+            (404, 5),
+            (409, 6),
+            (413, 3),
+            (429, 8),
+            (499, 1),
+            (500, 13),
+            (501, 12),
+            (502, 13),
+            (503, 14),
+            (504, 4),
+            (302, 2),
+        ];
+        for (http, grpc) in pairs {
+            assert_eq!(grpc_status(http), grpc, "{http}");
+        }
+        let r = grpc_response(StatusCode::SERVICE_UNAVAILABLE, None, true);
+        assert_eq!(r.status(), 503);
+        assert_eq!(r.headers()["grpc-status"], "14");
+        assert_eq!(r.headers()["grpc-message"], "Unavailable");
+        assert_eq!(r.headers()["content-type"], "application/grpc");
+        assert_eq!(r.headers()["content-length"], "0");
+        let r = grpc_response(StatusCode::BAD_GATEWAY, Some(BAD_GATEWAY), false);
+        assert_eq!(r.headers()["grpc-message"], BAD_GATEWAY);
+        assert!(!r.headers().contains_key("content-type"));
     }
 
     #[test]

@@ -86,7 +86,21 @@ pub fn run(
         rc.seen
     };
     if headers_seen & seen::HOP_BY_HOP != 0 {
+        // Kong sends `TE: trailers` on when the client asked for trailers (the rest of TE is
+        // hop-by-hop); gRPC servers want it.
+        let te_trailers = service.grpc
+            && parts.headers.get_all(header::TE).iter().any(|v| {
+                v.to_str().is_ok_and(|s| {
+                    s.split(',')
+                        .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
+                })
+            });
         strip_hop_by_hop(&mut parts.headers, upgrade);
+        if te_trailers {
+            parts
+                .headers
+                .insert(header::TE, HeaderValue::from_static("trailers"));
+        }
     }
     let prefix = m
         .matched_len

@@ -150,12 +150,13 @@ async fn proxy(
     let client_version = req.version();
     let (mut parts, body) = req.into_parts();
     rc.note_accept(&parts.headers);
+    rc.note_grpc(client_version, &parts.headers);
     // The original URI is kept aside: its path is borrowed while the upstream URI is built.
     let orig_uri = std::mem::take(&mut parts.uri);
     let path = normalize_path(orig_uri.path());
 
     if let Some(e) = rewrite::run(&snap, conn, &mut parts, (&path, orig_uri.query()), rc) {
-        return exit_response(ctx, e, rc.start);
+        return exit_response(ctx, e, rc.start, rc.grpc);
     }
 
     let host_value = parts.headers.get(header::HOST).cloned();
@@ -209,7 +210,12 @@ async fn proxy(
         }
     }
     let limit = access::body_limit(ctx, rc);
-    if access::buffers_body(route, &body, upgrade) {
+    // A gRPC upstream gets the body as it streams (client and bidirectional streaming
+    // calls): Kong's `@grpc` location buffers nothing.
+    let grpc_service = route
+        .service_index()
+        .is_some_and(|si| snap.services[si].grpc);
+    if !grpc_service && access::buffers_body(route, &body, upgrade) {
         if let Err(r) = access::buffer_body(ctx, &mut parts, &mut body, limit, rc).await {
             return *r;
         }
@@ -315,7 +321,11 @@ async fn proxy(
                 }
                 UpstreamError::Failed => (StatusCode::BAD_GATEWAY, errors::BAD_GATEWAY),
             };
-            return rc.error(ctx, status, msg);
+            return match e {
+                // nginx's own errors, answered by Kong's error handler.
+                UpstreamError::Failed | UpstreamError::Timeout => rc.proxy_error(ctx, status, msg),
+                _ => rc.error(ctx, status, msg),
+            };
         }
     };
     rc.from_upstream = true;

@@ -69,8 +69,10 @@ pub fn run<'s>(
         ));
     }
 
-    // A plain-HTTP request on an HTTPS-only route: Kong's 426 or the configured redirect.
-    if !conn.tls && !route.accepts_http {
+    if route.grpc != 0 {
+        grpc_checks(ctx, conn, parts, route.grpc, rc)?;
+    } else if !conn.tls && !route.accepts_http {
+        // A plain-HTTP request on an HTTPS-only route: Kong's 426 or the configured redirect.
         if route.https_redirect_status_code == 426 {
             let mut r = rc.error(ctx, StatusCode::UPGRADE_REQUIRED, errors::USE_HTTPS);
             r.headers_mut()
@@ -106,6 +108,44 @@ pub fn run<'s>(
         )));
     }
     Ok(m)
+}
+
+/// Kong's checks once a gRPC route matched (`runloop/handler.lua`, access phase): a gRPC
+/// request over HTTP/1 gets 426, a request that is not gRPC 415, and a cleartext gRPC request
+/// on a route that lists only `grpcs` gRPC's Canceled (with HTTP 200, as Kong answers it).
+fn grpc_checks(
+    ctx: &WorkerCtx,
+    conn: &ConnInfo,
+    parts: &Parts,
+    grpc: u8,
+    rc: &RequestCtx,
+) -> Result<(), Ended> {
+    let is_grpc_type = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+    if !is_grpc_type {
+        return Err(Box::new(rc.error(
+            ctx,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            errors::NON_GRPC,
+        )));
+    }
+    if parts.version != http::Version::HTTP_2 {
+        let mut r = rc.error(ctx, StatusCode::UPGRADE_REQUIRED, errors::USE_HTTP2);
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        r.headers_mut()
+            .insert(header::UPGRADE, HeaderValue::from_static("HTTP/2"));
+        return Err(Box::new(r));
+    }
+    if grpc & turnpike_router::GRPC == 0 && !conn.tls {
+        let mut r = errors::grpc_response(StatusCode::OK, Some(errors::GRPCS_ONLY), true);
+        r.headers_mut()
+            .insert(&errors::GRPC_STATUS, HeaderValue::from_static("1"));
+        return Err(Box::new(own_response(ctx, r, rc.start)));
+    }
+    Ok(())
 }
 
 /// What the log phase will need, gathered now that the route (and its log plugins) is known.

@@ -126,6 +126,8 @@ pub enum Destination {
 
 pub struct ServiceInfo {
     pub https: bool,
+    /// A `grpc` or `grpcs` service: its upstream speaks HTTP/2 (h2c, or TLS with ALPN h2).
+    pub grpc: bool,
     pub path: Option<String>,
     pub destination: Destination,
     pub connect_timeout: Duration,
@@ -395,15 +397,31 @@ impl Snapshot {
 
         let mut services = Vec::with_capacity(config.services.len());
         for s in &config.services {
-            let https = s.protocol == "https" || s.protocol == "wss";
-            let destination = if !matches!(s.protocol.as_str(), "http" | "https" | "ws" | "wss") {
-                Destination::Unsupported(s.protocol.clone())
-            } else if let Some(b) = balancers.get(s.host.as_str()) {
-                Destination::Balanced(b.clone())
-            } else {
-                Destination::Direct(upstreams.peer(&s.host, s.port, https))
-            };
-            let (tls, destination) = if https {
+            let grpc = s.protocol == "grpc" || s.protocol == "grpcs";
+            let https = matches!(s.protocol.as_str(), "https" | "wss" | "grpcs");
+            let destination =
+                if !grpc && !matches!(s.protocol.as_str(), "http" | "https" | "ws" | "wss") {
+                    Destination::Unsupported(s.protocol.clone())
+                } else if let Some(b) = balancers.get(s.host.as_str()) {
+                    Destination::Balanced(b.clone())
+                } else {
+                    Destination::Direct(upstreams.peer(&s.host, s.port, https))
+                };
+            let (tls, destination) = if s.protocol == "grpcs" {
+                // nginx's grpc_pass as Kong configures it: SNI, ALPN h2, no verification.
+                match tls::client_config(false, &[], None) {
+                    Ok(cfg) => {
+                        let mut cfg = (*cfg).clone();
+                        cfg.alpn_protocols = vec![b"h2".to_vec()];
+                        (Some(Arc::new(cfg)), destination)
+                    }
+                    Err(e) => {
+                        let e = format!("service {}: {e}", s.id);
+                        problems.push(e.clone());
+                        (None, Destination::Broken(e))
+                    }
+                }
+            } else if https {
                 match service_tls(s, &cert_by_id, &ca_by_id) {
                     Ok(tls) => (Some(tls), destination),
                     Err(e) => {
@@ -417,6 +435,7 @@ impl Snapshot {
             };
             services.push(ServiceInfo {
                 https,
+                grpc,
                 path: s.path.clone(),
                 destination,
                 connect_timeout: Duration::from_millis(s.connect_timeout as u64),

@@ -1,8 +1,9 @@
-//! The upstream side: keepalive pools, load balancing over targets, health checks and DNS.
+//! The upstream side: keepalive pools (HTTP/1.1, and HTTP/2 for gRPC), load balancing over targets, health checks and DNS.
 
 pub mod balancer;
 pub mod connect;
 pub mod dns;
+pub mod h2;
 pub mod health;
 pub mod peer;
 pub mod pool;

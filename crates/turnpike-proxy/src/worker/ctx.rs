@@ -23,6 +23,8 @@ use crate::worker::stats::WorkerStats;
 pub struct WorkerCtx {
     pub gateway: Arc<Gateway>,
     pub pool: Rc<Pool<Conn>>,
+    /// HTTP/2 connections to gRPC upstreams, one per peer.
+    pub h2: crate::upstream::h2::H2Pool<crate::body::request::H2RequestBody>,
     pub stats: Arc<WorkerStats>,
     /// Coarse timeouts for the request path (upstream read timeouts).
     pub deadlines: Rc<Deadlines>,
@@ -51,6 +53,7 @@ impl WorkerCtx {
     ) -> WorkerCtx {
         WorkerCtx {
             pool: Pool::new(gateway.settings.pool, stats.clone(), deadlines.clone()),
+            h2: Default::default(),
             snapshot: RefCell::new((u64::MAX, Rc::new(gateway.snapshot.load_full()))),
             gateway,
             stats,

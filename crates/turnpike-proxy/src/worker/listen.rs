@@ -250,6 +250,7 @@ async fn worker_main(
                 // frees it).
                 drop(ctx.snapshot());
                 ctx.pool.sweep();
+                ctx.h2.sweep();
                 if let Some(log) = &ctx.access_log {
                     log.flush();
                 }

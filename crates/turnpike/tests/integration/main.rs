@@ -18,6 +18,7 @@ mod doctor;
 mod expressions;
 mod faults;
 mod gokong;
+mod grpc;
 mod health;
 mod idle_connections;
 mod kong_manager;

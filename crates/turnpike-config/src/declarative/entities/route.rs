@@ -140,7 +140,26 @@ pub fn route(
     let regex_priority = f
         .int("regex_priority", i64::MIN, i64::MAX, Some(0))
         .unwrap();
-    let strip_path = f.bool("strip_path", true);
+    // Kong's subschema of the first protocol: gRPC routes default `strip_path` to false and
+    // refuse true (`routes_subschemas.lua`).
+    let first_grpc = f
+        .raw("protocols")
+        .and_then(|v| v.as_array())
+        .and_then(|a| a.first())
+        .and_then(|p| p.as_str())
+        .is_some_and(|p| p == "grpc" || p == "grpcs");
+    let strip_path = if first_grpc {
+        let v = f.bool("strip_path", false);
+        if v {
+            f.err(
+                "strip_path",
+                "cannot set 'strip_path' when 'protocols' is 'grpc' or 'grpcs'",
+            );
+        }
+        v
+    } else {
+        f.bool("strip_path", true)
+    };
     let path_handling = match f.one_of("path_handling", &["v0", "v1"], Some("v0")) {
         Some(v) if v == "v1" => PathHandling::V1,
         _ => PathHandling::V0,
@@ -208,6 +227,14 @@ pub fn route(
             f.err("@entity", msg);
         }
     }
+    subschema_checks(
+        &mut f,
+        &protocols,
+        (&methods, &hosts, &paths, has_headers, &snis),
+        (&sources, &destinations),
+        expression.is_some(),
+        has_expression,
+    );
     if flavor.is_atc() && f.errors.is_empty() {
         let others = non_empty(&snis)
             || sources.as_ref().is_some_and(|v| !v.is_empty())
@@ -273,6 +300,105 @@ pub fn route(
         expression,
     };
     (r, service, errors)
+}
+
+type Traditional<'a> = (
+    &'a Option<Vec<String>>,
+    &'a Option<Vec<String>>,
+    &'a Option<Vec<String>>,
+    bool,
+    &'a Option<Vec<String>>,
+);
+
+/// Kong's route subschemas (`kong/db/schema/entities/routes_subschemas.lua`), chosen by the
+/// first protocol, for what the HTTP check above does not cover: the gRPC and stream ones,
+/// and `sources`/`destinations` on HTTP routes. `expressions`: the flavor has the field
+/// (it re-allows sources and destinations on HTTP and gRPC routes); `has_expression`: the
+/// route sets it.
+fn subschema_checks(
+    f: &mut Fields,
+    protocols: &Protocols,
+    (methods, hosts, paths, has_headers, snis): Traditional<'_>,
+    (sources, destinations): (&Option<Vec<Value>>, &Option<Vec<Value>>),
+    expressions: bool,
+    has_expression: bool,
+) {
+    let set = |o: &Option<Vec<String>>| o.as_ref().is_some_and(|v| !v.is_empty());
+    let set_v = |o: &Option<Vec<Value>>| o.as_ref().is_some_and(|v| !v.is_empty());
+    let or_expression = if expressions { ", 'expression'" } else { "" };
+    match protocols.first() {
+        Some("http" | "https" | "ws" | "wss") if !expressions => {
+            for (name, v) in [("sources", sources), ("destinations", destinations)] {
+                if set_v(v) {
+                    f.err(
+                        name,
+                        format!("cannot set '{name}' when 'protocols' is 'http' or 'https'"),
+                    );
+                }
+            }
+        }
+        Some(first @ ("grpc" | "grpcs")) => {
+            if set(methods) {
+                f.err(
+                    "methods",
+                    "cannot set 'methods' when 'protocols' is 'grpc' or 'grpcs'",
+                );
+            }
+            if !expressions {
+                for (name, v) in [("sources", sources), ("destinations", destinations)] {
+                    if set_v(v) {
+                        f.err(
+                            name,
+                            format!("cannot set '{name}' when 'protocols' is 'grpc' or 'grpcs'"),
+                        );
+                    }
+                }
+            }
+            let grpcs = protocols.iter().any(|p| p == "grpcs");
+            let any = set(hosts) || has_headers || set(paths) || (grpcs && set(snis));
+            if !any && !has_expression {
+                let (fields, proto) = if grpcs {
+                    ("'hosts', 'headers', 'paths', 'snis'", "grpcs")
+                } else {
+                    ("'hosts', 'headers', 'paths'", first)
+                };
+                f.err(
+                    "@entity",
+                    format!(
+                        "must set one of {fields}{or_expression} when 'protocols' is '{proto}'"
+                    ),
+                );
+            }
+        }
+        Some("tcp" | "tls" | "udp" | "tls_passthrough") => {
+            let why = "when 'protocols' is 'tcp', 'tls', 'tls_passthrough' or 'udp'";
+            for (name, v) in [("methods", methods), ("hosts", hosts), ("paths", paths)] {
+                if set(v) {
+                    f.err(name, format!("cannot set '{name}' {why}"));
+                }
+            }
+            if has_headers {
+                f.err("headers", format!("cannot set 'headers' {why}"));
+            }
+            let plain = protocols.iter().any(|p| matches!(p, "tcp" | "tls" | "udp"));
+            let passthrough = protocols.iter().any(|p| p == "tls_passthrough");
+            if plain && !(set_v(sources) || set_v(destinations) || set(snis) || has_expression) {
+                f.err(
+                    "@entity",
+                    format!(
+                        "must set one of 'sources', 'destinations', 'snis'{or_expression} when 'protocols' is 'tcp', 'tls' or 'udp'"
+                    ),
+                );
+            }
+            if passthrough && !(set(snis) || has_expression) {
+                f.err(
+                    "@entity",
+                    "must set snis when 'protocols' is 'tls_passthrough'",
+                );
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Kong's `validate_route` (`kong/db/schema/entities/routes.lua`) under the ATC flavors: an

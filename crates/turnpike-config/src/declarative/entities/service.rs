@@ -75,7 +75,9 @@ pub fn service(map: &Map<String, Value>, id: &str, now: i64) -> (Service, Vec<(S
     if stream_or_grpc && path.is_some() {
         f.err("path", "value must be null");
     }
-    if !matches!(protocol.as_str(), "https" | "tls" | "wss" | "grpcs") {
+    // Kong 3.9: only https and tls services take TLS settings (a grpcs upstream is not
+    // verified and presents no per-service certificate).
+    if !matches!(protocol.as_str(), "https" | "tls" | "wss") {
         if client_certificate.is_some() {
             f.err("client_certificate", "value must be null");
         }

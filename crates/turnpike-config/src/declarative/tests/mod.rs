@@ -650,3 +650,73 @@ routes:
     assert_eq!(&*fks[0], c.services[0].id);
     assert!(fks.iter().all(|id| std::sync::Arc::ptr_eq(id, &fks[0])));
 }
+
+/// Kong's route subschemas by first protocol (`routes_subschemas.lua`), messages verbatim.
+#[test]
+fn grpc_and_stream_route_subschemas() {
+    let cases = [
+        (
+            "{name: r, protocols: [grpc], paths: [/a.B/C], strip_path: true}",
+            "strip_path: cannot set 'strip_path' when 'protocols' is 'grpc' or 'grpcs'",
+        ),
+        (
+            "{name: r, protocols: [grpc], paths: [/a.B/C], methods: [POST]}",
+            "methods: cannot set 'methods' when 'protocols' is 'grpc' or 'grpcs'",
+        ),
+        (
+            "{name: r, protocols: [grpcs], hosts: [a], sources: [{ip: 10.0.0.1}]}",
+            "sources: cannot set 'sources' when 'protocols' is 'grpc' or 'grpcs'",
+        ),
+        (
+            "{name: r, protocols: [grpc]}",
+            "must set one of 'hosts', 'headers', 'paths' when 'protocols' is 'grpc'",
+        ),
+        (
+            "{name: r, protocols: [grpc, grpcs]}",
+            "must set one of 'hosts', 'headers', 'paths', 'snis' when 'protocols' is 'grpcs'",
+        ),
+        (
+            "{name: r, protocols: [grpc], snis: [a.test], paths: [/x]}",
+            "'snis' can only be set when 'protocols' is 'grpcs', 'https', 'tls' or 'tls_passthrough'",
+        ),
+        (
+            "{name: r, protocols: [grpc, http], paths: [/x]}",
+            "mixing protocol types is not allowed",
+        ),
+        (
+            "{name: r, paths: [/x], destinations: [{port: 80}]}",
+            "destinations: cannot set 'destinations' when 'protocols' is 'http' or 'https'",
+        ),
+        (
+            "{name: r, protocols: [tcp], paths: [/x], sources: [{ip: 10.0.0.1}]}",
+            "paths: cannot set 'paths' when 'protocols' is 'tcp', 'tls', 'tls_passthrough' or 'udp'",
+        ),
+        (
+            "{name: r, protocols: [tcp]}",
+            "must set one of 'sources', 'destinations', 'snis' when 'protocols' is 'tcp', 'tls' or 'udp'",
+        ),
+        (
+            "{name: r, protocols: [tls_passthrough]}",
+            "must set snis when 'protocols' is 'tls_passthrough'",
+        ),
+    ];
+    for (route, expect) in cases {
+        let e = err(&format!("_format_version: '3.0'\nroutes: [{route}]"));
+        assert!(e.to_string().contains(expect), "{route}: {e}");
+    }
+    // A gRPC route's strip_path defaults to false; grpcs takes snis alone.
+    let c = ok("_format_version: '3.0'\nroutes: [{name: r, protocols: [grpc, grpcs], paths: [/a.B/C]}, {name: s, protocols: [grpcs], snis: [a.test]}]");
+    assert!(!c.routes[0].strip_path);
+    // A gRPC service has no path and no per-service TLS settings (Kong 3.9: https and tls only).
+    let e = err("_format_version: '3.0'\nservices: [{name: s, url: 'grpc://h:50051/x'}]");
+    assert!(e.to_string().contains("path: value must be null"), "{e}");
+    let e = err(
+        "_format_version: '3.0'\nservices: [{name: s, url: 'grpcs://h:50051', tls_verify: true}]",
+    );
+    assert!(
+        e.to_string().contains("tls_verify: value must be null"),
+        "{e}"
+    );
+    let c = ok("_format_version: '3.0'\nservices: [{name: s, url: 'grpcs://h:50051'}]");
+    assert_eq!(c.services[0].protocol, "grpcs");
+}

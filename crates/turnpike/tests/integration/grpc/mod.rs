@@ -1,0 +1,290 @@
+//! gRPC through the gateway with real gRPC implementations on both sides: Python's `grpcio`
+//! (Google's C core) as the server behind the gateway and as the client in front of it, over
+//! h2c on a listener flagged `http2` and over TLS (ALPN h2), to `grpc` (h2c) and `grpcs`
+//! (TLS) services. Kong 3.9's behaviour: `kong/runloop/handler.lua` (the checks after a gRPC
+//! route matched, `@grpc`), `kong/pdk/response.lua` (the gateway's own answers to a gRPC
+//! client) and `kong/error_handlers.lua` (upstream failures).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+
+use serde_json::{json, Value};
+
+use crate::common::*;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/integration/grpc")
+        .join(name)
+}
+
+/// `PYTHONPATH` for a Python with `grpcio`: the system's when it has it, else one installed
+/// from PyPI into the target directory, once.
+fn python_path() -> &'static str {
+    static PATH: OnceLock<String> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let has = |path: &str| {
+            Command::new("python3")
+                .args(["-c", "import grpc"])
+                .env("PYTHONPATH", path)
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if has("") {
+            return String::new();
+        }
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-grpcio");
+        let dir = dir.to_string_lossy().into_owned();
+        if !has(&dir) {
+            let ok = Command::new("python3")
+                .args(["-m", "pip", "install", "-q", "--target", &dir, "grpcio"])
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "pip install grpcio failed");
+        }
+        dir
+    })
+}
+
+/// A grpcio server (`echo_server.py`) on a free port, killed on drop.
+pub struct GrpcServer {
+    child: Child,
+    pub port: u16,
+}
+
+impl Drop for GrpcServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl GrpcServer {
+    /// `tls`: certificate and key PEM files (the server then speaks TLS with ALPN h2).
+    pub fn start(name: &str, tls: Option<(&Path, &Path)>) -> GrpcServer {
+        for _ in 0..3 {
+            let port = free_port();
+            let mut cmd = Command::new("python3");
+            cmd.arg(fixture("echo_server.py"))
+                .arg(port.to_string())
+                .arg(name)
+                .env("PYTHONPATH", python_path())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null());
+            if let Some((c, k)) = tls {
+                cmd.arg(c).arg(k);
+            }
+            let mut child = cmd.spawn().expect("start the gRPC server");
+            let mut line = String::new();
+            let _ = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
+            if line.trim() == "ready" {
+                return GrpcServer { child, port };
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("the gRPC server did not start");
+    }
+}
+
+/// Runs `calls` with grpcio's client against `target` (see `client.py`): one result each.
+pub fn grpc_calls(target: &str, calls: Value, args: &[&str]) -> Vec<Value> {
+    let out = Command::new("python3")
+        .arg(fixture("client.py"))
+        .arg(target)
+        .arg(calls.to_string())
+        .args(args)
+        .env("PYTHONPATH", python_path())
+        .output()
+        .expect("run the gRPC client");
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str::<Vec<Value>>(&text).unwrap_or_else(|_| {
+        panic!(
+            "client output: {text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn unary(method: &str, request: &str, metadata: Value) -> Value {
+    json!({"method": format!("/echo.Echo/{method}"), "request": request, "metadata": metadata})
+}
+
+fn config(grpc_port: u16, grpcs_port: u16, dead: u16, cert: &str, key: &str) -> String {
+    let doc = json!({
+        "_format_version": "3.0",
+        "services": [
+            {"name": "g", "url": format!("grpc://127.0.0.1:{grpc_port}"), "routes": [
+                {"name": "any", "protocols": ["grpc", "grpcs"], "hosts": ["grpc.test"]},
+                {"name": "secure-only", "protocols": ["grpcs"], "hosts": ["secure.test"]},
+                {"name": "keyed", "protocols": ["grpc"], "hosts": ["keyed.test"],
+                 "plugins": [{"name": "key-auth"}]},
+                {"name": "http-route", "protocols": ["http"], "hosts": ["http.test"]},
+            ]},
+            {"name": "gs", "url": format!("grpcs://localhost:{grpcs_port}"), "routes": [
+                {"name": "to-grpcs", "protocols": ["grpc", "grpcs"], "hosts": ["tls-upstream.test"]},
+            ]},
+            {"name": "down", "url": format!("grpc://127.0.0.1:{dead}"), "routes": [
+                {"name": "to-down", "protocols": ["grpc"], "hosts": ["down.test"]},
+            ]},
+        ],
+        "consumers": [{"username": "u", "keyauth_credentials": [{"key": "k1"}]}],
+        "certificates": [{"cert": cert, "key": key, "snis": [{"name": "secure.test"}]}],
+    });
+    serde_json::to_string(&doc).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_calls_of_every_kind_through_h2c_and_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ucert, ukey) = cert_for("localhost");
+    let ucert_path = write(dir.path(), "up.crt", &ucert);
+    let ukey_path = write(dir.path(), "up.key", &ukey);
+    let plain = GrpcServer::start("plain", None);
+    let tls = GrpcServer::start("tls", Some((&ucert_path, &ukey_path)));
+    let (_dead_socket, dead) = dead_port();
+    let (cert, key) = cert_for("secure.test");
+    let ca = write(dir.path(), "gw.crt", &cert);
+    let gw = Gateway::with_config(&config(plain.port, tls.port, dead, &cert, &key)).start_h2();
+    let h2c = gw.proxy.to_string();
+    let as_host = |h: &str| vec!["--authority".to_string(), h.to_string()];
+    let run = |host: &str, calls: Value| {
+        let a = as_host(host);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        grpc_calls(&h2c, calls, &a)
+    };
+
+    // Every kind of call, h2c to an h2c upstream: messages, metadata and trailers pass.
+    let r = run(
+        "grpc.test",
+        json!([
+            unary("Unary", "hi", json!([])),
+            {"method": "/echo.Echo/ServerStream", "kind": "server", "request": "3:x"},
+            {"method": "/echo.Echo/ClientStream", "kind": "client", "request": ["a", "b", "c"]},
+            {"method": "/echo.Echo/Bidi", "kind": "bidi", "request": ["p", "q"]},
+            unary("Fail", "PERMISSION_DENIED:not you", json!([])),
+            unary("Meta", "", json!([["x-custom", "v"]])),
+        ]),
+    );
+    assert_eq!(r[0]["code"], "OK", "{r:?}");
+    assert_eq!(r[0]["responses"], json!(["plain:hi"]));
+    assert_eq!(r[0]["initial_metadata"]["x-server"], "plain");
+    assert_eq!(r[1]["responses"], json!(["x0", "x1", "x2"]), "{r:?}");
+    assert_eq!(r[2]["responses"], json!(["a,b,c"]), "{r:?}");
+    assert_eq!(r[3]["responses"], json!(["P", "Q"]), "{r:?}");
+    assert_eq!(r[4]["code"], "PERMISSION_DENIED");
+    assert_eq!(r[4]["details"], "not you");
+    assert_eq!(r[4]["trailing_metadata"]["x-trailer"], "kept");
+    assert_eq!(r[5]["code"], "OK");
+    let meta: Value = serde_json::from_str(r[5]["responses"][0].as_str().unwrap()).unwrap();
+    assert_eq!(meta["x-custom"], "v");
+    assert_eq!(meta["x-forwarded-proto"], "http");
+    assert_eq!(meta["x-forwarded-host"], "grpc.test");
+    assert_eq!(meta["x-forwarded-path"], "/echo.Echo/Meta");
+    assert_eq!(meta["x-real-ip"], "127.0.0.1");
+
+    // A grpcs upstream (TLS, ALPN h2; not verified, as Kong's grpc_pass) from h2c.
+    let r = run("tls-upstream.test", json!([unary("Unary", "s", json!([]))]));
+    assert_eq!(r[0]["responses"], json!(["tls:s"]), "{r:?}");
+
+    // The gateway's own answers reach a gRPC client as gRPC statuses (Kong's table and
+    // canonical messages; upstream failures with the error handler's message).
+    let r = run("nowhere.test", json!([unary("Unary", "x", json!([]))]));
+    assert_eq!(
+        (&r[0]["code"], &r[0]["details"]),
+        (&json!("NOT_FOUND"), &json!("NotFound"))
+    );
+    let r = run(
+        "keyed.test",
+        json!([
+            unary("Unary", "x", json!([])),
+            unary("Unary", "x", json!([["apikey", "k1"]])),
+        ]),
+    );
+    assert_eq!(
+        (&r[0]["code"], &r[0]["details"]),
+        (&json!("UNAUTHENTICATED"), &json!("Unauthenticated"))
+    );
+    assert_eq!(r[1]["responses"], json!(["plain:x"]), "{r:?}");
+    let r = run("down.test", json!([unary("Unary", "x", json!([]))]));
+    assert_eq!(r[0]["code"], "INTERNAL", "{r:?}");
+    assert_eq!(
+        r[0]["details"],
+        "An invalid response was received from the upstream server"
+    );
+    // Cleartext gRPC on a grpcs-only route: Kong's HTTP 200 with grpc-status 1.
+    let r = run("secure.test", json!([unary("Unary", "x", json!([]))]));
+    assert_eq!(
+        (&r[0]["code"], &r[0]["details"]),
+        (
+            &json!("CANCELLED"),
+            &json!("gRPC request matched gRPCs route")
+        )
+    );
+    // A gRPC service behind an http route takes gRPC too.
+    let r = run("http.test", json!([unary("Unary", "h", json!([]))]));
+    assert_eq!(r[0]["responses"], json!(["plain:h"]), "{r:?}");
+
+    // Over TLS (ALPN h2), the grpcs-only route serves.
+    let ca = ca.to_string_lossy().into_owned();
+    let r = grpc_calls(
+        &gw.proxy_tls.to_string(),
+        json!([
+            unary("Unary", "t", json!([])),
+            {"method": "/echo.Echo/Bidi", "kind": "bidi", "request": ["m"]},
+            unary("Meta", "", json!([])),
+        ]),
+        &["--tls", &ca, "--authority", "secure.test"],
+    );
+    assert_eq!(r[0]["responses"], json!(["plain:t"]), "{r:?}");
+    assert_eq!(r[1]["responses"], json!(["M"]), "{r:?}");
+    let meta: Value = serde_json::from_str(r[2]["responses"][0].as_str().unwrap()).unwrap();
+    assert_eq!(meta["x-forwarded-proto"], "https");
+
+    // Not gRPC, or not HTTP/2, on a gRPC route: Kong's 415 and 426.
+    let r = send(
+        gw.proxy,
+        http::Request::builder()
+            .method("POST")
+            .uri("/echo.Echo/Unary")
+            .header("host", "grpc.test")
+            .header("content-type", "application/grpc")
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 426);
+    assert_eq!(r.header("upgrade"), Some("HTTP/2"));
+    assert_eq!(r.json()["message"], "Please use HTTP2 protocol");
+    let r = send(
+        gw.proxy,
+        http::Request::builder()
+            .method("POST")
+            .uri("/echo.Echo/Unary")
+            .header("host", "grpc.test")
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 415);
+    assert_eq!(r.json()["message"], "Non-gRPC request matched gRPC route");
+    // Upstream connections are reused: at most one HTTP/2 connection per peer per worker (two
+    // workers, two peers that answered) carried the 12 calls that reached an upstream.
+    let mut status = Value::Null;
+    assert!(
+        eventually(std::time::Duration::from_secs(10), async || {
+            status = gw.status().await;
+            status["upstream"]["requests"].as_u64() >= Some(12)
+        })
+        .await,
+        "{status}"
+    );
+    assert!(
+        status["upstream"]["connections_opened"].as_u64() <= Some(4),
+        "{status}"
+    );
+    assert!(!gw.log_text().contains("panicked"));
+}
