@@ -2,7 +2,8 @@
 
 Usage: client.py TARGET CALLS_JSON [--tls CA --authority NAME]
 CALLS_JSON: a list of {"method": "/echo.Echo/Unary", "kind": "unary|server|client|bidi",
-"request": "text" | ["text", ...], "metadata": [[k, v], ...], "timeout": seconds}.
+"request": "text" | ["text", ...], "metadata": [[k, v], ...], "timeout": seconds, "repeat": N (the request's text N
+times; the responses are then given as their lengths)}.
 Prints a JSON list with one result per call: {"code", "details", "responses",
 "initial_metadata", "trailing_metadata"}.
 """
@@ -19,6 +20,8 @@ def run(channel, call):
     timeout = call.get("timeout", 10)
     ident = lambda b: b
     req = call.get("request", "")
+    if "repeat" in call:
+        req = req * call["repeat"] if isinstance(req, str) else [r * call["repeat"] for r in req]
     out = {"responses": []}
     try:
         if kind == "unary":
@@ -39,6 +42,8 @@ def run(channel, call):
             out["responses"] = [r.decode() for r in c]
     except grpc.RpcError as e:
         c = e
+    if "repeat" in call:
+        out["responses"] = [len(r) for r in out["responses"]]
     out["code"] = c.code().name
     out["details"] = c.details() or ""
     out["initial_metadata"] = {k: v for k, v in (c.initial_metadata() or ())}

@@ -288,3 +288,80 @@ async fn grpc_calls_of_every_kind_through_h2c_and_tls() {
     );
     assert!(!gw.log_text().contains("panicked"));
 }
+
+/// The service's timeouts and retries, balancing, plugins and large messages on gRPC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_timeouts_retries_limits_and_large_messages() {
+    let up = GrpcServer::start("up", None);
+    let (_dead_socket, dead) = dead_port();
+    let doc = json!({
+        "_format_version": "3.0",
+        "upstreams": [{"name": "pool", "targets": [
+            {"target": format!("127.0.0.1:{dead}")},
+            {"target": format!("127.0.0.1:{}", up.port)},
+        ]}],
+        "services": [
+            {"name": "balanced", "url": "grpc://pool", "routes": [
+                {"name": "b", "protocols": ["grpc"], "hosts": ["balanced.test"]},
+            ]},
+            {"name": "slow", "url": format!("grpc://127.0.0.1:{}", up.port), "read_timeout": 300,
+             "routes": [{"name": "s", "protocols": ["grpc"], "hosts": ["slow.test"]}]},
+            {"name": "limited", "url": format!("grpc://127.0.0.1:{}", up.port), "routes": [
+                {"name": "l", "protocols": ["grpc"], "hosts": ["limited.test"],
+                 "plugins": [{"name": "rate-limiting", "config": {"minute": 2, "policy": "local"}}]},
+                {"name": "acl", "protocols": ["grpc"], "hosts": ["ip.test"],
+                 "plugins": [{"name": "ip-restriction", "config": {"deny": ["127.0.0.1"]}}]},
+            ]},
+        ],
+    });
+    let gw = Gateway::with_config(&doc.to_string()).start_h2();
+    let target = gw.proxy.to_string();
+    let at = |host: &str, calls: Value| grpc_calls(&target, calls, &["--authority", host]);
+
+    // A dead target is retried on the live one: every call succeeds.
+    let calls: Vec<Value> = (0..6).map(|i| unary("Unary", &i.to_string(), json!([]))).collect();
+    let r = at("balanced.test", Value::Array(calls));
+    for (i, c) in r.iter().enumerate() {
+        assert_eq!(c["responses"], json!([format!("up:{i}")]), "{r:?}");
+    }
+    // The service's read_timeout: the gateway's 504, DeadlineExceeded with Kong's message; a
+    // call within it passes.
+    let r = at(
+        "slow.test",
+        json!([unary("Sleep", "1000", json!([])), unary("Sleep", "10", json!([]))]),
+    );
+    assert_eq!(r[0]["code"], "DEADLINE_EXCEEDED", "{r:?}");
+    assert_eq!(r[0]["details"], "The upstream server is timing out");
+    assert_eq!(r[1]["responses"], json!(["slept"]), "{r:?}");
+    // A client deadline shorter than the call ends it on time (the gateway holds nothing back).
+    let r = at(
+        "balanced.test",
+        json!([{"method": "/echo.Echo/Sleep", "request": "2000", "timeout": 0.3}]),
+    );
+    assert_eq!(r[0]["code"], "DEADLINE_EXCEEDED", "{r:?}");
+    // rate-limiting: ResourceExhausted after the limit; ip-restriction: PermissionDenied.
+    let calls: Vec<Value> = (0..3).map(|_| unary("Unary", "r", json!([]))).collect();
+    let r = at("limited.test", Value::Array(calls));
+    assert_eq!(r[0]["code"], "OK", "{r:?}");
+    assert_eq!(r[1]["code"], "OK", "{r:?}");
+    assert_eq!(
+        (&r[2]["code"], &r[2]["details"]),
+        (&json!("RESOURCE_EXHAUSTED"), &json!("ResourceExhausted"))
+    );
+    let r = at("ip.test", json!([unary("Unary", "x", json!([]))]));
+    assert_eq!(
+        (&r[0]["code"], &r[0]["details"]),
+        (&json!("PERMISSION_DENIED"), &json!("PermissionDenied"))
+    );
+    // Large messages both ways, streamed (3 MiB each way; 8 messages of 1 MiB in a bidi call).
+    let r = at(
+        "slow.test",
+        json!([
+            {"method": "/echo.Echo/Unary", "request": "x", "repeat": 3 << 20},
+            {"method": "/echo.Echo/Bidi", "kind": "bidi", "request": vec!["y"; 8], "repeat": 1 << 20},
+        ]),
+    );
+    assert_eq!(r[0]["responses"], json!([(3 << 20) + 3]), "{r:?}");
+    assert_eq!(r[1]["responses"], json!(vec![1 << 20; 8]), "{r:?}");
+    assert!(!gw.log_text().contains("panicked"));
+}
