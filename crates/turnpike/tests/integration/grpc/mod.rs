@@ -319,7 +319,9 @@ async fn grpc_timeouts_retries_limits_and_large_messages() {
     let at = |host: &str, calls: Value| grpc_calls(&target, calls, &["--authority", host]);
 
     // A dead target is retried on the live one: every call succeeds.
-    let calls: Vec<Value> = (0..6).map(|i| unary("Unary", &i.to_string(), json!([]))).collect();
+    let calls: Vec<Value> = (0..6)
+        .map(|i| unary("Unary", &i.to_string(), json!([])))
+        .collect();
     let r = at("balanced.test", Value::Array(calls));
     for (i, c) in r.iter().enumerate() {
         assert_eq!(c["responses"], json!([format!("up:{i}")]), "{r:?}");
@@ -328,7 +330,10 @@ async fn grpc_timeouts_retries_limits_and_large_messages() {
     // call within it passes.
     let r = at(
         "slow.test",
-        json!([unary("Sleep", "1000", json!([])), unary("Sleep", "10", json!([]))]),
+        json!([
+            unary("Sleep", "1000", json!([])),
+            unary("Sleep", "10", json!([]))
+        ]),
     );
     assert_eq!(r[0]["code"], "DEADLINE_EXCEEDED", "{r:?}");
     assert_eq!(r[0]["details"], "The upstream server is timing out");
