@@ -259,6 +259,7 @@ mod tests {
             http2: false,
             reuseport: false,
             backlog: 511,
+            stream: false,
         }
     }
 

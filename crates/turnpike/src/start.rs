@@ -88,12 +88,21 @@ pub(super) fn start(conf_path: Option<&Path>) -> Result<(), String> {
     }
 
     let mut bind_warnings = Vec::new();
-    let proxy = server::bind(
+    let mut proxy = server::bind(
         &conf.proxy_listen,
         conf.worker_processes,
         &mut bind_warnings,
     )
     .map_err(|e| format!("cannot bind proxy_listen: {e}"))?;
+    // The stream listeners are served by the same workers, beside the HTTP ones.
+    proxy.extend(
+        server::bind(
+            &conf.stream_listen,
+            conf.worker_processes,
+            &mut bind_warnings,
+        )
+        .map_err(|e| format!("cannot bind stream_listen: {e}"))?,
+    );
     let admin_listeners = server::bind(&conf.admin_listen, 1, &mut bind_warnings)
         .map_err(|e| format!("cannot bind admin_listen: {e}"))?;
     let status_listeners = server::bind(&conf.status_listen, 1, &mut bind_warnings)
@@ -119,7 +128,12 @@ pub(super) fn start(conf_path: Option<&Path>) -> Result<(), String> {
     }
     for l in &proxy {
         tracing::info!(
-            "proxy listening on {}{}",
+            "{} listening on {}{}",
+            if l.spec.stream {
+                "stream proxy"
+            } else {
+                "proxy"
+            },
             l.spec.addr,
             if l.spec.ssl { " (ssl)" } else { "" }
         );

@@ -11,6 +11,8 @@ pub(super) const DEFAULTS: &[(&str, &str)] = &[
         "proxy_listen",
         "0.0.0.0:8000 reuseport backlog=16384, 0.0.0.0:8443 http2 ssl reuseport backlog=16384",
     ),
+    // Kong's stream (TCP) listeners: off unless asked for.
+    ("stream_listen", "off"),
     ("admin_listen", "127.0.0.1:8001 reuseport backlog=16384"),
     // Kong 3 listens on 127.0.0.1:8007 by default; off here unless asked for, so that
     // several nodes on one host do not collide.

@@ -46,6 +46,8 @@ pub struct ListenAddr {
     pub http2: bool,
     pub reuseport: bool,
     pub backlog: u32,
+    /// A `stream_listen` address: raw TCP proxied by the stream routes, not HTTP.
+    pub stream: bool,
 }
 
 /// Which Kong headers to add to responses (`headers`) and to upstream requests (`headers_upstream`).
@@ -155,6 +157,8 @@ pub struct Conf {
     pub log_level: String,
     pub proxy_access_log: Option<String>,
     pub proxy_listen: Vec<ListenAddr>,
+    /// Kong's `stream_listen` (default off).
+    pub stream_listen: Vec<ListenAddr>,
     pub admin_listen: Vec<ListenAddr>,
     /// Kong's Status API: `/status`, `/status/ready` and `/metrics`, read-only.
     pub status_listen: Vec<ListenAddr>,
@@ -336,6 +340,24 @@ impl Conf {
                 "proxy_listen",
                 "must list at least one address".into(),
             ));
+        }
+        // Kong's stream listeners (TCP; `ssl` and `udp` ones are refused until they are
+        // served: silently accepting them would drop their traffic).
+        let mut stream_listen = parse_listen("stream_listen", get("stream_listen"))?;
+        for l in &mut stream_listen {
+            if l.ssl {
+                return Err(invalid(
+                    "stream_listen",
+                    format!("{}: 'ssl' stream listeners are not supported yet", l.addr),
+                ));
+            }
+            if l.http2 {
+                return Err(invalid(
+                    "stream_listen",
+                    format!("{}: unknown listen flag 'http2'", l.addr),
+                ));
+            }
+            l.stream = true;
         }
         let admin_listen = parse_listen("admin_listen", get("admin_listen"))?;
         let status_listen = parse_listen("status_listen", get("status_listen"))?;
@@ -716,6 +738,7 @@ impl Conf {
             log_level,
             proxy_access_log,
             proxy_listen,
+            stream_listen,
             admin_listen,
             status_listen,
             debug_listen,

@@ -117,6 +117,7 @@ pub fn parse_listen(name: &str, v: &str) -> Result<Vec<ListenAddr>, ConfError> {
             http2: false,
             reuseport: false,
             backlog: DEFAULT_BACKLOG,
+            stream: false,
         };
         for flag in parts {
             match flag {
@@ -125,6 +126,11 @@ pub fn parse_listen(name: &str, v: &str) -> Result<Vec<ListenAddr>, ConfError> {
                 "reuseport" => l.reuseport = true,
                 // Accepted for compatibility; they change nothing in Turnpike.
                 "deferred" | "bind" | "proxy_protocol" => {}
+                "udp" => {
+                    return Err(ConfError::Invalid(format!(
+                        "{name}: 'udp' listeners are not supported yet ('{entry}')"
+                    )))
+                }
                 f if f.starts_with("backlog=") => {
                     l.backlog = f["backlog=".len()..]
                         .parse()

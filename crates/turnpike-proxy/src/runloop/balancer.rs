@@ -273,6 +273,10 @@ pub async fn send(
     call: &Call<'_>,
 ) -> Result<Upstreamed, UpstreamError> {
     let upgrade = call.upgrade;
+    if service.stream {
+        tracing::error!("service protocol 'tcp' is not proxied over HTTP");
+        return Err(UpstreamError::Failed);
+    }
     // Upgrades keep their body for hyper's client; our exchange takes `None` for no body.
     let mut body = if !upgrade && body.is_empty() {
         None

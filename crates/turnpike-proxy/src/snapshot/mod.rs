@@ -19,6 +19,7 @@ use turnpike_plugins::Phases;
 use crate::tls::{self, CertStore};
 
 mod chains;
+pub mod streams;
 pub use chains::{Bound, Chain, ConsumerHandlers, Slot, PROTO_HTTP, PROTO_HTTPS};
 
 /// Per-route log flags, compiled with the snapshot.
@@ -38,6 +39,8 @@ pub struct Snapshot {
     pub router: Arc<Router>,
     /// Aligned with `config.services` (whose indices a patch keeps).
     pub services: Arc<Vec<ServiceInfo>>,
+    /// The stream routes (`protocols: [tcp]`), for the stream listeners.
+    pub streams: Arc<streams::StreamRoutes>,
     pub certs: Arc<CertStore>,
     /// By router slot (`RouteEntry::route_index`): each route and what its plugins need.
     pub routes: ChunkedVec<RouteSlot>,
@@ -128,6 +131,8 @@ pub struct ServiceInfo {
     pub https: bool,
     /// A `grpc` or `grpcs` service: its upstream speaks HTTP/2 (h2c, or TLS with ALPN h2).
     pub grpc: bool,
+    /// A `tcp` service: only stream routes reach it.
+    pub stream: bool,
     pub path: Option<String>,
     pub destination: Destination,
     pub connect_timeout: Duration,
@@ -291,10 +296,12 @@ impl Snapshot {
             .chain(&prev.other_problems)
             .cloned()
             .collect();
+        let streams = Arc::new(streams::StreamRoutes::compile(&config));
         Ok(Snapshot {
             config,
             router,
             services: prev.services.clone(),
+            streams,
             certs: prev.certs.clone(),
             routes,
             built: prev.built.clone(),
@@ -399,14 +406,16 @@ impl Snapshot {
         for s in &config.services {
             let grpc = s.protocol == "grpc" || s.protocol == "grpcs";
             let https = matches!(s.protocol.as_str(), "https" | "wss" | "grpcs");
-            let destination =
-                if !grpc && !matches!(s.protocol.as_str(), "http" | "https" | "ws" | "wss") {
-                    Destination::Unsupported(s.protocol.clone())
-                } else if let Some(b) = balancers.get(s.host.as_str()) {
-                    Destination::Balanced(b.clone())
-                } else {
-                    Destination::Direct(upstreams.peer(&s.host, s.port, https))
-                };
+            // tcp services are the stream proxy's (the HTTP path refuses them).
+            let destination = if !grpc
+                && !matches!(s.protocol.as_str(), "http" | "https" | "ws" | "wss" | "tcp")
+            {
+                Destination::Unsupported(s.protocol.clone())
+            } else if let Some(b) = balancers.get(s.host.as_str()) {
+                Destination::Balanced(b.clone())
+            } else {
+                Destination::Direct(upstreams.peer(&s.host, s.port, https))
+            };
             let (tls, destination) = if s.protocol == "grpcs" {
                 // nginx's grpc_pass as Kong configures it: SNI, ALPN h2, no verification.
                 match tls::client_config(false, &[], None) {
@@ -436,6 +445,7 @@ impl Snapshot {
             services.push(ServiceInfo {
                 https,
                 grpc,
+                stream: s.protocol == "tcp",
                 path: s.path.clone(),
                 destination,
                 connect_timeout: Duration::from_millis(s.connect_timeout as u64),
@@ -476,10 +486,12 @@ impl Snapshot {
             .chain(&other_problems)
             .cloned()
             .collect();
+        let streams = Arc::new(streams::StreamRoutes::compile(&config));
         Snapshot {
             config,
             router,
             services: Arc::new(services),
+            streams,
             certs: Arc::new(certs),
             routes,
             built: Arc::new(built),

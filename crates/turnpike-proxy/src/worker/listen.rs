@@ -320,6 +320,15 @@ async fn accept_loop(
         let _ = stream.set_nodelay(true);
         ctx.stats.connections_accepted.inc();
         ctx.stats.connections_active.fetch_add(1, Ordering::Relaxed);
+        if spec.stream {
+            let active = Active(ctx.clone());
+            let local = stream.local_addr().unwrap_or(spec.addr);
+            tokio::task::spawn_local(async move {
+                crate::stream::serve(active.0.clone(), stream, peer, local).await;
+                drop(active);
+            });
+            continue;
+        }
         let ctx = ctx.clone();
         let acceptor = acceptor.clone();
         let shutdown = shutdown.clone();

@@ -28,5 +28,6 @@ mod plugins;
 mod postgres;
 mod request_buffering;
 mod routing;
+mod streams;
 mod transport;
 mod upstream_tls;
