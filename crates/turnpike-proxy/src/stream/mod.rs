@@ -19,7 +19,15 @@ use crate::worker::ctx::WorkerCtx;
 /// Serves one stream connection accepted on `local`: routed, connected to the service's peer
 /// (retried on the next target as Kong's balancer does), then spliced. A connection no route
 /// takes is closed, as Kong's stream subsystem does, with a log line.
-pub async fn serve(ctx: Rc<WorkerCtx>, mut client: TcpStream, peer: SocketAddr, local: SocketAddr) {
+///
+/// When the worker shuts down, a connection still open is closed: a stream has no request
+/// boundary to finish at (nginx closes them at `worker_shutdown_timeout`).
+pub async fn serve(
+    ctx: Rc<WorkerCtx>,
+    mut client: TcpStream,
+    (peer, local): (SocketAddr, SocketAddr),
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
     let snap = ctx.snapshot();
     let Some(route) = snap.streams.find(peer, local) else {
         tracing::info!("stream: no Route found with those values (client {peer}, on {local})");
@@ -99,7 +107,10 @@ pub async fn serve(ctx: Rc<WorkerCtx>, mut client: TcpStream, peer: SocketAddr, 
     let mut upstream = upstream;
     // Each direction is shut down for writing when the other side's reads end, so a client
     // that half-closes still gets every byte of the answer (and the other way round).
-    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+    tokio::select! {
+        _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
+        _ = shutdown.wait_for(|s| *s) => {}
+    }
 }
 
 async fn connect_to(peer: &Peer, timeout: std::time::Duration) -> Result<TcpStream, ConnectError> {

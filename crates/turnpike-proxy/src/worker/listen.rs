@@ -323,8 +323,9 @@ async fn accept_loop(
         if spec.stream {
             let active = Active(ctx.clone());
             let local = stream.local_addr().unwrap_or(spec.addr);
+            let shutdown = shutdown.clone();
             tokio::task::spawn_local(async move {
-                crate::stream::serve(active.0.clone(), stream, peer, local).await;
+                crate::stream::serve(active.0.clone(), stream, (peer, local), shutdown).await;
                 drop(active);
             });
             continue;

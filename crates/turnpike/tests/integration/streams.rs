@@ -81,7 +81,7 @@ async fn tcp_streams_are_routed_and_spliced() {
     let listen = [echo_port, source_port, balanced_port, unrouted_port]
         .map(|p| format!("127.0.0.1:{p}"))
         .join(", ");
-    let gw = Gateway::with_config(&doc.to_string())
+    let mut gw = Gateway::with_config(&doc.to_string())
         .env("TURNPIKE_STREAM_LISTEN", &listen)
         .start();
     let at = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
@@ -150,6 +150,20 @@ async fn tcp_streams_are_routed_and_spliced() {
     );
 
     assert!(!gw.log_text().contains("panicked"));
+
+    // A stream still open does not hold the gateway up when it stops: it is closed.
+    let mut open = TcpStream::connect(at(echo_port)).await.unwrap();
+    open.write_all(b"still here").await.unwrap();
+    let mut buf = [0u8; 10];
+    open.read_exact(&mut buf).await.unwrap();
+    gw.signal("TERM");
+    let stopped = eventually(std::time::Duration::from_secs(10), async || {
+        matches!(gw.child.try_wait(), Ok(Some(_)))
+    })
+    .await;
+    assert!(stopped, "the gateway did not stop with a stream open");
+    let mut rest = Vec::new();
+    assert_eq!(open.read_to_end(&mut rest).await.unwrap_or(0), 0);
 }
 
 /// Kong's `stream_listen` syntax: flags it does not serve yet are refused at start, with why.
