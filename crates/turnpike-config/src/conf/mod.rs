@@ -341,16 +341,10 @@ impl Conf {
                 "must list at least one address".into(),
             ));
         }
-        // Kong's stream listeners (TCP; `ssl` and `udp` ones are refused until they are
-        // served: silently accepting them would drop their traffic).
+        // Kong's stream listeners (TCP, and TLS with `ssl`; `udp` ones are refused until they
+        // are served: silently accepting them would drop their traffic).
         let mut stream_listen = parse_listen("stream_listen", get("stream_listen"))?;
         for l in &mut stream_listen {
-            if l.ssl {
-                return Err(invalid(
-                    "stream_listen",
-                    format!("{}: 'ssl' stream listeners are not supported yet", l.addr),
-                ));
-            }
             if l.http2 {
                 return Err(invalid(
                     "stream_listen",

@@ -131,7 +131,7 @@ pub struct ServiceInfo {
     pub https: bool,
     /// A `grpc` or `grpcs` service: its upstream speaks HTTP/2 (h2c, or TLS with ALPN h2).
     pub grpc: bool,
-    /// A `tcp` service: only stream routes reach it.
+    /// A `tcp` or `tls` service: only stream routes reach it.
     pub stream: bool,
     pub path: Option<String>,
     pub destination: Destination,
@@ -405,11 +405,13 @@ impl Snapshot {
         let mut services = Vec::with_capacity(config.services.len());
         for s in &config.services {
             let grpc = s.protocol == "grpc" || s.protocol == "grpcs";
-            let https = matches!(s.protocol.as_str(), "https" | "wss" | "grpcs");
+            let https = matches!(s.protocol.as_str(), "https" | "wss" | "grpcs" | "tls");
             // tcp services are the stream proxy's (the HTTP path refuses them).
             let destination = if !grpc
-                && !matches!(s.protocol.as_str(), "http" | "https" | "ws" | "wss" | "tcp")
-            {
+                && !matches!(
+                    s.protocol.as_str(),
+                    "http" | "https" | "ws" | "wss" | "tcp" | "tls"
+                ) {
                 Destination::Unsupported(s.protocol.clone())
             } else if let Some(b) = balancers.get(s.host.as_str()) {
                 Destination::Balanced(b.clone())
@@ -445,7 +447,7 @@ impl Snapshot {
             services.push(ServiceInfo {
                 https,
                 grpc,
-                stream: s.protocol == "tcp",
+                stream: s.protocol == "tcp" || s.protocol == "tls",
                 path: s.path.clone(),
                 destination,
                 connect_timeout: Duration::from_millis(s.connect_timeout as u64),

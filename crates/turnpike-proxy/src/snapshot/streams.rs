@@ -1,8 +1,11 @@
-//! Kong's stream routes (`protocols: [tcp]`), compiled with the snapshot: each route's
-//! `sources` and `destinations` (an IP or CIDR, a port, or both) as matchers. A connection
-//! takes the route whose every set field matches it: a route with more kinds of fields set
-//! (sources, destinations) before one with fewer, then in config order (Kong's traditional
-//! stream router orders by how many categories a route matches on).
+//! Kong's stream routes (`protocols` `tcp`, `tls` or `tls_passthrough`), compiled with the
+//! snapshot: each route's `sources` and `destinations` (an IP or CIDR, a port, or both) and
+//! `snis` (exact, or `*.` wildcards) as matchers. A plain connection takes `tcp` routes, one
+//! on a TLS listener `tls` routes (terminated) and `tls_passthrough` ones (routed on the
+//! ClientHello's SNI, passed through encrypted). A connection takes the route whose every set
+//! field matches it: a route with more kinds of fields set before one with fewer, then in
+//! config order (Kong's traditional stream router orders by how many categories a route
+//! matches on).
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -38,10 +41,25 @@ impl Net {
     }
 }
 
+/// How a connection reached the route: which of its protocols apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport<'a> {
+    /// A plain TCP connection.
+    Tcp,
+    /// A connection on a TLS listener, with the ClientHello's server name.
+    Tls(Option<&'a str>),
+}
+
 #[derive(Debug)]
 pub struct StreamRoute {
     sources: Vec<Net>,
     destinations: Vec<Net>,
+    /// Lower case; `*.example.com` kept as `.example.com`.
+    snis: Vec<String>,
+    tcp: bool,
+    tls: bool,
+    /// The TLS is not terminated: the bytes go to the service as they came.
+    pub passthrough: bool,
     /// Index into the config's services.
     pub service: usize,
     /// The route's id, for logs.
@@ -49,13 +67,29 @@ pub struct StreamRoute {
 }
 
 impl StreamRoute {
-    fn matches(&self, peer: SocketAddr, local: SocketAddr) -> bool {
-        (self.sources.is_empty() || self.sources.iter().any(|n| n.matches(peer)))
+    fn matches(&self, peer: SocketAddr, local: SocketAddr, t: Transport<'_>) -> bool {
+        let transport = match t {
+            Transport::Tcp => self.tcp,
+            Transport::Tls(sni) => {
+                (self.tls || self.passthrough)
+                    && (self.snis.is_empty()
+                        || sni.is_some_and(|n| {
+                            self.snis.iter().any(|s| match s.strip_prefix('.') {
+                                Some(_) => n.ends_with(s.as_str()),
+                                None => s == n,
+                            })
+                        }))
+            }
+        };
+        transport
+            && (self.sources.is_empty() || self.sources.iter().any(|n| n.matches(peer)))
             && (self.destinations.is_empty() || self.destinations.iter().any(|n| n.matches(local)))
     }
 
     fn categories(&self) -> u8 {
-        (!self.sources.is_empty()) as u8 + (!self.destinations.is_empty()) as u8
+        (!self.sources.is_empty()) as u8
+            + (!self.destinations.is_empty()) as u8
+            + (!self.snis.is_empty()) as u8
     }
 }
 
@@ -66,12 +100,16 @@ pub struct StreamRoutes {
 }
 
 impl StreamRoutes {
-    /// The `tcp` routes of `config` whose service is enabled. Routes that match on `snis`
-    /// need TLS listeners, which are not served yet: they are left out (and never match).
+    /// The stream routes of `config` whose service is enabled.
     pub fn compile(config: &Config) -> StreamRoutes {
         let mut routes: Vec<StreamRoute> = Vec::new();
         for r in &config.routes {
-            if !r.protocols.contains("tcp") || r.snis.as_ref().is_some_and(|s| !s.is_empty()) {
+            let (tcp, tls, passthrough) = (
+                r.protocols.contains("tcp"),
+                r.protocols.contains("tls"),
+                r.protocols.contains("tls_passthrough"),
+            );
+            if !(tcp || tls || passthrough) {
                 continue;
             }
             let Some(sid) = r.service.as_ref().map(|s| &s.id) else {
@@ -93,6 +131,21 @@ impl StreamRoutes {
             let route = StreamRoute {
                 sources: nets(r.sources.as_deref()),
                 destinations: nets(r.destinations.as_deref()),
+                snis: r
+                    .snis
+                    .iter()
+                    .flatten()
+                    .map(|s| {
+                        let s = s.to_ascii_lowercase();
+                        match s.strip_prefix('*') {
+                            Some(rest) => rest.to_string(),
+                            None => s,
+                        }
+                    })
+                    .collect(),
+                tcp,
+                tls,
+                passthrough,
                 service,
                 id: r.id.to_string(),
             };
@@ -107,8 +160,13 @@ impl StreamRoutes {
     }
 
     /// The route for a connection from `peer` accepted on `local`.
-    pub fn find(&self, peer: SocketAddr, local: SocketAddr) -> Option<&StreamRoute> {
-        self.routes.iter().find(|r| r.matches(peer, local))
+    pub fn find(
+        &self,
+        peer: SocketAddr,
+        local: SocketAddr,
+        t: Transport<'_>,
+    ) -> Option<&StreamRoute> {
+        self.routes.iter().find(|r| r.matches(peer, local, t))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -136,12 +194,44 @@ mod tests {
         );
         let s = StreamRoutes::compile(&c);
         let at = |peer: &str, local: &str| {
-            s.find(peer.parse().unwrap(), local.parse().unwrap())
-                .map(|r| r.service)
+            s.find(
+                peer.parse().unwrap(),
+                local.parse().unwrap(),
+                Transport::Tcp,
+            )
+            .map(|r| r.service)
         };
         assert_eq!(at("10.1.2.3:5000", "127.0.0.1:7000"), Some(1));
         assert_eq!(at("192.168.0.1:5000", "127.0.0.1:7000"), Some(0));
         assert_eq!(at("10.1.2.3:5000", "127.0.0.1:7001"), None);
         assert_eq!(at("10.1.2.3:5000", "127.0.0.2:7001"), Some(0));
+    }
+
+    #[test]
+    fn tls_routes_match_on_the_server_name() {
+        let c = config(
+            "[{name: t, protocols: [tls], service: a, snis: [a.test, '*.wild.test']},
+              {name: p, protocols: [tls_passthrough], service: b, snis: [pass.test]},
+              {name: plain, protocols: [tcp], service: b, destinations: [{port: 7000}]}]",
+        );
+        let s = StreamRoutes::compile(&c);
+        let (peer, local) = (
+            "10.0.0.1:1".parse().unwrap(),
+            "127.0.0.1:7000".parse().unwrap(),
+        );
+        let tls = |sni: Option<&str>| {
+            s.find(peer, local, Transport::Tls(sni))
+                .map(|r| (r.service, r.passthrough))
+        };
+        assert_eq!(tls(Some("a.test")), Some((0, false)));
+        assert_eq!(tls(Some("x.wild.test")), Some((0, false)));
+        assert_eq!(tls(Some("pass.test")), Some((1, true)));
+        assert_eq!(tls(Some("other.test")), None);
+        assert_eq!(tls(None), None);
+        // A tcp route takes plain connections only.
+        assert_eq!(
+            s.find(peer, local, Transport::Tcp).map(|r| r.service),
+            Some(1)
+        );
     }
 }

@@ -1,52 +1,126 @@
-//! The stream proxy (Kong's `stream_listen`, nginx's `stream {}`): TCP connections routed by
-//! Kong's stream routes (`protocols: [tcp]`, `sources`, `destinations`) to a `tcp` service's
-//! peer (its host, or a target its upstream's balancer picks), then the bytes passed both
-//! ways until both sides are done. Beside the HTTP path, sharing the upstream layer (peers,
-//! balancers, health, DNS, connecting) and never importing the HTTP request path.
+//! The stream proxy (Kong's `stream_listen`, nginx's `stream {}`): connections routed by
+//! Kong's stream routes (`snapshot/streams.rs`: `tcp`, `tls`, `tls_passthrough`) to a `tcp`
+//! or `tls` service's peer (its host, or a target its upstream's balancer picks), then the
+//! bytes passed both ways until both sides are done. On a TLS listener the ClientHello's SNI
+//! is read first (without consuming it): a `tls_passthrough` route gets the encrypted bytes
+//! as they came, a `tls` route the decrypted ones (the certificate chosen by SNI from the
+//! certificate store, as for HTTPS). Beside the HTTP path, sharing the upstream layer
+//! (peers, balancers, health, DNS, connecting) and never importing the HTTP request path.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http::HeaderMap;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use crate::snapshot::{Destination, Peer};
-use crate::upstream::connect::{self, ConnectError};
+use crate::snapshot::streams::{StreamRoute, Transport};
+use crate::snapshot::{Destination, Peer, ServiceInfo};
+use crate::upstream::connect::{self, ConnectError, Stream};
 use crate::upstream::health::Outcome;
 use crate::worker::ctx::WorkerCtx;
 
-/// Serves one stream connection accepted on `local`: routed, connected to the service's peer
-/// (retried on the next target as Kong's balancer does), then spliced. A connection no route
-/// takes is closed, as Kong's stream subsystem does, with a log line.
+/// How long a client may take to send its TLS ClientHello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves one stream connection accepted on `local` (`tls`: the listener's TLS acceptor, for
+/// an `ssl` listener). A connection no route takes is closed, as Kong's stream subsystem
+/// does, with a log line.
 ///
 /// When the worker shuts down, a connection still open is closed: a stream has no request
 /// boundary to finish at (nginx closes them at `worker_shutdown_timeout`).
 pub async fn serve(
     ctx: Rc<WorkerCtx>,
-    mut client: TcpStream,
+    client: TcpStream,
     (peer, local): (SocketAddr, SocketAddr),
+    tls: Option<tokio_rustls::TlsAcceptor>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let snap = ctx.snapshot();
-    let Some(route) = snap.streams.find(peer, local) else {
-        tracing::info!("stream: no Route found with those values (client {peer}, on {local})");
+    let sni = match &tls {
+        None => None,
+        Some(_) => match tokio::time::timeout(HELLO_TIMEOUT, peek_server_name(&client)).await {
+            Ok(Ok(sni)) => Some(sni),
+            _ => {
+                tracing::info!("stream: no TLS ClientHello from {peer} (on {local})");
+                return;
+            }
+        },
+    };
+    let transport = match &sni {
+        None => Transport::Tcp,
+        Some(name) => Transport::Tls(name.as_deref()),
+    };
+    let Some(route) = snap.streams.find(peer, local, transport) else {
+        tracing::info!(
+            "stream: no Route found with those values (client {peer}, on {local}{})",
+            match &sni {
+                Some(Some(n)) => format!(", sni {n}"),
+                Some(None) => ", no sni".to_string(),
+                None => String::new(),
+            }
+        );
         return;
     };
     let Some(service) = snap.services.get(route.service) else {
         return;
     };
+    match tls {
+        Some(acceptor) if !route.passthrough => {
+            let Ok(Ok(mut client)) =
+                tokio::time::timeout(HELLO_TIMEOUT, acceptor.accept(client)).await
+            else {
+                tracing::debug!("stream: TLS handshake with {peer} failed");
+                return;
+            };
+            proxy(&ctx, &mut client, peer, route, service, &mut shutdown).await
+        }
+        _ => {
+            let mut client = client;
+            proxy(&ctx, &mut client, peer, route, service, &mut shutdown).await
+        }
+    }
+}
+
+/// Connects to the service (retrying on the next target as Kong's balancer does) and passes
+/// the bytes both ways. Each direction is shut down for writing when the other side's reads
+/// end, so a client that half-closes still gets every byte of the answer (and the other way
+/// round).
+async fn proxy<C: AsyncRead + AsyncWrite + Unpin>(
+    ctx: &WorkerCtx,
+    client: &mut C,
+    peer: SocketAddr,
+    route: &StreamRoute,
+    service: &ServiceInfo,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+) {
+    let Some(mut upstream) = connect_service(service, peer, route).await else {
+        return;
+    };
+    ctx.stats.upstream_requests.inc();
+    tokio::select! {
+        _ = tokio::io::copy_bidirectional(client, &mut upstream) => {}
+        _ = shutdown.wait_for(|s| *s) => {}
+    }
+}
+
+async fn connect_service(
+    service: &ServiceInfo,
+    client: SocketAddr,
+    route: &StreamRoute,
+) -> Option<Stream> {
     let started = Instant::now();
     let mut failures = 0u32;
     let mut tried: smallvec::SmallVec<[usize; 4]> = smallvec::SmallVec::new();
-    let upstream = loop {
+    loop {
         let (target, picked) = match &service.destination {
             Destination::Direct(p) => (p, None),
             Destination::Balanced(b) => {
                 let headers = HeaderMap::new();
                 let req = crate::upstream::balancer::Request {
                     consumer_id: None,
-                    client_ip: peer.ip(),
+                    client_ip: client.ip(),
                     headers: &headers,
                     path: "",
                     query: None,
@@ -59,32 +133,37 @@ pub async fn serve(
                     }
                     None => {
                         tracing::error!("stream: failure to get a peer from the ring-balancer");
-                        return;
+                        return None;
                     }
                 }
             }
             Destination::Unsupported(_) | Destination::Broken(_) => {
-                tracing::error!("stream: service {} cannot be proxied", route.service);
-                return;
+                tracing::error!("stream: route {}: its service cannot be proxied", route.id);
+                return None;
             }
         };
-        match connect_to(target, service.connect_timeout).await {
+        let tls = service
+            .tls
+            .as_ref()
+            .map(|cfg| (cfg, target.server_name.clone()));
+        let connected = match connect_to(target, service.connect_timeout).await {
+            Ok(tcp) => connect::secure(tcp, tls, service.connect_timeout).await,
+            Err(e) => Err(e),
+        };
+        match connected {
             Ok(s) => {
                 if let Some((b, i)) = &picked {
                     b.report(*i, Outcome::Status(200), Some(started.elapsed()));
                 }
-                break s;
+                return Some(s);
             }
             Err(e) => {
                 if let Some((b, i)) = &picked {
-                    b.report(
-                        *i,
-                        match e {
-                            ConnectError::Timeout => Outcome::Timeout,
-                            _ => Outcome::TcpFailure,
-                        },
-                        None,
-                    );
+                    let outcome = match e {
+                        ConnectError::Timeout => Outcome::Timeout,
+                        _ => Outcome::TcpFailure,
+                    };
+                    b.report(*i, outcome, None);
                 }
                 failures += 1;
                 tracing::debug!(
@@ -98,22 +177,14 @@ pub async fn serve(
                         target.host,
                         target.port
                     );
-                    return;
+                    return None;
                 }
             }
         }
-    };
-    ctx.stats.upstream_requests.inc();
-    let mut upstream = upstream;
-    // Each direction is shut down for writing when the other side's reads end, so a client
-    // that half-closes still gets every byte of the answer (and the other way round).
-    tokio::select! {
-        _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
-        _ = shutdown.wait_for(|s| *s) => {}
     }
 }
 
-async fn connect_to(peer: &Peer, timeout: std::time::Duration) -> Result<TcpStream, ConnectError> {
+async fn connect_to(peer: &Peer, timeout: Duration) -> Result<TcpStream, ConnectError> {
     let addr = match peer.addr {
         Some(a) => a,
         None => match &peer.dns {
@@ -125,4 +196,83 @@ async fn connect_to(peer: &Peer, timeout: std::time::Duration) -> Result<TcpStre
         },
     };
     connect::tcp(addr, timeout).await
+}
+
+/// The server name of the ClientHello the client is sending, read without consuming it (the
+/// bytes stay for the handshake, or for a passthrough upstream). `Err` when what comes is not
+/// a ClientHello (or the connection ends first).
+async fn peek_server_name(stream: &TcpStream) -> Result<Option<String>, ()> {
+    // A ClientHello fits in a few records; 16 KiB plus headers covers any real one.
+    let mut buf = vec![0u8; 16 * 1024 + 512];
+    let mut last = 0;
+    loop {
+        let n = stream.peek(&mut buf).await.map_err(|_| ())?;
+        if n == 0 {
+            return Err(());
+        }
+        if n > last {
+            last = n;
+            match server_name_of(&buf[..n]) {
+                Hello::Name(name) => return Ok(name),
+                Hello::NotTls => return Err(()),
+                Hello::Partial if n == buf.len() => return Err(()),
+                Hello::Partial => {}
+            }
+        }
+        // Part of the ClientHello only: wait for the rest.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+enum Hello {
+    Name(Option<String>),
+    Partial,
+    NotTls,
+}
+
+/// Parses a ClientHello from the start of a connection's bytes with rustls.
+fn server_name_of(bytes: &[u8]) -> Hello {
+    let mut acceptor = rustls::server::Acceptor::default();
+    let mut cursor = std::io::Cursor::new(bytes);
+    while (cursor.position() as usize) < bytes.len() {
+        match acceptor.read_tls(&mut cursor) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(_) => return Hello::NotTls,
+        }
+    }
+    match acceptor.accept() {
+        Ok(Some(accepted)) => Hello::Name(
+            accepted
+                .client_hello()
+                .server_name()
+                .map(|n| n.to_ascii_lowercase()),
+        ),
+        Ok(None) => Hello::Partial,
+        Err(_) => Hello::NotTls,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_name_is_read_from_a_client_hello() {
+        // A real ClientHello, written by rustls's client for "db.test".
+        let cfg = crate::tls::unverified_client_config();
+        let name = rustls::pki_types::ServerName::try_from("db.test").unwrap();
+        let mut conn = rustls::ClientConnection::new(cfg, name).unwrap();
+        let mut hello = Vec::new();
+        conn.write_tls(&mut hello).unwrap();
+        assert!(matches!(server_name_of(&hello), Hello::Name(Some(n)) if n == "db.test"));
+        assert!(matches!(
+            server_name_of(&hello[..hello.len() / 2]),
+            Hello::Partial
+        ));
+        assert!(matches!(
+            server_name_of(b"GET / HTTP/1.1\r\n\r\n"),
+            Hello::NotTls
+        ));
+    }
 }

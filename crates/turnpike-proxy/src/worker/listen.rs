@@ -238,6 +238,13 @@ async fn worker_main(
     let deadlines = crate::worker::deadline::Deadlines::new();
     let ctx = Rc::new(WorkerCtx::new(gateway, stats, seed, deadlines, access_log));
     let ticker = tokio::task::spawn_local(ctx.deadlines.clone().run());
+    // TLS stream listeners negotiate no application protocol (a client offering one, as MQTT
+    // clients may, is not refused for it).
+    let tls_stream = {
+        let mut cfg = (*tls_h1).clone();
+        cfg.alpn_protocols.clear();
+        Arc::new(cfg)
+    };
     // Idle upstream connections past their timeout are closed even when no request comes.
     let sweeper = {
         let ctx = ctx.clone();
@@ -265,7 +272,9 @@ async fn worker_main(
         let listener = TcpListener::from_std(sock).expect("register listener");
         let ctx = ctx.clone();
         let shutdown = shutdown.clone();
-        let tls_cfg = if spec.ssl {
+        let tls_cfg = if spec.ssl && spec.stream {
+            Some(tls_stream.clone())
+        } else if spec.ssl {
             Some(if spec.http2 {
                 tls_h2.clone()
             } else {
@@ -324,8 +333,10 @@ async fn accept_loop(
             let active = Active(ctx.clone());
             let local = stream.local_addr().unwrap_or(spec.addr);
             let shutdown = shutdown.clone();
+            let acceptor = acceptor.clone();
             tokio::task::spawn_local(async move {
-                crate::stream::serve(active.0.clone(), stream, (peer, local), shutdown).await;
+                crate::stream::serve(active.0.clone(), stream, (peer, local), acceptor, shutdown)
+                    .await;
                 drop(active);
             });
             continue;

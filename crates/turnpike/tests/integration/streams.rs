@@ -171,10 +171,6 @@ async fn tcp_streams_are_routed_and_spliced() {
 fn stream_listen_refuses_what_it_does_not_serve() {
     for (value, expect) in [
         (
-            "127.0.0.1:7000 ssl",
-            "'ssl' stream listeners are not supported yet",
-        ),
-        (
             "127.0.0.1:7000 udp",
             "'udp' listeners are not supported yet",
         ),
@@ -184,4 +180,123 @@ fn stream_listen_refuses_what_it_does_not_serve() {
         assert!(!ok, "{value}: {out}");
         assert!(out.contains(expect), "{value}: {out}");
     }
+}
+
+/// A TLS echo server with `cert`/`key`: what it decrypts it echoes.
+async fn tls_echo_server(cert: &str, key: &str) -> SocketAddr {
+    use rustls::pki_types::pem::PemObject;
+    let certs = pem_certs(cert);
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+    let cfg = rustls::ServerConfig::builder_with_provider(turnpike_proxy::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(cfg));
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = l.accept().await else { return };
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(s).await else {
+                    return;
+                };
+                let (mut r, mut w) = tokio::io::split(tls);
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+                let _ = w.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
+/// One exchange over TLS with `sni`: what came back, and the certificate the client saw.
+async fn tls_exchange(addr: SocketAddr, sni: &str, msg: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let tcp = TcpStream::connect(addr).await.ok()?;
+    let name = rustls::pki_types::ServerName::try_from(sni.to_string()).unwrap();
+    let mut tls = tls_client(&[]).connect(name, tcp).await.ok()?;
+    let cert = tls.get_ref().1.peer_certificates()?[0].to_vec();
+    tls.write_all(msg).await.ok()?;
+    tls.shutdown().await.ok()?;
+    let mut back = Vec::new();
+    let _ = tls.read_to_end(&mut back).await;
+    Some((back, cert))
+}
+
+/// TLS streams: `tls` routes terminated with the certificate chosen by SNI (to a `tcp` or a
+/// `tls` service), `tls_passthrough` routed on the ClientHello's SNI and passed through
+/// encrypted, and what no route takes (an unknown name, bytes that are not TLS) closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_streams_terminate_or_pass_through_by_sni() {
+    let echo = tcp_server(None).await;
+    let (up_cert, up_key) = cert_for("pass.test");
+    let tls_echo = tls_echo_server(&up_cert, &up_key).await;
+    let (db_cert, db_key) = cert_for("db.test");
+    let (o_cert, o_key) = cert_for("origin.test");
+    let port = free_port();
+    let doc = json!({
+        "_format_version": "3.0",
+        "services": [
+            {"name": "plain", "url": format!("tcp://{echo}"), "routes": [
+                {"name": "db", "protocols": ["tls"], "snis": ["db.test"]},
+            ]},
+            {"name": "tls-up", "url": format!("tls://{tls_echo}"), "routes": [
+                {"name": "origin", "protocols": ["tls"], "snis": ["origin.test"]},
+            ]},
+            {"name": "raw", "url": format!("tcp://{tls_echo}"), "routes": [
+                {"name": "pass", "protocols": ["tls_passthrough"], "snis": ["pass.test"]},
+            ]},
+        ],
+        "certificates": [
+            {"cert": db_cert, "key": db_key, "snis": [{"name": "db.test"}]},
+            {"cert": o_cert, "key": o_key, "snis": [{"name": "origin.test"}]},
+        ],
+    });
+    let gw = Gateway::with_config(&doc.to_string())
+        .env("TURNPIKE_STREAM_LISTEN", &format!("127.0.0.1:{port} ssl"))
+        .start();
+    let at = SocketAddr::from(([127, 0, 0, 1], port));
+    assert!(
+        eventually(std::time::Duration::from_secs(10), async || {
+            TcpStream::connect(at).await.is_ok()
+        })
+        .await
+    );
+    let der = |pem: &str| pem_certs(pem)[0].to_vec();
+
+    // Terminated with db.test's certificate; the plain upstream gets the plain bytes.
+    let (back, cert) = tls_exchange(at, "db.test", b"select 1")
+        .await
+        .expect("db.test");
+    assert_eq!(back, b"select 1");
+    assert_eq!(cert, der(&db_cert));
+    // Terminated, then TLS again to a `tls` service.
+    let (back, cert) = tls_exchange(at, "origin.test", b"over tls twice")
+        .await
+        .expect("origin.test");
+    assert_eq!(back, b"over tls twice");
+    assert_eq!(cert, der(&o_cert));
+    // Passed through: the client's TLS session is with the upstream itself.
+    let (back, cert) = tls_exchange(at, "pass.test", b"end to end")
+        .await
+        .expect("pass.test");
+    assert_eq!(back, b"end to end");
+    assert_eq!(cert, der(&up_cert));
+    // A name no route has, and bytes that are not TLS: closed.
+    assert!(tls_exchange(at, "unknown.test", b"x").await.is_none());
+    let mut s = TcpStream::connect(at).await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let n = tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut buf))
+        .await
+        .expect("closed");
+    assert_eq!(n.unwrap_or(0), 0);
+    let log = gw.log_text();
+    assert!(log.contains("sni unknown.test"), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
 }
