@@ -185,6 +185,11 @@ pub fn route(
     };
     let sources = array(&mut f, "sources");
     let destinations = array(&mut f, "destinations");
+    for (name, list) in [("sources", &sources), ("destinations", &destinations)] {
+        for (i, v) in list.iter().flatten().enumerate() {
+            check_net(&mut f, name, i + 1, v);
+        }
+    }
     let tags = f.tags();
     let service = f.raw("service").map(foreign_ref_value);
     // Kong's router-flavor specific fields: in its schema only under `expressions`.
@@ -300,6 +305,45 @@ pub fn route(
         expression,
     };
     (r, service, errors)
+}
+
+/// One `sources` / `destinations` element: Kong's record of an `ip` (an IP or a CIDR range)
+/// and a `port`, at least one of them (`typedefs.sources`).
+fn check_net(f: &mut Fields, name: &str, index: usize, v: &Value) {
+    let Some(o) = v.as_object() else {
+        f.err(format!("{name}.{index}"), "expected a record");
+        return;
+    };
+    let ip = o.get("ip").filter(|v| !v.is_null());
+    let port = o.get("port").filter(|v| !v.is_null());
+    if ip.is_none() && port.is_none() {
+        f.err(
+            format!("{name}.{index}"),
+            "at least one of these fields must be non-empty: 'ip', 'port'",
+        );
+    }
+    match ip {
+        Some(Value::String(s)) if crate::conf::parse_cidr(s).is_none() => f.err(
+            format!("{name}.{index}.ip"),
+            format!("invalid ip or cidr range: '{s}'"),
+        ),
+        Some(Value::String(_)) | None => {}
+        Some(_) => f.err(format!("{name}.{index}.ip"), "expected a string"),
+    }
+    match port {
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|p| p <= 65535) => {}
+        Some(Value::Number(_)) => f.err(
+            format!("{name}.{index}.port"),
+            "value should be between 0 and 65535",
+        ),
+        None => {}
+        Some(_) => f.err(format!("{name}.{index}.port"), "expected an integer"),
+    }
+    for k in o.keys() {
+        if k != "ip" && k != "port" {
+            f.err(format!("{name}.{index}.{k}"), "unknown field");
+        }
+    }
 }
 
 type Traditional<'a> = (

@@ -699,6 +699,18 @@ fn grpc_and_stream_route_subschemas() {
             "{name: r, protocols: [tls_passthrough]}",
             "must set snis when 'protocols' is 'tls_passthrough'",
         ),
+        (
+            "{name: r, protocols: [tcp], destinations: [{ip: 10.0.0.300}]}",
+            "invalid ip or cidr range: '10.0.0.300'",
+        ),
+        (
+            "{name: r, protocols: [tcp], sources: [{port: 70000}]}",
+            "value should be between 0 and 65535",
+        ),
+        (
+            "{name: r, protocols: [tcp], sources: [{}]}",
+            "at least one of these fields must be non-empty: 'ip', 'port'",
+        ),
     ];
     for (route, expect) in cases {
         let e = err(&format!("_format_version: '3.0'\nroutes: [{route}]"));
