@@ -86,7 +86,8 @@ pub async fn serve(
 /// Connects to the service (retrying on the next target as Kong's balancer does) and passes
 /// the bytes both ways. Each direction is shut down for writing when the other side's reads
 /// end, so a client that half-closes still gets every byte of the answer (and the other way
-/// round).
+/// round). A connection on which nothing moves either way for the service's `read_timeout`
+/// is closed (nginx's `proxy_timeout`, which Kong sets from the service's timeouts).
 async fn proxy<C: AsyncRead + AsyncWrite + Unpin>(
     ctx: &WorkerCtx,
     client: &mut C,
@@ -99,9 +100,73 @@ async fn proxy<C: AsyncRead + AsyncWrite + Unpin>(
         return;
     };
     ctx.stats.upstream_requests.inc();
-    tokio::select! {
-        _ = tokio::io::copy_bidirectional(client, &mut upstream) => {}
-        _ = shutdown.wait_for(|s| *s) => {}
+    let last = std::cell::Cell::new(Instant::now());
+    let idle = service.read_timeout.max(service.write_timeout);
+    let mut client = Activity {
+        inner: client,
+        last: &last,
+    };
+    let mut upstream = Activity {
+        inner: &mut upstream,
+        last: &last,
+    };
+    let copy = tokio::io::copy_bidirectional(&mut client, &mut upstream);
+    tokio::pin!(copy);
+    loop {
+        let deadline = tokio::time::Instant::from_std(last.get() + idle);
+        tokio::select! {
+            _ = &mut copy => return,
+            _ = shutdown.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep_until(deadline) => {
+                if last.get() + idle <= Instant::now() {
+                    tracing::debug!("stream: route {}: idle past {idle:?}, closed", route.id);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// A side of a stream that notes when bytes last moved through it (reads and writes).
+struct Activity<'a, S> {
+    inner: S,
+    last: &'a std::cell::Cell<Instant>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Activity<'_, S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.last.set(Instant::now());
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Activity<'_, S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 

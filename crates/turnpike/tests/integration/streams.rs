@@ -300,3 +300,48 @@ async fn tls_streams_terminate_or_pass_through_by_sni() {
     assert!(log.contains("sni unknown.test"), "{log}");
     assert!(!log.contains("panicked"), "{log}");
 }
+
+/// nginx's `proxy_timeout` as Kong sets it from the service's timeouts: a stream on which
+/// nothing moves for that long is closed; one that keeps moving stays open past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_streams_close_after_the_services_timeout() {
+    let echo = tcp_server(None).await;
+    let port = free_port();
+    let doc = json!({
+        "_format_version": "3.0",
+        "services": [{"name": "s", "url": format!("tcp://{echo}"),
+                      "read_timeout": 400, "write_timeout": 400, "routes": [
+            {"name": "r", "protocols": ["tcp"], "destinations": [{"port": port}]},
+        ]}],
+    });
+    let _gw = Gateway::with_config(&doc.to_string())
+        .env("TURNPIKE_STREAM_LISTEN", &format!("127.0.0.1:{port}"))
+        .start();
+    let at = SocketAddr::from(([127, 0, 0, 1], port));
+    assert!(
+        eventually(std::time::Duration::from_secs(10), async || {
+            TcpStream::connect(at).await.is_ok()
+        })
+        .await
+    );
+    // Busy for 1.2 s, a message every 100 ms: still open.
+    let mut busy = TcpStream::connect(at).await.unwrap();
+    let mut buf = [0u8; 4];
+    for _ in 0..12 {
+        busy.write_all(b"ping").await.unwrap();
+        busy.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"ping");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // Idle: closed by the gateway within a few timeouts.
+    let mut idle = TcpStream::connect(at).await.unwrap();
+    idle.write_all(b"once").await.unwrap();
+    idle.read_exact(&mut buf).await.unwrap();
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        idle.read_to_end(&mut rest),
+    )
+    .await;
+    assert!(matches!(closed, Ok(Ok(0)) | Ok(Err(_))), "{closed:?}");
+}
