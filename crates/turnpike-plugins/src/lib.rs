@@ -16,6 +16,7 @@ pub mod cors;
 pub mod credentials;
 pub mod datadog;
 pub mod file_log;
+pub mod grpc_web;
 pub mod hmac_auth;
 pub mod http_log;
 pub mod ip_restriction;

@@ -257,6 +257,9 @@ pub struct ResponseHead<'a> {
 /// responses that need none pay nothing.
 pub trait BodyFilter {
     fn filter(&mut self, piece: Bytes, eof: bool) -> Bytes;
+    /// The upstream's trailers (HTTP/2, gRPC), before the end of the body; they are not sent
+    /// on to the client once the body is filtered.
+    fn trailers(&mut self, _trailers: &http::HeaderMap) {}
 }
 
 /// A configured plugin instance.

@@ -105,6 +105,7 @@ pub fn bundled() -> Registry {
             &cors::Cors,
             &datadog::Datadog,
             &file_log::FileLog,
+            &grpc_web::GrpcWeb,
             &hmac_auth::HmacAuth,
             &http_log::HttpLog,
             &ip_restriction::IpRestriction,

@@ -49,9 +49,18 @@ impl<B: Body<Data = Bytes, Error = BoxError> + Unpin> Filtered<B> {
             }
             match std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
                 Some(Ok(frame)) => {
-                    // Trailers are dropped: they described the body before it was filtered.
-                    let Ok(data) = frame.into_data() else {
-                        continue;
+                    // Trailers are the filters' to read, and dropped: they described the body
+                    // before it was filtered.
+                    let data = match frame.into_data() {
+                        Ok(d) => d,
+                        Err(frame) => {
+                            if let Ok(t) = frame.into_trailers() {
+                                for f in &mut self.filters {
+                                    f.trailers(&t);
+                                }
+                            }
+                            continue;
+                        }
                     };
                     let out = self.run(data, false);
                     if !out.is_empty() {

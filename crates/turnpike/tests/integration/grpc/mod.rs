@@ -370,3 +370,153 @@ async fn grpc_timeouts_retries_limits_and_large_messages() {
     assert_eq!(r[1]["responses"], json!(vec![1 << 20; 8]), "{r:?}");
     assert!(!gw.log_text().contains("panicked"));
 }
+
+fn grpc_frame(flag: u8, msg: &[u8]) -> Vec<u8> {
+    let mut f = vec![flag];
+    f.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    f.extend_from_slice(msg);
+    f
+}
+
+/// The frames of a gRPC-Web body: (flag, payload).
+fn grpc_frames(mut b: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    let mut out = Vec::new();
+    while b.len() >= 5 {
+        let n = u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize;
+        out.push((b[0], b[5..5 + n].to_vec()));
+        b = &b[5 + n..];
+    }
+    assert!(b.is_empty(), "a partial frame left");
+    out
+}
+
+/// grpc-web-text bodies are base64 pieces one after the other, each padded: decoded four
+/// characters at a time, as gRPC-Web clients decode them.
+fn unbase64_pieces(text: &[u8]) -> Vec<u8> {
+    use base64::Engine;
+    text.chunks(4)
+        .flat_map(|c| base64::engine::general_purpose::STANDARD.decode(c).unwrap())
+        .collect()
+}
+
+/// The grpc-web plugin: a gRPC-Web client over HTTP/1.1 (binary and text modes), a grpcio
+/// server behind; CORS preflight, the trailer frame from the upstream's trailers (or its
+/// trailers-only answer), Kong's 400 for a mode that needs a .proto.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_web_clients_reach_a_grpc_service() {
+    use base64::Engine;
+    let up = GrpcServer::start("web", None);
+    let doc = json!({
+        "_format_version": "3.0",
+        "services": [{"name": "g", "url": format!("grpc://127.0.0.1:{}", up.port), "routes": [
+            {"name": "web", "protocols": ["http"], "paths": ["/"], "hosts": ["web.test"],
+             "plugins": [{"name": "grpc-web", "config": {"allow_origin_header": "https://app.test"}}]},
+        ]}],
+    });
+    let gw = Gateway::with_config(&doc.to_string()).start();
+    let post = |path: &str, ctype: &str, body: Vec<u8>| {
+        http::Request::builder()
+            .method("POST")
+            .uri(path)
+            .header("host", "web.test")
+            .header("content-type", ctype)
+            .header("x-grpc-web", "1")
+            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+            .unwrap()
+    };
+    let trailer = |status: &str, msg: &str| {
+        (
+            0x80u8,
+            format!("grpc-status:{status}\r\ngrpc-message:{msg}\r\n").into_bytes(),
+        )
+    };
+
+    // Binary mode, unary.
+    let r = send(
+        gw.proxy,
+        post(
+            "/echo.Echo/Unary",
+            "application/grpc-web+proto",
+            grpc_frame(0, b"hi"),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.header("content-type"), Some("application/grpc-web+proto"));
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.test")
+    );
+    assert_eq!(
+        grpc_frames(&r.body),
+        vec![(0, b"web:hi".to_vec()), trailer("0", "")]
+    );
+    // Text mode, server streaming.
+    let body = base64::engine::general_purpose::STANDARD.encode(grpc_frame(0, b"3:s"));
+    let r = send(
+        gw.proxy,
+        post(
+            "/echo.Echo/ServerStream",
+            "application/grpc-web-text",
+            body.into_bytes(),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.header("content-type"), Some("application/grpc-web-text"));
+    assert_eq!(
+        grpc_frames(&unbase64_pieces(&r.body)),
+        vec![
+            (0, b"s0".to_vec()),
+            (0, b"s1".to_vec()),
+            (0, b"s2".to_vec()),
+            trailer("0", "")
+        ]
+    );
+    // An error: the upstream's status in the trailer frame.
+    let r = send(
+        gw.proxy,
+        post(
+            "/echo.Echo/Fail",
+            "application/grpc-web",
+            grpc_frame(0, b"PERMISSION_DENIED:no"),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(grpc_frames(&r.body).last(), Some(&trailer("7", "no")));
+    // CORS preflight.
+    let r = send(
+        gw.proxy,
+        http::Request::builder()
+            .method("OPTIONS")
+            .uri("/echo.Echo/Unary")
+            .header("host", "web.test")
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(&r.body[..], b"OK");
+    assert_eq!(r.header("access-control-allow-methods"), Some("POST"));
+    assert_eq!(
+        r.header("access-control-allow-headers"),
+        Some("content-type,x-grpc-web,x-user-agent")
+    );
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.test")
+    );
+    // JSON needs the service's .proto: Kong's 400.
+    let r = send(
+        gw.proxy,
+        post("/echo.Echo/Unary", "application/json", b"{}".to_vec()),
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.json()["message"],
+        "transcoding requests require a .proto file defining the service"
+    );
+    assert!(!gw.log_text().contains("panicked"));
+}

@@ -1,0 +1,303 @@
+//! grpc-web (PRIORITY 3): a gRPC-Web client (a browser) calls a gRPC service through the
+//! gateway, as Kong's `kong/plugins/grpc-web/{handler,deco}.lua` do it: CORS for the client,
+//! `OPTIONS` answered, the request's gRPC-Web body (binary, or base64 in the `-text` modes)
+//! sent upstream as gRPC (`Content-Type: application/grpc`, `TE: trailers`), and the
+//! upstream's messages sent back in the request's content type, the upstream's trailers as
+//! gRPC-Web's trailer frame (`0x80`) at the end of the body.
+//!
+//! The JSON modes (`+json`, `application/json`) transcode through the messages' protobuf
+//! types, which need the `.proto` file of `proto`: without one, Kong's 400; with one, they are
+//! not served yet (400, said so in the log) — the protobuf modes are.
+
+mod schema;
+
+use std::sync::Arc;
+
+use base64::Engine;
+use bytes::{BufMut, Bytes, BytesMut};
+use http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use serde_json::Value;
+
+use crate::{Access, AccessRequest, BodyFilter, Exit, Handler, PluginSpec, ResponseHead};
+
+pub struct GrpcWeb;
+
+impl PluginSpec for GrpcWeb {
+    fn name(&self) -> &'static str {
+        "grpc-web"
+    }
+    fn priority(&self) -> i32 {
+        3
+    }
+    fn fields(&self) -> &'static [crate::schema::Field] {
+        schema::FIELDS
+    }
+    fn build(
+        &self,
+        config: &Value,
+        _ctx: &crate::BuildContext,
+    ) -> Result<Arc<dyn Handler>, String> {
+        let c: schema::Config = crate::typed(config)?;
+        let origin = HeaderValue::from_str(&c.allow_origin_header).map_err(|e| e.to_string())?;
+        Ok(Arc::new(Configured {
+            origin,
+            proto: c.proto,
+            pass_stripped_path: c.pass_stripped_path.unwrap_or(false),
+        }))
+    }
+}
+
+struct Configured {
+    origin: HeaderValue,
+    proto: Option<String>,
+    pass_stripped_path: bool,
+}
+
+/// How a request's content type says its body is carried (Kong's `deco.lua` tables).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Mode {
+    base64: bool,
+    framed: bool,
+    json: bool,
+}
+
+fn mode(mimetype: &str) -> Option<Mode> {
+    let (base64, framed, json) = match mimetype {
+        "application/grpc-web" | "application/grpc-web+proto" => (false, true, false),
+        "application/grpc-web-text" | "application/grpc-web-text+proto" => (true, true, false),
+        "application/grpc-web+json" => (false, true, true),
+        "application/grpc-web-text+json" => (true, true, true),
+        "application/json" => (false, false, true),
+        _ => return None,
+    };
+    Some(Mode {
+        base64,
+        framed,
+        json,
+    })
+}
+
+/// What the access phase leaves for the response: the request's content type and mode.
+struct Call {
+    mimetype: HeaderValue,
+    mode: Mode,
+}
+
+static ALLOW_ORIGIN: HeaderName = header::ACCESS_CONTROL_ALLOW_ORIGIN;
+
+impl Handler for Configured {
+    fn phases(&self) -> crate::Phases {
+        crate::Phases::ACCESS | crate::Phases::RESPONSE
+    }
+
+    fn wants_body(&self) -> bool {
+        true
+    }
+
+    fn access(&self, req: &mut AccessRequest<'_>) -> Access {
+        req.response_headers
+            .push((ALLOW_ORIGIN.clone(), self.origin.clone()));
+        if req.method == "OPTIONS" {
+            return Access::Exit(Exit {
+                status: StatusCode::OK,
+                headers: vec![
+                    (
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/grpc-web-text+proto"),
+                    ),
+                    (ALLOW_ORIGIN.clone(), self.origin.clone()),
+                    (
+                        header::ACCESS_CONTROL_ALLOW_METHODS,
+                        HeaderValue::from_static("POST"),
+                    ),
+                    (
+                        header::ACCESS_CONTROL_ALLOW_HEADERS,
+                        HeaderValue::from_static("content-type,x-grpc-web,x-user-agent"),
+                    ),
+                ],
+                body: Bytes::from_static(b"OK"),
+            });
+        }
+        if self.pass_stripped_path {
+            // Kong's `ngx.req.set_uri(upstream_uri)`: the upstream gets the stripped path,
+            // which the route's strip_path already makes the upstream path.
+        } else if req.upstream_path.is_none() {
+            req.upstream_path = Some(req.path.to_string());
+        }
+        let mimetype = req
+            .headers
+            .get(header::CONTENT_TYPE)
+            .cloned()
+            .unwrap_or_else(|| HeaderValue::from_static(""));
+        let mode = mimetype.to_str().ok().and_then(mode);
+        let Some(mode) = mode.filter(|m| !m.json) else {
+            let why = if self.proto.is_none() || mode.is_none() {
+                "transcoding requests require a .proto file defining the service"
+            } else {
+                tracing::error!(
+                    "grpc-web: JSON transcoding (with `proto`) is not supported yet; use the \
+                     application/grpc-web(+proto) or -text modes"
+                );
+                "JSON transcoding is not supported yet"
+            };
+            return Access::Exit(Exit::message(StatusCode::BAD_REQUEST, why));
+        };
+        let body = req.body.take().unwrap_or_default();
+        let body = if mode.base64 {
+            match base64::engine::general_purpose::STANDARD.decode(strip_ws(&body)) {
+                Ok(b) => Bytes::from(b),
+                Err(_) => {
+                    return Access::Exit(Exit::message(
+                        StatusCode::BAD_REQUEST,
+                        "invalid base64 in the gRPC-Web request body",
+                    ))
+                }
+            }
+        } else {
+            body
+        };
+        req.body = Some(body);
+        req.headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/grpc"),
+        );
+        req.headers
+            .insert(header::TE, HeaderValue::from_static("trailers"));
+        req.ctx.insert(Call { mimetype, mode });
+        Access::Continue
+    }
+
+    fn header_filter(&self, resp: &mut ResponseHead<'_>) -> Option<Box<dyn BodyFilter>> {
+        let call = resp.ctx.get::<Call>()?;
+        let mode = call.mode;
+        resp.headers
+            .insert(header::CONTENT_TYPE, call.mimetype.clone());
+        resp.headers.remove(header::CONTENT_LENGTH);
+        // A trailers-only answer (an error, no message): its status came as headers.
+        let status = resp.headers.get("grpc-status").cloned();
+        let message = resp.headers.get("grpc-message").cloned();
+        Some(Box::new(Downstream {
+            mode,
+            status,
+            message,
+        }))
+    }
+}
+
+/// Base64 text as it came, less the line breaks and spaces some clients put in.
+fn strip_ws(b: &[u8]) -> Vec<u8> {
+    b.iter()
+        .copied()
+        .filter(|c| !c.is_ascii_whitespace())
+        .collect()
+}
+
+/// The response body on its way to the client: each piece re-encoded for the client's mode,
+/// the trailer frame at the end.
+struct Downstream {
+    mode: Mode,
+    status: Option<HeaderValue>,
+    message: Option<HeaderValue>,
+}
+
+impl Downstream {
+    fn encode(&self, b: Bytes) -> Bytes {
+        if self.mode.base64 && !b.is_empty() {
+            Bytes::from(base64::engine::general_purpose::STANDARD.encode(&b))
+        } else {
+            b
+        }
+    }
+}
+
+impl BodyFilter for Downstream {
+    fn filter(&mut self, piece: Bytes, eof: bool) -> Bytes {
+        let piece = self.encode(piece);
+        if !eof {
+            return piece;
+        }
+        let text = format!(
+            "grpc-status:{}\r\ngrpc-message:{}\r\n",
+            self.status
+                .as_ref()
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("0"),
+            self.message
+                .as_ref()
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+        );
+        let mut frame = BytesMut::with_capacity(5 + text.len());
+        frame.put_u8(0x80);
+        frame.put_u32(text.len() as u32);
+        frame.put_slice(text.as_bytes());
+        let trailer = self.encode(frame.freeze());
+        let mut out = BytesMut::with_capacity(piece.len() + trailer.len());
+        out.put_slice(&piece);
+        out.put_slice(&trailer);
+        out.freeze()
+    }
+
+    fn trailers(&mut self, trailers: &HeaderMap) {
+        if let Some(s) = trailers.get("grpc-status") {
+            self.status = Some(s.clone());
+        }
+        if let Some(m) = trailers.get("grpc-message") {
+            self.message = Some(m.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_follow_kongs_tables() {
+        assert_eq!(
+            mode("application/grpc-web-text"),
+            Some(Mode {
+                base64: true,
+                framed: true,
+                json: false
+            })
+        );
+        assert_eq!(mode("application/json").map(|m| m.framed), Some(false));
+        assert_eq!(
+            mode("application/grpc-web+json").map(|m| m.json),
+            Some(true)
+        );
+        assert_eq!(mode("application/grpc"), None);
+    }
+
+    #[test]
+    fn the_trailer_frame_carries_the_upstreams_status() {
+        let mut d = Downstream {
+            mode: mode("application/grpc-web").unwrap(),
+            status: None,
+            message: None,
+        };
+        let mut t = HeaderMap::new();
+        t.insert("grpc-status", HeaderValue::from_static("7"));
+        t.insert("grpc-message", HeaderValue::from_static("nope"));
+        assert_eq!(
+            d.filter(Bytes::from_static(b"\0\0\0\0\x01x"), false).len(),
+            6
+        );
+        d.trailers(&t);
+        let end = d.filter(Bytes::new(), true);
+        assert_eq!(&end[..5], b"\x80\0\0\0\x22");
+        assert_eq!(&end[5..], b"grpc-status:7\r\ngrpc-message:nope\r\n");
+        // Text mode: each piece base64 on its own, as Kong encodes chunk by chunk.
+        let mut d = Downstream {
+            mode: mode("application/grpc-web-text").unwrap(),
+            status: None,
+            message: None,
+        };
+        let end = d.filter(Bytes::new(), true);
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(&end)
+            .unwrap();
+        assert_eq!(&raw[5..], b"grpc-status:0\r\ngrpc-message:\r\n");
+    }
+}
