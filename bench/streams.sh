@@ -35,7 +35,9 @@ worker_processes $PROXY_N;
 pid $W/nginx/nginx.pid;
 events { worker_connections 16384; }
 stream {
-  server { listen 127.0.0.1:9202 reuseport backlog=4096; proxy_pass 127.0.0.1:9201; }
+  # proxy_half_close: the upload case half-closes and waits for the server's byte count (nginx
+  # closes both directions at the first EOF by default).
+  server { listen 127.0.0.1:9202 reuseport backlog=4096; proxy_half_close on; proxy_pass 127.0.0.1:9201; }
 }
 NGX
 start_nginx "$W/nginx" 9202
