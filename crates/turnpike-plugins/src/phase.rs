@@ -95,6 +95,11 @@ impl PluginCtx {
     }
 }
 
+/// Put in the request's plugin context by a plugin that wants a gRPC service to get the
+/// route's stripped path (grpc-web's `pass_stripped_path`, Kong's `ngx.req.set_uri`): a gRPC
+/// upstream otherwise gets the request's own path, as nginx's `grpc_pass` sends it.
+pub struct PassStrippedPath;
+
 /// What a plugin's certificate phase sees of a TLS handshake (Kong runs only global plugins
 /// there: no route is known yet).
 pub struct CertificateRequest<'a> {

@@ -119,10 +119,8 @@ impl Handler for Configured {
             });
         }
         if self.pass_stripped_path {
-            // Kong's `ngx.req.set_uri(upstream_uri)`: the upstream gets the stripped path,
-            // which the route's strip_path already makes the upstream path.
-        } else if req.upstream_path.is_none() {
-            req.upstream_path = Some(req.path.to_string());
+            // Kong's `ngx.req.set_uri(upstream_uri)`: the upstream gets the stripped path.
+            req.ctx.insert(crate::PassStrippedPath);
         }
         let mimetype = req
             .headers

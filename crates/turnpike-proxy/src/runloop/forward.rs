@@ -49,6 +49,16 @@ pub fn run(
     let mut up_path = match rc.upstream_path.take() {
         // A plugin set the upstream path (kong.service.request.set_path).
         Some(p) => p,
+        // nginx's grpc_pass sends the request's own path (no service path, no strip_path),
+        // unless a plugin asked for the stripped one (grpc-web's pass_stripped_path).
+        None if service.grpc
+            && rc
+                .plugin_ctx
+                .get::<turnpike_plugins::PassStrippedPath>()
+                .is_none() =>
+        {
+            t.orig_uri.path().to_string()
+        }
         None => upstream_uri(
             service.path.as_deref(),
             path,

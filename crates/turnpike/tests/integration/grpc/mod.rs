@@ -411,6 +411,10 @@ async fn grpc_web_clients_reach_a_grpc_service() {
         "services": [{"name": "g", "url": format!("grpc://127.0.0.1:{}", up.port), "routes": [
             {"name": "web", "protocols": ["http"], "paths": ["/"], "hosts": ["web.test"],
              "plugins": [{"name": "grpc-web", "config": {"allow_origin_header": "https://app.test"}}]},
+            {"name": "stripped", "protocols": ["http"], "paths": ["/web"], "hosts": ["prefixed.test"],
+             "plugins": [{"name": "grpc-web", "config": {"pass_stripped_path": true}}]},
+            {"name": "unstripped", "protocols": ["http"], "paths": ["/raw"], "hosts": ["prefixed.test"],
+             "plugins": [{"name": "grpc-web"}]},
         ]}],
     });
     let gw = Gateway::with_config(&doc.to_string()).start();
@@ -507,6 +511,30 @@ async fn grpc_web_clients_reach_a_grpc_service() {
         r.header("access-control-allow-origin"),
         Some("https://app.test")
     );
+    // A gRPC service gets the request's own path (nginx's grpc_pass), unless grpc-web's
+    // pass_stripped_path asks for the route's stripped one.
+    let prefixed = |path: &str| {
+        http::Request::builder()
+            .method("POST")
+            .uri(path)
+            .header("host", "prefixed.test")
+            .header("content-type", "application/grpc-web")
+            .body(http_body_util::Full::new(bytes::Bytes::from(grpc_frame(
+                0, b"p",
+            ))))
+            .unwrap()
+    };
+    let r = send(gw.proxy, prefixed("/web/echo.Echo/Unary")).await;
+    assert_eq!(
+        grpc_frames(&r.body),
+        vec![(0, b"web:p".to_vec()), trailer("0", "")],
+        "{:?}",
+        r.body
+    );
+    let r = send(gw.proxy, prefixed("/raw/echo.Echo/Unary")).await;
+    let frames = grpc_frames(&r.body);
+    let last = String::from_utf8_lossy(&frames.last().unwrap().1).to_string();
+    assert!(last.starts_with("grpc-status:12\r\n"), "{last:?}");
     // JSON needs the service's .proto: Kong's 400.
     let r = send(
         gw.proxy,
