@@ -5,9 +5,9 @@
 //! by the next request to the peer; the peer's `SETTINGS_MAX_CONCURRENT_STREAMS` bounds what
 //! one connection carries at once (requests beyond it wait for a stream).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hyper::client::conn::http2::{Builder, SendRequest};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -31,15 +31,26 @@ impl<F: Future + 'static> hyper::rt::Executor<F> for Local {
 const KEEPALIVE: Duration = Duration::from_secs(30);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A worker's HTTP/2 upstream connections, by peer.
-pub struct H2Pool<B> {
-    conns: RefCell<FxHashMap<PeerKey, SendRequest<B>>>,
+/// A connection and when a request last took it.
+struct Entry<B> {
+    sender: SendRequest<B>,
+    used: Cell<Instant>,
 }
 
-impl<B> Default for H2Pool<B> {
-    fn default() -> Self {
+/// A worker's HTTP/2 upstream connections, by peer. A connection no request took for
+/// `idle_timeout` (`upstream_keepalive_idle_timeout`) is let go: its key may never come back
+/// (a config change makes new TLS settings, a DNS change a new generation), and the
+/// keep-alive pings would otherwise hold it open for ever.
+pub struct H2Pool<B> {
+    conns: RefCell<FxHashMap<PeerKey, Entry<B>>>,
+    idle_timeout: Duration,
+}
+
+impl<B> H2Pool<B> {
+    pub fn new(idle_timeout: Duration) -> Self {
         H2Pool {
             conns: RefCell::default(),
+            idle_timeout,
         }
     }
 }
@@ -54,7 +65,10 @@ where
     pub fn get(&self, key: &PeerKey) -> Option<SendRequest<B>> {
         let mut conns = self.conns.borrow_mut();
         match conns.get(key) {
-            Some(s) if !s.is_closed() => Some(s.clone()),
+            Some(e) if !e.sender.is_closed() => {
+                e.used.set(Instant::now());
+                Some(e.sender.clone())
+            }
             Some(_) => {
                 conns.remove(key);
                 None
@@ -82,13 +96,22 @@ where
                 tracing::debug!("upstream HTTP/2 connection ended: {e}");
             }
         });
-        self.conns.borrow_mut().insert(key, sender.clone());
+        let entry = Entry {
+            sender: sender.clone(),
+            used: Cell::new(Instant::now()),
+        };
+        self.conns.borrow_mut().insert(key, entry);
         Ok(sender)
     }
 
-    /// Forgets closed connections (run periodically by the worker).
+    /// Forgets closed connections and lets go of those idle past the timeout (run
+    /// periodically by the worker): hyper closes a connection once its last sender is gone and
+    /// its streams are done.
     pub fn sweep(&self) {
-        self.conns.borrow_mut().retain(|_, s| !s.is_closed());
+        let timeout = self.idle_timeout;
+        self.conns
+            .borrow_mut()
+            .retain(|_, e| !e.sender.is_closed() && e.used.get().elapsed() <= timeout);
     }
 
     pub fn len(&self) -> usize {
@@ -97,5 +120,61 @@ where
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::Empty;
+
+    /// A connection idle past the timeout is let go, and the upstream sees it close.
+    #[test]
+    fn idle_connections_are_let_go() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        tokio::task::LocalSet::new().block_on(&rt, async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let served = tokio::task::spawn_local(async move {
+                let (s, _) = listener.accept().await.unwrap();
+                let svc = hyper::service::service_fn(|_req| async {
+                    Ok::<_, std::convert::Infallible>(http::Response::new(
+                        Empty::<bytes::Bytes>::new(),
+                    ))
+                });
+                let _ = hyper::server::conn::http2::Builder::new(Local)
+                    .serve_connection(TokioIo::new(s), svc)
+                    .await;
+            });
+            let pool: H2Pool<Empty<bytes::Bytes>> = H2Pool::new(Duration::from_millis(50));
+            let key = PeerKey {
+                peer: 1,
+                tls: None,
+                dns: 0,
+            };
+            let tcp = crate::upstream::connect::tcp(addr, Duration::from_secs(1))
+                .await
+                .unwrap();
+            let mut sender = pool.handshake(key, Stream::Plain(tcp)).await.unwrap();
+            let req = http::Request::builder()
+                .uri(format!("http://{addr}/"))
+                .body(Empty::new())
+                .unwrap();
+            assert_eq!(sender.send_request(req).await.unwrap().status(), 200);
+            drop(sender);
+            pool.sweep();
+            assert!(pool.get(&key).is_some(), "kept while in use");
+            tokio::time::sleep(Duration::from_millis(120)).await;
+            pool.sweep();
+            assert!(pool.is_empty());
+            // The upstream's side of the connection ends once the pool let go of it.
+            tokio::time::timeout(Duration::from_secs(5), served)
+                .await
+                .expect("the connection closed")
+                .unwrap();
+        });
     }
 }

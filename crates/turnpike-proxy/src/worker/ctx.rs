@@ -53,7 +53,7 @@ impl WorkerCtx {
     ) -> WorkerCtx {
         WorkerCtx {
             pool: Pool::new(gateway.settings.pool, stats.clone(), deadlines.clone()),
-            h2: Default::default(),
+            h2: crate::upstream::h2::H2Pool::new(gateway.settings.pool.idle_timeout),
             snapshot: RefCell::new((u64::MAX, Rc::new(gateway.snapshot.load_full()))),
             gateway,
             stats,
