@@ -260,6 +260,7 @@ mod tests {
             reuseport: false,
             backlog: 511,
             stream: false,
+            udp: false,
         }
     }
 

@@ -48,6 +48,8 @@ pub struct ListenAddr {
     pub backlog: u32,
     /// A `stream_listen` address: raw TCP proxied by the stream routes, not HTTP.
     pub stream: bool,
+    /// A `stream_listen ... udp` address: datagrams, by client address sessions.
+    pub udp: bool,
 }
 
 /// Which Kong headers to add to responses (`headers`) and to upstream requests (`headers_upstream`).
@@ -341,10 +343,15 @@ impl Conf {
                 "must list at least one address".into(),
             ));
         }
-        // Kong's stream listeners (TCP, and TLS with `ssl`; `udp` ones are refused until they
-        // are served: silently accepting them would drop their traffic).
+        // Kong's stream listeners: TCP, TLS with `ssl`, UDP with `udp`.
         let mut stream_listen = parse_listen("stream_listen", get("stream_listen"))?;
         for l in &mut stream_listen {
+            if l.udp && l.ssl {
+                return Err(invalid(
+                    "stream_listen",
+                    format!("{}: 'ssl' cannot be set on a 'udp' listener", l.addr),
+                ));
+            }
             if l.http2 {
                 return Err(invalid(
                     "stream_listen",

@@ -118,6 +118,7 @@ pub fn parse_listen(name: &str, v: &str) -> Result<Vec<ListenAddr>, ConfError> {
             reuseport: false,
             backlog: DEFAULT_BACKLOG,
             stream: false,
+            udp: false,
         };
         for flag in parts {
             match flag {
@@ -126,9 +127,10 @@ pub fn parse_listen(name: &str, v: &str) -> Result<Vec<ListenAddr>, ConfError> {
                 "reuseport" => l.reuseport = true,
                 // Accepted for compatibility; they change nothing in Turnpike.
                 "deferred" | "bind" | "proxy_protocol" => {}
+                "udp" if name == "stream_listen" => l.udp = true,
                 "udp" => {
                     return Err(ConfError::Invalid(format!(
-                        "{name}: 'udp' listeners are not supported yet ('{entry}')"
+                        "{name}: unknown listen flag 'udp' in '{entry}'"
                     )))
                 }
                 f if f.starts_with("backlog=") => {

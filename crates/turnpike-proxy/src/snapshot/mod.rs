@@ -131,7 +131,7 @@ pub struct ServiceInfo {
     pub https: bool,
     /// A `grpc` or `grpcs` service: its upstream speaks HTTP/2 (h2c, or TLS with ALPN h2).
     pub grpc: bool,
-    /// A `tcp` or `tls` service: only stream routes reach it.
+    /// A `tcp`, `tls` or `udp` service: only stream routes reach it.
     pub stream: bool,
     pub path: Option<String>,
     pub destination: Destination,
@@ -410,7 +410,7 @@ impl Snapshot {
             let destination = if !grpc
                 && !matches!(
                     s.protocol.as_str(),
-                    "http" | "https" | "ws" | "wss" | "tcp" | "tls"
+                    "http" | "https" | "ws" | "wss" | "tcp" | "tls" | "udp"
                 ) {
                 Destination::Unsupported(s.protocol.clone())
             } else if let Some(b) = balancers.get(s.host.as_str()) {
@@ -447,7 +447,7 @@ impl Snapshot {
             services.push(ServiceInfo {
                 https,
                 grpc,
-                stream: s.protocol == "tcp" || s.protocol == "tls",
+                stream: matches!(s.protocol.as_str(), "tcp" | "tls" | "udp"),
                 path: s.path.clone(),
                 destination,
                 connect_timeout: Duration::from_millis(s.connect_timeout as u64),

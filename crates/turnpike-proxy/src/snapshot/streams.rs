@@ -46,6 +46,8 @@ impl Net {
 pub enum Transport<'a> {
     /// A plain TCP connection.
     Tcp,
+    /// A UDP client (its datagrams from one address and port).
+    Udp,
     /// A connection on a TLS listener, with the ClientHello's server name.
     Tls(Option<&'a str>),
 }
@@ -57,6 +59,7 @@ pub struct StreamRoute {
     /// Lower case; `*.example.com` kept as `.example.com`.
     snis: Vec<String>,
     tcp: bool,
+    udp: bool,
     tls: bool,
     /// The TLS is not terminated: the bytes go to the service as they came.
     pub passthrough: bool,
@@ -70,6 +73,7 @@ impl StreamRoute {
     fn matches(&self, peer: SocketAddr, local: SocketAddr, t: Transport<'_>) -> bool {
         let transport = match t {
             Transport::Tcp => self.tcp,
+            Transport::Udp => self.udp,
             Transport::Tls(sni) => {
                 (self.tls || self.passthrough)
                     && (self.snis.is_empty()
@@ -104,12 +108,13 @@ impl StreamRoutes {
     pub fn compile(config: &Config) -> StreamRoutes {
         let mut routes: Vec<StreamRoute> = Vec::new();
         for r in &config.routes {
-            let (tcp, tls, passthrough) = (
+            let (tcp, udp, tls, passthrough) = (
                 r.protocols.contains("tcp"),
+                r.protocols.contains("udp"),
                 r.protocols.contains("tls"),
                 r.protocols.contains("tls_passthrough"),
             );
-            if !(tcp || tls || passthrough) {
+            if !(tcp || udp || tls || passthrough) {
                 continue;
             }
             let Some(sid) = r.service.as_ref().map(|s| &s.id) else {
@@ -144,6 +149,7 @@ impl StreamRoutes {
                     })
                     .collect(),
                 tcp,
+                udp,
                 tls,
                 passthrough,
                 service,

@@ -15,6 +15,8 @@ use http::HeaderMap;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
+pub mod udp;
+
 use crate::snapshot::streams::{StreamRoute, Transport};
 use crate::snapshot::{Destination, Peer, ServiceInfo};
 use crate::upstream::connect::{self, ConnectError, Stream};
@@ -261,7 +263,12 @@ async fn connect_service(
 }
 
 async fn connect_to(peer: &Peer, timeout: Duration) -> Result<TcpStream, ConnectError> {
-    let addr = match peer.addr {
+    connect::tcp(address(peer).await?, timeout).await
+}
+
+/// The peer's address (from the DNS cache for a host name).
+async fn address(peer: &Peer) -> Result<SocketAddr, ConnectError> {
+    Ok(match peer.addr {
         Some(a) => a,
         None => match &peer.dns {
             Some(name) => name
@@ -270,8 +277,7 @@ async fn connect_to(peer: &Peer, timeout: Duration) -> Result<TcpStream, Connect
                 .map_err(|_| ConnectError::Refused(std::io::ErrorKind::NotFound.into()))?,
             None => return Err(ConnectError::Refused(std::io::ErrorKind::NotFound.into())),
         },
-    };
-    connect::tcp(addr, timeout).await
+    })
 }
 
 /// The server name of the ClientHello the client is sending, read without consuming it (the

@@ -38,6 +38,29 @@ pub struct BoundListener {
     pub spec: ListenAddr,
     /// One socket per worker (SO_REUSEPORT), or one shared socket cloned per worker.
     pub sockets: Vec<std::net::TcpListener>,
+    /// A `udp` stream listener's sockets instead: one per worker with `reuseport` (the
+    /// kernel keeps a client's datagrams on one of them), else one, for the first worker (a
+    /// client's session must live in one worker).
+    pub udp: Vec<std::net::UdpSocket>,
+}
+
+fn bind_udp(spec: &ListenAddr) -> std::io::Result<std::net::UdpSocket> {
+    let domain = if spec.addr.is_ipv6() {
+        Domain::IPV6
+    } else {
+        Domain::IPV4
+    };
+    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    s.set_reuse_address(true)?;
+    if spec.reuseport {
+        s.set_reuse_port(true)?;
+    }
+    if spec.addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    s.bind(&spec.addr.into())?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
 }
 
 fn somaxconn() -> Option<u32> {
@@ -83,6 +106,23 @@ pub fn bind(
     let max = somaxconn();
     let mut out = Vec::new();
     for spec in specs {
+        if spec.udp {
+            let first = bind_udp(spec)?;
+            let mut spec = spec.clone();
+            spec.addr = first.local_addr()?;
+            let mut udp = vec![first];
+            if spec.reuseport {
+                for _ in 1..workers {
+                    udp.push(bind_udp(&spec)?);
+                }
+            }
+            out.push(BoundListener {
+                spec,
+                sockets: Vec::new(),
+                udp,
+            });
+            continue;
+        }
         let mut backlog = spec.backlog;
         if let Some(m) = max {
             if backlog > m {
@@ -112,7 +152,11 @@ pub fn bind(
         }
         let mut spec = spec.clone();
         spec.addr = sockets[0].local_addr()?;
-        out.push(BoundListener { spec, sockets });
+        out.push(BoundListener {
+            spec,
+            sockets,
+            udp: Vec::new(),
+        });
     }
     Ok(out)
 }
@@ -130,9 +174,14 @@ pub fn start_workers(
 ) -> Vec<std::thread::JoinHandle<()>> {
     let mut per_worker: Vec<Vec<(ListenAddr, std::net::TcpListener)>> =
         (0..workers).map(|_| Vec::new()).collect();
+    let mut udp_per_worker: Vec<Vec<(ListenAddr, std::net::UdpSocket)>> =
+        (0..workers).map(|_| Vec::new()).collect();
     for l in listeners {
         for (i, s) in l.sockets.into_iter().enumerate() {
             per_worker[i].push((l.spec.clone(), s));
+        }
+        for (i, s) in l.udp.into_iter().enumerate() {
+            udp_per_worker[i % workers.max(1)].push((l.spec.clone(), s));
         }
     }
     // One session cache and one ticket key for both listener kinds and every worker, so a
@@ -156,8 +205,9 @@ pub fn start_workers(
     );
     per_worker
         .into_iter()
+        .zip(udp_per_worker)
         .enumerate()
-        .map(|(i, socks)| {
+        .map(|(i, (socks, udp))| {
             let gateway = gateway.clone();
             let shutdown = shutdown.clone();
             let (tls_h1, tls_h2) = (tls_h1.clone(), tls_h2.clone());
@@ -174,7 +224,7 @@ pub fn start_workers(
                         worker_main(
                             i,
                             gateway,
-                            socks,
+                            (socks, udp),
                             shutdown,
                             (tls_h1, tls_h2),
                             release_memory,
@@ -222,7 +272,10 @@ impl QuietWatch {
 async fn worker_main(
     index: usize,
     gateway: Arc<Gateway>,
-    sockets: Vec<(ListenAddr, std::net::TcpListener)>,
+    (sockets, udp): (
+        Vec<(ListenAddr, std::net::TcpListener)>,
+        Vec<(ListenAddr, std::net::UdpSocket)>,
+    ),
     shutdown: watch::Receiver<bool>,
     (tls_h1, tls_h2): (Arc<rustls::ServerConfig>, Arc<rustls::ServerConfig>),
     release_memory: fn(),
@@ -268,6 +321,15 @@ async fn worker_main(
         })
     };
     let mut accept_loops = Vec::new();
+    for (spec, sock) in udp {
+        let sock = tokio::net::UdpSocket::from_std(sock).expect("register UDP listener");
+        accept_loops.push(tokio::task::spawn_local(crate::stream::udp::serve(
+            ctx.clone(),
+            sock,
+            spec.addr,
+            shutdown.clone(),
+        )));
+    }
     for (spec, sock) in sockets {
         let listener = TcpListener::from_std(sock).expect("register listener");
         let ctx = ctx.clone();

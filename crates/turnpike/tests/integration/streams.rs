@@ -166,13 +166,13 @@ async fn tcp_streams_are_routed_and_spliced() {
     assert_eq!(open.read_to_end(&mut rest).await.unwrap_or(0), 0);
 }
 
-/// Kong's `stream_listen` syntax: flags it does not serve yet are refused at start, with why.
+/// Kong's `stream_listen` syntax: what it cannot serve is refused at start, with why.
 #[test]
 fn stream_listen_refuses_what_it_does_not_serve() {
     for (value, expect) in [
         (
-            "127.0.0.1:7000 udp",
-            "'udp' listeners are not supported yet",
+            "127.0.0.1:7000 udp ssl",
+            "'ssl' cannot be set on a 'udp' listener",
         ),
         ("127.0.0.1:7000 http2", "unknown listen flag 'http2'"),
     ] {
@@ -344,4 +344,82 @@ async fn idle_streams_close_after_the_services_timeout() {
     )
     .await;
     assert!(matches!(closed, Ok(Ok(0)) | Ok(Err(_))), "{closed:?}");
+}
+
+/// UDP streams: a session per client address, answers back from the listener's address, a
+/// session idle past the service's timeout ended (the next datagram opens a new one), and a
+/// client no route takes dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_datagrams_are_proxied_by_client_session() {
+    use tokio::net::UdpSocket;
+    // The upstream echoes each datagram prefixed with the address it came from.
+    let echo = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let echo_addr = echo.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut buf = [0u8; 2048];
+        loop {
+            let Ok((n, from)) = echo.recv_from(&mut buf).await else {
+                return;
+            };
+            let mut out = format!("{from}|").into_bytes();
+            out.extend_from_slice(&buf[..n]);
+            let _ = echo.send_to(&out, from).await;
+        }
+    });
+    let (port, unrouted) = (free_port(), free_port());
+    let doc = json!({
+        "_format_version": "3.0",
+        "services": [{"name": "dns", "url": format!("udp://{echo_addr}"),
+                      "read_timeout": 500, "write_timeout": 500, "routes": [
+            {"name": "r", "protocols": ["udp"], "destinations": [{"port": port}]},
+        ]}],
+    });
+    let gw = Gateway::with_config(&doc.to_string())
+        .env(
+            "TURNPIKE_STREAM_LISTEN",
+            &format!("127.0.0.1:{port} udp reuseport, 127.0.0.1:{unrouted} udp"),
+        )
+        .start();
+    let at = SocketAddr::from(([127, 0, 0, 1], port));
+    let ask = |c: std::sync::Arc<UdpSocket>, to: SocketAddr, msg: &'static str| async move {
+        c.send_to(msg.as_bytes(), to).await.unwrap();
+        let mut buf = [0u8; 2048];
+        let (n, from) =
+            tokio::time::timeout(std::time::Duration::from_secs(2), c.recv_from(&mut buf))
+                .await
+                .ok()?
+                .ok()?;
+        assert_eq!(from, to, "the answer comes from the listener's address");
+        let text = String::from_utf8_lossy(&buf[..n]).to_string();
+        let (src, body) = text.split_once('|').unwrap();
+        Some((src.to_string(), body.to_string()))
+    };
+    let a = std::sync::Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+    let b = std::sync::Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+    // The listener may take a moment to come up.
+    let mut first = None;
+    for _ in 0..50 {
+        first = ask(a.clone(), at, "a1").await;
+        if first.is_some() {
+            break;
+        }
+    }
+    let (a_src, body) = first.expect("an answer through the gateway");
+    assert_eq!(body, "a1");
+    // Each client is its own session (its own upstream source), kept across datagrams.
+    let (a_src2, body) = ask(a.clone(), at, "a2").await.unwrap();
+    assert_eq!((a_src2.as_str(), body.as_str()), (a_src.as_str(), "a2"));
+    let (b_src, body) = ask(b.clone(), at, "b1").await.unwrap();
+    assert_eq!(body, "b1");
+    assert_ne!(b_src, a_src);
+    // Idle past the service's timeout: the session ended; the next datagram opens another.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let (a_src3, body) = ask(a.clone(), at, "a3").await.unwrap();
+    assert_eq!(body, "a3");
+    assert_ne!(a_src3, a_src, "a new session after the idle timeout");
+    // No route for that listener: nothing comes back.
+    let unrouted_at = SocketAddr::from(([127, 0, 0, 1], unrouted));
+    assert!(ask(a.clone(), unrouted_at, "x").await.is_none());
+    assert!(gw.log_text().contains("udp client"), "{}", gw.log_text());
+    assert!(!gw.log_text().contains("panicked"));
 }
