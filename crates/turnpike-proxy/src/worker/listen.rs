@@ -269,13 +269,16 @@ impl QuietWatch {
     }
 }
 
+/// A worker's TCP listeners and UDP stream sockets.
+type WorkerSockets = (
+    Vec<(ListenAddr, std::net::TcpListener)>,
+    Vec<(ListenAddr, std::net::UdpSocket)>,
+);
+
 async fn worker_main(
     index: usize,
     gateway: Arc<Gateway>,
-    (sockets, udp): (
-        Vec<(ListenAddr, std::net::TcpListener)>,
-        Vec<(ListenAddr, std::net::UdpSocket)>,
-    ),
+    (sockets, udp): WorkerSockets,
     shutdown: watch::Receiver<bool>,
     (tls_h1, tls_h2): (Arc<rustls::ServerConfig>, Arc<rustls::ServerConfig>),
     release_memory: fn(),
