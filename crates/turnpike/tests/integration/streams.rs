@@ -47,6 +47,17 @@ async fn tcp_server(send: Option<usize>) -> SocketAddr {
     addr
 }
 
+/// Until the gateway's stream listener at `at` takes connections.
+async fn listening(at: SocketAddr) {
+    assert!(
+        eventually(std::time::Duration::from_secs(10), async || {
+            TcpStream::connect(at).await.is_ok()
+        })
+        .await,
+        "nothing listens on {at}"
+    );
+}
+
 fn checksum(data: &[u8]) -> u64 {
     data.iter()
         .fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(*b as u64))
@@ -86,12 +97,7 @@ async fn tcp_streams_are_routed_and_spliced() {
         .start();
     let at = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
     for port in [echo_port, source_port, balanced_port, unrouted_port] {
-        assert!(
-            eventually(std::time::Duration::from_secs(10), async || {
-                TcpStream::connect(at(port)).await.is_ok()
-            })
-            .await
-        );
+        listening(at(port)).await;
     }
 
     // 8 MiB each way at once, then the client's half-close: every byte comes back, in order,
@@ -259,12 +265,7 @@ async fn tls_streams_terminate_or_pass_through_by_sni() {
         .env("TURNPIKE_STREAM_LISTEN", &format!("127.0.0.1:{port} ssl"))
         .start();
     let at = SocketAddr::from(([127, 0, 0, 1], port));
-    assert!(
-        eventually(std::time::Duration::from_secs(10), async || {
-            TcpStream::connect(at).await.is_ok()
-        })
-        .await
-    );
+    listening(at).await;
     let der = |pem: &str| pem_certs(pem)[0].to_vec();
 
     // Terminated with db.test's certificate; the plain upstream gets the plain bytes.
@@ -318,12 +319,7 @@ async fn idle_streams_close_after_the_services_timeout() {
         .env("TURNPIKE_STREAM_LISTEN", &format!("127.0.0.1:{port}"))
         .start();
     let at = SocketAddr::from(([127, 0, 0, 1], port));
-    assert!(
-        eventually(std::time::Duration::from_secs(10), async || {
-            TcpStream::connect(at).await.is_ok()
-        })
-        .await
-    );
+    listening(at).await;
     // Busy for 1.2 s, a message every 100 ms: still open.
     let mut busy = TcpStream::connect(at).await.unwrap();
     let mut buf = [0u8; 4];

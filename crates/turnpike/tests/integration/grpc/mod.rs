@@ -244,31 +244,20 @@ async fn grpc_calls_of_every_kind_through_h2c_and_tls() {
     assert_eq!(meta["x-forwarded-proto"], "https");
 
     // Not gRPC, or not HTTP/2, on a gRPC route: Kong's 415 and 426.
-    let r = send(
-        gw.proxy,
+    let http1_post = |ctype: &str| {
         http::Request::builder()
             .method("POST")
             .uri("/echo.Echo/Unary")
             .header("host", "grpc.test")
-            .header("content-type", "application/grpc")
+            .header("content-type", ctype)
             .body(http_body_util::Full::new(bytes::Bytes::new()))
-            .unwrap(),
-    )
-    .await;
+            .unwrap()
+    };
+    let r = send(gw.proxy, http1_post("application/grpc")).await;
     assert_eq!(r.status, 426);
     assert_eq!(r.header("upgrade"), Some("HTTP/2"));
     assert_eq!(r.json()["message"], "Please use HTTP2 protocol");
-    let r = send(
-        gw.proxy,
-        http::Request::builder()
-            .method("POST")
-            .uri("/echo.Echo/Unary")
-            .header("host", "grpc.test")
-            .header("content-type", "application/json")
-            .body(http_body_util::Full::new(bytes::Bytes::new()))
-            .unwrap(),
-    )
-    .await;
+    let r = send(gw.proxy, http1_post("application/json")).await;
     assert_eq!(r.status, 415);
     assert_eq!(r.json()["message"], "Non-gRPC request matched gRPC route");
     // Upstream connections are reused: at most one HTTP/2 connection per peer per worker (two
