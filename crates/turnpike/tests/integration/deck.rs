@@ -284,8 +284,8 @@ async fn deck_syncs_expression_routes() {
 }
 
 /// decK syncs gRPC services and routes (Kong's grpc subschema: no strip_path or methods),
-/// its second diff is clean, the dump syncs back unchanged, and a grpcio call goes through
-/// what it synced.
+/// a grpc-web plugin and stream routes (tcp, tls_passthrough), its second diff is clean, the
+/// dump syncs back unchanged, and a grpcio call goes through what it synced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deck_syncs_grpc_services() {
     let up = crate::grpc::GrpcServer::start("deck", None);
@@ -313,6 +313,25 @@ services:
   - name: secure-sni
     protocols: [grpcs]
     snis: [secure.test]
+- name: web
+  url: grpc://127.0.0.1:{port}
+  routes:
+  - name: web-route
+    protocols: [http, https]
+    paths: [/web]
+    plugins:
+    - name: grpc-web
+      config:
+        pass_stripped_path: true
+- name: database
+  url: tcp://10.0.0.5:5432
+  routes:
+  - name: pg
+    protocols: [tcp]
+    destinations: [{{port: 5432}}]
+  - name: pg-tls
+    protocols: [tls_passthrough]
+    snis: [db.test]
 consumers:
 - username: app
   keyauth_credentials:
@@ -323,7 +342,7 @@ consumers:
     std::fs::write(dir.join("grpc.yaml"), &yaml).unwrap();
     ok(&gw, dir, &["gateway", "validate", "grpc.yaml"]);
     let out = ok(&gw, dir, &["gateway", "sync", "grpc.yaml"]);
-    assert_eq!(summary(&out), (7, 0, 0), "{out}");
+    assert_eq!(summary(&out), (13, 0, 0), "{out}");
     let out = ok(&gw, dir, &["gateway", "diff", "grpc.yaml"]);
     assert_eq!(summary(&out), (0, 0, 0), "{out}");
     let r = gw.admin("GET", "/routes/greeter-grpc", None).await.json();
