@@ -23,7 +23,9 @@ $SUDO apt-get install -y -qq build-essential pkg-config curl ca-certificates pos
   dnsmasq-base nginx valgrind sqlite3 chromium $NODE_PKGS slapd
 command -v go >/dev/null 2>&1 || test -x /usr/local/go/bin/go || $SUDO apt-get install -y -qq golang-go
 if [ "${TURNPIKE_SETUP_BENCH:-0}" = 1 ]; then
-  $SUDO apt-get install -y -qq wrk libnginx-mod-http-lua haproxy openssl python3-matplotlib time
+  # nghttp2-client (h2load) and libnginx-mod-stream: bench/grpc.sh and bench/streams.sh.
+  $SUDO apt-get install -y -qq wrk libnginx-mod-http-lua haproxy openssl python3-matplotlib time \
+    nghttp2-client libnginx-mod-stream
 fi
 if ! command -v cargo >/dev/null 2>&1; then
   if [ -x "$HOME/.cargo/bin/cargo" ]; then
