@@ -12,6 +12,8 @@ $SUDO apt-get update -qq
 # real OpenLDAP server)
 # from these binaries. nginx and valgrind: the instructions-per-request regression gate the test
 # command ends with (bench/instructions-gate.sh).
+# python3-grpcio (python3-pip as the fallback): the gRPC tests' server and client (grpcio; the
+# tests install it from PyPI into the target directory when the system's Python lacks it).
 # golang-go: decK is built from ../shared/tools/deck for its integration test (a newer Go already
 # installed is used instead); chromium, nodejs and npm: Kong Manager is built and driven in a
 # headless browser by its integration test.
@@ -20,7 +22,7 @@ $SUDO apt-get update -qq
 NODE_PKGS="nodejs npm"
 command -v npm >/dev/null 2>&1 && NODE_PKGS=""
 $SUDO apt-get install -y -qq build-essential pkg-config curl ca-certificates postgresql redis-server \
-  dnsmasq-base nginx valgrind sqlite3 chromium $NODE_PKGS slapd
+  dnsmasq-base nginx valgrind sqlite3 chromium $NODE_PKGS slapd python3-pip python3-grpcio
 command -v go >/dev/null 2>&1 || test -x /usr/local/go/bin/go || $SUDO apt-get install -y -qq golang-go
 if [ "${TURNPIKE_SETUP_BENCH:-0}" = 1 ]; then
   # nghttp2-client (h2load) and libnginx-mod-stream: bench/grpc.sh and bench/streams.sh.
