@@ -59,6 +59,8 @@ pub struct RequestCtx {
     /// A gRPC request (HTTP/2, `Content-Type: application/grpc*`, Kong's `is_grpc_request`):
     /// the gateway's own answers are gRPC ones.
     pub grpc: bool,
+    /// The upstream is a gRPC service (HTTP/2): Kong's Via then says `2`.
+    pub grpc_upstream: bool,
 }
 
 impl RequestCtx {
@@ -85,6 +87,7 @@ impl RequestCtx {
             log: None,
             access_record: None,
             grpc: false,
+            grpc_upstream: false,
         }
     }
 

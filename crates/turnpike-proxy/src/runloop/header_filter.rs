@@ -211,7 +211,15 @@ fn kong_headers(
     }
     let s = &settings.headers;
     if s.via {
-        put(header::VIA, settings.via_value.clone());
+        // Kong's proxy_http_version: 2 to a grpc/grpcs upstream, 1.1 otherwise.
+        static VIA_H2: HeaderValue =
+            HeaderValue::from_static(concat!("2 turnpike/", env!("CARGO_PKG_VERSION")));
+        let via = if rc.grpc_upstream {
+            VIA_H2.clone()
+        } else {
+            settings.via_value.clone()
+        };
+        put(header::VIA, via);
     }
     if s.upstream_latency {
         put(X_KONG_UPSTREAM_LATENCY.clone(), ms(rc.upstream_latency));

@@ -215,6 +215,7 @@ async fn proxy(
     let grpc_service = route
         .service_index()
         .is_some_and(|si| snap.services[si].grpc);
+    rc.grpc_upstream = grpc_service;
     if !grpc_service && access::buffers_body(route, &body, upgrade) {
         if let Err(r) = access::buffer_body(ctx, &mut parts, &mut body, limit, rc).await {
             return *r;

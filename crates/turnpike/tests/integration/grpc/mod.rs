@@ -171,6 +171,9 @@ async fn grpc_calls_of_every_kind_through_h2c_and_tls() {
     assert_eq!(r[0]["code"], "OK", "{r:?}");
     assert_eq!(r[0]["responses"], json!(["plain:hi"]));
     assert_eq!(r[0]["initial_metadata"]["x-server"], "plain");
+    // Kong's Via for a gRPC upstream names HTTP/2.
+    let via = r[0]["initial_metadata"]["via"].as_str().unwrap_or_default();
+    assert!(via.starts_with("2 turnpike/"), "{via}");
     assert_eq!(r[1]["responses"], json!(["x0", "x1", "x2"]), "{r:?}");
     assert_eq!(r[2]["responses"], json!(["a,b,c"]), "{r:?}");
     assert_eq!(r[3]["responses"], json!(["P", "Q"]), "{r:?}");
