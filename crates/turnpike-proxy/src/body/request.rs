@@ -108,38 +108,4 @@ impl From<Http1Body> for RequestBody {
 
 /// A request body as an HTTP/2 upstream (a gRPC service) gets it: streamed from the client as
 /// it comes, or read whole already (a plugin needed it).
-#[derive(Debug)]
-pub enum H2RequestBody {
-    Stream(RequestBody),
-    Full(Option<Bytes>),
-}
-
-impl Body for H2RequestBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match self.get_mut() {
-            H2RequestBody::Stream(b) => Pin::new(b).poll_frame(cx),
-            H2RequestBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            H2RequestBody::Stream(b) => b.is_end_stream(),
-            H2RequestBody::Full(b) => b.is_none(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            H2RequestBody::Stream(b) => b.size_hint(),
-            H2RequestBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
-            H2RequestBody::Full(None) => SizeHint::with_exact(0),
-        }
-    }
-}
+pub type H2RequestBody = http_body_util::Either<RequestBody, http_body_util::Full<Bytes>>;

@@ -132,16 +132,7 @@ pub enum UpstreamError {
 
 /// The address a new connection to `peer` goes to (from the DNS cache for host names).
 async fn resolve(peer: &Peer) -> Result<SocketAddr, UpstreamError> {
-    if let Some(a) = peer.addr {
-        return Ok(a);
-    }
-    match &peer.dns {
-        Some(name) => name.address(peer.port).await.map_err(|e| {
-            tracing::debug!("dns: no address for {}: {e:?}", peer.host);
-            UpstreamError::NameResolution
-        }),
-        None => Err(UpstreamError::NameResolution),
-    }
+    peer.address().await.ok_or(UpstreamError::NameResolution)
 }
 
 /// What the upstream answered: a response read by our own HTTP/1.1 exchange (its body still
@@ -211,6 +202,7 @@ async fn send_h2(
     overrides: &Overrides,
 ) -> Result<UpgradeSent, Upgrade> {
     use crate::body::request::H2RequestBody;
+    use http_body_util::{Either, Full};
     let mut sender = match ctx.h2.get(&key) {
         Some(s) => s,
         None => {
@@ -243,10 +235,10 @@ async fn send_h2(
         Err(_) => return Err(Upgrade::Failed(UpstreamError::Failed)),
     };
     parts.version = http::Version::HTTP_2;
-    let body = match body.take().map(|b| b.source) {
-        None => H2RequestBody::Full(None),
-        Some(BodySource::Stream(s)) => H2RequestBody::Stream(s),
-        Some(BodySource::Buffered(b)) => H2RequestBody::Full(Some(b)),
+    let body: H2RequestBody = match body.take().map(|b| b.source) {
+        None => Either::Right(Full::default()),
+        Some(BodySource::Stream(s)) => Either::Left(s),
+        Some(BodySource::Buffered(b)) => Either::Right(Full::new(b)),
         Some(BodySource::Spooled(_)) => {
             tracing::error!("a spooled request body is not sent to an HTTP/2 upstream");
             return Err(Upgrade::Failed(UpstreamError::Failed));

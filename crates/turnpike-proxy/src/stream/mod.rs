@@ -192,34 +192,10 @@ async fn connect_service(
     let mut failures = 0u32;
     let mut tried: smallvec::SmallVec<[usize; 4]> = smallvec::SmallVec::new();
     loop {
-        let (target, picked) = match &service.destination {
-            Destination::Direct(p) => (p, None),
-            Destination::Balanced(b) => {
-                let headers = HeaderMap::new();
-                let req = crate::upstream::balancer::Request {
-                    consumer_id: None,
-                    client_ip: client.ip(),
-                    headers: &headers,
-                    path: "",
-                    query: None,
-                    captures: None,
-                };
-                match b.pick(&req, failures, &tried) {
-                    Some(p) => {
-                        tried.push(p.index);
-                        (p.peer, Some((b.clone(), p.index)))
-                    }
-                    None => {
-                        tracing::error!("stream: failure to get a peer from the ring-balancer");
-                        return None;
-                    }
-                }
-            }
-            Destination::Unsupported(_) | Destination::Broken(_) => {
-                tracing::error!("stream: route {}: its service cannot be proxied", route.id);
-                return None;
-            }
-        };
+        let (target, picked) = pick(service, client, failures, &tried, route)?;
+        if let Some(i) = picked {
+            tried.push(i);
+        }
         let tls = service
             .tls
             .as_ref()
@@ -230,18 +206,18 @@ async fn connect_service(
         };
         match connected {
             Ok(s) => {
-                if let Some((b, i)) = &picked {
-                    b.report(*i, Outcome::Status(200), Some(started.elapsed()));
+                if let (Destination::Balanced(b), Some(i)) = (&service.destination, picked) {
+                    b.report(i, Outcome::Status(200), Some(started.elapsed()));
                 }
                 return Some(s);
             }
             Err(e) => {
-                if let Some((b, i)) = &picked {
+                if let (Destination::Balanced(b), Some(i)) = (&service.destination, picked) {
                     let outcome = match e {
                         ConnectError::Timeout => Outcome::Timeout,
                         _ => Outcome::TcpFailure,
                     };
-                    b.report(*i, outcome, None);
+                    b.report(i, outcome, None);
                 }
                 failures += 1;
                 tracing::debug!(
@@ -262,22 +238,49 @@ async fn connect_service(
     }
 }
 
-async fn connect_to(peer: &Peer, timeout: Duration) -> Result<TcpStream, ConnectError> {
-    connect::tcp(address(peer).await?, timeout).await
+/// The service's peer for a session from `client` (TCP and UDP alike): its host, or the
+/// target its upstream's balancer picks on this attempt (`tried` left out where it can be),
+/// with the target's index for health reports.
+fn pick<'s>(
+    service: &'s ServiceInfo,
+    client: SocketAddr,
+    attempt: u32,
+    tried: &[usize],
+    route: &StreamRoute,
+) -> Option<(&'s Peer, Option<usize>)> {
+    match &service.destination {
+        Destination::Direct(p) => Some((p, None)),
+        Destination::Balanced(b) => {
+            let headers = HeaderMap::new();
+            let req = crate::upstream::balancer::Request {
+                consumer_id: None,
+                client_ip: client.ip(),
+                headers: &headers,
+                path: "",
+                query: None,
+                captures: None,
+            };
+            match b.pick(&req, attempt, tried) {
+                Some(p) => Some((p.peer, Some(p.index))),
+                None => {
+                    tracing::error!("stream: failure to get a peer from the ring-balancer");
+                    None
+                }
+            }
+        }
+        Destination::Unsupported(_) | Destination::Broken(_) => {
+            tracing::error!("stream: route {}: its service cannot be proxied", route.id);
+            None
+        }
+    }
 }
 
-/// The peer's address (from the DNS cache for a host name).
-async fn address(peer: &Peer) -> Result<SocketAddr, ConnectError> {
-    Ok(match peer.addr {
-        Some(a) => a,
-        None => match &peer.dns {
-            Some(name) => name
-                .address(peer.port)
-                .await
-                .map_err(|_| ConnectError::Refused(std::io::ErrorKind::NotFound.into()))?,
-            None => return Err(ConnectError::Refused(std::io::ErrorKind::NotFound.into())),
-        },
-    })
+async fn connect_to(peer: &Peer, timeout: Duration) -> Result<TcpStream, ConnectError> {
+    let addr = peer
+        .address()
+        .await
+        .ok_or_else(|| ConnectError::Refused(std::io::ErrorKind::NotFound.into()))?;
+    connect::tcp(addr, timeout).await
 }
 
 /// The server name of the ClientHello the client is sending, read without consuming it (the

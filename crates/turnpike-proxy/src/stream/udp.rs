@@ -11,11 +11,9 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use http::HeaderMap;
 use rustc_hash::FxHashMap;
 use tokio::net::UdpSocket;
 
-use crate::snapshot::Destination;
 use crate::worker::ctx::WorkerCtx;
 
 /// The most sessions one listener socket keeps at once.
@@ -102,23 +100,8 @@ async fn open(
         return None;
     };
     let service = snap.services.get(route.service)?;
-    let target = match &service.destination {
-        Destination::Direct(p) => p,
-        Destination::Balanced(b) => {
-            let headers = HeaderMap::new();
-            let req = crate::upstream::balancer::Request {
-                consumer_id: None,
-                client_ip: peer.ip(),
-                headers: &headers,
-                path: "",
-                query: None,
-                captures: None,
-            };
-            b.pick(&req, 0, &[])?.peer
-        }
-        Destination::Unsupported(_) | Destination::Broken(_) => return None,
-    };
-    let addr = super::address(target).await.ok()?;
+    let (target, _) = super::pick(service, peer, 0, &[], route)?;
+    let addr = target.address().await?;
     let bind: SocketAddr = if addr.is_ipv6() {
         "[::]:0".parse().ok()?
     } else {

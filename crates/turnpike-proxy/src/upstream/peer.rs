@@ -25,6 +25,23 @@ pub struct Peer {
     pub host_header: HeaderValue,
 }
 
+impl Peer {
+    /// The address a new connection goes to: known for an IP, else from the DNS cache
+    /// (`None` when the name has no address).
+    pub async fn address(&self) -> Option<SocketAddr> {
+        if let Some(a) = self.addr {
+            return Some(a);
+        }
+        match self.dns.as_ref()?.address(self.port).await {
+            Ok(a) => Some(a),
+            Err(e) => {
+                tracing::debug!("dns: no address for {}: {e:?}", self.host);
+                None
+            }
+        }
+    }
+}
+
 fn host_header(host: &str, port: u16, https: bool) -> HeaderValue {
     let default = if https { 443 } else { 80 };
     let v = if port == default {
