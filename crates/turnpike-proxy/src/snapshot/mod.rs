@@ -224,6 +224,8 @@ impl Snapshot {
         let mut routes = prev.routes.clone();
         let mut route_problems = prev.route_problems.clone();
         let mut touched = Vec::new();
+        // Whether a changed route is (or was) a stream route: only then are they compiled again.
+        let mut streams_changed = false;
         let router = if changes.routes.is_empty() {
             prev.router.clone()
         } else {
@@ -236,6 +238,8 @@ impl Snapshot {
             for id in &changes.routes {
                 let old = routes.iter().position(|s| same_id(&s.route.id, id));
                 let new = config.routes.iter().find(|r| same_id(&r.id, id));
+                streams_changed |= old.is_some_and(|slot| streams::is_stream(&routes[slot].route))
+                    || new.is_some_and(|r| streams::is_stream(r));
                 route_problems.retain(|p| !p.starts_with(&format!("route {id}:")));
                 let service = new.and_then(|r| {
                     let sid = &r.service.as_ref()?.id;
@@ -296,7 +300,11 @@ impl Snapshot {
             .chain(&prev.other_problems)
             .cloned()
             .collect();
-        let streams = Arc::new(streams::StreamRoutes::compile(&config));
+        let streams = if streams_changed {
+            Arc::new(streams::StreamRoutes::compile(&config))
+        } else {
+            prev.streams.clone()
+        };
         Ok(Snapshot {
             config,
             router,
@@ -593,6 +601,56 @@ mod tests {
                 ))
             })
             .collect()
+    }
+
+    /// A route-only patch compiles the stream routes again only when a stream route changed.
+    #[test]
+    fn stream_routes_follow_route_patches() {
+        let plugins = turnpike_plugins::bundled();
+        let cfg = load(serde_json::json!({
+            "_format_version": "3.0",
+            "services": [{"name": "s", "url": "tcp://127.0.0.1:1", "routes": [
+                {"name": "t", "protocols": ["tcp"], "destinations": [{"port": 7000}]},
+                {"name": "h", "paths": ["/h"]},
+            ]}],
+        }));
+        let sid = cfg.services[0].id.clone();
+        let upstreams = Upstreams::default();
+        let first = Snapshot::compile(cfg.clone(), &plugins, &upstreams).unwrap();
+        let (peer, at) = ("10.0.0.1:1".parse().unwrap(), |p: u16| {
+            std::net::SocketAddr::from(([127, 0, 0, 1], p))
+        });
+        let tcp = streams::Transport::Tcp;
+        assert!(first.streams.find(peer, at(7000), tcp).is_some());
+        let patch = |prev: &Snapshot, id: &str, row: serde_json::Value| {
+            let mut next = prev.config.clone();
+            next.apply_change("routes", id, Some(row.as_object().unwrap()), &plugins)
+                .unwrap();
+            let changes = Changes {
+                from: prev.config.hash.clone(),
+                routes: vec![id.to_string()],
+                others: false,
+            };
+            Snapshot::patch(prev, next, &changes, &plugins, &upstreams).unwrap()
+        };
+        // An HTTP route changed: the stream routes are the previous ones.
+        let h = cfg.routes[1].id.to_string();
+        let second = patch(
+            &first,
+            &h,
+            serde_json::json!({"id": h, "name": "h", "paths": ["/h2"], "service": {"id": sid}}),
+        );
+        assert!(Arc::ptr_eq(&first.streams, &second.streams));
+        // The stream route moved to another port: compiled again.
+        let t = cfg.routes[0].id.to_string();
+        let third = patch(
+            &second,
+            &t,
+            serde_json::json!({"id": t, "name": "t", "protocols": ["tcp"],
+                               "destinations": [{"port": 7001}], "service": {"id": sid}}),
+        );
+        assert!(third.streams.find(peer, at(7000), tcp).is_none());
+        assert!(third.streams.find(peer, at(7001), tcp).is_some());
     }
 
     /// A snapshot patched with route changes (and then with a plugin change) routes and runs

@@ -97,6 +97,13 @@ impl StreamRoute {
     }
 }
 
+/// Whether `r` is a stream route (what [`StreamRoutes::compile`] looks at).
+pub fn is_stream(r: &turnpike_config::declarative::Route) -> bool {
+    r.protocols
+        .iter()
+        .any(|p| matches!(p, "tcp" | "udp" | "tls" | "tls_passthrough"))
+}
+
 /// The stream routes of one config, most specific first.
 #[derive(Debug, Default)]
 pub struct StreamRoutes {
@@ -114,7 +121,7 @@ impl StreamRoutes {
                 r.protocols.contains("tls"),
                 r.protocols.contains("tls_passthrough"),
             );
-            if !(tcp || udp || tls || passthrough) {
+            if !is_stream(r) {
                 continue;
             }
             let Some(sid) = r.service.as_ref().map(|s| &s.id) else {
