@@ -311,7 +311,7 @@ async fn idle_streams_close_after_the_services_timeout() {
     let doc = json!({
         "_format_version": "3.0",
         "services": [{"name": "s", "url": format!("tcp://{echo}"),
-                      "read_timeout": 400, "write_timeout": 400, "routes": [
+                      "read_timeout": 1000, "write_timeout": 1000, "routes": [
             {"name": "r", "protocols": ["tcp"], "destinations": [{"port": port}]},
         ]}],
     });
@@ -320,10 +320,10 @@ async fn idle_streams_close_after_the_services_timeout() {
         .start();
     let at = SocketAddr::from(([127, 0, 0, 1], port));
     listening(at).await;
-    // Busy for 1.2 s, a message every 100 ms: still open.
+    // Busy for 2 s (twice the timeout), a message every 100 ms: still open.
     let mut busy = TcpStream::connect(at).await.unwrap();
     let mut buf = [0u8; 4];
-    for _ in 0..12 {
+    for _ in 0..20 {
         busy.write_all(b"ping").await.unwrap();
         busy.read_exact(&mut buf).await.unwrap();
         assert_eq!(&buf, b"ping");
@@ -335,7 +335,7 @@ async fn idle_streams_close_after_the_services_timeout() {
     idle.read_exact(&mut buf).await.unwrap();
     let mut rest = Vec::new();
     let closed = tokio::time::timeout(
-        std::time::Duration::from_secs(5),
+        std::time::Duration::from_secs(10),
         idle.read_to_end(&mut rest),
     )
     .await;
@@ -409,7 +409,7 @@ async fn udp_datagrams_are_proxied_by_client_session() {
     assert_eq!(body, "b1");
     assert_ne!(b_src, a_src);
     // Idle past the service's timeout: the session ended; the next datagram opens another.
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
     let (a_src3, body) = ask(a.clone(), at, "a3").await.unwrap();
     assert_eq!(body, "a3");
     assert_ne!(a_src3, a_src, "a new session after the idle timeout");

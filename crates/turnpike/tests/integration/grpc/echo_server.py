@@ -10,6 +10,8 @@ Methods of the service `echo.Echo`:
   Fail           request "CODE:details": ends with that status, details and trailing
                  metadata `x-trailer: kept`
   Sleep          request "MS": answers after MS milliseconds
+  StreamFail     request "CODE:details": one message "partial", then that status (in the
+                 trailers, after the message)
 
 Usage: echo_server.py PORT NAME [CERT KEY]  (with CERT and KEY: TLS, ALPN h2)
 Prints "ready" on stdout once it listens.
@@ -52,6 +54,11 @@ def main():
         ctx.set_trailing_metadata((("x-trailer", "kept"),))
         ctx.abort(grpc.StatusCode[code], details)
 
+    def stream_fail(req, ctx):
+        code, details = req.decode().split(":", 1)
+        yield b"partial"
+        ctx.abort(grpc.StatusCode[code], details)
+
     def sleep(req, ctx):
         time.sleep(int(req) / 1000)
         return b"slept"
@@ -65,6 +72,7 @@ def main():
         "Bidi": grpc.stream_stream_rpc_method_handler(bidi, ident, ident),
         "Fail": grpc.unary_unary_rpc_method_handler(fail, ident, ident),
         "Sleep": grpc.unary_unary_rpc_method_handler(sleep, ident, ident),
+        "StreamFail": grpc.unary_stream_rpc_method_handler(stream_fail, ident, ident),
     }
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("echo.Echo", handlers),))

@@ -481,6 +481,20 @@ async fn grpc_web_clients_reach_a_grpc_service() {
     .await;
     assert_eq!(r.status, 200);
     assert_eq!(grpc_frames(&r.body).last(), Some(&trailer("7", "no")));
+    // An error after a message: the status came in the upstream's HTTP/2 trailers.
+    let r = send(
+        gw.proxy,
+        post(
+            "/echo.Echo/StreamFail",
+            "application/grpc-web",
+            grpc_frame(0, b"FAILED_PRECONDITION:late"),
+        ),
+    )
+    .await;
+    assert_eq!(
+        grpc_frames(&r.body),
+        vec![(0, b"partial".to_vec()), trailer("9", "late")]
+    );
     // CORS preflight.
     let r = send(
         gw.proxy,
