@@ -1,9 +1,13 @@
 //! `config db_import` into an empty store, in bulk: every entity validated as a write is
 //! (the same `entity::check`, credentials' hashing included), its references checked against
-//! the entities of the same import, then the rows, their tags and their change-log entries
-//! written many to a statement, in one transaction. Entity by entity, 10k services and routes
-//! with 100k consumers took ~33x the time the same file takes to load DB-less, five or six
-//! statements each.
+//! the entities of the same import, then the rows and their tags written many to a statement,
+//! in one transaction. Entity by entity, 10k services and routes with 100k consumers took ~33x
+//! the time the same file takes to load DB-less, five or six statements each.
+//!
+//! The import writes no change-log entries: its version has none, which every node's sync
+//! reads as a gap and answers with a full read of the store, what 130k entries would have
+//! led to anyway (more than a delta is allowed to hold), and the 130k rows and their index
+//! were a sixth of the import's time.
 //!
 //! Only into tables that are empty: with rows already there, an import may update them and
 //! collide with their unique keys, which the entity-by-entity path answers with Kong's
@@ -22,13 +26,14 @@ struct Pending {
     rows: usize,
 }
 
-/// At most this many values a statement. PostgreSQL allows 65,535. SQLite allows 32,766, but
-/// sqlx binds each `$n` by looking its name up among the statement's (a linear scan), so a
-/// statement of n values costs n²: 30,000-value statements made an import 2.6x slower than
-/// writing the entities one by one, and at 1,000 the lookups still took a quarter of it.
+/// At most this many values a statement. PostgreSQL allows 65,535, SQLite 32,766. On SQLite
+/// the marks are anonymous (`?`): sqlx binds each value by asking SQLite the name of its
+/// parameter, a linear scan of the statement's named ones, so `$n` marks cost n² a statement
+/// (30,000 of them made an import 2.6x slower than writing entity by entity; at 240 a
+/// statement the lookups were still a tenth of the import).
 fn max_values(backend: crate::Backend) -> usize {
     match backend {
-        crate::Backend::Sqlite => 240,
+        crate::Backend::Sqlite => 30_000,
         crate::Backend::Postgres => 30_000,
     }
 }
@@ -65,8 +70,20 @@ impl Store {
         v: &Value,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<usize, StoreError> {
-        let version = w.version;
         let tx: &mut Tx<'static> = &mut w.tx;
+        if self.backend == crate::Backend::Sqlite {
+            // SQLite's statement journal (what undoes a multi-row statement that fails half
+            // way) in memory rather than a temporary file, and a page cache that holds the
+            // import's B-trees (the default 2 MB spilled them to the journal mid-transaction):
+            // a fifth of the import's time was those writes. This connection is the import's
+            // own (`config db_import` runs in a process of its own).
+            sqlx::query("PRAGMA temp_store = MEMORY")
+                .execute(&mut **tx)
+                .await?;
+            sqlx::query("PRAGMA cache_size = -262144")
+                .execute(&mut **tx)
+                .await?;
+        }
         let total = self.entities_in(v);
         let now = now_secs();
         let max = max_values(self.backend);
@@ -79,11 +96,10 @@ impl Store {
             };
             let mut batch = Batch {
                 table: spec.table,
-                version,
                 max,
                 pending: None,
                 tags: Vec::new(),
-                changes: Vec::new(),
+                anonymous: self.backend == crate::Backend::Sqlite,
             };
             for item in items {
                 let Value::Object(m) = item else { continue };
@@ -167,7 +183,6 @@ impl Store {
                         }
                     }
                 }
-                batch.changes.push(id.clone());
                 known.entry(spec.table).or_default().insert(id);
                 count += 1;
             }
@@ -178,20 +193,19 @@ impl Store {
     }
 }
 
-/// One table's rows waiting for their statements, with their tags and change-log entries.
+/// One table's rows waiting for their statements, with their tags.
 struct Batch<'t> {
     table: &'t str,
-    /// The import's config version (its change-log entries').
-    version: i64,
     /// Values a statement.
     max: usize,
     pending: Option<Pending>,
     tags: Vec<(String, String)>,
-    changes: Vec<String>,
+    /// Anonymous marks (`?`, SQLite) rather than numbered ones (`$n`).
+    anonymous: bool,
 }
 
 impl Batch<'_> {
-    /// Writes the pending rows, their tags and their change-log entries.
+    /// Writes the pending rows and their tags.
     async fn flush(&mut self, tx: &mut Tx<'static>) -> Result<(), StoreError> {
         let table = self.table;
         if let Some(p) = self.pending.take() {
@@ -202,21 +216,13 @@ impl Batch<'_> {
                 p.cols.len(),
                 p.rows,
                 p.vals,
+                self.anonymous,
             )
             .await?;
         }
-        // Change-log entries and tags: three values a row, `max` values a statement.
+        // Tags: three values a row, `max` values a statement.
         let per = self.max / 3;
         let text = |s: &str| Bind::Text(Some(s.to_string()));
-        for chunk in self.changes.chunks(per) {
-            let vals = chunk
-                .iter()
-                .flat_map(|id| [Bind::Int(Some(self.version)), text(table), text(id)])
-                .collect();
-            let into = "changes (version, entity_name, entity_id)";
-            insert_rows(tx, into, 3, chunk.len(), vals).await?;
-        }
-        self.changes.clear();
         for chunk in self.tags.chunks(per) {
             let vals = chunk
                 .iter()
@@ -228,6 +234,7 @@ impl Batch<'_> {
                 3,
                 chunk.len(),
                 vals,
+                self.anonymous,
             )
             .await?;
         }
@@ -236,17 +243,24 @@ impl Batch<'_> {
     }
 }
 
-/// `INSERT INTO <into> VALUES (...), (...)`: `rows` rows of `width` values, `vals` in order.
+/// `INSERT INTO <into> VALUES (...), (...)`: `rows` rows of `width` values, `vals` in order,
+/// marked `?` when `anonymous`, else `$1, $2, ...`.
 async fn insert_rows(
     tx: &mut Tx<'static>,
     into: &str,
     width: usize,
     rows: usize,
     vals: Vec<Bind>,
+    anonymous: bool,
 ) -> Result<(), StoreError> {
-    let marks: Vec<String> = (0..rows)
-        .map(|r| format!("({})", write::marks(r * width + 1, width)))
-        .collect();
+    let row = |r: usize| {
+        if anonymous {
+            format!("({})", vec!["?"; width].join(", "))
+        } else {
+            format!("({})", write::marks(r * width + 1, width))
+        }
+    };
+    let marks: Vec<String> = (0..rows).map(row).collect();
     let sql = format!("INSERT INTO {into} VALUES {}", marks.join(", "));
     write::bind_all(sqlx::query(&sql), &vals)
         .execute(&mut **tx)
