@@ -64,13 +64,9 @@ impl<'p> Loader<'p> {
         let count = |of: fn(Kind) -> bool| items.iter().filter(|it| of(it.kind)).count();
         let cfg = &mut self.cfg;
         cfg.services.reserve_exact(count(|k| k == Kind::Service));
-        cfg.routes.reserve_exact(count(|k| k == Kind::Route));
         cfg.upstreams.reserve_exact(count(|k| k == Kind::Upstream));
         cfg.targets.reserve_exact(count(|k| k == Kind::Target));
-        cfg.consumers.reserve_exact(count(|k| k == Kind::Consumer));
         cfg.plugins.reserve_exact(count(|k| k == Kind::Plugin));
-        cfg.credentials
-            .reserve_exact(count(|k| matches!(k, Kind::Credential(_))));
         self.read.reserve_exact(items.len());
     }
 
@@ -123,7 +119,7 @@ impl<'p> Loader<'p> {
                     if let Some(s) = svc {
                         refs.push(("service", s));
                     }
-                    cfg.routes.push(match &self.previous {
+                    cfg.routes.push_back(match &self.previous {
                         Some(p) => p.share(r),
                         None => Arc::new(r),
                     });
@@ -147,7 +143,7 @@ impl<'p> Loader<'p> {
                 Kind::Consumer => {
                     let (c, er) = entities::consumer(it.map, id, now);
                     e.extend(er);
-                    cfg.consumers.push(match &self.previous {
+                    cfg.consumers.push_back(match &self.previous {
                         Some(p) => p.share_consumer(c),
                         None => Arc::new(c),
                     });
@@ -191,7 +187,7 @@ impl<'p> Loader<'p> {
                     if let Some(c) = consumer {
                         refs.push(("consumer", c));
                     }
-                    cfg.credentials.push(match &self.previous {
+                    cfg.credentials.push_back(match &self.previous {
                         Some(p) => p.share_credential(c, k, it),
                         None => Arc::new(c),
                     });

@@ -53,12 +53,9 @@ impl<'p> Document<'p> {
         cfg.hash = hash_of_parts(doc.parts.iter().map(|(k, d)| (k.as_str(), *d)).collect());
         // Lists grown by doubling are cut to their size: the snapshot keeps them.
         cfg.services.shrink_to_fit();
-        cfg.routes.shrink_to_fit();
         cfg.upstreams.shrink_to_fit();
         cfg.targets.shrink_to_fit();
-        cfg.consumers.shrink_to_fit();
         cfg.plugins.shrink_to_fit();
-        cfg.credentials.shrink_to_fit();
         Some(cfg)
     }
 }

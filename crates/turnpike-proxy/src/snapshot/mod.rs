@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use http::HeaderValue;
 use rustc_hash::FxHashMap;
-use turnpike_config::declarative::{same_id, Changes};
+use turnpike_config::declarative::{Changes, Positions};
 use turnpike_config::Config;
 use turnpike_router::{ChunkedVec, Router};
 
@@ -44,6 +44,8 @@ pub struct Snapshot {
     pub certs: Arc<CertStore>,
     /// By router slot (`RouteEntry::route_index`): each route and what its plugins need.
     pub routes: ChunkedVec<RouteSlot>,
+    /// The slot of each route, by id: what a patch looks up (indexed by the first patch).
+    slots: Positions,
     /// Aligned with `config.plugins`: each enabled plugin's built handler, reused by a patch
     /// that changes no plugin.
     built: Arc<Vec<Option<Bound>>>,
@@ -188,6 +190,7 @@ impl Snapshot {
         let router = Router::build_skipping(&config, flavor, &mut route_problems);
         // Slot i is route i.
         let routes = config.routes.clone();
+        let slots = config.positions.routes.clone();
         Ok(Snapshot::assemble(
             config,
             plugins,
@@ -195,6 +198,7 @@ impl Snapshot {
             Arc::new(router),
             route_problems,
             routes,
+            slots,
         ))
     }
 
@@ -221,7 +225,9 @@ impl Snapshot {
         if !services_kept {
             return Snapshot::compile(config, plugins, upstreams);
         }
+        let mut config = config;
         let mut routes = prev.routes.clone();
+        let mut slots = prev.slots.clone();
         let mut route_problems = prev.route_problems.clone();
         let mut touched = Vec::new();
         // Whether a changed route is (or was) a stream route: only then are they compiled again.
@@ -236,8 +242,13 @@ impl Snapshot {
                 Arc::from(Vec::<Slot>::new()),
             );
             for id in &changes.routes {
-                let old = routes.iter().position(|s| same_id(&s.route.id, id));
-                let new = config.routes.iter().find(|r| same_id(&r.id, id));
+                let old = {
+                    let r = &routes;
+                    let id_at = |i: usize| r.get(i).map(|s| s.route.id.as_str());
+                    slots.find(r.len(), id_at, id)
+                };
+                let new = config.route(id).cloned();
+                let new = new.as_ref();
                 streams_changed |= old.is_some_and(|slot| streams::is_stream(&routes[slot].route))
                     || new.is_some_and(|r| streams::is_stream(r));
                 route_problems.retain(|p| !p.starts_with(&format!("route {id}:")));
@@ -263,6 +274,7 @@ impl Snapshot {
                     (Some(slot), None) => {
                         router.remove(slot);
                         *slot_mut(&mut routes, slot) = vacant.clone();
+                        slots.forget(id);
                         continue;
                     }
                     (None, None) => continue,
@@ -270,6 +282,8 @@ impl Snapshot {
                 while slot >= routes.len() {
                     routes.push(vacant.clone());
                 }
+                slots.grew_to(routes.len());
+                slots.set(id, slot);
                 slot_mut(&mut routes, slot).route = new.expect("a route added or updated").clone();
                 touched.push(slot);
             }
@@ -283,6 +297,7 @@ impl Snapshot {
                 router,
                 route_problems,
                 routes.iter().map(|slot| slot.route.clone()),
+                slots,
             ));
         }
         // Only routes changed: the plugins, services and certificates are the previous ones.
@@ -312,6 +327,7 @@ impl Snapshot {
             streams,
             certs: prev.certs.clone(),
             routes,
+            slots,
             built: prev.built.clone(),
             probes: prev.probes.clone(),
             global_rewrite: prev.global_rewrite.clone(),
@@ -332,6 +348,8 @@ impl Snapshot {
         route_problems: Vec<String>,
         // The route of each slot, in slot order.
         routes: impl IntoIterator<Item = Arc<turnpike_config::declarative::Route>>,
+        // Where each of them stands, by id.
+        slots: Positions,
     ) -> Snapshot {
         let mut problems = Vec::new();
         let certs = CertStore::build_skipping(&config, &mut problems);
@@ -504,6 +522,7 @@ impl Snapshot {
             streams,
             certs: Arc::new(certs),
             routes,
+            slots,
             built: Arc::new(built),
             probes,
             global_rewrite,
