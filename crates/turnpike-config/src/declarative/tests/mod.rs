@@ -597,7 +597,7 @@ fn apply_change_keeps_the_lists_and_their_positions_right() {
         x ^= x >> 7;
         x ^= x << 17;
         let id = format!("00000000-0000-4000-8000-{:012}", x % 400);
-        if (x >> 40) % 4 == 0 {
+        if (x >> 40).is_multiple_of(4) {
             cfg.apply_change("routes", &id, None, &NoPlugins).unwrap();
             model.remove(&id);
         } else {
