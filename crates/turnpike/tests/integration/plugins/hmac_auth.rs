@@ -382,12 +382,12 @@ async fn hmac_auth_through_the_admin_api_with_openssl_signatures() {
     let auth = header("bob-hmac", "hmac-sha256", "date", &b64(&mac));
     let proxy = gw.proxy;
     let (d, a) = (date.clone(), auth.clone());
+    // Until the plugin and the credential are both applied (a 200 from the route alone,
+    // before the plugin reaches the node, names no credential).
     assert!(
         eventually(std::time::Duration::from_secs(10), async || {
-            call(proxy, "GET", "/h", &[("date", &d), ("authorization", &a)])
-                .await
-                .status
-                == 200
+            let r = call(proxy, "GET", "/h", &[("date", &d), ("authorization", &a)]).await;
+            r.status == 200 && r.json()["headers"]["x-credential-identifier"] == "bob-hmac"
         })
         .await
     );
