@@ -28,7 +28,7 @@ pub use errors::{DeclarativeError, EntityError};
 mod config;
 mod loader;
 mod migrate;
-mod positions;
+pub mod positions;
 mod refs;
 mod registry;
 mod stream;

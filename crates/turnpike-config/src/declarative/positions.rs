@@ -23,7 +23,17 @@ pub struct Positions {
     len: usize,
 }
 
+/// Look-ups one scan is worth: a list not indexed yet is scanned for up to this many ids and
+/// indexed for more (building the index costs a few scans; a reload of a whole file with one
+/// changed route keeps a scan, a database node's stream of writes indexes once).
+pub const SCANS_BEFORE_INDEXING: usize = 8;
+
 impl Positions {
+    /// Whether the positions cover a list of `len` entities (no rebuild before a look-up).
+    pub fn covers(&self, len: usize) -> bool {
+        self.len == len
+    }
+
     /// The position of `id` in a list of `len` entities whose ids `id_at` gives.
     pub fn find<'l>(
         &mut self,

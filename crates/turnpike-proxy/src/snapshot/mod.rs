@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use http::HeaderValue;
 use rustc_hash::FxHashMap;
+use turnpike_config::declarative::positions::SCANS_BEFORE_INDEXING;
 use turnpike_config::declarative::{Changes, Positions};
 use turnpike_config::Config;
 use turnpike_router::{ChunkedVec, Router};
@@ -241,13 +242,28 @@ impl Snapshot {
                 Arc::new(turnpike_config::declarative::Route::default()),
                 Arc::from(Vec::<Slot>::new()),
             );
+            // Found by their positions when those are built or worth building (many changes,
+            // or a config kept up to date change by change, as a database node's is); a few
+            // changes to a config loaded whole (a reload of a file) scan instead.
+            let indexed = config.positions.routes.covers(config.routes.len());
+            let many = indexed || changes.routes.len() > SCANS_BEFORE_INDEXING;
+            // The slots' positions, once used, are kept right through every change after.
+            let by_slot = many || slots.covers(routes.len());
             for id in &changes.routes {
                 let old = {
                     let r = &routes;
                     let id_at = |i: usize| r.get(i).map(|s| s.route.id.as_str());
-                    slots.find(r.len(), id_at, id)
+                    if by_slot {
+                        slots.find(r.len(), id_at, id)
+                    } else {
+                        (0..r.len()).find(|&i| id_at(i) == Some(id.as_str()))
+                    }
                 };
-                let new = config.route(id).cloned();
+                let new = if many {
+                    config.route(id).cloned()
+                } else {
+                    config.routes.iter().find(|r| r.id == *id).cloned()
+                };
                 let new = new.as_ref();
                 streams_changed |= old.is_some_and(|slot| streams::is_stream(&routes[slot].route))
                     || new.is_some_and(|r| streams::is_stream(r));
@@ -274,7 +290,9 @@ impl Snapshot {
                     (Some(slot), None) => {
                         router.remove(slot);
                         *slot_mut(&mut routes, slot) = vacant.clone();
-                        slots.forget(id);
+                        if by_slot {
+                            slots.forget(id);
+                        }
                         continue;
                     }
                     (None, None) => continue,
@@ -282,8 +300,10 @@ impl Snapshot {
                 while slot >= routes.len() {
                     routes.push(vacant.clone());
                 }
-                slots.grew_to(routes.len());
-                slots.set(id, slot);
+                if by_slot {
+                    slots.grew_to(routes.len());
+                    slots.set(id, slot);
+                }
                 slot_mut(&mut routes, slot).route = new.expect("a route added or updated").clone();
                 touched.push(slot);
             }
