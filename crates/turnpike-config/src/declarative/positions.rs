@@ -91,11 +91,6 @@ impl Positions {
     pub fn grew_to(&mut self, len: usize) {
         self.len = self.len.max(len);
     }
-
-    /// Forgets every entry (a list emptied or replaced whole).
-    pub fn clear(&mut self) {
-        *self = Positions::default();
-    }
 }
 
 #[cfg(test)]
