@@ -220,19 +220,12 @@ fn replace_or_push_shared<T: HasId>(
     }
 }
 
-/// Removes the entity `id` from a [`SharedList`]: the last entity takes its place, so that
-/// one position changes rather than all those after it (the lists of a config read from a
-/// database have no order of their own: the store's is by id, changes are appended).
+/// Removes the entity `id` from a [`SharedList`], keeping the others' order (among routes of
+/// equal priority and creation time, the order decides which matches).
 fn remove_shared<T: HasId>(list: &mut SharedList<T>, pos: &mut Positions, id: &str) {
-    let Some(i) = position_of(list, pos, id) else {
-        return;
-    };
-    let last = list.pop_back().expect("the list holds the entity");
-    pos.removed(id);
-    if i < list.len() {
-        let moved = last.entity_id().to_string();
-        list.set(i, last);
-        pos.set(&moved, i);
+    if let Some(i) = position_of(list, pos, id) {
+        list.remove(i);
+        pos.removed(id);
     }
 }
 

@@ -4,8 +4,11 @@
 //! node's CPU per write at 100k routes).
 //!
 //! A persistent map (shared by the copies of a config, as its lists are) from a 64-bit hash of
-//! the id to the position. Every answer is checked against the list: a stale or colliding
-//! entry falls back to a scan, never to a wrong entity.
+//! the id to the position. A removal keeps the list's order (file order breaks ties between
+//! routes): the entities after it move down one place, and their entries are not rewritten;
+//! a look-up tries the recorded place and up to one place lower per removal since the map was
+//! built, which is built again after [`REMOVALS_BEFORE_REBUILD`]. Every answer is checked
+//! against the list: a stale or colliding entry falls back to a scan, never to a wrong entity.
 
 use std::hash::BuildHasher;
 
@@ -21,7 +24,12 @@ pub struct Positions {
     /// Entries in `map`: differs from the list's length when the list was filled without it
     /// (a loaded config), and the map is rebuilt then.
     len: usize,
+    /// Removals since the map was built: how far below its recorded place an entity may be.
+    removals: usize,
 }
+
+/// Removals after which the map is built again (rather than tried that many places down).
+pub const REMOVALS_BEFORE_REBUILD: usize = 32;
 
 /// Look-ups one scan is worth: a list not indexed yet is scanned for up to this many ids and
 /// indexed for more (building the index costs a few scans; a reload of a whole file with one
@@ -41,12 +49,15 @@ impl Positions {
         id_at: impl Fn(usize) -> Option<&'l str>,
         id: &str,
     ) -> Option<usize> {
-        if self.len != len {
+        if self.len != len || self.removals > REMOVALS_BEFORE_REBUILD {
             self.rebuild(len, &id_at);
         }
         let at = *self.map.get(&hash(id))? as usize;
-        if id_at(at).is_some_and(|x| x == id) {
-            return Some(at);
+        let found = (at.saturating_sub(self.removals)..=at)
+            .rev()
+            .find(|&i| id_at(i).is_some_and(|x| x == id));
+        if found.is_some() {
+            return found;
         }
         // A collision (or an entry gone stale): the long way.
         (0..len).find(|&i| id_at(i).is_some_and(|x| x == id))
@@ -63,9 +74,10 @@ impl Positions {
         }
         self.map = map;
         self.len = len;
+        self.removals = 0;
     }
 
-    /// `id` now stands at `at` (added, or moved there).
+    /// `id` now stands at `at`.
     pub fn set(&mut self, id: &str, at: usize) {
         self.map.insert(hash(id), at as u32);
     }
@@ -76,10 +88,11 @@ impl Positions {
         self.len += 1;
     }
 
-    /// `id` removed from the list.
+    /// `id` removed from the list, those after it moved down one place.
     pub fn removed(&mut self, id: &str) {
         self.map.remove(&hash(id));
         self.len = self.len.saturating_sub(1);
+        self.removals += 1;
     }
 
     /// `id` no longer in the list, whose length stays (its place left vacant).
@@ -98,7 +111,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn finds_moves_and_survives_a_stale_entry() {
+    fn finds_after_removals_and_survives_a_stale_entry() {
         let mut ids: Vec<String> = (0..1000).map(|i| format!("id-{i}")).collect();
         let mut p = Positions::default();
         fn at(ids: &[String], i: usize) -> Option<&str> {
@@ -107,19 +120,35 @@ mod tests {
         let view = ids.clone();
         assert_eq!(p.find(view.len(), |i| at(&view, i), "id-537"), Some(537));
         assert_eq!(p.find(view.len(), |i| at(&view, i), "nope"), None);
-        // The last moved into a removed one's place.
-        let last = ids.pop().unwrap();
-        ids[10] = last.clone();
-        p.removed("id-10");
-        p.set(&last, 10);
-        p.len = ids.len();
+        // Removals keep the order: those after move down, found below their recorded place.
+        for gone in ["id-10", "id-500", "id-20"] {
+            let i = ids.iter().position(|x| x == gone).unwrap();
+            ids.remove(i);
+            p.removed(gone);
+        }
         let view = ids.clone();
-        assert_eq!(p.find(view.len(), |i| at(&view, i), "id-999"), Some(10));
+        assert_eq!(p.find(view.len(), |i| at(&view, i), "id-999"), Some(996));
+        assert_eq!(p.find(view.len(), |i| at(&view, i), "id-15"), Some(14));
+        assert_eq!(p.find(view.len(), |i| at(&view, i), "id-5"), Some(5));
         assert_eq!(p.find(view.len(), |i| at(&view, i), "id-10"), None);
+        assert_eq!(p.removals, 3, "not rebuilt for three removals");
         // An entry that no longer matches its list falls back to a scan.
         let mut swapped = view.clone();
         swapped.swap(1, 2);
         assert_eq!(p.find(swapped.len(), |i| at(&swapped, i), "id-1"), Some(2));
+        // Past the budget of removals, built again.
+        let mut p2 = Positions::default();
+        let mut ids2: Vec<String> = (0..100).map(|i| format!("y{i}")).collect();
+        assert_eq!(p2.find(ids2.len(), |i| at(&ids2, i), "y0"), Some(0));
+        for _ in 0..=REMOVALS_BEFORE_REBUILD {
+            let gone = ids2.remove(0);
+            p2.removed(&gone);
+        }
+        assert_eq!(
+            p2.find(ids2.len(), |i| at(&ids2, i), "y99"),
+            Some(ids2.len() - 1)
+        );
+        assert_eq!(p2.removals, 0);
         // A list filled without it is indexed again.
         let mut q = Positions::default();
         let more: Vec<String> = (0..5).map(|i| format!("x{i}")).collect();

@@ -581,15 +581,17 @@ fn apply_change_matches_a_full_load() {
     assert_eq!(cfg.routes.len(), 1);
 }
 
-/// Many adds, updates and deletes through `apply_change` (found by position, a delete moving
-/// the last entity into its place) against a plain map of what the config must hold; copies
-/// taken along the way keep what they held (the lists share chunks).
+/// Many adds, updates and deletes through `apply_change` (found by position) against a plain
+/// list of what the config must hold, in order (a delete keeps the others' order: it breaks
+/// ties between routes); copies taken along the way keep what they held (the lists share
+/// chunks).
 #[test]
-fn apply_change_keeps_the_lists_and_their_positions_right() {
+fn apply_change_keeps_the_lists_their_order_and_positions_right() {
     let text = "_format_version: '3.0'\nservices:\n- name: a\n  host: h\n";
     let mut cfg = load_str(text, &NoPlugins).unwrap();
     let sid = cfg.services[0].id.clone();
-    let mut model: std::collections::BTreeMap<String, String> = Default::default();
+    // (id, path), in the config's order.
+    let mut model: Vec<(String, String)> = Vec::new();
     let mut copies = Vec::new();
     let mut x: u64 = 0x2545_f491_4f6c_dd1d;
     for step in 0..3000u64 {
@@ -597,29 +599,33 @@ fn apply_change_keeps_the_lists_and_their_positions_right() {
         x ^= x >> 7;
         x ^= x << 17;
         let id = format!("00000000-0000-4000-8000-{:012}", x % 400);
+        let at = model.iter().position(|(m, _)| *m == id);
         if (x >> 40).is_multiple_of(4) {
             cfg.apply_change("routes", &id, None, &NoPlugins).unwrap();
-            model.remove(&id);
+            if let Some(i) = at {
+                model.remove(i);
+            }
         } else {
             let path = format!("/p{step}");
             let route = serde_json::json!({"id": id, "paths": [path], "service": {"id": sid}});
             cfg.apply_change("routes", &id, route.as_object(), &NoPlugins)
                 .unwrap();
-            model.insert(id.clone(), path);
+            match at {
+                Some(i) => model[i].1 = path,
+                None => model.push((id.clone(), path)),
+            }
         }
         if step % 500 == 0 {
-            let held: std::collections::BTreeMap<String, String> = model.clone();
-            copies.push((cfg.clone(), held));
+            copies.push((cfg.clone(), model.clone()));
         }
     }
-    let check = |cfg: &mut Config, model: &std::collections::BTreeMap<String, String>| {
-        assert_eq!(cfg.routes.len(), model.len());
-        let listed: std::collections::BTreeMap<String, String> = cfg
+    let check = |cfg: &mut Config, model: &[(String, String)]| {
+        let listed: Vec<(String, String)> = cfg
             .routes
             .iter()
             .map(|r| (r.id.clone(), r.paths.as_ref().unwrap()[0].clone()))
             .collect();
-        assert_eq!(&listed, model);
+        assert_eq!(listed, model);
         for (id, path) in model {
             assert_eq!(&cfg.route(id).unwrap().paths.as_ref().unwrap()[0], path);
         }
