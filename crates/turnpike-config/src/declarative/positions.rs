@@ -148,7 +148,7 @@ mod tests {
             p2.removed(&gone);
         }
         assert_eq!(
-            p2.find(ids2.len(), |i| at(&ids2, i), "y99"),
+            p2.find(ids2.len(), |i| at(&ids2, i), "y999"),
             Some(ids2.len() - 1)
         );
         assert_eq!(p2.removals, 0);
