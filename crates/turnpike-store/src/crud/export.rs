@@ -186,18 +186,18 @@ impl Store {
         cfg: &turnpike_config::Config,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<usize, StoreError> {
-        let v = cfg.to_json();
         let mut tx = self.begin_write().await?;
-        if self.tables_empty(&mut tx, &v).await? {
-            let n = self.import_bulk(&mut tx, &v, progress).await?;
+        if self.tables_empty(&mut tx, cfg).await? {
+            let (n, analyze) = self.import_bulk(&mut tx, cfg, progress).await?;
             self.commit(tx).await?;
             // Tables filled in one transaction have no statistics until autovacuum gets to
             // them: PostgreSQL then planned the config sync's change-log read for a table
             // scan and compiled it with JIT (1-6 s a read at 100k routes, every node, every
             // write). Analysed now, it is an index scan (0.2 ms).
-            sqlx::query("ANALYZE").execute(&self.pool).await?;
+            self.analyze_filled(&analyze).await?;
             return Ok(n);
         }
+        let v = cfg.to_json();
         let total = self.entities_in(&v);
         let mut count = 0;
         for spec in self.tables.iter() {
