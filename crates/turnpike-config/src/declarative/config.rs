@@ -71,10 +71,22 @@ impl Config {
     /// and writes them as it goes, so the 100 ms that turning 130k entities into values took
     /// before its first statement is spent while the database executes the previous one.
     pub fn table_json<'a>(&'a self, table: &'a str) -> Box<dyn Iterator<Item = Value> + 'a> {
+        self.table(table).1
+    }
+
+    /// How many entities [`Config::table_json`] gives for `table`.
+    pub fn table_len(&self, table: &str) -> usize {
+        self.table(table).0
+    }
+
+    /// One table's entities: how many, and (lazily) their values.
+    fn table<'a>(&'a self, table: &'a str) -> (usize, Box<dyn Iterator<Item = Value> + 'a>) {
         fn values<'a, T: serde::Serialize + 'a>(
-            items: impl Iterator<Item = &'a T> + 'a,
-        ) -> Box<dyn Iterator<Item = Value> + 'a> {
-            Box::new(items.map(|e| serde_json::to_value(e).unwrap_or(Value::Null)))
+            items: impl Iterator<Item = &'a T> + Clone + 'a,
+        ) -> (usize, Box<dyn Iterator<Item = Value> + 'a>) {
+            let len = items.clone().count();
+            let values = items.map(|e| serde_json::to_value(e).unwrap_or(Value::Null));
+            (len, Box::new(values))
         }
         match table {
             "services" => values(self.services.iter()),
@@ -89,25 +101,6 @@ impl Config {
             _ => match records::RECORDS.iter().position(|r| r.table == table) {
                 Some(k) => values(self.records.iter().filter(move |r| r.spec == k)),
                 None => values(self.credentials.iter().filter(move |c| c.table == table)),
-            },
-        }
-    }
-
-    /// How many entities [`Config::table_json`] gives for `table`.
-    pub fn table_len(&self, table: &str) -> usize {
-        match table {
-            "services" => self.services.len(),
-            "routes" => self.routes.len(),
-            "upstreams" => self.upstreams.len(),
-            "targets" => self.targets.len(),
-            "consumers" => self.consumers.len(),
-            "plugins" => self.plugins.len(),
-            "certificates" => self.certificates.len(),
-            "snis" => self.snis.len(),
-            "ca_certificates" => self.ca_certificates.len(),
-            _ => match records::RECORDS.iter().position(|r| r.table == table) {
-                Some(k) => self.records.iter().filter(|r| r.spec == k).count(),
-                None => self.credentials.iter().filter(|c| c.table == table).count(),
             },
         }
     }
