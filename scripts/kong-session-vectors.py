@@ -221,6 +221,15 @@ L.execute("QUEUE = {}")
 g.QUEUE[1] = sid(7)
 g.QUEUE[2] = sid(8)
 make("remember", remember, "8a2e8e4d-3b1f-4a5e-9c3d-0f1e2d3c4b5a", "1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f", "alice", 1700000000, sid(7))
+L.execute("QUEUE = {}")
+# Past lua-resty-session's compression_threshold (1024 bytes of JSON; Kong keeps the default):
+# the data deflated (raw deflate, the FLAG_DEFLATE bit), in one cookie, then over 4 KiB,
+# split into `session`, `session2`, ...
+import hashlib
+make("deflated", base, "8a2e8e4d-3b1f-4a5e-9c3d-0f1e2d3c4b5a", "1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f", "alice", 1700000300, sid(9),
+     [f"group-{i}" for i in range(120)])
+make("deflated and chunked", base, "8a2e8e4d-3b1f-4a5e-9c3d-0f1e2d3c4b5a", "1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f", "alice", 1700000400, sid(10),
+     [hashlib.sha256(str(i).encode()).hexdigest() for i in range(160)])
 out = {"source": "lua-resty-session 4.0.5 (Kong 3.9's), run in LuaJIT 2.1 by scripts/kong-session-vectors.py",
        "cases": cases,
        "touched": reopen(cases[0], 1700000000 + 120),

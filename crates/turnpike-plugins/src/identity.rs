@@ -160,6 +160,37 @@ impl Identity {
 pub static X_CONSUMER_ID: HeaderName = HeaderName::from_static("x-consumer-id");
 pub static X_CONSUMER_CUSTOM_ID: HeaderName = HeaderName::from_static("x-consumer-custom-id");
 pub static X_CONSUMER_USERNAME: HeaderName = HeaderName::from_static("x-consumer-username");
+pub static X_AUTHENTICATED_GROUPS: HeaderName = HeaderName::from_static("x-authenticated-groups");
+
+/// The groups the request was authenticated with (Kong's `ngx.ctx.authenticated_groups`), as
+/// the session plugin restores them from its cookie; acl checks them in place of the
+/// consumer's own groups.
+#[derive(Clone, Debug)]
+pub struct AuthenticatedGroups(pub Vec<String>);
+
+/// The request's authenticated groups, where Kong's acl looks for them: Lua code's
+/// `kong.ctx.shared.authenticated_groups`, then `ngx.ctx.authenticated_groups` (what a
+/// session restored, or what Lua code set).
+pub fn authenticated_groups(ctx: &crate::PluginCtx) -> Option<Vec<String>> {
+    if let Some(shared) = ctx
+        .get::<crate::lua::LuaCtx>()
+        .and_then(|l| l.shared_authenticated_groups())
+    {
+        return Some(shared);
+    }
+    ngx_authenticated_groups(ctx)
+}
+
+/// `ngx.ctx.authenticated_groups` alone (what the session plugin keeps in a new session):
+/// what a session restored, or what Lua code set.
+pub fn ngx_authenticated_groups(ctx: &crate::PluginCtx) -> Option<Vec<String>> {
+    if let Some(g) = ctx.get::<AuthenticatedGroups>() {
+        return Some(g.0.clone());
+    }
+    let lua = ctx.get::<crate::lua::LuaCtx>()?;
+    lua.ngx_authenticated_groups()
+}
+
 pub static X_CREDENTIAL_IDENTIFIER: HeaderName = HeaderName::from_static("x-credential-identifier");
 pub static X_ANONYMOUS_CONSUMER: HeaderName = HeaderName::from_static("x-anonymous-consumer");
 

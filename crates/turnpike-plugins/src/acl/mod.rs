@@ -26,6 +26,7 @@ struct Configured {
     allow: bool,
     list: Vec<String>,
     hide_header: bool,
+    always_use_authenticated: bool,
 }
 
 impl PluginSpec for Acl {
@@ -57,7 +58,36 @@ impl PluginSpec for Acl {
             allow: allow_mode,
             list,
             hide_header: c.hide_groups_header,
+            always_use_authenticated: c.always_use_authenticated_groups,
         }))
+    }
+}
+
+impl Configured {
+    /// Kong's `get_to_be_blocked`: whether `groups` are refused.
+    fn blocked(&self, groups: &[String]) -> bool {
+        let in_list = groups.iter().any(|g| self.list.contains(g));
+        in_list != self.allow
+    }
+
+    fn refuse() -> Access {
+        Access::Exit(Exit::message(
+            StatusCode::FORBIDDEN,
+            "You cannot consume this service",
+        ))
+    }
+
+    /// The request's authenticated groups decide (Kong's `X-Authenticated-Groups`).
+    fn by_authenticated(&self, req: &mut AccessRequest<'_>, groups: &[String]) -> Access {
+        if self.blocked(groups) {
+            return Self::refuse();
+        }
+        if !self.hide_header {
+            if let Ok(v) = HeaderValue::from_str(&groups.join(", ")) {
+                req.headers.insert(crate::X_AUTHENTICATED_GROUPS.clone(), v);
+            }
+        }
+        Access::Continue
     }
 }
 
@@ -65,22 +95,37 @@ impl Handler for Configured {
     fn phases(&self) -> crate::Phases {
         crate::Phases::ACCESS
     }
+    /// Kong's acl handler: the consumer's `acls` groups decide, unless the request came without
+    /// a credential (anonymous) or `always_use_authenticated_groups` is set and it carries
+    /// authenticated groups (a session's, or Lua code's `authenticated_groups`).
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {
         let Some(who) = req.consumer.clone() else {
-            return Access::Exit(Exit::message(StatusCode::UNAUTHORIZED, "Unauthorized"));
+            return match crate::authenticated_groups(req.ctx) {
+                Some(g) => self.by_authenticated(req, &g),
+                None => Access::Exit(Exit::message(StatusCode::UNAUTHORIZED, "Unauthorized")),
+            };
         };
-        let (groups, header) = match self.groups.get(who.consumer_id()) {
-            Some((g, h)) => (g.as_slice(), h.clone()),
-            None => (&[][..], None),
-        };
-        let in_list = groups.iter().any(|g| self.list.contains(g));
-        if in_list != self.allow {
-            return Access::Exit(Exit::message(
-                StatusCode::FORBIDDEN,
-                "You cannot consume this service",
-            ));
+        let credential = who.credential_id().is_some();
+        if !credential || self.always_use_authenticated {
+            if let Some(g) = crate::authenticated_groups(req.ctx) {
+                return self.by_authenticated(req, &g);
+            }
         }
-        match header.filter(|_| !self.hide_header) {
+        let Some((groups, header)) = self.groups.get(who.consumer_id()) else {
+            if self.allow {
+                return if credential {
+                    Self::refuse()
+                } else {
+                    Access::Exit(Exit::message(StatusCode::UNAUTHORIZED, "Unauthorized"))
+                };
+            }
+            req.headers.remove(&X_CONSUMER_GROUPS);
+            return Access::Continue;
+        };
+        if self.blocked(groups) {
+            return Self::refuse();
+        }
+        match header.clone().filter(|_| !self.hide_header) {
             Some(v) => {
                 req.headers.insert(X_CONSUMER_GROUPS.clone(), v);
             }

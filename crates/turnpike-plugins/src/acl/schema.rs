@@ -12,6 +12,7 @@ pub struct Config {
     pub allow: Option<Vec<String>>,
     pub deny: Option<Vec<String>>,
     pub hide_groups_header: bool,
+    pub always_use_authenticated_groups: bool,
 }
 
 pub const FIELDS: &[Field] = &[

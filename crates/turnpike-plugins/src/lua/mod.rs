@@ -356,6 +356,42 @@ pub(crate) struct LuaCtx {
     pub plugin: FxHashMap<u64, Table>,
 }
 
+impl LuaCtx {
+    /// `kong.ctx.shared.authenticated_groups`, when it is a table.
+    pub(crate) fn shared_authenticated_groups(&self) -> Option<Vec<String>> {
+        groups_in(&self.shared, false)
+    }
+
+    /// `ngx.ctx.authenticated_groups`, when it is a table (warned about when it is
+    /// something else, as Kong's acl does).
+    pub(crate) fn ngx_authenticated_groups(&self) -> Option<Vec<String>> {
+        groups_in(&self.ngx, true)
+    }
+}
+
+/// `t.authenticated_groups` as a list of names. Raw reads: no metamethod runs outside a phase.
+fn groups_in(t: &Table, warn: bool) -> Option<Vec<String>> {
+    match t.raw_get::<Value>("authenticated_groups").ok()? {
+        Value::Table(g) => Some(
+            (1..=g.raw_len())
+                .filter_map(|i| match g.raw_get::<Value>(i).ok()? {
+                    Value::String(s) => Some(s.to_str().ok()?.to_string()),
+                    Value::Integer(n) => Some(n.to_string()),
+                    Value::Number(n) => Some(n.to_string()),
+                    _ => None,
+                })
+                .collect(),
+        ),
+        Value::Nil => None,
+        _ => {
+            if warn {
+                tracing::warn!("invalid authenticated_groups, a table was expected");
+            }
+            None
+        }
+    }
+}
+
 /// How a phase's functions ended.
 pub enum Outcome {
     Continue,

@@ -51,6 +51,9 @@ const MAX_DATA_SIZE: usize = (1 << 24) - 1;
 pub const MAX_TTL: i64 = 34_560_000;
 const MAX_COOKIE_SIZE: usize = 4096;
 const MAX_COOKIES: usize = 9;
+/// lua-resty-session's `compression_threshold` (Kong keeps the default): JSON longer than this
+/// is deflated (raw deflate, zlib's default level) when that makes it smaller.
+const COMPRESSION_THRESHOLD: usize = 1024;
 
 /// A session's keys, from the plugin's secret.
 pub struct Keys {
@@ -284,7 +287,7 @@ impl Header {
         let plain = if self.flags & FLAG_DEFLATE != 0 {
             use std::io::Read;
             let mut out = Vec::new();
-            flate2::read::GzDecoder::new(&plain[..])
+            flate2::read::DeflateDecoder::new(&plain[..])
                 .take(MAX_DATA_SIZE as u64)
                 .read_to_end(&mut out)
                 .map_err(|_| "unable to inflate session data")?;
@@ -344,7 +347,14 @@ pub fn seal(
     if !(0..=MAX_ROLLING_OFFSET).contains(&rolling_offset) {
         return None;
     }
-    let data = cjson(entries);
+    let mut flags = flags;
+    let mut data = cjson(entries).into_bytes();
+    if data.len() > COMPRESSION_THRESHOLD {
+        if let Some(d) = deflate(&data).filter(|d| d.len() < data.len()) {
+            flags |= FLAG_DEFLATE;
+            data = d;
+        }
+    }
     let data_size = base64_size(data.len());
     if data_size > MAX_DATA_SIZE {
         return None;
@@ -357,7 +367,7 @@ pub fn seal(
     put_le(&mut raw, rolling_offset, 4);
     put_le(&mut raw, data_size as i64, 3);
     let (key, iv) = keys.cipher(&sid, remember);
-    let mut sealed = data.into_bytes();
+    let mut sealed = data;
     let tag = key
         .seal_in_place_separate_tag(iv, aead::Aad::from(&raw[..]), &mut sealed)
         .ok()?;
@@ -380,6 +390,40 @@ pub fn seal(
             raw: header,
         },
     })
+}
+
+/// Raw deflate (zlib's window bits -15), as lua-resty-session's `utils.deflate`.
+fn deflate(data: &[u8]) -> Option<Vec<u8>> {
+    use std::io::Write;
+    let mut e = flate2::write::DeflateEncoder::new(
+        Vec::with_capacity(data.len() / 2),
+        flate2::Compression::new(6),
+    );
+    e.write_all(data).ok()?;
+    e.finish().ok()
+}
+
+/// The cookies (`name`, `name2`, ...) a cookie value is split into, as lua-resty-session
+/// splits one past 4 KiB: the first holds the header and what fits beside it, each other
+/// what fits beside its name. `None`: more than nine cookies would be needed.
+pub fn split<'v>(
+    name: &str,
+    header: &'v str,
+    payload: &'v str,
+) -> Option<Vec<(String, &'v str, &'v str)>> {
+    let n = chunks(name.len(), payload.len())?;
+    if n == 1 {
+        return Some(vec![(name.to_string(), header, payload)]);
+    }
+    let first = (MAX_COOKIE_SIZE - HEADER_ENCODED_SIZE - name.len() - 1).min(payload.len());
+    let mut out = vec![(name.to_string(), header, &payload[..first])];
+    let mut rest = &payload[first..];
+    for i in 2..=n {
+        let take = (MAX_COOKIE_SIZE - name.len() - 2).min(rest.len());
+        out.push((format!("{name}{i}"), "", &rest[..take]));
+        rest = &rest[take..];
+    }
+    Some(out)
 }
 
 /// JSON as Lua's cjson writes it (serde's, with `/` escaped): the bytes sealed are Kong's.
@@ -417,6 +461,20 @@ mod tests {
         )
     }
 
+    /// A case's session cookie whole: the first cookie's value and its chunks' (`session2`...).
+    fn whole(case: &Value) -> String {
+        let (name, mut v) = value(&case["set_cookie"]);
+        if let Some(list) = case["set_cookie"].as_array() {
+            for (i, c) in list.iter().enumerate().skip(1) {
+                let (n, rest) = value(c);
+                if n == format!("{name}{}", i + 1) {
+                    v.push_str(&rest);
+                }
+            }
+        }
+        v
+    }
+
     fn timeouts(c: &Value) -> Timeouts {
         Timeouts {
             idling: c["idling_timeout"].as_f64().unwrap(),
@@ -449,7 +507,7 @@ mod tests {
             let keys = Keys::new(conf["secret"].as_str().unwrap());
             let storage = conf["storage"] == "kong";
             let now = case["now"].as_i64().unwrap();
-            let (_, cookie) = value(&case["set_cookie"]);
+            let cookie = whole(case);
             let h = Header::open(&cookie, &keys, storage, false, timeouts(conf), now + 5)
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(h.created, now, "{name}");
@@ -462,6 +520,29 @@ mod tests {
             };
             let data = h.decrypt(&payload, &keys, false).unwrap();
             assert_eq!(data, entries(case), "{name}");
+            // Kong's cookie split as Kong splits it: names and sizes.
+            if conf["remember"] != true {
+                let flags = "; Path=/; SameSite=Strict; Secure; HttpOnly";
+                let (header, payload) = cookie.split_at(HEADER_ENCODED_SIZE);
+                let ours: Vec<String> =
+                    split(conf["cookie_name"].as_str().unwrap(), header, payload)
+                        .unwrap()
+                        .into_iter()
+                        .map(|(n, h, p)| format!("{n}={h}{p}"))
+                        .collect();
+                let kongs: Vec<String> = match &case["set_cookie"] {
+                    Value::Array(a) => a.iter().map(|c| c.as_str().unwrap().to_string()).collect(),
+                    c => vec![c.as_str().unwrap().to_string()],
+                };
+                let kongs: Vec<String> = kongs
+                    .iter()
+                    .map(|c| c.split(';').next().unwrap().to_string())
+                    .collect();
+                assert_eq!(ours, kongs, "{name}");
+                if conf["cookie_same_site"] == "Strict" {
+                    assert!(case["set_cookie"].to_string().contains(flags), "{name}");
+                }
+            }
             // Sealed here with the same id and clock: the very same cookie.
             let flags = if storage { FLAG_STORAGE } else { 0 };
             let s = seal(&keys, sid_of(case), &entries(case), None, now, flags, false).unwrap();
@@ -470,12 +551,28 @@ mod tests {
             } else {
                 format!("{}{}", s.header, s.payload)
             };
+            if name.starts_with("deflated") {
+                // Deflated by zlib-rs, not zlib: other bytes (Kong inflates any raw deflate),
+                // the same flags, clock and data.
+                assert_eq!(s.decoded.flags, FLAG_DEFLATE, "{name}");
+                assert_eq!(s.decoded.raw[..44], h.raw[..44], "{name}");
+                let again = Header::open(&ours, &keys, false, false, timeouts(conf), now).unwrap();
+                let data = again.decrypt(&s.payload, &keys, false).unwrap();
+                assert_eq!(data, entries(case), "{name}");
+                continue;
+            }
             assert_eq!(ours, cookie, "{name}");
             if storage {
                 let stored = json!([s.payload]).to_string();
                 assert_eq!(case["stored"][h.id()]["value"], stored.as_str(), "{name}");
             }
         }
+        let v = vectors();
+        let cases = v["cases"].as_array().unwrap();
+        let deflated = cases
+            .iter()
+            .filter(|c| c["name"].as_str().unwrap().starts_with("deflated"));
+        assert_eq!(deflated.count(), 2, "the vectors have the deflated cases");
     }
 
     #[test]

@@ -255,28 +255,46 @@ impl Configured {
         Some((header, Payload::Cookie(payload)))
     }
 
-    /// Our entry of a session's entries, and the consumer and credential it names.
-    fn ours(&self, entries: &[Value]) -> Option<(usize, String, String)> {
+    /// Our entry of a session's entries, and the consumer, credential and authenticated
+    /// groups it names (Kong's data: `[consumer id, credential id, groups]`; the groups a
+    /// Lua table, so `{}` when empty).
+    fn ours(&self, entries: &[Value]) -> Option<(usize, String, String, Option<Vec<String>>)> {
         let index = entries
             .iter()
             .position(|e| e[1] == self.audience.as_str())?;
         let data = &entries[index][0];
+        let groups = match &data[2] {
+            Value::Array(g) => Some(
+                g.iter()
+                    .filter_map(|v| match v {
+                        Value::String(s) => Some(s.clone()),
+                        Value::Number(n) => Some(n.to_string()),
+                        _ => None,
+                    })
+                    .collect(),
+            ),
+            Value::Object(o) if o.is_empty() => Some(Vec::new()),
+            _ => None,
+        };
         Some((
             index,
             data[0].as_str()?.to_string(),
             data[1].as_str()?.to_string(),
+            groups,
         ))
     }
 
-    /// `Set-Cookie` for a sealed session (`remember`: the persistent cookie).
-    fn set_cookie(&self, sealed: &cookie::Sealed, remember: bool) -> Option<HeaderValue> {
+    /// `Set-Cookie`s for a sealed session (`remember`: the persistent cookie): one, or the
+    /// chunks of one past 4 KiB; and, when the session it replaces took more chunks
+    /// (`old_data_size`), the extra ones cleared.
+    fn set_cookie(
+        &self,
+        sealed: &cookie::Sealed,
+        remember: bool,
+        old_data_size: Option<usize>,
+    ) -> Vec<HeaderValue> {
         let name = self.name(remember);
-        let body = if self.store.is_some() {
-            sealed.header.clone()
-        } else {
-            format!("{}{}", sealed.header, sealed.payload)
-        };
-        let mut s = format!("{name}={body}{}", self.flags);
+        let mut extra = String::new();
         if remember {
             let max_age = match self.remember_timeouts.rolling as i64 {
                 0 => cookie::MAX_TTL,
@@ -284,12 +302,48 @@ impl Configured {
             };
             let expires = std::time::UNIX_EPOCH
                 + std::time::Duration::from_secs((sealed.decoded.created + max_age).max(0) as u64);
-            s.push_str(&format!(
+            extra = format!(
                 "; Expires={}; Max-Age={max_age}",
                 httpdate::fmt_http_date(expires)
-            ));
+            );
         }
-        HeaderValue::from_str(&s).ok()
+        let payload = if self.store.is_some() {
+            ""
+        } else {
+            sealed.payload.as_str()
+        };
+        let Some(parts) = cookie::split(name, &sealed.header, payload) else {
+            tracing::warn!("session: unable to save session (session cookie too big)");
+            return Vec::new();
+        };
+        let count = parts.len();
+        let mut out: Vec<HeaderValue> = parts
+            .into_iter()
+            .filter_map(|(n, h, p)| {
+                HeaderValue::from_str(&format!("{n}={h}{p}{}{extra}", self.flags)).ok()
+            })
+            .collect();
+        if self.store.is_none() {
+            let old = old_data_size.and_then(|d| cookie::chunks(name.len(), d));
+            for i in count + 1..=old.unwrap_or(0) {
+                out.extend(self.clear_cookie(&format!("{name}{i}")));
+            }
+        }
+        out
+    }
+
+    /// `Set-Cookie`s that end a session: its cookie and, with the `cookie` storage, the
+    /// chunks its `data_size` took.
+    fn clear_cookies(&self, name: &str, data_size: usize) -> Vec<HeaderValue> {
+        let n = match self.store {
+            Some(_) => 1,
+            None => cookie::chunks(name.len(), data_size).unwrap_or(1),
+        };
+        let mut out: Vec<HeaderValue> = self.clear_cookie(name).into_iter().collect();
+        for i in 2..=n {
+            out.extend(self.clear_cookie(&format!("{name}{i}")));
+        }
+        out
     }
 
     fn clear_cookie(&self, name: &str) -> Option<HeaderValue> {
@@ -469,21 +523,27 @@ impl Handle {
                 return Access::Continue;
             }
         };
-        let Some((index, consumer, credential)) = conf.ours(&entries) else {
+        let Some((index, consumer, credential, groups)) = conf.ours(&entries) else {
             return Access::Continue;
         };
         let mut writes = Vec::new();
-        let set = |req: &mut AccessRequest<'_>, v: Option<HeaderValue>| {
-            if let Some(v) = v {
+        let set = |req: &mut AccessRequest<'_>, v: Vec<HeaderValue>| {
+            for v in v {
                 req.response_headers.push((http::header::SET_COOKIE, v));
             }
         };
         let destroy = |req: &mut AccessRequest<'_>| {
-            let mut out = vec![conf.clear_cookie(&conf.cookie_name)];
-            if let Some(r) = &conf.remember_cookie_name {
-                out.push(conf.clear_cookie(r));
+            // The cookie opened (the remember one, or the browser's) with its chunks.
+            let opened = conf.name(remember);
+            let mut out = conf.clear_cookies(opened, header.data_size);
+            for other in [Some(&conf.cookie_name), conf.remember_cookie_name.as_ref()]
+                .into_iter()
+                .flatten()
+                .filter(|n| n.as_str() != opened)
+            {
+                out.extend(conf.clear_cookie(other));
             }
-            for v in out.into_iter().flatten() {
+            for v in out {
                 req.response_headers.push((http::header::SET_COOKIE, v));
             }
             if let Some(store) = &conf.store {
@@ -513,11 +573,11 @@ impl Handle {
             if let Some((r, w)) =
                 conf.save(&entries, Some(header.created), Some(&header), true, now)
             {
-                set(req, conf.set_cookie(&r, true));
+                set(req, conf.set_cookie(&r, true, Some(header.data_size)));
                 writes.extend(w);
             }
             if let Some((s, w)) = conf.save(&entries, None, None, false, now) {
-                set(req, conf.set_cookie(&s, false));
+                set(req, conf.set_cookie(&s, false, None));
                 writes.extend(w);
                 header = s.decoded;
             }
@@ -530,20 +590,27 @@ impl Handle {
                 if let Some((s, w)) =
                     conf.save(&entries, Some(header.created), Some(&header), false, now)
                 {
-                    set(req, conf.set_cookie(&s, false));
+                    set(req, conf.set_cookie(&s, false, Some(header.data_size)));
                     writes.extend(w);
                     header = s.decoded;
                 }
             } else if t.idling > 0.0 && rolling_elapsed - header.idling_offset > TOUCH_THRESHOLD {
+                // The first cookie alone: the new header and the payload's first chunk.
                 let touched = header.touch(&conf.keys, now);
                 let value = match &conf.store {
                     Some(_) => touched,
-                    None => format!("{touched}{payload}"),
+                    None => {
+                        let first = cookie::split(&conf.cookie_name, "", &payload)
+                            .and_then(|p| p.first().map(|c| c.2))
+                            .unwrap_or(&payload);
+                        format!("{touched}{first}")
+                    }
                 };
                 set(
                     req,
                     HeaderValue::from_str(&format!("{}={value}{}", conf.cookie_name, conf.flags))
-                        .ok(),
+                        .into_iter()
+                        .collect(),
                 );
             }
         }
@@ -553,6 +620,19 @@ impl Handle {
             custom_id.as_deref(),
             Some(&credential),
         )));
+        // Kong's `authenticate`: the groups the session was made with, to the upstream and to
+        // acl (`ngx.ctx.authenticated_groups`).
+        match groups {
+            Some(g) => {
+                if let Ok(v) = HeaderValue::from_str(&g.join(", ")) {
+                    req.headers.insert(crate::X_AUTHENTICATED_GROUPS.clone(), v);
+                }
+                req.ctx.insert(crate::AuthenticatedGroups(g));
+            }
+            None => {
+                req.headers.remove(&crate::X_AUTHENTICATED_GROUPS);
+            }
+        }
         let opened = Opened {
             header,
             entries,
@@ -623,6 +703,7 @@ impl Handler for Handle {
         if who.consumer_id().is_empty() {
             return None;
         }
+        let groups = crate::identity::ngx_authenticated_groups(resp.ctx);
         let opened = resp.ctx.get_mut::<Opened>();
         if let Some(o) = &opened {
             if o.consumer == who.consumer_id() && o.credential == credential {
@@ -634,7 +715,12 @@ impl Handler for Handle {
             .username()
             .or_else(|| who.custom_id())
             .unwrap_or(who.consumer_id());
-        let ours = serde_json::json!([[who.consumer_id(), credential], conf.audience, subject]);
+        let mut data = vec![Value::from(who.consumer_id()), Value::from(credential)];
+        if let Some(g) = groups {
+            data.push(Value::from(g));
+        }
+        let ours = serde_json::json!([data, conf.audience, subject]);
+        let old_data_size = opened.as_ref().map(|o| o.header.data_size);
         let mut entries = match opened {
             Some(o) => {
                 let mut e = std::mem::take(&mut o.entries);
@@ -647,7 +733,7 @@ impl Handler for Handle {
         let now = now();
         let mut writes = Vec::new();
         if let Some((s, w)) = conf.save(&entries, None, None, false, now) {
-            if let Some(v) = conf.set_cookie(&s, false) {
+            for v in conf.set_cookie(&s, false, old_data_size) {
                 resp.headers.append(http::header::SET_COOKIE, v);
             }
             writes.extend(w);
@@ -666,7 +752,7 @@ impl Handler for Handle {
         }
         if conf.remember_cookie_name.is_some() {
             if let Some((r, w)) = conf.save(&entries, None, None, true, now) {
-                if let Some(v) = conf.set_cookie(&r, true) {
+                for v in conf.set_cookie(&r, true, None) {
                     resp.headers.append(http::header::SET_COOKIE, v);
                 }
                 writes.extend(w);

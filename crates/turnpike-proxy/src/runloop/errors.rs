@@ -265,7 +265,7 @@ pub fn exit_response(
         let mut r = grpc_response(e.status, None, true);
         for (k, v) in e.headers {
             if k != header::CONTENT_TYPE {
-                r.headers_mut().insert(k, v);
+                put_exit_header(r.headers_mut(), k, v);
             }
         }
         return own_response(ctx, r, start);
@@ -273,9 +273,19 @@ pub fn exit_response(
     let mut r = Response::new(ProxyBody::full(e.body));
     *r.status_mut() = e.status;
     for (k, v) in e.headers {
-        r.headers_mut().insert(k, v);
+        put_exit_header(r.headers_mut(), k, v);
     }
     own_response(ctx, r, start)
+}
+
+/// An exit's header: a later one of a name replaces the earlier (a plugin's Content-Type
+/// over the default), but every Set-Cookie is kept (a session's chunks, its remember cookie).
+fn put_exit_header(h: &mut http::HeaderMap, k: http::HeaderName, v: http::HeaderValue) {
+    if k == header::SET_COOKIE {
+        h.append(k, v);
+    } else {
+        h.insert(k, v);
+    }
 }
 
 /// A response Turnpike produced itself (error, redirect): Kong adds Server and

@@ -293,6 +293,37 @@ async fn sessions_made_by_kong_keep_working() {
             .status,
         403
     );
+    // A session Kong deflated and split into three cookies (160 authenticated groups): the
+    // chunks put together, inflated, and the groups given to the upstream as Kong does.
+    let chunked = &v["cases"][6];
+    assert_eq!(chunked["name"], "deflated and chunked");
+    let cookies: Vec<String> = chunked["set_cookie"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(cookie_of)
+        .collect();
+    assert_eq!(cookies.len(), 3);
+    let r = call(gw.proxy, "GET", "/app", &[("cookie", &cookies.join("; "))]).await;
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    let groups: Vec<&str> = chunked["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g.as_str().unwrap())
+        .collect();
+    let h = &r.json()["headers"];
+    assert_eq!(h["x-consumer-username"], "alice");
+    assert_eq!(h["x-authenticated-groups"], groups.join(", ").as_str());
+    // Without its last chunk it is no session.
+    let r = call(
+        gw.proxy,
+        "GET",
+        "/app",
+        &[("cookie", &cookies[..2].join("; "))],
+    )
+    .await;
+    assert_eq!(r.status, 403);
     // And one made here is the same kind of cookie: 110 characters of header, then the payload.
     let r = call(gw.proxy, "GET", "/app", &[("apikey", "alice-key")]).await;
     let (made, _) = set_cookie(&r, "session").unwrap();
@@ -430,4 +461,153 @@ async fn kong_storage_needs_a_database() {
         "{}",
         r.json()
     );
+}
+
+/// Authenticated groups (Kong's `ngx.ctx.authenticated_groups`, here set by Lua code as a
+/// custom auth plugin would) are kept in the session, restored from it on later requests for
+/// acl and the upstream; a session too big for one cookie is deflated and split into
+/// `session`, `session2`, ... as lua-resty-session does, and a logout clears every chunk.
+#[tokio::test]
+async fn authenticated_groups_live_in_the_session_and_big_sessions_are_chunked() {
+    let up = Upstream::start("session-groups");
+    let groups_code = "if kong.request.get_header('apikey') then \
+        local g = {'admins'} \
+        for i = 1, 600 do g[#g + 1] = string.format('%08x%08x', (i * 2654435761) % 4294967296, (i * 2246822519 + 7) % 4294967296) end \
+        ngx.ctx.authenticated_groups = g end";
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
+consumers:
+- username: alice
+  keyauth_credentials:
+  - key: alice-key
+  acls:
+  - group: users
+- username: anonymous
+  plugins:
+  - name: request-termination
+    config: {{status_code: 403, message: anonymous}}
+services:
+- name: svc
+  url: {url}
+  routes:
+  - name: admins
+    paths: [/admins]
+    plugins:
+    - name: pre-function
+      config: {{access: ["{groups_code}"]}}
+    - name: session
+      config: {{secret: s3cr3t, cookie_secure: false}}
+    - name: key-auth
+      config: {{anonymous: anonymous}}
+    - name: acl
+      config: {{allow: [admins], always_use_authenticated_groups: true}}
+  - name: ops
+    paths: [/ops]
+    plugins:
+    - name: session
+      config: {{secret: s3cr3t, cookie_secure: false}}
+    - name: key-auth
+      config: {{anonymous: anonymous}}
+    - name: acl
+      config: {{allow: [ops], always_use_authenticated_groups: true}}
+  - name: users
+    paths: [/users]
+    plugins:
+    - name: session
+      config: {{secret: s3cr3t, cookie_secure: false}}
+    - name: key-auth
+      config: {{anonymous: anonymous}}
+    - name: acl
+      config: {{allow: [users]}}
+"#,
+        url = up.url()
+    ))
+    .start();
+    let p = gw.proxy;
+
+    // Signed in with the key; acl takes the groups the Lua code set (always_use...).
+    let r = call(p, "GET", "/admins", &[("apikey", "alice-key")]).await;
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    let sent = r.json()["headers"]["x-authenticated-groups"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(sent.starts_with("admins, "), "{sent}");
+    assert_eq!(sent.split(", ").count(), 601);
+    // The session: past 4 KiB even deflated, so split, each cookie within 4 KiB.
+    let chunks: Vec<String> = r
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_string())
+        .collect();
+    let names: Vec<&str> = chunks
+        .iter()
+        .map(|c| c.split('=').next().unwrap())
+        .collect();
+    assert!(names.len() >= 2, "{names:?}");
+    for (i, n) in names.iter().enumerate() {
+        let want = if i == 0 {
+            "session".to_string()
+        } else {
+            format!("session{}", i + 1)
+        };
+        assert_eq!(*n, want);
+    }
+    for c in &chunks {
+        let (pair, attrs) = c.split_once(';').unwrap();
+        assert!(pair.len() <= 4096, "{}", pair.len());
+        assert_eq!(attrs, " Path=/; SameSite=Strict; HttpOnly");
+    }
+    // Deflated: lua-resty-session's flag (0x0010) in the header.
+    let first = chunks[0].split(';').next().unwrap()["session=".len()..].to_string();
+    assert!(first.starts_with("ARAA"), "{}", &first[..8]);
+    let jar: Vec<&str> = chunks
+        .iter()
+        .map(|c| c.split(';').next().unwrap())
+        .collect();
+    let jar = jar.join("; ");
+
+    // The cookie alone: the groups come back from the session, for acl and the upstream.
+    let r = call(p, "GET", "/admins", &[("cookie", &jar)]).await;
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    assert_eq!(r.json()["headers"]["x-authenticated-groups"], sent.as_str());
+    assert_eq!(r.json()["headers"]["x-consumer-username"], "alice");
+    // ... and they decide on a route that wants a group they do not hold.
+    let r = call(p, "GET", "/ops", &[("cookie", &jar)]).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (403, json!({"message": "You cannot consume this service"}))
+    );
+    // Without always_use_authenticated_groups, the consumer's own groups decide.
+    let r = call(p, "GET", "/users", &[("cookie", &jar)]).await;
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    assert_eq!(r.json()["headers"]["x-consumer-groups"], "users");
+    // A client's own X-Authenticated-Groups is not believed.
+    let r = call(
+        p,
+        "GET",
+        "/ops",
+        &[("apikey", "alice-key"), ("x-authenticated-groups", "ops")],
+    )
+    .await;
+    assert_eq!(r.status, 403);
+
+    // Logout clears the session's every cookie.
+    let r = call(
+        p,
+        "DELETE",
+        "/admins?session_logout=true",
+        &[("cookie", &jar)],
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let cleared: Vec<String> = r
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().split(';').next().unwrap().to_string())
+        .collect();
+    let want: Vec<String> = names.iter().map(|n| format!("{n}=")).collect();
+    assert_eq!(cleared, want);
 }
