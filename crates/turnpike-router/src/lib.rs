@@ -9,6 +9,7 @@
 //! the first candidate in priority order whose every field matches wins.
 
 pub mod atc;
+mod cache;
 mod path;
 mod shared;
 
@@ -20,6 +21,7 @@ use rustc_hash::FxHashMap;
 use turnpike_config::atc::RouterFlavor;
 use turnpike_config::declarative::{Config, Route};
 
+pub use cache::MatchCache;
 pub use path::{normalize_path, upstream_uri};
 pub use shared::{ChunkedVec, ShardedMap};
 
@@ -312,6 +314,8 @@ pub struct Router {
     wildcard_hosts: Arc<Bucket>,
     any_host: Arc<Bucket>,
     flavor: RouterFlavor,
+    /// What a match cache's key is made of ([`MatchCache`]).
+    keys: cache::KeyFields,
 }
 
 /// The traditional tie-break: creation time, then file order.
@@ -725,6 +729,7 @@ impl Router {
                 }
             };
             self.index(&m, id, true);
+            self.learn(&m);
             *self.matchers.get_mut(id as usize).expect("a matcher id") = Some(Arc::new(m));
             self.live_matchers += 1;
             ids.push(id);
@@ -785,6 +790,39 @@ impl Router {
                         _ => {}
                     }
                 }
+            }
+        }
+    }
+
+    /// Adds what `m` reads of a request to the cache key's fields.
+    fn learn(&mut self, m: &Matcher) {
+        let k = &mut self.keys;
+        match &m.paths {
+            PathMatch::Any => {}
+            PathMatch::Prefix(_) => k.path = true,
+            PathMatch::Regex(_) => {
+                k.path = true;
+                k.costly = true;
+            }
+        }
+        let Some(f) = &m.filters else { return };
+        if let Some(p) = &f.program {
+            k.costly = true;
+            turnpike_config::atc::visit_predicates(&p.expr, &mut |pred| {
+                k.atc_field(&pred.lhs.var_name)
+            });
+            return;
+        }
+        k.method |= f.methods.is_some();
+        k.host |= f.hosts.is_some();
+        if f.snis.is_some() {
+            k.sni = true;
+            k.tls = true;
+        }
+        for (name, values) in &f.headers {
+            k.header(name);
+            if values.iter().any(|v| matches!(v, ValueMatch::Regex(_))) {
+                k.costly = true;
             }
         }
     }

@@ -41,7 +41,10 @@ pub fn run<'s>(
         peer: Some(conn.peer),
         local_ip: conn.local_ip,
     };
-    let Some(m) = snap.router.find(&view) else {
+    let Some(m) = snap
+        .router
+        .find_cached(&view, &mut ctx.route_cache.borrow_mut())
+    else {
         return Err(Box::new(rc.error(
             ctx,
             StatusCode::NOT_FOUND,

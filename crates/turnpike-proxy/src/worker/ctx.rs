@@ -39,6 +39,9 @@ pub struct WorkerCtx {
     pub response_extra: RefCell<OutsideHeaders>,
     /// Deflate states for response compression, reused from one response to the next.
     pub gzip_encoders: crate::runloop::gzip::EncoderPool,
+    /// The worker's route matches, found and not, for routers where a match costs more
+    /// than a look-up (Kong's per-worker match cache; see `turnpike_router::MatchCache`).
+    pub route_cache: RefCell<turnpike_router::MatchCache>,
     snapshot: RefCell<(u64, Rc<Arc<Snapshot>>)>,
     ids: RequestIds,
 }
@@ -61,6 +64,7 @@ impl WorkerCtx {
             closing: Cell::new(false),
             response_extra: RefCell::default(),
             gzip_encoders: Default::default(),
+            route_cache: RefCell::default(),
             deadlines,
             access_log: access_log.map(Writer::new),
         }

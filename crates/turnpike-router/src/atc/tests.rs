@@ -101,6 +101,13 @@ impl Req {
     }
 }
 
+/// What a match found: the route's slot, the matched length and the captures.
+type Outcome = Option<(usize, Option<usize>, Option<Vec<(Option<String>, String)>>)>;
+
+fn outcome(m: Option<crate::Match<'_>>) -> Outcome {
+    m.map(|m| (m.route.route_index(), m.matched_len, m.captures))
+}
+
 #[test]
 fn kong_router_cases() {
     let data: Json = serde_json::from_str(CASES).unwrap();
@@ -112,8 +119,20 @@ fn kong_router_cases() {
             let cfg = config(&case["routes"], flavor)
                 .unwrap_or_else(|e| panic!("{name} ({flavor:?}): {e}"));
             let mut problems = Vec::new();
-            let router = Router::build_skipping(&cfg, flavor, &mut problems);
+            let router = std::sync::Arc::new(Router::build_skipping(&cfg, flavor, &mut problems));
             assert!(problems.is_empty(), "{name}: {problems:?}");
+            // Every request through a match cache too, twice (stored, then served from the
+            // cache): the same answer as the router's, so the key holds every field a route
+            // reads.
+            let mut cache = crate::MatchCache::default();
+            for _ in 0..2 {
+                for q in case["requests"].as_array().unwrap() {
+                    let req = Req::from(q);
+                    let direct = outcome(router.find(&req.view()));
+                    let cached = outcome(router.find_cached(&req.view(), &mut cache));
+                    assert_eq!(cached, direct, "{name} ({flavor:?}), cached: {q}");
+                }
+            }
             for q in case["requests"].as_array().unwrap() {
                 let req = Req::from(q);
                 let m = router.find(&req.view());
