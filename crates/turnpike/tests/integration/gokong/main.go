@@ -5,6 +5,14 @@
 // entities it decoded, so the test can check that it saw what it created.
 //
 // Usage: gokong-decode http://127.0.0.1:8001
+//
+//	gokong-decode http://127.0.0.1:8001 expression-routes
+//
+// The second form writes through go-kong as Kong's Kubernetes controller does on the
+// expressions router (a service, routes with `expression` and `priority`, one updated) and
+// prints, one JSON object a line, each route as go-kong decodes it when read back (by id, by
+// name and in the list), then an attempt it expects the gateway to refuse ("refused": the
+// error go-kong returns).
 package main
 
 import (
@@ -41,6 +49,10 @@ func main() {
 	c, err := kong.NewClient(kong.String(os.Args[1]), nil)
 	if err != nil {
 		fail("client", err)
+	}
+	if len(os.Args) > 2 && os.Args[2] == "expression-routes" {
+		expressionRoutes(ctx, c)
+		return
 	}
 	if _, err := c.Root(ctx); err != nil {
 		fail("root", err)
@@ -121,5 +133,61 @@ func main() {
 			return c.Oauth2Credentials.Get(ctx, e.Consumer.ID, e.ID)
 		})
 	out, _ := json.Marshal(n)
+	fmt.Println(string(out))
+}
+
+// expressionRoutes: see the file's doc.
+func expressionRoutes(ctx context.Context, c *kong.Client) {
+	svc, err := c.Services.Create(ctx, &kong.Service{Name: kong.String("expr"), URL: kong.String("http://127.0.0.1:9")})
+	if err != nil {
+		fail("create service", err)
+	}
+	show := func(r *kong.Route) {
+		out, _ := json.Marshal(map[string]any{"name": r.Name, "expression": r.Expression,
+			"priority": r.Priority, "protocols": r.Protocols, "paths": r.Paths,
+			"service": r.Service.ID, "strip_path": r.StripPath})
+		fmt.Println(string(out))
+	}
+	made := []*kong.Route{}
+	for _, r := range []*kong.Route{
+		{Name: kong.String("users"), Expression: kong.String(`http.path ^= "/users" && http.method == "GET"`),
+			Priority: kong.Uint64(kong.MaxRoutePriority), Service: svc, StripPath: kong.Bool(true)},
+		{Name: kong.String("plain"), Expression: kong.String(`http.host == "a.test"`), Service: svc},
+	} {
+		got, err := c.Routes.Create(ctx, r)
+		if err != nil {
+			fail("create route "+*r.Name, err)
+		}
+		made = append(made, got)
+	}
+	made[1].Expression = kong.String(`http.host == "b.test" || http.host == "c.test"`)
+	made[1].Priority = kong.Uint64(7)
+	if _, err := c.Routes.Update(ctx, made[1]); err != nil {
+		fail("update route plain", err)
+	}
+	for _, r := range made {
+		byID, err := c.Routes.Get(ctx, r.ID)
+		if err != nil {
+			fail("get route "+*r.Name, err)
+		}
+		byName, err := c.Routes.Get(ctx, r.Name)
+		if err != nil {
+			fail("get route by name "+*r.Name, err)
+		}
+		if *byName.ID != *byID.ID {
+			fail("route by name", fmt.Errorf("%s is not %s", *byName.ID, *byID.ID))
+		}
+		show(byID)
+	}
+	all, err := c.Routes.ListAll(ctx)
+	if err != nil {
+		fail("list routes", err)
+	}
+	for _, r := range all {
+		show(r)
+	}
+	_, err = c.Routes.Create(ctx, &kong.Route{Name: kong.String("bad"),
+		Expression: kong.String(`http.path == "/a" &&`), Service: svc})
+	out, _ := json.Marshal(map[string]any{"refused": fmt.Sprint(err)})
 	fmt.Println(string(out))
 }
