@@ -9,6 +9,7 @@ writes A RATE SECS  -- PATCH a route on node A RATE times a second for SECS seco
                        load beside wrk). Prints how many writes succeeded.
 """
 import http.client
+import os
 import json
 import sys
 import time
@@ -34,7 +35,9 @@ def propagate(a, b, c, n):
     conns = {p: http.client.HTTPConnection("127.0.0.1", p, timeout=10) for p in (b, c)}
     for i in range(n):
         path = f"/prop-{time.time_ns()}-{i}"
-        status, body = call(a, "POST", "/services/bench/routes", {"paths": [path]})
+        route = ({"expression": f'http.path == "{path}"'} if os.environ.get("FLAVOR") == "expressions"
+                 else {"paths": [path]})
+        status, body = call(a, "POST", "/services/bench/routes", route)
         assert status == 201, (status, body)
         t0 = time.perf_counter()
         pending = {b, c}

@@ -10,7 +10,9 @@
 #
 # Layout (2 cores): node A (1 worker) on CPU 0; wrk and the nginx upstream on CPU 1; nodes B, C
 # and PostgreSQL unpinned.
-# Usage: [ROUTES=10000] bench/control-plane.sh [N_WRITES] [RUNS] [DUR]
+# FLAVOR=expressions: every node on `router_flavor = expressions`, the routes (imported and
+# written) as expressions (`http.path ^= "/rN"`, `http.path == "/prop-..."`).
+# Usage: [ROUTES=10000] [FLAVOR=traditional_compatible|expressions] bench/control-plane.sh [N_WRITES] [RUNS] [DUR]
 #        (needs postgresql, nginx, wrk, python3)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -18,7 +20,9 @@ N=${1:-200}
 RUNS=${2:-3}
 DUR=${3:-10s}
 ROUTES=${ROUTES:-10000}
-OUT=$ROOT/bench/results/control-plane-$ROUTES-$(date -u +%Y%m%d-%H%M%S)
+FLAVOR=${FLAVOR:-traditional_compatible}
+export TURNPIKE_ROUTER_FLAVOR=$FLAVOR FLAVOR
+OUT=$ROOT/bench/results/control-plane-$ROUTES${FLAVOR/traditional_compatible/}-$(date -u +%Y%m%d-%H%M%S)
 mkdir -p "$OUT"
 cargo build --release --locked -p turnpike >&2
 BIN=$ROOT/target/release/turnpike
@@ -44,11 +48,14 @@ export TURNPIKE_DATABASE=postgres TURNPIKE_PG_HOST=127.0.0.1 TURNPIKE_PG_PORT=$P
 
 start_upstream 1
 python3 - "$WORK/kong.yml" "$ROUTES" <<'PY'
-import sys
+import os, sys
+expr = os.environ["FLAVOR"] == "expressions"
+def match(path):
+    return f"    expression: 'http.path ^= \"{path}\"'" if expr else f"    paths: [{path}]"
 lines = ['_format_version: "3.0"', "services:", "- name: bench", "  url: http://127.0.0.1:9001", "  routes:",
-         "  - name: bench-write", "    paths: [/w]"]
+         "  - name: bench-write", match("/w")]
 for i in range(int(sys.argv[2])):
-    lines += [f"  - name: r{i}", f"    paths: [/r{i}]"]
+    lines += [f"  - name: r{i}", match(f"/r{i}")]
 open(sys.argv[1], "w").write("\n".join(lines) + "\n")
 PY
 "$BIN" config db_import "$WORK/kong.yml"

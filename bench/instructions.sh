@@ -49,4 +49,9 @@ PY
 }
 A=$(run 1); B=$(run $((N + 1)))
 echo $(( (B - A) / N ))
-[ -n "${KEEP_PROFILE:-}" ] && cp "$OUT/cg.$((N + 1))" "$KEEP_PROFILE" || true
+# KEEP_PROFILE=path: the N-request profile there, the one-request one beside it (`path.base`),
+# so per-function costs can be differenced (`callgrind_annotate` of both).
+if [ -n "${KEEP_PROFILE:-}" ]; then
+  cp "$OUT/cg.$((N + 1))" "$KEEP_PROFILE"
+  cp "$OUT/cg.1" "$KEEP_PROFILE.base"
+fi
