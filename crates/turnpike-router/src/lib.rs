@@ -851,7 +851,9 @@ impl Router {
             .expect("the index names live matchers only")
     }
 
-    /// Finds the route for a request.
+    /// Finds the route for a request. Inline: it was, in the route phase, before the match
+    /// cache called it from a second place (out of line, ~150 instructions a request more).
+    #[inline]
     pub fn find(&self, req: &RequestView) -> Option<Match<'_>> {
         // Candidate matcher ids; small lists stay on the stack.
         let mut cands = Candidates::new();

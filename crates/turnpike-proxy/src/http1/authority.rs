@@ -8,36 +8,40 @@ use http::{header, HeaderMap, HeaderValue, Uri};
 /// registered name / IPv4 address made of RFC 3986's unreserved, percent-encoded and sub-delims
 /// characters? No userinfo, no path, no space: nginx answers 400 to those too.
 pub fn valid_host(v: &[u8]) -> bool {
-    let (host, rest) = if v.first() == Some(&b'[') {
-        match v.iter().position(|b| *b == b']') {
-            Some(end) => {
-                let inner = &v[1..end];
-                if inner.is_empty()
-                    || !inner
-                        .iter()
-                        .all(|b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.'))
-                {
-                    return false;
-                }
-                (&v[..=end], &v[end + 1..])
-            }
-            None => return false,
-        }
-    } else {
-        match v.iter().position(|b| *b == b':') {
-            Some(i) => (&v[..i], &v[i..]),
-            None => (v, &v[v.len()..]),
-        }
-    };
-    if host.is_empty() {
-        return false;
+    if v.first() == Some(&b'[') {
+        return valid_ip_literal(v);
     }
-    let port_ok = match rest.split_first() {
+    // One pass over the name (the common case: a name or an IPv4 address, then maybe a
+    // port): the first byte that is not a reg-name character ends it, and must be the port's
+    // colon. Two passes (find the colon, then check the name) cost ~270 instructions for
+    // `127.0.0.1:8000`.
+    let end = v
+        .iter()
+        .position(|&b| !REG_NAME[b as usize])
+        .unwrap_or(v.len());
+    end > 0 && port_ok(&v[end..])
+}
+
+/// `[v6 or vfuture]` with an optional port.
+fn valid_ip_literal(v: &[u8]) -> bool {
+    let Some(end) = v.iter().position(|b| *b == b']') else {
+        return false;
+    };
+    let inner = &v[1..end];
+    !inner.is_empty()
+        && inner
+            .iter()
+            .all(|b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.'))
+        && port_ok(&v[end + 1..])
+}
+
+/// Nothing, or `:` and at most five digits.
+fn port_ok(rest: &[u8]) -> bool {
+    match rest.split_first() {
         None => true,
         Some((b':', digits)) => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
         Some(_) => false,
-    };
-    port_ok && (host[0] == b'[' || host.iter().all(|&b| REG_NAME[b as usize]))
+    }
 }
 
 /// RFC 3986's reg-name characters (unreserved, sub-delims, `%`), as a table: one load a byte.
@@ -149,6 +153,43 @@ mod tests {
         ] {
             assert!(!valid_host(bad.as_bytes()), "{bad}");
         }
+    }
+
+    /// The one-pass check says what the definition says (the name up to the first colon made
+    /// of reg-name characters, then nothing or a port) on every string of up to five bytes
+    /// from an alphabet of each class.
+    #[test]
+    fn one_pass_host_check_agrees_with_the_definition() {
+        fn definition(v: &[u8]) -> bool {
+            if v.first() == Some(&b'[') {
+                return super::valid_ip_literal(v);
+            }
+            let (host, rest) = match v.iter().position(|b| *b == b':') {
+                Some(i) => (&v[..i], &v[i..]),
+                None => (v, &v[v.len()..]),
+            };
+            !host.is_empty() && super::port_ok(rest) && host.iter().all(|&b| REG_NAME[b as usize])
+        }
+        let alphabet = b"a1.:-/ @[]%";
+        let mut checked = 0;
+        let mut stack: Vec<Vec<u8>> = vec![Vec::new()];
+        while let Some(v) = stack.pop() {
+            assert_eq!(
+                valid_host(&v),
+                definition(&v),
+                "{:?}",
+                String::from_utf8_lossy(&v)
+            );
+            checked += 1;
+            if v.len() < 5 {
+                for &b in alphabet {
+                    let mut w = v.clone();
+                    w.push(b);
+                    stack.push(w);
+                }
+            }
+        }
+        assert!(checked > 170_000, "{checked}");
     }
 
     fn headers(hosts: &[&str]) -> HeaderMap {
