@@ -259,21 +259,11 @@ mod tests {
     use http::HeaderMap;
     use serde_json::{json, Value};
     use turnpike_config::atc::RouterFlavor;
-    use turnpike_config::declarative::{load_str, PluginRegistry};
+    use turnpike_config::declarative::load_str;
 
     use super::MatchCache;
+    use crate::atc::tests::Flavored;
     use crate::{RequestView, Router};
-
-    struct Flavored(RouterFlavor);
-
-    impl PluginRegistry for Flavored {
-        fn check(&self, _: &str, _: &Value) -> Option<Result<Value, Vec<(String, String)>>> {
-            None
-        }
-        fn router_flavor(&self) -> RouterFlavor {
-            self.0
-        }
-    }
 
     fn router(routes: Value, flavor: RouterFlavor) -> Arc<Router> {
         let doc = json!({"_format_version": "3.0",

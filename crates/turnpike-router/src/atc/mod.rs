@@ -126,4 +126,4 @@ fn implied(e: &Expression, take: &dyn Fn(&str, &BinaryOperator) -> bool) -> Opti
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

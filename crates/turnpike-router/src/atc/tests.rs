@@ -14,8 +14,8 @@ use crate::{group_priority, RequestView, Router};
 
 const CASES: &str = include_str!("../../testdata/kong-router-cases.json");
 
-/// No plugins; routes read as `flavor` reads them.
-struct Flavored(RouterFlavor);
+/// No plugins; routes read as `flavor` reads them (the crate's tests share it).
+pub(crate) struct Flavored(pub(crate) RouterFlavor);
 
 impl PluginRegistry for Flavored {
     fn check(&self, _: &str, _: &Json) -> Option<Result<Json, Vec<(String, String)>>> {
