@@ -43,6 +43,7 @@ fn bench(c: &mut Criterion) {
                     tls: false,
                     peer: None,
                     local_ip: None,
+                    protocol: None,
                 };
                 let m = router.find(&view).expect("route");
                 black_box(m.route.route_index())

@@ -46,6 +46,9 @@ pub struct RequestView<'a> {
     /// The client's address (`net.src.*`) and the address it reached (`net.dst.ip`).
     pub peer: Option<std::net::SocketAddr>,
     pub local_ip: Option<std::net::IpAddr>,
+    /// `net.protocol` when it is not `http`/`https` by [`RequestView::tls`]: a stream
+    /// connection's `tcp`, `tls` or `udp`.
+    pub protocol: Option<&'a str>,
 }
 
 impl<'a> RequestView<'a> {
@@ -69,6 +72,7 @@ impl<'a> RequestView<'a> {
             tls: false,
             peer: None,
             local_ip: None,
+            protocol: None,
         }
     }
 }

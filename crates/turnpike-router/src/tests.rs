@@ -41,6 +41,7 @@ fn find(r: &Router, cfg: &Config, q: &Req) -> Option<(String, Option<usize>)> {
         tls: q.tls,
         peer: None,
         local_ip: None,
+        protocol: None,
     };
     r.find(&view).map(|m| {
         (
@@ -143,6 +144,7 @@ fn regex_paths_priority_and_captures() {
         tls: false,
         peer: None,
         local_ip: None,
+        protocol: None,
     };
     let m = r.find(&view).unwrap();
     assert_eq!(m.matched_len, Some(9));
@@ -297,6 +299,7 @@ fn a_patched_router_routes_as_a_rebuilt_one() {
                         tls: false,
                         peer: None,
                         local_ip: None,
+                        protocol: None,
                     };
                     let got = patched
                         .find(&view)

@@ -40,6 +40,7 @@ pub fn run<'s>(
         tls: conn.tls,
         peer: Some(conn.peer),
         local_ip: conn.local_ip,
+        protocol: None,
     };
     let Some(m) = snap
         .router

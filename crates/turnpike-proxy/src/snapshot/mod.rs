@@ -336,7 +336,7 @@ impl Snapshot {
             .cloned()
             .collect();
         let streams = if streams_changed {
-            Arc::new(streams::StreamRoutes::compile(&config))
+            Arc::new(streams::StreamRoutes::compile(&config, router.flavor()))
         } else {
             prev.streams.clone()
         };
@@ -534,7 +534,7 @@ impl Snapshot {
             .chain(&other_problems)
             .cloned()
             .collect();
-        let streams = Arc::new(streams::StreamRoutes::compile(&config));
+        let streams = Arc::new(streams::StreamRoutes::compile(&config, router.flavor()));
         Snapshot {
             config,
             router,

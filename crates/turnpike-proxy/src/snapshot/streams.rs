@@ -6,12 +6,23 @@
 //! field matches it: a route with more kinds of fields set before one with fewer, then in
 //! config order (Kong's traditional stream router orders by how many categories a route
 //! matches on).
+//!
+//! Under `router_flavor = expressions` every stream route is an ATC program as Kong's
+//! `kong/router/expressions.lua` makes it: its `expression` (or its traditional fields
+//! translated), with the `net.protocol` clause for its protocols, ordered by Kong's priority
+//! (`priority` for an expression route, above every translated one; `stream_get_priority`
+//! for the others) and then by route id, both descending as the engine orders its matchers.
+//! A connection's `net.protocol` is `udp`, `tls` when the ClientHello named a server, else
+//! `tcp` (Kong's stream `exec`).
 
 use std::net::{IpAddr, SocketAddr};
 
 use serde_json::Value;
+use turnpike_config::atc::{Expression, RouterFlavor};
 use turnpike_config::conf::{cidr_contains, parse_cidr};
 use turnpike_config::declarative::Config;
+use turnpike_router::atc::eval::{eval, Fields, Record};
+use turnpike_router::RequestView;
 
 /// One `sources` / `destinations` entry: an address (network and prefix) and a port, either
 /// may be absent.
@@ -67,6 +78,8 @@ pub struct StreamRoute {
     pub service: usize,
     /// The route's id, for logs.
     pub id: String,
+    /// The route as an ATC program, under the expressions flavor.
+    program: Option<Expression>,
 }
 
 impl StreamRoute {
@@ -108,12 +121,15 @@ pub fn is_stream(r: &turnpike_config::declarative::Route) -> bool {
 #[derive(Debug, Default)]
 pub struct StreamRoutes {
     routes: Vec<StreamRoute>,
+    /// Matched by their programs (the expressions flavor).
+    atc: bool,
 }
 
 impl StreamRoutes {
-    /// The stream routes of `config` whose service is enabled.
-    pub fn compile(config: &Config) -> StreamRoutes {
-        let mut routes: Vec<StreamRoute> = Vec::new();
+    /// The stream routes of `config` whose service is enabled, for the router `flavor`.
+    pub fn compile(config: &Config, flavor: RouterFlavor) -> StreamRoutes {
+        let atc = flavor == RouterFlavor::Expressions;
+        let mut routes: Vec<(StreamRoute, u64, uuid::Uuid)> = Vec::new();
         for r in &config.routes {
             let (tcp, udp, tls, passthrough) = (
                 r.protocols.contains("tcp"),
@@ -161,15 +177,43 @@ impl StreamRoutes {
                 passthrough,
                 service,
                 id: r.id.to_string(),
+                program: None,
             };
+            if atc {
+                let priority = turnpike_router::atc::translate::stream_priority(r);
+                match turnpike_router::atc::programs(r, |_| priority) {
+                    Ok(mut ps) if !ps.is_empty() => {
+                        let (program, priority, id) = ps.swap_remove(0);
+                        routes.push((
+                            StreamRoute {
+                                program: Some(program.expr),
+                                ..route
+                            },
+                            priority,
+                            id,
+                        ));
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::error!("stream route {}: {e}", r.id),
+                }
+                continue;
+            }
             if route.categories() == 0 {
                 continue;
             }
-            routes.push(route);
+            let categories = route.categories() as u64;
+            routes.push((route, categories, uuid::Uuid::nil()));
         }
-        // Stable: config order among routes of as many categories.
-        routes.sort_by_key(|r| std::cmp::Reverse(r.categories()));
-        StreamRoutes { routes }
+        if atc {
+            routes.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)));
+        } else {
+            // Stable: config order among routes of as many categories.
+            routes.sort_by_key(|r| std::cmp::Reverse(r.1));
+        }
+        StreamRoutes {
+            routes: routes.into_iter().map(|r| r.0).collect(),
+            atc,
+        }
     }
 
     /// The route for a connection from `peer` accepted on `local`.
@@ -179,7 +223,28 @@ impl StreamRoutes {
         local: SocketAddr,
         t: Transport<'_>,
     ) -> Option<&StreamRoute> {
-        self.routes.iter().find(|r| r.matches(peer, local, t))
+        if !self.atc {
+            return self.routes.iter().find(|r| r.matches(peer, local, t));
+        }
+        let (protocol, sni) = match t {
+            Transport::Tcp | Transport::Tls(None) => ("tcp", None),
+            Transport::Udp => ("udp", None),
+            Transport::Tls(Some(name)) => ("tls", Some(name)),
+        };
+        let headers = http::HeaderMap::new();
+        let view = RequestView {
+            sni,
+            peer: Some(peer),
+            local_ip: Some(local.ip()),
+            protocol: Some(protocol),
+            ..RequestView::basic("", "", local.port(), "", &headers)
+        };
+        let mut fields = Fields::new(&view);
+        self.routes.iter().find(|r| {
+            r.program
+                .as_ref()
+                .is_some_and(|e| eval(e, &mut fields, &mut Record::default()))
+        })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -192,10 +257,130 @@ mod tests {
     use super::*;
 
     fn config(routes: &str) -> Config {
+        flavored(routes, RouterFlavor::TraditionalCompatible).unwrap()
+    }
+
+    fn flavored(routes: &str, flavor: RouterFlavor) -> Result<Config, String> {
         let yaml = format!(
-            "_format_version: '3.0'\nservices: [{{name: a, url: 'tcp://127.0.0.1:1'}}, {{name: b, url: 'tcp://127.0.0.1:2'}}]\nroutes: {routes}"
+            "_format_version: '3.0'\nservices: [{{name: a, url: 'tcp://127.0.0.1:1'}}, {{name: b, url: 'tcp://127.0.0.1:2'}}, {{name: c, url: 'tcp://127.0.0.1:3'}}]\nroutes: {routes}"
         );
-        turnpike_config::declarative::load_str(&yaml, &turnpike_plugins::bundled()).unwrap()
+        let plugins = turnpike_plugins::bundled().routing(flavor);
+        turnpike_config::declarative::load_str(&yaml, &plugins).map_err(|e| e.to_string())
+    }
+
+    fn expressions(routes: &str) -> StreamRoutes {
+        let c = flavored(routes, RouterFlavor::Expressions).unwrap();
+        StreamRoutes::compile(&c, RouterFlavor::Expressions)
+    }
+
+    #[test]
+    fn expression_routes_match_on_net_fields_by_priority() {
+        let s = expressions(
+            r#"[{name: low, protocols: [tcp], service: a, priority: 1,
+                 expression: 'net.dst.port == 7000'},
+                {name: high, protocols: [tcp], service: b, priority: 5,
+                 expression: 'net.dst.port == 7000 && net.src.ip in 10.0.0.0/8'},
+                {name: tls, protocols: [tls], service: c,
+                 expression: 'tls.sni =^ ".wild.test" || tls.sni == "a.test"'},
+                {name: udp, protocols: [udp], service: c, expression: 'net.src.port >= 1024'}]"#,
+        );
+        let at = |peer: &str, local: &str, t: Transport<'_>| {
+            s.find(peer.parse().unwrap(), local.parse().unwrap(), t)
+                .map(|r| r.service)
+        };
+        use Transport::*;
+        // The higher priority wins where both match.
+        assert_eq!(at("10.1.2.3:5000", "127.0.0.1:7000", Tcp), Some(1));
+        assert_eq!(at("192.0.2.1:5000", "127.0.0.1:7000", Tcp), Some(0));
+        assert_eq!(at("10.1.2.3:5000", "127.0.0.1:7001", Tcp), None);
+        // The protocol clause: a tcp route takes no UDP client, the udp route no TCP one.
+        assert_eq!(at("192.0.2.1:5000", "127.0.0.1:7001", Udp), Some(2));
+        assert_eq!(at("192.0.2.1:5000", "127.0.0.1:7000", Udp), Some(2));
+        assert_eq!(at("192.0.2.1:1000", "127.0.0.1:7001", Udp), None);
+        assert_eq!(
+            at("192.0.2.1:5000", "127.0.0.1:7002", Tls(Some("x.wild.test"))),
+            Some(2)
+        );
+        assert_eq!(
+            at("192.0.2.1:5000", "127.0.0.1:7002", Tls(Some("a.test"))),
+            Some(2)
+        );
+        assert_eq!(
+            at("192.0.2.1:5000", "127.0.0.1:7002", Tls(Some("b.test"))),
+            None
+        );
+        // A ClientHello without a name is `tcp` to the engine, as in Kong: the tcp
+        // routes see it.
+        assert_eq!(at("192.0.2.1:5000", "127.0.0.1:7000", Tls(None)), Some(0));
+    }
+
+    #[test]
+    fn traditional_stream_routes_rank_below_expressions_by_kongs_stream_priority() {
+        let s = expressions(
+            r#"[{name: port, protocols: [tcp], service: a, destinations: [{port: 7000}]},
+                {name: both, protocols: [tcp], service: b, destinations: [{port: 7000}],
+                 sources: [{ip: 10.0.0.0/8}]},
+                {name: expr, protocols: [tcp], service: c, priority: 0,
+                 expression: 'net.src.ip == 10.9.9.9'}]"#,
+        );
+        let at = |peer: &str| {
+            s.find(
+                peer.parse().unwrap(),
+                "127.0.0.1:7000".parse().unwrap(),
+                Transport::Tcp,
+            )
+            .map(|r| r.service)
+        };
+        // An expression route, even at priority 0, ranks above every translated one.
+        assert_eq!(at("10.9.9.9:1"), Some(2));
+        // sources + destinations carry bit 61, above a destination port alone.
+        assert_eq!(at("10.1.1.1:1"), Some(1));
+        assert_eq!(at("192.0.2.1:1"), Some(0));
+        let p = |routes: &str| {
+            let c = flavored(routes, RouterFlavor::Expressions).unwrap();
+            turnpike_router::atc::translate::stream_priority(&c.routes[0])
+        };
+        assert_eq!(
+            p("[{protocols: [tcp], service: a, destinations: [{ip: 10.0.0.1, port: 1}]}]"),
+            0b1100
+        );
+        assert_eq!(
+            p("[{protocols: [tcp], service: a, sources: [{ip: 10.0.0.0/8}], destinations: [{port: 1}]}]"),
+            1 << 61 | 1 << 4 | 0b100
+        );
+        assert_eq!(
+            p("[{protocols: [tls], service: a, snis: [a.test]}]"),
+            1 << 61
+        );
+    }
+
+    #[test]
+    fn ties_go_to_the_greater_route_id() {
+        let s = expressions(
+            r#"[{id: 00000000-0000-0000-0000-000000000001, protocols: [tcp], service: a,
+                 expression: 'net.dst.port == 7000'},
+                {id: 00000000-0000-0000-0000-000000000002, protocols: [tcp], service: b,
+                 expression: 'net.dst.port == 7000'}]"#,
+        );
+        let found = s.find(
+            "10.0.0.1:1".parse().unwrap(),
+            "127.0.0.1:7000".parse().unwrap(),
+            Transport::Tcp,
+        );
+        assert_eq!(found.map(|r| r.service), Some(1));
+    }
+
+    #[test]
+    fn a_stream_expression_asking_for_http_fields_is_refused_with_kongs_message() {
+        let e = flavored(
+            "[{protocols: [tcp], service: a, expression: 'http.path == \"/x\"'}]",
+            RouterFlavor::Expressions,
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("Router Expression failed validation: Unknown LHS field"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -205,7 +390,7 @@ mod tests {
               {name: lan, protocols: [tcp], service: b, destinations: [{port: 7000}], sources: [{ip: 10.0.0.0/8}]},
               {name: other, protocols: [tcp], service: a, destinations: [{ip: 127.0.0.2, port: 7001}]}]",
         );
-        let s = StreamRoutes::compile(&c);
+        let s = StreamRoutes::compile(&c, RouterFlavor::Traditional);
         let at = |peer: &str, local: &str| {
             s.find(
                 peer.parse().unwrap(),
@@ -227,7 +412,7 @@ mod tests {
               {name: p, protocols: [tls_passthrough], service: b, snis: [pass.test]},
               {name: plain, protocols: [tcp], service: b, destinations: [{port: 7000}]}]",
         );
-        let s = StreamRoutes::compile(&c);
+        let s = StreamRoutes::compile(&c, RouterFlavor::Traditional);
         let (peer, local) = (
             "10.0.0.1:1".parse().unwrap(),
             "127.0.0.1:7000".parse().unwrap(),

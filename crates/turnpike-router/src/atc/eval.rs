@@ -76,7 +76,9 @@ impl<'a, 'r> Fields<'a, 'r> {
             "http.path" => one(req.path),
             "http.method" => one(req.method),
             "http.host" => one(split_host_port(req.authority).0),
-            "net.protocol" => one(if req.tls { "https" } else { "http" }),
+            "net.protocol" => one(req
+                .protocol
+                .unwrap_or(if req.tls { "https" } else { "http" })),
             "tls.sni" => req.sni.map_or(Values::None, one),
             "net.src.ip" => req
                 .peer

@@ -97,6 +97,7 @@ impl Req {
             tls: self.tls,
             peer: self.peer,
             local_ip: self.local_ip,
+            protocol: None,
         }
     }
 }

@@ -191,6 +191,38 @@ fn kong_split_host_port(h: &str) -> (&str, Option<u16>) {
     }
 }
 
+/// Kong's `stream_get_priority`: a stream route's priority from its `snis`, `sources` and
+/// `destinations` (bit 61 for snis, or for sources and destinations both; then per side
+/// IP (bit 3), port (bit 2) and CIDR (bit 0), the sources' bits four places up).
+pub fn stream_priority(route: &Route) -> u64 {
+    const SNI: u64 = 1 << 61;
+    let weight = |nets: &[Value]| -> u64 {
+        nets.iter().fold(0, |w, n| {
+            let ip = match n.get("ip").and_then(Value::as_str) {
+                Some(ip) if ip.contains('/') => 1,
+                Some(_) => 1 << 3,
+                None => 0,
+            };
+            let port = if n.get("port").is_some_and(|p| !p.is_null()) {
+                1 << 2
+            } else {
+                0
+            };
+            w | ip | port
+        })
+    };
+    let (snis, srcs, dsts) = (
+        route.snis.as_deref().unwrap_or_default(),
+        route.sources.as_deref().unwrap_or_default(),
+        route.destinations.as_deref().unwrap_or_default(),
+    );
+    let mut p = 0;
+    if !snis.is_empty() || (!srcs.is_empty() && !dsts.is_empty()) {
+        p = SNI;
+    }
+    p | weight(srcs) << 4 | weight(dsts)
+}
+
 /// The expressions flavor's `&& (net.protocol == ...)` for the route's protocols, `None` for
 /// a route whose one protocol is https, tls or tls_passthrough (left to the redirect).
 pub fn protocol_clause(route: &Route) -> Option<String> {

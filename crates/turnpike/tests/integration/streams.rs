@@ -419,3 +419,168 @@ async fn udp_datagrams_are_proxied_by_client_session() {
     assert!(gw.log_text().contains("udp client"), "{}", gw.log_text());
     assert!(!gw.log_text().contains("panicked"));
 }
+
+/// `router_flavor = expressions` on the stream listeners: `tcp` routes matched by their
+/// `expression` over `net.*` (by `priority`, an expression route above a translated
+/// traditional one), `tls` routes by `tls.sni`, `tls_passthrough` routed on the ClientHello,
+/// and a connection no expression takes closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expression_stream_routes_are_matched_by_the_expressions_flavor() {
+    let echo = tcp_server(None).await;
+    let source = tcp_server(Some(5)).await;
+    let (up_cert, up_key) = cert_for("pass.test");
+    let tls_echo = tls_echo_server(&up_cert, &up_key).await;
+    let (db_cert, db_key) = cert_for("db.test");
+    let (tcp_port, other_port, tls_port) = (free_port(), free_port(), free_port());
+    let doc = json!({
+        "_format_version": "3.0",
+        "services": [
+            {"name": "echo", "url": format!("tcp://{echo}"), "routes": [
+                {"name": "any-port", "protocols": ["tcp"], "priority": 1,
+                 "expression": format!("net.dst.port == {tcp_port} || net.dst.port == {other_port}")},
+                {"name": "db", "protocols": ["tls"],
+                 "expression": "tls.sni == \"db.test\""},
+            ]},
+            {"name": "source", "url": format!("tcp://{source}"), "routes": [
+                // Above any-port for loopback clients on tcp_port only.
+                {"name": "loopback", "protocols": ["tcp"], "priority": 10,
+                 "expression": format!("net.dst.port == {tcp_port} && net.src.ip in 127.0.0.0/8")},
+            ]},
+            {"name": "raw", "url": format!("tcp://{tls_echo}"), "routes": [
+                {"name": "pass", "protocols": ["tls_passthrough"],
+                 "expression": "tls.sni =^ \".pass.test\" || tls.sni == \"pass.test\""},
+            ]},
+        ],
+        "certificates": [
+            {"cert": db_cert, "key": db_key, "snis": [{"name": "db.test"}]},
+        ],
+    });
+    let gw = Gateway::with_config(&doc.to_string())
+        .env("TURNPIKE_ROUTER_FLAVOR", "expressions")
+        .env(
+            "TURNPIKE_STREAM_LISTEN",
+            &format!("127.0.0.1:{tcp_port}, 127.0.0.1:{other_port}, 127.0.0.1:{tls_port} ssl"),
+        )
+        .start();
+    let at = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+    for port in [tcp_port, other_port, tls_port] {
+        listening(at(port)).await;
+    }
+    let exchange = |port: u16, msg: &'static [u8]| async move {
+        let mut s = TcpStream::connect(at(port)).await.unwrap();
+        s.write_all(msg).await.unwrap();
+        s.shutdown().await.unwrap();
+        let mut back = Vec::new();
+        let _ =
+            tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut back)).await;
+        back
+    };
+    // priority 10 takes loopback clients on tcp_port: the source answers 5 bytes of 7.
+    assert_eq!(exchange(tcp_port, b"hello").await, vec![7u8; 5]);
+    // On the other port only the priority-1 route matches: the echo.
+    assert_eq!(exchange(other_port, b"hello").await, b"hello");
+    // TLS: terminated for db.test by its expression, passed through for *.pass.test.
+    let der = |pem: &str| pem_certs(pem)[0].to_vec();
+    let (back, cert) = tls_exchange(at(tls_port), "db.test", b"select 1")
+        .await
+        .expect("db.test");
+    assert_eq!((back.as_slice(), cert), (&b"select 1"[..], der(&db_cert)));
+    let (back, cert) = tls_exchange(at(tls_port), "a.pass.test", b"end to end")
+        .await
+        .expect("a.pass.test");
+    assert_eq!((back.as_slice(), cert), (&b"end to end"[..], der(&up_cert)));
+    // No expression takes this name.
+    assert!(tls_exchange(at(tls_port), "other.test", b"x")
+        .await
+        .is_none());
+    let log = gw.log_text();
+    assert!(log.contains("sni other.test"), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
+}
+
+/// The same through the Admin API on a database: a stream expression route added at run
+/// time takes connections, and a PATCH of its expression moves them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expression_stream_routes_through_the_admin_api() {
+    let echo = tcp_server(None).await;
+    let source = tcp_server(Some(3)).await;
+    let port = free_port();
+    let gw = Gateway::sqlite()
+        .env("KONG_ROUTER_FLAVOR", "expressions")
+        .env("TURNPIKE_STREAM_LISTEN", &format!("127.0.0.1:{port}"))
+        .start();
+    let at = SocketAddr::from(([127, 0, 0, 1], port));
+    listening(at).await;
+    for (name, url) in [
+        ("echo", format!("tcp://{echo}")),
+        ("source", format!("tcp://{source}")),
+    ] {
+        let r = gw
+            .admin("POST", "/services", Some(json!({"name": name, "url": url})))
+            .await;
+        assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    }
+    let r = gw
+        .admin(
+            "POST",
+            "/services/echo/routes",
+            Some(json!({"name": "e", "protocols": ["tcp"],
+                        "expression": format!("net.dst.port == {port}")})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let r = gw
+        .admin(
+            "POST",
+            "/services/source/routes",
+            Some(json!({"name": "s", "protocols": ["tcp"], "priority": 2,
+                        "expression": "net.src.ip == 192.0.2.1"})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    // Kong's message for an http field on a stream route.
+    let r = gw
+        .admin(
+            "POST",
+            "/services/echo/routes",
+            Some(json!({"protocols": ["tcp"], "expression": "http.path == \"/\""})),
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    assert!(
+        String::from_utf8_lossy(&r.body).contains("Unknown LHS field"),
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    let exchange = || async move {
+        let Ok(mut s) = TcpStream::connect(at).await else {
+            return Vec::new();
+        };
+        let _ = s.write_all(b"ping").await;
+        let _ = s.shutdown().await;
+        let mut back = Vec::new();
+        let _ =
+            tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut back)).await;
+        back
+    };
+    let echoed = eventually(std::time::Duration::from_secs(10), async || {
+        exchange().await == b"ping"
+    })
+    .await;
+    assert!(echoed, "the echo route takes the connection");
+    // The source route now takes every loopback client, above the echo's priority 0.
+    let r = gw
+        .admin(
+            "PATCH",
+            "/routes/s",
+            Some(json!({"expression": "net.src.ip in 127.0.0.0/8"})),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let moved = eventually(std::time::Duration::from_secs(10), async || {
+        exchange().await == vec![7u8; 3]
+    })
+    .await;
+    assert!(moved, "the patched route takes the connection");
+    assert!(!gw.log_text().contains("panicked"));
+}
