@@ -14,6 +14,12 @@
 //! for the others) and then by route id, both descending as the engine orders its matchers.
 //! A connection's `net.protocol` is `udp`, `tls` when the ClientHello named a server, else
 //! `tcp` (Kong's stream `exec`).
+//!
+//! Under `traditional_compatible` (Kong's default) routes are tried in that same order
+//! (`stream_get_priority`, then id), each by the matchers above. One difference is kept on
+//! purpose: Kong's translation of a traditional stream route has no `net.protocol` clause, so
+//! there a `tls` route's `snis` (`net.protocol != "tls" || tls.sni == ...`) also take a plain
+//! TCP connection; here a route takes only connections of its own protocols.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -201,10 +207,17 @@ impl StreamRoutes {
             if route.categories() == 0 {
                 continue;
             }
-            let categories = route.categories() as u64;
-            routes.push((route, categories, uuid::Uuid::nil()));
+            if flavor == RouterFlavor::Traditional {
+                let categories = route.categories() as u64;
+                routes.push((route, categories, uuid::Uuid::nil()));
+            } else {
+                // traditional_compatible: Kong's ATC order, its matchers ours.
+                let priority = turnpike_router::atc::translate::stream_priority(r);
+                let id = uuid::Uuid::parse_str(&r.id).unwrap_or_default();
+                routes.push((route, priority, id));
+            }
         }
-        if atc {
+        if flavor != RouterFlavor::Traditional {
             routes.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)));
         } else {
             // Stable: config order among routes of as many categories.
@@ -352,6 +365,26 @@ mod tests {
             p("[{protocols: [tls], service: a, snis: [a.test]}]"),
             1 << 61
         );
+    }
+
+    #[test]
+    fn traditional_compatible_orders_stream_routes_as_kongs_atc_does() {
+        let routes = "[{name: dst, protocols: [tcp], service: a, destinations: [{ip: 127.0.0.1, port: 7000}]},
+                       {name: src, protocols: [tcp], service: b, sources: [{ip: 10.0.0.0/8}]}]";
+        let c = config(routes);
+        let pick = |flavor| {
+            StreamRoutes::compile(&c, flavor)
+                .find(
+                    "10.1.1.1:1".parse().unwrap(),
+                    "127.0.0.1:7000".parse().unwrap(),
+                    Transport::Tcp,
+                )
+                .map(|r| r.service)
+        };
+        // One category each: the traditional router keeps config order; Kong's default
+        // ranks a source CIDR (bits 4) above a destination IP and port (bits 3 and 2).
+        assert_eq!(pick(RouterFlavor::Traditional), Some(0));
+        assert_eq!(pick(RouterFlavor::TraditionalCompatible), Some(1));
     }
 
     #[test]
