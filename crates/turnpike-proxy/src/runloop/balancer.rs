@@ -282,7 +282,7 @@ pub async fn send(
         let tries = call.tries();
         let picking = tries.map(|_| Instant::now());
         let (peer, balancer_host, picked) = match &service.destination {
-            Destination::Direct(p) => (p, None, None),
+            Destination::Direct(p) => (&**p, None, None),
             Destination::Balanced(b) => {
                 let req = crate::upstream::balancer::Request {
                     consumer_id: call.consumer_id,

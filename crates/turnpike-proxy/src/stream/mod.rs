@@ -249,7 +249,7 @@ fn pick<'s>(
     route: &StreamRoute,
 ) -> Option<(&'s Peer, Option<usize>)> {
     match &service.destination {
-        Destination::Direct(p) => Some((p, None)),
+        Destination::Direct(p) => Some((&**p, None)),
         Destination::Balanced(b) => {
             let headers = HeaderMap::new();
             let req = crate::upstream::balancer::Request {
