@@ -219,6 +219,19 @@ async fn tls_echo_server(cert: &str, key: &str) -> SocketAddr {
     addr
 }
 
+/// One exchange over plain TCP: `msg`, a half-close, and what came back before the close
+/// (nothing when the connection is refused or closed at once).
+async fn tcp_exchange(addr: SocketAddr, msg: &[u8]) -> Vec<u8> {
+    let Ok(mut s) = TcpStream::connect(addr).await else {
+        return Vec::new();
+    };
+    let _ = s.write_all(msg).await;
+    let _ = s.shutdown().await;
+    let mut back = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut back)).await;
+    back
+}
+
 /// One exchange over TLS with `sni`: what came back, and the certificate the client saw.
 async fn tls_exchange(addr: SocketAddr, sni: &str, msg: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
     let tcp = TcpStream::connect(addr).await.ok()?;
@@ -466,15 +479,7 @@ async fn expression_stream_routes_are_matched_by_the_expressions_flavor() {
     for port in [tcp_port, other_port, tls_port] {
         listening(at(port)).await;
     }
-    let exchange = |port: u16, msg: &'static [u8]| async move {
-        let mut s = TcpStream::connect(at(port)).await.unwrap();
-        s.write_all(msg).await.unwrap();
-        s.shutdown().await.unwrap();
-        let mut back = Vec::new();
-        let _ =
-            tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut back)).await;
-        back
-    };
+    let exchange = |port: u16, msg: &'static [u8]| tcp_exchange(at(port), msg);
     // priority 10 takes loopback clients on tcp_port: the source answers 5 bytes of 7.
     assert_eq!(exchange(tcp_port, b"hello").await, vec![7u8; 5]);
     // On the other port only the priority-1 route matches: the echo.
@@ -552,17 +557,7 @@ async fn expression_stream_routes_through_the_admin_api() {
         "{}",
         String::from_utf8_lossy(&r.body)
     );
-    let exchange = || async move {
-        let Ok(mut s) = TcpStream::connect(at).await else {
-            return Vec::new();
-        };
-        let _ = s.write_all(b"ping").await;
-        let _ = s.shutdown().await;
-        let mut back = Vec::new();
-        let _ =
-            tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut back)).await;
-        back
-    };
+    let exchange = || tcp_exchange(at, b"ping");
     let echoed = eventually(std::time::Duration::from_secs(10), async || {
         exchange().await == b"ping"
     })
