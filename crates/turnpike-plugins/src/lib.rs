@@ -16,6 +16,8 @@ pub mod cors;
 pub mod credentials;
 pub mod datadog;
 pub mod file_log;
+pub mod grpc_gateway;
+pub mod grpc_proto;
 pub mod grpc_web;
 pub mod hmac_auth;
 pub mod http_log;

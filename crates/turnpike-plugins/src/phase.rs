@@ -202,6 +202,16 @@ impl Exit {
             body: Bytes::from(body),
         }
     }
+
+    /// `kong.response.exit(status, "text")`: the text as the body, without a Content-Type
+    /// (Kong's proxy server has `default_type ''`).
+    pub fn text(status: StatusCode, text: impl Into<Bytes>) -> Exit {
+        Exit {
+            status,
+            headers: Vec::new(),
+            body: text.into(),
+        }
+    }
 }
 
 /// The outcome of a plugin's access phase.

@@ -105,6 +105,7 @@ pub fn bundled() -> Registry {
             &cors::Cors,
             &datadog::Datadog,
             &file_log::FileLog,
+            &grpc_gateway::GrpcGateway,
             &grpc_web::GrpcWeb,
             &hmac_auth::HmacAuth,
             &http_log::HttpLog,

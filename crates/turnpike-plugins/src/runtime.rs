@@ -38,6 +38,9 @@ pub struct Runtime {
     /// Starts the log senders' and writers' threads at the priority of the thread that made
     /// this runtime (see [`crate::spawner`]).
     pub spawner: crate::spawner::Spawner,
+    /// The `.proto` files grpc-gateway and grpc-web configs name, compiled once per version
+    /// of each file.
+    pub protos: crate::grpc_proto::Cache,
 }
 
 impl Runtime {
@@ -64,6 +67,7 @@ impl Runtime {
             lua: lua::State::default(),
             syslog_socket: std::sync::OnceLock::new(),
             spawner: crate::spawner::Spawner::new(),
+            protos: Default::default(),
         })
     }
 }

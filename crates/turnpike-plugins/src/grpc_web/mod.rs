@@ -6,8 +6,10 @@
 //! gRPC-Web's trailer frame (`0x80`) at the end of the body.
 //!
 //! The JSON modes (`+json`, `application/json`) transcode through the messages' protobuf
-//! types, which need the `.proto` file of `proto`: without one, Kong's 400; with one, they are
-//! not served yet (400, said so in the log) — the protobuf modes are.
+//! types, which need the `.proto` file of `proto` (compiled when the config is built,
+//! [`crate::grpc_proto`]): the request's JSON message becomes the method's input message, and
+//! each message of the answer the JSON Kong writes for it ([`crate::grpc_proto::json`]),
+//! framed in `+json`, one after the other in `application/json`.
 
 mod schema;
 
@@ -18,6 +20,10 @@ use bytes::{BufMut, Bytes, BytesMut};
 use http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use serde_json::Value;
 
+use prost::Message as _;
+use prost_reflect::{DynamicMessage, MessageDescriptor};
+
+use crate::grpc_proto::{self, json};
 use crate::{Access, AccessRequest, BodyFilter, Exit, Handler, PluginSpec, ResponseHead};
 
 pub struct GrpcWeb;
@@ -32,16 +38,21 @@ impl PluginSpec for GrpcWeb {
     fn fields(&self) -> &'static [crate::schema::Field] {
         schema::FIELDS
     }
-    fn build(
-        &self,
-        config: &Value,
-        _ctx: &crate::BuildContext,
-    ) -> Result<Arc<dyn Handler>, String> {
+    fn build(&self, config: &Value, ctx: &crate::BuildContext) -> Result<Arc<dyn Handler>, String> {
         let c: schema::Config = crate::typed(config)?;
         let origin = HeaderValue::from_str(&c.allow_origin_header).map_err(|e| e.to_string())?;
+        let proto = match &c.proto {
+            Some(path) => Some(
+                ctx.runtime
+                    .protos
+                    .load(path)
+                    .map_err(|e| format!("failed to load the .proto file {e}"))?,
+            ),
+            None => None,
+        };
         Ok(Arc::new(Configured {
             origin,
-            proto: c.proto,
+            proto,
             pass_stripped_path: c.pass_stripped_path.unwrap_or(false),
         }))
     }
@@ -49,7 +60,7 @@ impl PluginSpec for GrpcWeb {
 
 struct Configured {
     origin: HeaderValue,
-    proto: Option<String>,
+    proto: Option<Arc<grpc_proto::Proto>>,
     pass_stripped_path: bool,
 }
 
@@ -77,10 +88,16 @@ fn mode(mimetype: &str) -> Option<Mode> {
     })
 }
 
-/// What the access phase leaves for the response: the request's content type and mode.
+/// What the access phase leaves for the response: the request's content type and mode, and
+/// in the JSON modes the method's output type.
 struct Call {
     mimetype: HeaderValue,
     mode: Mode,
+    output: Option<MessageDescriptor>,
+}
+
+fn bad_request(text: impl Into<Bytes>) -> Access {
+    Access::Exit(Exit::text(StatusCode::BAD_REQUEST, text))
 }
 
 static ALLOW_ORIGIN: HeaderName = header::ACCESS_CONTROL_ALLOW_ORIGIN;
@@ -128,31 +145,70 @@ impl Handler for Configured {
             .cloned()
             .unwrap_or_else(|| HeaderValue::from_static(""));
         let mode = mimetype.to_str().ok().and_then(mode);
-        let Some(mode) = mode.filter(|m| !m.json) else {
-            let why = if self.proto.is_none() || mode.is_none() {
-                "transcoding requests require a .proto file defining the service"
-            } else {
-                tracing::error!(
-                    "grpc-web: JSON transcoding (with `proto`) is not supported yet; use the \
-                     application/grpc-web(+proto) or -text modes"
-                );
-                "JSON transcoding is not supported yet"
+        const NEEDS_PROTO: &str = "transcoding requests require a .proto file defining the service";
+        let Some(mode) = mode else {
+            return bad_request(NEEDS_PROTO);
+        };
+        // The method's types, for the JSON modes: by the request's path, or with
+        // pass_stripped_path by its last two segments (`/<package>.<Service>/<Method>`,
+        // what the route's prefix leaves).
+        let method = if mode.json {
+            let Some(proto) = &self.proto else {
+                return bad_request(NEEDS_PROTO);
             };
-            return Access::Exit(Exit::message(StatusCode::BAD_REQUEST, why));
+            let path = if self.pass_stripped_path {
+                let mut cut = req.path.rmatch_indices('/');
+                match (cut.next(), cut.next()) {
+                    (Some(_), Some((i, _))) => &req.path[i..],
+                    _ => req.path,
+                }
+            } else {
+                req.path
+            };
+            match proto.method(path) {
+                Some(m) => Some(m),
+                None => {
+                    return bad_request(format!("Unknown path {}", grpc_proto::lua_quote(path)))
+                }
+            }
+        } else {
+            None
         };
         let body = req.body.take().unwrap_or_default();
         let body = if mode.base64 {
             match base64::engine::general_purpose::STANDARD.decode(strip_ws(&body)) {
                 Ok(b) => Bytes::from(b),
-                Err(_) => {
-                    return Access::Exit(Exit::message(
-                        StatusCode::BAD_REQUEST,
-                        "invalid base64 in the gRPC-Web request body",
-                    ))
-                }
+                Err(_) => return bad_request("invalid base64 in the gRPC-Web request body"),
             }
         } else {
             body
+        };
+        let body = match method {
+            None => body,
+            Some(m) => {
+                let text = if mode.framed {
+                    match grpc_proto::unframe(&body) {
+                        Some((_, msg, _)) => msg,
+                        None => return bad_request("a gRPC-Web frame was expected in the body"),
+                    }
+                } else {
+                    &body[..]
+                };
+                let value: serde_json::Value = match serde_json::from_slice(text) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        let why = json::cjson_error(text).unwrap_or_else(|| e.to_string());
+                        return bad_request(format!("decode json err: {why}"));
+                    }
+                };
+                match json::from_json(&m.input, &value) {
+                    Ok(msg) => Bytes::from(grpc_proto::frame(0, &msg.encode_to_vec())),
+                    Err(e) => {
+                        tracing::error!("grpc-web: {e}");
+                        return bad_request("failed to encode payload");
+                    }
+                }
+            }
         };
         req.body = Some(body);
         req.headers.insert(
@@ -161,13 +217,18 @@ impl Handler for Configured {
         );
         req.headers
             .insert(header::TE, HeaderValue::from_static("trailers"));
-        req.ctx.insert(Call { mimetype, mode });
+        req.ctx.insert(Call {
+            mimetype,
+            mode,
+            output: method.map(|m| m.output.clone()),
+        });
         Access::Continue
     }
 
     fn header_filter(&self, resp: &mut ResponseHead<'_>) -> Option<Box<dyn BodyFilter>> {
         let call = resp.ctx.get::<Call>()?;
         let mode = call.mode;
+        let output = call.output.clone();
         resp.headers
             .insert(header::CONTENT_TYPE, call.mimetype.clone());
         resp.headers.remove(header::CONTENT_LENGTH);
@@ -176,6 +237,8 @@ impl Handler for Configured {
         let message = resp.headers.get("grpc-message").cloned();
         Some(Box::new(Downstream {
             mode,
+            output,
+            pending: BytesMut::new(),
             status,
             message,
         }))
@@ -194,6 +257,9 @@ fn strip_ws(b: &[u8]) -> Vec<u8> {
 /// the trailer frame at the end.
 struct Downstream {
     mode: Mode,
+    /// The JSON modes: the messages' type, and what has come of a frame not yet whole.
+    output: Option<MessageDescriptor>,
+    pending: BytesMut,
     status: Option<HeaderValue>,
     message: Option<HeaderValue>,
 }
@@ -208,10 +274,40 @@ impl Downstream {
     }
 }
 
+impl Downstream {
+    /// The whole messages received so far as JSON, framed unless the mode is unframed.
+    fn transcode(&mut self, output: &MessageDescriptor, piece: &[u8]) -> Bytes {
+        self.pending.extend_from_slice(piece);
+        let mut out = Vec::new();
+        while let Some((_, msg, used)) = grpc_proto::unframe(&self.pending) {
+            match DynamicMessage::decode(output.clone(), msg) {
+                Ok(m) => {
+                    let text = serde_json::to_vec(&json::to_json(&m)).unwrap_or_default();
+                    if self.mode.framed {
+                        out.extend_from_slice(&grpc_proto::frame(0, &text));
+                    } else {
+                        out.extend_from_slice(&text);
+                    }
+                }
+                Err(e) => tracing::error!(
+                    "grpc-web: the upstream's message is not a {}: {e}",
+                    output.full_name()
+                ),
+            }
+            let _ = self.pending.split_to(used);
+        }
+        Bytes::from(out)
+    }
+}
+
 impl BodyFilter for Downstream {
     fn filter(&mut self, piece: Bytes, eof: bool) -> Bytes {
+        let piece = match self.output.clone() {
+            Some(output) => self.transcode(&output, &piece),
+            None => piece,
+        };
         let piece = self.encode(piece);
-        if !eof {
+        if !eof || !self.mode.framed {
             return piece;
         }
         let text = format!(
@@ -272,6 +368,8 @@ mod tests {
     fn the_trailer_frame_carries_the_upstreams_status() {
         let mut d = Downstream {
             mode: mode("application/grpc-web").unwrap(),
+            output: None,
+            pending: BytesMut::new(),
             status: None,
             message: None,
         };
@@ -289,6 +387,8 @@ mod tests {
         // Text mode: each piece base64 on its own, as Kong encodes chunk by chunk.
         let mut d = Downstream {
             mode: mode("application/grpc-web-text").unwrap(),
+            output: None,
+            pending: BytesMut::new(),
             status: None,
             message: None,
         };

@@ -14,6 +14,8 @@ use serde_json::{json, Value};
 
 use crate::common::*;
 
+mod transcoding;
+
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/integration/grpc")
@@ -549,8 +551,8 @@ async fn grpc_web_clients_reach_a_grpc_service() {
     .await;
     assert_eq!(r.status, 400);
     assert_eq!(
-        r.json()["message"],
-        "transcoding requests require a .proto file defining the service"
+        &r.body[..],
+        b"transcoding requests require a .proto file defining the service"
     );
     assert!(!gw.log_text().contains("panicked"));
 }
