@@ -261,6 +261,7 @@ mod tests {
             backlog: 511,
             stream: false,
             udp: false,
+            proxy_protocol: false,
         }
     }
 

@@ -43,6 +43,9 @@ pub struct Settings {
     pub proxy_temp: std::path::PathBuf,
     pub pool: PoolSettings,
     pub trusted_ips: Vec<(IpAddr, u8)>,
+    /// `real_ip_header = proxy_protocol`: on a `proxy_protocol` listener the client is the
+    /// one the trusted balancer's PROXY header names (and X-Real-IP is not read).
+    pub real_ip_proxy_protocol: bool,
     pub max_header_size: usize,
     /// `turnpike/<version>` for Server and `1.1 turnpike/<version>` for Via, prebuilt header values (static bytes: cloning them touches no shared counter).
     pub server_value: http::HeaderValue,
@@ -83,6 +86,7 @@ impl Settings {
                 .iter()
                 .filter_map(|s| parse_cidr(s))
                 .collect(),
+            real_ip_proxy_protocol: conf.real_ip_header.eq_ignore_ascii_case("proxy_protocol"),
             max_header_size: conf.max_header_size,
             server_value: http::HeaderValue::from_static(concat!(
                 "turnpike/",

@@ -35,7 +35,7 @@ impl Conf {
                         "http2": a.http2,
                         "reuseport": a.reuseport,
                         "backlog=%d+": true,
-                        "proxy_protocol": false,
+                        "proxy_protocol": a.proxy_protocol,
                         "deferred": false,
                         "bind": false,
                         "ipv6only=on": false,

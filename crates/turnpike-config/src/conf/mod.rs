@@ -50,6 +50,9 @@ pub struct ListenAddr {
     pub stream: bool,
     /// A `stream_listen ... udp` address: datagrams, by client address sessions.
     pub udp: bool,
+    /// `proxy_protocol`: every connection starts with a PROXY protocol header (v1 or v2, as
+    /// nginx reads them), which names the client a load balancer in front accepted.
+    pub proxy_protocol: bool,
 }
 
 /// Which Kong headers to add to responses (`headers`) and to upstream requests (`headers_upstream`).
@@ -693,7 +696,18 @@ impl Conf {
                 ));
             }
         }
-        let real_ip_header = get("real_ip_header").to_string();
+        // Kong 3.x's name for it, an injected nginx directive, wins over the deprecated one.
+        let real_ip_header = match get("nginx_proxy_real_ip_header") {
+            "" => get("real_ip_header").to_string(),
+            v => v.to_string(),
+        };
+        if real_ip_header == "proxy_protocol" && !proxy_listen.iter().any(|l| l.proxy_protocol) {
+            return Err(invalid(
+                "real_ip_header",
+                "'proxy_protocol' needs a proxy_listen address with the proxy_protocol flag"
+                    .to_string(),
+            ));
+        }
         let max_header_size = parse_header_buffers(get("nginx_http_large_client_header_buffers"))
             .ok_or_else(|| {
             invalid(

@@ -119,14 +119,16 @@ pub fn parse_listen(name: &str, v: &str) -> Result<Vec<ListenAddr>, ConfError> {
             backlog: DEFAULT_BACKLOG,
             stream: false,
             udp: false,
+            proxy_protocol: false,
         };
         for flag in parts {
             match flag {
                 "ssl" => l.ssl = true,
                 "http2" => l.http2 = true,
                 "reuseport" => l.reuseport = true,
+                "proxy_protocol" => l.proxy_protocol = true,
                 // Accepted for compatibility; they change nothing in Turnpike.
-                "deferred" | "bind" | "proxy_protocol" => {}
+                "deferred" | "bind" => {}
                 "udp" if name == "stream_listen" => l.udp = true,
                 "udp" => {
                     return Err(ConfError::Invalid(format!(

@@ -236,7 +236,7 @@ pub fn is_upgrade(req: &Request<RequestBody>) -> bool {
 /// The client's address as Kong's `kong.client.get_forwarded_ip` sees it: the X-Real-IP sent by
 /// a trusted proxy (`trusted_ips`), the connection's peer otherwise.
 pub fn client_ip(conn: &ConnInfo, h: &HeaderMap) -> std::net::IpAddr {
-    if conn.trusted {
+    if conn.trusted && conn.real_ip_header {
         if let Some(ip) = h
             .get(&X_REAL_IP)
             .and_then(|v| v.to_str().ok())
@@ -266,7 +266,8 @@ fn forwarded_headers(
         .and_then(|v| v.to_str().ok())
     {
         Some(prev) if !prev.is_empty() => {
-            HeaderValue::from_str(&format!("{prev}, {}", conn.peer.ip())).ok()
+            let peer = conn.realip_remote.unwrap_or(conn.peer.ip());
+            HeaderValue::from_str(&format!("{prev}, {peer}")).ok()
         }
         _ => Some(conn.ip_value.clone()),
     };
@@ -307,7 +308,9 @@ fn forwarded_headers(
         None if !trusted => out.push((X_FORWARDED_PREFIX.clone(), None)),
         _ => {}
     }
-    if !keep(&X_REAL_IP) {
+    // nginx's `X-Real-IP $remote_addr`: a trusted client's own X-Real-IP is its address
+    // under `real_ip_header X-Real-IP`; under `proxy_protocol`, the PROXY header's is.
+    if !(conn.real_ip_header && keep(&X_REAL_IP)) {
         out.push((X_REAL_IP.clone(), Some(conn.ip_value.clone())));
     }
 }

@@ -154,6 +154,12 @@ pub struct ConnInfo {
     pub sni: Option<String>,
     pub http1: bool,
     pub trusted: bool,
+    /// A trusted peer's X-Real-IP names the client (nginx's `real_ip_header X-Real-IP`);
+    /// false when the PROXY protocol header did (`real_ip_header = proxy_protocol`).
+    pub real_ip_header: bool,
+    /// The connection's own peer when a PROXY header named another client (nginx's
+    /// `$realip_remote_addr`: the balancer, which X-Forwarded-For appends).
+    pub realip_remote: Option<std::net::IpAddr>,
     pub requests: Cell<u64>,
     /// Requests being handled on this connection right now.
     pub in_flight: Cell<u32>,
@@ -182,6 +188,8 @@ impl ConnInfo {
             sni,
             http1,
             trusted,
+            real_ip_header: true,
+            realip_remote: None,
             requests: Cell::new(0),
             in_flight: Cell::new(0),
             last_active: Cell::new(std::time::Instant::now()),

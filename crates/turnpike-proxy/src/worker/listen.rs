@@ -22,6 +22,7 @@ use crate::runloop;
 use crate::state::{Gateway, SniResolver};
 use crate::tls;
 use crate::worker::ctx::{ConnInfo, WorkerCtx};
+use crate::worker::proxy_protocol;
 
 /// Runs hyper's HTTP/2 stream tasks on the worker's own thread.
 #[derive(Clone, Copy)]
@@ -399,7 +400,25 @@ async fn accept_loop(
             let local = stream.local_addr().unwrap_or(spec.addr);
             let shutdown = shutdown.clone();
             let acceptor = acceptor.clone();
+            let proxy_protocol = spec.proxy_protocol;
             tokio::task::spawn_local(async move {
+                let mut stream = stream;
+                let mut peer = peer;
+                if proxy_protocol {
+                    // nginx's stream realip: a trusted balancer's PROXY header names the client.
+                    match proxy_protocol::read_header(&mut stream).await {
+                        Ok(Some(client)) if active.0.gateway.settings.is_trusted(peer.ip()) => {
+                            peer = client
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::info!(
+                                "stream: {e} while reading PROXY protocol, client: {peer}"
+                            );
+                            return;
+                        }
+                    }
+                }
                 crate::stream::serve(active.0.clone(), stream, (peer, local), acceptor, shutdown)
                     .await;
                 drop(active);
@@ -409,10 +428,10 @@ async fn accept_loop(
         let ctx = ctx.clone();
         let acceptor = acceptor.clone();
         let shutdown = shutdown.clone();
-        let http2 = spec.http2;
+        let flags = (spec.http2, spec.proxy_protocol);
         let local_port = spec.addr.port();
         tokio::task::spawn_local(serve_connection(
-            ctx, stream, peer, local_port, acceptor, http2, shutdown,
+            ctx, stream, peer, local_port, acceptor, flags, shutdown,
         ));
         // One accept, then the connections already open get a turn (nginx's multi_accept off):
         // in a burst of new connections the first ones are served while the rest are accepted,
@@ -440,11 +459,11 @@ impl Drop for Active {
 #[allow(clippy::manual_async_fn)]
 fn serve_connection(
     ctx: Rc<WorkerCtx>,
-    stream: TcpStream,
-    peer: SocketAddr,
+    mut stream: TcpStream,
+    mut peer: SocketAddr,
     local_port: u16,
     acceptor: Option<tokio_rustls::TlsAcceptor>,
-    http2: bool,
+    (http2, proxy_protocol): (bool, bool),
     shutdown: watch::Receiver<bool>,
 ) -> impl std::future::Future<Output = ()> {
     // Made here, not in the block: the block then holds the context once, in the guard.
@@ -452,6 +471,27 @@ fn serve_connection(
     async move {
         let ctx = &active.0;
         let trusted = ctx.gateway.settings.is_trusted(peer.ip());
+        // The PROXY header comes first, before a TLS handshake; the client it names is the
+        // connection's with `real_ip_header = proxy_protocol` and a trusted balancer.
+        let mut real_ip_header = true;
+        let mut realip_remote = None;
+        if proxy_protocol {
+            match Box::pin(proxy_protocol::read_header(&mut stream)).await {
+                Ok(named) => {
+                    if ctx.gateway.settings.real_ip_proxy_protocol {
+                        real_ip_header = false;
+                        if let Some(client) = named.filter(|_| trusted) {
+                            realip_remote = Some(peer.ip());
+                            peer = client;
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::info!("{e} while reading PROXY protocol, client: {peer}");
+                    return;
+                }
+            }
+        }
         let local_ip = stream.local_addr().ok().map(|a| a.ip());
         match acceptor {
             None => {
@@ -466,6 +506,8 @@ fn serve_connection(
                     .await;
                 let mut info = ConnInfo::new(peer, local_port, false, None, !h2c, trusted);
                 info.local_ip = local_ip;
+                info.real_ip_header = real_ip_header;
+                info.realip_remote = realip_remote;
                 let info = Rc::new(info);
                 // The HTTP/2 path's state is boxed: every connection's task is as large as its
                 // largest path, and most connections are HTTP/1.1 ones that sit idle.
@@ -501,6 +543,8 @@ fn serve_connection(
                 let h2 = session.alpn_protocol() == Some(b"h2");
                 let mut info = ConnInfo::new(peer, local_port, true, sni, !h2, trusted);
                 info.local_ip = local_ip;
+                info.real_ip_header = real_ip_header;
+                info.realip_remote = realip_remote;
                 let info = Rc::new(info);
                 if h2 {
                     Box::pin(serve_h2(ctx, TokioIo::new(*tls), info, shutdown)).await

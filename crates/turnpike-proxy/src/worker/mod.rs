@@ -5,4 +5,5 @@ pub mod access_log;
 pub mod ctx;
 pub mod deadline;
 pub mod listen;
+pub mod proxy_protocol;
 pub mod stats;

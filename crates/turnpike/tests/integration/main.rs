@@ -26,6 +26,7 @@ mod lifecycle;
 mod observability;
 mod plugins;
 mod postgres;
+mod proxy_protocol;
 mod request_buffering;
 mod routing;
 mod streams;

@@ -268,11 +268,19 @@ pub fn bin() -> &'static str {
 pub struct GatewayBuilder {
     yaml: String,
     env: Vec<(String, String)>,
+    /// More flags on both proxy listeners (`proxy_protocol`).
+    proxy_flags: String,
 }
 
 impl GatewayBuilder {
     pub fn env(mut self, k: &str, v: &str) -> Self {
         self.env.push((k.into(), v.into()));
+        self
+    }
+
+    /// Flags added to both proxy listeners (Kong's listen syntax, e.g. `proxy_protocol`).
+    pub fn proxy_flags(mut self, flags: &str) -> Self {
+        self.proxy_flags = format!(" {flags}");
         self
     }
 
@@ -313,8 +321,9 @@ impl GatewayBuilder {
             .env(
                 "TURNPIKE_PROXY_LISTEN",
                 format!(
-                    "127.0.0.1:{p} reuseport{}, 127.0.0.1:{t} ssl http2 reuseport",
-                    if h2c { " http2" } else { "" }
+                    "127.0.0.1:{p} reuseport{}{f}, 127.0.0.1:{t} ssl http2 reuseport{f}",
+                    if h2c { " http2" } else { "" },
+                    f = self.proxy_flags,
                 ),
             )
             .env("TURNPIKE_ADMIN_LISTEN", format!("127.0.0.1:{a}"))
@@ -346,6 +355,7 @@ impl Gateway {
         GatewayBuilder {
             yaml: yaml.to_string(),
             env: Vec::new(),
+            proxy_flags: String::new(),
         }
     }
 
