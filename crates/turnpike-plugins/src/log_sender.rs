@@ -102,4 +102,7 @@ impl crate::Handler for Entries {
     fn log(&self, entry: &crate::log::LogEntry<'_>) {
         self.sender.send(self.text(entry));
     }
+    fn stream_log(&self, entry: &crate::log::StreamLogEntry<'_>) {
+        self.sender.send(entry.to_json_text());
+    }
 }

@@ -311,11 +311,32 @@ impl std::ops::BitOr for Phases {
     }
 }
 
+/// A stream session as the preread phase sees it.
+pub struct StreamSession {
+    /// The client's address (the one a trusted balancer's PROXY header named).
+    pub client_ip: std::net::IpAddr,
+}
+
+/// Why a stream plugin closed the session: Kong's status and message.
+pub struct StreamExit {
+    pub status: u16,
+    pub message: String,
+}
+
 /// A built plugin config: the phase functions it has (`phases`), each with a default that
 /// does nothing, so a plugin writes only the ones it runs in.
 pub trait Handler: Send + Sync {
     /// The phases this config runs in.
     fn phases(&self) -> Phases;
+    /// Kong's preread phase, for a stream session (a config whose `protocols` list `tcp`,
+    /// `tls`, `tls_passthrough` or `udp`), before the service is connected: an error closes
+    /// the session with that status (Kong's `kong.response.error` in the stream subsystem
+    /// sends nothing back at 400 and above; the message goes to the log).
+    fn preread(&self, _session: &StreamSession) -> Result<(), StreamExit> {
+        Ok(())
+    }
+    /// The log phase of a stream session, once it has ended.
+    fn stream_log(&self, _entry: &crate::log::StreamLogEntry<'_>) {}
     /// Kong's certificate phase, during a TLS handshake, for global plugins only; an error
     /// aborts the handshake.
     fn certificate(&self, _hello: &CertificateRequest<'_>) -> Result<(), String> {

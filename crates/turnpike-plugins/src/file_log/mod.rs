@@ -169,7 +169,16 @@ impl Handler for Configured {
         true
     }
     fn log(&self, entry: &LogEntry<'_>) {
-        let line = crate::lua::log_text(entry, self.fields.as_ref());
+        self.write(crate::lua::log_text(entry, self.fields.as_ref()));
+    }
+
+    fn stream_log(&self, entry: &crate::log::StreamLogEntry<'_>) {
+        self.write(entry.to_json_text());
+    }
+}
+
+impl Configured {
+    fn write(&self, line: String) {
         match self.writer.queue.try_send(line) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {

@@ -58,19 +58,34 @@ impl PluginSpec for IpRestriction {
     }
 }
 
+impl Configured {
+    fn denied(&self, ip: IpAddr) -> bool {
+        let in_list = |list: &[(IpAddr, u8)]| list.iter().any(|(n, l)| cidr_contains(*n, *l, ip));
+        in_list(&self.deny) || self.allow.as_ref().is_some_and(|a| !in_list(a))
+    }
+}
+
 impl Handler for Configured {
     fn phases(&self) -> crate::Phases {
         crate::Phases::ACCESS
     }
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {
-        let ip = req.client_ip;
-        let in_list = |list: &[(IpAddr, u8)]| list.iter().any(|(n, l)| cidr_contains(*n, *l, ip));
-        let denied = in_list(&self.deny) || self.allow.as_ref().is_some_and(|a| !in_list(a));
-        if denied {
+        if self.denied(req.client_ip) {
             Access::Exit(Exit::message(self.status, &self.message))
         } else {
             Access::Continue
         }
+    }
+
+    /// Kong's `preread`: the same lists, for a stream session.
+    fn preread(&self, session: &crate::StreamSession) -> Result<(), crate::StreamExit> {
+        if self.denied(session.client_ip) {
+            return Err(crate::StreamExit {
+                status: self.status.as_u16(),
+                message: self.message.clone(),
+            });
+        }
+        Ok(())
     }
 }
 

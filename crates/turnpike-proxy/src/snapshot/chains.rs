@@ -36,6 +36,16 @@ pub struct Slot {
     pub by_consumer: Option<Arc<ConsumerHandlers>>,
 }
 
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            self.handler
+                .as_ref()
+                .map_or("(consumer-scoped)", |b| b.name),
+        )
+    }
+}
+
 /// A configured plugin with the request protocols it runs for (its `protocols` field).
 #[derive(Clone)]
 pub struct Bound {
@@ -48,11 +58,20 @@ pub struct Bound {
 /// Request protocols as bits, for a plugin's `protocols`.
 pub const PROTO_HTTP: u8 = 1;
 pub const PROTO_HTTPS: u8 = 2;
+/// Stream sessions' protocols: `tcp`, `tls` (terminated), `tls_passthrough`, `udp`.
+pub const PROTO_TCP: u8 = 4;
+pub const PROTO_TLS: u8 = 8;
+pub const PROTO_TLS_PASSTHROUGH: u8 = 16;
+pub const PROTO_UDP: u8 = 32;
 
 fn protocol_mask(protocols: &[String]) -> u8 {
     protocols.iter().fold(0, |m, p| match p.as_str() {
         "http" | "grpc" | "ws" => m | PROTO_HTTP,
         "https" | "grpcs" | "wss" => m | PROTO_HTTPS,
+        "tcp" => m | PROTO_TCP,
+        "tls" => m | PROTO_TLS,
+        "tls_passthrough" => m | PROTO_TLS_PASSTHROUGH,
+        "udp" => m | PROTO_UDP,
         _ => m,
     })
 }

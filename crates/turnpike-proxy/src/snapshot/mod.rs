@@ -21,7 +21,10 @@ use crate::tls::{self, CertStore};
 
 mod chains;
 pub mod streams;
-pub use chains::{Bound, Chain, ConsumerHandlers, Slot, PROTO_HTTP, PROTO_HTTPS};
+pub use chains::{
+    Bound, Chain, ConsumerHandlers, Slot, PROTO_HTTP, PROTO_HTTPS, PROTO_TCP, PROTO_TLS,
+    PROTO_TLS_PASSTHROUGH, PROTO_UDP,
+};
 
 /// Per-route log flags, compiled with the snapshot.
 pub const LOGS: u8 = 1;
@@ -329,6 +332,15 @@ impl Snapshot {
             let chain = index.chain(&route);
             *slot_mut(&mut routes, slot) = RouteSlot::new(route, chain);
         }
+        let streams = if streams_changed {
+            Arc::new(streams::StreamRoutes::compile(
+                &config,
+                router.flavor(),
+                |r| index.chain(r),
+            ))
+        } else {
+            prev.streams.clone()
+        };
         drop(index);
         let problems = config
             .left_out
@@ -337,11 +349,6 @@ impl Snapshot {
             .chain(&prev.other_problems)
             .cloned()
             .collect();
-        let streams = if streams_changed {
-            Arc::new(streams::StreamRoutes::compile(&config, router.flavor()))
-        } else {
-            prev.streams.clone()
-        };
         Ok(Snapshot {
             config,
             router,
@@ -521,6 +528,11 @@ impl Snapshot {
             })
             .collect();
         let global = index.global();
+        let streams = Arc::new(streams::StreamRoutes::compile(
+            &config,
+            router.flavor(),
+            |r| index.chain(r),
+        ));
         drop(index);
         let global_rewrite = global
             .iter()
@@ -542,7 +554,6 @@ impl Snapshot {
             .chain(&other_problems)
             .cloned()
             .collect();
-        let streams = Arc::new(streams::StreamRoutes::compile(&config, router.flavor()));
         Snapshot {
             config,
             router,

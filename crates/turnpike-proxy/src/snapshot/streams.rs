@@ -84,6 +84,10 @@ pub struct StreamRoute {
     pub service: usize,
     /// The route's id, for logs.
     pub id: String,
+    /// The route itself (for the log plugins' entries) and its plugins (`preread`,
+    /// `stream_log`, for the configs whose `protocols` list the session's).
+    pub route: std::sync::Arc<turnpike_config::declarative::Route>,
+    pub chain: super::Chain,
     /// The route as an ATC program, under the expressions flavor.
     program: Option<Expression>,
 }
@@ -133,7 +137,11 @@ pub struct StreamRoutes {
 
 impl StreamRoutes {
     /// The stream routes of `config` whose service is enabled, for the router `flavor`.
-    pub fn compile(config: &Config, flavor: RouterFlavor) -> StreamRoutes {
+    pub fn compile(
+        config: &Config,
+        flavor: RouterFlavor,
+        chain: impl Fn(&turnpike_config::declarative::Route) -> super::Chain,
+    ) -> StreamRoutes {
         let atc = flavor == RouterFlavor::Expressions;
         let mut routes: Vec<(StreamRoute, u64, uuid::Uuid)> = Vec::new();
         for r in &config.routes {
@@ -183,6 +191,8 @@ impl StreamRoutes {
                 passthrough,
                 service,
                 id: r.id.to_string(),
+                route: r.clone(),
+                chain: chain(r),
                 program: None,
             };
             if atc {
@@ -283,7 +293,9 @@ mod tests {
 
     fn expressions(routes: &str) -> StreamRoutes {
         let c = flavored(routes, RouterFlavor::Expressions).unwrap();
-        StreamRoutes::compile(&c, RouterFlavor::Expressions)
+        StreamRoutes::compile(&c, RouterFlavor::Expressions, |_| {
+            std::sync::Arc::from(Vec::new())
+        })
     }
 
     #[test]
@@ -373,7 +385,7 @@ mod tests {
                        {name: src, protocols: [tcp], service: b, sources: [{ip: 10.0.0.0/8}]}]";
         let c = config(routes);
         let pick = |flavor| {
-            StreamRoutes::compile(&c, flavor)
+            StreamRoutes::compile(&c, flavor, |_| std::sync::Arc::from(Vec::new()))
                 .find(
                     "10.1.1.1:1".parse().unwrap(),
                     "127.0.0.1:7000".parse().unwrap(),
@@ -423,7 +435,9 @@ mod tests {
               {name: lan, protocols: [tcp], service: b, destinations: [{port: 7000}], sources: [{ip: 10.0.0.0/8}]},
               {name: other, protocols: [tcp], service: a, destinations: [{ip: 127.0.0.2, port: 7001}]}]",
         );
-        let s = StreamRoutes::compile(&c, RouterFlavor::Traditional);
+        let s = StreamRoutes::compile(&c, RouterFlavor::Traditional, |_| {
+            std::sync::Arc::from(Vec::new())
+        });
         let at = |peer: &str, local: &str| {
             s.find(
                 peer.parse().unwrap(),
@@ -445,7 +459,9 @@ mod tests {
               {name: p, protocols: [tls_passthrough], service: b, snis: [pass.test]},
               {name: plain, protocols: [tcp], service: b, destinations: [{port: 7000}]}]",
         );
-        let s = StreamRoutes::compile(&c, RouterFlavor::Traditional);
+        let s = StreamRoutes::compile(&c, RouterFlavor::Traditional, |_| {
+            std::sync::Arc::from(Vec::new())
+        });
         let (peer, local) = (
             "10.0.0.1:1".parse().unwrap(),
             "127.0.0.1:7000".parse().unwrap(),

@@ -18,7 +18,9 @@ use tokio::net::TcpStream;
 pub mod udp;
 
 use crate::snapshot::streams::{StreamRoute, Transport};
-use crate::snapshot::{Destination, Peer, ServiceInfo};
+use crate::snapshot::{
+    Bound, Destination, Peer, ServiceInfo, PROTO_TCP, PROTO_TLS, PROTO_TLS_PASSTHROUGH,
+};
 use crate::upstream::connect::{self, ConnectError, Stream};
 use crate::upstream::health::Outcome;
 use crate::worker::ctx::WorkerCtx;
@@ -74,21 +76,121 @@ pub async fn serve(
     let Some(service) = snap.services.get(route.service) else {
         return;
     };
-    match tls {
-        Some(acceptor) if !route.passthrough => {
-            let Ok(Ok(mut client)) =
-                tokio::time::timeout(HELLO_TIMEOUT, acceptor.accept(client)).await
-            else {
-                tracing::debug!("stream: TLS handshake with {peer} failed");
-                return;
-            };
-            proxy(&ctx, &mut client, peer, route, service, &mut shutdown).await
+    let mut session = Session {
+        started: Instant::now(),
+        started_at: std::time::SystemTime::now(),
+        counts: Counts::default(),
+        status: 200,
+        connected: None,
+    };
+    // The route's plugins for this session's protocol, in PRIORITY order.
+    let protocol = match (&tls, route.passthrough) {
+        (None, _) => PROTO_TCP,
+        (Some(_), true) => PROTO_TLS_PASSTHROUGH,
+        (Some(_), false) => PROTO_TLS,
+    };
+    let plugins: smallvec::SmallVec<[&Bound; 4]> = route
+        .chain
+        .iter()
+        .filter_map(|slot| slot.bound_for(None, protocol))
+        .collect();
+    // Kong's preread phase: a plugin may refuse the session (nothing is sent back; the
+    // reason goes to the log, as Kong's `kong.response.error` in the stream subsystem).
+    let refused = plugins.iter().find_map(|b| {
+        b.handler
+            .preread(&turnpike_plugins::StreamSession {
+                client_ip: peer.ip(),
+            })
+            .err()
+    });
+    match refused {
+        Some(exit) => {
+            tracing::error!(
+                "stream: unable to proxy stream connection, status: {}, err: {} (client {peer}, \
+                 route {})",
+                exit.status,
+                exit.message,
+                route.id
+            );
+            session.status = exit.status;
         }
-        _ => {
-            let mut client = client;
-            proxy(&ctx, &mut client, peer, route, service, &mut shutdown).await
-        }
+        None => match tls {
+            Some(acceptor) if !route.passthrough => {
+                let Ok(Ok(mut client)) =
+                    tokio::time::timeout(HELLO_TIMEOUT, acceptor.accept(client)).await
+                else {
+                    tracing::debug!("stream: TLS handshake with {peer} failed");
+                    return;
+                };
+                proxy(
+                    &ctx,
+                    &mut client,
+                    peer,
+                    route,
+                    service,
+                    &mut shutdown,
+                    &mut session,
+                )
+                .await
+            }
+            _ => {
+                let mut client = client;
+                proxy(
+                    &ctx,
+                    &mut client,
+                    peer,
+                    route,
+                    service,
+                    &mut shutdown,
+                    &mut session,
+                )
+                .await
+            }
+        },
     }
+    if plugins.is_empty() {
+        return;
+    }
+    let c = &session.counts;
+    let entry = turnpike_plugins::log::StreamLogEntry {
+        received: c.client_read.get(),
+        sent: c.client_written.get(),
+        upstream_sent: c.upstream_written.get(),
+        upstream_received: c.upstream_read.get(),
+        status: session.status,
+        server_port: local.port(),
+        latency_kong_ms: session
+            .connected
+            .map_or(0, |t| t.duration_since(session.started).as_millis() as u64),
+        session_ms: session.started.elapsed().as_millis() as u64,
+        route: &route.route,
+        service: snap.config.services.get(route.service),
+        client_ip: peer.ip(),
+        started_at: session.started_at,
+    };
+    for b in &plugins {
+        b.handler.stream_log(&entry);
+    }
+}
+
+/// What a session's log entry is made of.
+struct Session {
+    started: Instant,
+    started_at: std::time::SystemTime,
+    counts: Counts,
+    /// Kong's stream status: 200 proxied, a plugin's (403) refused, 502 no upstream.
+    status: u16,
+    /// When the service was connected.
+    connected: Option<Instant>,
+}
+
+/// Bytes moved each way, counted as they pass.
+#[derive(Default)]
+struct Counts {
+    client_read: std::cell::Cell<u64>,
+    client_written: std::cell::Cell<u64>,
+    upstream_read: std::cell::Cell<u64>,
+    upstream_written: std::cell::Cell<u64>,
 }
 
 /// Connects to the service (retrying on the next target as Kong's balancer does) and passes
@@ -103,20 +205,28 @@ async fn proxy<C: AsyncRead + AsyncWrite + Unpin>(
     route: &StreamRoute,
     service: &ServiceInfo,
     shutdown: &mut tokio::sync::watch::Receiver<bool>,
+    session: &mut Session,
 ) {
     let Some(mut upstream) = connect_service(service, peer, route).await else {
+        session.status = 502;
         return;
     };
+    session.connected = Some(Instant::now());
     ctx.stats.upstream_requests.inc();
     let last = std::cell::Cell::new(Instant::now());
     let idle = service.read_timeout.max(service.write_timeout);
+    let c = &session.counts;
     let mut client = Activity {
         inner: client,
         last: &last,
+        read: &c.client_read,
+        written: &c.client_written,
     };
     let mut upstream = Activity {
         inner: &mut upstream,
         last: &last,
+        read: &c.upstream_read,
+        written: &c.upstream_written,
     };
     let copy = tokio::io::copy_bidirectional_with_sizes(
         &mut client,
@@ -140,10 +250,13 @@ async fn proxy<C: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// A side of a stream that notes when bytes last moved through it (reads and writes).
+/// A side of a stream that notes when bytes last moved through it (reads and writes) and
+/// how many did each way.
 struct Activity<'a, S> {
     inner: S,
     last: &'a std::cell::Cell<Instant>,
+    read: &'a std::cell::Cell<u64>,
+    written: &'a std::cell::Cell<u64>,
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Activity<'_, S> {
@@ -154,8 +267,10 @@ impl<S: AsyncRead + Unpin> AsyncRead for Activity<'_, S> {
     ) -> std::task::Poll<std::io::Result<()>> {
         let before = buf.filled().len();
         let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
-        if buf.filled().len() > before {
+        let n = buf.filled().len() - before;
+        if n > 0 {
             self.last.set(Instant::now());
+            self.read.set(self.read.get() + n as u64);
         }
         r
     }
@@ -167,7 +282,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Activity<'_, S> {
         cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Ok(n)) = r {
+            self.written.set(self.written.get() + n as u64);
+        }
+        r
     }
     fn poll_flush(
         mut self: std::pin::Pin<&mut Self>,

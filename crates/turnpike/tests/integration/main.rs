@@ -29,6 +29,7 @@ mod postgres;
 mod proxy_protocol;
 mod request_buffering;
 mod routing;
+mod stream_plugins;
 mod streams;
 mod transport;
 mod upstream_tls;

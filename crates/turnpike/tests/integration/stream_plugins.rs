@@ -1,0 +1,169 @@
+//! Plugins on stream routes, as Kong runs them in its stream subsystem: configs whose
+//! `protocols` list `tcp` (or `tls`, `tls_passthrough`) run there; ip-restriction in the
+//! preread phase (a refused session is closed, nothing sent back, the reason logged), the
+//! log plugins (file-log, tcp-log) with Kong's stream log entry (`session`, `upstream`,
+//! `latencies`, route, service, client_ip); configs left at the default (HTTP) protocols do
+//! not run on streams.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+
+use crate::common::*;
+
+async fn echo_server() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+                let _ = w.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
+/// One exchange from the local address `from` (`127.0.0.x`): what came back.
+async fn exchange_from(from: [u8; 4], to: SocketAddr, msg: &[u8]) -> Vec<u8> {
+    let sock = TcpSocket::new_v4().unwrap();
+    sock.bind(SocketAddr::from((from, 0))).unwrap();
+    let Ok(mut s) = sock.connect(to).await else {
+        return Vec::new();
+    };
+    let _ = s.write_all(msg).await;
+    let _ = s.shutdown().await;
+    let mut back = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut back)).await;
+    back
+}
+
+/// The file's JSON lines once there are `n` of them.
+async fn lines(path: &std::path::Path, n: usize) -> Vec<Value> {
+    for _ in 0..200 {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let got: Vec<Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        if got.len() >= n {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("fewer than {n} log lines in {}", path.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_routes_run_their_preread_and_log_plugins() {
+    let echo = echo_server().await;
+    let (_dead_socket, dead) = dead_port();
+    let (port, down_port) = (free_port(), free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let stream_log = dir.path().join("stream.log");
+    let http_log = dir.path().join("http.log");
+    // tcp-log's destination: a listener collecting what it receives.
+    let collector = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let collector_port = collector.local_addr().unwrap().port();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = collector.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                use tokio::io::AsyncBufReadExt;
+                let mut lines = tokio::io::BufReader::new(&mut s).lines();
+                while let Ok(Some(l)) = lines.next_line().await {
+                    let _ = tx.send(l);
+                }
+            });
+        }
+    });
+    let doc = json!({
+        "_format_version": "3.0",
+        "services": [
+            {"name": "echo", "url": format!("tcp://{echo}"), "routes": [
+                {"name": "guarded", "protocols": ["tcp"], "destinations": [{"port": port}],
+                 "plugins": [
+                    {"name": "ip-restriction", "protocols": ["tcp"], "config": {"allow": ["127.0.0.2"]}},
+                    {"name": "file-log", "protocols": ["tcp"], "config": {"path": stream_log.to_string_lossy()}},
+                    {"name": "tcp-log", "protocols": ["tcp"], "config": {"host": "127.0.0.1", "port": collector_port}},
+                 ]},
+            ]},
+            {"name": "down", "url": format!("tcp://127.0.0.1:{dead}"), "retries": 0, "routes": [
+                {"name": "to-down", "protocols": ["tcp"], "destinations": [{"port": down_port}],
+                 "plugins": [{"name": "file-log", "protocols": ["tcp"],
+                              "config": {"path": stream_log.to_string_lossy()}}]},
+            ]},
+        ],
+        // A global config at the default protocols (HTTP ones): not run on streams.
+        "plugins": [{"name": "file-log", "config": {"path": http_log.to_string_lossy()}}],
+    });
+    let gw = Gateway::with_config(&doc.to_string())
+        .env(
+            "TURNPIKE_STREAM_LISTEN",
+            &format!("127.0.0.1:{port}, 127.0.0.1:{down_port}"),
+        )
+        .start();
+    let at = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+    assert!(
+        eventually(Duration::from_secs(10), async || {
+            TcpStream::connect(at(down_port)).await.is_ok()
+        })
+        .await
+    );
+    // The readiness probe above made a session (logged, 502): the test's entries follow it.
+    let base = lines(&stream_log, 1).await.len();
+
+    // Allowed: proxied, and logged as Kong's stream serializer writes it.
+    let msg = vec![b'x'; 100_000];
+    assert_eq!(exchange_from([127, 0, 0, 2], at(port), &msg).await, msg);
+    let entry = lines(&stream_log, base + 1).await.remove(base);
+    assert_eq!(entry["session"]["status"], 200, "{entry}");
+    assert_eq!(entry["session"]["received"], 100_000);
+    assert_eq!(entry["session"]["sent"], 100_000);
+    assert_eq!(entry["session"]["server_port"], port);
+    assert_eq!(entry["upstream"]["sent"], 100_000);
+    assert_eq!(entry["upstream"]["received"], 100_000);
+    assert_eq!(entry["client_ip"], "127.0.0.2");
+    assert_eq!(entry["route"]["name"], "guarded");
+    assert_eq!(entry["service"]["name"], "echo");
+    assert!(entry["latencies"]["session"].as_u64().is_some());
+    assert!(entry["started_at"].as_u64().unwrap() > 1_700_000_000_000);
+    let sent = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("tcp-log sent the entry")
+        .unwrap();
+    let sent: Value = serde_json::from_str(&sent).unwrap();
+    assert_eq!(sent["session"]["received"], 100_000, "{sent}");
+
+    // Refused by ip-restriction: closed with nothing sent back; logged with Kong's 403.
+    assert!(exchange_from([127, 0, 0, 3], at(port), b"hello")
+        .await
+        .is_empty());
+    let entry = lines(&stream_log, base + 2).await.remove(base + 1);
+    assert_eq!(entry["session"]["status"], 403, "{entry}");
+    assert_eq!(entry["client_ip"], "127.0.0.3");
+    assert_eq!(entry["upstream"]["sent"], 0);
+    assert!(gw
+        .log_text()
+        .contains("unable to proxy stream connection, status: 403"));
+
+    // The service unreachable: 502.
+    assert!(exchange_from([127, 0, 0, 1], at(down_port), b"hi")
+        .await
+        .is_empty());
+    let entry = lines(&stream_log, base + 3).await.remove(base + 2);
+    assert_eq!(entry["session"]["status"], 502, "{entry}");
+    assert_eq!(entry["route"]["name"], "to-down");
+
+    // The HTTP-only global file-log wrote nothing for any of these sessions.
+    assert!(std::fs::read_to_string(&http_log)
+        .unwrap_or_default()
+        .is_empty());
+    assert!(!gw.log_text().contains("panicked"));
+}
