@@ -98,6 +98,7 @@ pub(super) const DEFAULTS: &[(&str, &str)] = &[
     ("headers_upstream", "X-Kong-Request-Id"),
     ("trusted_ips", ""),
     ("real_ip_header", "X-Real-IP"),
+    ("nginx_proxy_real_ip_header", ""),
     ("nginx_http_large_client_header_buffers", "4 8k"),
     ("router_flavor", "traditional_compatible"),
     ("dns_resolver", ""),
