@@ -9,7 +9,10 @@ use std::sync::{Arc, Mutex, Weak};
 
 use rustc_hash::FxHashMap;
 
-use crate::log::{LogEntry, Source};
+use crate::log::{LogEntry, Source, StreamLogEntry};
+
+/// Kong's `workspace` label: every entity is in the default workspace.
+const WORKSPACE: &str = "default";
 
 /// Kong's buckets (milliseconds) for kong_kong_latency_ms.
 pub const KONG_LATENCY_BUCKETS: [u64; 15] =
@@ -81,10 +84,21 @@ struct Series {
     bandwidth: [u64; 2],
 }
 
+/// Everything recorded for one stream (service, route): Kong's stream subsystem families.
+#[derive(Default, Clone)]
+struct StreamSeries {
+    /// (status, proxied to the service?) → sessions.
+    statuses: Vec<(u16, bool, u64)>,
+    kong: Histogram<15>,
+    session: Histogram<13>,
+}
+
 #[derive(Default)]
 struct Shard {
     /// Keyed by service, route and consumer label values (one look-up per request).
     series: FxHashMap<String, Series>,
+    /// Stream sessions, keyed by service and route.
+    streams: FxHashMap<String, StreamSeries>,
 }
 
 type Shards = Mutex<Vec<Arc<Mutex<Shard>>>>;
@@ -193,6 +207,48 @@ pub fn record(state: &State, f: Families, e: &LogEntry<'_>) {
     });
 }
 
+/// Records one stream session (the plugin's log phase on a `tcp`/`tls` route): Kong's
+/// `kong_stream_sessions_total`, and its latencies (`kong_kong_latency_ms` to the service
+/// connected, `kong_session_duration_ms` for the whole session). Kong's stream sessions
+/// record no bandwidth (its handler reads sizes from `response`, which a session has not).
+pub fn record_stream(state: &State, f: Families, e: &StreamLogEntry<'_>) {
+    let Some(service) = e.service else { return };
+    let service = service.name.as_deref().unwrap_or(&service.host);
+    let route = e.route.name.as_deref().unwrap_or(&e.route.id);
+    LOCAL.with(|(mine, key)| {
+        let shard = state.local_shard(mine);
+        let mut key = key.borrow_mut();
+        key.clear();
+        key.push_str(service);
+        key.push(SEP);
+        key.push_str(route);
+        let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+        let series = match shard.streams.get_mut(key.as_str()) {
+            Some(s) => s,
+            None => shard.streams.entry(key.clone()).or_default(),
+        };
+        if f.status_code {
+            let proxied = e.status == 200;
+            match series
+                .statuses
+                .iter_mut()
+                .find(|(c, p, _)| *c == e.status && *p == proxied)
+            {
+                Some(entry) => entry.2 += 1,
+                None => series.statuses.push((e.status, proxied, 1)),
+            }
+        }
+        if f.latency {
+            series
+                .kong
+                .observe(e.latency_kong_ms, &KONG_LATENCY_BUCKETS);
+            series
+                .session
+                .observe(e.session_ms, &UPSTREAM_LATENCY_BUCKETS);
+        }
+    });
+}
+
 /// A label value in the exposition format.
 pub fn escape(v: &str) -> String {
     let mut out = String::with_capacity(v.len());
@@ -228,7 +284,10 @@ fn histogram<const N: usize>(
         if h.count == 0 {
             continue;
         }
-        let l = labels(&["service", "route"], key);
+        let l = format!(
+            "{},workspace=\"{WORKSPACE}\"",
+            labels(&["service", "route"], key)
+        );
         let mut cumulative = 0;
         for (b, n) in bounds.iter().zip(h.buckets.iter()) {
             cumulative += n;
@@ -248,8 +307,9 @@ fn histogram<const N: usize>(
 /// Writes the recorded families in the Prometheus text format (Kong's names, labels and
 /// help texts), the workers' shards merged.
 pub fn render(state: &State, out: &mut String) {
-    // Merged by (service, route, consumer).
+    // Merged by (service, route, consumer); stream sessions by (service, route).
     let mut merged: FxHashMap<String, Series> = FxHashMap::default();
+    let mut streams: FxHashMap<String, StreamSeries> = FxHashMap::default();
     let shards: Vec<_> = state
         .shards
         .lock()
@@ -257,6 +317,21 @@ pub fn render(state: &State, out: &mut String) {
         .clone();
     for shard in shards {
         let s = shard.lock().unwrap_or_else(|e| e.into_inner());
+        for (k, v) in &s.streams {
+            let m = streams.entry(k.clone()).or_default();
+            for (code, proxied, n) in &v.statuses {
+                match m
+                    .statuses
+                    .iter_mut()
+                    .find(|(c, p, _)| c == code && p == proxied)
+                {
+                    Some(e) => e.2 += n,
+                    None => m.statuses.push((*code, *proxied, *n)),
+                }
+            }
+            m.kong.merge(&v.kong);
+            m.session.merge(&v.session);
+        }
         for (k, v) in &s.series {
             let m = merged.entry(k.clone()).or_default();
             for (code, from_service, n) in &v.statuses {
@@ -292,7 +367,7 @@ pub fn render(state: &State, out: &mut String) {
         for (code, from_service, n) in statuses {
             let source = if from_service { "service" } else { "kong" };
             requests.push(format!(
-                "kong_http_requests_total{{service=\"{service}\",route=\"{route}\",code=\"{code}\",source=\"{source}\",consumer=\"{consumer}\"}} {n}"
+                "kong_http_requests_total{{service=\"{service}\",route=\"{route}\",code=\"{code}\",source=\"{source}\",workspace=\"{WORKSPACE}\",consumer=\"{consumer}\"}} {n}"
             ));
         }
     }
@@ -323,8 +398,38 @@ pub fn render(state: &State, out: &mut String) {
             None => by_route.push((route_key, s.latency)),
         }
     }
-    if !by_route.is_empty() {
-        let kong: Vec<_> = by_route.iter().map(|(k, l)| (k.clone(), l.kong)).collect();
+    let mut streams: Vec<(String, StreamSeries)> = streams.into_iter().collect();
+    streams.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut sessions = Vec::new();
+    for (k, s) in &streams {
+        let (service, route, _) = split(k);
+        let mut statuses = s.statuses.clone();
+        statuses.sort();
+        for (code, proxied, n) in statuses {
+            let source = if proxied { "service" } else { "kong" };
+            sessions.push(format!(
+                "kong_stream_sessions_total{{service=\"{service}\",route=\"{route}\",code=\"{code}\",source=\"{source}\",workspace=\"{WORKSPACE}\"}} {n}"
+            ));
+        }
+    }
+    if !sessions.is_empty() {
+        out.push_str("# HELP kong_stream_sessions_total Stream status codes per service/route in Kong\n# TYPE kong_stream_sessions_total counter\n");
+        for line in sessions {
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
+    let stream_kong: Vec<_> = streams
+        .iter()
+        .filter(|(_, s)| s.kong.count > 0)
+        .map(|(k, s)| (k.clone(), s.kong))
+        .collect();
+    if !by_route.is_empty() || !stream_kong.is_empty() {
+        let kong: Vec<_> = by_route
+            .iter()
+            .map(|(k, l)| (k.clone(), l.kong))
+            .chain(stream_kong)
+            .collect();
         histogram(
             out,
             "kong_kong_latency_ms",
@@ -336,6 +441,20 @@ pub fn render(state: &State, out: &mut String) {
             .iter()
             .map(|(k, l)| (k.clone(), l.upstream))
             .collect();
+        let session: Vec<_> = streams
+            .iter()
+            .filter(|(_, s)| s.session.count > 0)
+            .map(|(k, s)| (k.clone(), s.session))
+            .collect();
+        if !session.is_empty() {
+            histogram(
+                out,
+                "kong_session_duration_ms",
+                "latency incurred in stream session for each service/route in Kong",
+                &UPSTREAM_LATENCY_BUCKETS,
+                &session,
+            );
+        }
         histogram(
             out,
             "kong_upstream_latency_ms",
@@ -367,7 +486,7 @@ pub fn render(state: &State, out: &mut String) {
             for (direction, n) in [("egress", s.bandwidth[1]), ("ingress", s.bandwidth[0])] {
                 let _ = writeln!(
                     out,
-                    "kong_bandwidth_bytes{{service=\"{service}\",route=\"{route}\",direction=\"{direction}\",consumer=\"{consumer}\"}} {n}"
+                    "kong_bandwidth_bytes{{service=\"{service}\",route=\"{route}\",direction=\"{direction}\",workspace=\"{WORKSPACE}\",consumer=\"{consumer}\"}} {n}"
                 );
             }
         }
@@ -394,7 +513,7 @@ mod tests {
         );
         assert!(
             out.contains(
-                "kong_kong_latency_ms_bucket{service=\"s\",route=\"r\",le=\"00001.0\"} 2\n"
+                "kong_kong_latency_ms_bucket{service=\"s\",route=\"r\",workspace=\"default\",le=\"00001.0\"} 2\n"
             ),
             "{out}"
         );
@@ -402,7 +521,9 @@ mod tests {
         assert!(out.contains("le=\"01000.0\"} 4\n"), "{out}");
         assert!(out.contains("le=\"+Inf\"} 5\n"), "{out}");
         assert!(
-            out.contains("kong_kong_latency_ms_sum{service=\"s\",route=\"r\"} 6004\n"),
+            out.contains(
+                "kong_kong_latency_ms_sum{service=\"s\",route=\"r\",workspace=\"default\"} 6004\n"
+            ),
             "{out}"
         );
     }

@@ -71,4 +71,8 @@ impl Handler for Configured {
     fn log(&self, entry: &LogEntry<'_>) {
         metrics::record(&self.state, self.families, entry);
     }
+
+    fn stream_log(&self, entry: &crate::log::StreamLogEntry<'_>) {
+        metrics::record_stream(&self.state, self.families, entry);
+    }
 }

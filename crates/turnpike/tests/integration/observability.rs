@@ -90,43 +90,43 @@ plugins:
         let r = call(status, "GET", "/metrics", &[]).await;
         metrics = String::from_utf8_lossy(&r.body).into_owned();
         // Per-peer counters are published by the workers once a second.
-        value(&metrics, r#"kong_http_requests_total{service="guarded",route="guarded-route",code="401",source="kong",consumer=""}"#) == Some(1.0)
+        value(&metrics, r#"kong_http_requests_total{service="guarded",route="guarded-route",code="401",source="kong",workspace="default",consumer=""}"#) == Some(1.0)
             && metrics.contains("turnpike_upstream_requests_total{")
     })
     .await;
     assert!(complete, "{metrics}");
     let expect = [
         (
-            r#"kong_http_requests_total{service="open",route="open-route",code="200",source="service",consumer=""}"#,
+            r#"kong_http_requests_total{service="open",route="open-route",code="200",source="service",workspace="default",consumer=""}"#,
             3.0,
         ),
         (
-            r#"kong_http_requests_total{service="open",route="open-route",code="503",source="service",consumer=""}"#,
+            r#"kong_http_requests_total{service="open",route="open-route",code="503",source="service",workspace="default",consumer=""}"#,
             2.0,
         ),
         (
-            r#"kong_http_requests_total{service="guarded",route="guarded-route",code="200",source="service",consumer="alice"}"#,
+            r#"kong_http_requests_total{service="guarded",route="guarded-route",code="200",source="service",workspace="default",consumer="alice"}"#,
             2.0,
         ),
         (
-            r#"kong_request_latency_ms_count{service="open",route="open-route"}"#,
+            r#"kong_request_latency_ms_count{service="open",route="open-route",workspace="default"}"#,
             5.0,
         ),
         (
-            r#"kong_request_latency_ms_bucket{service="open",route="open-route",le="+Inf"}"#,
+            r#"kong_request_latency_ms_bucket{service="open",route="open-route",workspace="default",le="+Inf"}"#,
             5.0,
         ),
         (
-            r#"kong_upstream_latency_ms_count{service="open",route="open-route"}"#,
+            r#"kong_upstream_latency_ms_count{service="open",route="open-route",workspace="default"}"#,
             5.0,
         ),
         (
-            r#"kong_kong_latency_ms_count{service="guarded",route="guarded-route"}"#,
+            r#"kong_kong_latency_ms_count{service="guarded",route="guarded-route",workspace="default"}"#,
             3.0,
         ),
         // The 401 never reached the upstream.
         (
-            r#"kong_upstream_latency_ms_count{service="guarded",route="guarded-route"}"#,
+            r#"kong_upstream_latency_ms_count{service="guarded",route="guarded-route",workspace="default"}"#,
             2.0,
         ),
         (
@@ -157,17 +157,17 @@ plugins:
     assert_eq!(
         value(
             &metrics,
-            r#"kong_request_latency_ms_bucket{service="open",route="open-route",le="60000.0"}"#
+            r#"kong_request_latency_ms_bucket{service="open",route="open-route",workspace="default",le="60000.0"}"#
         ),
         Some(5.0)
     );
     let egress = value(
         &metrics,
-        r#"kong_bandwidth_bytes{service="open",route="open-route",direction="egress",consumer=""}"#,
+        r#"kong_bandwidth_bytes{service="open",route="open-route",direction="egress",workspace="default",consumer=""}"#,
     )
     .unwrap();
     assert!(egress > 5.0 * 100.0, "egress {egress}");
-    assert!(value(&metrics, r#"kong_bandwidth_bytes{service="guarded",route="guarded-route",direction="ingress",consumer="alice"}"#).unwrap() > 0.0);
+    assert!(value(&metrics, r#"kong_bandwidth_bytes{service="guarded",route="guarded-route",direction="ingress",workspace="default",consumer="alice"}"#).unwrap() > 0.0);
     // The same on the Admin API.
     let admin = call(gw.admin, "GET", "/metrics", &[]).await;
     assert_eq!(admin.status, 200);

@@ -92,6 +92,7 @@ async fn stream_routes_run_their_preread_and_log_plugins() {
                     {"name": "ip-restriction", "protocols": ["tcp"], "config": {"allow": ["127.0.0.2"]}},
                     {"name": "file-log", "protocols": ["tcp"], "config": {"path": stream_log.to_string_lossy()}},
                     {"name": "tcp-log", "protocols": ["tcp"], "config": {"host": "127.0.0.1", "port": collector_port}},
+                    {"name": "prometheus", "protocols": ["tcp"], "config": {"status_code_metrics": true, "latency_metrics": true}},
                  ]},
             ]},
             {"name": "down", "url": format!("tcp://127.0.0.1:{dead}"), "retries": 0, "routes": [
@@ -160,6 +161,18 @@ async fn stream_routes_run_their_preread_and_log_plugins() {
     let entry = lines(&stream_log, base + 3).await.remove(base + 2);
     assert_eq!(entry["session"]["status"], 502, "{entry}");
     assert_eq!(entry["route"]["name"], "to-down");
+
+    // prometheus on the stream route: Kong's stream families, with the workspace label.
+    let metrics =
+        String::from_utf8_lossy(&gw.admin("GET", "/metrics", None).await.body).into_owned();
+    for line in [
+        r#"kong_stream_sessions_total{service="echo",route="guarded",code="200",source="service",workspace="default"} 1"#,
+        r#"kong_stream_sessions_total{service="echo",route="guarded",code="403",source="kong",workspace="default"} 1"#,
+        r#"kong_session_duration_ms_count{service="echo",route="guarded",workspace="default"} 2"#,
+        r#"kong_kong_latency_ms_count{service="echo",route="guarded",workspace="default"} 2"#,
+    ] {
+        assert!(metrics.contains(line), "{line} not in:\n{metrics}");
+    }
 
     // The HTTP-only global file-log wrote nothing for any of these sessions.
     assert!(std::fs::read_to_string(&http_log)
