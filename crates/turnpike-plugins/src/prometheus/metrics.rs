@@ -181,15 +181,12 @@ pub fn record(state: &State, f: Families, e: &LogEntry<'_>) {
             None => shard.series.entry(key.clone()).or_default(),
         };
         if f.status_code {
-            let from_service = e.source == Source::Service;
-            match series
-                .statuses
-                .iter_mut()
-                .find(|(c, s, _)| *c == e.status && *s == from_service)
-            {
-                Some(entry) => entry.2 += 1,
-                None => series.statuses.push((e.status, from_service, 1)),
-            }
+            count_status(
+                &mut series.statuses,
+                e.status,
+                e.source == Source::Service,
+                1,
+            );
         }
         if f.latency {
             let l = &mut series.latency;
@@ -228,15 +225,7 @@ pub fn record_stream(state: &State, f: Families, e: &StreamLogEntry<'_>) {
             None => shard.streams.entry(key.clone()).or_default(),
         };
         if f.status_code {
-            let proxied = e.status == 200;
-            match series
-                .statuses
-                .iter_mut()
-                .find(|(c, p, _)| *c == e.status && *p == proxied)
-            {
-                Some(entry) => entry.2 += 1,
-                None => series.statuses.push((e.status, proxied, 1)),
-            }
+            count_status(&mut series.statuses, e.status, e.status == 200, 1);
         }
         if f.latency {
             series
@@ -247,6 +236,29 @@ pub fn record_stream(state: &State, f: Families, e: &StreamLogEntry<'_>) {
                 .observe(e.session_ms, &UPSTREAM_LATENCY_BUCKETS);
         }
     });
+}
+
+/// Adds `n` to the count of (status, answered by the service?).
+fn count_status(statuses: &mut Vec<(u16, bool, u64)>, code: u16, from_service: bool, n: u64) {
+    match statuses
+        .iter_mut()
+        .find(|(c, s, _)| *c == code && *s == from_service)
+    {
+        Some(entry) => entry.2 += n,
+        None => statuses.push((code, from_service, n)),
+    }
+}
+
+/// A counter family's lines under its HELP and TYPE, when it has any.
+fn counter(out: &mut String, name: &str, help: &str, lines: Vec<String>) {
+    if lines.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+    for line in lines {
+        out.push_str(&line);
+        out.push('\n');
+    }
 }
 
 /// A label value in the exposition format.
@@ -319,30 +331,16 @@ pub fn render(state: &State, out: &mut String) {
         let s = shard.lock().unwrap_or_else(|e| e.into_inner());
         for (k, v) in &s.streams {
             let m = streams.entry(k.clone()).or_default();
-            for (code, proxied, n) in &v.statuses {
-                match m
-                    .statuses
-                    .iter_mut()
-                    .find(|(c, p, _)| c == code && p == proxied)
-                {
-                    Some(e) => e.2 += n,
-                    None => m.statuses.push((*code, *proxied, *n)),
-                }
+            for &(code, proxied, n) in &v.statuses {
+                count_status(&mut m.statuses, code, proxied, n);
             }
             m.kong.merge(&v.kong);
             m.session.merge(&v.session);
         }
         for (k, v) in &s.series {
             let m = merged.entry(k.clone()).or_default();
-            for (code, from_service, n) in &v.statuses {
-                match m
-                    .statuses
-                    .iter_mut()
-                    .find(|(c, f, _)| c == code && f == from_service)
-                {
-                    Some(e) => e.2 += n,
-                    None => m.statuses.push((*code, *from_service, *n)),
-                }
+            for &(code, from_service, n) in &v.statuses {
+                count_status(&mut m.statuses, code, from_service, n);
             }
             m.latency.kong.merge(&v.latency.kong);
             m.latency.upstream.merge(&v.latency.upstream);
@@ -371,13 +369,12 @@ pub fn render(state: &State, out: &mut String) {
             ));
         }
     }
-    if !requests.is_empty() {
-        out.push_str("# HELP kong_http_requests_total HTTP status codes per consumer/service/route in Kong\n# TYPE kong_http_requests_total counter\n");
-        for line in requests {
-            out.push_str(&line);
-            out.push('\n');
-        }
-    }
+    counter(
+        out,
+        "kong_http_requests_total",
+        "HTTP status codes per consumer/service/route in Kong",
+        requests,
+    );
 
     // Latency is per (service, route): series of several consumers are summed.
     let mut by_route: Vec<(String, Latency)> = Vec::new();
@@ -412,13 +409,12 @@ pub fn render(state: &State, out: &mut String) {
             ));
         }
     }
-    if !sessions.is_empty() {
-        out.push_str("# HELP kong_stream_sessions_total Stream status codes per service/route in Kong\n# TYPE kong_stream_sessions_total counter\n");
-        for line in sessions {
-            out.push_str(&line);
-            out.push('\n');
-        }
-    }
+    counter(
+        out,
+        "kong_stream_sessions_total",
+        "Stream status codes per service/route in Kong",
+        sessions,
+    );
     let stream_kong: Vec<_> = streams
         .iter()
         .filter(|(_, s)| s.kong.count > 0)

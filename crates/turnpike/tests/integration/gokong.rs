@@ -13,29 +13,7 @@ use serde_json::{json, Value};
 
 fn decoder() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/integration/gokong");
-        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gokong-decode");
-        let path = format!(
-            "{}:/usr/local/go/bin",
-            std::env::var("PATH").unwrap_or_default()
-        );
-        let built = Command::new("go")
-            .args(["build", "-o"])
-            .arg(&out)
-            .arg(".")
-            .current_dir(&src)
-            .env("PATH", path)
-            .env("GOFLAGS", "-mod=mod")
-            .output()
-            .expect("run go build (the Go toolchain is needed)");
-        assert!(
-            built.status.success(),
-            "building the go-kong decoder failed: {}",
-            String::from_utf8_lossy(&built.stderr)
-        );
-        out
-    })
+    BIN.get_or_init(|| go_build("gokong", "gokong-decode"))
 }
 
 /// Every floating-point number in `v` with an integral value, by path.

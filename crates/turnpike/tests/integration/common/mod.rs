@@ -803,3 +803,31 @@ impl Gateway {
         assert_eq!(r.status, 201, "{:?}", r.body);
     }
 }
+
+/// Builds the Go program in `tests/integration/<dir>` (the Go toolchain and the module proxy,
+/// cached between runs) into the target directory as `name`: its path.
+pub fn go_build(dir: &str, name: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/integration")
+        .join(dir);
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let path = format!(
+        "{}:/usr/local/go/bin",
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let built = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&out)
+        .arg(".")
+        .current_dir(&src)
+        .env("PATH", path)
+        .env("GOFLAGS", "-mod=mod")
+        .output()
+        .expect("run go build (the Go toolchain is needed)");
+    assert!(
+        built.status.success(),
+        "building {dir} failed: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    out
+}

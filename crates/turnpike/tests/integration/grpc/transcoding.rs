@@ -20,28 +20,7 @@ fn target_dir() -> PathBuf {
 
 fn target_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("grpc-target");
-        let path = format!(
-            "{}:/usr/local/go/bin",
-            std::env::var("PATH").unwrap_or_default()
-        );
-        let built = Command::new("go")
-            .args(["build", "-o"])
-            .arg(&out)
-            .arg(".")
-            .current_dir(target_dir())
-            .env("PATH", path)
-            .env("GOFLAGS", "-mod=mod")
-            .output()
-            .expect("run go build (the Go toolchain is needed)");
-        assert!(
-            built.status.success(),
-            "building the gRPC target failed: {}",
-            String::from_utf8_lossy(&built.stderr)
-        );
-        out
-    })
+    BIN.get_or_init(|| go_build("grpc/target", "grpc-target"))
 }
 
 /// The grpc-go server on a free port, killed on drop.
