@@ -257,25 +257,12 @@ impl Handler for Configured {
         req.response_headers
             .push((ALLOW_ORIGIN.clone(), HeaderValue::from_static("*")));
         if req.method == "OPTIONS" {
-            return Access::Exit(Exit {
-                status: StatusCode::OK,
-                headers: vec![
-                    (
-                        header::CONTENT_TYPE,
-                        HeaderValue::from_static("application/json"),
-                    ),
-                    (ALLOW_ORIGIN.clone(), HeaderValue::from_static("*")),
-                    (
-                        header::ACCESS_CONTROL_ALLOW_METHODS,
-                        HeaderValue::from_static("GET,POST,PATCH,DELETE"),
-                    ),
-                    (
-                        header::ACCESS_CONTROL_ALLOW_HEADERS,
-                        HeaderValue::from_static("content-type"),
-                    ),
-                ],
-                body: Bytes::from_static(b"OK"),
-            });
+            return Access::Exit(grpc_proto::preflight(
+                "application/json",
+                HeaderValue::from_static("*"),
+                "GET,POST,PATCH,DELETE",
+                "content-type",
+            ));
         }
         let Some(endpoints) = &self.endpoints else {
             return bad_request("transcoding requests require a .proto file defining the service");

@@ -206,6 +206,33 @@ impl Cache {
     }
 }
 
+/// The answer grpc-gateway and grpc-web give a CORS preflight (`OPTIONS`): `200 OK` with
+/// their `CORS_HEADERS` (Kong's handlers).
+pub fn preflight(
+    content_type: &'static str,
+    origin: http::HeaderValue,
+    methods: &'static str,
+    headers: &'static str,
+) -> crate::Exit {
+    use http::{header, HeaderValue};
+    crate::Exit {
+        status: http::StatusCode::OK,
+        headers: vec![
+            (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
+            (header::ACCESS_CONTROL_ALLOW_ORIGIN, origin),
+            (
+                header::ACCESS_CONTROL_ALLOW_METHODS,
+                HeaderValue::from_static(methods),
+            ),
+            (
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                HeaderValue::from_static(headers),
+            ),
+        ],
+        body: bytes::Bytes::from_static(b"OK"),
+    }
+}
+
 /// A gRPC message frame: flags (0: an uncompressed message; 0x80: grpc-web's trailers), the
 /// length, big-endian, and the message.
 pub fn frame(flags: u8, msg: &[u8]) -> Vec<u8> {

@@ -115,25 +115,12 @@ impl Handler for Configured {
         req.response_headers
             .push((ALLOW_ORIGIN.clone(), self.origin.clone()));
         if req.method == "OPTIONS" {
-            return Access::Exit(Exit {
-                status: StatusCode::OK,
-                headers: vec![
-                    (
-                        header::CONTENT_TYPE,
-                        HeaderValue::from_static("application/grpc-web-text+proto"),
-                    ),
-                    (ALLOW_ORIGIN.clone(), self.origin.clone()),
-                    (
-                        header::ACCESS_CONTROL_ALLOW_METHODS,
-                        HeaderValue::from_static("POST"),
-                    ),
-                    (
-                        header::ACCESS_CONTROL_ALLOW_HEADERS,
-                        HeaderValue::from_static("content-type,x-grpc-web,x-user-agent"),
-                    ),
-                ],
-                body: Bytes::from_static(b"OK"),
-            });
+            return Access::Exit(grpc_proto::preflight(
+                "application/grpc-web-text+proto",
+                self.origin.clone(),
+                "POST",
+                "content-type,x-grpc-web,x-user-agent",
+            ));
         }
         if self.pass_stripped_path {
             // Kong's `ngx.req.set_uri(upstream_uri)`: the upstream gets the stripped path.
