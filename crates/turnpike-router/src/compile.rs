@@ -234,6 +234,7 @@ pub(super) fn compile_programs(route: &Route, slot: u32) -> Result<Vec<Matcher>,
             });
             Matcher {
                 entry: slot,
+                methods: 0,
                 priority,
                 tie: id_tie(id),
                 paths,
@@ -285,11 +286,15 @@ pub(super) fn compile(
     if flavor == RouterFlavor::Expressions {
         return Ok((Some(entry), compile_programs(route, slot)?));
     }
-    let methods: Option<Vec<Box<str>>> = route
-        .methods
-        .as_ref()
-        .filter(|m| !m.is_empty())
-        .map(|m| m.iter().map(|s| s.as_str().into()).collect());
+    let listed = route.methods.as_deref().unwrap_or_default();
+    // Standard methods as bits; a route listing any other keeps them all as names.
+    let bits = listed
+        .iter()
+        .map(|m| crate::method_bit(m))
+        .try_fold(0, |acc, b| (b != 0).then_some(acc | b))
+        .unwrap_or(0);
+    let methods: Option<Vec<Box<str>>> = (bits == 0 && !listed.is_empty())
+        .then(|| listed.iter().map(|s| s.as_str().into()).collect());
     let hosts: Option<Vec<HostPattern>> = route
         .hosts
         .as_ref()
@@ -315,6 +320,7 @@ pub(super) fn compile(
         .into_iter()
         .map(|paths| Matcher {
             entry: slot,
+            methods: bits,
             priority: priority(route, &paths),
             tie: match flavor {
                 RouterFlavor::Traditional => created_tie(route.created_at, order),

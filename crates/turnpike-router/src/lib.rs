@@ -174,6 +174,10 @@ enum PathMatch {
 struct Matcher {
     /// The route's slot.
     entry: u32,
+    /// The route's methods when all are standard ones ([`method_bit`]), 0 for none (or for
+    /// methods kept in `filters`): a route with paths and methods then needs no `Filters`
+    /// (88 bytes, plus 40 and two strings for its methods: 31 MB at 231k routes).
+    methods: u16,
     priority: u64,
     /// The tie-break among equal priorities, lowest first: under the ATC flavors the
     /// matcher's id in descending order (Kong's engine keeps matchers by (priority, id) and
@@ -197,6 +201,22 @@ struct Filters {
     /// An ATC matcher (the expressions flavor): evaluated instead of the fields above, which
     /// then only say where the index files it.
     program: Option<Arc<atc::Program>>,
+}
+
+/// A standard method's bit in [`Matcher::methods`], 0 for any other method.
+fn method_bit(method: &str) -> u16 {
+    match method {
+        "GET" => 1,
+        "HEAD" => 1 << 1,
+        "POST" => 1 << 2,
+        "PUT" => 1 << 3,
+        "DELETE" => 1 << 4,
+        "PATCH" => 1 << 5,
+        "OPTIONS" => 1 << 6,
+        "CONNECT" => 1 << 7,
+        "TRACE" => 1 << 8,
+        _ => 0,
+    }
 }
 
 impl Matcher {
@@ -348,7 +368,7 @@ impl Router {
             .services
             .iter()
             .enumerate()
-            .map(|(i, s)| (s.id.as_str(), i))
+            .map(|(i, s)| (&*s.id, i))
             .collect();
         let mut router = Router {
             flavor,
@@ -495,6 +515,7 @@ impl Router {
                 k.costly = true;
             }
         }
+        k.method |= m.methods != 0;
         let Some(f) = &m.filters else { return };
         if let Some(p) = &f.program {
             k.costly = true;
@@ -567,6 +588,9 @@ impl Router {
     fn check<'r>(&'r self, m: &Matcher, req: &RequestView) -> Option<Match<'r>> {
         if let Some(p) = m.filters.as_ref().and_then(|f| f.program.as_ref()) {
             return self.check_program(m, p, req);
+        }
+        if m.methods != 0 && m.methods & method_bit(req.method) == 0 {
+            return None;
         }
         if let Some(f) = &m.filters {
             if let Some(methods) = &f.methods {

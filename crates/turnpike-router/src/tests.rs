@@ -339,3 +339,34 @@ fn per_route_sizes_stay_small() {
     // 184 since `expression` and `priority` (one pointer, null outside the expressions flavor).
     assert!(size_of::<Route>() <= 184, "{}", size_of::<Route>());
 }
+
+#[test]
+fn standard_methods_are_bits_and_others_names() {
+    let (r, c) = router(&format!(
+        "{BASE}  - {{name: std, paths: [/a], methods: [GET, POST]}}\n  - {{name: custom, paths: [/b], methods: [PURGE]}}\n  - {{name: mixed, paths: [/c], methods: [GET, PURGE]}}\n  - {{name: any, paths: [/d]}}\n"
+    ));
+    let with = |path, method| {
+        let mut q = req(path);
+        q.method = method;
+        name(&r, &c, &q)
+    };
+    assert_eq!(with("/a", "GET"), "std");
+    assert_eq!(with("/a", "POST"), "std");
+    assert_eq!(with("/a", "PUT"), "<none>");
+    assert_eq!(with("/a", "PURGE"), "<none>");
+    // Case matters, as in Kong (methods are upper case by the schema).
+    assert_eq!(with("/a", "get"), "<none>");
+    assert_eq!(with("/b", "PURGE"), "custom");
+    assert_eq!(with("/b", "GET"), "<none>");
+    assert_eq!(with("/c", "GET"), "mixed");
+    assert_eq!(with("/c", "PURGE"), "mixed");
+    assert_eq!(with("/c", "POST"), "<none>");
+    assert_eq!(with("/d", "PATCH"), "any");
+    // A route of paths and standard methods holds no filters box.
+    let m = |slot: usize| r.matcher(r.slots[slot].matchers[0]);
+    assert!(m(0).filters.is_none() && m(0).methods == 0b101);
+    assert!(m(1).filters.as_ref().is_some_and(|f| f.methods.is_some()) && m(1).methods == 0);
+    assert!(m(2).methods == 0);
+    // The match cache keys on the method for both kinds.
+    assert!(r.keys.method);
+}

@@ -248,11 +248,12 @@ impl<'p> Loader<'p> {
         }
     }
 
-    /// The id children of entity number `n` (whose id is `id`) point at: the consumer's own
-    /// when the parent is a consumer.
+    /// The id children of entity number `n` (whose id is `id`) point at: the consumer's or
+    /// service's own when the parent is one.
     fn parent_id(&mut self, n: usize, id: &str) -> Arc<str> {
         let own = match self.read.get(n) {
             Some(&(Kind::Consumer, slot)) => Some(self.cfg.consumers[slot as usize].id.clone()),
+            Some(&(Kind::Service, slot)) => Some(self.cfg.services[slot as usize].id.clone()),
             _ => None,
         };
         self.shared_ids

@@ -251,7 +251,7 @@ impl Configured {
     fn scope(&self, m: &Metric, e: &LogEntry<'_>) -> Option<String> {
         let s = e.service?;
         let name = match m.service {
-            ServiceId::Id => Some(s.id.as_str()),
+            ServiceId::Id => Some(&*s.id),
             ServiceId::Name => s.name.as_deref(),
             ServiceId::Host => Some(s.host.as_str()),
             ServiceId::NameOrHost => Some(s.name.as_deref().unwrap_or(s.host.as_str())),
@@ -267,7 +267,7 @@ impl Configured {
     fn tags<'a>(&'a self, m: &Metric, e: &'a LogEntry<'_>) -> Option<Vec<(&'static str, String)>> {
         let s = e.service?;
         let service = match m.service {
-            ServiceId::Id => Some(s.id.as_str()),
+            ServiceId::Id => Some(&*s.id),
             ServiceId::Name => s.name.as_deref(),
             ServiceId::Host => Some(s.host.as_str()),
             ServiceId::NameOrHost => Some(s.name.as_deref().unwrap_or(s.host.as_str())),

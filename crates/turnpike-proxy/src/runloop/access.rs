@@ -84,7 +84,7 @@ pub async fn run(
         route_id: &snap.routes[route.route_index()].route.id,
         service_id: route
             .service_index()
-            .map(|i| snap.config.services[i].id.as_str()),
+            .map(|i| snap.config.services[i].id.as_ref()),
         upstream_path: rc.upstream_path.take(),
         upstream_host: rc.upstream_host.take(),
         trusted: conn.trusted,

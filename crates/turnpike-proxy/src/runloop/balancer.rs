@@ -165,7 +165,7 @@ async fn send_upgrade(
     let addr = resolve(peer).await.map_err(Upgrade::Failed)?;
     let stream = ctx
         .pool
-        .open(peer.id, addr, tls, service.connect_timeout)
+        .open(peer.id, addr, tls, service.connect_timeout())
         .await
         .map_err(Upgrade::Connect)?;
     let mut sender = connect::hyper_client(stream)
@@ -184,7 +184,7 @@ async fn send_upgrade(
     };
     let placeholder = Request::new(()).into_parts().0;
     let req = Request::from_parts(std::mem::replace(parts, placeholder), stream);
-    Ok(tokio::time::timeout(service.read_timeout, sender.send_request(req)).await)
+    Ok(tokio::time::timeout(service.read_timeout(), sender.send_request(req)).await)
 }
 
 /// A request to a gRPC service goes over the worker's HTTP/2 connection to the peer (opened
@@ -209,7 +209,7 @@ async fn send_h2(
             let addr = resolve(peer).await.map_err(Upgrade::Failed)?;
             let stream = ctx
                 .pool
-                .open(peer.id, addr, tls, service.connect_timeout)
+                .open(peer.id, addr, tls, service.connect_timeout())
                 .await
                 .map_err(Upgrade::Connect)?;
             ctx.h2
@@ -246,7 +246,7 @@ async fn send_h2(
     };
     let placeholder = Request::new(()).into_parts().0;
     let req = Request::from_parts(std::mem::replace(parts, placeholder), body);
-    Ok(tokio::time::timeout(service.read_timeout, sender.send_request(req)).await)
+    Ok(tokio::time::timeout(service.read_timeout(), sender.send_request(req)).await)
 }
 
 /// Sends the request to the service's upstream, retrying up to `service.retries` times, on
@@ -444,7 +444,7 @@ pub async fn send(
                 peer.id,
                 resolve(peer).await?,
                 tls(),
-                service.connect_timeout,
+                service.connect_timeout(),
             ))
             .await
             {
@@ -467,8 +467,8 @@ pub async fn send(
                 body.take(),
                 overrides,
                 crate::http1::client::Timeouts {
-                    write: service.write_timeout,
-                    read: service.read_timeout,
+                    write: service.write_timeout(),
+                    read: service.read_timeout(),
                 },
                 &ctx.deadlines,
             )
@@ -482,7 +482,7 @@ pub async fn send(
                         conn,
                         ctx.pool.clone(),
                         framing,
-                        service.read_timeout,
+                        service.read_timeout(),
                         ctx.deadlines.clone(),
                     ),
                 ));

@@ -214,7 +214,7 @@ async fn proxy<C: AsyncRead + AsyncWrite + Unpin>(
     session.connected = Some(Instant::now());
     ctx.stats.upstream_requests.inc();
     let last = std::cell::Cell::new(Instant::now());
-    let idle = service.read_timeout.max(service.write_timeout);
+    let idle = service.read_timeout().max(service.write_timeout());
     let c = &session.counts;
     let mut client = Activity {
         inner: client,
@@ -319,8 +319,8 @@ async fn connect_service(
             .tls
             .as_ref()
             .map(|cfg| (cfg, target.server_name.clone()));
-        let connected = match connect_to(target, service.connect_timeout).await {
-            Ok(tcp) => connect::secure(tcp, tls, service.connect_timeout).await,
+        let connected = match connect_to(target, service.connect_timeout()).await {
+            Ok(tcp) => connect::secure(tcp, tls, service.connect_timeout()).await,
             Err(e) => Err(e),
         };
         match connected {

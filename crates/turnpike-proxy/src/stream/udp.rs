@@ -113,7 +113,7 @@ async fn open(
         return None;
     }
     ctx.stats.upstream_requests.inc();
-    let idle = service.read_timeout.max(service.write_timeout);
+    let idle = service.read_timeout().max(service.write_timeout());
     Some((
         Rc::new(Session {
             upstream,

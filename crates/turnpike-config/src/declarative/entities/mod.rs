@@ -71,7 +71,9 @@ const MAX_TIMEOUT: i64 = 2_147_483_646;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Service {
-    pub id: String,
+    /// Shared with the foreign keys of the service's routes (and plugins): one copy of the
+    /// id per service, not one per reference.
+    pub id: std::sync::Arc<str>,
     pub created_at: i64,
     pub updated_at: i64,
     pub name: Option<String>,
@@ -79,15 +81,16 @@ pub struct Service {
     pub protocol: String,
     pub host: String,
     pub port: u16,
-    pub path: Option<String>,
+    /// Shared with the data plane's compiled service.
+    pub path: Option<std::sync::Arc<str>>,
     pub connect_timeout: u32,
     pub write_timeout: u32,
     pub read_timeout: u32,
-    pub tags: Option<Vec<String>>,
+    pub tags: Option<List<String>>,
     pub client_certificate: Option<ForeignKey>,
     pub tls_verify: Option<bool>,
     pub tls_verify_depth: Option<u8>,
-    pub ca_certificates: Option<Vec<String>>,
+    pub ca_certificates: Option<List<String>>,
     pub enabled: bool,
 }
 

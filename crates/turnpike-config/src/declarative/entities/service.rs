@@ -93,7 +93,7 @@ pub fn service(map: &Map<String, Value>, id: &str, now: i64) -> (Service, Vec<(S
     }
     let errors = f.finish();
     let svc = Service {
-        id,
+        id: id.into(),
         created_at,
         updated_at,
         name,
@@ -101,15 +101,15 @@ pub fn service(map: &Map<String, Value>, id: &str, now: i64) -> (Service, Vec<(S
         protocol,
         host: host.unwrap_or_default(),
         port: port.unwrap_or(80) as u16,
-        path,
+        path: path.map(Into::into),
         connect_timeout,
         write_timeout,
         read_timeout,
-        tags,
+        tags: tags.map(List::from),
         client_certificate: client_certificate.map(ForeignKey::new),
         tls_verify,
         tls_verify_depth,
-        ca_certificates,
+        ca_certificates: ca_certificates.map(List::from),
         enabled,
     };
     (svc, errors)

@@ -96,9 +96,9 @@ services:
     assert_eq!(s.path.as_deref(), Some("/api"));
     assert_eq!(s.retries, 5);
     assert_eq!(s.connect_timeout, 60000);
-    assert_eq!(s.id, ids::entity_id("services", "example-service"));
+    assert_eq!(s.id, ids::entity_id("services", "example-service").into());
     let r = &c.routes[0];
-    assert_eq!(r.service.as_ref().unwrap().id.as_ref(), s.id.as_str());
+    assert_eq!(r.service.as_ref().unwrap().id.as_ref(), &*s.id);
     assert_eq!(r.protocols.iter().collect::<Vec<_>>(), ["http", "https"]);
     assert!(r.strip_path && !r.preserve_host);
     assert_eq!(r.https_redirect_status_code, 426);
@@ -147,7 +147,7 @@ routes:
 "#);
     assert_eq!(
         c.routes[0].service.as_ref().unwrap().id.as_ref(),
-        c.services[0].id.as_str()
+        c.services[0].id.as_ref()
     );
     assert_eq!(
         c.routes[1].service.as_ref().unwrap().id.as_ref(),
@@ -392,7 +392,7 @@ fn plugins_are_checked_against_the_registry() {
     .unwrap();
     assert_eq!(
         c.plugins[0].service.as_ref().unwrap().id.as_ref(),
-        c.services[0].id.as_str()
+        c.services[0].id.as_ref()
     );
     assert_eq!(c.plugins[0].config["x"], 1);
     assert_eq!(
@@ -562,7 +562,7 @@ fn apply_change_matches_a_full_load() {
     assert_eq!(cfg.routes.len(), 2);
     assert_eq!(
         cfg.routes[1].service.as_ref().unwrap().id.as_ref(),
-        sid.as_str()
+        sid.as_ref()
     );
     // Replace in place, then remove.
     let route =
@@ -703,7 +703,7 @@ routes:
         .iter()
         .map(|r| r.service.clone().unwrap().id)
         .collect();
-    assert_eq!(&*fks[0], c.services[0].id);
+    assert_eq!(&*fks[0], &*c.services[0].id);
     assert!(fks.iter().all(|id| std::sync::Arc::ptr_eq(id, &fks[0])));
 }
 

@@ -284,11 +284,11 @@ fn a_reload_shares_unchanged_routes_as_it_reads_them() {
     assert!(!std::sync::Arc::ptr_eq(&new.routes[2], &old.routes[2]));
     assert_eq!(
         new.routes[2].service.as_ref().unwrap().id,
-        new.services[1].id.as_str().into()
+        new.services[1].id.clone()
     );
     assert_eq!(
         old.routes[2].service.as_ref().unwrap().id,
-        old.services[0].id.as_str().into()
+        old.services[0].id.clone()
     );
     // The same document: every route shared, and equal to a whole read.
     let same = load_json_streaming_against(&doc("/b", "s"), &Credentials, Some(&old)).unwrap();
