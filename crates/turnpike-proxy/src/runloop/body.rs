@@ -12,6 +12,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
+use crate::body::idle::ReadIdle;
 use crate::body::readahead::{self, ReadAhead};
 use crate::body::request::{boxed, BoxError};
 use crate::http1::client::{RawHead, UpstreamBody};
@@ -23,6 +24,8 @@ use crate::worker::ctx::{ConnInfo, WorkerCtx};
 pub enum BodyKind {
     Upstream(UpstreamBody),
     Hyper(Incoming),
+    /// A gRPC upstream's body, ended when the upstream is quiet past the read timeout.
+    Grpc(ReadIdle<Incoming>),
     Full(Option<Bytes>),
     /// A body passed through plugins' body_filter phases.
     Filtered(Box<Filtered<BodyKind>>),
@@ -43,6 +46,7 @@ impl Body for BodyKind {
             BodyKind::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             BodyKind::Upstream(u) => boxed(Pin::new(u).poll_frame(cx)),
             BodyKind::Hyper(i) => boxed(Pin::new(i).poll_frame(cx)),
+            BodyKind::Grpc(i) => Pin::new(i).poll_frame(cx),
             BodyKind::Filtered(f) => f.poll_frame(cx),
             BodyKind::ReadAhead(r) => Pin::new(r).poll_frame(cx),
         }
@@ -53,6 +57,7 @@ impl Body for BodyKind {
             BodyKind::Full(b) => b.is_none(),
             BodyKind::Upstream(u) => u.is_end_stream(),
             BodyKind::Hyper(i) => i.is_end_stream(),
+            BodyKind::Grpc(i) => i.is_end_stream(),
             BodyKind::Filtered(f) => f.ended(),
             BodyKind::ReadAhead(r) => r.is_end_stream(),
         }
@@ -64,6 +69,7 @@ impl Body for BodyKind {
             BodyKind::Full(None) => SizeHint::with_exact(0),
             BodyKind::Upstream(u) => u.size_hint(),
             BodyKind::Hyper(i) => i.size_hint(),
+            BodyKind::Grpc(i) => i.size_hint(),
             BodyKind::Filtered(_) => SizeHint::default(),
             BodyKind::ReadAhead(r) => r.size_hint(),
         }

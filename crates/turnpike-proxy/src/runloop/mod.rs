@@ -26,6 +26,7 @@ use http::{Request, Response, StatusCode};
 use turnpike_plugins::log::Source;
 use turnpike_router::normalize_path;
 
+use crate::body::idle::ReadIdle;
 use crate::body::RequestBody;
 use crate::http1::client::{BodySource, ClientBody};
 use crate::http1::server::{Limits, OutsideHeaders, PendingUpgrade, Refused, Service};
@@ -302,7 +303,13 @@ async fn proxy(
             let (mut parts, body) = resp.into_parts();
             forward::strip_hop_by_hop(&mut parts.headers, false);
             rc.upstream_named_kong = true;
-            (parts, ProxyBody::new(BodyKind::Hyper(body)))
+            let body = if grpc_service {
+                // nginx's grpc_read_timeout: between two reads, not over the whole call.
+                BodyKind::Grpc(ReadIdle::new(body, service.read_timeout()))
+            } else {
+                BodyKind::Hyper(body)
+            };
+            (parts, ProxyBody::new(body))
         }
         Err(e) => {
             let (status, msg) = match e {

@@ -31,7 +31,9 @@ def run(channel, call):
         elif kind == "server":
             f = channel.unary_stream(call["method"], ident, ident)
             c = f(req.encode(), metadata=md, timeout=timeout)
-            out["responses"] = [r.decode() for r in c]
+            # One at a time: the messages that came before an error are kept.
+            for r in c:
+                out["responses"].append(r.decode())
         elif kind == "client":
             f = channel.stream_unary(call["method"], ident, ident)
             resp, c = f.with_call(iter([r.encode() for r in req]), metadata=md, timeout=timeout)

@@ -12,6 +12,7 @@ Methods of the service `echo.Echo`:
   Sleep          request "MS": answers after MS milliseconds
   StreamFail     request "CODE:details": one message "partial", then that status (in the
                  trailers, after the message)
+  SlowStream     request "N:MS": N messages "0" .. "<N-1>", MS milliseconds apart
 
 Usage: echo_server.py PORT NAME [CERT KEY]  (with CERT and KEY: TLS, ALPN h2)
 Prints "ready" on stdout once it listens.
@@ -59,6 +60,13 @@ def main():
         yield b"partial"
         ctx.abort(grpc.StatusCode[code], details)
 
+    def slow_stream(req, ctx):
+        n, ms = (int(x) for x in req.split(b":"))
+        for i in range(n):
+            if i:
+                time.sleep(ms / 1000)
+            yield str(i).encode()
+
     def sleep(req, ctx):
         time.sleep(int(req) / 1000)
         return b"slept"
@@ -73,6 +81,7 @@ def main():
         "Fail": grpc.unary_unary_rpc_method_handler(fail, ident, ident),
         "Sleep": grpc.unary_unary_rpc_method_handler(sleep, ident, ident),
         "StreamFail": grpc.unary_stream_rpc_method_handler(stream_fail, ident, ident),
+        "SlowStream": grpc.unary_stream_rpc_method_handler(slow_stream, ident, ident),
     }
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("echo.Echo", handlers),))

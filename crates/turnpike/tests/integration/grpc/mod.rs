@@ -50,6 +50,51 @@ fn python_path() -> &'static str {
     })
 }
 
+/// `NODE_PATH` holding the official gRPC-Web client (npm `grpc-web`) and the XMLHttpRequest
+/// it needs in Node (`xhr2`), installed from the npm registry into the target directory once.
+fn node_path() -> &'static str {
+    static PATH: OnceLock<String> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("grpc-web-js");
+        let modules = dir.join("node_modules");
+        if !modules.join("grpc-web").exists() || !modules.join("xhr2").exists() {
+            std::fs::create_dir_all(&dir).unwrap();
+            let ok = Command::new("npm")
+                .args([
+                    "install",
+                    "--no-save",
+                    "--no-audit",
+                    "--no-fund",
+                    "--prefix",
+                ])
+                .arg(&dir)
+                .args(["grpc-web@2.1.1", "xhr2@0.2.1"])
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "npm install grpc-web failed");
+        }
+        modules.to_string_lossy().into_owned()
+    })
+}
+
+/// Runs `calls` with the official gRPC-Web client in Node (`grpc_web_client.js`) against
+/// `base` in `format` (`text` or `binary`): one result each.
+fn grpc_web_calls(base: &str, format: &str, calls: Value) -> Vec<Value> {
+    let out = Command::new("node")
+        .arg(fixture("grpc_web_client.js"))
+        .args([base, format, &calls.to_string()])
+        .env("NODE_PATH", node_path())
+        .output()
+        .expect("run node");
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str::<Vec<Value>>(&text).unwrap_or_else(|_| {
+        panic!(
+            "client output: {text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
 /// A grpcio server (`echo_server.py`) on a free port, killed on drop.
 pub struct GrpcServer {
     child: Child,
@@ -332,6 +377,25 @@ async fn grpc_timeouts_retries_limits_and_large_messages() {
     assert_eq!(r[0]["code"], "DEADLINE_EXCEEDED", "{r:?}");
     assert_eq!(r[0]["details"], "The upstream server is timing out");
     assert_eq!(r[1]["responses"], json!(["slept"]), "{r:?}");
+    // The read timeout counts between two frames (nginx's grpc_read_timeout), not over the
+    // call: six messages 100 ms apart take longer than the 300 ms but pass; a gap of 1.5 s
+    // after the first message ends the call with the client's stream reset, not an OK.
+    let stream =
+        |req: &str| json!({"method": "/echo.Echo/SlowStream", "kind": "server", "request": req});
+    let r = at("slow.test", json!([stream("6:100"), stream("2:1500")]));
+    assert_eq!(r[0]["code"], "OK", "{r:?}");
+    assert_eq!(
+        r[0]["responses"],
+        json!(["0", "1", "2", "3", "4", "5"]),
+        "{r:?}"
+    );
+    assert_eq!(r[1]["responses"], json!(["0"]), "{r:?}");
+    assert_eq!(r[1]["code"], "INTERNAL", "{r:?}");
+    assert!(
+        gw.log_text().contains("upstream timed out"),
+        "{}",
+        gw.log_text()
+    );
     // A client deadline shorter than the call ends it on time (the gateway holds nothing back).
     let r = at(
         "balanced.test",
@@ -554,5 +618,58 @@ async fn grpc_web_clients_reach_a_grpc_service() {
         &r.body[..],
         b"transcoding requests require a .proto file defining the service"
     );
+    assert!(!gw.log_text().contains("panicked"));
+}
+
+/// The official gRPC-Web client (npm `grpc-web`, what browsers run), in Node, through the
+/// grpc-web plugin to a grpcio server: text and binary modes, unary and server streaming,
+/// the upstream's initial metadata and request metadata passed through, and statuses from the
+/// trailer frame (an error before any message, and one after a message).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_grpc_web_client_reaches_a_grpc_service() {
+    let up = GrpcServer::start("web", None);
+    let doc = json!({
+        "_format_version": "3.0",
+        "services": [{"name": "g", "url": format!("grpc://127.0.0.1:{}", up.port), "routes": [
+            {"name": "web", "protocols": ["http"], "paths": ["/"],
+             "plugins": [{"name": "grpc-web"}]},
+        ]}],
+    });
+    let gw = Gateway::with_config(&doc.to_string()).start();
+    let base = format!("http://{}", gw.proxy);
+    for format in ["text", "binary"] {
+        let r = grpc_web_calls(
+            &base,
+            format,
+            json!([
+                {"method": "Unary", "request": "hi"},
+                {"method": "ServerStream", "kind": "server", "request": "3:s"},
+                {"method": "Meta", "request": "", "metadata": {"x-who": "js"}},
+                {"method": "Fail", "request": "PERMISSION_DENIED:nope"},
+                {"method": "StreamFail", "kind": "server", "request": "FAILED_PRECONDITION:late"},
+            ]),
+        );
+        assert_eq!(r[0]["code"], 0, "{format}: {r:?}");
+        assert_eq!(r[0]["responses"], json!(["web:hi"]), "{format}: {r:?}");
+        assert_eq!(r[0]["headers"]["x-server"], "web", "{format}: {r:?}");
+        assert_eq!(
+            r[1]["responses"],
+            json!(["s0", "s1", "s2"]),
+            "{format}: {r:?}"
+        );
+        assert_eq!(r[1]["code"], 0, "{format}: {r:?}");
+        let seen: Value = serde_json::from_str(r[2]["responses"][0].as_str().unwrap()).unwrap();
+        assert_eq!(seen["x-who"], "js", "{format}: {seen}");
+        assert_eq!(seen["x-grpc-web"], "1", "{format}: {seen}");
+        assert_eq!(
+            (&r[3]["code"], &r[3]["message"]),
+            (&json!(7), &json!("nope"))
+        );
+        assert_eq!(r[4]["responses"], json!(["partial"]), "{format}: {r:?}");
+        assert_eq!(
+            (&r[4]["code"], &r[4]["message"]),
+            (&json!(9), &json!("late"))
+        );
+    }
     assert!(!gw.log_text().contains("panicked"));
 }
