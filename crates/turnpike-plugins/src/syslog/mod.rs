@@ -184,15 +184,37 @@ impl Handler for Configured {
         true
     }
     fn log(&self, entry: &LogEntry<'_>) {
-        let sev = self.severities[match entry.status {
+        if self.severity(entry.status).is_some() {
+            self.send(entry.status, self.entries.text(entry));
+        }
+    }
+
+    /// A stream session's entry (Kong's stream serializer). Kong 3.9's handler reads
+    /// `message.response.status`, which a stream entry has not, so its timer fails and
+    /// nothing is sent; here the session's status picks the severity as a response's would
+    /// (200 successful, 403 a client error, 502 a server error).
+    fn stream_log(&self, entry: &crate::log::StreamLogEntry<'_>) {
+        if self.severity(entry.status).is_some() {
+            self.send(entry.status, entry.to_json_text());
+        }
+    }
+}
+
+impl Configured {
+    /// The severity for a status, when it is at least as urgent as `log_level`.
+    fn severity(&self, status: u16) -> Option<u8> {
+        let sev = self.severities[match status {
             500.. => 2,
             400..=499 => 1,
             _ => 0,
         }];
-        if sev > self.level {
+        (sev <= self.level).then_some(sev)
+    }
+
+    fn send(&self, status: u16, json: String) {
+        let Some(sev) = self.severity(status) else {
             return;
-        }
-        let json = self.entries.text(entry);
+        };
         let pri = u16::from(self.facility) * 8 + u16::from(sev);
         self.entries.sender.send(format!(
             "<{pri}>{} kong[{}]: {json}",

@@ -246,8 +246,23 @@ impl StreamRoutes {
         local: SocketAddr,
         t: Transport<'_>,
     ) -> Option<&StreamRoute> {
+        self.find_index(peer, local, t).map(|i| &self.routes[i])
+    }
+
+    /// The route at `index` (as `find_index` gave it).
+    pub fn get(&self, index: usize) -> Option<&StreamRoute> {
+        self.routes.get(index)
+    }
+
+    /// `find`'s route, by its index (what a session that outlives the borrow keeps).
+    pub fn find_index(
+        &self,
+        peer: SocketAddr,
+        local: SocketAddr,
+        t: Transport<'_>,
+    ) -> Option<usize> {
         if !self.atc {
-            return self.routes.iter().find(|r| r.matches(peer, local, t));
+            return self.routes.iter().position(|r| r.matches(peer, local, t));
         }
         let (protocol, sni) = match t {
             Transport::Tcp | Transport::Tls(None) => ("tcp", None),
@@ -263,7 +278,7 @@ impl StreamRoutes {
             ..RequestView::basic("", "", local.port(), "", &headers)
         };
         let mut fields = Fields::new(&view);
-        self.routes.iter().find(|r| {
+        self.routes.iter().position(|r| {
             r.program
                 .as_ref()
                 .is_some_and(|e| eval(e, &mut fields, &mut Record::default()))

@@ -15,6 +15,7 @@ use http::HeaderMap;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
+mod splice;
 pub mod udp;
 
 use crate::snapshot::streams::{StreamRoute, Transport};
@@ -76,44 +77,16 @@ pub async fn serve(
     let Some(service) = snap.services.get(route.service) else {
         return;
     };
-    let mut session = Session {
-        started: Instant::now(),
-        started_at: std::time::SystemTime::now(),
-        counts: Counts::default(),
-        status: 200,
-        connected: None,
-    };
+    let mut session = Session::new();
     // The route's plugins for this session's protocol, in PRIORITY order.
     let protocol = match (&tls, route.passthrough) {
         (None, _) => PROTO_TCP,
         (Some(_), true) => PROTO_TLS_PASSTHROUGH,
         (Some(_), false) => PROTO_TLS,
     };
-    let plugins: smallvec::SmallVec<[&Bound; 4]> = route
-        .chain
-        .iter()
-        .filter_map(|slot| slot.bound_for(None, protocol))
-        .collect();
-    // Kong's preread phase: a plugin may refuse the session (nothing is sent back; the
-    // reason goes to the log, as Kong's `kong.response.error` in the stream subsystem).
-    let refused = plugins.iter().find_map(|b| {
-        b.handler
-            .preread(&turnpike_plugins::StreamSession {
-                client_ip: peer.ip(),
-            })
-            .err()
-    });
-    match refused {
-        Some(exit) => {
-            tracing::error!(
-                "stream: unable to proxy stream connection, status: {}, err: {} (client {peer}, \
-                 route {})",
-                exit.status,
-                exit.message,
-                route.id
-            );
-            session.status = exit.status;
-        }
+    let plugins = session_plugins(route, protocol);
+    match preread(&plugins, peer, route) {
+        Some(status) => session.status = status,
         None => match tls {
             Some(acceptor) if !route.passthrough => {
                 let Ok(Ok(mut client)) =
@@ -148,6 +121,48 @@ pub async fn serve(
             }
         },
     }
+    log_session(&plugins, &snap, route, (peer, local), &session);
+}
+
+/// The route's plugins for a session of `protocol` (a `PROTO_*` bit), in PRIORITY order.
+fn session_plugins(route: &StreamRoute, protocol: u8) -> smallvec::SmallVec<[&Bound; 4]> {
+    route
+        .chain
+        .iter()
+        .filter_map(|slot| slot.bound_for(None, protocol))
+        .collect()
+}
+
+/// Kong's preread phase: a plugin may refuse the session (nothing is sent back; the reason
+/// goes to the log, as Kong's `kong.response.error` in the stream subsystem). The status of
+/// a refusal.
+fn preread(plugins: &[&Bound], peer: SocketAddr, route: &StreamRoute) -> Option<u16> {
+    let exit = plugins.iter().find_map(|b| {
+        b.handler
+            .preread(&turnpike_plugins::StreamSession {
+                client_ip: peer.ip(),
+            })
+            .err()
+    })?;
+    tracing::error!(
+        "stream: unable to proxy stream connection, status: {}, err: {} (client {peer}, \
+         route {})",
+        exit.status,
+        exit.message,
+        route.id
+    );
+    Some(exit.status)
+}
+
+/// Kong's log phase of an ended session: its entry (Kong's stream serializer) to each of the
+/// plugins' `stream_log`.
+fn log_session(
+    plugins: &[&Bound],
+    snap: &crate::snapshot::Snapshot,
+    route: &StreamRoute,
+    (peer, local): (SocketAddr, SocketAddr),
+    session: &Session,
+) {
     if plugins.is_empty() {
         return;
     }
@@ -168,7 +183,7 @@ pub async fn serve(
         client_ip: peer.ip(),
         started_at: session.started_at,
     };
-    for b in &plugins {
+    for b in plugins {
         b.handler.stream_log(&entry);
     }
 }
@@ -182,6 +197,18 @@ struct Session {
     status: u16,
     /// When the service was connected.
     connected: Option<Instant>,
+}
+
+impl Session {
+    fn new() -> Session {
+        Session {
+            started: Instant::now(),
+            started_at: std::time::SystemTime::now(),
+            counts: Counts::default(),
+            status: 200,
+            connected: None,
+        }
+    }
 }
 
 /// Bytes moved each way, counted as they pass.
@@ -198,7 +225,7 @@ struct Counts {
 /// end, so a client that half-closes still gets every byte of the answer (and the other way
 /// round). A connection on which nothing moves either way for the service's `read_timeout`
 /// is closed (nginx's `proxy_timeout`, which Kong sets from the service's timeouts).
-async fn proxy<C: AsyncRead + AsyncWrite + Unpin>(
+async fn proxy<C: AsyncRead + AsyncWrite + Unpin + 'static>(
     ctx: &WorkerCtx,
     client: &mut C,
     peer: SocketAddr,
@@ -216,6 +243,25 @@ async fn proxy<C: AsyncRead + AsyncWrite + Unpin>(
     let last = std::cell::Cell::new(Instant::now());
     let idle = service.read_timeout().max(service.write_timeout());
     let c = &session.counts;
+    // Two plain TCP sockets: the kernel moves the bytes (splice); else they are copied.
+    let plain_client = (client as &mut dyn std::any::Any).downcast_mut::<TcpStream>();
+    if let (Some(client), Stream::Plain(upstream)) = (plain_client, &upstream) {
+        let spliced = splice::both_ways(
+            client,
+            upstream,
+            splice::Tally {
+                read: &c.client_read,
+                written: &c.upstream_written,
+                last: &last,
+            },
+            splice::Tally {
+                read: &c.upstream_read,
+                written: &c.client_written,
+                last: &last,
+            },
+        );
+        return until_idle(spliced, &last, idle, shutdown, route).await;
+    }
     let mut client = Activity {
         inner: client,
         last: &last,
@@ -234,11 +280,23 @@ async fn proxy<C: AsyncRead + AsyncWrite + Unpin>(
         COPY_BUFFER,
         COPY_BUFFER,
     );
-    tokio::pin!(copy);
+    until_idle(copy, &last, idle, shutdown, route).await
+}
+
+/// Runs a session's transfer until it ends, the worker stops, or nothing moved either way for
+/// `idle` (since `last`).
+async fn until_idle<F: std::future::Future>(
+    transfer: F,
+    last: &std::cell::Cell<Instant>,
+    idle: Duration,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+    route: &StreamRoute,
+) {
+    tokio::pin!(transfer);
     loop {
         let deadline = tokio::time::Instant::from_std(last.get() + idle);
         tokio::select! {
-            _ = &mut copy => return,
+            _ = &mut transfer => return,
             _ = shutdown.wait_for(|s| *s) => return,
             _ = tokio::time::sleep_until(deadline) => {
                 if last.get() + idle <= Instant::now() {

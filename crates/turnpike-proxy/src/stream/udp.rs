@@ -4,16 +4,21 @@
 //! the peer's answers come back from the listener's address; a session with no datagram
 //! either way for the service's `read_timeout` ends (nginx's `proxy_timeout`). Sessions are
 //! bounded per listener socket: a flood of client addresses past the bound is dropped, with a
-//! log line, instead of taking every file descriptor.
+//! log line, instead of taking every file descriptor. A udp route's plugins (the configs whose
+//! `protocols` list `udp`) run as on TCP sessions: `preread` before the session opens (a
+//! refusal drops the datagram; the client's next one is a new session, refused again, as
+//! nginx's), and the log phase once the session ends, with the bytes each way.
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 use tokio::net::UdpSocket;
 
+use crate::snapshot::{Snapshot, PROTO_UDP};
 use crate::worker::ctx::WorkerCtx;
 
 /// The most sessions one listener socket keeps at once.
@@ -27,6 +32,54 @@ type Sessions = Rc<RefCell<FxHashMap<SocketAddr, Rc<Session>>>>;
 struct Session {
     upstream: UdpSocket,
     last: std::cell::Cell<Instant>,
+    /// What the log phase needs, when the route has plugins for udp sessions.
+    log: Option<Box<Logged>>,
+}
+
+/// A session's route (kept by its index in the snapshot it was found in) and what its log
+/// entry is made of.
+struct Logged {
+    snap: Arc<Snapshot>,
+    route: usize,
+    client: SocketAddr,
+    local: SocketAddr,
+    session: super::Session,
+}
+
+impl Session {
+    /// Counts a datagram from the client, sent on to the peer.
+    fn upstreamed(&self, n: usize, sent: bool) {
+        if let Some(l) = &self.log {
+            let c = &l.session.counts;
+            c.client_read.set(c.client_read.get() + n as u64);
+            if sent {
+                c.upstream_written.set(c.upstream_written.get() + n as u64);
+            }
+        }
+    }
+
+    /// Counts an answer from the peer, sent back to the client.
+    fn answered(&self, n: usize, sent: bool) {
+        if let Some(l) = &self.log {
+            let c = &l.session.counts;
+            c.upstream_read.set(c.upstream_read.get() + n as u64);
+            if sent {
+                c.client_written.set(c.client_written.get() + n as u64);
+            }
+        }
+    }
+
+    /// The session's log phase, once it has ended.
+    fn log(&self) {
+        let Some(l) = &self.log else {
+            return;
+        };
+        let Some(route) = l.snap.streams.get(l.route) else {
+            return;
+        };
+        let plugins = super::session_plugins(route, PROTO_UDP);
+        super::log_session(&plugins, &l.snap, route, (l.client, l.local), &l.session);
+    }
 }
 
 /// Serves one UDP listener socket until the worker shuts down.
@@ -55,7 +108,8 @@ pub async fn serve(
         let existing = sessions.borrow().get(&peer).cloned();
         if let Some(s) = existing {
             s.last.set(Instant::now());
-            let _ = s.upstream.send(&buf[..n]).await;
+            let sent = s.upstream.send(&buf[..n]).await.is_ok();
+            s.upstreamed(n, sent);
             continue;
         }
         if sessions.borrow().len() >= MAX_SESSIONS {
@@ -68,10 +122,11 @@ pub async fn serve(
             continue;
         }
         refused_logged = false;
-        let Some(session) = open(&ctx, peer, local).await else {
+        let Some(session) = open(&ctx, peer, local, n).await else {
             continue;
         };
-        let _ = session.0.upstream.send(&buf[..n]).await;
+        let sent = session.0.upstream.send(&buf[..n]).await.is_ok();
+        session.0.upstreamed(n, sent);
         sessions.borrow_mut().insert(peer, session.0.clone());
         tokio::task::spawn_local(answers(
             session.0,
@@ -90,18 +145,39 @@ async fn open(
     ctx: &WorkerCtx,
     peer: SocketAddr,
     local: SocketAddr,
+    first: usize,
 ) -> Option<(Rc<Session>, Duration)> {
     let snap = ctx.snapshot();
-    let Some(route) = snap
-        .streams
-        .find(peer, local, crate::snapshot::streams::Transport::Udp)
+    let Some(index) =
+        snap.streams
+            .find_index(peer, local, crate::snapshot::streams::Transport::Udp)
     else {
         tracing::info!("stream: no Route found with those values (udp client {peer}, on {local})");
         return None;
     };
+    let route = snap.streams.get(index)?;
+    let plugins = super::session_plugins(route, PROTO_UDP);
+    let mut session = super::Session::new();
+    if let Some(status) = super::preread(&plugins, peer, route) {
+        session.status = status;
+        session.counts.client_read.set(first as u64);
+        super::log_session(&plugins, &snap, route, (peer, local), &session);
+        return None;
+    }
     let service = snap.services.get(route.service)?;
-    let (target, _) = super::pick(service, peer, 0, &[], route)?;
-    let addr = target.address().await?;
+    let unreachable = |session: &mut super::Session| {
+        session.status = 502;
+        session.counts.client_read.set(first as u64);
+        super::log_session(&plugins, &snap, route, (peer, local), session);
+    };
+    let Some((target, _)) = super::pick(service, peer, 0, &[], route) else {
+        unreachable(&mut session);
+        return None;
+    };
+    let Some(addr) = target.address().await else {
+        unreachable(&mut session);
+        return None;
+    };
     let bind: SocketAddr = if addr.is_ipv6() {
         "[::]:0".parse().ok()?
     } else {
@@ -110,14 +186,26 @@ async fn open(
     let upstream = UdpSocket::bind(bind).await.ok()?;
     if let Err(e) = upstream.connect(addr).await {
         tracing::error!("stream udp: cannot reach {addr}: {e}");
+        unreachable(&mut session);
         return None;
     }
+    session.connected = Some(Instant::now());
     ctx.stats.upstream_requests.inc();
     let idle = service.read_timeout().max(service.write_timeout());
+    let log = (!plugins.is_empty()).then(|| {
+        Box::new(Logged {
+            snap: Arc::clone(&snap),
+            route: index,
+            client: peer,
+            local,
+            session,
+        })
+    });
     Some((
         Rc::new(Session {
             upstream,
             last: std::cell::Cell::new(Instant::now()),
+            log,
         }),
         idle,
     ))
@@ -141,7 +229,8 @@ async fn answers(
             // nginx's goes on until its timeout.
             r = session.upstream.recv(&mut buf) => if let Ok(n) = r {
                 session.last.set(Instant::now());
-                let _ = listener.send_to(&buf[..n], client).await;
+                let sent = listener.send_to(&buf[..n], client).await.is_ok();
+                session.answered(n, sent);
             },
             _ = tokio::time::sleep_until(deadline) => {
                 if session.last.get() + idle <= Instant::now() {
@@ -152,4 +241,5 @@ async fn answers(
         }
     }
     sessions.borrow_mut().remove(&client);
+    session.log();
 }

@@ -1,9 +1,9 @@
 //! Plugins on stream routes, as Kong runs them in its stream subsystem: configs whose
-//! `protocols` list `tcp` (or `tls`, `tls_passthrough`) run there; ip-restriction in the
-//! preread phase (a refused session is closed, nothing sent back, the reason logged), the
-//! log plugins (file-log, tcp-log) with Kong's stream log entry (`session`, `upstream`,
-//! `latencies`, route, service, client_ip); configs left at the default (HTTP) protocols do
-//! not run on streams.
+//! `protocols` list `tcp` (or `tls`, `tls_passthrough`, `udp`) run there; ip-restriction in
+//! the preread phase (a refused session is closed, nothing sent back, the reason logged), the
+//! log plugins (file-log, tcp-log, syslog) with Kong's stream log entry (`session`,
+//! `upstream`, `latencies`, route, service, client_ip), on TCP and UDP sessions alike;
+//! configs left at the default (HTTP) protocols do not run on streams.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -178,5 +178,145 @@ async fn stream_routes_run_their_preread_and_log_plugins() {
     assert!(std::fs::read_to_string(&http_log)
         .unwrap_or_default()
         .is_empty());
+    assert!(!gw.log_text().contains("panicked"));
+}
+
+/// syslog on a stream route: the session's entry by its status's severity (Kong 3.9's
+/// handler reads `response.status`, which a stream entry lacks, and sends nothing; here 200
+/// is successful, 502 a server error). Plugins on `udp` routes: ip-restriction refuses a
+/// client's datagrams (the session logged with 403), an allowed client's session is logged
+/// when it ends idle, with the bytes each way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn syslog_on_streams_and_plugins_on_udp_sessions() {
+    use tokio::net::UdpSocket;
+    let echo = echo_server().await;
+    let (_dead_socket, dead) = dead_port();
+    let udp_echo = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let udp_echo_addr = udp_echo.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut buf = [0u8; 2048];
+        while let Ok((n, from)) = udp_echo.recv_from(&mut buf).await {
+            let mut out = b"re:".to_vec();
+            out.extend_from_slice(&buf[..n]);
+            let _ = udp_echo.send_to(&out, from).await;
+        }
+    });
+    let (tcp_port, down_port, udp_port) = (free_port(), free_port(), free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let udp_log = dir.path().join("udp.log");
+    let sock_path = dir.path().join("log.sock");
+    let sock = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let syslog = json!({"name": "syslog", "protocols": ["tcp"],
+                        "config": {"server_errors_severity": "crit", "syslog_facility": "LOCAL0"}});
+    let doc = json!({
+        "_format_version": "3.0",
+        "services": [
+            {"name": "echo", "url": format!("tcp://{echo}"), "routes": [
+                {"name": "logged", "protocols": ["tcp"], "destinations": [{"port": tcp_port}],
+                 "plugins": [syslog.clone()]},
+            ]},
+            {"name": "down", "url": format!("tcp://127.0.0.1:{dead}"), "retries": 0, "routes": [
+                {"name": "to-down", "protocols": ["tcp"], "destinations": [{"port": down_port}],
+                 "plugins": [syslog]},
+            ]},
+            {"name": "dns", "url": format!("udp://{udp_echo_addr}"),
+             "read_timeout": 300, "write_timeout": 300, "routes": [
+                {"name": "datagrams", "protocols": ["udp"], "destinations": [{"port": udp_port}],
+                 "plugins": [
+                    {"name": "ip-restriction", "protocols": ["udp"], "config": {"deny": ["127.0.0.3"]}},
+                    {"name": "file-log", "protocols": ["udp"], "config": {"path": udp_log.to_string_lossy()}},
+                 ]},
+            ]},
+        ],
+    });
+    let gw = Gateway::with_config(&doc.to_string())
+        .env(
+            "TURNPIKE_STREAM_LISTEN",
+            &format!("127.0.0.1:{tcp_port}, 127.0.0.1:{down_port}, 127.0.0.1:{udp_port} udp"),
+        )
+        .env("TURNPIKE_SYSLOG_SOCKET", sock_path.to_str().unwrap())
+        .start();
+    let at = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+    assert!(
+        eventually(Duration::from_secs(10), async || {
+            TcpStream::connect(at(tcp_port)).await.is_ok()
+        })
+        .await
+    );
+    let mut buf = vec![0u8; 65536];
+    let mut next_syslog = || {
+        let n = sock.recv(&mut buf).expect("a syslog message");
+        let msg = String::from_utf8_lossy(&buf[..n]).to_string();
+        let (head, json) = msg.split_once(": ").unwrap();
+        (
+            head.to_string(),
+            serde_json::from_str::<Value>(json).unwrap(),
+        )
+    };
+    // The readiness probe's session (200, info: LOCAL0 = 16, <134>).
+    let (head, entry) = next_syslog();
+    assert!(
+        head.starts_with("<134>") && head.contains(" kong["),
+        "{head}"
+    );
+    assert_eq!(entry["session"]["status"], 200, "{entry}");
+    // A session with bytes each way.
+    assert_eq!(
+        exchange_from([127, 0, 0, 1], at(tcp_port), b"hello").await,
+        b"hello"
+    );
+    let (head, entry) = next_syslog();
+    assert!(head.starts_with("<134>"), "{head}");
+    assert_eq!(entry["session"]["received"], 5, "{entry}");
+    assert_eq!(entry["upstream"]["received"], 5, "{entry}");
+    assert_eq!(entry["route"]["name"], "logged");
+    // The service down: 502, crit (<130>).
+    assert!(exchange_from([127, 0, 0, 1], at(down_port), b"x")
+        .await
+        .is_empty());
+    let (head, entry) = next_syslog();
+    assert!(head.starts_with("<130>"), "{head}");
+    assert_eq!(entry["session"]["status"], 502, "{entry}");
+
+    // UDP: an allowed client's session, logged once idle past the 300 ms timeout.
+    let ask = |from: [u8; 4], msg: &'static [u8]| async move {
+        let c = UdpSocket::bind(SocketAddr::from((from, 0))).await.unwrap();
+        let mut answers = Vec::new();
+        for _ in 0..2 {
+            c.send_to(msg, at(udp_port)).await.unwrap();
+            let mut buf = [0u8; 2048];
+            if let Ok(Ok((n, _))) =
+                tokio::time::timeout(Duration::from_millis(500), c.recv_from(&mut buf)).await
+            {
+                answers.push(buf[..n].to_vec());
+            }
+        }
+        answers
+    };
+    assert_eq!(
+        ask([127, 0, 0, 2], b"ping").await,
+        vec![b"re:ping".to_vec(), b"re:ping".to_vec()]
+    );
+    let entry = lines(&udp_log, 1).await.remove(0);
+    assert_eq!(entry["session"]["status"], 200, "{entry}");
+    assert_eq!(entry["session"]["received"], 8, "{entry}");
+    assert_eq!(entry["session"]["sent"], 14, "{entry}");
+    assert_eq!(entry["upstream"]["sent"], 8, "{entry}");
+    assert_eq!(entry["upstream"]["received"], 14, "{entry}");
+    assert_eq!(entry["client_ip"], "127.0.0.2");
+    assert_eq!(entry["session"]["server_port"], udp_port);
+    assert_eq!(entry["route"]["name"], "datagrams");
+    // A denied client gets nothing back; each datagram is a refused session, logged (403).
+    assert!(ask([127, 0, 0, 3], b"no").await.is_empty());
+    let got = lines(&udp_log, 3).await;
+    for e in &got[1..3] {
+        assert_eq!(e["session"]["status"], 403, "{e}");
+        assert_eq!(e["client_ip"], "127.0.0.3");
+        assert_eq!(e["upstream"]["sent"], 0);
+    }
+    assert!(gw
+        .log_text()
+        .contains("unable to proxy stream connection, status: 403"));
     assert!(!gw.log_text().contains("panicked"));
 }
