@@ -506,7 +506,7 @@ fn check_type(ty: Type, v: &Value) -> Result<(), String> {
 
 /// Kong's schema JSON for a plugin: the common plugin fields and `config` as a record (with
 /// its `shorthand_fields` when it has any).
-pub fn kong_json(fields: &[Field], shorthands: &[Shorthand]) -> Value {
+pub fn kong_json(fields: &[Field], shorthands: &[Shorthand], http_only: bool) -> Value {
     let mut config =
         json!({"type": "record", "required": true, "fields": record_fields_json(fields)});
     if !shorthands.is_empty() {
@@ -523,6 +523,17 @@ pub fn kong_json(fields: &[Field], shorthands: &[Shorthand]) -> Value {
             })
             .collect();
     }
+    // Kong's `typedefs.protocols_http` for an HTTP-only plugin, else `typedefs.protocols`.
+    let protocols = if http_only {
+        json!({"type": "set", "required": true, "default": ["grpc", "grpcs", "http", "https"],
+               "elements": {"type": "string", "one_of": crate::declarative::HTTP_PROTOCOLS},
+               "description": "A set of strings representing HTTP protocols."})
+    } else {
+        json!({"type": "set", "required": true, "default": ["grpc", "grpcs", "http", "https"],
+               "elements": {"type": "string", "one_of": crate::declarative::ROUTE_PROTOCOLS,
+                            "description": "A string representing a protocol, such as HTTP or HTTPS."},
+               "description": "A set of strings representing protocols."})
+    };
     json!({
         "fields": [
             {"id": {"type": "string", "uuid": true, "auto": true}},
@@ -530,7 +541,7 @@ pub fn kong_json(fields: &[Field], shorthands: &[Shorthand]) -> Value {
             {"instance_name": {"type": "string"}},
             {"created_at": {"type": "integer", "timestamp": true, "auto": true}},
             {"updated_at": {"type": "integer", "timestamp": true, "auto": true}},
-            {"protocols": {"type": "set", "required": true, "default": ["grpc", "grpcs", "http", "https"], "elements": {"type": "string", "one_of": ["grpc", "grpcs", "http", "https", "tcp", "tls", "udp", "ws", "wss"]}}},
+            {"protocols": protocols},
             {"consumer": {"type": "foreign", "reference": "consumers", "eq": null, "on_delete": "cascade"}},
             {"service": {"type": "foreign", "reference": "services", "on_delete": "cascade"}},
             {"route": {"type": "foreign", "reference": "routes", "on_delete": "cascade"}},
@@ -725,7 +736,7 @@ mod tests {
         });
         assert_eq!(err, Err("not set".into()));
         // The schema JSON marks them as Kong's does (a map's values, for a map).
-        let j = kong_json(WITH_SECRETS, &[]);
+        let j = kong_json(WITH_SECRETS, &[], false);
         let config = &j["fields"][11]["config"]["fields"];
         assert_eq!(config[0]["endpoint"]["referenceable"], true);
         assert_eq!(config[1]["note"].get("referenceable"), None);
@@ -789,12 +800,12 @@ mod tests {
         )));
         assert!(e.contains(&("redis.x".into(), "unknown field".into())));
         assert_eq!(
-            kong_json(OUTER, &[])["fields"][11]["config"]["fields"][0]["redis"]["fields"][0]
+            kong_json(OUTER, &[], false)["fields"][11]["config"]["fields"][0]["redis"]["fields"][0]
                 ["port"]["default"],
             6379
         );
         assert_eq!(
-            kong_json(OUTER, &[])["fields"][11]["config"]["fields"][0]["redis"]["required"],
+            kong_json(OUTER, &[], false)["fields"][11]["config"]["fields"][0]["redis"]["required"],
             true
         );
         const ARRAYS: &[Field] = &[
@@ -819,11 +830,11 @@ mod tests {
         let e = validate(ARRAYS, &json!({"headers": ["no-colon"]})).unwrap_err();
         assert!(e.contains(&("headers.1".into(), "invalid value: no-colon".into())));
         assert_eq!(
-            kong_json(ARRAYS, &[])["fields"][11]["config"]["fields"][0]["headers"]["elements"]
-                ["match"],
+            kong_json(ARRAYS, &[], false)["fields"][11]["config"]["fields"][0]["headers"]
+                ["elements"]["match"],
             "^[^:]+:.*$"
         );
-        let s = kong_json(FIELDS, &[]);
+        let s = kong_json(FIELDS, &[], false);
         assert_eq!(
             s["fields"][11]["config"]["fields"][0]["status_code"]["default"],
             503

@@ -41,6 +41,12 @@ pub trait PluginSpec: Send + Sync {
     fn allows_consumer(&self) -> bool {
         true
     }
+    /// Whether the plugin runs on HTTP requests only (Kong's `protocols =
+    /// typedefs.protocols_http`: grpc, grpcs, http, https); the others may also list the
+    /// stream protocols (`typedefs.protocols`), and run on stream routes.
+    fn http_only(&self) -> bool {
+        false
+    }
     /// Why this config cannot run without a database (checked on DB-less nodes).
     fn needs_database(&self, _config: &Value) -> Option<(String, String)> {
         None
@@ -251,11 +257,15 @@ impl PluginRegistry for Registry {
 
     fn schema_json(&self, name: &str) -> Option<Value> {
         self.get(name)
-            .map(|p| schema::kong_json(p.fields(), p.shorthand_fields()))
+            .map(|p| schema::kong_json(p.fields(), p.shorthand_fields(), p.http_only()))
     }
 
     fn allows_consumer(&self, name: &str) -> bool {
         self.get(name).is_none_or(|p| p.allows_consumer())
+    }
+
+    fn http_only(&self, name: &str) -> bool {
+        self.get(name).is_some_and(|p| p.http_only())
     }
 
     fn prepare_credential(
@@ -461,6 +471,96 @@ mod tests {
         }
     }
 
+    /// Kong 3.9's plugin schemas: `typedefs.protocols_http` for these, `typedefs.protocols`
+    /// (the stream protocols too) for every other bundled plugin.
+    const HTTP_ONLY: &[&str] = &[
+        "acl",
+        "basic-auth",
+        "bot-detection",
+        "correlation-id",
+        "cors",
+        "hmac-auth",
+        "jwt",
+        "key-auth",
+        "ldap-auth",
+        "oauth2",
+        "opentelemetry",
+        "rate-limiting",
+        "redirect",
+        "request-size-limiting",
+        "request-termination",
+        "response-ratelimiting",
+        "response-transformer",
+    ];
+
+    /// An HTTP-only plugin on a stream protocol is refused with Kong's message at the
+    /// element's position; a stream-capable one takes it; each plugin's schema JSON lists the
+    /// protocols it takes.
+    #[test]
+    fn plugins_take_the_protocols_of_their_kong_schema() {
+        use turnpike_config::declarative::{load_str, PluginRegistry};
+        let registry = super::bundled();
+        let doc = |name: &str, protocols: &str| {
+            format!(
+                "_format_version: '3.0'\nplugins: [{{name: {name}, protocols: [{protocols}], config: {}}}]",
+                match name {
+                    "acl" => "{allow: [a]}",
+                    "rate-limiting" => "{minute: 1, policy: local}",
+                    _ => "{}",
+                }
+            )
+        };
+        for p in registry.all() {
+            let name = p.name();
+            let http_only = HTTP_ONLY.contains(&name);
+            assert_eq!(p.http_only(), http_only, "{name}");
+            let schema = registry.schema_json(name).unwrap();
+            let protocols = schema["fields"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find_map(|f| f.get("protocols"))
+                .unwrap();
+            let one_of = protocols["elements"]["one_of"].as_array().unwrap();
+            assert_eq!(one_of.iter().any(|p| p == "tcp"), !http_only, "{name}");
+        }
+        for name in ["key-auth", "acl", "rate-limiting"] {
+            let e = load_str(&doc(name, "http, tcp"), &registry).unwrap_err();
+            let text = e.to_string();
+            assert!(
+                text.contains("protocols.2: expected one of: grpc, grpcs, http, https"),
+                "{name}: {text}"
+            );
+            assert!(
+                load_str(&doc(name, "grpc, https"), &registry).is_ok(),
+                "{name}"
+            );
+        }
+        for name in [
+            "ip-restriction",
+            "file-log",
+            "syslog",
+            "tcp-log",
+            "prometheus",
+        ] {
+            let c = format!(
+                "_format_version: '3.0'\nplugins: [{{name: {name}, protocols: [tcp, tls, udp, tls_passthrough], config: {}}}]",
+                match name {
+                    "ip-restriction" => "{allow: [127.0.0.1]}",
+                    "file-log" => "{path: /tmp/x.log}",
+                    "tcp-log" => "{host: 127.0.0.1, port: 9}",
+                    _ => "{}",
+                }
+            );
+            let loaded = load_str(&c, &registry);
+            assert!(
+                loaded.is_ok(),
+                "{name}: {:?}",
+                loaded.err().map(|e| e.to_string())
+            );
+        }
+    }
+
     /// Kong writes an integral number without a fraction (`%.14g`); go-kong decodes several
     /// of them into Go `int`s. Every number field of every plugin's config and of the
     /// upstream's `healthchecks`, given as `2.0` or left to its default, is stored as an integer
@@ -495,7 +595,7 @@ mod tests {
                 }
             }
             // The schema JSON's defaults and bounds too.
-            let text = serde_json::to_string(&schema::kong_json(fields, &[])).unwrap();
+            let text = serde_json::to_string(&schema::kong_json(fields, &[], false)).unwrap();
             assert!(
                 !fraction.is_match(&text),
                 "{name}'s schema writes an integral number with a fraction: {text}"

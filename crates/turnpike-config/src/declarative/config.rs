@@ -171,6 +171,34 @@ pub fn check_plugin_config(plugins: &dyn PluginRegistry, p: &mut Plugin) -> Vec<
     if p.name.is_empty() {
         return Vec::new();
     }
+    let mut errs = check_plugin_protocols(plugins, p);
+    errs.extend(check_config(plugins, p));
+    errs
+}
+
+/// The protocols of Kong's `typedefs.protocols_http`: what an HTTP-only plugin may list.
+pub const HTTP_PROTOCOLS: &[&str] = &["grpc", "grpcs", "http", "https"];
+
+/// An HTTP-only plugin's `protocols` hold only HTTP ones (Kong refuses `tcp` for key-auth
+/// with its set's element message, at the element's position).
+fn check_plugin_protocols(plugins: &dyn PluginRegistry, p: &Plugin) -> Vec<(String, String)> {
+    if !plugins.http_only(&p.name) {
+        return Vec::new();
+    }
+    p.protocols
+        .iter()
+        .enumerate()
+        .filter(|(_, proto)| !HTTP_PROTOCOLS.contains(&proto.as_str()))
+        .map(|(i, _)| {
+            (
+                format!("protocols.{}", i + 1),
+                format!("expected one of: {}", HTTP_PROTOCOLS.join(", ")),
+            )
+        })
+        .collect()
+}
+
+fn check_config(plugins: &dyn PluginRegistry, p: &mut Plugin) -> Vec<(String, String)> {
     match plugins.check(&p.name, &p.config) {
         None => vec![(
             "name".into(),

@@ -30,6 +30,12 @@ pub trait PluginRegistry: Send + Sync {
         Vec::new()
     }
 
+    /// Whether a plugin runs on HTTP requests only (Kong's `typedefs.protocols_http`): its
+    /// `protocols` may then list only grpc, grpcs, http and https.
+    fn http_only(&self, _name: &str) -> bool {
+        false
+    }
+
     /// Whether a plugin may be scoped to a consumer (Kong: not when its schema says
     /// `consumer = typedefs.no_consumer`).
     fn allows_consumer(&self, _name: &str) -> bool {

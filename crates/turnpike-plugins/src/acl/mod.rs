@@ -36,6 +36,10 @@ impl PluginSpec for Acl {
     fn priority(&self) -> i32 {
         950
     }
+    /// Kong's `protocols = typedefs.protocols_http`.
+    fn http_only(&self) -> bool {
+        true
+    }
     fn allows_consumer(&self) -> bool {
         false
     }

@@ -128,6 +128,10 @@ impl PluginSpec for BasicAuth {
     fn priority(&self) -> i32 {
         1100
     }
+    /// Kong's `protocols = typedefs.protocols_http`.
+    fn http_only(&self) -> bool {
+        true
+    }
     fn allows_consumer(&self) -> bool {
         false
     }

@@ -49,6 +49,10 @@ impl PluginSpec for BotDetection {
     fn priority(&self) -> i32 {
         2500
     }
+    /// Kong's `protocols = typedefs.protocols_http`.
+    fn http_only(&self) -> bool {
+        true
+    }
     fn allows_consumer(&self) -> bool {
         false
     }

@@ -38,6 +38,10 @@ impl PluginSpec for CorrelationId {
     fn priority(&self) -> i32 {
         100001
     }
+    /// Kong's `protocols = typedefs.protocols_http`.
+    fn http_only(&self) -> bool {
+        true
+    }
     fn fields(&self) -> &'static [crate::schema::Field] {
         schema::FIELDS
     }

@@ -59,6 +59,10 @@ impl PluginSpec for Cors {
     fn priority(&self) -> i32 {
         2000
     }
+    /// Kong's `protocols = typedefs.protocols_http`.
+    fn http_only(&self) -> bool {
+        true
+    }
     fn allows_consumer(&self) -> bool {
         false
     }

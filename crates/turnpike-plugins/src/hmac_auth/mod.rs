@@ -100,6 +100,10 @@ impl PluginSpec for HmacAuth {
     fn priority(&self) -> i32 {
         1030
     }
+    /// Kong's `protocols = typedefs.protocols_http`.
+    fn http_only(&self) -> bool {
+        true
+    }
     fn allows_consumer(&self) -> bool {
         false
     }

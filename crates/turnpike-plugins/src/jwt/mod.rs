@@ -97,6 +97,10 @@ impl PluginSpec for Jwt {
     fn priority(&self) -> i32 {
         1450
     }
+    /// Kong's `protocols = typedefs.protocols_http`.
+    fn http_only(&self) -> bool {
+        true
+    }
     fn allows_consumer(&self) -> bool {
         false
     }

@@ -133,6 +133,10 @@ impl PluginSpec for KeyAuth {
     fn priority(&self) -> i32 {
         1250
     }
+    /// Kong's `protocols = typedefs.protocols_http`.
+    fn http_only(&self) -> bool {
+        true
+    }
     fn allows_consumer(&self) -> bool {
         false
     }

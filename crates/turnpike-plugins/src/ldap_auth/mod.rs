@@ -77,6 +77,10 @@ impl PluginSpec for LdapAuth {
     fn priority(&self) -> i32 {
         1200
     }
+    /// Kong's `protocols = typedefs.protocols_http`.
+    fn http_only(&self) -> bool {
+        true
+    }
     fn allows_consumer(&self) -> bool {
         false
     }

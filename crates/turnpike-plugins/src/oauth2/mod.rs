@@ -170,6 +170,10 @@ impl PluginSpec for OAuth2 {
     fn priority(&self) -> i32 {
         1400
     }
+    /// Kong's `protocols = typedefs.protocols_http`.
+    fn http_only(&self) -> bool {
+        true
+    }
     fn allows_consumer(&self) -> bool {
         false
     }

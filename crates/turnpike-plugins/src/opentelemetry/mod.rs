@@ -521,6 +521,10 @@ impl PluginSpec for OpenTelemetry {
     fn priority(&self) -> i32 {
         14
     }
+    /// Kong's `protocols = typedefs.protocols_http`.
+    fn http_only(&self) -> bool {
+        true
+    }
     fn fields(&self) -> &'static [crate::schema::Field] {
         schema::FIELDS
     }

@@ -215,6 +215,10 @@ impl PluginSpec for RateLimiting {
     fn priority(&self) -> i32 {
         910
     }
+    /// Kong's `protocols = typedefs.protocols_http`.
+    fn http_only(&self) -> bool {
+        true
+    }
     fn fields(&self) -> &'static [crate::schema::Field] {
         schema::FIELDS
     }

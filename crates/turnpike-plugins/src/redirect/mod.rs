@@ -74,6 +74,10 @@ impl PluginSpec for Redirect {
     fn priority(&self) -> i32 {
         779
     }
+    /// Kong's `protocols = typedefs.protocols_http`.
+    fn http_only(&self) -> bool {
+        true
+    }
     fn fields(&self) -> &'static [Field] {
         FIELDS
     }

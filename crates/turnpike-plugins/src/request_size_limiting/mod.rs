@@ -33,6 +33,10 @@ impl PluginSpec for RequestSizeLimiting {
     fn priority(&self) -> i32 {
         951
     }
+    /// Kong's `protocols = typedefs.protocols_http`.
+    fn http_only(&self) -> bool {
+        true
+    }
     fn fields(&self) -> &'static [crate::schema::Field] {
         schema::FIELDS
     }

@@ -44,6 +44,10 @@ impl PluginSpec for RequestTermination {
     fn priority(&self) -> i32 {
         2
     }
+    /// Kong's `protocols = typedefs.protocols_http`.
+    fn http_only(&self) -> bool {
+        true
+    }
     fn fields(&self) -> &'static [crate::schema::Field] {
         schema::FIELDS
     }

@@ -140,6 +140,10 @@ impl PluginSpec for ResponseRateLimiting {
     fn priority(&self) -> i32 {
         900
     }
+    /// Kong's `protocols = typedefs.protocols_http`.
+    fn http_only(&self) -> bool {
+        true
+    }
     fn fields(&self) -> &'static [crate::schema::Field] {
         schema::FIELDS
     }

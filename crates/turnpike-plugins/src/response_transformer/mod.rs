@@ -29,6 +29,10 @@ impl PluginSpec for ResponseTransformer {
     fn priority(&self) -> i32 {
         800
     }
+    /// Kong's `protocols = typedefs.protocols_http`.
+    fn http_only(&self) -> bool {
+        true
+    }
     fn fields(&self) -> &'static [crate::schema::Field] {
         schema::FIELDS
     }
