@@ -89,6 +89,7 @@ mod tests {
         headers.insert("x-other", HeaderValue::from_static("kept"));
         let mut response_headers = Vec::new();
         let mut ctx = PluginCtx::default();
+        let mut upstream = UpstreamRequest::default();
         let mut req = AccessRequest {
             route_id: "r",
             ..AccessRequest::new(
@@ -100,6 +101,7 @@ mod tests {
                 false,
                 "127.0.0.1".parse().unwrap(),
                 &mut ctx,
+                &mut upstream,
             )
         };
         assert_eq!(*req.header(&X_CONSUMER_ID).unwrap(), "spoofed");

@@ -32,15 +32,8 @@ pub struct AccessRequest<'a> {
     /// The route's regex path captures, (name, value), numbered ones unnamed (Kong's
     /// `uri_captures`).
     pub captures: Option<&'a [(Option<String>, String)]>,
-    /// A replacement for the request method sent upstream (`kong.service.request.set_method`).
-    pub upstream_method: Option<http::Method>,
     /// Set by an authentication plugin; read by the plugins after it.
     pub consumer: Option<Arc<Identity>>,
-    /// A replacement for the query string sent upstream (e.g. a credential removed from it).
-    pub upstream_query: Option<String>,
-    /// The most body bytes the upstream may receive (request-size-limiting): a body without a
-    /// Content-Length is counted as it streams and cut, with a 413, when it passes this.
-    pub body_limit: Option<u64>,
     /// The whole request body, read before the chain runs when one of the route's plugins
     /// wants it ([`Handler::wants_body`]); a plugin may replace it (what goes upstream).
     pub body: Option<Bytes>,
@@ -48,13 +41,31 @@ pub struct AccessRequest<'a> {
     /// which runs before the router).
     pub route_id: &'a str,
     pub service_id: Option<&'a str>,
-    /// A replacement for the path sent upstream (`kong.service.request.set_path`).
-    pub upstream_path: Option<String>,
-    /// The Host header sent upstream, when a plugin set it (`kong.service.request.set_header`
-    /// with Host): it wins over the route's `preserve_host` and the service's host.
-    pub upstream_host: Option<HeaderValue>,
     /// What the request's plugins keep between phases (Kong's `kong.ctx`).
     pub ctx: &'a mut PluginCtx,
+    /// What the plugins change of the request sent upstream (Kong's `kong.service.request`),
+    /// the request's own across its phases.
+    pub upstream: &'a mut UpstreamRequest,
+}
+
+/// What the plugins of a request's rewrite and access phases change of the request sent
+/// upstream (Kong's `kong.service.request`): kept in the request's state, so each phase's
+/// plugins and the forward phase after them read and write the same fields, never copies.
+#[derive(Default, Debug)]
+pub struct UpstreamRequest {
+    /// A replacement for the request method (`kong.service.request.set_method`).
+    pub method: Option<http::Method>,
+    /// A replacement for the query string (e.g. a credential removed from it); empty means
+    /// none.
+    pub query: Option<String>,
+    /// A replacement for the path (`kong.service.request.set_path`).
+    pub path: Option<String>,
+    /// The Host header, when a plugin set it (`kong.service.request.set_header` with Host):
+    /// it wins over the route's `preserve_host` and the service's host.
+    pub host: Option<HeaderValue>,
+    /// The most body bytes the upstream may receive (request-size-limiting): a body without a
+    /// Content-Length is counted as it streams and cut, with a 413, when it passes this.
+    pub body_limit: Option<u64>,
 }
 
 /// Per-request state that plugins keep from one phase to the next (Kong's `kong.ctx.shared`
@@ -121,6 +132,7 @@ impl<'a> AccessRequest<'a> {
         tls: bool,
         client_ip: std::net::IpAddr,
         ctx: &'a mut PluginCtx,
+        upstream: &'a mut UpstreamRequest,
     ) -> Self {
         AccessRequest {
             method,
@@ -134,16 +146,12 @@ impl<'a> AccessRequest<'a> {
             client_ip,
             trusted: false,
             captures: None,
-            upstream_method: None,
             consumer: None,
-            upstream_query: None,
-            body_limit: None,
             body: None,
             route_id: "",
             service_id: None,
-            upstream_path: None,
-            upstream_host: None,
             ctx,
+            upstream,
         }
     }
 }

@@ -17,6 +17,7 @@ pub(crate) struct TestRequest {
     pub client_ip: std::net::IpAddr,
     pub body: Option<Bytes>,
     pub ctx: PluginCtx,
+    pub upstream: UpstreamRequest,
 }
 
 #[cfg(test)]
@@ -30,6 +31,7 @@ impl TestRequest {
             client_ip: "127.0.0.1".parse().unwrap(),
             body: None,
             ctx: PluginCtx::default(),
+            upstream: UpstreamRequest::default(),
         }
     }
 
@@ -52,6 +54,7 @@ impl TestRequest {
                 false,
                 self.client_ip,
                 &mut self.ctx,
+                &mut self.upstream,
             )
         };
         let rt = tokio::runtime::Builder::new_current_thread()

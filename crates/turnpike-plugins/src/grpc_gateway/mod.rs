@@ -318,9 +318,9 @@ impl Handler for Configured {
         );
         req.headers
             .insert(header::TE, HeaderValue::from_static("trailers"));
-        req.upstream_path = Some(endpoint.rewrite_path.clone());
-        req.upstream_query = Some(String::new());
-        req.upstream_method = Some(HttpMethod::POST);
+        req.upstream.path = Some(endpoint.rewrite_path.clone());
+        req.upstream.query = Some(String::new());
+        req.upstream.method = Some(HttpMethod::POST);
         req.ctx.insert(Call {
             output: endpoint.output.clone(),
         });

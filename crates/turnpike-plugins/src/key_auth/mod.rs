@@ -305,8 +305,8 @@ impl Configured {
                     req.headers.remove(header);
                 }
                 Location::Query => {
-                    if let Some(q) = req.upstream_query.clone().or(req.query.map(String::from)) {
-                        req.upstream_query = Some(without_arg(&q, arg));
+                    if let Some(q) = req.upstream.query.clone().or(req.query.map(String::from)) {
+                        req.upstream.query = Some(without_arg(&q, arg));
                     }
                 }
                 Location::Body => {

@@ -124,6 +124,7 @@ fn query_and_path_for_the_upstream() {
     req.query = Some("a=x%20y&c=1");
     let mut ctx = PluginCtx::default();
     let mut response_headers = Vec::new();
+    let mut upstream = crate::UpstreamRequest::default();
     let mut access = crate::AccessRequest {
         route_id: "r",
         ..crate::AccessRequest::new(
@@ -135,11 +136,12 @@ fn query_and_path_for_the_upstream() {
             false,
             "10.0.0.1".parse().unwrap(),
             &mut ctx,
+            &mut upstream,
         )
     };
     assert!(matches!(h.access(&mut access), Access::Continue));
-    assert_eq!(access.upstream_query.as_deref(), Some("b=x%20y&flag"));
-    assert_eq!(access.upstream_path.as_deref(), Some("/v2/p"));
+    assert_eq!(access.upstream.query.as_deref(), Some("b=x%20y&flag"));
+    assert_eq!(access.upstream.path.as_deref(), Some("/v2/p"));
 }
 
 /// `kong.ctx.shared` lives from the access phase to header_filter and body_filter.

@@ -380,7 +380,7 @@ impl Configured {
                     .split('&')
                     .filter(|kv| kv.split('=').next() != Some("access_token"))
                     .collect();
-                req.upstream_query = Some(kept.join("&"));
+                req.upstream.query = Some(kept.join("&"));
             }
             return Some(token);
         }

@@ -84,7 +84,11 @@ impl Handler for Configured {
             None => {
                 // The tightest of several limits wins (a plugin cannot be configured twice on
                 // one route, but keep the rule simple and safe).
-                req.body_limit = Some(req.body_limit.map_or(self.limit, |l| l.min(self.limit)));
+                req.upstream.body_limit = Some(
+                    req.upstream
+                        .body_limit
+                        .map_or(self.limit, |l| l.min(self.limit)),
+                );
                 Access::Continue
             }
         }

@@ -389,7 +389,7 @@ impl Configured {
             };
             if *name == HOST {
                 // The Host the upstream gets.
-                req.upstream_host = Some(v);
+                req.upstream.host = Some(v);
             } else if headers.contains_key(name) {
                 headers.insert(name.clone(), v);
             }
@@ -437,15 +437,16 @@ impl Handler for Configured {
             captures: req.captures,
         };
         if let Some(uri) = &self.uri {
-            req.upstream_path = Some(uri.render(&env));
+            req.upstream.path = Some(uri.render(&env));
         }
         let mut query = req
-            .upstream_query
+            .upstream
+            .query
             .clone()
             .or_else(|| req.query.map(String::from));
         let mut query_changed = false;
         if let Some(m) = &self.method {
-            req.upstream_method = Some(m.clone());
+            req.upstream.method = Some(m.clone());
             if self.moves_form_to_query() && matches!(body_kind(req.headers), BodyKind::Form) {
                 let form = req
                     .body
@@ -510,7 +511,7 @@ impl Handler for Configured {
             query_changed = true;
         }
         if query_changed {
-            req.upstream_query = query;
+            req.upstream.query = query;
         }
         Access::Continue
     }

@@ -15,41 +15,31 @@ use crate::http1::client::BodySource;
 use crate::runloop::ctx::{Ended, RequestCtx};
 use crate::runloop::errors::{self, exit_response};
 use crate::runloop::forward::{client_ip, request_protocol};
-use crate::snapshot::{Bound, Slot, Snapshot};
-use crate::worker::ctx::{ConnInfo, WorkerCtx};
+use crate::runloop::session::Session;
+use crate::snapshot::{Bound, Slot};
+use crate::worker::ctx::WorkerCtx;
 
 /// The most a request body read whole for a plugin may hold (Kong buffers to disk beyond its
 /// client_body_buffer_size; we refuse instead of holding unbounded bodies in memory).
 const PLUGIN_BODY_MAX: usize = 8 << 20;
 
-/// The normalised path, the query, the request target as sent, the route's path captures.
-pub type Target<'a> = (
-    &'a str,
-    Option<&'a str>,
-    &'a str,
-    Option<&'a [(Option<String>, String)]>,
-);
-
 /// Runs the route's access phase over the request's head and body.
-#[allow(clippy::too_many_arguments)]
-pub async fn run(
-    ctx: &WorkerCtx,
-    snap: &Snapshot,
-    conn: &ConnInfo,
-    route: &RouteEntry,
-    parts: &mut Parts,
-    (path, query, target, captures): Target<'_>,
-    body: &mut BodySource,
-    upgrade: bool,
-    rc: &mut RequestCtx,
-) -> Result<(), Ended> {
-    let chain = &snap.routes[route.route_index()].chain;
+pub async fn run(s: &mut Session<'_>) -> Result<(), Ended> {
+    let (ctx, snap, conn) = (s.ctx, s.snap, s.conn);
+    let m = s
+        .matched
+        .as_ref()
+        .expect("the access phase runs on a route");
+    let (route, captures) = (m.route, m.captures.as_deref());
+    let compiled = &snap.routes[route.route_index()];
+    let chain = &compiled.chain;
+    let rc = &mut *s.rc;
     // A plugin that reads the body (key-auth's key_in_body) gets it whole, read here
     // within a bound; the upstream then gets those bytes.
     let mut buffered = None;
-    if snap.routes[route.route_index()].want_body && !upgrade {
+    if compiled.want_body && s.client_upgrade.is_none() {
         if let BodySource::Stream(stream) =
-            std::mem::replace(body, BodySource::Buffered(bytes::Bytes::new()))
+            std::mem::replace(&mut s.body, BodySource::Buffered(bytes::Bytes::new()))
         {
             use http_body_util::BodyExt;
             match http_body_util::Limited::new(stream, PLUGIN_BODY_MAX)
@@ -73,31 +63,30 @@ pub async fn run(
             }
         }
     }
+    let parts = &mut s.parts;
     let client_ip = client_ip(conn, &parts.headers);
     let protocol = request_protocol(conn);
-    let chain_filters = snap.routes[route.route_index()].filter;
+    let chain_filters = compiled.filter;
     let mut access = AccessRequest {
-        target,
+        target: s.target.path_and_query(),
         version: parts.version,
-        upstream_query: rc.upstream_query.take(),
         body: buffered,
-        route_id: &snap.routes[route.route_index()].route.id,
+        route_id: &compiled.route.id,
         service_id: route
             .service_index()
             .map(|i| snap.config.services[i].id.as_ref()),
-        upstream_path: rc.upstream_path.take(),
-        upstream_host: rc.upstream_host.take(),
         trusted: conn.trusted,
         captures,
         ..AccessRequest::new(
             parts.method.as_str(),
-            path,
-            query,
+            s.target.path(),
+            s.target.query(),
             &mut parts.headers,
             &mut rc.plugin_headers,
             conn.tls,
             client_ip,
             &mut rc.plugin_ctx,
+            &mut rc.upstream,
         )
     };
     let timed = rc
@@ -135,24 +124,19 @@ pub async fn run(
             return Err(Box::new(exit_response(ctx, e, rc.start, rc.grpc)));
         }
     }
-    rc.upstream_query = access.upstream_query;
-    rc.upstream_path = access.upstream_path;
-    rc.upstream_host = access.upstream_host;
-    rc.body_limit = access.body_limit;
-    let upstream_method = access.upstream_method;
     let consumer = access.consumer;
     let plugin_body = access.body;
     if chain_filters {
         rc.filters = response_filters(chain, consumer.as_deref(), protocol);
     }
-    if matches!(body, BodySource::Buffered(_)) {
+    if matches!(s.body, BodySource::Buffered(_)) {
         // What the plugins leave is what goes upstream, with its length.
         let b = plugin_body.unwrap_or_default();
         parts.headers.remove(header::TRANSFER_ENCODING);
         parts
             .headers
             .insert(header::CONTENT_LENGTH, HeaderValue::from(b.len()));
-        *body = BodySource::Buffered(b);
+        s.body = BodySource::Buffered(b);
     }
     if let Some(l) = rc.log.as_deref_mut() {
         l.consumer = consumer.clone();
@@ -162,16 +146,35 @@ pub async fn run(
         }
     }
     rc.consumer = consumer;
-    if let Some(m) = upstream_method {
+    if let Some(m) = rc.upstream.method.take() {
         parts.method = m;
     }
     Ok(())
 }
 
+/// After the plugins, the body as the upstream gets it: a gRPC service's streams as it comes
+/// (Kong's `@grpc` location buffers nothing: client and bidirectional streaming calls); for
+/// others, the route's `request_buffering` reads it whole first (`read_whole`).
+pub async fn read_body(s: &mut Session<'_>) -> Result<(), Ended> {
+    let route = s.matched().route;
+    let grpc_service = route
+        .service_index()
+        .is_some_and(|si| s.snap.services[si].grpc);
+    s.rc.grpc_upstream = grpc_service;
+    if grpc_service || !buffers_body(route, &s.body, s.upgrade()) {
+        return Ok(());
+    }
+    let limit = body_limit(s.ctx, s.rc);
+    read_whole(s.ctx, &mut s.parts, &mut s.body, limit, s.rc).await
+}
+
 /// The most body bytes the upstream may get: client_max_body_size and a plugin's
 /// (request-size-limiting), whichever is lower, whether the body is buffered or streamed.
 pub fn body_limit(ctx: &WorkerCtx, rc: &RequestCtx) -> Option<u64> {
-    match (rc.body_limit, ctx.gateway.settings.client_max_body_size) {
+    match (
+        rc.upstream.body_limit,
+        ctx.gateway.settings.client_max_body_size,
+    ) {
         (l, 0) => l,
         (Some(l), m) => Some(l.min(m)),
         (None, m) => Some(m),
@@ -180,7 +183,7 @@ pub fn body_limit(ctx: &WorkerCtx, rc: &RequestCtx) -> Option<u64> {
 
 /// Whether the route's request_buffering reads this request's body before the upstream is
 /// chosen: a streamed body not at its end yet, on a request that does not upgrade.
-pub fn buffers_body(route: &RouteEntry, body: &BodySource, upgrade: bool) -> bool {
+fn buffers_body(route: &RouteEntry, body: &BodySource, upgrade: bool) -> bool {
     route.request_buffering
         && !upgrade
         && matches!(body, BodySource::Stream(s) if !http_body::Body::is_end_stream(s))
@@ -189,7 +192,7 @@ pub fn buffers_body(route: &RouteEntry, body: &BodySource, upgrade: bool) -> boo
 /// Kong's request_buffering (the default): the whole body is read before an upstream is
 /// chosen and connected to, so a slow client holds no upstream connection and the upstream
 /// never gets a request its client abandoned. Held to `limit` (`body_limit`).
-pub async fn buffer_body(
+async fn read_whole(
     ctx: &WorkerCtx,
     parts: &mut Parts,
     body: &mut BodySource,
@@ -200,7 +203,7 @@ pub async fn buffer_body(
         return Ok(());
     };
     let settings = &ctx.gateway.settings;
-    let plugin_bound = rc.body_limit.is_some() && limit == rc.body_limit;
+    let plugin_bound = rc.upstream.body_limit.is_some() && limit == rc.upstream.body_limit;
     let read = spool::read(
         stream,
         limit.unwrap_or(0),

@@ -10,10 +10,16 @@ use std::time::Instant;
 
 use http::header::HeaderMap;
 use http::header::HeaderValue;
-use http::{Request, Response};
+use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
+use turnpike_plugins::log::Source;
 
+use crate::body::idle::ReadIdle;
 use crate::http1::client::{BodySource, ClientBody, Conn, Overrides, SendError, UpstreamBody};
+use crate::runloop::body::{BodyKind, ProxyBody};
+use crate::runloop::ctx::Ended;
+use crate::runloop::session::Session;
+use crate::runloop::{access, errors, forward};
 use crate::snapshot::{Destination, Peer, ServiceInfo};
 use crate::upstream::connect::{self, ConnectError};
 use crate::upstream::health::Outcome;
@@ -247,6 +253,133 @@ async fn send_h2(
     let placeholder = Request::new(()).into_parts().0;
     let req = Request::from_parts(std::mem::replace(parts, placeholder), body);
     Ok(tokio::time::timeout(service.read_timeout(), sender.send_request(req)).await)
+}
+
+/// Kong's balancer phase, over the request as the forward phase left it: the upstream's
+/// response (its body still arriving), or the gateway's own answer when no peer answered.
+pub async fn run(s: &mut Session<'_>) -> Result<Response<ProxyBody>, Ended> {
+    let (ctx, snap, conn) = (s.ctx, s.snap, s.conn);
+    let m = s
+        .matched
+        .as_ref()
+        .expect("the balancer phase runs on a route");
+    let route = m.route;
+    let Some(si) = route.service_index() else {
+        return Err(Box::new(s.rc.error(
+            ctx,
+            StatusCode::SERVICE_UNAVAILABLE,
+            errors::NO_SERVICE,
+        )));
+    };
+    let service = &snap.services[si];
+    let limit = access::body_limit(ctx, s.rc);
+    let up_start = Instant::now();
+    let rc = &mut *s.rc;
+    rc.proxy_latency = up_start - rc.start;
+    let upgrade = s.client_upgrade.is_some();
+    // What a balancer may hash on; the client address only when a balancer may need it.
+    let call = Call {
+        preserved_host: s.preserved_host.take(),
+        upgrade,
+        consumer_id: rc.consumer.as_deref().map(|c| c.consumer_id()),
+        client_ip: match service.destination {
+            Destination::Balanced(_) => Some(forward::client_ip(conn, &s.parts.headers)),
+            _ => None,
+        },
+        path: s.target.path(),
+        query: s.target.query(),
+        captures: m.captures.as_deref(),
+        set_cookie: std::cell::Cell::new(None),
+        spans: rc.spans.as_deref(),
+    };
+    let body = std::mem::replace(&mut s.body, BodySource::Buffered(bytes::Bytes::new()));
+    let sent = send(
+        ctx,
+        service,
+        &mut s.parts,
+        ClientBody {
+            source: body,
+            limit,
+        },
+        &mut s.overrides,
+        &call,
+    )
+    .await;
+    let set_cookie = call.set_cookie.take();
+    drop(call);
+    let (mut parts, body) = match sent {
+        // Our HTTP/1.1 exchange never stores hop-by-hop headers.
+        Ok(Upstreamed::H1(parts, body)) => {
+            rc.upstream_named_kong = body.named_kong_headers;
+            let mut body = ProxyBody::new(BodyKind::Upstream(body));
+            let mut parts = parts;
+            if route.response_buffering && parts.status != StatusCode::SWITCHING_PROTOCOLS {
+                body.read_ahead(&mut parts.headers, &ctx.gateway.settings.proxy_temp);
+            }
+            (parts, body)
+        }
+        Ok(Upstreamed::Hyper(mut resp)) => {
+            // WebSocket: splice the two upgraded connections together.
+            if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+                if let Some(client_upgrade) = s.client_upgrade.take() {
+                    let upstream_upgrade = hyper::upgrade::on(&mut resp);
+                    tokio::task::spawn_local(async move {
+                        if let (Ok(mut c), Ok(u)) = (client_upgrade.await, upstream_upgrade.await) {
+                            let mut u = hyper_util::rt::TokioIo::new(u);
+                            let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
+                        }
+                    });
+                    let (parts, _) = resp.into_parts();
+                    return Ok(Response::from_parts(parts, ProxyBody::empty()));
+                }
+            }
+            let (mut parts, body) = resp.into_parts();
+            forward::strip_hop_by_hop(&mut parts.headers, false);
+            rc.upstream_named_kong = true;
+            let body = if rc.grpc_upstream {
+                // nginx's grpc_read_timeout: between two reads, not over the whole call.
+                BodyKind::Grpc(ReadIdle::new(body, service.read_timeout()))
+            } else {
+                BodyKind::Hyper(body)
+            };
+            (parts, ProxyBody::new(body))
+        }
+        Err(e) => {
+            let (status, msg) = match e {
+                UpstreamError::BodyTooLarge => {
+                    (StatusCode::PAYLOAD_TOO_LARGE, errors::BODY_TOO_LARGE)
+                }
+                UpstreamError::Timeout => (StatusCode::GATEWAY_TIMEOUT, errors::TIMED_OUT),
+                UpstreamError::ClientBody { timed_out: true } => {
+                    (StatusCode::REQUEST_TIMEOUT, errors::REQUEST_TIMEOUT)
+                }
+                UpstreamError::ClientBody { timed_out: false } => {
+                    (StatusCode::BAD_REQUEST, errors::BAD_REQUEST)
+                }
+                UpstreamError::NoPeer => (StatusCode::SERVICE_UNAVAILABLE, errors::NO_PEER),
+                UpstreamError::NameResolution => {
+                    (StatusCode::SERVICE_UNAVAILABLE, errors::NAME_RESOLUTION)
+                }
+                UpstreamError::Failed => (StatusCode::BAD_GATEWAY, errors::BAD_GATEWAY),
+            };
+            return Err(Box::new(match e {
+                // nginx's own errors, answered by Kong's error handler.
+                UpstreamError::Failed | UpstreamError::Timeout => rc.proxy_error(ctx, status, msg),
+                _ => rc.error(ctx, status, msg),
+            }));
+        }
+    };
+    rc.from_upstream = true;
+    rc.upstream_latency = up_start.elapsed();
+    if let Some(l) = rc.log.as_deref_mut() {
+        l.source = Source::Service;
+        l.upstream_latency = Some(rc.upstream_latency);
+    }
+    parts.version = s.client_version;
+    if let Some(c) = set_cookie {
+        parts.headers.append(http::header::SET_COOKIE, c);
+    }
+    Ok(Response::from_parts(parts, body))
 }
 
 /// Sends the request to the service's upstream, retrying up to `service.retries` times, on

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::header::{HeaderName, HeaderValue};
-use http::{HeaderMap, Uri};
-use turnpike_plugins::{Identity, PluginCtx};
+use http::HeaderMap;
+use turnpike_plugins::{Identity, PluginCtx, UpstreamRequest};
 
 use crate::http1::header_names::seen;
 use crate::runloop::log::LogState;
@@ -30,14 +30,11 @@ pub struct RequestCtx {
     pub plugin_headers: Vec<(HeaderName, HeaderValue)>,
     /// What the request's plugins keep between phases (Kong's `kong.ctx`).
     pub plugin_ctx: PluginCtx,
-    /// Set by the rewrite or access phase's plugins: the query, path and Host sent upstream.
-    pub upstream_query: Option<String>,
-    pub upstream_path: Option<String>,
-    pub upstream_host: Option<HeaderValue>,
+    /// What the rewrite and access phases' plugins changed of the request sent upstream
+    /// (its method, path, query, Host, and the most body bytes it may get).
+    pub upstream: UpstreamRequest,
     /// Who the access phase authenticated.
     pub consumer: Option<Arc<Identity>>,
-    /// The most body bytes the upstream may get (a plugin's, request-size-limiting).
-    pub body_limit: Option<u64>,
     /// The configs of the route's plugins with a header_filter phase, for the consumer the
     /// access phase named (empty unless the route has such a plugin).
     pub filters: Vec<crate::snapshot::Bound>,
@@ -72,11 +69,8 @@ impl RequestCtx {
             accept: None,
             plugin_headers: Vec::new(),
             plugin_ctx: PluginCtx::default(),
-            upstream_query: None,
-            upstream_path: None,
-            upstream_host: None,
+            upstream: UpstreamRequest::default(),
             consumer: None,
-            body_limit: None,
             filters: Vec::new(),
             from_upstream: false,
             upstream_named_kong: false,
@@ -107,15 +101,4 @@ impl RequestCtx {
             self.accept = headers.get(http::header::ACCEPT).cloned();
         }
     }
-}
-
-/// The request as the router and the phases after it see it.
-pub struct Target<'a> {
-    pub orig_uri: &'a Uri,
-    /// The normalised path.
-    pub path: &'a str,
-    /// The host, lower case, without its port.
-    pub host: &'a str,
-    /// The host as sent, port included.
-    pub authority: &'a str,
 }

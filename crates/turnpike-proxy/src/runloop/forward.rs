@@ -5,17 +5,16 @@
 //! to send.
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::request::Parts;
 use http::{Request, StatusCode, Uri, Version};
-use turnpike_router::{upstream_uri, Match};
+use turnpike_router::upstream_uri;
 
 use crate::body::RequestBody;
 use crate::http1::client::Overrides;
 use crate::http1::header_names::{names, seen};
-use crate::runloop::ctx::Target;
-use crate::runloop::ctx::{Ended, RequestCtx};
-use crate::snapshot::ServiceInfo;
-use crate::worker::ctx::{ConnInfo, WorkerCtx};
+use crate::runloop::ctx::Ended;
+use crate::runloop::errors;
+use crate::runloop::session::Session;
+use crate::worker::ctx::ConnInfo;
 
 static X_KONG_REQUEST_ID: HeaderName = names::X_KONG_REQUEST_ID;
 static X_FORWARDED_FOR: HeaderName = names::X_FORWARDED_FOR;
@@ -29,24 +28,34 @@ static KEEP_ALIVE: HeaderName = names::KEEP_ALIVE;
 static PROXY_CONNECTION: HeaderName = names::PROXY_CONNECTION;
 
 /// Turns the client's request head into the upstream's; the headers the proxy sets go into
-/// `overrides` (slot 0, Host, is set per attempt) and the Host kept from the client or a
-/// plugin is returned. `plugins_ran`: a plugin may have set any header, so what the parser
-/// saw of the names no longer holds: the names are classified again, in one pass.
-#[allow(clippy::too_many_arguments)]
-pub fn run(
-    ctx: &WorkerCtx,
-    conn: &ConnInfo,
-    (m, service): (&Match<'_>, &ServiceInfo),
-    parts: &mut Parts,
-    t: &Target<'_>,
-    host_value: Option<&HeaderValue>,
-    (plugins_ran, upgrade): (bool, bool),
-    overrides: &mut Overrides,
-    rc: &mut RequestCtx,
-) -> Result<Option<HeaderValue>, Ended> {
+/// the session's `overrides` (slot 0, Host, is set per attempt) and the Host kept from the
+/// client or a plugin into its `preserved_host`. When a plugin ran, it may have set any
+/// header, so what the parser saw of the names no longer holds: the names are classified
+/// again, in one pass.
+#[inline]
+pub fn run(s: &mut Session<'_>) -> Result<(), Ended> {
+    let Some(si) = s.matched().route.service_index() else {
+        return Err(Box::new(s.rc.error(
+            s.ctx,
+            StatusCode::SERVICE_UNAVAILABLE,
+            errors::NO_SERVICE,
+        )));
+    };
+    let (ctx, conn, snap, t) = (s.ctx, s.conn, s.snap, &s.target);
+    let m = s
+        .matched
+        .as_ref()
+        .expect("the forward phase runs on a route");
+    let service = &snap.services[si];
+    let parts = &mut s.parts;
+    let overrides = &mut s.overrides;
+    let upgrade = s.client_upgrade.is_some();
+    let rc = &mut *s.rc;
+    let plugins_ran =
+        !snap.routes[m.route.route_index()].chain.is_empty() || !snap.global_rewrite.is_empty();
     let route = m.route;
-    let path = t.path;
-    let mut up_path = match rc.upstream_path.take() {
+    let path = t.path();
+    let mut up_path = match rc.upstream.path.take() {
         // A plugin set the upstream path (kong.service.request.set_path).
         Some(p) => p,
         // nginx's grpc_pass sends the request's own path (no service path, no strip_path),
@@ -67,7 +76,7 @@ pub fn run(
             route.path_handling_v1,
         ),
     };
-    match rc.upstream_query.as_deref() {
+    match rc.upstream.query.as_deref() {
         // A plugin rewrote the query (e.g. removed a credential); empty means none.
         Some("") => {}
         Some(q) => {
@@ -75,7 +84,7 @@ pub fn run(
             up_path.push_str(q);
         }
         None => {
-            if let Some(q) = t.orig_uri.query() {
+            if let Some(q) = t.query() {
                 up_path.push('?');
                 up_path.push_str(q);
             }
@@ -120,10 +129,11 @@ pub fn run(
     // X-Forwarded-*, X-Real-IP or X-Kong-Request-Id (or a plugin ran, which may have set any
     // header), Host is the only proxy-set name a client header can have.
     overrides.set_others_may_clash(headers_seen & (seen::FORWARDED | seen::KONG) != 0);
+    let host_value = t.host_value();
     forwarded_headers(
         conn,
         (headers_seen & seen::FORWARDED != 0).then_some(&parts.headers),
-        t.host,
+        t.host(),
         host_value,
         path,
         prefix,
@@ -150,8 +160,8 @@ pub fn run(
             }
         }
     }
-    let preserved_host = if rc.upstream_host.is_some() {
-        rc.upstream_host.take()
+    s.preserved_host = if rc.upstream.host.is_some() {
+        rc.upstream.host.take()
     } else if route.preserve_host {
         host_value.cloned().or_else(|| {
             t.orig_uri
@@ -164,7 +174,7 @@ pub fn run(
     if let Some(d) = rc.log.as_deref_mut().and_then(|l| l.details.as_deref_mut()) {
         d.upstream_uri = Some(parts.uri.clone());
     }
-    Ok(preserved_host)
+    Ok(())
 }
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1) are never forwarded, nor any header the Connection

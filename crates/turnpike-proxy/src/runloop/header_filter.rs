@@ -10,7 +10,7 @@ use crate::http1::header_names::names;
 use crate::runloop::body::ProxyBody;
 use crate::runloop::ctx::RequestCtx;
 use crate::runloop::errors::ms;
-use crate::worker::ctx::{ConnInfo, WorkerCtx};
+use crate::runloop::session::Session;
 
 pub static X_KONG_REQUEST_ID: HeaderName = names::X_KONG_REQUEST_ID;
 static X_KONG_PROXY_LATENCY: HeaderName = names::X_KONG_PROXY_LATENCY;
@@ -18,7 +18,9 @@ static X_KONG_UPSTREAM_LATENCY: HeaderName = names::X_KONG_UPSTREAM_LATENCY;
 static X_KONG_UPSTREAM_STATUS: HeaderName = names::X_KONG_UPSTREAM_STATUS;
 
 /// Runs the header_filter phase over the response.
-pub fn run(ctx: &WorkerCtx, conn: &ConnInfo, resp: &mut Response<ProxyBody>, rc: &mut RequestCtx) {
+pub fn run(s: &mut Session<'_>, resp: &mut Response<ProxyBody>) {
+    let (ctx, conn) = (s.ctx, s.conn);
+    let rc = &mut *s.rc;
     let settings = &ctx.gateway.settings;
     let plugin_headers = std::mem::take(&mut rc.plugin_headers);
     // Kong's own headers go straight into an HTTP/1.1 response head (no header-map insert, no

@@ -2,8 +2,9 @@
 //! `kong/init.lua`, Pingora's `ProxyHttp`): [`rewrite`] (global plugins, before the router),
 //! [`route`], [`access`] (the route's plugins, then the body read), [`forward`] (the
 //! upstream request), [`balancer`] (peer, connection, retries), [`header_filter`],
-//! [`body_filter`] and [`log`] (when the response body is done). One [`ctx::RequestCtx`]
-//! carries the request's state from one phase to the next.
+//! [`body_filter`] and [`log`] (when the response body is done). Each phase takes the
+//! request's [`session::Session`] (the request, what the router matched, and the
+//! [`ctx::RequestCtx`] carried from one phase to the next).
 
 pub mod access;
 pub mod balancer;
@@ -17,27 +18,20 @@ pub mod header_filter;
 pub mod log;
 pub mod rewrite;
 pub mod route;
+pub mod session;
 
 use std::rc::Rc;
 use std::time::Instant;
 
-use http::header;
-use http::{Request, Response, StatusCode};
-use turnpike_plugins::log::Source;
-use turnpike_router::normalize_path;
+use http::{Request, Response};
 
-use crate::body::idle::ReadIdle;
 use crate::body::RequestBody;
-use crate::http1::client::{BodySource, ClientBody};
+use crate::http1::client::{BodySource, Overrides};
 use crate::http1::server::{Limits, OutsideHeaders, PendingUpgrade, Refused, Service};
-use crate::snapshot::Destination;
 use crate::worker::ctx::{ConnInfo, WorkerCtx};
-use balancer::{Call, UpstreamError, Upstreamed};
-use body::{BodyKind, ProxyBody, RequestGuard};
-use ctx::RequestCtx;
-use ctx::Target;
-use errors::exit_response;
-use route::host_without_port;
+use body::{ProxyBody, RequestGuard};
+use ctx::{Ended, RequestCtx};
+use session::{Session, Target};
 
 /// A client connection's requests, as the HTTP/1.1 server hands them over.
 pub struct Connection {
@@ -131,222 +125,54 @@ pub async fn handle(
             &rc.request_id,
         ))
     });
-    let mut resp = proxy(&ctx, &conn, (req, upgrade), &mut rc).await;
-    header_filter::run(&ctx, &conn, &mut resp, &mut rc);
+    let snap = ctx.snapshot();
+    // An upgrade the client asked for, on a connection that can take it.
+    let upgrade = upgrade.filter(|_| forward::is_upgrade(&req));
+    let (mut parts, body) = req.into_parts();
+    // Built in place (a constructor returning it would move its ~1.5 KB once more).
+    let mut s = Session {
+        ctx: &ctx,
+        conn: &conn,
+        snap: &snap,
+        // The original URI is kept aside; the upstream's is set by the forward phase.
+        target: Target::new(std::mem::take(&mut parts.uri)),
+        client_version: parts.version,
+        parts,
+        body: BodySource::Stream(body),
+        client_upgrade: upgrade,
+        matched: None,
+        overrides: Overrides::new(false),
+        preserved_host: None,
+        rc: &mut rc,
+    };
+    let mut resp = match proxy(&mut s).await {
+        Ok(r) => r,
+        Err(r) => *r,
+    };
+    header_filter::run(&mut s, &mut resp);
+    drop(s);
     arm_log(&mut resp, guard, &mut rc);
     resp
 }
 
-/// From the request to the upstream's response (or the gateway's own): rewrite, route,
-/// access, the upstream request, the balancer and the exchange.
-async fn proxy(
-    ctx: &Rc<WorkerCtx>,
-    conn: &ConnInfo,
-    // The request, and where its connection comes if it upgrades.
-    (req, client_upgrade): (Request<RequestBody>, Option<PendingUpgrade>),
-    rc: &mut RequestCtx,
-) -> Response<ProxyBody> {
-    let snap = ctx.snapshot();
-    let upgrade = client_upgrade.is_some() && forward::is_upgrade(&req);
-    let client_version = req.version();
-    let (mut parts, body) = req.into_parts();
-    rc.note_accept(&parts.headers);
-    rc.note_grpc(client_version, &parts.headers);
-    // The original URI is kept aside: its path is borrowed while the upstream URI is built.
-    let orig_uri = std::mem::take(&mut parts.uri);
-    let path = normalize_path(orig_uri.path());
-
-    if let Some(e) = rewrite::run(&snap, conn, &mut parts, (&path, orig_uri.query()), rc) {
-        return exit_response(ctx, e, rc.start, rc.grpc);
-    }
-
-    let host_value = parts.headers.get(header::HOST).cloned();
-    let authority = match orig_uri.authority() {
-        Some(a) => Some(a.as_str()),
-        None => host_value.as_ref().and_then(|v| v.to_str().ok()),
-    }
-    .unwrap_or("");
-    let host = host_without_port(authority);
-    let target = Target {
-        orig_uri: &orig_uri,
-        path: &path,
-        host: &host,
-        authority,
-    };
-    let router_start = turnpike_plugins::spans::start(&rc.spans, turnpike_plugins::spans::ROUTER);
-    let m = match route::run(ctx, &snap, conn, &parts, &target, rc) {
-        Ok(m) => m,
-        Err(r) => {
-            route::router_span(rc, router_start);
-            return *r;
-        }
-    };
-    route::router_span(rc, router_start);
-    let route = m.route;
-
-    let mut body = BodySource::Stream(body);
-    let query = orig_uri.query();
+/// From the request to the upstream's response (or the gateway's own): Kong's phases in
+/// their order, each over the request's session.
+async fn proxy(s: &mut Session<'_>) -> Result<Response<ProxyBody>, Ended> {
+    s.rc.note_accept(&s.parts.headers);
+    s.rc.note_grpc(s.parts.version, &s.parts.headers);
+    rewrite::run(s)?;
+    let router_start = turnpike_plugins::spans::start(&s.rc.spans, turnpike_plugins::spans::ROUTER);
+    let routed = route::run(s);
+    route::router_span(s.rc, router_start);
+    routed?;
     // Only a route with plugins pays for the access phase's future.
-    let plugins = !snap.routes[route.route_index()].chain.is_empty();
-    if plugins {
-        if let Err(r) = access::run(
-            ctx,
-            &snap,
-            conn,
-            route,
-            &mut parts,
-            (
-                &path,
-                query,
-                orig_uri.path_and_query().map_or("/", |pq| pq.as_str()),
-                m.captures.as_deref(),
-            ),
-            &mut body,
-            upgrade,
-            rc,
-        )
-        .await
-        {
-            return *r;
-        }
+    let route = s.matched().route;
+    if !s.snap.routes[route.route_index()].chain.is_empty() {
+        access::run(s).await?;
     }
-    let limit = access::body_limit(ctx, rc);
-    // A gRPC upstream gets the body as it streams (client and bidirectional streaming
-    // calls): Kong's `@grpc` location buffers nothing.
-    let grpc_service = route
-        .service_index()
-        .is_some_and(|si| snap.services[si].grpc);
-    rc.grpc_upstream = grpc_service;
-    if !grpc_service && access::buffers_body(route, &body, upgrade) {
-        if let Err(r) = access::buffer_body(ctx, &mut parts, &mut body, limit, rc).await {
-            return *r;
-        }
-    }
-
-    let Some(si) = route.service_index() else {
-        return rc.error(ctx, StatusCode::SERVICE_UNAVAILABLE, errors::NO_SERVICE);
-    };
-    let service = &snap.services[si];
-    let plugins_ran = plugins || !snap.global_rewrite.is_empty();
-    // Slot 0 is the Host header, set per attempt by `balancer::send`.
-    let mut overrides = crate::http1::client::Overrides::new(false);
-    let preserved_host = match forward::run(
-        ctx,
-        conn,
-        (&m, service),
-        &mut parts,
-        &target,
-        host_value.as_ref(),
-        (plugins_ran, upgrade),
-        &mut overrides,
-        rc,
-    ) {
-        Ok(h) => h,
-        Err(r) => return *r,
-    };
-
-    let up_start = Instant::now();
-    rc.proxy_latency = up_start - rc.start;
-    // What a balancer may hash on; the client address only when a balancer may need it.
-    let call = Call {
-        preserved_host,
-        upgrade,
-        consumer_id: rc.consumer.as_deref().map(|c| c.consumer_id()),
-        client_ip: match service.destination {
-            Destination::Balanced(_) => Some(forward::client_ip(conn, &parts.headers)),
-            _ => None,
-        },
-        path: &path,
-        query,
-        captures: m.captures.as_deref(),
-        set_cookie: std::cell::Cell::new(None),
-        spans: rc.spans.as_deref(),
-    };
-    let sent = balancer::send(
-        ctx,
-        service,
-        &mut parts,
-        ClientBody {
-            source: body,
-            limit,
-        },
-        &mut overrides,
-        &call,
-    )
-    .await;
-    let (mut parts, body) = match sent {
-        // Our HTTP/1.1 exchange never stores hop-by-hop headers.
-        Ok(Upstreamed::H1(parts, body)) => {
-            rc.upstream_named_kong = body.named_kong_headers;
-            let mut body = ProxyBody::new(BodyKind::Upstream(body));
-            let mut parts = parts;
-            if route.response_buffering && parts.status != StatusCode::SWITCHING_PROTOCOLS {
-                body.read_ahead(&mut parts.headers, &ctx.gateway.settings.proxy_temp);
-            }
-            (parts, body)
-        }
-        Ok(Upstreamed::Hyper(mut resp)) => {
-            // WebSocket: splice the two upgraded connections together.
-            if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-                if let Some(client_upgrade) = client_upgrade {
-                    let upstream_upgrade = hyper::upgrade::on(&mut resp);
-                    tokio::task::spawn_local(async move {
-                        if let (Ok(mut c), Ok(u)) = (client_upgrade.await, upstream_upgrade.await) {
-                            let mut u = hyper_util::rt::TokioIo::new(u);
-                            let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
-                        }
-                    });
-                    let (parts, _) = resp.into_parts();
-                    return Response::from_parts(parts, ProxyBody::empty());
-                }
-            }
-            let (mut parts, body) = resp.into_parts();
-            forward::strip_hop_by_hop(&mut parts.headers, false);
-            rc.upstream_named_kong = true;
-            let body = if grpc_service {
-                // nginx's grpc_read_timeout: between two reads, not over the whole call.
-                BodyKind::Grpc(ReadIdle::new(body, service.read_timeout()))
-            } else {
-                BodyKind::Hyper(body)
-            };
-            (parts, ProxyBody::new(body))
-        }
-        Err(e) => {
-            let (status, msg) = match e {
-                UpstreamError::BodyTooLarge => {
-                    (StatusCode::PAYLOAD_TOO_LARGE, errors::BODY_TOO_LARGE)
-                }
-                UpstreamError::Timeout => (StatusCode::GATEWAY_TIMEOUT, errors::TIMED_OUT),
-                UpstreamError::ClientBody { timed_out: true } => {
-                    (StatusCode::REQUEST_TIMEOUT, errors::REQUEST_TIMEOUT)
-                }
-                UpstreamError::ClientBody { timed_out: false } => {
-                    (StatusCode::BAD_REQUEST, errors::BAD_REQUEST)
-                }
-                UpstreamError::NoPeer => (StatusCode::SERVICE_UNAVAILABLE, errors::NO_PEER),
-                UpstreamError::NameResolution => {
-                    (StatusCode::SERVICE_UNAVAILABLE, errors::NAME_RESOLUTION)
-                }
-                UpstreamError::Failed => (StatusCode::BAD_GATEWAY, errors::BAD_GATEWAY),
-            };
-            return match e {
-                // nginx's own errors, answered by Kong's error handler.
-                UpstreamError::Failed | UpstreamError::Timeout => rc.proxy_error(ctx, status, msg),
-                _ => rc.error(ctx, status, msg),
-            };
-        }
-    };
-    rc.from_upstream = true;
-    rc.upstream_latency = up_start.elapsed();
-    if let Some(l) = rc.log.as_deref_mut() {
-        l.source = Source::Service;
-        l.upstream_latency = Some(rc.upstream_latency);
-    }
-    parts.version = client_version;
-    if let Some(c) = call.set_cookie.take() {
-        parts.headers.append(header::SET_COOKIE, c);
-    }
-    Response::from_parts(parts, body)
+    access::read_body(s).await?;
+    forward::run(s)?;
+    balancer::run(s).await
 }
 
 /// Hands the request's log phase and access-log line to its guard, which the response body

@@ -1,52 +1,50 @@
 //! Kong's rewrite phase: the global plugins' `rewrite`, before the router, which sees what
 //! they did (a path or Host a plugin set).
 
-use http::request::Parts;
-use turnpike_plugins::{spans, AccessRequest, Exit};
+use turnpike_plugins::{spans, AccessRequest};
 
-use crate::runloop::ctx::RequestCtx;
+use crate::runloop::ctx::Ended;
+use crate::runloop::errors::exit_response;
 use crate::runloop::forward::{client_ip, request_protocol};
-use crate::snapshot::Snapshot;
-use crate::worker::ctx::ConnInfo;
+use crate::runloop::session::Session;
 
-/// Runs the global plugins' rewrite phase; a plugin may answer instead (`Exit`).
-pub fn run(
-    snap: &Snapshot,
-    conn: &ConnInfo,
-    parts: &mut Parts,
-    (path, query): (&str, Option<&str>),
-    rc: &mut RequestCtx,
-) -> Option<Exit> {
-    if snap.global_rewrite.is_empty() {
-        return None;
+/// Runs the global plugins' rewrite phase; a plugin may answer instead. Then the router's
+/// view of the Host is what they left.
+pub fn run(s: &mut Session<'_>) -> Result<(), Ended> {
+    if !s.snap.global_rewrite.is_empty() {
+        rewrite(s)?;
     }
-    let protocol = request_protocol(conn);
-    let client_ip = client_ip(conn, &parts.headers);
+    s.target.note_host(&s.parts);
+    Ok(())
+}
+
+fn rewrite(s: &mut Session<'_>) -> Result<(), Ended> {
+    let protocol = request_protocol(s.conn);
+    let client_ip = client_ip(s.conn, &s.parts.headers);
+    let rc = &mut *s.rc;
     let mut req = AccessRequest::new(
-        parts.method.as_str(),
-        path,
-        query,
-        &mut parts.headers,
+        s.parts.method.as_str(),
+        s.target.path(),
+        s.target.query(),
+        &mut s.parts.headers,
         &mut rc.plugin_headers,
-        conn.tls,
+        s.conn.tls,
         client_ip,
         &mut rc.plugin_ctx,
+        &mut rc.upstream,
     );
-    for b in snap.global_rewrite.iter() {
+    for b in s.snap.global_rewrite.iter() {
         if b.protocols & protocol == 0 {
             continue;
         }
         let t = spans::start(&rc.spans, spans::PLUGIN_REWRITE);
         let exit = b.handler.rewrite(&mut req);
-        if let (Some(t), Some(s)) = (t, rc.spans.as_deref_mut()) {
-            s.plugin("rewrite", b.name, t);
+        if let (Some(t), Some(sp)) = (t, rc.spans.as_deref_mut()) {
+            sp.plugin("rewrite", b.name, t);
         }
-        if exit.is_some() {
-            return exit;
+        if let Some(e) = exit {
+            return Err(Box::new(exit_response(s.ctx, e, rc.start, rc.grpc)));
         }
     }
-    rc.upstream_query = req.upstream_query;
-    rc.upstream_path = req.upstream_path;
-    rc.upstream_host = req.upstream_host;
-    None
+    Ok(())
 }

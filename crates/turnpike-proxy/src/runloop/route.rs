@@ -8,35 +8,34 @@ use http::header::{self, HeaderMap, HeaderValue};
 use http::request::Parts;
 use http::{Response, StatusCode};
 use turnpike_plugins::log::{RequestDetails, Source};
-use turnpike_router::{Match, RequestView};
+use turnpike_router::RequestView;
 
 use crate::runloop::body::ProxyBody;
-use crate::runloop::ctx::{Ended, RequestCtx, Target};
+use crate::runloop::ctx::{Ended, RequestCtx};
 use crate::runloop::errors::{self, own_response};
 use crate::runloop::forward::{client_ip, request_protocol};
 use crate::runloop::log::{head_size, LogState};
+use crate::runloop::session::{Session, Target};
 use crate::snapshot::{Snapshot, LOG_HEADERS};
 use crate::worker::ctx::{ConnInfo, WorkerCtx};
 
-/// The route for this request, or the response that ends it here.
-pub fn run<'s>(
-    ctx: &WorkerCtx,
-    snap: &'s std::rc::Rc<std::sync::Arc<Snapshot>>,
-    conn: &ConnInfo,
-    parts: &Parts,
-    t: &Target<'_>,
-    rc: &mut RequestCtx,
-) -> Result<Match<'s>, Ended> {
+/// Finds the request's route (`Session::matched`), or answers the request here.
+pub fn run(s: &mut Session<'_>) -> Result<(), Ended> {
+    let (ctx, snap, conn, parts, t) = (s.ctx, s.snap, s.conn, &s.parts, &s.target);
+    let rc = &mut *s.rc;
+    let host = t.host();
+    let authority = t.authority();
+    let path = t.path();
     let view = RequestView {
         method: parts.method.as_str(),
-        host: t.host,
+        host,
         // Kong's `net.dst.port`: the Host's port, else the listener's.
-        port: host_port(t.authority, t.host).unwrap_or(conn.local_port),
-        path: t.path,
+        port: host_port(authority, host).unwrap_or(conn.local_port),
+        path,
         headers: &parts.headers,
         sni: conn.sni.as_deref(),
-        authority: t.authority,
-        query: t.orig_uri.query(),
+        authority,
+        query: t.query(),
         tls: conn.tls,
         peer: Some(conn.peer),
         local_ip: conn.local_ip,
@@ -66,7 +65,7 @@ pub fn run<'s>(
             snap,
             conn,
             parts,
-            t,
+            (t, host),
             route.route_index(),
             route.service_index(),
             rc,
@@ -87,15 +86,11 @@ pub fn run<'s>(
             );
             return Err(Box::new(r));
         }
-        let pq = t
-            .orig_uri
-            .path_and_query()
-            .map(|p| p.as_str())
-            .unwrap_or("/");
+        let pq = t.path_and_query();
         let mut r = Response::new(ProxyBody::empty());
         *r.status_mut() = StatusCode::from_u16(route.https_redirect_status_code)
             .unwrap_or(StatusCode::MOVED_PERMANENTLY);
-        if let Ok(v) = HeaderValue::from_str(&format!("https://{}{pq}", t.host)) {
+        if let Ok(v) = HeaderValue::from_str(&format!("https://{host}{pq}")) {
             r.headers_mut().insert(header::LOCATION, v);
         }
         return Err(Box::new(own_response(ctx, r, rc.start)));
@@ -111,7 +106,8 @@ pub fn run<'s>(
             errors::PAYLOAD_TOO_LARGE,
         )));
     }
-    Ok(m)
+    s.matched = Some(m);
+    Ok(())
 }
 
 /// Kong's checks once a gRPC route matched (`runloop/handler.lua`, access phase): a gRPC
@@ -159,22 +155,20 @@ fn log_state(
     snap: &std::rc::Rc<std::sync::Arc<Snapshot>>,
     conn: &ConnInfo,
     parts: &Parts,
-    t: &Target<'_>,
+    (t, host): (&Target, &str),
     route: usize,
     service: Option<usize>,
     rc: &RequestCtx,
 ) -> Box<LogState> {
     let content_length = declared_length(&parts.headers).unwrap_or(0);
-    let start_line = parts.method.as_str().len()
-        + t.orig_uri.path_and_query().map_or(1, |p| p.as_str().len())
-        + 10;
+    let start_line = parts.method.as_str().len() + t.path_and_query().len() + 10;
     let details = (snap.routes[route].log & LOG_HEADERS != 0).then(|| {
         Box::new(RequestDetails {
             started_at: std::time::SystemTime::now() - rc.start.elapsed(),
             client_ip: client_ip(conn, &parts.headers),
             method: parts.method.clone(),
             uri: t.orig_uri.clone(),
-            host: t.host.to_string(),
+            host: host.to_string(),
             tls: conn.tls,
             request_headers: HeaderMap::new(),
             response_headers: HeaderMap::new(),

@@ -238,7 +238,8 @@ pub(super) fn ngx_req(lua: &Lua) -> mlua::Result<Table> {
     })?;
     set_fn(lua, &t, "get_uri_args", |lua, ()| {
         let q = with_request(|r, _| {
-            Ok(r.upstream_query
+            Ok(r.upstream
+                .query
                 .clone()
                 .unwrap_or_else(|| r.query.unwrap_or("").to_string()))
         })?;
@@ -251,7 +252,7 @@ pub(super) fn ngx_req(lua: &Lua) -> mlua::Result<Table> {
             _ => return Err(mlua::Error::runtime("args must be a string or a table")),
         };
         with_request(|r, _| {
-            r.upstream_query = Some(q);
+            r.upstream.query = Some(q);
             Ok(())
         })
     })?;
@@ -302,7 +303,7 @@ pub(super) fn ngx_var(lua: &Lua) -> mlua::Result<Table> {
                             "host" => Some(request_host(&View::Req(r)).0),
                             "server_port" => Some(request_host(&View::Req(r)).1.to_string()),
                             "remote_addr" | "realip_remote_addr" => Some(r.client_ip.to_string()),
-                            "upstream_uri" => r.upstream_path.clone(),
+                            "upstream_uri" => r.upstream.path.clone(),
                             other => other.strip_prefix("http_").and_then(|h| {
                                 let name =
                                     HeaderName::from_bytes(h.replace('_', "-").as_bytes()).ok()?;
@@ -345,12 +346,12 @@ pub(super) fn ngx_var(lua: &Lua) -> mlua::Result<Table> {
             with_request(|r, _| {
                 match s.split_once('?') {
                     Some((p, q)) => {
-                        r.upstream_path = Some(p.to_string());
-                        r.upstream_query = Some(q.to_string());
+                        r.upstream.path = Some(p.to_string());
+                        r.upstream.query = Some(q.to_string());
                     }
                     None => {
-                        r.upstream_path = Some(s);
-                        r.upstream_query = Some(String::new());
+                        r.upstream.path = Some(s);
+                        r.upstream.query = Some(String::new());
                     }
                 }
                 Ok(())

@@ -18,7 +18,7 @@ pub(super) fn service_request(lua: &Lua) -> mlua::Result<Table> {
             ));
         }
         with_request(|r, _| {
-            r.upstream_path = Some(path);
+            r.upstream.path = Some(path);
             Ok(())
         })
     })?;
@@ -29,14 +29,14 @@ pub(super) fn service_request(lua: &Lua) -> mlua::Result<Table> {
             ));
         }
         with_request(|r, _| {
-            r.upstream_query = Some(query);
+            r.upstream.query = Some(query);
             Ok(())
         })
     })?;
     set_fn(lua, &t, "set_query", |_, args: Table| {
         let q = encode_args(&args)?;
         with_request(|r, _| {
-            r.upstream_query = Some(q);
+            r.upstream.query = Some(q);
             Ok(())
         })
     })?;
@@ -66,7 +66,7 @@ pub(super) fn set_request_header(
     with_request(|r, _| {
         if name == http::header::HOST {
             // The upstream's Host is the proxy's to write: a plugin's choice is passed on.
-            r.upstream_host = values.first().cloned();
+            r.upstream.host = values.first().cloned();
         }
         if !append {
             r.headers.remove(&name);
