@@ -11,6 +11,12 @@
 # C connections with M concurrent streams each, RUNS runs of N calls after a warm-up, median.
 #
 # p50/p99 from h2load's per-call log (--log-file).
+# Streaming (when ghz is installed: `go install github.com/bojand/ghz/cmd/ghz@v0.93.0`, or
+# GHZ=path): bidirectional streaming calls to /bench.Echo/Stream (bench/reference/grpc/bench.proto),
+# each sending STREAM_MSGS 64-byte messages that a grpc-go upstream
+# (bench/reference/grpc/upstream) echoes as they come; ghz with
+# STREAM_C concurrent calls over one client connection, STREAM_N calls a run, the same runs
+# interleaved; messages/s counts each message once per direction.
 # Usage: bench/grpc.sh [RUNS] [N] [C] [M]   (needs nginx, h2load; defaults 3 200000 50 10)
 # Results: bench/results/grpc-<date>/ (raw h2load output and summary.md).
 set -euo pipefail
@@ -28,6 +34,15 @@ ports_free 9101 9102 8000
 taskset -c "$LOAD_CPUS" "$UPBIN" 9101 "$LOAD_N" &
 BENCH_PIDS+=($!)
 wait_port 9101
+# The streaming calls' upstream: grpc-go (bench/reference/grpc/upstream, built from the Go
+# module proxy) on 9103; both proxies send /bench.Echo/Stream there.
+GHZ=${GHZ:-$(command -v ghz || { test -x "$HOME/go/bin/ghz" && echo "$HOME/go/bin/ghz"; } || true)}
+if [ -n "$GHZ" ]; then
+  (cd "$ROOT/bench/reference/grpc/upstream" && PATH="$PATH:/usr/local/go/bin" go build -o "$W/grpc-go-upstream" .)
+  taskset -c "$LOAD_CPUS" "$W/grpc-go-upstream" 9103 &
+  BENCH_PIDS+=($!)
+  wait_port 9103
+fi
 
 # The request: a gRPC frame (uncompressed, big-endian length) carrying 64 bytes.
 python3 -c 'import sys; m = b"x" * 64; sys.stdout.buffer.write(b"\0" + len(m).to_bytes(4, "big") + m)' > "$W/call.bin"
@@ -46,9 +61,11 @@ http {
   # nginx's grpc_pass carries one call per upstream connection (no multiplexing): enough idle
   # connections kept for every call in flight (C x M), or it would open one per call.
   upstream grpc_up { server 127.0.0.1:9101; keepalive 1024; keepalive_requests 1000000; }
+  upstream grpc_go { server 127.0.0.1:9103; keepalive 1024; keepalive_requests 1000000; }
   server {
     listen 127.0.0.1:9102 http2;
     location / { grpc_pass grpc://grpc_up; }
+    location /bench.Echo/Stream { grpc_pass grpc://grpc_go; }
   }
 }
 NGX
@@ -64,6 +81,12 @@ services:
   - name: all
     protocols: [grpc]
     paths: [/]
+- name: go
+  url: grpc://127.0.0.1:9103
+  routes:
+  - name: stream
+    protocols: [grpc]
+    paths: [/bench.Echo/Stream]
 YML
 export TURNPIKE_PREFIX=$W/tp/prefix TURNPIKE_PROXY_LISTEN="127.0.0.1:8000 http2 reuseport backlog=4096" \
   TURNPIKE_ADMIN_LISTEN=127.0.0.1:8101 TURNPIKE_DATABASE=off TURNPIKE_DECLARATIVE_CONFIG=$W/tp/kong.yml \
@@ -89,6 +112,24 @@ for run in $(seq 1 "$RUNS"); do
     python3 -c 'import sys; v = sorted(int(l.split()[2]) for l in open(sys.argv[1]) if l.strip()); print(v[len(v) // 2] / 1000, v[int(len(v) * 0.99)] / 1000)' "$W/$name-$run.log" > "$OUT/raw/$name-$run.pct"
   done
 done
+# Streaming calls, when ghz is at hand.
+export STREAM_MSGS=${STREAM_MSGS:-100}
+STREAM_N=${STREAM_N:-4000}
+STREAM_C=${STREAM_C:-50}
+if [ -n "$GHZ" ]; then
+  stream_load() { # port calls out
+    taskset -c "$LOAD_CPUS" "$GHZ" --insecure --proto "$ROOT/bench/reference/grpc/bench.proto" \
+      --call bench.Echo.Stream -d "{\"data\":\"$(printf 'x%.0s' $(seq 64) | base64 -w0)\"}" \
+      --stream-call-count "$STREAM_MSGS" -c "$STREAM_C" -n "$2" -O json "127.0.0.1:$1" > "$3"
+  }
+  for run in $(seq 1 "$RUNS"); do
+    for name in nginx turnpike; do
+      port=9102; [ $name = turnpike ] && port=8000
+      stream_load "$port" 200 /dev/null
+      stream_load "$port" "$STREAM_N" "$OUT/raw/stream-$name-$run.json"
+    done
+  done
+fi
 python3 - "$OUT" "$RUNS" "$N" "$C" "$M" <<'PY'
 import pathlib, re, statistics, sys, platform, datetime
 out, runs, n, c, m = pathlib.Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
@@ -118,6 +159,25 @@ for name, rows in res.items():
                  f"{statistics.median(r[4] for r in rows):.2f} | {statistics.median(r[5] for r in rows):.2f} | "
                  f"{max(r[3] for r in rows):.2f} | {min(r[1] for r in rows)} |")
 lines += ["", f"ratio turnpike / nginx: {med['turnpike'] / med['nginx']:.2f}"]
+import json, os
+if (out / "raw" / "stream-nginx-1.json").exists():
+    lines += ["", "## Bidirectional streaming (ghz)", "",
+              "| proxy | calls/s (median) | messages/s | runs (calls/s) | p50 ms | p99 ms | errors |",
+              "|---|---:|---:|---|---:|---:|---:|"]
+    smed = {}
+    for name in ("nginx", "turnpike"):
+        rows = []
+        for i in range(1, runs + 1):
+            j = json.loads((out / "raw" / f"stream-{name}-{i}.json").read_text())
+            pct = {d["percentage"]: d["latency"] / 1e6 for d in j.get("latencyDistribution") or []}
+            errs = sum(j.get("errorDistribution", {}).values()) if j.get("errorDistribution") else 0
+            rows.append((j["rps"], pct.get(50, 0), pct.get(99, 0), errs))
+        rps = [r[0] for r in rows]
+        smed[name] = statistics.median(rps)
+        msgs = int(os.environ.get("STREAM_MSGS", "100"))
+        lines.append(f"| {name} | {smed[name]:,.0f} | {smed[name] * msgs * 2:,.0f} | {', '.join(f'{x:,.0f}' for x in rps)} | "
+                     f"{statistics.median(r[1] for r in rows):.2f} | {statistics.median(r[2] for r in rows):.2f} | {sum(r[3] for r in rows)} |")
+    lines += ["", f"streaming ratio turnpike / nginx: {smed['turnpike'] / smed['nginx']:.2f}"]
 (out / "summary.md").write_text("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

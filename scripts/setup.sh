@@ -38,6 +38,12 @@ if ! command -v cargo >/dev/null 2>&1; then
   fi
 fi
 cargo --version
+if [ "${TURNPIKE_SETUP_BENCH:-0}" = 1 ] && ! command -v ghz >/dev/null 2>&1 \
+  && ! test -x "$HOME/go/bin/ghz"; then
+  # bench/grpc.sh's streaming load generator (gRPC bidirectional streams; from the Go module
+  # proxy into ~/go/bin).
+  PATH="$PATH:/usr/local/go/bin" go install github.com/bojand/ghz/cmd/ghz@v0.93.0 || true
+fi
 if [ "${TURNPIKE_SETUP_BENCH:-0}" = 1 ] && ! command -v oha >/dev/null 2>&1; then
   # The constant-rate load generator of bench/latency-sweep.sh (not packaged by Debian; a few
   # minutes to build).

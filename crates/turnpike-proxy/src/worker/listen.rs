@@ -610,6 +610,15 @@ async fn starts_with_h2_preface(stream: &TcpStream, wait: Duration) -> bool {
 
 /// Serves HTTP/2 with hyper until the connection ends or stays idle past the keepalive
 /// timeout; when the worker shuts down, lets it finish its in-flight streams first.
+/// The HTTP/2 connection window a client gets (per connection; each stream keeps hyper's
+/// 1 MiB). h2 closes a connection (GOAWAY ENHANCE_YOUR_CALM, `too_many_data_frames`) when
+/// the DATA frames under 256 bytes it holds unread cost more than half this window in framing
+/// overhead: gRPC streams of small messages, read by the worker a little after the connection
+/// took them off the socket, passed that bound at hyper's 1 MiB (`bench/grpc.sh`'s streaming
+/// calls: 50 bidirectional streams of 69-byte messages on one connection lost a quarter of
+/// their calls); at 8 MiB they do not, and a stream still holds at most its own window.
+const H2_CONNECTION_WINDOW: u32 = 8 << 20;
+
 async fn serve_h2<I>(
     ctx: &Rc<WorkerCtx>,
     io: I,
@@ -652,6 +661,7 @@ async fn serve_h2<I>(
     let timeout = ctx.gateway.settings.keepalive_timeout;
     let conn = hyper::server::conn::http2::Builder::new(LocalExec)
         .timer(TokioTimer::new())
+        .initial_connection_window_size(H2_CONNECTION_WINDOW)
         .serve_connection(io, svc);
     tokio::pin!(conn);
     tokio::select! {
