@@ -310,8 +310,16 @@ async fn tls_streams_terminate_or_pass_through_by_sni() {
         .await
         .expect("closed");
     assert_eq!(n.unwrap_or(0), 0);
+    // Bad input: a ClientHello without SNI (a client that names the server by address) is
+    // closed with a log line; the listener keeps serving.
+    assert!(tls_exchange(at, "127.0.0.1", b"x").await.is_none());
+    let (back, _) = tls_exchange(at, "pass.test", b"still here")
+        .await
+        .expect("pass.test after the bad input");
+    assert_eq!(back, b"still here");
     let log = gw.log_text();
     assert!(log.contains("sni unknown.test"), "{log}");
+    assert!(log.contains("no sni"), "{log}");
     assert!(!log.contains("panicked"), "{log}");
 }
 

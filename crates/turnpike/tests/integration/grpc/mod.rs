@@ -673,3 +673,79 @@ async fn the_official_grpc_web_client_reaches_a_grpc_service() {
     }
     assert!(!gw.log_text().contains("panicked"));
 }
+
+/// Bad input on the gRPC paths, each answered or closed without a panic while other calls
+/// keep flowing: malformed HTTP/2 after the preface (a SETTINGS frame whose length is not a
+/// multiple of 6: the connection ends with a GOAWAY), a grpc-web body with a truncated length
+/// prefix (the upstream's error comes back in the trailer frame), and grpc-web text that is
+/// not base64.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_on_the_grpc_paths_is_answered_not_panicked_on() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let up = GrpcServer::start("bad", None);
+    let doc = json!({
+        "_format_version": "3.0",
+        "services": [{"name": "g", "url": format!("grpc://127.0.0.1:{}", up.port), "routes": [
+            {"name": "grpc", "protocols": ["grpc"], "hosts": ["g.test"]},
+            {"name": "web", "protocols": ["http"], "hosts": ["web.test"], "paths": ["/"],
+             "plugins": [{"name": "grpc-web"}]},
+        ]}],
+    });
+    let gw = Gateway::with_config(&doc.to_string()).start_h2();
+    let target = gw.proxy.to_string();
+
+    // Malformed HTTP/2: the preface, then a SETTINGS frame of 5 bytes.
+    let mut s = tokio::net::TcpStream::connect(gw.proxy).await.unwrap();
+    let mut bytes = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    bytes.extend_from_slice(&[0, 0, 5, 0x4, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5]);
+    s.write_all(&bytes).await.unwrap();
+    let mut back = Vec::new();
+    tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut back))
+        .await
+        .expect("the connection is closed")
+        .ok();
+    // A GOAWAY (frame type 7) among the frames the server wrote.
+    let mut frames = &back[..];
+    let mut goaway = false;
+    while frames.len() >= 9 {
+        let len =
+            (usize::from(frames[0]) << 16) | (usize::from(frames[1]) << 8) | usize::from(frames[2]);
+        goaway |= frames[3] == 7;
+        frames = &frames[(9 + len).min(frames.len())..];
+    }
+    assert!(goaway, "{back:?}");
+
+    // grpc-web: a truncated length prefix, and text that is not base64.
+    let post = |ctype: &str, body: Vec<u8>| {
+        http::Request::builder()
+            .method("POST")
+            .uri("/echo.Echo/Unary")
+            .header("host", "web.test")
+            .header("content-type", ctype)
+            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+            .unwrap()
+    };
+    let r = send(gw.proxy, post("application/grpc-web", vec![0, 0, 0])).await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let frames = grpc_frames(&r.body);
+    let trailer = String::from_utf8_lossy(&frames.last().expect("a trailer frame").1).to_string();
+    assert!(
+        trailer.starts_with("grpc-status:") && !trailer.starts_with("grpc-status:0"),
+        "{trailer:?}"
+    );
+    let r = send(
+        gw.proxy,
+        post("application/grpc-web-text", b"!!not base64!!".to_vec()),
+    )
+    .await;
+    assert!(r.status >= 200, "answered: {}", r.status);
+
+    // Other calls flow.
+    let r = grpc_calls(
+        &target,
+        json!([unary("Unary", "after", json!([]))]),
+        &["--authority", "g.test"],
+    );
+    assert_eq!(r[0]["responses"], json!(["bad:after"]), "{r:?}");
+    assert!(!gw.log_text().contains("panicked"));
+}
