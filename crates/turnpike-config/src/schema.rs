@@ -506,6 +506,23 @@ fn check_type(ty: Type, v: &Value) -> Result<(), String> {
 
 /// Kong's schema JSON for a plugin: the common plugin fields and `config` as a record (with
 /// its `shorthand_fields` when it has any).
+/// The protocols a route or a plugin may list (Kong's `constants.PROTOCOLS`, with ws and wss).
+pub const PROTOCOLS: &[&str] = &[
+    "grpc",
+    "grpcs",
+    "http",
+    "https",
+    "tcp",
+    "tls",
+    "tls_passthrough",
+    "udp",
+    "ws",
+    "wss",
+];
+
+/// The protocols of Kong's `typedefs.protocols_http`: what an HTTP-only plugin may list.
+pub const HTTP_PROTOCOLS: &[&str] = &["grpc", "grpcs", "http", "https"];
+
 pub fn kong_json(fields: &[Field], shorthands: &[Shorthand], http_only: bool) -> Value {
     let mut config =
         json!({"type": "record", "required": true, "fields": record_fields_json(fields)});
@@ -526,11 +543,11 @@ pub fn kong_json(fields: &[Field], shorthands: &[Shorthand], http_only: bool) ->
     // Kong's `typedefs.protocols_http` for an HTTP-only plugin, else `typedefs.protocols`.
     let protocols = if http_only {
         json!({"type": "set", "required": true, "default": ["grpc", "grpcs", "http", "https"],
-               "elements": {"type": "string", "one_of": crate::declarative::HTTP_PROTOCOLS},
+               "elements": {"type": "string", "one_of": HTTP_PROTOCOLS},
                "description": "A set of strings representing HTTP protocols."})
     } else {
         json!({"type": "set", "required": true, "default": ["grpc", "grpcs", "http", "https"],
-               "elements": {"type": "string", "one_of": crate::declarative::ROUTE_PROTOCOLS,
+               "elements": {"type": "string", "one_of": PROTOCOLS,
                             "description": "A string representing a protocol, such as HTTP or HTTPS."},
                "description": "A set of strings representing protocols."})
     };

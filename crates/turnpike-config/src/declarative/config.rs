@@ -176,8 +176,7 @@ pub fn check_plugin_config(plugins: &dyn PluginRegistry, p: &mut Plugin) -> Vec<
     errs
 }
 
-/// The protocols of Kong's `typedefs.protocols_http`: what an HTTP-only plugin may list.
-pub const HTTP_PROTOCOLS: &[&str] = &["grpc", "grpcs", "http", "https"];
+pub use crate::schema::HTTP_PROTOCOLS;
 
 /// An HTTP-only plugin's `protocols` hold only HTTP ones (Kong refuses `tcp` for key-auth
 /// with its set's element message, at the element's position).

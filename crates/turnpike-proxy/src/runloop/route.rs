@@ -2,8 +2,6 @@
 //! Kong decide as soon as the route is known: the log phase's bookkeeping, the HTTPS
 //! redirect of an HTTPS-only route, and `client_max_body_size` for a declared length.
 
-use std::borrow::Cow;
-
 use http::header::{self, HeaderMap, HeaderValue};
 use http::request::Parts;
 use http::{Response, StatusCode};
@@ -203,7 +201,7 @@ pub fn declared_length(headers: &HeaderMap) -> Option<u64> {
 }
 
 /// The port after `host` in the Host as sent (`host` is its lower-cased start, as
-/// [`host_without_port`] gives it). Parsed by hand: `str::split_once` and `u16::from_str`
+/// [`host_without_port`](crate::runloop::session::host_without_port) gives it). Parsed by hand: `str::split_once` and `u16::from_str`
 /// cost 220 instructions a request (callgrind, the plain-proxy gate).
 #[inline]
 fn host_port(authority: &str, host: &str) -> Option<u16> {
@@ -219,20 +217,6 @@ fn host_port(authority: &str, host: &str) -> Option<u16> {
         n = n * 10 + (d - b'0') as u32;
     }
     u16::try_from(n).ok()
-}
-
-/// `host[:port]` → lower-case host (allocates only when the host has upper-case letters).
-pub fn host_without_port(raw: &str) -> Cow<'_, str> {
-    let host = if let Some(rest) = raw.strip_prefix('[') {
-        &raw[..rest.find(']').map(|i| i + 2).unwrap_or(raw.len())]
-    } else {
-        raw.rsplit_once(':').map(|(h, _)| h).unwrap_or(raw)
-    };
-    if host.bytes().any(|b| b.is_ascii_uppercase()) {
-        Cow::Owned(host.to_ascii_lowercase())
-    } else {
-        Cow::Borrowed(host)
-    }
 }
 
 /// Records the router's run (the `router` instrumentation) from `start` to now.

@@ -17,7 +17,6 @@ use turnpike_router::{normalize_path, Match};
 use crate::http1::client::{BodySource, Overrides};
 use crate::http1::server::PendingUpgrade;
 use crate::runloop::ctx::RequestCtx;
-use crate::runloop::route::host_without_port;
 use crate::snapshot::Snapshot;
 use crate::worker::ctx::{ConnInfo, WorkerCtx};
 
@@ -152,6 +151,20 @@ impl Target {
             Some(h) => h,
             None => &self.authority()[..self.host_len],
         }
+    }
+}
+
+/// `host[:port]` → lower-case host (allocates only when the host has upper-case letters).
+pub fn host_without_port(raw: &str) -> Cow<'_, str> {
+    let host = if let Some(rest) = raw.strip_prefix('[') {
+        &raw[..rest.find(']').map(|i| i + 2).unwrap_or(raw.len())]
+    } else {
+        raw.rsplit_once(':').map(|(h, _)| h).unwrap_or(raw)
+    };
+    if host.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(host.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(host)
     }
 }
 

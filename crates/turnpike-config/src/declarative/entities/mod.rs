@@ -43,30 +43,10 @@ impl ForeignKey {
     }
 }
 
-pub const SERVICE_PROTOCOLS: &[&str] = &[
-    "grpc",
-    "grpcs",
-    "http",
-    "https",
-    "tcp",
-    "tls",
-    "tls_passthrough",
-    "udp",
-    "ws",
-    "wss",
-];
-pub const ROUTE_PROTOCOLS: &[&str] = &[
-    "grpc",
-    "grpcs",
-    "http",
-    "https",
-    "tcp",
-    "tls",
-    "tls_passthrough",
-    "udp",
-    "ws",
-    "wss",
-];
+/// A service's protocols, the same list.
+pub const SERVICE_PROTOCOLS: &[&str] = crate::schema::PROTOCOLS;
+/// A route's (and a plugin's) protocols: Kong's `constants.PROTOCOLS`, with ws and wss.
+pub const ROUTE_PROTOCOLS: &[&str] = crate::schema::PROTOCOLS;
 const MAX_TIMEOUT: i64 = 2_147_483_646;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
