@@ -129,28 +129,32 @@ pub async fn handle(
     // An upgrade the client asked for, on a connection that can take it.
     let upgrade = upgrade.filter(|_| forward::is_upgrade(&req));
     let (mut parts, body) = req.into_parts();
-    // Built in place (a constructor returning it would move its ~1.5 KB once more).
-    let mut s = Session {
-        ctx: &ctx,
-        conn: &conn,
-        snap: &snap,
-        // The original URI is kept aside; the upstream's is set by the forward phase.
-        target: Target::new(std::mem::take(&mut parts.uri)),
-        client_version: parts.version,
-        parts,
-        body: BodySource::Stream(body),
-        client_upgrade: upgrade,
-        matched: None,
-        overrides: Overrides::new(false),
-        preserved_host: None,
-        rc: &mut rc,
+    // The session lives in this block and is dropped where it stands at its end (passing it
+    // to `drop` would first move its ~1.5 KB: 172 instructions a request, measured).
+    let mut resp = {
+        // Built in place (a constructor returning it would move it once more).
+        let mut s = Session {
+            ctx: &ctx,
+            conn: &conn,
+            snap: &snap,
+            // The original URI is kept aside; the upstream's is set by the forward phase.
+            target: Target::new(std::mem::take(&mut parts.uri)),
+            client_version: parts.version,
+            parts,
+            body: BodySource::Stream(body),
+            client_upgrade: upgrade,
+            matched: None,
+            overrides: Overrides::new(false),
+            preserved_host: None,
+            rc: &mut rc,
+        };
+        let mut resp = match proxy(&mut s).await {
+            Ok(r) => r,
+            Err(r) => *r,
+        };
+        header_filter::run(&mut s, &mut resp);
+        resp
     };
-    let mut resp = match proxy(&mut s).await {
-        Ok(r) => r,
-        Err(r) => *r,
-    };
-    header_filter::run(&mut s, &mut resp);
-    drop(s);
     arm_log(&mut resp, guard, &mut rc);
     resp
 }
