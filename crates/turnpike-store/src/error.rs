@@ -88,38 +88,64 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
-/// Nests `a.b` field paths into objects, as Kong's `fields` shows them.
+/// Nests `a.b` field paths into objects, as Kong's `fields` shows them: a 1-based numeric
+/// segment (an array or set element) is a position in a JSON array, the positions before it
+/// `null`, as Kong's cjson writes a sparse Lua array (`encode_sparse_array(nil, nil, 2^15)`):
+/// `protocols.2` is `"protocols": [null, "expected one of: ..."]`.
 pub fn nest_fields(violations: &[(String, String)]) -> Value {
-    let mut root = Map::new();
+    let mut root = Value::Object(Map::new());
     for (path, msg) in violations {
-        let mut node = &mut root;
         let parts: Vec<&str> = path.split('.').collect();
-        for (i, p) in parts.iter().enumerate() {
-            if i + 1 == parts.len() && *p == "@entity" {
+        insert(&mut root, &parts, msg);
+    }
+    root
+}
+
+/// Kong's cjson writes a sparse array as an array up to this index.
+const SPARSE_ARRAY_MAX: usize = 1 << 15;
+
+fn insert(node: &mut Value, path: &[&str], msg: &str) {
+    let Some((head, rest)) = path.split_first() else {
+        return;
+    };
+    let index = head
+        .parse::<usize>()
+        .ok()
+        .filter(|n| (1..=SPARSE_ARRAY_MAX).contains(n));
+    let slot = match index {
+        Some(i) => {
+            if !node.is_array() {
+                *node = Value::Array(Vec::new());
+            }
+            let a = node.as_array_mut().expect("made an array above");
+            if a.len() < i {
+                a.resize(i, Value::Null);
+            }
+            &mut a[i - 1]
+        }
+        None => {
+            if !node.is_object() {
+                *node = Value::Object(Map::new());
+            }
+            let o = node.as_object_mut().expect("made an object above");
+            if rest.is_empty() && *head == "@entity" {
                 // Checks of a whole entity or record are a list, as Kong shows them.
-                let list = node
+                let list = o
                     .entry("@entity")
                     .or_insert_with(|| Value::Array(Vec::new()));
-                if !list.is_array() {
-                    *list = Value::Array(Vec::new());
-                }
                 if let Value::Array(a) = list {
-                    a.push(Value::String(msg.clone()));
+                    a.push(Value::String(msg.to_string()));
                 }
-            } else if i + 1 == parts.len() {
-                node.insert(p.to_string(), Value::String(msg.clone()));
-            } else {
-                let next = node
-                    .entry(p.to_string())
-                    .or_insert_with(|| Value::Object(Map::new()));
-                if !next.is_object() {
-                    *next = Value::Object(Map::new());
-                }
-                node = next.as_object_mut().unwrap();
+                return;
             }
+            o.entry(head.to_string()).or_insert(Value::Null)
         }
+    };
+    if rest.is_empty() {
+        *slot = Value::String(msg.to_string());
+    } else {
+        insert(slot, rest, msg);
     }
-    Value::Object(root)
 }
 
 impl StoreError {
@@ -223,6 +249,17 @@ mod tests {
             "2 schema violations (config.minute: expected a number; port: expected an integer)"
         );
         assert_eq!(body["fields"]["config"]["minute"], "expected a number");
+        // Element errors are positions in arrays, as Kong's cjson writes them.
+        let (_, elements) = StoreError::Schema(vec![
+            ("protocols.2".into(), "expected one of: http".into()),
+            ("config.headers.1".into(), "invalid value: x".into()),
+        ])
+        .to_kong();
+        assert_eq!(
+            elements["fields"],
+            serde_json::json!({"protocols": [null, "expected one of: http"],
+                               "config": {"headers": ["invalid value: x"]}})
+        );
         let (_, one) =
             StoreError::Schema(vec![("host".into(), "required field missing".into())]).to_kong();
         assert_eq!(

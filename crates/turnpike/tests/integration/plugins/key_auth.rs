@@ -296,7 +296,7 @@ async fn key_auth_credentials(hashed: bool) {
         .await;
     assert_eq!(r.status, 400);
     assert!(
-        r.json()["fields"]["config"]["key_names"]["1"]
+        r.json()["fields"]["config"]["key_names"][0]
             .as_str()
             .unwrap()
             .starts_with("bad header name 'bad name'"),

@@ -109,11 +109,11 @@ async fn bad_response_transformer_configs_are_refused() {
     assert_eq!(body["name"], "schema violation");
     let config = &body["fields"]["config"];
     assert_eq!(
-        config["add"]["headers"]["2"], "invalid value: no-colon",
+        config["add"]["headers"][1], "invalid value: no-colon",
         "{body}"
     );
     assert_eq!(
-        config["add"]["json_types"]["1"],
+        config["add"]["json_types"][0],
         "expected one of: boolean, number, string"
     );
     assert_eq!(config["remove"]["headers"], "expected an array");
