@@ -184,8 +184,8 @@ impl Handler for Configured {
         true
     }
     fn log(&self, entry: &LogEntry<'_>) {
-        if self.severity(entry.status).is_some() {
-            self.send(entry.status, self.entries.text(entry));
+        if let Some(sev) = self.severity(entry.status) {
+            self.send(sev, self.entries.text(entry));
         }
     }
 
@@ -194,8 +194,8 @@ impl Handler for Configured {
     /// nothing is sent; here the session's status picks the severity as a response's would
     /// (200 successful, 403 a client error, 502 a server error).
     fn stream_log(&self, entry: &crate::log::StreamLogEntry<'_>) {
-        if self.severity(entry.status).is_some() {
-            self.send(entry.status, entry.to_json_text());
+        if let Some(sev) = self.severity(entry.status) {
+            self.send(sev, entry.to_json_text());
         }
     }
 }
@@ -211,10 +211,8 @@ impl Configured {
         (sev <= self.level).then_some(sev)
     }
 
-    fn send(&self, status: u16, json: String) {
-        let Some(sev) = self.severity(status) else {
-            return;
-        };
+    /// Queues `json` as a syslog(3) message of severity `sev`.
+    fn send(&self, sev: u8, json: String) {
         let pri = u16::from(self.facility) * 8 + u16::from(sev);
         self.entries.sender.send(format!(
             "<{pri}>{} kong[{}]: {json}",

@@ -51,10 +51,7 @@ impl Session {
     fn upstreamed(&self, n: usize, sent: bool) {
         if let Some(l) = &self.log {
             let c = &l.session.counts;
-            c.client_read.set(c.client_read.get() + n as u64);
-            if sent {
-                c.upstream_written.set(c.upstream_written.get() + n as u64);
-            }
+            tally(&c.client_read, &c.upstream_written, n, sent);
         }
     }
 
@@ -62,10 +59,7 @@ impl Session {
     fn answered(&self, n: usize, sent: bool) {
         if let Some(l) = &self.log {
             let c = &l.session.counts;
-            c.upstream_read.set(c.upstream_read.get() + n as u64);
-            if sent {
-                c.client_written.set(c.client_written.get() + n as u64);
-            }
+            tally(&c.upstream_read, &c.client_written, n, sent);
         }
     }
 
@@ -79,6 +73,14 @@ impl Session {
         };
         let plugins = super::session_plugins(route, PROTO_UDP);
         super::log_session(&plugins, &l.snap, route, (l.client, l.local), &l.session);
+    }
+}
+
+/// A datagram of `n` bytes read on one side, and written on the other when `sent`.
+fn tally(read: &std::cell::Cell<u64>, written: &std::cell::Cell<u64>, n: usize, sent: bool) {
+    read.set(read.get() + n as u64);
+    if sent {
+        written.set(written.get() + n as u64);
     }
 }
 

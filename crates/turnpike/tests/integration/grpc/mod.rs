@@ -77,6 +77,17 @@ fn node_path() -> &'static str {
     })
 }
 
+/// A test client's output: its JSON list of results, or a panic showing what it printed.
+fn results(out: &std::process::Output) -> Vec<Value> {
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str::<Vec<Value>>(&text).unwrap_or_else(|_| {
+        panic!(
+            "client output: {text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
 /// Runs `calls` with the official gRPC-Web client in Node (`grpc_web_client.js`) against
 /// `base` in `format` (`text` or `binary`): one result each.
 fn grpc_web_calls(base: &str, format: &str, calls: Value) -> Vec<Value> {
@@ -86,13 +97,7 @@ fn grpc_web_calls(base: &str, format: &str, calls: Value) -> Vec<Value> {
         .env("NODE_PATH", node_path())
         .output()
         .expect("run node");
-    let text = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str::<Vec<Value>>(&text).unwrap_or_else(|_| {
-        panic!(
-            "client output: {text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    results(&out)
 }
 
 /// A grpcio server (`echo_server.py`) on a free port, killed on drop.
@@ -146,13 +151,7 @@ pub fn grpc_calls(target: &str, calls: Value, args: &[&str]) -> Vec<Value> {
         .env("PYTHONPATH", python_path())
         .output()
         .expect("run the gRPC client");
-    let text = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str::<Vec<Value>>(&text).unwrap_or_else(|_| {
-        panic!(
-            "client output: {text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    results(&out)
 }
 
 fn unary(method: &str, request: &str, metadata: Value) -> Value {
