@@ -45,11 +45,9 @@ pub(super) fn host_pattern(h: &str) -> HostPattern {
 
 /// Kong's `get_priority` (kong/router/transform.lua) for a route restricted to one path group.
 pub(super) fn priority(route: &Route, paths: &PathMatch) -> u64 {
-    let non_empty = |o: &Option<turnpike_config::declarative::List<String>>| {
-        o.as_ref().is_some_and(|v| !v.is_empty())
-    };
+    let non_empty = |o: Option<&[String]>| o.is_some_and(|v| !v.is_empty());
     let mut weight: u64 = 0;
-    if non_empty(&route.snis) {
+    if non_empty(route.snis.as_deref()) {
         weight += 1;
     }
     if route.sources.as_ref().is_some_and(|v| !v.is_empty()) {
@@ -58,11 +56,11 @@ pub(super) fn priority(route: &Route, paths: &PathMatch) -> u64 {
     if route.destinations.as_ref().is_some_and(|v| !v.is_empty()) {
         weight += 1;
     }
-    if non_empty(&route.methods) {
+    if non_empty(route.methods.as_deref()) {
         weight += 1;
     }
     let mut plain_host_only = route.hosts.is_some();
-    if non_empty(&route.hosts) {
+    if non_empty(route.hosts.as_deref()) {
         weight += 1;
         if route
             .hosts

@@ -31,6 +31,8 @@ pub(super) struct Loader<'p> {
     /// Children read before their parent (a streamed list of a service's routes): their kind,
     /// place and the foreign key their parent sets (`adopt`).
     orphans: Vec<(Kind, usize, &'static str)>,
+    /// Equal tag and method lists, host names and service paths, one copy each.
+    interner: entities::Interner,
 }
 
 impl<'p> Loader<'p> {
@@ -55,6 +57,7 @@ impl<'p> Loader<'p> {
             shared_ids: SharedIds::new(0),
             orphans: Vec::new(),
             previous: None,
+            interner: entities::Interner::default(),
         }
     }
 
@@ -108,14 +111,22 @@ impl<'p> Loader<'p> {
             let cfg = &mut self.cfg;
             let slot = match it.kind {
                 Kind::Service => {
-                    let (s, er) = entities::service(it.map, id, now);
+                    let (mut s, er) = entities::service(it.map, id, now);
                     e.extend(er);
+                    self.interner.list(&mut s.tags);
+                    self.interner.str(&mut s.host);
+                    if let Some(path) = &mut s.path {
+                        self.interner.str(path);
+                    }
                     cfg.services.push(s);
                     cfg.services.len() - 1
                 }
                 Kind::Route => {
-                    let (r, svc, er) = entities::route(it.map, id, now, plugins.router_flavor());
+                    let (mut r, svc, er) =
+                        entities::route(it.map, id, now, plugins.router_flavor());
                     e.extend(er);
+                    self.interner.list(&mut r.tags);
+                    self.interner.list(&mut r.methods);
                     if let Some(s) = svc {
                         refs.push(("service", s));
                     }
@@ -141,8 +152,9 @@ impl<'p> Loader<'p> {
                     cfg.targets.len() - 1
                 }
                 Kind::Consumer => {
-                    let (c, er) = entities::consumer(it.map, id, now);
+                    let (mut c, er) = entities::consumer(it.map, id, now);
                     e.extend(er);
+                    self.interner.list(&mut c.tags);
                     cfg.consumers.push_back(match &self.previous {
                         Some(p) => p.share_consumer(c),
                         None => Arc::new(c),

@@ -239,7 +239,7 @@ impl Handler for Configured {
         let name = service
             .name
             .as_deref()
-            .unwrap_or(service.host.as_str())
+            .unwrap_or(&*service.host)
             .replace('.', "_");
         let mut out = String::new();
         for m in &self.metrics {

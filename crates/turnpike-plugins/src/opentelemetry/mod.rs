@@ -403,7 +403,7 @@ fn instrumentation_spans(
             attributes.push(("net.peer.ip", otlp::Value::Str(ip)));
         }
         // Kong's balancer_data.hostname: the name the service (or its upstream) points at.
-        if let Some(host) = service.map(|s| s.host.as_str()).filter(|h| !h.is_empty()) {
+        if let Some(host) = service.map(|s| &*s.host).filter(|h| !h.is_empty()) {
             attributes.push(("net.peer.name", otlp::Value::Str(host)));
         }
         if let Some(code) = try_.failed {

@@ -253,8 +253,8 @@ impl Configured {
         let name = match m.service {
             ServiceId::Id => Some(&*s.id),
             ServiceId::Name => s.name.as_deref(),
-            ServiceId::Host => Some(s.host.as_str()),
-            ServiceId::NameOrHost => Some(s.name.as_deref().unwrap_or(s.host.as_str())),
+            ServiceId::Host => Some(&*s.host),
+            ServiceId::NameOrHost => Some(s.name.as_deref().unwrap_or(&*s.host)),
         };
         Some(format!(
             "service.{}",
@@ -269,8 +269,8 @@ impl Configured {
         let service = match m.service {
             ServiceId::Id => Some(&*s.id),
             ServiceId::Name => s.name.as_deref(),
-            ServiceId::Host => Some(s.host.as_str()),
-            ServiceId::NameOrHost => Some(s.name.as_deref().unwrap_or(s.host.as_str())),
+            ServiceId::Host => Some(&*s.host),
+            ServiceId::NameOrHost => Some(s.name.as_deref().unwrap_or(&*s.host)),
         }?;
         let mut tags = vec![
             ("service", service.to_string()),

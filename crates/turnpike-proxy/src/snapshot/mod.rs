@@ -479,20 +479,20 @@ impl Snapshot {
         let mut direct: rustc_hash::FxHashMap<(&str, u16, bool), Arc<Peer>> = Default::default();
         for s in &config.services {
             let grpc = s.protocol == "grpc" || s.protocol == "grpcs";
-            let https = matches!(s.protocol.as_str(), "https" | "wss" | "grpcs" | "tls");
+            let https = matches!(s.protocol, "https" | "wss" | "grpcs" | "tls");
             // tcp services are the stream proxy's (the HTTP path refuses them).
             let destination = if !grpc
                 && !matches!(
-                    s.protocol.as_str(),
+                    s.protocol,
                     "http" | "https" | "ws" | "wss" | "tcp" | "tls" | "udp"
                 ) {
-                Destination::Unsupported(s.protocol.as_str().into())
-            } else if let Some(b) = balancers.get(s.host.as_str()) {
+                Destination::Unsupported(s.protocol.into())
+            } else if let Some(b) = balancers.get(&*s.host) {
                 Destination::Balanced(b.clone())
             } else {
                 Destination::Direct(
                     direct
-                        .entry((s.host.as_str(), s.port, https))
+                        .entry((&*s.host, s.port, https))
                         .or_insert_with(|| Arc::new(upstreams.peer(&s.host, s.port, https)))
                         .clone(),
                 )
@@ -526,7 +526,7 @@ impl Snapshot {
             services.push(ServiceInfo {
                 https,
                 grpc,
-                stream: matches!(s.protocol.as_str(), "tcp" | "tls" | "udp"),
+                stream: matches!(s.protocol, "tcp" | "tls" | "udp"),
                 path: s.path.clone(),
                 destination,
                 timeouts_ms: [s.connect_timeout, s.read_timeout, s.write_timeout],

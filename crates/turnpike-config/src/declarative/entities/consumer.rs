@@ -11,7 +11,7 @@ pub fn consumer(map: &Map<String, Value>, id: &str, now: i64) -> (Consumer, Vec<
     let (created_at, updated_at) = timestamps(&mut f, now);
     let username = f.str("username").map(String::into_boxed_str);
     let custom_id = f.str("custom_id").map(String::into_boxed_str);
-    let tags = f.tags().map(List::from);
+    let tags = f.tags().map(Shared::from);
     if username.is_none()
         && custom_id.is_none()
         && !f

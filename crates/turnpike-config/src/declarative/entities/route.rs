@@ -286,7 +286,7 @@ pub fn route(
         updated_at,
         name,
         protocols,
-        methods: methods.map(List::from),
+        methods: methods.map(Shared::from),
         hosts: hosts.map(List::from),
         paths: paths.map(List::from),
         headers: headers.map(Box::new),
@@ -300,7 +300,7 @@ pub fn route(
         snis: snis.map(List::from),
         sources: sources.map(List::from),
         destinations: destinations.map(List::from),
-        tags: tags.map(List::from),
+        tags: tags.map(Shared::from),
         service: None,
         expression,
     };

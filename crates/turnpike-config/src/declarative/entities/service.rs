@@ -98,14 +98,18 @@ pub fn service(map: &Map<String, Value>, id: &str, now: i64) -> (Service, Vec<(S
         updated_at,
         name,
         retries,
-        protocol,
-        host: host.unwrap_or_default(),
+        protocol: SERVICE_PROTOCOLS
+            .iter()
+            .find(|p| **p == protocol)
+            .copied()
+            .unwrap_or("http"),
+        host: host.unwrap_or_default().into(),
         port: port.unwrap_or(80) as u16,
         path: path.map(Into::into),
         connect_timeout,
         write_timeout,
         read_timeout,
-        tags: tags.map(List::from),
+        tags: tags.map(Shared::from),
         client_certificate: client_certificate.map(ForeignKey::new),
         tls_verify,
         tls_verify_depth,

@@ -77,6 +77,54 @@ fn err(yaml: &str) -> DeclarativeError {
 }
 
 #[test]
+fn equal_lists_hosts_and_paths_are_held_once() {
+    let c = ok(r#"
+_format_version: "3.0"
+services:
+  - name: a
+    url: http://upstream.example:8080/api/v1
+    tags: [generated, team-1]
+    routes:
+      - name: ra
+        paths: ["/a"]
+        methods: [GET, POST]
+        tags: [generated, team-1]
+  - name: b
+    url: http://upstream.example:8080/api/v1
+    tags: [generated, team-1]
+    routes:
+      - name: rb
+        paths: ["/b"]
+        methods: [GET, POST]
+  - name: c
+    url: http://other.example/api/v1
+    tags: [generated, team-2]
+consumers:
+  - username: x
+    tags: [generated, team-1]
+"#);
+    let (a, b, s3) = (&c.services[0], &c.services[1], &c.services[2]);
+    let shared = |x: &Option<Shared<String>>, y: &Option<Shared<String>>| {
+        Shared::same(x.as_ref().unwrap(), y.as_ref().unwrap())
+    };
+    assert!(shared(&a.tags, &b.tags));
+    assert!(shared(&a.tags, &c.routes[0].tags));
+    assert!(shared(&a.tags, &c.consumers[0].tags));
+    assert!(!shared(&a.tags, &s3.tags));
+    assert_eq!(s3.tags.as_deref().unwrap(), ["generated", "team-2"]);
+    assert!(std::sync::Arc::ptr_eq(&a.host, &b.host));
+    assert!(std::sync::Arc::ptr_eq(
+        a.path.as_ref().unwrap(),
+        b.path.as_ref().unwrap()
+    ));
+    assert!(shared(&c.routes[0].methods, &c.routes[1].methods));
+    // Written out as lists, as before.
+    let out = serde_json::to_value(&c.routes[0]).unwrap();
+    assert_eq!(out["methods"], serde_json::json!(["GET", "POST"]));
+    assert_eq!(out["tags"], serde_json::json!(["generated", "team-1"]));
+}
+
+#[test]
 fn nested_services_routes_with_defaults_and_kong_ids() {
     let c = ok(r#"
 _format_version: "3.0"
@@ -91,7 +139,7 @@ services:
 "#);
     let s = &c.services[0];
     assert_eq!(s.protocol, "http");
-    assert_eq!(s.host, "example.com");
+    assert_eq!(&*s.host, "example.com");
     assert_eq!(s.port, 8080);
     assert_eq!(s.path.as_deref(), Some("/api"));
     assert_eq!(s.retries, 5);
