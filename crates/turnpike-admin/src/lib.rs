@@ -708,6 +708,8 @@ fn load_config(
 ) -> Resp {
     // Read against the running config: what it has unchanged is shared as it is read.
     let running = gateway.snapshot.load_full();
+    let small = text.len() <= MAX_CONFIG_ECHO;
+    let text = declarative::into_json_text(text);
     let mut loaded = declarative::load_str_against(&text, plugins, Some(&running.config));
     // Kong also accepts `{"config": "<yaml or json text>"}`: read when the body as a config
     // is not one.
@@ -719,7 +721,6 @@ fn load_config(
         }
     }
     drop(running);
-    let small = text.len() <= MAX_CONFIG_ECHO;
     drop(text);
     let cfg = match loaded {
         Ok(c) => c,

@@ -416,7 +416,7 @@ fn parse_file(
     plugins: &turnpike_plugins::Registry,
     upstreams: &turnpike_proxy::upstream::Upstreams,
 ) -> Result<turnpike_proxy::snapshot::Snapshot, String> {
-    let text = read_text(path)?;
+    let text = declarative::into_json_text(read_text(path)?);
     let cfg = load_text(path, &text, plugins, None)?;
     // Compile it too: a config that validates but cannot be compiled (a certificate that does
     // not parse, a regex the engine refuses) is reported here rather than at reload.
@@ -446,7 +446,8 @@ fn read_file(
     plugins: &turnpike_plugins::Registry,
     previous: Option<&turnpike_config::Config>,
 ) -> Result<turnpike_config::Config, String> {
-    load_text(path, &read_text(path)?, plugins, previous)
+    let text = declarative::into_json_text(read_text(path)?);
+    load_text(path, &text, plugins, previous)
 }
 
 fn load_text(

@@ -836,3 +836,29 @@ fn grpc_and_stream_route_subschemas() {
     let c = ok("_format_version: '3.0'\nservices: [{name: s, url: 'grpcs://h:50051'}]");
     assert_eq!(c.services[0].protocol, "grpcs");
 }
+
+#[test]
+fn yaml_given_up_as_json_loads_and_fails_alike() {
+    let yaml = "_format_version: \"3.0\"\nservices:\n- name: s\n  url: http://a.example/x\n  tags: [t]\n  routes:\n  - name: r\n    paths: [/r]\n";
+    let json = into_json_text(yaml.to_string());
+    assert!(json.starts_with('{'), "{json}");
+    let (a, b) = (
+        load_str(yaml, &NoPlugins).unwrap(),
+        load_str(&json, &NoPlugins).unwrap(),
+    );
+    assert_eq!(a.hash, b.hash);
+    assert_eq!(a.services[0].id, b.services[0].id);
+    assert_eq!(a.routes[0].id, b.routes[0].id);
+    // A document with errors: the same errors, in Kong's shape.
+    let bad = "_format_version: \"3.0\"\nservices:\n- name: s\n  url: ftp://a.example\n  routes:\n  - name: r\n    paths: [r]\n";
+    let (ea, eb) = (
+        load_str(bad, &NoPlugins).unwrap_err(),
+        load_str(&into_json_text(bad.to_string()), &NoPlugins).unwrap_err(),
+    );
+    assert_eq!(ea.to_string(), eb.to_string());
+    // Text that is not YAML stays as it is, for its error.
+    let broken = "services: [\n";
+    assert_eq!(into_json_text(broken.to_string()), broken);
+    // JSON is left alone.
+    assert_eq!(into_json_text("{\"a\": 1}".into()), "{\"a\": 1}");
+}

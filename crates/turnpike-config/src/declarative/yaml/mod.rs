@@ -166,7 +166,7 @@ impl Tree for Json {
         }
     }
 
-    fn map(entries: Vec<(String, Json)>) -> Json {
+    fn map(mut entries: Vec<(String, Json)>) -> Json {
         // Where each key is first seen, and which entry gives its value (the last).
         let mut place: HashMap<&str, usize> = HashMap::with_capacity(entries.len());
         let mut last = vec![usize::MAX; entries.len()];
@@ -182,19 +182,29 @@ impl Tree for Json {
             }
         }
         drop(place);
-        let mut text = String::new();
+        let keys: Vec<String> = order
+            .iter()
+            .map(|&first| Value::from(entries[first].0.as_str()).to_string())
+            .collect();
+        // Sized exactly, and each value freed once copied: the root of a 50 MiB config holds
+        // one 50 MB list, and the map grown by doubling while holding it peaked at 107 MB.
+        let size = 2 + order
+            .iter()
+            .zip(&keys)
+            .map(|(&first, k)| k.len() + 2 + entries[last[first]].1.text.len())
+            .sum::<usize>();
+        let mut text = String::with_capacity(size);
         let mut depth = 0;
         text.push('{');
-        for (n, &first) in order.iter().enumerate() {
+        for (n, (&first, key)) in order.iter().zip(&keys).enumerate() {
             if n > 0 {
                 text.push(',');
             }
-            let (key, _) = &entries[first];
-            let (_, value) = &entries[last[first]];
-            text.push_str(&Value::from(key.as_str()).to_string());
+            let value = std::mem::take(&mut entries[last[first]].1.text);
+            text.push_str(key);
             text.push(':');
-            text.push_str(&value.text);
-            depth = depth.max(value.depth);
+            text.push_str(&value);
+            depth = depth.max(entries[last[first]].1.depth);
         }
         text.push('}');
         Json {
