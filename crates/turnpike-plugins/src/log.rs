@@ -81,6 +81,17 @@ impl Source {
     }
 }
 
+/// A TLS connection as Kong's serializer shows it (`request.tls`, a stream's `session.tls`):
+/// the protocol version (`ngx.ssl.get_tls1_version_str`), the cipher by OpenSSL's name
+/// (nginx's `$ssl_cipher`) and `$ssl_client_verify` (`NONE`: the proxy asks no client for a
+/// certificate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct TlsInfo {
+    pub version: &'static str,
+    pub cipher: &'static str,
+    pub client_verify: &'static str,
+}
+
 /// What a request looked like, gathered only for plugins that log it in full (file-log,
 /// http-log: see `Handler::log_headers`); metrics need none of it.
 pub struct RequestDetails {
@@ -92,6 +103,8 @@ pub struct RequestDetails {
     /// The host the client asked for (Host header or authority).
     pub host: String,
     pub tls: bool,
+    /// The connection's TLS, when it has one (`request.tls`).
+    pub tls_info: Option<TlsInfo>,
     /// As the plugins left them (a hidden credential is not there).
     pub request_headers: HeaderMap,
     pub response_headers: HeaderMap,
@@ -205,6 +218,9 @@ struct SerializedRequest<'a> {
     querystring: Query<'a>,
     headers: Headers<'a>,
     size: u64,
+    /// Absent over plain HTTP, as Kong's nil.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<TlsInfo>,
 }
 
 #[derive(Serialize)]
@@ -325,6 +341,7 @@ impl<'e> LogEntry<'e> {
                     redact: true,
                 },
                 size: self.request_size,
+                tls: d.and_then(|d| d.tls_info),
             },
             response: SerializedResponse {
                 status: self.status,
@@ -404,10 +421,14 @@ pub struct StreamLogEntry<'a> {
     pub client_ip: std::net::IpAddr,
     /// When the session started.
     pub started_at: SystemTime,
+    /// The client's TLS, when the gateway terminated it (a `tls` route; not a passthrough).
+    pub tls: Option<TlsInfo>,
 }
 
 #[derive(Serialize)]
 struct StreamSessionPart {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<TlsInfo>,
     received: u64,
     sent: u64,
     status: u16,
@@ -443,6 +464,7 @@ impl StreamLogEntry<'_> {
     fn serialized(&self) -> StreamSerialized<'_> {
         StreamSerialized {
             session: StreamSessionPart {
+                tls: self.tls,
                 received: self.received,
                 sent: self.sent,
                 status: self.status,

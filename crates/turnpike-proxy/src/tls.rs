@@ -308,3 +308,32 @@ pub fn client_config(
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(cfg))
 }
+
+/// A server connection's TLS as Kong's log serializer shows it: the version as
+/// `ngx.ssl.get_tls1_version_str` names it and the cipher by OpenSSL's name (nginx's
+/// `$ssl_cipher`), for the suites rustls offers.
+pub fn tls_info(state: &rustls::CommonState) -> Option<turnpike_plugins::log::TlsInfo> {
+    use rustls::CipherSuite as C;
+    let version = match state.protocol_version()? {
+        rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3",
+        rustls::ProtocolVersion::TLSv1_2 => "TLSv1.2",
+        _ => return None,
+    };
+    let cipher = match state.negotiated_cipher_suite()?.suite() {
+        C::TLS13_AES_256_GCM_SHA384 => "TLS_AES_256_GCM_SHA384",
+        C::TLS13_AES_128_GCM_SHA256 => "TLS_AES_128_GCM_SHA256",
+        C::TLS13_CHACHA20_POLY1305_SHA256 => "TLS_CHACHA20_POLY1305_SHA256",
+        C::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384 => "ECDHE-ECDSA-AES256-GCM-SHA384",
+        C::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 => "ECDHE-ECDSA-AES128-GCM-SHA256",
+        C::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256 => "ECDHE-ECDSA-CHACHA20-POLY1305",
+        C::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384 => "ECDHE-RSA-AES256-GCM-SHA384",
+        C::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 => "ECDHE-RSA-AES128-GCM-SHA256",
+        C::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256 => "ECDHE-RSA-CHACHA20-POLY1305",
+        _ => "UNKNOWN",
+    };
+    Some(turnpike_plugins::log::TlsInfo {
+        version,
+        cipher,
+        client_verify: "NONE",
+    })
+}

@@ -168,6 +168,7 @@ fn log_state(
             uri: t.orig_uri.clone(),
             host: host.to_string(),
             tls: conn.tls,
+            tls_info: conn.tls_info,
             request_headers: HeaderMap::new(),
             response_headers: HeaderMap::new(),
             upstream_uri: None,

@@ -95,6 +95,7 @@ pub async fn serve(
                     tracing::debug!("stream: TLS handshake with {peer} failed");
                     return;
                 };
+                session.tls = crate::tls::tls_info(client.get_ref().1);
                 proxy(
                     &ctx,
                     &mut client,
@@ -182,6 +183,7 @@ fn log_session(
         service: snap.config.services.get(route.service),
         client_ip: peer.ip(),
         started_at: session.started_at,
+        tls: session.tls,
     };
     for b in plugins {
         b.handler.stream_log(&entry);
@@ -197,6 +199,8 @@ struct Session {
     status: u16,
     /// When the service was connected.
     connected: Option<Instant>,
+    /// The client's TLS, once the gateway terminated it.
+    tls: Option<turnpike_plugins::log::TlsInfo>,
 }
 
 impl Session {
@@ -207,6 +211,7 @@ impl Session {
             counts: Counts::default(),
             status: 200,
             connected: None,
+            tls: None,
         }
     }
 }

@@ -151,6 +151,8 @@ pub struct ConnInfo {
     /// The address the client reached (Kong's `net.dst.ip`), when the socket tells.
     pub local_ip: Option<std::net::IpAddr>,
     pub tls: bool,
+    /// The TLS version and cipher, for the log (`request.tls`).
+    pub tls_info: Option<turnpike_plugins::log::TlsInfo>,
     pub sni: Option<String>,
     pub http1: bool,
     pub trusted: bool,
@@ -185,6 +187,7 @@ impl ConnInfo {
             local_port,
             local_ip: None,
             tls,
+            tls_info: None,
             sni,
             http1,
             trusted,

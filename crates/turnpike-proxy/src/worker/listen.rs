@@ -542,6 +542,7 @@ fn serve_connection(
                 let sni = session.server_name().map(|s| s.to_ascii_lowercase());
                 let h2 = session.alpn_protocol() == Some(b"h2");
                 let mut info = ConnInfo::new(peer, local_port, true, sni, !h2, trusted);
+                info.tls_info = crate::tls::tls_info(session);
                 info.local_ip = local_ip;
                 info.real_ip_header = real_ip_header;
                 info.realip_remote = realip_remote;

@@ -181,6 +181,12 @@ plugins:
     assert_eq!(call(status, "GET", "/services", &[]).await.status, 404);
     assert_eq!(call(status, "POST", "/metrics", &[]).await.status, 405);
 
+    // Two requests over TLS (HTTP/1.1 and HTTP/2): logged with Kong's `request.tls`.
+    for h2 in [false, true] {
+        let (reply, _, _) = get_tls(gw.proxy_tls, "localhost", "/open", h2).await;
+        assert_eq!(reply.status, 200);
+    }
+
     // file-log: one JSON line per routed request, Kong's fields, credentials redacted.
     let mut lines: Vec<serde_json::Value> = Vec::new();
     assert!(
@@ -190,7 +196,7 @@ plugins:
                 .lines()
                 .filter_map(|l| serde_json::from_str(l).ok())
                 .collect();
-            lines.len() == 8
+            lines.len() == 10
         })
         .await,
         "{} lines: {lines:?}",
@@ -206,6 +212,33 @@ plugins:
     assert_eq!(alice["route"]["name"], "guarded-route");
     assert_eq!(alice["service"]["name"], "guarded");
     assert_eq!(alice["upstream_uri"], "/");
+    // Plain HTTP: no `request.tls` (Kong's nil); over TLS, the version, OpenSSL's cipher name
+    // and `$ssl_client_verify`.
+    assert!(alice["request"].get("tls").is_none(), "{alice}");
+    let over_tls: Vec<_> = lines
+        .iter()
+        .filter(|l| {
+            l["request"]["url"]
+                .as_str()
+                .unwrap()
+                .starts_with("https://")
+        })
+        .collect();
+    assert_eq!(over_tls.len(), 2, "{lines:?}");
+    for l in over_tls {
+        let tls = &l["request"]["tls"];
+        assert_eq!(tls["version"], "TLSv1.3", "{l}");
+        assert!(
+            [
+                "TLS_AES_256_GCM_SHA384",
+                "TLS_AES_128_GCM_SHA256",
+                "TLS_CHACHA20_POLY1305_SHA256"
+            ]
+            .contains(&tls["cipher"].as_str().unwrap()),
+            "{l}"
+        );
+        assert_eq!(tls["client_verify"], "NONE", "{l}");
+    }
     // The request headers as the plugins left them (Kong logs what set_header did): the
     // consumer's identity as the upstream got it.
     assert_eq!(alice["request"]["headers"]["x-consumer-username"], "alice");

@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 
-use serde_json::json;
+use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -256,17 +256,23 @@ async fn tls_streams_terminate_or_pass_through_by_sni() {
     let (db_cert, db_key) = cert_for("db.test");
     let (o_cert, o_key) = cert_for("origin.test");
     let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("sessions.log");
     let doc = json!({
         "_format_version": "3.0",
         "services": [
             {"name": "plain", "url": format!("tcp://{echo}"), "routes": [
-                {"name": "db", "protocols": ["tls"], "snis": ["db.test"]},
+                {"name": "db", "protocols": ["tls"], "snis": ["db.test"],
+                 "plugins": [{"name": "file-log", "protocols": ["tls"],
+                              "config": {"path": log_path.to_string_lossy()}}]},
             ]},
             {"name": "tls-up", "url": format!("tls://{tls_echo}"), "routes": [
                 {"name": "origin", "protocols": ["tls"], "snis": ["origin.test"]},
             ]},
             {"name": "raw", "url": format!("tcp://{tls_echo}"), "routes": [
-                {"name": "pass", "protocols": ["tls_passthrough"], "snis": ["pass.test"]},
+                {"name": "pass", "protocols": ["tls_passthrough"], "snis": ["pass.test"],
+                 "plugins": [{"name": "file-log", "protocols": ["tls_passthrough"],
+                              "config": {"path": log_path.to_string_lossy()}}]},
             ]},
         ],
         "certificates": [
@@ -299,6 +305,35 @@ async fn tls_streams_terminate_or_pass_through_by_sni() {
         .expect("pass.test");
     assert_eq!(back, b"end to end");
     assert_eq!(cert, der(&up_cert));
+    // Kong's stream entry: `session.tls` for the session the gateway terminated, none for
+    // the one it passed through (nginx saw no TLS of its own there).
+    let mut entries: Vec<Value> = Vec::new();
+    assert!(
+        eventually(std::time::Duration::from_secs(5), async || {
+            entries = std::fs::read_to_string(&log_path)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect();
+            entries.len() == 2
+        })
+        .await,
+        "{entries:?}"
+    );
+    let by_route = |name: &str| {
+        entries
+            .iter()
+            .find(|e| e["route"]["name"] == name)
+            .unwrap_or_else(|| panic!("{name}: {entries:?}"))
+    };
+    let db = &by_route("db")["session"];
+    assert_eq!(db["tls"]["version"], "TLSv1.3", "{db}");
+    assert!(
+        db["tls"]["cipher"].as_str().unwrap().starts_with("TLS_"),
+        "{db}"
+    );
+    assert_eq!(db["tls"]["client_verify"], "NONE", "{db}");
+    assert!(by_route("pass")["session"].get("tls").is_none());
     // A name no route has, and bytes that are not TLS: closed.
     assert!(tls_exchange(at, "unknown.test", b"x").await.is_none());
     let mut s = TcpStream::connect(at).await.unwrap();
