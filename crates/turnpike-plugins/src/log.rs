@@ -423,6 +423,40 @@ pub struct StreamLogEntry<'a> {
     pub started_at: SystemTime,
     /// The client's TLS, when the gateway terminated it (a `tls` route; not a passthrough).
     pub tls: Option<TlsInfo>,
+    /// The balancer's tries, in order (Kong's `tries`; empty when none was made).
+    pub tries: &'a [StreamTry],
+}
+
+/// One try of a stream session's balancer (Kong's stream `tries` entry): the peer, when its
+/// choice began (ns since the epoch) and how long the choice took, and whether connecting to
+/// it failed (Kong's `state = "failed"`; the stream subsystem has no status `code`).
+#[derive(Debug, Clone)]
+pub struct StreamTry {
+    pub ip: Option<IpAddr>,
+    pub host: std::sync::Arc<str>,
+    pub port: u16,
+    pub start_ns: u64,
+    pub latency_ns: u64,
+    pub failed: bool,
+}
+
+impl Serialize for StreamTry {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        match self.ip {
+            Some(ip) => m.serialize_entry("ip", &*ip_text(ip))?,
+            None => m.serialize_entry("ip", &*self.host)?,
+        }
+        m.serialize_entry("port", &self.port)?;
+        m.serialize_entry("balancer_start", &(self.start_ns / 1_000_000))?;
+        m.serialize_entry("balancer_start_ns", &self.start_ns)?;
+        m.serialize_entry("balancer_latency", &(self.latency_ns / 1_000_000))?;
+        m.serialize_entry("balancer_latency_ns", &self.latency_ns)?;
+        if self.failed {
+            m.serialize_entry("state", "failed")?;
+        }
+        m.end()
+    }
 }
 
 #[derive(Serialize)]
@@ -452,6 +486,8 @@ struct StreamSerialized<'a> {
     session: StreamSessionPart,
     upstream: StreamUpstreamPart,
     latencies: StreamLatencies,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    tries: &'a [StreamTry],
     route: &'a Route,
     service: Option<&'a Service>,
     client_ip: IpText,
@@ -478,6 +514,7 @@ impl StreamLogEntry<'_> {
                 kong: self.latency_kong_ms,
                 session: self.session_ms,
             },
+            tries: self.tries,
             route: self.route,
             service: self.service,
             client_ip: ip_text(self.client_ip),

@@ -184,6 +184,7 @@ fn log_session(
         client_ip: peer.ip(),
         started_at: session.started_at,
         tls: session.tls,
+        tries: &session.tries,
     };
     for b in plugins {
         b.handler.stream_log(&entry);
@@ -201,9 +202,28 @@ struct Session {
     connected: Option<Instant>,
     /// The client's TLS, once the gateway terminated it.
     tls: Option<turnpike_plugins::log::TlsInfo>,
+    /// The balancer's tries (Kong's `tries`).
+    tries: Vec<turnpike_plugins::log::StreamTry>,
 }
 
 impl Session {
+    /// Notes a balancer try: its peer (at `addr` once resolved), its choice begun at
+    /// `choosing` and made now.
+    fn tried(&mut self, peer: &Peer, addr: Option<SocketAddr>, choosing: Instant) {
+        let since_start = choosing.saturating_duration_since(self.started);
+        let start = self.started_at + since_start;
+        self.tries.push(turnpike_plugins::log::StreamTry {
+            ip: addr.map(|a| a.ip()),
+            host: peer.host.clone(),
+            port: addr.map_or(peer.port, |a| a.port()),
+            start_ns: start
+                .duration_since(std::time::SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
+            latency_ns: choosing.elapsed().as_nanos() as u64,
+            failed: false,
+        });
+    }
+
     fn new() -> Session {
         Session {
             started: Instant::now(),
@@ -212,6 +232,7 @@ impl Session {
             status: 200,
             connected: None,
             tls: None,
+            tries: Vec::new(),
         }
     }
 }
@@ -239,7 +260,7 @@ async fn proxy<C: AsyncRead + AsyncWrite + Unpin + 'static>(
     shutdown: &mut tokio::sync::watch::Receiver<bool>,
     session: &mut Session,
 ) {
-    let Some(mut upstream) = connect_service(service, peer, route).await else {
+    let Some(mut upstream) = connect_service(service, peer, route, session).await else {
         session.status = 502;
         return;
     };
@@ -369,11 +390,13 @@ async fn connect_service(
     service: &ServiceInfo,
     client: SocketAddr,
     route: &StreamRoute,
+    session: &mut Session,
 ) -> Option<Stream> {
     let started = Instant::now();
     let mut failures = 0u32;
     let mut tried: smallvec::SmallVec<[usize; 4]> = smallvec::SmallVec::new();
     loop {
+        let choosing = Instant::now();
         let (target, picked) = pick(service, client, failures, &tried, route)?;
         if let Some(i) = picked {
             tried.push(i);
@@ -382,10 +405,20 @@ async fn connect_service(
             .tls
             .as_ref()
             .map(|cfg| (cfg, target.server_name.clone()));
-        let connected = match connect_to(target, service.connect_timeout()).await {
-            Ok(tcp) => connect::secure(tcp, tls, service.connect_timeout()).await,
-            Err(e) => Err(e),
+        let addr = target.address().await;
+        session.tried(target, addr, choosing);
+        let connected = match addr {
+            Some(addr) => match connect::tcp(addr, service.connect_timeout()).await {
+                Ok(tcp) => connect::secure(tcp, tls, service.connect_timeout()).await,
+                Err(e) => Err(e),
+            },
+            None => Err(ConnectError::Refused(std::io::ErrorKind::NotFound.into())),
         };
+        if connected.is_err() {
+            if let Some(t) = session.tries.last_mut() {
+                t.failed = true;
+            }
+        }
         match connected {
             Ok(s) => {
                 if let (Destination::Balanced(b), Some(i)) = (&service.destination, picked) {
@@ -455,14 +488,6 @@ fn pick<'s>(
             None
         }
     }
-}
-
-async fn connect_to(peer: &Peer, timeout: Duration) -> Result<TcpStream, ConnectError> {
-    let addr = peer
-        .address()
-        .await
-        .ok_or_else(|| ConnectError::Refused(std::io::ErrorKind::NotFound.into()))?;
-    connect::tcp(addr, timeout).await
 }
 
 /// The server name of the ClientHello the client is sending, read without consuming it (the

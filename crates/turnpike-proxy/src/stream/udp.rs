@@ -172,11 +172,17 @@ async fn open(
         session.counts.client_read.set(first as u64);
         super::log_session(&plugins, &snap, route, (peer, local), session);
     };
+    let choosing = Instant::now();
     let Some((target, _)) = super::pick(service, peer, 0, &[], route) else {
         unreachable(&mut session);
         return None;
     };
-    let Some(addr) = target.address().await else {
+    let addr = target.address().await;
+    session.tried(target, addr, choosing);
+    let Some(addr) = addr else {
+        if let Some(t) = session.tries.last_mut() {
+            t.failed = true;
+        }
         unreachable(&mut session);
         return None;
     };
@@ -187,6 +193,9 @@ async fn open(
     };
     let upstream = UdpSocket::bind(bind).await.ok()?;
     if let Err(e) = upstream.connect(addr).await {
+        if let Some(t) = session.tries.last_mut() {
+            t.failed = true;
+        }
         tracing::error!("stream udp: cannot reach {addr}: {e}");
         unreachable(&mut session);
         return None;

@@ -135,6 +135,22 @@ async fn stream_routes_run_their_preread_and_log_plugins() {
     assert_eq!(entry["service"]["name"], "echo");
     assert!(entry["latencies"]["session"].as_u64().is_some());
     assert!(entry["started_at"].as_u64().unwrap() > 1_700_000_000_000);
+    // Kong's `tries`: the balancer's one try, its peer and when its choice began.
+    assert_eq!(entry["tries"].as_array().map(Vec::len), Some(1), "{entry}");
+    let t = &entry["tries"][0];
+    assert_eq!(
+        (&t["ip"], &t["port"]),
+        (&json!("127.0.0.1"), &json!(echo.port()))
+    );
+    assert!(t["balancer_start"].as_u64().unwrap() >= entry["started_at"].as_u64().unwrap());
+    assert_eq!(
+        t["balancer_start_ns"].as_u64().unwrap() / 1_000_000,
+        t["balancer_start"].as_u64().unwrap()
+    );
+    assert!(
+        t["balancer_latency_ns"].is_u64() && t.get("state").is_none(),
+        "{t}"
+    );
     let sent = tokio::time::timeout(Duration::from_secs(10), rx.recv())
         .await
         .expect("tcp-log sent the entry")
@@ -150,6 +166,10 @@ async fn stream_routes_run_their_preread_and_log_plugins() {
     assert_eq!(entry["session"]["status"], 403, "{entry}");
     assert_eq!(entry["client_ip"], "127.0.0.3");
     assert_eq!(entry["upstream"]["sent"], 0);
+    assert!(
+        entry.get("tries").is_none(),
+        "refused before the balancer: {entry}"
+    );
     assert!(gw
         .log_text()
         .contains("unable to proxy stream connection, status: 403"));
@@ -161,6 +181,9 @@ async fn stream_routes_run_their_preread_and_log_plugins() {
     let entry = lines(&stream_log, base + 3).await.remove(base + 2);
     assert_eq!(entry["session"]["status"], 502, "{entry}");
     assert_eq!(entry["route"]["name"], "to-down");
+    assert_eq!(entry["tries"].as_array().map(Vec::len), Some(1), "{entry}");
+    assert_eq!(entry["tries"][0]["port"], dead);
+    assert_eq!(entry["tries"][0]["state"], "failed");
 
     // prometheus on the stream route: Kong's stream families, with the workspace label.
     let metrics =
