@@ -43,22 +43,6 @@ async fn exchange_from(from: [u8; 4], to: SocketAddr, msg: &[u8]) -> Vec<u8> {
     back
 }
 
-/// The file's JSON lines once there are `n` of them.
-async fn lines(path: &std::path::Path, n: usize) -> Vec<Value> {
-    for _ in 0..200 {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        let got: Vec<Value> = text
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect();
-        if got.len() >= n {
-            return got;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("fewer than {n} log lines in {}", path.display());
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stream_routes_run_their_preread_and_log_plugins() {
     let echo = echo_server().await;
@@ -118,12 +102,12 @@ async fn stream_routes_run_their_preread_and_log_plugins() {
         .await
     );
     // The readiness probe above made a session (logged, 502): the test's entries follow it.
-    let base = lines(&stream_log, 1).await.len();
+    let base = json_lines(&stream_log, 1).await.len();
 
     // Allowed: proxied, and logged as Kong's stream serializer writes it.
     let msg = vec![b'x'; 100_000];
     assert_eq!(exchange_from([127, 0, 0, 2], at(port), &msg).await, msg);
-    let entry = lines(&stream_log, base + 1).await.remove(base);
+    let entry = json_lines(&stream_log, base + 1).await.remove(base);
     assert_eq!(entry["session"]["status"], 200, "{entry}");
     assert_eq!(entry["session"]["received"], 100_000);
     assert_eq!(entry["session"]["sent"], 100_000);
@@ -162,7 +146,7 @@ async fn stream_routes_run_their_preread_and_log_plugins() {
     assert!(exchange_from([127, 0, 0, 3], at(port), b"hello")
         .await
         .is_empty());
-    let entry = lines(&stream_log, base + 2).await.remove(base + 1);
+    let entry = json_lines(&stream_log, base + 2).await.remove(base + 1);
     assert_eq!(entry["session"]["status"], 403, "{entry}");
     assert_eq!(entry["client_ip"], "127.0.0.3");
     assert_eq!(entry["upstream"]["sent"], 0);
@@ -178,7 +162,7 @@ async fn stream_routes_run_their_preread_and_log_plugins() {
     assert!(exchange_from([127, 0, 0, 1], at(down_port), b"hi")
         .await
         .is_empty());
-    let entry = lines(&stream_log, base + 3).await.remove(base + 2);
+    let entry = json_lines(&stream_log, base + 3).await.remove(base + 2);
     assert_eq!(entry["session"]["status"], 502, "{entry}");
     assert_eq!(entry["route"]["name"], "to-down");
     assert_eq!(entry["tries"].as_array().map(Vec::len), Some(1), "{entry}");
@@ -321,7 +305,7 @@ async fn syslog_on_streams_and_plugins_on_udp_sessions() {
         ask([127, 0, 0, 2], b"ping").await,
         vec![b"re:ping".to_vec(), b"re:ping".to_vec()]
     );
-    let entry = lines(&udp_log, 1).await.remove(0);
+    let entry = json_lines(&udp_log, 1).await.remove(0);
     assert_eq!(entry["session"]["status"], 200, "{entry}");
     assert_eq!(entry["session"]["received"], 8, "{entry}");
     assert_eq!(entry["session"]["sent"], 14, "{entry}");
@@ -330,9 +314,11 @@ async fn syslog_on_streams_and_plugins_on_udp_sessions() {
     assert_eq!(entry["client_ip"], "127.0.0.2");
     assert_eq!(entry["session"]["server_port"], udp_port);
     assert_eq!(entry["route"]["name"], "datagrams");
+    assert_eq!(entry["tries"].as_array().map(Vec::len), Some(1), "{entry}");
+    assert_eq!(entry["tries"][0]["ip"], "127.0.0.1", "{entry}");
     // A denied client gets nothing back; each datagram is a refused session, logged (403).
     assert!(ask([127, 0, 0, 3], b"no").await.is_empty());
-    let got = lines(&udp_log, 3).await;
+    let got = json_lines(&udp_log, 3).await;
     for e in &got[1..3] {
         assert_eq!(e["session"]["status"], 403, "{e}");
         assert_eq!(e["client_ip"], "127.0.0.3");

@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -307,19 +307,7 @@ async fn tls_streams_terminate_or_pass_through_by_sni() {
     assert_eq!(cert, der(&up_cert));
     // Kong's stream entry: `session.tls` for the session the gateway terminated, none for
     // the one it passed through (nginx saw no TLS of its own there).
-    let mut entries: Vec<Value> = Vec::new();
-    assert!(
-        eventually(std::time::Duration::from_secs(5), async || {
-            entries = std::fs::read_to_string(&log_path)
-                .unwrap_or_default()
-                .lines()
-                .filter_map(|l| serde_json::from_str(l).ok())
-                .collect();
-            entries.len() == 2
-        })
-        .await,
-        "{entries:?}"
-    );
+    let entries = json_lines(&log_path, 2).await;
     let by_route = |name: &str| {
         entries
             .iter()

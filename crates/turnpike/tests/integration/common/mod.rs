@@ -831,3 +831,19 @@ pub fn go_build(dir: &str, name: &str) -> PathBuf {
     );
     out
 }
+
+/// The file's JSON lines once there are `n` of them.
+pub async fn json_lines(path: &std::path::Path, n: usize) -> Vec<serde_json::Value> {
+    for _ in 0..200 {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let got: Vec<serde_json::Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        if got.len() >= n {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("fewer than {n} log lines in {}", path.display());
+}
