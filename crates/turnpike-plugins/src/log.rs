@@ -527,6 +527,11 @@ impl StreamLogEntry<'_> {
         }
     }
 
+    /// The entry as a JSON value (for `custom_fields_by_lua`).
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self.serialized()).unwrap_or(Value::Null)
+    }
+
     /// The entry as Kong's stream serializer writes it.
     pub fn to_json_text(&self) -> String {
         serde_json::to_string(&self.serialized()).unwrap_or_default()

@@ -103,6 +103,7 @@ impl crate::Handler for Entries {
         self.sender.send(self.text(entry));
     }
     fn stream_log(&self, entry: &crate::log::StreamLogEntry<'_>) {
-        self.sender.send(entry.to_json_text());
+        self.sender
+            .send(crate::lua::stream_log_text(entry, self.fields.as_ref()));
     }
 }

@@ -173,7 +173,7 @@ impl Handler for Configured {
     }
 
     fn stream_log(&self, entry: &crate::log::StreamLogEntry<'_>) {
-        self.write(entry.to_json_text());
+        self.write(crate::lua::stream_log_text(entry, self.fields.as_ref()));
     }
 }
 

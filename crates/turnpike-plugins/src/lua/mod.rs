@@ -308,6 +308,8 @@ pub(crate) enum Target {
     Response(*mut ResponseHead<'static>),
     Body(*mut BodyChunk),
     Log(*const crate::log::LogEntry<'static>),
+    /// A stream session's log phase (no request: `kong.request` and the like are not there).
+    StreamLog(*const crate::log::StreamLogEntry<'static>),
 }
 
 /// The body_filter phase's view of one piece of the body (`ngx.arg`).
@@ -563,9 +565,24 @@ impl LogFields {
         let ctx = entry.ctx.map_or(std::ptr::null_mut(), |c| {
             c as *const PluginCtx as *mut PluginCtx
         });
+        self.run(Target::Log(std::ptr::from_ref(entry).cast()), ctx, json);
+    }
+
+    /// The same for a stream session's entry (Kong runs `custom_fields_by_lua` in the stream
+    /// subsystem's log phase too).
+    pub fn apply_stream(
+        &self,
+        entry: &crate::log::StreamLogEntry<'_>,
+        json: &mut serde_json::Value,
+    ) {
+        let target = Target::StreamLog(std::ptr::from_ref(entry).cast());
+        self.run(target, std::ptr::null_mut(), json);
+    }
+
+    fn run(&self, target: Target, ctx: *mut PluginCtx, json: &mut serde_json::Value) {
         CURRENT.with(|c| {
             let mut c = c.borrow_mut();
-            c.target = Target::Log(std::ptr::from_ref(entry).cast());
+            c.target = target;
             c.phase = Phase::Log;
             c.plugin = self.code.plugin;
             c.plugin_id = self.code.id;
@@ -719,6 +736,21 @@ pub fn log_text(entry: &crate::log::LogEntry<'_>, fields: Option<&LogFields>) ->
         Some(f) => {
             let mut json = entry.to_json();
             f.apply(entry, &mut json);
+            json.to_string()
+        }
+        None => entry.to_json_text(),
+    }
+}
+
+/// A stream session's log entry as the log plugins send it, with `custom_fields_by_lua`.
+pub fn stream_log_text(
+    entry: &crate::log::StreamLogEntry<'_>,
+    fields: Option<&LogFields>,
+) -> String {
+    match fields {
+        Some(f) => {
+            let mut json = entry.to_json();
+            f.apply_stream(entry, &mut json);
             json.to_string()
         }
         None => entry.to_json_text(),

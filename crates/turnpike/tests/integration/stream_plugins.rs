@@ -74,7 +74,17 @@ async fn stream_routes_run_their_preread_and_log_plugins() {
                 {"name": "guarded", "protocols": ["tcp"], "destinations": [{"port": port}],
                  "plugins": [
                     {"name": "ip-restriction", "protocols": ["tcp"], "config": {"allow": ["127.0.0.2"]}},
-                    {"name": "file-log", "protocols": ["tcp"], "config": {"path": stream_log.to_string_lossy()}},
+                    {"name": "file-log", "protocols": ["tcp"], "config": {
+                        "path": stream_log.to_string_lossy(),
+                        // Kong runs these in the stream subsystem's log phase too.
+                        "custom_fields_by_lua": {
+                            "peer": "return kong.client.get_ip()",
+                            "session.route_name": "return kong.router.get_route().name",
+                            "session.service_host": "return kong.router.get_service().host",
+                            "status_seen": "return kong.response.get_status()",
+                            "workspace": "return nil",
+                            "no_request": "return kong.request.get_header('x')",
+                        }}},
                     {"name": "tcp-log", "protocols": ["tcp"], "config": {"host": "127.0.0.1", "port": collector_port}},
                     {"name": "prometheus", "protocols": ["tcp"], "config": {"status_code_metrics": true, "latency_metrics": true}},
                  ]},
@@ -119,6 +129,14 @@ async fn stream_routes_run_their_preread_and_log_plugins() {
     assert_eq!(entry["service"]["name"], "echo");
     assert!(entry["latencies"]["session"].as_u64().is_some());
     assert!(entry["started_at"].as_u64().unwrap() > 1_700_000_000_000);
+    // custom_fields_by_lua on the stream entry: set, nested, removed; a PDK function a
+    // stream has no use for (kong.request) fails that field alone, with a log line.
+    assert_eq!(entry["peer"], "127.0.0.2", "{entry}");
+    assert_eq!(entry["session"]["route_name"], "guarded", "{entry}");
+    assert_eq!(entry["session"]["service_host"], "127.0.0.1", "{entry}");
+    assert_eq!(entry["status_seen"], 200, "{entry}");
+    assert!(entry.get("workspace").is_none() && entry.get("no_request").is_none());
+    assert!(gw.log_text().contains("custom_fields_by_lua 'no_request'"));
     // Kong's `tries`: the balancer's one try, its peer and when its choice began.
     assert_eq!(entry["tries"].as_array().map(Vec::len), Some(1), "{entry}");
     let t = &entry["tries"][0];

@@ -12,6 +12,7 @@ pub(super) fn client(lua: &Lua) -> mlua::Result<Table> {
                 .details
                 .map(|d| d.client_ip.to_string())
                 .unwrap_or_default()),
+            Target::StreamLog(p) => Ok(unsafe { &*p }.client_ip.to_string()),
             _ => not_in_phase(c.phase),
         })
     };

@@ -44,6 +44,7 @@ pub(super) fn response(lua: &Lua) -> mlua::Result<Table> {
             // SAFETY: as in `with_request`.
             Target::Response(p) => Ok(unsafe { &*p }.status.as_u16()),
             Target::Log(p) => Ok(unsafe { &*p }.status),
+            Target::StreamLog(p) => Ok(unsafe { &*p }.status),
             _ => not_in_phase(c.phase),
         })
     })?;
