@@ -107,5 +107,114 @@ impl From<Http1Body> for RequestBody {
 }
 
 /// A request body as an HTTP/2 upstream (a gRPC service) gets it: streamed from the client as
-/// it comes, or read whole already (a plugin needed it).
-pub type H2RequestBody = http_body_util::Either<RequestBody, http_body_util::Full<Bytes>>;
+/// it comes (held to the request's size limit), or read whole already (a plugin needed it).
+pub type H2RequestBody = http_body_util::Either<Limited<RequestBody>, http_body_util::Full<Bytes>>;
+
+/// A streamed body held to a size: the frame that would take it past `limit` bytes is not
+/// passed on; the body ends in an error instead (hyper then resets the upstream's stream, so
+/// the upstream never takes a cut message for a whole one), and `exceeded` says why.
+/// request-size-limiting and `client_max_body_size` on a body with no declared length (a
+/// gRPC call's), checked as it streams rather than by reading it whole first.
+pub struct Limited<B> {
+    inner: B,
+    left: u64,
+    exceeded: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl<B> Limited<B> {
+    /// `limit`: `None` for none.
+    pub fn new(
+        inner: B,
+        limit: Option<u64>,
+        exceeded: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> Limited<B> {
+        Limited {
+            inner,
+            left: limit.unwrap_or(u64::MAX),
+            exceeded,
+        }
+    }
+}
+
+impl<B: Body<Data = Bytes, Error = BoxError> + Unpin> Body for Limited<B> {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            if let Some(data) = frame.data_ref() {
+                let n = data.len() as u64;
+                if n > this.left {
+                    this.left = 0;
+                    this.exceeded
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    return Poll::Ready(Some(Err("request body too large".into())));
+                }
+                this.left -= n;
+            }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    /// Frames of a body, one at a time.
+    struct Frames(std::collections::VecDeque<Bytes>);
+
+    impl Body for Frames {
+        type Data = Bytes;
+        type Error = BoxError;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+            Poll::Ready(self.0.pop_front().map(|b| Ok(Frame::data(b))))
+        }
+    }
+
+    fn frames(sizes: &[usize]) -> Frames {
+        Frames(sizes.iter().map(|&n| Bytes::from(vec![b'x'; n])).collect())
+    }
+
+    #[tokio::test]
+    async fn a_body_is_passed_whole_up_to_its_limit_and_cut_past_it() {
+        let flag = Arc::new(AtomicBool::new(false));
+        let whole = Limited::new(frames(&[4, 6]), Some(10), flag.clone());
+        assert_eq!(whole.collect().await.unwrap().to_bytes().len(), 10);
+        assert!(!flag.load(Ordering::Relaxed));
+
+        let mut over = Limited::new(frames(&[4, 6, 1]), Some(10), flag.clone());
+        for _ in 0..2 {
+            assert!(over.frame().await.unwrap().is_ok());
+        }
+        assert!(
+            over.frame().await.unwrap().is_err(),
+            "the 11th byte is not passed on"
+        );
+        assert!(flag.load(Ordering::Relaxed));
+
+        let flag = Arc::new(AtomicBool::new(false));
+        let unbounded = Limited::new(frames(&[1 << 20, 1 << 20]), None, flag.clone());
+        assert_eq!(unbounded.collect().await.unwrap().to_bytes().len(), 2 << 20);
+        assert!(!flag.load(Ordering::Relaxed));
+    }
+}

@@ -207,7 +207,7 @@ async fn send_h2(
     body: &mut Option<ClientBody>,
     overrides: &Overrides,
 ) -> Result<UpgradeSent, Upgrade> {
-    use crate::body::request::H2RequestBody;
+    use crate::body::request::{H2RequestBody, Limited};
     use http_body_util::{Either, Full};
     let mut sender = match ctx.h2.get(&key) {
         Some(s) => s,
@@ -241,18 +241,28 @@ async fn send_h2(
         Err(_) => return Err(Upgrade::Failed(UpstreamError::Failed)),
     };
     parts.version = http::Version::HTTP_2;
-    let body: H2RequestBody = match body.take().map(|b| b.source) {
+    let exceeded = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let body: H2RequestBody = match body.take().map(|b| (b.source, b.limit)) {
         None => Either::Right(Full::default()),
-        Some(BodySource::Stream(s)) => Either::Left(s),
-        Some(BodySource::Buffered(b)) => Either::Right(Full::new(b)),
-        Some(BodySource::Spooled(_)) => {
+        Some((BodySource::Stream(s), limit)) => {
+            Either::Left(Limited::new(s, limit, exceeded.clone()))
+        }
+        Some((BodySource::Buffered(b), _)) => Either::Right(Full::new(b)),
+        Some((BodySource::Spooled(_), _)) => {
             tracing::error!("a spooled request body is not sent to an HTTP/2 upstream");
             return Err(Upgrade::Failed(UpstreamError::Failed));
         }
     };
     let placeholder = Request::new(()).into_parts().0;
     let req = Request::from_parts(std::mem::replace(parts, placeholder), body);
-    Ok(tokio::time::timeout(service.read_timeout(), sender.send_request(req)).await)
+    let sent = tokio::time::timeout(service.read_timeout(), sender.send_request(req)).await;
+    // Past the limit before the upstream answered: the client is told so (413, or its gRPC
+    // status); the upstream's stream was reset. Once it answered, its response goes on and
+    // ends in a reset, as nginx's does.
+    if exceeded.load(std::sync::atomic::Ordering::Relaxed) && !matches!(sent, Ok(Ok(_))) {
+        return Err(Upgrade::Failed(UpstreamError::BodyTooLarge));
+    }
+    Ok(sent)
 }
 
 /// Kong's balancer phase, over the request as the forward phase left it: the upstream's

@@ -349,6 +349,9 @@ async fn grpc_timeouts_retries_limits_and_large_messages() {
                  "plugins": [{"name": "rate-limiting", "config": {"minute": 2, "policy": "local"}}]},
                 {"name": "acl", "protocols": ["grpc"], "hosts": ["ip.test"],
                  "plugins": [{"name": "ip-restriction", "config": {"deny": ["127.0.0.1"]}}]},
+                {"name": "sized", "protocols": ["grpc"], "hosts": ["size.test"],
+                 "plugins": [{"name": "request-size-limiting",
+                              "config": {"allowed_payload_size": 1, "size_unit": "kilobytes"}}]},
             ]},
         ],
     });
@@ -415,6 +418,36 @@ async fn grpc_timeouts_retries_limits_and_large_messages() {
         (&r[0]["code"], &r[0]["details"]),
         (&json!("PERMISSION_DENIED"), &json!("PermissionDenied"))
     );
+    // request-size-limiting on calls with no declared length, held as they stream (not read
+    // whole first): a call within 1 KiB passes; a client stream past it gets Kong's 413 as
+    // its gRPC status (with the status's name as the message, as for every gateway error
+    // above), and so does a unary call past it.
+    let client = |n: usize, size: usize| {
+        json!({"method": "/echo.Echo/ClientStream", "kind": "client",
+               "request": vec!["z"; n], "repeat": size})
+    };
+    let r = at(
+        "size.test",
+        json!([
+            client(3, 100),
+            client(8, 300),
+            {"method": "/echo.Echo/Unary", "request": "x", "repeat": 4096},
+            unary("Unary", "small", json!([])),
+        ]),
+    );
+    assert_eq!(
+        (&r[0]["code"], &r[0]["responses"]),
+        (&json!("OK"), &json!([302])),
+        "{r:?}"
+    );
+    for over in [&r[1], &r[2]] {
+        assert_eq!(
+            (&over["code"], &over["details"]),
+            (&json!("INVALID_ARGUMENT"), &json!("InvalidArgument")),
+            "{r:?}"
+        );
+    }
+    assert_eq!(r[3]["code"], "OK", "the connection serves on: {r:?}");
     // Large messages both ways, streamed (3 MiB each way; 8 messages of 1 MiB in a bidi call).
     let r = at(
         "slow.test",
