@@ -945,3 +945,71 @@ async fn an_http2_upload_answered_early_reaches_curl() {
     .unwrap();
     assert_eq!((code, out.as_str()), (Some(0), "2 200"), "{err}");
 }
+
+/// An HTTP/2 upload of many small DATA frames to an upstream that reads slowly: the frames
+/// wait in the gateway's HTTP/2 buffers (up to the stream's window) while the upstream holds
+/// back, and h2 counts each frame under 256 bytes against a budget of half the connection
+/// window (GOAWAY ENHANCE_YOUR_CALM `too_many_data_frames` past it). At hyper's default
+/// 1 MiB connection window that budget was spent by some 2,700 waiting 64-byte frames and the
+/// connection was closed under the client; the gateway's 8 MiB window holds a full stream
+/// window of them (this is what gRPC client streams of small messages do).
+#[tokio::test(flavor = "multi_thread")]
+async fn many_small_http2_frames_wait_for_a_slow_upstream() {
+    // The upstream: reads nothing for 2 s, then the whole chunked body, then answers.
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                let mut got = Vec::new();
+                let mut buf = vec![0u8; 1 << 16];
+                while !got.ends_with(b"0\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let answer = format!("{}", got.len());
+                let _ = s
+                    .write_all(
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{answer}",
+                            answer.len()
+                        )
+                        .as_bytes(),
+                    )
+                    .await;
+            });
+        }
+    });
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
+services:
+- name: slow-reader
+  url: http://{up}
+  routes: [{{name: upload, paths: [/upload], request_buffering: false}}]
+"#
+    ))
+    .start_h2();
+    // 8 MiB in 64-byte frames: enough to fill the kernel's socket buffers towards the
+    // upstream, then a stream window's worth waiting in the gateway.
+    const FRAMES: usize = 128 * 1024;
+    let frames = futures_util::stream::iter((0..FRAMES).map(|_| {
+        Ok::<_, std::io::Error>(hyper::body::Frame::data(Bytes::from_static(&[b'x'; 64])))
+    }));
+    let mut sender = h2c_client::<StreamBody<_>>(gw.proxy).await;
+    let req = hyper::Request::post(format!("http://{}/upload", gw.proxy))
+        .body(StreamBody::new(frames))
+        .unwrap();
+    let resp = tokio::time::timeout(std::time::Duration::from_secs(60), sender.send_request(req))
+        .await
+        .expect("answered in time")
+        .expect("the connection stays open");
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    // The upstream got every byte (64 B a frame, in chunks of its framing).
+    let got: usize = std::str::from_utf8(&body).unwrap().parse().unwrap();
+    assert!(got > FRAMES * 64, "{got}");
+    assert!(!gw.log_text().contains("too_many_data_frames"));
+}
