@@ -69,7 +69,6 @@ pub const KONG_PROPERTIES: &[&str] = &[
     "lua_max_resp_headers",
     "lua_max_uri_args",
     "lua_package_cpath",
-    "lua_package_path",
     "lua_socket_pool_size",
     "lua_ssl_protocols",
     "lua_ssl_trusted_certificate",

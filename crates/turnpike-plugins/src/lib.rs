@@ -14,6 +14,7 @@ pub mod bot_detection;
 pub mod correlation_id;
 pub mod cors;
 pub mod credentials;
+pub mod custom;
 pub mod datadog;
 pub mod file_log;
 pub mod grpc_gateway;

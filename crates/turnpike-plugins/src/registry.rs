@@ -145,6 +145,16 @@ pub fn bundled() -> Registry {
 /// The plugins a node loads, from Kong's `plugins` property: `bundled` (every plugin compiled
 /// in), plugin names, both mixed, or `off` (none).
 pub fn enabled(names: &[String], database_off: bool) -> Result<Registry, String> {
+    enabled_with(names, database_off, None)
+}
+
+/// The same, where a name no bundled plugin has is an operator's own Lua plugin found through
+/// `lua`'s `package_path` (`crate::custom`), when `lua` is given.
+pub fn enabled_with(
+    names: &[String],
+    database_off: bool,
+    lua: Option<&crate::lua::Settings>,
+) -> Result<Registry, String> {
     let all = bundled();
     let mut plugins: Vec<&'static dyn PluginSpec> = Vec::new();
     for name in names {
@@ -165,6 +175,12 @@ pub fn enabled(names: &[String], database_off: bool) -> Result<Registry, String>
             }
             other => match all.get(other) {
                 Some(p) => {
+                    if !plugins.iter().any(|q| q.name() == p.name()) {
+                        plugins.push(p);
+                    }
+                }
+                None if lua.is_some() => {
+                    let p = crate::custom::load(other, lua.unwrap_or(&Default::default()))?;
                     if !plugins.iter().any(|q| q.name() == p.name()) {
                         plugins.push(p);
                     }

@@ -186,10 +186,18 @@ fn load_conf(path: Option<&Path>) -> Result<(Conf, Vec<String>), String> {
 /// The plugins this node loads (Kong's `plugins` property; `bundled` by default).
 /// The node's plugin state (caches, counters, queues) comes with it, one per node.
 fn plugin_registry(conf: &Conf) -> Result<Arc<turnpike_plugins::Registry>, String> {
-    let registry = turnpike_plugins::enabled(&conf.plugins, conf.database == Database::Off)
-        .map_err(|e| format!("invalid configuration: {e}"))?
-        .hashing_keys(conf.key_auth_hash_keys)
-        .routing(conf.router_flavor);
+    let mut lua = turnpike_plugins::lua::Settings::parse(
+        &conf.untrusted_lua,
+        &conf.untrusted_lua_sandbox_requires.join(","),
+        &conf.untrusted_lua_sandbox_environment.join(","),
+    )
+    .map_err(|e| format!("invalid configuration: {e}"))?;
+    lua.package_path = conf.lua_package_path.clone();
+    let registry =
+        turnpike_plugins::enabled_with(&conf.plugins, conf.database == Database::Off, Some(&lua))
+            .map_err(|e| format!("invalid configuration: {e}"))?
+            .hashing_keys(conf.key_auth_hash_keys)
+            .routing(conf.router_flavor);
     // Before any plugin config is checked: whether and how Lua code in configs may run.
     let _ = registry
         .runtime()
@@ -204,14 +212,7 @@ fn plugin_registry(conf: &Conf) -> Result<Arc<turnpike_plugins::Registry>, Strin
         conf.tracing_sampling_rate,
         &node_id(&conf.prefix),
     );
-    registry.runtime().lua.configure(
-        turnpike_plugins::lua::Settings::parse(
-            &conf.untrusted_lua,
-            &conf.untrusted_lua_sandbox_requires.join(","),
-            &conf.untrusted_lua_sandbox_environment.join(","),
-        )
-        .map_err(|e| format!("invalid configuration: {e}"))?,
-    );
+    registry.runtime().lua.configure(lua);
     Ok(Arc::new(registry))
 }
 

@@ -46,6 +46,7 @@ pub(super) const DEFAULTS: &[(&str, &str)] = &[
     ("untrusted_lua", "sandbox"),
     ("untrusted_lua_sandbox_requires", ""),
     ("untrusted_lua_sandbox_environment", ""),
+    ("lua_package_path", "./?.lua;./?/init.lua;"),
     ("db_cache_ttl", "0"),
     ("db_cache_neg_ttl", ""),
     ("mem_cache_size", "128m"),

@@ -200,6 +200,9 @@ pub struct Conf {
     pub untrusted_lua_sandbox_requires: Vec<String>,
     /// Globals added to the sandbox (`untrusted_lua_sandbox_environment`).
     pub untrusted_lua_sandbox_environment: Vec<String>,
+    /// Where custom Lua plugins and the modules they require are found (Kong's
+    /// `lua_package_path`, Lua's `package.path` syntax).
+    pub lua_package_path: String,
     /// How long cached credentials and misses live (`None`: until they change).
     pub db_cache_ttl: Option<Duration>,
     pub db_cache_neg_ttl: Option<Duration>,
@@ -490,6 +493,7 @@ impl Conf {
         };
         let untrusted_lua_sandbox_requires = list("untrusted_lua_sandbox_requires");
         let untrusted_lua_sandbox_environment = list("untrusted_lua_sandbox_environment");
+        let lua_package_path = get("lua_package_path").trim().to_string();
         // Kong's tracing properties (the opentelemetry plugin reads them).
         const INSTRUMENTATIONS: &[&str] = &[
             "off",
@@ -771,6 +775,7 @@ impl Conf {
             untrusted_lua,
             untrusted_lua_sandbox_requires,
             untrusted_lua_sandbox_environment,
+            lua_package_path,
             db_cache_ttl,
             db_cache_neg_ttl,
             mem_cache_size,

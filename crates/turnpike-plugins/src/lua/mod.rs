@@ -48,6 +48,9 @@ pub struct Settings {
     pub requires: Vec<String>,
     /// `untrusted_lua_sandbox_environment`: globals (`os.getenv`, ...) added to the sandbox.
     pub environment: Vec<String>,
+    /// `lua_package_path`: where custom plugins (`kong.plugins.<name>.handler`) and the
+    /// modules they require are found, before Lua's own path.
+    pub package_path: String,
 }
 
 impl Settings {
@@ -74,6 +77,7 @@ impl Settings {
             mode,
             requires: list(requires),
             environment: list(environment),
+            package_path: String::new(),
         })
     }
 }
@@ -146,6 +150,9 @@ pub struct Code {
     settings: Arc<Settings>,
     /// Its log lines are kept in the request for OTLP logs (`crate::request_logs::wanted`).
     pub keep_logs: bool,
+    /// The operator's own plugin (`crate::custom`), installed as Kong's are: its chunks see
+    /// all of Lua and `require` from `lua_package_path`, not the sandbox.
+    pub trusted: bool,
 }
 
 impl Code {
@@ -160,6 +167,7 @@ impl Code {
             alive,
             settings,
             keep_logs: false,
+            trusted: false,
         }
     }
 
@@ -257,6 +265,16 @@ impl Runtime {
         let lua = Lua::new();
         let (kong, ngx) = pdk::install(&lua)?;
         let env = sandbox::environment(&lua, settings, &kong, &ngx)?;
+        // Trusted code (custom plugins) runs in `_G`: the PDK there too, and `require` looking
+        // in `lua_package_path` first. Sandboxed chunks never reach `_G`.
+        let globals = lua.globals();
+        globals.set("kong", kong)?;
+        globals.set("ngx", ngx)?;
+        if !settings.package_path.is_empty() {
+            let package: Table = globals.get("package")?;
+            let path: String = package.get("path")?;
+            package.set("path", format!("{};{path}", settings.package_path))?;
+        }
         Ok(Runtime {
             lua,
             env,
@@ -271,7 +289,11 @@ impl Runtime {
         self.compiled.retain(|_, c| c.alive.strong_count() > 0);
         let mut phases: [Vec<Slot>; 6] = Default::default();
         let meta = self.lua.create_table()?;
-        meta.set("__index", self.env.clone())?;
+        if code.trusted {
+            meta.set("__index", self.lua.globals())?;
+        } else {
+            meta.set("__index", self.env.clone())?;
+        }
         for (i, funcs) in code.phases.iter().enumerate() {
             for src in funcs {
                 let globals = self.lua.create_table()?;
@@ -755,4 +777,86 @@ pub fn stream_log_text(
         }
         None => entry.to_json_text(),
     }
+}
+
+/// What a custom plugin's modules say of it, read once at start (`crate::custom`): its
+/// handler's `PRIORITY`, `VERSION` and phase functions, and its schema table as JSON
+/// (functions, such as custom validators, left out).
+pub struct ModuleInfo {
+    pub priority: Option<i64>,
+    pub version: Option<String>,
+    pub phases: Vec<Phase>,
+    pub schema: serde_json::Value,
+}
+
+/// Kong's `kong.db.schema.typedefs` as far as a plugin's schema uses them: the field
+/// definitions (type, default, bounds) a schema embeds.
+const TYPEDEFS: &str = r##"
+local t = {}
+local http = { "grpc", "grpcs", "http", "https" }
+local all = { "grpc", "grpcs", "http", "https", "tcp", "tls", "tls_passthrough", "udp", "ws", "wss" }
+t.protocols = { type = "set", required = true, default = all, elements = { type = "string", one_of = all } }
+t.protocols_http = { type = "set", required = true, default = http, elements = { type = "string", one_of = http } }
+t.no_consumer = { type = "foreign", reference = "consumers", eq = ngx and ngx.null or nil }
+t.no_route = { type = "foreign", reference = "routes", eq = ngx and ngx.null or nil }
+t.no_service = { type = "foreign", reference = "services", eq = ngx and ngx.null or nil }
+t.consumer = { type = "foreign", reference = "consumers" }
+t.route = { type = "foreign", reference = "routes" }
+t.service = { type = "foreign", reference = "services" }
+t.host = { type = "string" }
+t.port = { type = "integer", between = { 0, 65535 } }
+t.path = { type = "string" }
+t.url = { type = "string" }
+t.timeout = { type = "integer", between = { 0, 2147483646 } }
+t.header_name = { type = "string" }
+t.http_method = { type = "string" }
+t.ip = { type = "string" }
+t.cidr = { type = "string" }
+t.tags = { type = "set", elements = { type = "string" } }
+t.name = { type = "string" }
+t.uuid = { type = "string" }
+t.key = { type = "string" }
+t.lua_code = { type = "map", keys = { type = "string" }, values = { type = "string" } }
+-- A typedef called with overrides (`typedefs.host { required = true }`) gives a copy.
+for name, def in pairs(t) do
+  setmetatable(def, { __call = function(self, over)
+    local copy = {}
+    for k, v in pairs(self) do copy[k] = v end
+    for k, v in pairs(over or {}) do copy[k] = v end
+    return copy
+  end })
+end
+return t
+"##;
+
+/// Loads `kong.plugins.<name>.handler` and `.schema` through `lua_package_path`, in a state of
+/// their own (the PDK installed, as the worker's), and reads what the registry needs.
+pub fn inspect_plugin(settings: &Settings, name: &str) -> Result<ModuleInfo, String> {
+    use mlua::LuaSerdeExt;
+    let rt = Runtime::new(settings).map_err(|e| format!("cannot start Lua: {e}"))?;
+    let lua = &rt.lua;
+    let run = || -> mlua::Result<ModuleInfo> {
+        let package: Table = lua.globals().get("package")?;
+        let preload: Table = package.get("preload")?;
+        let typedefs = lua.load(TYPEDEFS).set_name("=kong.db.schema.typedefs");
+        preload.set("kong.db.schema.typedefs", typedefs.into_function()?)?;
+        let require: Function = lua.globals().get("require")?;
+        let handler: Table = require.call(format!("kong.plugins.{name}.handler"))?;
+        let schema: Table = require.call(format!("kong.plugins.{name}.schema"))?;
+        let phases = Phase::ALL
+            .into_iter()
+            .filter(|p| !matches!(p, Phase::Certificate))
+            .filter(|p| matches!(handler.get::<Value>(p.name()), Ok(Value::Function(_))))
+            .collect();
+        let options = mlua::serde::DeserializeOptions::new()
+            .deny_unsupported_types(false)
+            .deny_recursive_tables(false);
+        Ok(ModuleInfo {
+            priority: handler.get::<Option<i64>>("PRIORITY")?,
+            version: handler.get::<Option<String>>("VERSION")?,
+            phases,
+            schema: lua.from_value_with(Value::Table(schema), options)?,
+        })
+    };
+    run().map_err(|e| first_line(&e.to_string()).to_string())
 }

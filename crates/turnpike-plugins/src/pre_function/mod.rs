@@ -81,6 +81,14 @@ impl Serverless {
     }
 
     /// A Lua error in a request phase: logged, and the client gets Kong's 500.
+    /// A handler over code made elsewhere (a custom plugin's, `crate::custom`).
+    pub fn from_code(code: Code, wants_body: bool) -> Serverless {
+        Serverless {
+            code: Arc::new(code),
+            wants_body,
+        }
+    }
+
     fn failed(&self, phase: Phase, e: &str) -> Exit {
         tracing::error!("[{}] {}: {e}", self.code.plugin, phase.name());
         Exit::message(

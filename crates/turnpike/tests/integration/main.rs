@@ -12,6 +12,7 @@ mod balancing;
 mod compression;
 mod config_faults;
 mod conformance;
+mod custom_plugins;
 mod deck;
 mod dns;
 mod doctor;

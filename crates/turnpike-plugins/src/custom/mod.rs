@@ -1,0 +1,333 @@
+//! An operator's own Lua plugin, installed as Kong installs one: named in `plugins`
+//! (`bundled,my-plugin`), found through `lua_package_path` as `kong/plugins/<name>/handler.lua`
+//! and `schema.lua`. The handler's `PRIORITY` orders it among the bundled plugins, its phase
+//! methods (`rewrite`, `access`, `header_filter`, `body_filter`, `log`) run with the PDK of
+//! the serverless plugins, called as Kong calls them (`handler:access(conf)`), and its
+//! schema's `config` record is the config's schema: validated, defaulted and shown by
+//! `GET /schemas/plugins/<name>` as a bundled plugin's.
+//!
+//! Read once at start; each worker thread's Lua state loads the modules on the first request
+//! that needs them. What is not there yet: `init_worker`, `configure` and `certificate`,
+//! `daos.lua` and `api.lua`, the schema's entity checks and custom validators.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::lua::{self, Code, Phase};
+use crate::pre_function::Serverless;
+use crate::schema::{Default, Field, Type};
+use crate::{Handler, PluginSpec};
+
+/// A custom plugin, as the registry knows it.
+pub struct LuaPlugin {
+    name: &'static str,
+    priority: i32,
+    version: &'static str,
+    fields: &'static [Field],
+    phases: Vec<Phase>,
+    http_only: bool,
+    allows_consumer: bool,
+}
+
+/// Finds and reads the plugin `name` (its handler and schema modules) through
+/// `settings.package_path`. The plugin lives as long as the process (the registry holds
+/// `'static` specs), as Kong's loaded modules do.
+pub fn load(name: &str, settings: &lua::Settings) -> Result<&'static LuaPlugin, String> {
+    let info = lua::inspect_plugin(settings, name)
+        .map_err(|e| format!("plugin '{name}' enabled but not installed: {e}"))?;
+    let (fields, http_only, allows_consumer) =
+        config_fields(&info.schema).map_err(|e| format!("plugin '{name}': schema: {e}"))?;
+    let plugin = LuaPlugin {
+        name: leak(name),
+        priority: info
+            .priority
+            .unwrap_or(0)
+            .clamp(i32::MIN.into(), i32::MAX.into()) as i32,
+        version: leak(info.version.as_deref().unwrap_or("0.1.0")),
+        fields,
+        phases: info.phases,
+        http_only,
+        allows_consumer,
+    };
+    Ok(Box::leak(Box::new(plugin)))
+}
+
+fn leak(s: &str) -> &'static str {
+    Box::leak(s.to_string().into_boxed_str())
+}
+
+/// The schema's `config` record as fields, and whether its `protocols` are HTTP's only and
+/// whether it may be scoped to a consumer (not `typedefs.no_consumer`).
+fn config_fields(schema: &Value) -> Result<(&'static [Field], bool, bool), String> {
+    let entries = schema
+        .get("fields")
+        .and_then(Value::as_array)
+        .ok_or("no 'fields' list")?;
+    let mut config = None;
+    let mut http_only = false;
+    let mut allows_consumer = true;
+    for entry in entries {
+        let Some((name, def)) = entry.as_object().and_then(|m| m.iter().next()) else {
+            continue;
+        };
+        match name.as_str() {
+            "config" => config = Some(def),
+            "protocols" => {
+                let listed = def.pointer("/elements/one_of").and_then(Value::as_array);
+                http_only = listed.is_some_and(|l| {
+                    l.iter()
+                        .all(|p| crate::schema::HTTP_PROTOCOLS.contains(&p.as_str().unwrap_or("")))
+                });
+            }
+            "consumer" => {
+                allows_consumer = !(def.get("type").and_then(Value::as_str) == Some("foreign")
+                    && def.as_object().is_some_and(|d| d.contains_key("eq")));
+            }
+            _ => {}
+        }
+    }
+    let config = config.ok_or("no 'config' record")?;
+    let fields = record_fields(config, "config")?;
+    Ok((fields, http_only, allows_consumer))
+}
+
+/// A record's fields (`{type = "record", fields = {{name = {...}}, ...}}`).
+fn record_fields(record: &Value, at: &str) -> Result<&'static [Field], String> {
+    let mut out = Vec::new();
+    for entry in record
+        .get("fields")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    {
+        let Some((name, def)) = entry.as_object().and_then(|m| m.iter().next()) else {
+            return Err(format!("{at}: a field is not a {{name = {{...}}}} table"));
+        };
+        out.push(field(name, def, &format!("{at}.{name}"))?);
+    }
+    Ok(Box::leak(out.into_boxed_slice()))
+}
+
+fn strings(v: Option<&Value>) -> Option<&'static [&'static str]> {
+    let list: Vec<&'static str> = v?
+        .as_array()?
+        .iter()
+        .filter_map(|s| s.as_str().map(leak))
+        .collect();
+    Some(Box::leak(list.into_boxed_slice()))
+}
+
+fn field(name: &str, def: &Value, at: &str) -> Result<Field, String> {
+    let ty_name = def.get("type").and_then(Value::as_str).unwrap_or("");
+    let between = def.get("between").and_then(Value::as_array);
+    let elements = def.get("elements");
+    let element_type = elements
+        .and_then(|e| e.get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let ty = match ty_name {
+        "string" => match strings(def.get("one_of")) {
+            Some(list) => Type::OneOf(list),
+            None => Type::String,
+        },
+        "integer" => match between {
+            Some(b) => Type::Integer {
+                min: b.first().and_then(Value::as_i64).unwrap_or(i64::MIN),
+                max: b.get(1).and_then(Value::as_i64).unwrap_or(i64::MAX),
+            },
+            None => Type::Integer {
+                min: i64::MIN,
+                max: i64::MAX,
+            },
+        },
+        "number" => match between {
+            Some(b) => Type::NumberIn {
+                min: b.first().and_then(Value::as_f64).unwrap_or(f64::MIN),
+                max: b.get(1).and_then(Value::as_f64).unwrap_or(f64::MAX),
+            },
+            None => Type::Number,
+        },
+        "boolean" => Type::Boolean,
+        "array" | "set" => match element_type {
+            "string" => match strings(elements.and_then(|e| e.get("one_of"))) {
+                Some(list) => Type::OneOfArray(list),
+                None => Type::StringArray,
+            },
+            "integer" => Type::IntegerArray {
+                min: i64::MIN,
+                max: i64::MAX,
+            },
+            "record" => Type::RecordArray(record_fields(elements.unwrap_or(&Value::Null), at)?),
+            other => return Err(format!("{at}: arrays of '{other}' are not supported yet")),
+        },
+        "map" => {
+            let values = def.get("values");
+            match values.and_then(|v| v.get("type")).and_then(Value::as_str) {
+                Some("string") => Type::Map,
+                Some("record") => {
+                    Type::MapOfRecords(record_fields(values.unwrap_or(&Value::Null), at)?)
+                }
+                _ => return Err(format!("{at}: this map's values are not supported yet")),
+            }
+        }
+        "record" => Type::Record(record_fields(def, at)?),
+        other => return Err(format!("{at}: type '{other}' is not supported yet")),
+    };
+    let mut f = Field::new(leak(name), ty);
+    if def.get("required").and_then(Value::as_bool) == Some(true) {
+        f = f.required();
+    }
+    if def.get("referenceable").and_then(Value::as_bool) == Some(true) {
+        f = f.referenceable();
+    }
+    if let Some(d) = def.get("default") {
+        f = f.default(default_of(d, ty_name));
+    }
+    Ok(f)
+}
+
+/// A schema default as the registry keeps it. Lua has one table type: an empty table is an
+/// empty array for an array field.
+fn default_of(d: &Value, ty_name: &str) -> Default {
+    match d {
+        Value::String(s) => Default::Str(leak(s)),
+        Value::Bool(b) => Default::Bool(*b),
+        Value::Number(n) if ty_name == "integer" => Default::Int(n.as_i64().unwrap_or_default()),
+        Value::Number(n) => Default::Float(n.as_f64().unwrap_or_default()),
+        Value::Object(m) if m.is_empty() && matches!(ty_name, "array" | "set") => {
+            Default::EmptyArray
+        }
+        other => Default::Json(leak(&other.to_string())),
+    }
+}
+
+impl PluginSpec for LuaPlugin {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn priority(&self) -> i32 {
+        self.priority
+    }
+    fn version(&self) -> &'static str {
+        self.version
+    }
+    fn fields(&self) -> &'static [Field] {
+        self.fields
+    }
+    fn allows_consumer(&self) -> bool {
+        self.allows_consumer
+    }
+    fn http_only(&self) -> bool {
+        self.http_only
+    }
+    fn build(&self, config: &Value, ctx: &crate::BuildContext) -> Result<Arc<dyn Handler>, String> {
+        let mut phases: [Vec<String>; 6] = std::default::Default::default();
+        let conf = lua_literal(config);
+        for p in &self.phases {
+            phases[*p as usize].push(format!(
+                "local handler = require(\"kong.plugins.{}.handler\")\n\
+                 local conf = {conf}\n\
+                 return function() return handler:{}(conf) end",
+                self.name,
+                p.name()
+            ));
+        }
+        let mut code = Code::new(self.name, phases, ctx.runtime.lua.settings().clone());
+        code.trusted = true;
+        code.keep_logs = crate::request_logs::wanted(ctx);
+        Ok(Arc::new(Serverless::from_code(code, false)))
+    }
+}
+
+/// A JSON value as a Lua constructor: objects as tables with string keys, arrays as
+/// sequences, JSON null left out (Kong hands a plugin its config without nulls).
+fn lua_literal(v: &Value) -> String {
+    match v {
+        Value::Null => "nil".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => lua_string(s),
+        Value::Array(items) => {
+            let parts: Vec<String> = items.iter().map(lua_literal).collect();
+            format!("{{{}}}", parts.join(", "))
+        }
+        Value::Object(m) => {
+            let parts: Vec<String> = m
+                .iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| format!("[{}] = {}", lua_string(k), lua_literal(v)))
+                .collect();
+            format!("{{{}}}", parts.join(", "))
+        }
+    }
+}
+
+/// A string as a Lua literal: quoted, every byte outside printable ASCII (and `"`, `\`) as a
+/// decimal escape, so no text can end the literal.
+fn lua_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for b in s.bytes() {
+        if (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("\\{b:03}"));
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn configs_become_lua_constructors_that_no_text_escapes() {
+        let v = json!({"a": "x\"]] .. os.exit() --\n\u{e9}", "n": 3, "l": [1, "b"], "gone": null});
+        let lit = lua_literal(&v);
+        let lua = mlua::Lua::new();
+        let t: mlua::Table = lua.load(format!("return {lit}")).eval().unwrap();
+        assert_eq!(
+            t.get::<String>("a").unwrap(),
+            "x\"]] .. os.exit() --\n\u{e9}"
+        );
+        assert_eq!(t.get::<i64>("n").unwrap(), 3);
+        assert_eq!(t.get::<mlua::Table>("l").unwrap().raw_len(), 2);
+        assert!(t.get::<mlua::Value>("gone").unwrap().is_nil());
+    }
+
+    #[test]
+    fn a_schema_config_record_becomes_fields() {
+        let schema = json!({"name": "x", "fields": [
+            {"consumer": {"type": "foreign", "reference": "consumers", "eq": null}},
+            {"protocols": {"type": "set", "elements": {"type": "string", "one_of": ["grpc", "grpcs", "http", "https"]}}},
+            {"config": {"type": "record", "fields": [
+                {"header": {"type": "string", "required": true, "default": "X-Hello"}},
+                {"count": {"type": "integer", "between": [1, 10], "default": 2}},
+                {"mode": {"type": "string", "one_of": ["a", "b"]}},
+                {"list": {"type": "array", "elements": {"type": "string"}, "default": {}}},
+                {"nested": {"type": "record", "fields": [{"on": {"type": "boolean", "default": true}}]}},
+            ]}},
+        ]});
+        let (fields, http_only, allows_consumer) = config_fields(&schema).unwrap();
+        assert!(http_only && !allows_consumer);
+        let names: Vec<_> = fields.iter().map(|f| f.name).collect();
+        assert_eq!(names, ["header", "count", "mode", "list", "nested"]);
+        assert!(fields[0].required);
+        assert!(matches!(fields[1].ty, Type::Integer { min: 1, max: 10 }));
+        assert!(matches!(fields[2].ty, Type::OneOf(["a", "b"])));
+        assert!(matches!(fields[3].default, Some(Default::EmptyArray)));
+        assert!(matches!(
+            fields[4].ty,
+            Type::Record([Field { name: "on", .. }])
+        ));
+        let bad = json!({"fields": [{"config": {"type": "record", "fields": [{"f": {"type": "function"}}]}}]});
+        assert_eq!(
+            config_fields(&bad).unwrap_err(),
+            "config.f: type 'function' is not supported yet"
+        );
+    }
+}

@@ -1,0 +1,30 @@
+-- A custom plugin's handler as Kong calls it: PRIORITY, VERSION and phase methods taking
+-- (self, conf), the PDK as the `kong` global, modules of its own through lua_package_path.
+local words = require "kong.plugins.greeting.words"
+
+local Greeting = {
+  PRIORITY = 950,
+  VERSION = "1.2.3",
+}
+
+function Greeting:access(conf)
+  if conf.deny_path and kong.request.get_path() == conf.deny_path then
+    return kong.response.exit(403, { message = "denied by greeting" })
+  end
+  local text = words.repeated(conf.greeting, conf.times)
+  if conf.mode == "loud" then
+    text = text:upper()
+  end
+  kong.service.request.set_header(conf.header_name, text)
+  kong.ctx.plugin.greeted = text
+end
+
+function Greeting:header_filter(conf)
+  kong.response.set_header("X-Greeted", kong.ctx.plugin.greeted or "no")
+end
+
+function Greeting:log(conf)
+  kong.log.notice("greeting logged ", kong.response.get_status())
+end
+
+return Greeting
