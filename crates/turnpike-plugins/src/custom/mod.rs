@@ -7,8 +7,10 @@
 //! `GET /schemas/plugins/<name>` as a bundled plugin's.
 //!
 //! Read once at start; each worker thread's Lua state loads the modules on the first request
-//! that needs them. What is not there yet: `init_worker`, `configure` and `certificate`,
-//! `daos.lua` and `api.lua`, the schema's entity checks and custom validators.
+//! that needs them. The config record's `entity_checks` that Kong's schema library names
+//! `at_least_one_of`, `only_one_of`, `distinct`, `mutually_required` and `mutually_exclusive`
+//! are checked with Kong's messages. What is not there yet: `init_worker`, `configure` and
+//! `certificate`, `daos.lua` and `api.lua`, the other entity checks and custom validators.
 
 use std::sync::Arc;
 
@@ -28,6 +30,88 @@ pub struct LuaPlugin {
     phases: Vec<Phase>,
     http_only: bool,
     allows_consumer: bool,
+    /// The config record's `entity_checks` this build knows.
+    checks: Vec<Check>,
+}
+
+/// One of a record's `entity_checks` (Kong's `kong/db/schema/init.lua`), over its fields.
+#[derive(Debug, PartialEq)]
+enum Check {
+    AtLeastOneOf(Vec<String>),
+    OnlyOneOf(Vec<String>),
+    Distinct(Vec<String>),
+    MutuallyRequired(Vec<String>),
+    MutuallyExclusive(Vec<String>),
+}
+
+impl Check {
+    fn parse(v: &Value) -> Result<Check, String> {
+        let (kind, names) = v
+            .as_object()
+            .and_then(|m| m.iter().next())
+            .ok_or("an entity check is not a {name = {...}} table")?;
+        let names: Vec<String> = names
+            .as_array()
+            .map(|l| {
+                l.iter()
+                    .filter_map(|n| n.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(match kind.as_str() {
+            "at_least_one_of" => Check::AtLeastOneOf(names),
+            "only_one_of" => Check::OnlyOneOf(names),
+            "distinct" => Check::Distinct(names),
+            "mutually_required" => Check::MutuallyRequired(names),
+            "mutually_exclusive" => Check::MutuallyExclusive(names),
+            other => return Err(format!("entity check '{other}' is not supported yet")),
+        })
+    }
+
+    /// Kong's message when `config` fails the check.
+    fn failure(&self, config: &Value) -> Option<String> {
+        let set = |n: &String| config.get(n).is_some_and(|v| !v.is_null());
+        let quoted = |ns: &[String]| {
+            ns.iter()
+                .map(|n| format!("'{n}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let (ok, message, names) = match self {
+            Check::AtLeastOneOf(ns) => (
+                ns.iter().any(set),
+                "at least one of these fields must be non-empty",
+                ns,
+            ),
+            Check::OnlyOneOf(ns) => (
+                ns.iter().filter(|n| set(n)).count() == 1,
+                "exactly one of these fields must be non-empty",
+                ns,
+            ),
+            Check::Distinct(ns) => {
+                let values: Vec<&Value> = ns.iter().filter_map(|n| config.get(n)).collect();
+                let distinct = values
+                    .iter()
+                    .enumerate()
+                    .all(|(i, v)| v.is_null() || !values[..i].contains(v));
+                (distinct, "values of these fields must be distinct", ns)
+            }
+            Check::MutuallyRequired(ns) => {
+                let n = ns.iter().filter(|n| set(n)).count();
+                (
+                    n == 0 || n == ns.len(),
+                    "all or none of these fields must be set",
+                    ns,
+                )
+            }
+            Check::MutuallyExclusive(ns) => (
+                ns.iter().filter(|n| set(n)).count() <= 1,
+                "only one or none of these fields must be set",
+                ns,
+            ),
+        };
+        (!ok).then(|| format!("{message}: {}", quoted(names)))
+    }
 }
 
 /// Finds and reads the plugin `name` (its handler and schema modules) through
@@ -38,6 +122,8 @@ pub fn load(name: &str, settings: &lua::Settings) -> Result<&'static LuaPlugin, 
         .map_err(|e| format!("plugin '{name}' enabled but not installed: {e}"))?;
     let (fields, http_only, allows_consumer) =
         config_fields(&info.schema).map_err(|e| format!("plugin '{name}': schema: {e}"))?;
+    let checks =
+        config_checks(&info.schema).map_err(|e| format!("plugin '{name}': schema: {e}"))?;
     let plugin = LuaPlugin {
         name: leak(name),
         priority: info
@@ -49,6 +135,7 @@ pub fn load(name: &str, settings: &lua::Settings) -> Result<&'static LuaPlugin, 
         phases: info.phases,
         http_only,
         allows_consumer,
+        checks,
     };
     Ok(Box::leak(Box::new(plugin)))
 }
@@ -92,6 +179,23 @@ fn config_fields(schema: &Value) -> Result<(&'static [Field], bool, bool), Strin
     Ok((fields, http_only, allows_consumer))
 }
 
+/// The config record's `entity_checks`.
+fn config_checks(schema: &Value) -> Result<Vec<Check>, String> {
+    let config = schema
+        .get("fields")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find_map(|e| e.get("config"));
+    config
+        .and_then(|c| c.get("entity_checks"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(Check::parse)
+        .collect()
+}
+
 /// A record's fields (`{type = "record", fields = {{name = {...}}, ...}}`).
 fn record_fields(record: &Value, at: &str) -> Result<&'static [Field], String> {
     let mut out = Vec::new();
@@ -131,6 +235,18 @@ fn field(name: &str, def: &Value, at: &str) -> Result<Field, String> {
             Some(list) => Type::OneOf(list),
             None => Type::String,
         },
+        "integer" if between.is_none() && (def.get("gt").is_some() || def.get("lt").is_some()) => {
+            Type::Integer {
+                min: def
+                    .get("gt")
+                    .and_then(Value::as_i64)
+                    .map_or(i64::MIN, |g| g + 1),
+                max: def
+                    .get("lt")
+                    .and_then(Value::as_i64)
+                    .map_or(i64::MAX, |l| l - 1),
+            }
+        }
         "integer" => match between {
             Some(b) => Type::Integer {
                 min: b.first().and_then(Value::as_i64).unwrap_or(i64::MIN),
@@ -218,6 +334,13 @@ impl PluginSpec for LuaPlugin {
     fn allows_consumer(&self) -> bool {
         self.allows_consumer
     }
+    fn entity_checks(&self, config: &Value) -> Vec<(String, String)> {
+        self.checks
+            .iter()
+            .filter_map(|c| c.failure(config))
+            .map(|m| ("config.@entity".to_string(), m))
+            .collect()
+    }
     fn http_only(&self) -> bool {
         self.http_only
     }
@@ -297,6 +420,34 @@ mod tests {
         assert_eq!(t.get::<i64>("n").unwrap(), 3);
         assert_eq!(t.get::<mlua::Table>("l").unwrap().raw_len(), 2);
         assert!(t.get::<mlua::Value>("gone").unwrap().is_nil());
+    }
+
+    #[test]
+    fn entity_checks_say_what_kong_says() {
+        let schema = json!({"fields": [{"config": {"type": "record", "fields": [], "entity_checks": [
+            {"at_least_one_of": ["a", "b"]},
+            {"distinct": ["a", "b"]},
+            {"only_one_of": ["c", "d"]},
+            {"mutually_required": ["e", "f"]},
+            {"mutually_exclusive": ["a", "c"]},
+        ]}}]});
+        let checks = config_checks(&schema).unwrap();
+        let failures =
+            |c: Value| -> Vec<String> { checks.iter().filter_map(|k| k.failure(&c)).collect() };
+        assert_eq!(
+            failures(json!({"a": "x", "b": "x", "c": 1, "d": 2, "e": 1})),
+            [
+                "values of these fields must be distinct: 'a', 'b'",
+                "exactly one of these fields must be non-empty: 'c', 'd'",
+                "all or none of these fields must be set: 'e', 'f'",
+                "only one or none of these fields must be set: 'a', 'c'",
+            ]
+        );
+        assert_eq!(
+            failures(json!({"c": 1})),
+            ["at least one of these fields must be non-empty: 'a', 'b'"]
+        );
+        assert!(failures(json!({"a": "x", "b": "y", "d": 1, "e": 1, "f": 2})).is_empty());
     }
 
     #[test]

@@ -116,3 +116,102 @@ fn a_plugin_named_but_not_installed_stops_the_start() {
         "{out}"
     );
 }
+
+/// Kong's plugin template (github.com/Kong/kong-plugin, `myplugin`), unchanged, from a local
+/// mirror (not copied into this repository): what its own integration spec checks (a request header for the upstream, a response header), its
+/// schema's defaults and entity checks with Kong's messages.
+/// Kong's plugin template at a known commit, written out of a local mirror of its repository
+/// into a package path of its own: `None` when there is no mirror here.
+fn template_from_mirror(into: &std::path::Path) -> Option<String> {
+    const COMMIT: &str = "f7a85cbc25137c8db5779912d42bda76d895e95b";
+    let mirrors = std::env::var("TURNPIKE_TEST_MIRRORS").unwrap_or_else(|_| "/work/.mirror".into());
+    let git_dir = std::path::Path::new(&mirrors).join("Kong+kong-plugin/repo");
+    let dir = into.join("kong/plugins/myplugin");
+    std::fs::create_dir_all(&dir).ok()?;
+    for file in ["handler.lua", "schema.lua"] {
+        let out = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(&git_dir)
+            .arg("show")
+            .arg(format!("{COMMIT}:kong/plugins/myplugin/{file}"))
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        std::fs::write(dir.join(file), out.stdout).ok()?;
+    }
+    Some(format!("{}/?.lua;;", into.display()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kongs_plugin_template_runs_unchanged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(path) = template_from_mirror(tmp.path()) else {
+        eprintln!(
+            "skipped: no mirror of github.com/Kong/kong-plugin here (see lua-plugins/README.md)"
+        );
+        return;
+    };
+    let up = Upstream::start("template");
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
+services:
+- name: s
+  url: {}
+  routes:
+  - name: r
+    hosts: [test1.com]
+    plugins:
+    - name: myplugin
+"#,
+        up.url()
+    ))
+    .env("TURNPIKE_PLUGINS", "bundled,myplugin")
+    .env("TURNPIKE_LUA_PACKAGE_PATH", &path)
+    .start();
+    let r = get(gw.proxy, "test1.com", "/request").await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["headers"]["hello-world"], "this is on a request");
+    assert_eq!(r.header("bye-world"), Some("this is on the response"));
+
+    // Its entity check (distinct header names) and its `gt = 0`, refused in Kong's shape.
+    let r = gw
+        .admin(
+            "POST",
+            "/config",
+            Some(
+                json!({"_format_version": "3.0", "services": [{"name": "s", "url": up.url(),
+                "routes": [{"name": "r", "hosts": ["test1.com"], "plugins": [{"name": "myplugin",
+                "config": {"request_header": "x-same", "response_header": "x-same"}}]}]}]}),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    let text = r.json().to_string();
+    assert!(
+        text.contains(
+            "values of these fields must be distinct: 'request_header', 'response_header'"
+        ),
+        "{text}"
+    );
+    let r = gw
+        .admin(
+            "POST",
+            "/config",
+            Some(
+                json!({"_format_version": "3.0", "services": [{"name": "s", "url": up.url(),
+                "routes": [{"name": "r", "hosts": ["test1.com"], "plugins": [{"name": "myplugin",
+                "config": {"ttl": 0}}]}]}]}),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.json());
+    assert!(r.json().to_string().contains("ttl"), "{}", r.json());
+    assert_eq!(
+        get(gw.proxy, "test1.com", "/request")
+            .await
+            .header("bye-world"),
+        Some("this is on the response")
+    );
+}
