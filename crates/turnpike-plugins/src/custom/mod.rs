@@ -32,6 +32,7 @@ pub struct LuaPlugin {
     allows_consumer: bool,
     /// The config record's `entity_checks` this build knows.
     checks: Vec<Check>,
+    wants_body: bool,
 }
 
 /// One of a record's `entity_checks` (Kong's `kong/db/schema/init.lua`), over its fields.
@@ -136,6 +137,7 @@ pub fn load(name: &str, settings: &lua::Settings) -> Result<&'static LuaPlugin, 
         http_only,
         allows_consumer,
         checks,
+        wants_body: info.wants_body,
     };
     Ok(Box::leak(Box::new(plugin)))
 }
@@ -359,7 +361,7 @@ impl PluginSpec for LuaPlugin {
         let mut code = Code::new(self.name, phases, ctx.runtime.lua.settings().clone());
         code.trusted = true;
         code.keep_logs = crate::request_logs::wanted(ctx);
-        Ok(Arc::new(Serverless::from_code(code, false)))
+        Ok(Arc::new(Serverless::from_code(code, self.wants_body)))
     }
 }
 

@@ -787,6 +787,9 @@ pub struct ModuleInfo {
     pub version: Option<String>,
     pub phases: Vec<Phase>,
     pub schema: serde_json::Value,
+    /// Whether a module of the plugin's folder reads or replaces the request body (the proxy
+    /// then reads it before the access phase, as for the serverless plugins).
+    pub wants_body: bool,
 }
 
 /// Kong's `kong.db.schema.typedefs` as far as a plugin's schema uses them: the field
@@ -848,6 +851,25 @@ pub fn inspect_plugin(settings: &Settings, name: &str) -> Result<ModuleInfo, Str
             .filter(|p| !matches!(p, Phase::Certificate))
             .filter(|p| matches!(handler.get::<Value>(p.name()), Ok(Value::Function(_))))
             .collect();
+        // The plugin's folder, where `require` found its handler: its modules' text.
+        let searchpath: Function = package.get("searchpath")?;
+        let path: String = package.get("path")?;
+        let found: Option<String> =
+            searchpath.call((format!("kong.plugins.{name}.handler"), path))?;
+        let wants_body = found
+            .as_deref()
+            .and_then(|f| std::path::Path::new(f).parent())
+            .and_then(|dir| std::fs::read_dir(dir).ok())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "lua"))
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+            .any(|text| {
+                ["get_raw_body", "get_body", "set_raw_body", "read_body"]
+                    .iter()
+                    .any(|f| text.contains(f))
+            });
         let options = mlua::serde::DeserializeOptions::new()
             .deny_unsupported_types(false)
             .deny_recursive_tables(false);
@@ -856,6 +878,7 @@ pub fn inspect_plugin(settings: &Settings, name: &str) -> Result<ModuleInfo, Str
             version: handler.get::<Option<String>>("VERSION")?,
             phases,
             schema: lua.from_value_with(Value::Table(schema), options)?,
+            wants_body,
         })
     };
     run().map_err(|e| first_line(&e.to_string()).to_string())

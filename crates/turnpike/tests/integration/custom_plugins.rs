@@ -45,6 +45,17 @@ services:
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(r.json()["headers"]["x-greeting"], "hi,hi");
     assert_eq!(r.header("x-greeted"), Some("hi,hi"));
+    // A plugin whose modules read the body gets it in access.
+    let r = send(
+        gw.proxy,
+        req("POST", "/g")
+            .body(http_body_util::Full::new(bytes::Bytes::from_static(
+                b"twelve bytes",
+            )))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.json()["headers"]["x-body-length"], "12", "{}", r.json());
     // The schema's defaults fill what the config leaves out.
     let r = get(gw.proxy, "x", "/loud").await;
     assert_eq!(r.json()["headers"]["x-shout"], "HELLO");

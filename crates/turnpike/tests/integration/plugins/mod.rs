@@ -479,13 +479,17 @@ async fn the_plugins_property_chooses_what_loads() {
         &[("TURNPIKE_PLUGINS", "cors,nope")],
     );
     assert!(!ok);
+    // Not bundled: looked for as a custom Lua plugin (`lua_package_path`), in Kong's words.
     assert!(
-        out.contains("plugins: 'nope' is not a plugin this build carries"),
+        out.contains("plugin 'nope' enabled but not installed"),
         "{out}"
     );
     let (ok, out) = run(&["start"], &[("TURNPIKE_PLUGINS", "nope")]);
     assert!(!ok);
-    assert!(out.contains("'nope' is not a plugin"), "{out}");
+    assert!(
+        out.contains("plugin 'nope' enabled but not installed"),
+        "{out}"
+    );
 }
 
 /// A plugin's `protocols` say which requests it runs for.

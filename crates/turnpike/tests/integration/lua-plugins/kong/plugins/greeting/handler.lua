@@ -11,6 +11,10 @@ function Greeting:access(conf)
   if conf.deny_path and kong.request.get_path() == conf.deny_path then
     return kong.response.exit(403, { message = "denied by greeting" })
   end
+  if kong.request.get_method() == "POST" then
+    -- The body the client sent, read in access (the proxy reads it ahead for this plugin).
+    kong.service.request.set_header("X-Body-Length", #(kong.request.get_raw_body() or ""))
+  end
   local text = words.repeated(conf.greeting, conf.times)
   if conf.mode == "loud" then
     text = text:upper()
