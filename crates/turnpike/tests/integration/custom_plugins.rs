@@ -13,11 +13,20 @@ fn package_path() -> String {
     )
 }
 
+/// A gateway on `doc` with `plugins = bundled,<plugin>`, custom plugins found through `path`.
+fn with_plugin(doc: &str, plugin: &str, path: &str) -> Gateway {
+    Gateway::with_config(doc)
+        .env("TURNPIKE_PLUGINS", &format!("bundled,{plugin}"))
+        .env("TURNPIKE_LUA_PACKAGE_PATH", path)
+        .start()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_custom_lua_plugin_runs_as_kong_runs_it() {
     let up = Upstream::start("custom");
-    let gw = Gateway::with_config(&format!(
-        r#"_format_version: "3.0"
+    let gw = with_plugin(
+        &format!(
+            r#"_format_version: "3.0"
 services:
 - name: s
   url: {}
@@ -33,11 +42,11 @@ services:
     - name: greeting
       config: {{mode: loud, header_name: X-Shout}}
 "#,
-        up.url()
-    ))
-    .env("TURNPIKE_PLUGINS", "bundled,greeting")
-    .env("TURNPIKE_LUA_PACKAGE_PATH", &package_path())
-    .start();
+            up.url()
+        ),
+        "greeting",
+        &package_path(),
+    );
 
     // access: a header for the upstream built by a module of the plugin's own; header_filter:
     // a response header from what access kept in kong.ctx.plugin.
@@ -165,22 +174,9 @@ async fn kongs_plugin_template_runs_unchanged() {
         return;
     };
     let up = Upstream::start("template");
-    let gw = Gateway::with_config(&format!(
-        r#"_format_version: "3.0"
-services:
-- name: s
-  url: {}
-  routes:
-  - name: r
-    hosts: [test1.com]
-    plugins:
-    - name: myplugin
-"#,
-        up.url()
-    ))
-    .env("TURNPIKE_PLUGINS", "bundled,myplugin")
-    .env("TURNPIKE_LUA_PACKAGE_PATH", &path)
-    .start();
+    let doc = json!({"_format_version": "3.0", "services": [{"name": "s", "url": up.url(),
+        "routes": [{"name": "r", "hosts": ["test1.com"], "plugins": [{"name": "myplugin"}]}]}]});
+    let gw = with_plugin(&doc.to_string(), "myplugin", &path);
     let r = get(gw.proxy, "test1.com", "/request").await;
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(r.json()["headers"]["hello-world"], "this is on a request");
