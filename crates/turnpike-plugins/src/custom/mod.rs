@@ -7,10 +7,11 @@
 //! `GET /schemas/plugins/<name>` as a bundled plugin's.
 //!
 //! Read once at start; each worker thread's Lua state loads the modules on the first request
-//! that needs them. The config record's `entity_checks` that Kong's schema library names
-//! `at_least_one_of`, `only_one_of`, `distinct`, `mutually_required` and `mutually_exclusive`
-//! are checked with Kong's messages. What is not there yet: `init_worker`, `configure` and
-//! `certificate`, `daos.lua` and `api.lua`, the other entity checks and custom validators.
+//! that needs them, and runs the handler's `init_worker` then. The config record's
+//! `entity_checks` that Kong's schema library names `at_least_one_of`, `only_one_of`,
+//! `distinct`, `mutually_required` and `mutually_exclusive` are checked with Kong's messages.
+//! What is not there yet: `configure` and `certificate`, `daos.lua` and `api.lua`, the other
+//! entity checks and custom validators.
 
 use std::sync::Arc;
 
@@ -351,11 +352,12 @@ impl PluginSpec for LuaPlugin {
         let conf = lua_literal(config);
         for p in &self.phases {
             phases[*p as usize].push(format!(
-                "local handler = require(\"kong.plugins.{}.handler\")\n\
+                "local handler = require(\"kong.plugins.{name}.handler\")\n\
+                 {INIT_WORKER}\n\
                  local conf = {conf}\n\
-                 return function() return handler:{}(conf) end",
-                self.name,
-                p.name()
+                 return function() return handler:{phase}(conf) end",
+                name = self.name,
+                phase = p.name()
             ));
         }
         let mut code = Code::new(self.name, phases, ctx.runtime.lua.settings().clone());
@@ -364,6 +366,21 @@ impl PluginSpec for LuaPlugin {
         Ok(Arc::new(Serverless::from_code(code, self.wants_body)))
     }
 }
+
+/// Kong's `init_worker` phase, once per worker thread: run when the thread first loads the
+/// plugin's handler (on the first request a config of the plugin sees there), its error
+/// logged as Kong logs one. Kong runs it at the worker's start whether or not a config uses
+/// the plugin; here it waits for the first config that does.
+const INIT_WORKER: &str = "\
+local inited = package.loaded[\"turnpike.init_worker\"] or {}
+package.loaded[\"turnpike.init_worker\"] = inited
+if not inited[handler] then
+  inited[handler] = true
+  if type(handler.init_worker) == \"function\" then
+    local ok, err = pcall(handler.init_worker, handler)
+    if not ok then kong.log.err(\"init_worker: \", err) end
+  end
+end";
 
 /// A JSON value as a Lua constructor: objects as tables with string keys, arrays as
 /// sequences, JSON null left out (Kong hands a plugin its config without nulls).

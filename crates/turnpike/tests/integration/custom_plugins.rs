@@ -54,6 +54,8 @@ services:
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(r.json()["headers"]["x-greeting"], "hi,hi");
     assert_eq!(r.header("x-greeted"), Some("hi,hi"));
+    // init_worker ran once in the worker's state, whatever the number of configs and requests.
+    assert_eq!(r.json()["headers"]["x-worker-inits"], "1");
     // A plugin whose modules read the body gets it in access.
     let r = send(
         gw.proxy,
@@ -68,6 +70,7 @@ services:
     // The schema's defaults fill what the config leaves out.
     let r = get(gw.proxy, "x", "/loud").await;
     assert_eq!(r.json()["headers"]["x-shout"], "HELLO");
+    assert_eq!(r.json()["headers"]["x-worker-inits"], "1");
     // kong.response.exit from the access phase.
     let r = get(gw.proxy, "x", "/g/deny").await;
     assert_eq!(

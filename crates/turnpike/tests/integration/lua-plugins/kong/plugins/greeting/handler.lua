@@ -7,6 +7,11 @@ local Greeting = {
   VERSION = "1.2.3",
 }
 
+-- Once per worker, before its first request: module state the phases then read.
+function Greeting:init_worker()
+  words.inits = (words.inits or 0) + 1
+end
+
 function Greeting:access(conf)
   if conf.deny_path and kong.request.get_path() == conf.deny_path then
     return kong.response.exit(403, { message = "denied by greeting" })
@@ -20,6 +25,7 @@ function Greeting:access(conf)
     text = text:upper()
   end
   kong.service.request.set_header(conf.header_name, text)
+  kong.service.request.set_header("X-Worker-Inits", tostring(words.inits))
   kong.ctx.plugin.greeted = text
 end
 
