@@ -193,6 +193,20 @@ fn plugin_registry(conf: &Conf) -> Result<Arc<turnpike_plugins::Registry>, Strin
     )
     .map_err(|e| format!("invalid configuration: {e}"))?;
     lua.package_path = conf.lua_package_path.clone();
+    // Kong's own lua_shared_dicts (its nginx template's) and the operator's.
+    let mut dicts: Vec<(String, u64)> = [
+        ("kong_locks", 8u64 << 20),
+        ("kong_healthchecks", 5 << 20),
+        ("kong_cluster_events", 5 << 20),
+        ("kong_rate_limiting_counters", 12 << 20),
+        ("kong_secrets", 5 << 20),
+    ]
+    .into_iter()
+    .map(|(n, s)| (n.to_string(), s))
+    .collect();
+    dicts.retain(|(n, _)| !conf.shared_dicts.iter().any(|(m, _)| m == n));
+    dicts.extend(conf.shared_dicts.iter().cloned());
+    lua.shared = Arc::new(turnpike_plugins::lua::shared::SharedDicts::new(dicts));
     let registry =
         turnpike_plugins::enabled_with(&conf.plugins, conf.database == Database::Off, Some(&lua))
             .map_err(|e| format!("invalid configuration: {e}"))?

@@ -21,6 +21,7 @@
 
 mod pdk;
 mod sandbox;
+pub mod shared;
 
 use std::cell::RefCell;
 use std::sync::{Arc, OnceLock, Weak};
@@ -51,6 +52,8 @@ pub struct Settings {
     /// `lua_package_path`: where custom plugins (`kong.plugins.<name>.handler`) and the
     /// modules they require are found, before Lua's own path.
     pub package_path: String,
+    /// The node's `ngx.shared` dictionaries, shared by its worker threads.
+    pub shared: Arc<shared::SharedDicts>,
 }
 
 impl Settings {
@@ -78,6 +81,7 @@ impl Settings {
             requires: list(requires),
             environment: list(environment),
             package_path: String::new(),
+            shared: Arc::default(),
         })
     }
 }
@@ -264,6 +268,7 @@ impl Runtime {
     fn new(settings: &Settings) -> mlua::Result<Runtime> {
         let lua = Lua::new();
         let (kong, ngx) = pdk::install(&lua)?;
+        ngx.set("shared", shared::table(&lua, &settings.shared)?)?;
         let env = sandbox::environment(&lua, settings, &kong, &ngx)?;
         // Trusted code (custom plugins) runs in `_G`: the PDK there too, and `require` looking
         // in `lua_package_path` first. Sandboxed chunks never reach `_G`.

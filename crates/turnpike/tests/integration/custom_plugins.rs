@@ -56,6 +56,14 @@ services:
     assert_eq!(r.header("x-greeted"), Some("hi,hi"));
     // init_worker ran once in the worker's state, whatever the number of configs and requests.
     assert_eq!(r.json()["headers"]["x-worker-inits"], "1");
+    // ngx.shared: one count for the node, whichever worker served each request (each on a
+    // connection of its own).
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let r = get(gw.proxy, "x", "/g").await;
+        seen.push(r.json()["headers"]["x-seen"].as_str().unwrap().to_string());
+    }
+    assert_eq!(seen, ["2", "3", "4", "5"]);
     // A plugin whose modules read the body gets it in access.
     let r = send(
         gw.proxy,

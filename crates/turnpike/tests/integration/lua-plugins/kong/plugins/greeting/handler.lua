@@ -26,6 +26,9 @@ function Greeting:access(conf)
   end
   kong.service.request.set_header(conf.header_name, text)
   kong.service.request.set_header("X-Worker-Inits", tostring(words.inits))
+  -- A count shared by every worker (lua_shared_dict), per route.
+  local seen = ngx.shared.kong_rate_limiting_counters:incr("greeting:" .. conf.header_name, 1, 0)
+  kong.service.request.set_header("X-Seen", tostring(seen))
   kong.ctx.plugin.greeted = text
 end
 
