@@ -162,6 +162,15 @@ fn err(lua: &Lua, msg: &str) -> mlua::Result<(Value, Value)> {
     Ok((Value::Nil, Value::String(lua.create_string(msg)?)))
 }
 
+/// A write's answer: `value` when it was stored, else nginx's "no memory".
+fn stored(lua: &Lua, ok: bool, value: Value) -> mlua::Result<(Value, Value)> {
+    if ok {
+        Ok((value, Value::Nil))
+    } else {
+        err(lua, "no memory")
+    }
+}
+
 /// `ngx.shared`: a table of the node's dictionaries by name.
 pub(super) fn table(lua: &Lua, dicts: &SharedDicts) -> mlua::Result<Table> {
     let t = lua.create_table()?;
@@ -235,11 +244,8 @@ fn dict(lua: &Lua, d: Shared) -> mlua::Result<Table> {
                         return err(lua, "not found");
                     }
                     let evict = matches!(mode, 0 | 2 | 4);
-                    if dict.put(&key, held, ttl_of(exptime), evict) {
-                        Ok((Value::Boolean(true), Value::Nil))
-                    } else {
-                        err(lua, "no memory")
-                    }
+                    let ok = dict.put(&key, held, ttl_of(exptime), evict);
+                    stored(lua, ok, Value::Boolean(true))
                 },
             )?,
         )?;
@@ -280,11 +286,8 @@ fn dict(lua: &Lua, d: Shared) -> mlua::Result<Table> {
                     },
                 };
                 let n = base + by;
-                if dict.put(&key, Held::Num(n), ttl, true) {
-                    Ok((to_lua(lua, &Held::Num(n))?, Value::Nil))
-                } else {
-                    err(lua, "no memory")
-                }
+                let ok = dict.put(&key, Held::Num(n), ttl, true);
+                stored(lua, ok, to_lua(lua, &Held::Num(n))?)
             },
         )?,
     )?;
