@@ -118,21 +118,27 @@ pub type H2RequestBody = http_body_util::Either<Limited<RequestBody>, http_body_
 pub struct Limited<B> {
     inner: B,
     left: u64,
-    exceeded: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Set past the limit; `None` when there is no limit (no flag is made per call then).
+    exceeded: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl<B> Limited<B> {
-    /// `limit`: `None` for none.
+    /// Held to `limit` when there is one: the flag it sets past it comes back with it.
     pub fn new(
         inner: B,
         limit: Option<u64>,
-        exceeded: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    ) -> Limited<B> {
-        Limited {
+    ) -> (
+        Limited<B>,
+        Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    ) {
+        let exceeded =
+            limit.map(|_| std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)));
+        let body = Limited {
             inner,
             left: limit.unwrap_or(u64::MAX),
-            exceeded,
-        }
+            exceeded: exceeded.clone(),
+        };
+        (body, exceeded)
     }
 }
 
@@ -151,8 +157,9 @@ impl<B: Body<Data = Bytes, Error = BoxError> + Unpin> Body for Limited<B> {
                 let n = data.len() as u64;
                 if n > this.left {
                     this.left = 0;
-                    this.exceeded
-                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    if let Some(flag) = &this.exceeded {
+                        flag.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
                     return Poll::Ready(Some(Err("request body too large".into())));
                 }
                 this.left -= n;
@@ -174,8 +181,7 @@ impl<B: Body<Data = Bytes, Error = BoxError> + Unpin> Body for Limited<B> {
 mod tests {
     use super::*;
     use http_body_util::BodyExt;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
 
     /// Frames of a body, one at a time.
     struct Frames(std::collections::VecDeque<Bytes>);
@@ -197,12 +203,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_is_passed_whole_up_to_its_limit_and_cut_past_it() {
-        let flag = Arc::new(AtomicBool::new(false));
-        let whole = Limited::new(frames(&[4, 6]), Some(10), flag.clone());
+        let (whole, flag) = Limited::new(frames(&[4, 6]), Some(10));
         assert_eq!(whole.collect().await.unwrap().to_bytes().len(), 10);
+        let flag = flag.expect("a flag for a limit");
         assert!(!flag.load(Ordering::Relaxed));
 
-        let mut over = Limited::new(frames(&[4, 6, 1]), Some(10), flag.clone());
+        let (mut over, flag) = Limited::new(frames(&[4, 6, 1]), Some(10));
         for _ in 0..2 {
             assert!(over.frame().await.unwrap().is_ok());
         }
@@ -210,11 +216,10 @@ mod tests {
             over.frame().await.unwrap().is_err(),
             "the 11th byte is not passed on"
         );
-        assert!(flag.load(Ordering::Relaxed));
+        assert!(flag.unwrap().load(Ordering::Relaxed));
 
-        let flag = Arc::new(AtomicBool::new(false));
-        let unbounded = Limited::new(frames(&[1 << 20, 1 << 20]), None, flag.clone());
+        let (unbounded, flag) = Limited::new(frames(&[1 << 20, 1 << 20]), None);
+        assert!(flag.is_none(), "no limit, no flag");
         assert_eq!(unbounded.collect().await.unwrap().to_bytes().len(), 2 << 20);
-        assert!(!flag.load(Ordering::Relaxed));
     }
 }

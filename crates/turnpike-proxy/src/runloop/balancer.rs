@@ -241,11 +241,13 @@ async fn send_h2(
         Err(_) => return Err(Upgrade::Failed(UpstreamError::Failed)),
     };
     parts.version = http::Version::HTTP_2;
-    let exceeded = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut exceeded = None;
     let body: H2RequestBody = match body.take().map(|b| (b.source, b.limit)) {
         None => Either::Right(Full::default()),
         Some((BodySource::Stream(s), limit)) => {
-            Either::Left(Limited::new(s, limit, exceeded.clone()))
+            let (limited, flag) = Limited::new(s, limit);
+            exceeded = flag;
+            Either::Left(limited)
         }
         Some((BodySource::Buffered(b), _)) => Either::Right(Full::new(b)),
         Some((BodySource::Spooled(_), _)) => {
@@ -259,7 +261,8 @@ async fn send_h2(
     // Past the limit before the upstream answered: the client is told so (413, or its gRPC
     // status); the upstream's stream was reset. Once it answered, its response goes on and
     // ends in a reset, as nginx's does.
-    if exceeded.load(std::sync::atomic::Ordering::Relaxed) && !matches!(sent, Ok(Ok(_))) {
+    let over = exceeded.is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed));
+    if over && !matches!(sent, Ok(Ok(_))) {
         return Err(Upgrade::Failed(UpstreamError::BodyTooLarge));
     }
     Ok(sent)
