@@ -7,7 +7,7 @@
 # 2 s warm-up, RUNS runs, median. Instructions per request: the proxy under
 # `valgrind --tool=callgrind`, (Ir(N requests) - Ir(0)) / N over one keep-alive connection.
 #
-# Usage: [OLD_BIN=path] bench/plain-proxy.sh [RUNS] [DURATION]   (needs nginx, wrk, valgrind, python3)
+# Usage: [BIN=path] [OLD_BIN=path] bench/plain-proxy.sh [RUNS] [DURATION]   (needs nginx, wrk, valgrind, python3)
 # OLD_BIN: another Turnpike build (an older commit's) run the same way on port 8010 and
 # measured in every round after the current one ("old" in the summary).
 # Results: bench/results/plain-proxy-<date>/ (raw wrk output and a summary.md).
@@ -22,8 +22,11 @@ OUT=$ROOT/bench/results/plain-proxy-$(date -u +%Y%m%d-%H%M%S)
 mkdir -p "$OUT" /tmp/bench/upstream /tmp/bench/nginx /tmp/bench/turnpike
 for d in /tmp/bench/upstream /tmp/bench/nginx; do mkdir -p $d/cbt $d/pt $d/ft $d/ut $d/st; done
 
-cargo build --release --locked -p turnpike >&2
-BIN=$ROOT/target/release/turnpike
+# BIN: an already built Turnpike to measure (default: this tree's, built now).
+if [ -z "${BIN:-}" ]; then
+  cargo build --release --locked -p turnpike >&2
+  BIN=$ROOT/target/release/turnpike
+fi
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }

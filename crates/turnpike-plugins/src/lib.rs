@@ -31,6 +31,7 @@ pub mod log_sender;
 pub mod lua;
 pub mod oauth2;
 pub mod opentelemetry;
+pub mod pluginserver;
 pub mod post_function;
 pub mod pre_function;
 pub mod prometheus;

@@ -145,15 +145,18 @@ pub fn bundled() -> Registry {
 /// The plugins a node loads, from Kong's `plugins` property: `bundled` (every plugin compiled
 /// in), plugin names, both mixed, or `off` (none).
 pub fn enabled(names: &[String], database_off: bool) -> Result<Registry, String> {
-    enabled_with(names, database_off, None)
+    enabled_with(names, database_off, None, &[])
 }
 
 /// The same, where a name no bundled plugin has is an operator's own Lua plugin found through
-/// `lua`'s `package_path` (`crate::custom`), when `lua` is given.
+/// `lua`'s `package_path` (`crate::custom`), when `lua` is given, or one of the `external`
+/// plugins (`crate::pluginserver`): Kong looks for a Lua plugin first, then asks the plugin
+/// servers.
 pub fn enabled_with(
     names: &[String],
     database_off: bool,
     lua: Option<&crate::lua::Settings>,
+    external: &[&'static crate::pluginserver::ExternalPlugin],
 ) -> Result<Registry, String> {
     let all = bundled();
     let mut plugins: Vec<&'static dyn PluginSpec> = Vec::new();
@@ -180,7 +183,14 @@ pub fn enabled_with(
                     }
                 }
                 None if lua.is_some() => {
-                    let p = crate::custom::load(other, lua.unwrap_or(&Default::default()))?;
+                    let p: &'static dyn PluginSpec =
+                        match crate::custom::load(other, lua.unwrap_or(&Default::default())) {
+                            Ok(p) => p,
+                            Err(e) => match external.iter().find(|p| p.name() == other) {
+                                Some(p) => *p,
+                                None => return Err(e),
+                            },
+                        };
                     if !plugins.iter().any(|q| q.name() == p.name()) {
                         plugins.push(p);
                     }

@@ -41,6 +41,8 @@ pub struct Runtime {
     /// The `.proto` files grpc-gateway and grpc-web configs name, compiled once per version
     /// of each file.
     pub protos: crate::grpc_proto::Cache,
+    /// The external plugin servers (`pluginserver_names`), read at start.
+    pub pluginservers: std::sync::OnceLock<crate::pluginserver::Servers>,
 }
 
 impl Runtime {
@@ -68,6 +70,7 @@ impl Runtime {
             syslog_socket: std::sync::OnceLock::new(),
             spawner: crate::spawner::Spawner::new(),
             protos: Default::default(),
+            pluginservers: Default::default(),
         })
     }
 }

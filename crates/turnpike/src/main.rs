@@ -207,11 +207,18 @@ fn plugin_registry(conf: &Conf) -> Result<Arc<turnpike_plugins::Registry>, Strin
     dicts.retain(|(n, _)| !conf.shared_dicts.iter().any(|(m, _)| m == n));
     dicts.extend(conf.shared_dicts.iter().cloned());
     lua.shared = Arc::new(turnpike_plugins::lua::shared::SharedDicts::new(dicts));
-    let registry =
-        turnpike_plugins::enabled_with(&conf.plugins, conf.database == Database::Off, Some(&lua))
-            .map_err(|e| format!("invalid configuration: {e}"))?
-            .hashing_keys(conf.key_auth_hash_keys)
-            .routing(conf.router_flavor);
+    // External plugins: their servers asked for them (Kong's query commands), not yet run.
+    let servers = turnpike_plugins::pluginserver::load(&conf.pluginservers)
+        .map_err(|e| format!("invalid configuration: {e}"))?;
+    let registry = turnpike_plugins::enabled_with(
+        &conf.plugins,
+        conf.database == Database::Off,
+        Some(&lua),
+        &servers.plugins,
+    )
+    .map_err(|e| format!("invalid configuration: {e}"))?
+    .hashing_keys(conf.key_auth_hash_keys)
+    .routing(conf.router_flavor);
     // Before any plugin config is checked: whether and how Lua code in configs may run.
     let _ = registry
         .runtime()
@@ -227,6 +234,7 @@ fn plugin_registry(conf: &Conf) -> Result<Arc<turnpike_plugins::Registry>, Strin
         &node_id(&conf.prefix),
     );
     registry.runtime().lua.configure(lua);
+    let _ = registry.runtime().pluginservers.set(servers);
     Ok(Arc::new(registry))
 }
 

@@ -157,6 +157,11 @@ pub(super) fn start(conf_path: Option<&Path>) -> Result<(), String> {
     let _ = std::fs::create_dir_all(&pid_dir);
     let _ = std::fs::write(pid_dir.join("turnpike.pid"), std::process::id().to_string());
 
+    // External plugin servers run before traffic does (at the workers' priority: a request
+    // waits on them), as Kong starts them in its init phase.
+    if let Some(servers) = plugins.runtime().pluginservers.get() {
+        servers.run();
+    }
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     // Replaced configs are freed as soon as nothing holds them, and their memory handed back
     // at once (mimalloc otherwise purges it only when the threads that own it next collect).
@@ -255,6 +260,9 @@ pub(super) fn start(conf_path: Option<&Path>) -> Result<(), String> {
         while !w.is_finished() && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+    if let Some(servers) = plugins.runtime().pluginservers.get() {
+        servers.stop();
     }
     tracing::info!("stopped");
     Ok(())

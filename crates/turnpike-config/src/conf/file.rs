@@ -43,6 +43,7 @@ pub(super) const DEFAULTS: &[(&str, &str)] = &[
     // Turnpike's own: the local syslog socket the syslog plugin writes to.
     ("syslog_socket", "/dev/log"),
     ("plugins", "bundled"),
+    ("pluginserver_names", ""),
     ("untrusted_lua", "sandbox"),
     ("untrusted_lua_sandbox_requires", ""),
     ("untrusted_lua_sandbox_environment", ""),

@@ -203,6 +203,9 @@ pub struct Conf {
     /// Where custom Lua plugins and the modules they require are found (Kong's
     /// `lua_package_path`, Lua's `package.path` syntax).
     pub lua_package_path: String,
+    /// External plugin servers (Kong's `pluginserver_names` and the `pluginserver_<name>_*`
+    /// properties), in the order named.
+    pub pluginservers: Vec<PluginServerConf>,
     /// How long cached credentials and misses live (`None`: until they change).
     pub db_cache_ttl: Option<Duration>,
     pub db_cache_neg_ttl: Option<Duration>,
@@ -254,6 +257,68 @@ pub struct Conf {
     pub sources: BTreeMap<String, String>,
 }
 
+/// One external plugin server, as Kong's conf loader reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginServerConf {
+    /// The name as listed, lowercased.
+    pub name: String,
+    /// `pluginserver_<name>_socket`; `<prefix>/<name>.socket` by default.
+    pub socket: PathBuf,
+    /// `pluginserver_<name>_start_cmd`; `/usr/local/bin/<name>` when that exists. `None`: the
+    /// server is managed outside the gateway.
+    pub start_command: Option<String>,
+    /// `pluginserver_<name>_query_cmd`; `/usr/local/bin/<name> -dump` when that exists.
+    pub query_command: String,
+}
+
+/// Where Kong looks for a plugin server's binary when its commands are not set.
+const DEFAULT_PLUGINSERVER_PATH: &str = "/usr/local/bin";
+
+/// Kong's reading of `pluginserver_names` (conf_loader's "parse and validate pluginserver
+/// directives"): a name's properties use `_` for `-`, and a server with no query command
+/// is an error.
+fn plugin_servers<'a>(
+    names: &[String],
+    get: &impl Fn(&str) -> &'a str,
+    prefix: &std::path::Path,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<PluginServerConf>, ConfError> {
+    let mut out = Vec::new();
+    for name in names {
+        let name = name.to_lowercase();
+        let key = format!("pluginserver_{}", name.replace('-', "_"));
+        let set = |suffix: &str| {
+            let v = get(&format!("{key}_{suffix}")).trim();
+            (!v.is_empty()).then(|| v.to_string())
+        };
+        let default_path = std::path::Path::new(DEFAULT_PLUGINSERVER_PATH).join(&name);
+        let default_path = default_path
+            .exists()
+            .then(|| default_path.display().to_string());
+        let start_command = set("start_cmd").or_else(|| default_path.clone());
+        let query_command = set("query_cmd")
+            .or_else(|| default_path.map(|p| format!("{p} -dump")))
+            .ok_or_else(|| {
+                ConfError::Invalid(format!("query_command undefined for pluginserver {name}"))
+            })?;
+        if start_command.is_none() {
+            warnings.push(format!(
+                "start_command undefined for pluginserver {name}; assuming external process management"
+            ));
+        }
+        let socket = set("socket")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| prefix.join(format!("{name}.socket")));
+        out.push(PluginServerConf {
+            name,
+            socket,
+            start_command,
+            query_command,
+        });
+    }
+    Ok(out)
+}
+
 fn invalid(name: &str, msg: String) -> ConfError {
     ConfError::Invalid(format!("{name}: {msg}"))
 }
@@ -273,7 +338,9 @@ impl Conf {
 
         let mut set = |name: &str, value: String, source: String, warnings: &mut Vec<String>| {
             let name = canonical(name);
-            if DEFAULTS.iter().any(|(k, _)| *k == name) {
+            // `pluginserver_<name>_socket`, `_start_cmd`, `_query_cmd`: one set per name in
+            // `pluginserver_names`, read below.
+            if DEFAULTS.iter().any(|(k, _)| *k == name) || name.starts_with("pluginserver_") {
                 values.insert(name.to_string(), (value, source));
                 Ok(())
             } else if KONG_PROPERTIES.contains(&name) || name.starts_with("nginx_") {
@@ -306,7 +373,8 @@ impl Conf {
                     let name = name.to_ascii_lowercase();
                     let known = DEFAULTS.iter().any(|(d, _)| *d == canonical(&name))
                         || KONG_PROPERTIES.contains(&canonical(&name))
-                        || name.starts_with("nginx_");
+                        || name.starts_with("nginx_")
+                        || name.starts_with("pluginserver_");
                     if !known {
                         ignored.push(k.clone());
                         continue;
@@ -494,6 +562,7 @@ impl Conf {
         let untrusted_lua_sandbox_requires = list("untrusted_lua_sandbox_requires");
         let untrusted_lua_sandbox_environment = list("untrusted_lua_sandbox_environment");
         let lua_package_path = get("lua_package_path").trim().to_string();
+        let pluginservers = plugin_servers(&list("pluginserver_names"), &get, &prefix, warnings)?;
         // Kong's tracing properties (the opentelemetry plugin reads them).
         const INSTRUMENTATIONS: &[&str] = &[
             "off",
@@ -776,6 +845,7 @@ impl Conf {
             untrusted_lua_sandbox_requires,
             untrusted_lua_sandbox_environment,
             lua_package_path,
+            pluginservers,
             db_cache_ttl,
             db_cache_neg_ttl,
             mem_cache_size,

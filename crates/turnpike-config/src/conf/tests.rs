@@ -208,3 +208,45 @@ fn real_ip_header_proxy_protocol_needs_a_flagged_listener() {
     .unwrap();
     assert_eq!(c.real_ip_header, "proxy_protocol");
 }
+
+#[test]
+fn plugin_servers_as_kongs_conf_loader_reads_them() {
+    let (c, w) = load(
+        "pluginserver_names = my-plugin, Other\n\
+         pluginserver_my_plugin_start_cmd = /opt/my-plugin -p /tmp\n\
+         pluginserver_my_plugin_query_cmd = /opt/my-plugin -dump\n\
+         prefix = /tmp/tp-prefix\n",
+        &[
+            ("KONG_PLUGINSERVER_OTHER_QUERY_CMD", "/opt/other --dump"),
+            ("TURNPIKE_PLUGINSERVER_OTHER_SOCKET", "/run/other.sock"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        c.pluginservers,
+        vec![
+            PluginServerConf {
+                name: "my-plugin".into(),
+                socket: PathBuf::from("/tmp/tp-prefix/my-plugin.socket"),
+                start_command: Some("/opt/my-plugin -p /tmp".into()),
+                query_command: "/opt/my-plugin -dump".into(),
+            },
+            PluginServerConf {
+                name: "other".into(),
+                socket: PathBuf::from("/run/other.sock"),
+                start_command: None,
+                query_command: "/opt/other --dump".into(),
+            },
+        ]
+    );
+    // No start command: managed outside, with Kong's warning.
+    assert!(w.iter().any(|w| w
+        == "start_command undefined for pluginserver other; assuming external process management"));
+    // No query command (and no binary in /usr/local/bin): Kong's error.
+    let e = load("pluginserver_names = nowhere\n", &[]).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("query_command undefined for pluginserver nowhere"),
+        "{e}"
+    );
+}

@@ -38,7 +38,7 @@ pub struct LuaPlugin {
 
 /// One of a record's `entity_checks` (Kong's `kong/db/schema/init.lua`), over its fields.
 #[derive(Debug, PartialEq)]
-enum Check {
+pub(crate) enum Check {
     AtLeastOneOf(Vec<String>),
     OnlyOneOf(Vec<String>),
     Distinct(Vec<String>),
@@ -71,7 +71,7 @@ impl Check {
     }
 
     /// Kong's message when `config` fails the check.
-    fn failure(&self, config: &Value) -> Option<String> {
+    pub(crate) fn failure(&self, config: &Value) -> Option<String> {
         let set = |n: &String| config.get(n).is_some_and(|v| !v.is_null());
         let quoted = |ns: &[String]| {
             ns.iter()
@@ -149,7 +149,7 @@ fn leak(s: &str) -> &'static str {
 
 /// The schema's `config` record as fields, and whether its `protocols` are HTTP's only and
 /// whether it may be scoped to a consumer (not `typedefs.no_consumer`).
-fn config_fields(schema: &Value) -> Result<(&'static [Field], bool, bool), String> {
+pub(crate) fn config_fields(schema: &Value) -> Result<(&'static [Field], bool, bool), String> {
     let entries = schema
         .get("fields")
         .and_then(Value::as_array)
@@ -183,7 +183,7 @@ fn config_fields(schema: &Value) -> Result<(&'static [Field], bool, bool), Strin
 }
 
 /// The config record's `entity_checks`.
-fn config_checks(schema: &Value) -> Result<Vec<Check>, String> {
+pub(crate) fn config_checks(schema: &Value) -> Result<Vec<Check>, String> {
     let config = schema
         .get("fields")
         .and_then(Value::as_array)

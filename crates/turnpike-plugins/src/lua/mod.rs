@@ -19,9 +19,12 @@
 //! Kong's database (`kong.db`, `kong.cache`), or be stopped once it runs: a function that loops
 //! forever holds its worker, as it would hold an nginx worker in Kong.
 
+mod external;
 mod pdk;
 mod sandbox;
 pub mod shared;
+
+pub use external::{call_pdk, PdkAnswer};
 
 use std::cell::RefCell;
 use std::sync::{Arc, OnceLock, Weak};
@@ -234,6 +237,8 @@ struct Runtime {
     /// What each chunk's globals fall back to: the sandbox, or `_G` when `untrusted_lua = on`.
     env: Table,
     compiled: FxHashMap<u64, Compiled>,
+    /// The PDK by dotted name, for external plugin servers (`external`), made on first use.
+    exposed: Option<Function>,
 }
 
 thread_local! {
@@ -284,6 +289,7 @@ impl Runtime {
             lua,
             env,
             compiled: FxHashMap::default(),
+            exposed: None,
         })
     }
 

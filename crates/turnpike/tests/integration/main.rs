@@ -17,6 +17,7 @@ mod deck;
 mod dns;
 mod doctor;
 mod expressions;
+mod external_plugins;
 mod faults;
 mod gokong;
 mod grpc;

@@ -1,0 +1,596 @@
+//! External plugins (Kong's plugin servers, `kong/runloop/plugin_servers/`): a plugin written
+//! with Kong's Python or JavaScript PDK runs in its own process, which the gateway starts
+//! (`pluginserver_<name>_start_cmd`), asks for its plugins at start
+//! (`pluginserver_<name>_query_cmd`, a JSON dump of each plugin's name, priority, version,
+//! schema and phases) and talks to over a Unix socket (`pluginserver_<name>_socket`).
+//!
+//! Per plugin config, one instance on the server (`plugin.StartInstance` with the config as
+//! JSON), started on first use and started again when the server has forgotten it. Per phase,
+//! `plugin.HandleEvent`; the server answers with a PDK call to make (`kong.request.get_header`
+//! and its arguments), which the gateway makes through the same PDK a Lua plugin uses
+//! (`crate::lua::call_pdk`) and sends back (`plugin.Step`, `plugin.StepError` when it failed),
+//! until the server says `ret`. The access phase waits for the server without holding the
+//! worker; the log phase runs after the response, from what the request left
+//! (Kong's saved request data: `kong.log.serialize`, the request and response headers, the
+//! status), without delaying it.
+//!
+//! The protocol of the Python and JavaScript PDKs, MessagePack (`rpc`), is spoken here. What
+//! is not here yet: the Go PDK's protocol (`ProtoBuf:1`; such a server is refused at start
+//! with that reason), and the `response`, `certificate` and `preread` phases (a plugin that
+//! declares one is refused at start, naming it).
+
+mod process;
+mod rpc;
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use turnpike_config::conf::PluginServerConf;
+
+use crate::custom::Check;
+use crate::lua::{self, PdkAnswer, Phase};
+use crate::schema::Field;
+use crate::{Access, AccessRequest, Handler, Phases, PluginSpec, Resume};
+
+pub use process::Supervised;
+
+/// The node's plugin servers and their plugins.
+#[derive(Default)]
+pub struct Servers {
+    pub plugins: Vec<&'static ExternalPlugin>,
+    servers: Vec<(Arc<Server>, PluginServerConf)>,
+}
+
+impl Servers {
+    /// Starts the servers that have a start command and waits (up to 5 s each) for their
+    /// sockets, so the first requests find them.
+    pub fn run(&self) {
+        for (server, conf) in &self.servers {
+            let Some(s) = process::supervise(conf) else {
+                continue;
+            };
+            let _ = server.supervised.set(s);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while std::os::unix::net::UnixStream::connect(&server.socket).is_err() {
+                if std::time::Instant::now() > deadline {
+                    tracing::warn!(
+                        "[pluginserver] {}: nothing listens on {} yet",
+                        server.name,
+                        server.socket.display()
+                    );
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+    }
+
+    /// Ends the servers the node started.
+    pub fn stop(&self) {
+        for (server, _) in &self.servers {
+            if let Some(s) = server.supervised.get() {
+                s.stop();
+            }
+        }
+    }
+}
+
+/// Asks each server for its plugins (its query command; Kong does so at start). An error
+/// names the server; the node does not start without its plugins.
+pub fn load(servers: &[PluginServerConf]) -> Result<Servers, String> {
+    let mut out = Servers::default();
+    for conf in servers {
+        let infos = query(conf)?;
+        let server = Arc::new(Server {
+            name: conf.name.clone(),
+            socket: conf.socket.clone(),
+            supervised: std::sync::OnceLock::new(),
+        });
+        for info in infos {
+            out.plugins.push(ExternalPlugin::new(&info, &server)?);
+        }
+        out.servers.push((server, conf.clone()));
+    }
+    Ok(out)
+}
+
+/// One plugin of a server's dump.
+struct Info {
+    name: String,
+    priority: i64,
+    version: String,
+    schema: Value,
+    phases: Vec<String>,
+}
+
+/// Runs the query command: Kong reads a JSON list of plugins, or `{"Protocol": ...,
+/// "Plugins": [...]}`.
+fn query(conf: &PluginServerConf) -> Result<Vec<Info>, String> {
+    let out = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(&conf.query_command)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("error loading plugins info from [{}]: {e}", conf.name))?;
+    let dump: Value = serde_json::from_slice(&out.stdout).map_err(|e| {
+        format!("failed loading external plugins: failed decoding plugin info: {e}")
+    })?;
+    let protocol = dump
+        .get("Protocol")
+        .and_then(Value::as_str)
+        .unwrap_or("MsgPack:1");
+    if protocol != "MsgPack:1" {
+        return Err(format!(
+            "pluginserver {}: protocol '{protocol}' is not supported yet (only MsgPack:1, the Python and JavaScript PDKs')",
+            conf.name
+        ));
+    }
+    let list = dump.get("Plugins").unwrap_or(&dump);
+    let Some(list) = list.as_array().filter(|l| !l.is_empty()) else {
+        return Err(format!(
+            "not a plugin info table: \n{}\n{}",
+            conf.query_command,
+            String::from_utf8_lossy(&out.stdout)
+        ));
+    };
+    list.iter()
+        .map(|p| {
+            let name = p
+                .get("Name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("pluginserver {}: a plugin without a Name", conf.name))?;
+            Ok(Info {
+                name: name.to_string(),
+                priority: p.get("Priority").and_then(Value::as_i64).unwrap_or(0),
+                version: p
+                    .get("Version")
+                    .and_then(Value::as_str)
+                    .unwrap_or("0.1.0")
+                    .to_string(),
+                schema: p.get("Schema").cloned().unwrap_or(Value::Null),
+                phases: p
+                    .get("Phases")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|s| s.as_str().map(String::from))
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
+/// A plugin server as its plugins reach it.
+struct Server {
+    name: String,
+    socket: PathBuf,
+    /// Set when the node runs the server (`Servers::run`).
+    supervised: std::sync::OnceLock<Arc<Supervised>>,
+}
+
+impl Server {
+    /// How many times the node has started the server (0 when it runs it not).
+    fn generation(&self) -> u64 {
+        self.supervised
+            .get()
+            .map_or(0, |s| s.generation.load(Ordering::SeqCst))
+    }
+}
+
+/// An external plugin, as the registry knows it.
+pub struct ExternalPlugin {
+    name: &'static str,
+    priority: i32,
+    version: &'static str,
+    fields: &'static [Field],
+    phases: Phases,
+    http_only: bool,
+    allows_consumer: bool,
+    checks: Vec<Check>,
+    server: Arc<Server>,
+}
+
+impl ExternalPlugin {
+    fn new(info: &Info, server: &Arc<Server>) -> Result<&'static ExternalPlugin, String> {
+        let at = |e: String| format!("plugin '{}' (pluginserver {}): {e}", info.name, server.name);
+        let (fields, http_only, allows_consumer) =
+            crate::custom::config_fields(&info.schema).map_err(|e| at(format!("schema: {e}")))?;
+        let checks =
+            crate::custom::config_checks(&info.schema).map_err(|e| at(format!("schema: {e}")))?;
+        let mut phases = Phases::NONE;
+        for p in &info.phases {
+            phases = phases
+                | match p.as_str() {
+                    "access" => Phases::ACCESS,
+                    "log" => Phases::LOG,
+                    other => {
+                        return Err(at(format!(
+                            "the '{other}' phase of external plugins is not supported yet"
+                        )))
+                    }
+                };
+        }
+        let leak = |s: &str| -> &'static str { Box::leak(s.to_string().into_boxed_str()) };
+        Ok(Box::leak(Box::new(ExternalPlugin {
+            name: leak(&info.name),
+            priority: info.priority.clamp(i32::MIN.into(), i32::MAX.into()) as i32,
+            version: leak(&info.version),
+            fields,
+            phases,
+            http_only,
+            allows_consumer,
+            checks,
+            server: server.clone(),
+        })))
+    }
+}
+
+impl PluginSpec for ExternalPlugin {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn priority(&self) -> i32 {
+        self.priority
+    }
+    fn version(&self) -> &'static str {
+        self.version
+    }
+    fn fields(&self) -> &'static [Field] {
+        self.fields
+    }
+    fn allows_consumer(&self) -> bool {
+        self.allows_consumer
+    }
+    fn http_only(&self) -> bool {
+        self.http_only
+    }
+    fn entity_checks(&self, config: &Value) -> Vec<(String, String)> {
+        self.checks
+            .iter()
+            .filter_map(|c| c.failure(config))
+            .map(|m| ("config.@entity".to_string(), m))
+            .collect()
+    }
+    fn build(&self, config: &Value, ctx: &crate::BuildContext) -> Result<Arc<dyn Handler>, String> {
+        let plugin: &'static ExternalPlugin = registry_ref(self);
+        let inner = Arc::new(Instance {
+            plugin,
+            config: config.to_string(),
+            id: Mutex::new(None),
+            settings: ctx.runtime.lua.settings().clone(),
+        });
+        Ok(Arc::new(ExternalHandler { inner }))
+    }
+}
+
+/// The registry holds plugins as `'static` (they are leaked at start, as Kong keeps its
+/// loaded modules).
+fn registry_ref(p: &ExternalPlugin) -> &'static ExternalPlugin {
+    // SAFETY: every `ExternalPlugin` is made by `ExternalPlugin::new`, which leaks it: the
+    // reference is valid for the rest of the process.
+    unsafe { &*(p as *const ExternalPlugin) }
+}
+
+/// One config of the plugin: its instance on the server.
+struct Instance {
+    plugin: &'static ExternalPlugin,
+    /// The config as JSON, as `plugin.StartInstance` takes it.
+    config: String,
+    /// The server's id for the instance, and the server's generation it was started in.
+    id: Mutex<Option<(i64, u64)>>,
+    settings: Arc<lua::Settings>,
+}
+
+/// What the server asked for next.
+enum Step {
+    /// The phase is over.
+    Ret,
+    Call {
+        event: rmpv::Value,
+        method: String,
+        args: rmpv::Value,
+    },
+}
+
+impl Instance {
+    fn log_error(&self, e: &str) {
+        tracing::error!("[{}] {e}", self.plugin.name);
+    }
+
+    /// The instance's id, starting it on the server when it has none (or the server was
+    /// started again since).
+    async fn instance_id(&self) -> Result<i64, String> {
+        let generation = self.plugin.server.generation();
+        if let Some((id, g)) = *self.id.lock().unwrap_or_else(|e| e.into_inner()) {
+            if g == generation {
+                return Ok(id);
+            }
+        }
+        let status = rpc::call(
+            &self.plugin.server.socket,
+            "plugin.StartInstance",
+            rpc::map(vec![
+                ("Name", self.plugin.name.into()),
+                ("Config", self.config.as_str().into()),
+            ]),
+        )
+        .await
+        .map_err(|e| format!("starting instance: {e}"))?;
+        let id = rpc::field(&status, "Id")
+            .and_then(rmpv::Value::as_i64)
+            .ok_or("starting instance: no Id in the answer")?;
+        *self.id.lock().unwrap_or_else(|e| e.into_inner()) = Some((id, generation));
+        Ok(id)
+    }
+
+    /// `plugin.HandleEvent` for the phase; an instance the server no longer has is started
+    /// again, once.
+    async fn event(&self, phase: &'static str) -> Result<Step, String> {
+        let mut retried = false;
+        loop {
+            let id = self.instance_id().await?;
+            let answer = rpc::call(
+                &self.plugin.server.socket,
+                "plugin.HandleEvent",
+                rpc::map(vec![("InstanceId", id.into()), ("EventName", phase.into())]),
+            )
+            .await;
+            match answer {
+                Err(e) if !retried && e.to_lowercase().contains("no plugin instance") => {
+                    tracing::warn!("[{}] {e}", self.plugin.name);
+                    *self.id.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                    retried = true;
+                }
+                other => return other.and_then(parse_step),
+            }
+        }
+    }
+
+    /// Sends a PDK call's answer and reads what the server asks next.
+    async fn step(
+        &self,
+        method: &str,
+        event: rmpv::Value,
+        data: rmpv::Value,
+    ) -> Result<Step, String> {
+        rpc::call(
+            &self.plugin.server.socket,
+            method,
+            rpc::map(vec![("EventId", event), ("Data", data)]),
+        )
+        .await
+        .and_then(parse_step)
+    }
+
+    /// Carries on with the request after the server's answer, until the phase ends.
+    fn resume(
+        self: Arc<Self>,
+        phase: Phase,
+        req: &mut AccessRequest<'_>,
+        step: Result<Step, String>,
+    ) -> Access {
+        match step {
+            // Kong logs a failed event and the request goes on.
+            Err(e) => {
+                self.log_error(&e);
+                Access::Continue
+            }
+            Ok(Step::Ret) => Access::Continue,
+            Ok(Step::Call {
+                event,
+                method,
+                args,
+            }) => {
+                let id = Arc::as_ptr(&self) as usize as u64;
+                let (step_method, data) = match lua::call_pdk(
+                    &self.settings,
+                    self.plugin.name,
+                    id,
+                    phase,
+                    req,
+                    &method,
+                    &args,
+                ) {
+                    PdkAnswer::Exit(e) => return Access::Exit(e),
+                    PdkAnswer::Value(v) => (step_method(&method), v),
+                    PdkAnswer::Error(e) => {
+                        if e.contains("not implemented by Turnpike") {
+                            self.log_error(&e);
+                        }
+                        ("plugin.StepError", rmpv::Value::from(e))
+                    }
+                };
+                Access::Wait(Box::pin(async move {
+                    let next = self.step(step_method, event, data).await;
+                    Box::new(move |req: &mut AccessRequest<'_>| self.resume(phase, req, next))
+                        as Resume
+                }))
+            }
+        }
+    }
+
+    /// The log phase, from what the request left.
+    async fn log(self: Arc<Self>, saved: Saved) {
+        let mut step = self.event("log").await;
+        loop {
+            match step {
+                Err(e) => return self.log_error(&e),
+                Ok(Step::Ret) => return,
+                Ok(Step::Call {
+                    event,
+                    method,
+                    args,
+                }) => {
+                    let (m, data) = match saved.answer(self.plugin.name, &method, &args) {
+                        Ok(v) => (step_method(&method), v),
+                        Err(e) => ("plugin.StepError", rmpv::Value::from(e)),
+                    };
+                    step = self.step(m, event, data).await;
+                }
+            }
+        }
+    }
+}
+
+/// Kong's typed step methods (`get_step_method` of `mp_rpc.lua`).
+fn step_method(pdk_method: &str) -> &'static str {
+    match pdk_method {
+        "kong.client.get_credential" | "kong.client.authenticate" => "plugin.StepCredential",
+        "kong.client.load_consumer" | "kong.client.get_consumer" => "plugin.StepConsumer",
+        "kong.node.get_memory_stats" => "plugin.StepMemoryStats",
+        "kong.router.get_route" => "plugin.StepRoute",
+        "kong.router.get_service" => "plugin.StepService",
+        "kong.request.get_query"
+        | "kong.request.get_headers"
+        | "kong.response.get_headers"
+        | "kong.service.response.get_headers" => "plugin.StepMultiMap",
+        _ => "plugin.Step",
+    }
+}
+
+/// `{"Data": "ret" | {"Method": ..., "Args": [...]}, "EventId": ...}`.
+fn parse_step(v: rmpv::Value) -> Result<Step, String> {
+    let data = rpc::field(&v, "Data").ok_or("no Data in the plugin server's answer")?;
+    if data.as_str() == Some("ret") {
+        return Ok(Step::Ret);
+    }
+    let method = rpc::field(data, "Method")
+        .and_then(rmpv::Value::as_str)
+        .ok_or("neither ret nor a PDK call in the plugin server's answer")?;
+    Ok(Step::Call {
+        event: rpc::field(&v, "EventId")
+            .cloned()
+            .unwrap_or(rmpv::Value::Nil),
+        method: method.to_string(),
+        args: rpc::field(data, "Args")
+            .cloned()
+            .unwrap_or(rmpv::Value::Nil),
+    })
+}
+
+/// What the log phase of an external plugin reads (Kong's saved request data).
+struct Saved {
+    serialized: String,
+    request_headers: http::HeaderMap,
+    response_headers: http::HeaderMap,
+    status: u16,
+    started_at: f64,
+}
+
+impl Saved {
+    fn answer(
+        &self,
+        plugin: &str,
+        method: &str,
+        args: &rmpv::Value,
+    ) -> Result<rmpv::Value, String> {
+        let arg = |i: usize| -> Option<&str> { args.as_array()?.get(i)?.as_str() };
+        let header = |map: &http::HeaderMap| {
+            let v = arg(0).and_then(|n| map.get(n));
+            v.map_or(rmpv::Value::Nil, |v| {
+                String::from_utf8_lossy(v.as_bytes()).as_ref().into()
+            })
+        };
+        Ok(match method {
+            "kong.log.serialize" => self.serialized.as_str().into(),
+            "kong.request.get_headers" => multimap(&self.request_headers),
+            "kong.request.get_header" => header(&self.request_headers),
+            "kong.response.get_headers" => multimap(&self.response_headers),
+            "kong.response.get_header" => header(&self.response_headers),
+            "kong.response.get_status" => self.status.into(),
+            "kong.nginx.req_start_time" => rmpv::Value::F64(self.started_at),
+            m if m.starts_with("kong.log.") => {
+                let text: Vec<String> = args
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|a| match a.as_str() {
+                        Some(s) => s.to_string(),
+                        None => a.to_string(),
+                    })
+                    .collect();
+                let text = text.concat();
+                match &m["kong.log.".len()..] {
+                    "err" | "crit" | "alert" | "emerg" => tracing::error!("[{plugin}] {text}"),
+                    "warn" => tracing::warn!("[{plugin}] {text}"),
+                    "debug" => tracing::debug!("[{plugin}] {text}"),
+                    _ => tracing::info!("[{plugin}] {text}"),
+                }
+                rmpv::Value::Nil
+            }
+            other => {
+                return Err(format!(
+                    "PDK function '{other}' is not available in the log phase of an external plugin"
+                ))
+            }
+        })
+    }
+}
+
+/// Headers as the PDK's multimap: each name with the list of its values.
+fn multimap(map: &http::HeaderMap) -> rmpv::Value {
+    rmpv::Value::Map(
+        map.keys()
+            .map(|k| {
+                let values = map
+                    .get_all(k)
+                    .iter()
+                    .map(|v| String::from_utf8_lossy(v.as_bytes()).as_ref().into())
+                    .collect();
+                (k.as_str().into(), rmpv::Value::Array(values))
+            })
+            .collect(),
+    )
+}
+
+/// A config of an external plugin, as the phases run it.
+struct ExternalHandler {
+    inner: Arc<Instance>,
+}
+
+impl ExternalHandler {
+    fn begin(&self, phase: Phase, event: &'static str) -> Access {
+        let inner = self.inner.clone();
+        Access::Wait(Box::pin(async move {
+            let step = inner.event(event).await;
+            Box::new(move |req: &mut AccessRequest<'_>| inner.resume(phase, req, step)) as Resume
+        }))
+    }
+}
+
+impl Handler for ExternalHandler {
+    fn phases(&self) -> Phases {
+        self.inner.plugin.phases
+    }
+
+    fn access(&self, _req: &mut AccessRequest<'_>) -> Access {
+        self.begin(Phase::Access, "access")
+    }
+
+    fn log_headers(&self) -> bool {
+        self.inner.plugin.phases.has(Phases::LOG)
+    }
+
+    fn log(&self, entry: &crate::log::LogEntry<'_>) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let details = entry.details;
+        let saved = Saved {
+            serialized: entry.to_json_text(),
+            request_headers: details
+                .map(|d| d.request_headers.clone())
+                .unwrap_or_default(),
+            response_headers: details
+                .map(|d| d.response_headers.clone())
+                .unwrap_or_default(),
+            status: entry.status,
+            started_at: details
+                .and_then(|d| d.started_at.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0.0, |d| d.as_secs_f64()),
+        };
+        rt.spawn(self.inner.clone().log(saved));
+    }
+}
