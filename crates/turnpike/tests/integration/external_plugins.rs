@@ -256,3 +256,99 @@ fn a_plugin_server_without_a_query_command_stops_the_node_with_kongs_message() {
         "{out}"
     );
 }
+
+/// Kong's JavaScript PDK (npm `kong-pdk`, with its `kong-js-pluginserver`), installed from
+/// the npm registry into the target directory once; the path of the server's script.
+fn js_pluginserver() -> String {
+    static PATH: OnceLock<String> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("js-kong-pdk");
+        let bin = dir.join("node_modules/kong-pdk/bin/kong-js-pluginserver");
+        if !bin.exists() {
+            std::fs::create_dir_all(&dir).unwrap();
+            let ok = Command::new("npm")
+                .args([
+                    "install",
+                    "--no-save",
+                    "--no-audit",
+                    "--no-fund",
+                    "--prefix",
+                ])
+                .arg(&dir)
+                .arg("kong-pdk@0.6.0")
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "npm install kong-pdk failed");
+        }
+        bin.display().to_string()
+    })
+    .clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_javascript_pdk_plugin_runs_in_kongs_js_pluginserver() {
+    let up = Upstream::start("js");
+    let dir = tempfile::tempdir().unwrap();
+    let server = js_pluginserver();
+    let plugins = fixture("js");
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
+services:
+- name: s
+  url: {}
+  routes:
+  - name: r
+    paths: [/js]
+    plugins:
+    - name: js-greeter
+      config: {{message: hola}}
+"#,
+        up.url()
+    ))
+    .env("TURNPIKE_PLUGINS", "bundled,js-greeter")
+    .env("TURNPIKE_PLUGINSERVER_NAMES", "js")
+    .env(
+        "TURNPIKE_PLUGINSERVER_JS_SOCKET",
+        &dir.path().join("js.sock").display().to_string(),
+    )
+    .env(
+        "TURNPIKE_PLUGINSERVER_JS_START_CMD",
+        &format!(
+            "node {server} -d {plugins} -p {} --sock-name js.sock",
+            dir.path().display()
+        ),
+    )
+    .env(
+        "TURNPIKE_PLUGINSERVER_JS_QUERY_CMD",
+        &format!("node {server} -d {plugins} --dump-all-plugins"),
+    )
+    .start();
+
+    let r = fetch(gw.proxy, "/js/x?a=1&a=2&b=3", &[("host", "js.test")]).await;
+    assert_eq!(
+        r.status,
+        200,
+        "{}\n{}",
+        String::from_utf8_lossy(&r.body),
+        gw.log_text()
+    );
+    let seen = r.json()["headers"].clone();
+    assert_eq!(seen["x-js-greeting"], "hola js.test", "{seen}");
+    // The query as the PDK's multimap: every value a list.
+    let query: serde_json::Value =
+        serde_json::from_str(seen["x-js-query"].as_str().unwrap()).unwrap();
+    assert_eq!(query, json!({"a": ["1", "2"], "b": ["3"]}));
+    assert_eq!(r.header("x-js-method"), Some("GET"));
+    assert!(
+        seen["x-js-missing"]
+            .as_str()
+            .is_some_and(|e| e.contains("kong.node.get_memory_stats")),
+        "{seen}"
+    );
+    let r = fetch(gw.proxy, "/js/x", &[("x-deny", "1")]).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (451, json!({"message": "denied by js-greeter"}))
+    );
+    assert_eq!(r.header("x-js"), Some("denied"));
+}
