@@ -25,6 +25,8 @@ pub struct AccessRequest<'a> {
     /// whose header_filter phase only adds headers.
     pub response_headers: &'a mut Vec<(HeaderName, HeaderValue)>,
     pub tls: bool,
+    /// The port the request came in on (nginx's `$server_port`; 0 where unknown).
+    pub server_port: u16,
     /// The client's address: the connection's peer, or the X-Real-IP a trusted proxy sent.
     pub client_ip: std::net::IpAddr,
     /// Whether the connection's peer is one of `trusted_ips` (its X-Forwarded-* count).
@@ -143,6 +145,7 @@ impl<'a> AccessRequest<'a> {
             headers,
             response_headers,
             tls,
+            server_port: 0,
             client_ip,
             trusted: false,
             captures: None,

@@ -19,6 +19,7 @@
 //! with that reason), and the `response`, `certificate` and `preread` phases (a plugin that
 //! declares one is refused at start, naming it).
 
+mod pb;
 mod process;
 mod rpc;
 
@@ -82,9 +83,10 @@ impl Servers {
 pub fn load(servers: &[PluginServerConf]) -> Result<Servers, String> {
     let mut out = Servers::default();
     for conf in servers {
-        let infos = query(conf)?;
+        let (protocol, infos) = query(conf)?;
         let server = Arc::new(Server {
             name: conf.name.clone(),
+            protocol,
             socket: conf.socket.clone(),
             supervised: std::sync::OnceLock::new(),
         });
@@ -107,7 +109,7 @@ struct Info {
 
 /// Runs the query command: Kong reads a JSON list of plugins, or `{"Protocol": ...,
 /// "Plugins": [...]}`.
-fn query(conf: &PluginServerConf) -> Result<Vec<Info>, String> {
+fn query(conf: &PluginServerConf) -> Result<(Protocol, Vec<Info>), String> {
     let out = std::process::Command::new("/bin/sh")
         .arg("-c")
         .arg(&conf.query_command)
@@ -117,16 +119,15 @@ fn query(conf: &PluginServerConf) -> Result<Vec<Info>, String> {
     let dump: Value = serde_json::from_slice(&out.stdout).map_err(|e| {
         format!("failed loading external plugins: failed decoding plugin info: {e}")
     })?;
-    let protocol = dump
+    let protocol = match dump
         .get("Protocol")
         .and_then(Value::as_str)
-        .unwrap_or("MsgPack:1");
-    if protocol != "MsgPack:1" {
-        return Err(format!(
-            "pluginserver {}: protocol '{protocol}' is not supported yet (only MsgPack:1, the Python and JavaScript PDKs')",
-            conf.name
-        ));
-    }
+        .unwrap_or("MsgPack:1")
+    {
+        "MsgPack:1" => Protocol::MsgPack,
+        "ProtoBuf:1" => Protocol::ProtoBuf,
+        other => return Err(format!("unknown protocol implementation: {other}")),
+    };
     let list = dump.get("Plugins").unwrap_or(&dump);
     let Some(list) = list.as_array().filter(|l| !l.is_empty()) else {
         return Err(format!(
@@ -135,36 +136,47 @@ fn query(conf: &PluginServerConf) -> Result<Vec<Info>, String> {
             String::from_utf8_lossy(&out.stdout)
         ));
     };
-    list.iter()
-        .map(|p| {
-            let name = p
-                .get("Name")
-                .and_then(Value::as_str)
-                .ok_or_else(|| format!("pluginserver {}: a plugin without a Name", conf.name))?;
-            Ok(Info {
-                name: name.to_string(),
-                priority: p.get("Priority").and_then(Value::as_i64).unwrap_or(0),
-                version: p
-                    .get("Version")
-                    .and_then(Value::as_str)
-                    .unwrap_or("0.1.0")
-                    .to_string(),
-                schema: p.get("Schema").cloned().unwrap_or(Value::Null),
-                phases: p
-                    .get("Phases")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|s| s.as_str().map(String::from))
-                    .collect(),
+    let infos =
+        list.iter()
+            .map(|p| {
+                let name = p.get("Name").and_then(Value::as_str).ok_or_else(|| {
+                    format!("pluginserver {}: a plugin without a Name", conf.name)
+                })?;
+                Ok(Info {
+                    name: name.to_string(),
+                    priority: p.get("Priority").and_then(Value::as_i64).unwrap_or(0),
+                    version: p
+                        .get("Version")
+                        .and_then(Value::as_str)
+                        .unwrap_or("0.1.0")
+                        .to_string(),
+                    schema: p.get("Schema").cloned().unwrap_or(Value::Null),
+                    phases: p
+                        .get("Phases")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|s| s.as_str().map(String::from))
+                        .collect(),
+                })
             })
-        })
-        .collect()
+            .collect::<Result<Vec<_>, String>>()?;
+    Ok((protocol, infos))
+}
+
+/// How a server is spoken to.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Protocol {
+    /// `MsgPack:1`: the Python and JavaScript PDKs.
+    MsgPack,
+    /// `ProtoBuf:1`: the Go PDK.
+    ProtoBuf,
 }
 
 /// A plugin server as its plugins reach it.
 struct Server {
     name: String,
+    protocol: Protocol,
     socket: PathBuf,
     /// Set when the node runs the server (`Servers::run`).
     supervised: std::sync::OnceLock<Arc<Supervised>>,
@@ -283,15 +295,59 @@ struct Instance {
     settings: Arc<lua::Settings>,
 }
 
+/// A config that is gone closes its instance on the server (Kong closes the previous instance
+/// of a plugin when its config changes), when a runtime is there to send it.
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let Some((id, generation)) = *self.id.lock().unwrap_or_else(|e| e.into_inner()) else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let server = self.plugin.server.clone();
+        if server.generation() != generation {
+            return;
+        }
+        rt.spawn(async move {
+            let _ = match server.protocol {
+                Protocol::MsgPack => rpc::call(&server.socket, "plugin.CloseInstance", id.into())
+                    .await
+                    .map(|_| ()),
+                Protocol::ProtoBuf => pb::close_instance(&server.socket, id).await,
+            };
+        });
+    }
+}
+
 /// What the server asked for next.
 enum Step {
     /// The phase is over.
     Ret,
     Call {
-        event: rmpv::Value,
+        event: Event,
         method: String,
         args: rmpv::Value,
     },
+}
+
+/// Where a PDK call's answer goes.
+enum Event {
+    /// MessagePack: a `plugin.Step` with the event's id.
+    Id(rmpv::Value),
+    /// ProtoBuf: a frame on the event's connection.
+    Conn(pb::Conn),
+}
+
+fn pb_step(next: pb::Next) -> Result<Step, String> {
+    match next {
+        pb::Next::Ret => Ok(Step::Ret),
+        pb::Next::Call(conn, method, data) => Ok(Step::Call {
+            args: pb::arguments(&method, &data)?,
+            event: Event::Conn(conn),
+            method,
+        }),
+    }
 }
 
 impl Instance {
@@ -308,19 +364,27 @@ impl Instance {
                 return Ok(id);
             }
         }
-        let status = rpc::call(
-            &self.plugin.server.socket,
-            "plugin.StartInstance",
-            rpc::map(vec![
-                ("Name", self.plugin.name.into()),
-                ("Config", self.config.as_str().into()),
-            ]),
-        )
-        .await
-        .map_err(|e| format!("starting instance: {e}"))?;
-        let id = rpc::field(&status, "Id")
-            .and_then(rmpv::Value::as_i64)
-            .ok_or("starting instance: no Id in the answer")?;
+        let socket = &self.plugin.server.socket;
+        let id = match self.plugin.server.protocol {
+            Protocol::MsgPack => {
+                let status = rpc::call(
+                    socket,
+                    "plugin.StartInstance",
+                    rpc::map(vec![
+                        ("Name", self.plugin.name.into()),
+                        ("Config", self.config.as_str().into()),
+                    ]),
+                )
+                .await
+                .map_err(|e| format!("starting instance: {e}"))?;
+                rpc::field(&status, "Id")
+                    .and_then(rmpv::Value::as_i64)
+                    .ok_or("starting instance: no Id in the answer")?
+            }
+            Protocol::ProtoBuf => pb::start_instance(socket, self.plugin.name, &self.config)
+                .await
+                .map_err(|e| format!("starting instance: {e}"))?,
+        };
         *self.id.lock().unwrap_or_else(|e| e.into_inner()) = Some((id, generation));
         Ok(id)
     }
@@ -331,37 +395,80 @@ impl Instance {
         let mut retried = false;
         loop {
             let id = self.instance_id().await?;
-            let answer = rpc::call(
-                &self.plugin.server.socket,
-                "plugin.HandleEvent",
-                rpc::map(vec![("InstanceId", id.into()), ("EventName", phase.into())]),
-            )
-            .await;
+            let socket = &self.plugin.server.socket;
+            let answer = match self.plugin.server.protocol {
+                Protocol::MsgPack => rpc::call(
+                    socket,
+                    "plugin.HandleEvent",
+                    rpc::map(vec![("InstanceId", id.into()), ("EventName", phase.into())]),
+                )
+                .await
+                .and_then(parse_step),
+                Protocol::ProtoBuf => pb::handle_event(socket, id, phase).await.and_then(pb_step),
+            };
+            // The Go PDK's server closes the connection when it has no such instance.
+            let lost = |e: &str| {
+                let e = e.to_lowercase();
+                e.contains("no plugin instance") || e.contains("closed")
+            };
             match answer {
-                Err(e) if !retried && e.to_lowercase().contains("no plugin instance") => {
+                Err(e) if !retried && lost(&e) => {
                     tracing::warn!("[{}] {e}", self.plugin.name);
                     *self.id.lock().unwrap_or_else(|e| e.into_inner()) = None;
                     retried = true;
                 }
-                other => return other.and_then(parse_step),
+                other => return other,
             }
         }
     }
 
-    /// Sends a PDK call's answer and reads what the server asks next.
+    /// Sends a PDK call's answer (or its failure) and reads what the server asks next. Over
+    /// ProtoBuf a failed call ends the event, as in Kong.
     async fn step(
         &self,
         method: &str,
-        event: rmpv::Value,
-        data: rmpv::Value,
+        event: Event,
+        answer: Result<rmpv::Value, String>,
     ) -> Result<Step, String> {
-        rpc::call(
-            &self.plugin.server.socket,
-            method,
-            rpc::map(vec![("EventId", event), ("Data", data)]),
-        )
-        .await
-        .and_then(parse_step)
+        match event {
+            Event::Id(id) => {
+                let (step, data) = match answer {
+                    Ok(v) => (step_method(method), v),
+                    Err(e) => ("plugin.StepError", rmpv::Value::from(e)),
+                };
+                rpc::call(
+                    &self.plugin.server.socket,
+                    step,
+                    rpc::map(vec![("EventId", id), ("Data", data)]),
+                )
+                .await
+                .and_then(parse_step)
+            }
+            Event::Conn(conn) => {
+                let v = answer?;
+                pb::reply(conn, pb::answer(method, &v))
+                    .await
+                    .and_then(pb_step)
+            }
+        }
+    }
+
+    /// Kong's answer to a failed event: the MessagePack bridge logs it and the request goes
+    /// on; the ProtoBuf one ends the request with a 500.
+    fn failed(&self, e: &str) -> Access {
+        match self.plugin.server.protocol {
+            Protocol::MsgPack => {
+                self.log_error(e);
+                Access::Continue
+            }
+            Protocol::ProtoBuf => {
+                self.log_error(&format!("pluginserver error: {e}"));
+                Access::Exit(crate::Exit::message(
+                    http::StatusCode::INTERNAL_SERVER_ERROR,
+                    "An unexpected error occurred",
+                ))
+            }
+        }
     }
 
     /// Carries on with the request after the server's answer, until the phase ends.
@@ -372,11 +479,7 @@ impl Instance {
         step: Result<Step, String>,
     ) -> Access {
         match step {
-            // Kong logs a failed event and the request goes on.
-            Err(e) => {
-                self.log_error(&e);
-                Access::Continue
-            }
+            Err(e) => self.failed(&e),
             Ok(Step::Ret) => Access::Continue,
             Ok(Step::Call {
                 event,
@@ -384,7 +487,7 @@ impl Instance {
                 args,
             }) => {
                 let id = Arc::as_ptr(&self) as usize as u64;
-                let (step_method, data) = match lua::call_pdk(
+                let answer = match lua::call_pdk(
                     &self.settings,
                     self.plugin.name,
                     id,
@@ -393,17 +496,19 @@ impl Instance {
                     &method,
                     &args,
                 ) {
+                    // The event ends with the request (the connection is dropped, as Kong's
+                    // ngx.exit leaves it).
                     PdkAnswer::Exit(e) => return Access::Exit(e),
-                    PdkAnswer::Value(v) => (step_method(&method), v),
+                    PdkAnswer::Value(v) => Ok(v),
                     PdkAnswer::Error(e) => {
                         if e.contains("not implemented by Turnpike") {
                             self.log_error(&e);
                         }
-                        ("plugin.StepError", rmpv::Value::from(e))
+                        Err(e)
                     }
                 };
                 Access::Wait(Box::pin(async move {
-                    let next = self.step(step_method, event, data).await;
+                    let next = self.step(&method, event, answer).await;
                     Box::new(move |req: &mut AccessRequest<'_>| self.resume(phase, req, next))
                         as Resume
                 }))
@@ -423,11 +528,8 @@ impl Instance {
                     method,
                     args,
                 }) => {
-                    let (m, data) = match saved.answer(self.plugin.name, &method, &args) {
-                        Ok(v) => (step_method(&method), v),
-                        Err(e) => ("plugin.StepError", rmpv::Value::from(e)),
-                    };
-                    step = self.step(m, event, data).await;
+                    let answer = saved.answer(self.plugin.name, &method, &args);
+                    step = self.step(&method, event, answer).await;
                 }
             }
         }
@@ -460,9 +562,11 @@ fn parse_step(v: rmpv::Value) -> Result<Step, String> {
         .and_then(rmpv::Value::as_str)
         .ok_or("neither ret nor a PDK call in the plugin server's answer")?;
     Ok(Step::Call {
-        event: rpc::field(&v, "EventId")
-            .cloned()
-            .unwrap_or(rmpv::Value::Nil),
+        event: Event::Id(
+            rpc::field(&v, "EventId")
+                .cloned()
+                .unwrap_or(rmpv::Value::Nil),
+        ),
         method: method.to_string(),
         args: rpc::field(data, "Args")
             .cloned()

@@ -76,6 +76,7 @@ pub async fn run(s: &mut Session<'_>) -> Result<(), Ended> {
             .service_index()
             .map(|i| snap.config.services[i].id.as_ref()),
         trusted: conn.trusted,
+        server_port: conn.local_port,
         captures,
         ..AccessRequest::new(
             parts.method.as_str(),

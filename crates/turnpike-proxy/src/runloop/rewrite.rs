@@ -33,6 +33,7 @@ fn rewrite(s: &mut Session<'_>) -> Result<(), Ended> {
         &mut rc.plugin_ctx,
         &mut rc.upstream,
     );
+    req.server_port = s.conn.local_port;
     for b in s.snap.global_rewrite.iter() {
         if b.protocols & protocol == 0 {
             continue;

@@ -352,3 +352,108 @@ services:
     );
     assert_eq!(r.header("x-js"), Some("denied"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_go_pdk_plugin_runs_over_kongs_protobuf_protocol() {
+    // The Go PDK's embedded server names its plugin and socket after its executable.
+    let bin = go_build("pluginservers/go-greeter", "go-greeter");
+    let up = Upstream::start("go");
+    let dir = tempfile::tempdir().unwrap();
+    let log_file = dir.path().join("go-log.txt");
+    let doc = format!(
+        r#"_format_version: "3.0"
+services:
+- name: s
+  url: {}
+  routes:
+  - name: r
+    paths: [/go]
+    plugins:
+    - name: go-greeter
+      config: {{message: ciao, times: 2, log_file: {}}}
+"#,
+        up.url(),
+        log_file.display()
+    );
+    let gw = Gateway::with_config(&doc)
+        .env("TURNPIKE_PLUGINS", "bundled,go-greeter")
+        .env("TURNPIKE_PLUGINSERVER_NAMES", "go-greeter")
+        .env(
+            "TURNPIKE_PLUGINSERVER_GO_GREETER_SOCKET",
+            &dir.path().join("go-greeter.socket").display().to_string(),
+        )
+        .env(
+            "TURNPIKE_PLUGINSERVER_GO_GREETER_START_CMD",
+            &format!("{} -kong-prefix {}", bin.display(), dir.path().display()),
+        )
+        .env(
+            "TURNPIKE_PLUGINSERVER_GO_GREETER_QUERY_CMD",
+            &format!("{} -dump", bin.display()),
+        )
+        .start();
+
+    let r = fetch(
+        gw.proxy,
+        "/go/a",
+        &[("host", "go.test"), ("x-multi", "1"), ("x-multi", "2")],
+    )
+    .await;
+    assert_eq!(
+        r.status,
+        200,
+        "{}\n{}",
+        String::from_utf8_lossy(&r.body),
+        gw.log_text()
+    );
+    let seen = r.json()["headers"].clone();
+    assert_eq!(seen["x-go-greeting"], "ciao ciao go.test", "{seen}");
+    assert_eq!(seen["x-go-multi"], "1,2", "{seen}");
+    assert_eq!(seen["x-go-port"], gw.proxy.port().to_string(), "{seen}");
+    assert_eq!(seen["x-go-shared"], "yes", "{seen}");
+    assert_eq!(r.header("x-go-method"), Some("GET"));
+    // kong.Response.Exit: status, body and headers from the Go side.
+    let r = fetch(gw.proxy, "/go/b", &[("x-deny", "1")]).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (402, json!({"message": "denied by go-greeter"}))
+    );
+    assert_eq!(r.header("x-go"), Some("denied"));
+    // The connection an exit left behind is not reused: the next request is served.
+    let r = fetch(gw.proxy, "/go/c", &[("host", "h")]).await;
+    assert_eq!(r.json()["headers"]["x-go-greeting"], "ciao ciao h");
+    // The log phase: the serialized entry and the status.
+    assert!(
+        eventually(Duration::from_secs(10), async || {
+            std::fs::read_to_string(&log_file)
+                .unwrap_or_default()
+                .lines()
+                .count()
+                >= 3
+        })
+        .await,
+        "{}",
+        gw.log_text()
+    );
+    let text = std::fs::read_to_string(&log_file).unwrap();
+    let statuses: Vec<&str> = text.lines().map(|l| &l[..3]).collect();
+    assert!(
+        statuses.contains(&"402") && statuses.contains(&"200"),
+        "{text}"
+    );
+    let (_, entry) = text.lines().next().unwrap().split_once(' ').unwrap();
+    let entry: serde_json::Value = serde_json::from_str(entry).unwrap();
+    assert!(
+        entry["request"]["uri"]
+            .as_str()
+            .unwrap()
+            .starts_with("/go/"),
+        "{entry}"
+    );
+    // The schema the Go server derived from its Config struct.
+    let schema = gw
+        .admin("GET", "/schemas/plugins/go-greeter", None)
+        .await
+        .json()
+        .to_string();
+    assert!(schema.contains("\"times\""), "{schema}");
+}

@@ -49,8 +49,12 @@ pub(super) fn request(lua: &Lua) -> mlua::Result<Table> {
     set_fn(lua, &t, "get_host", |_, ()| {
         with_view(|r| Ok(request_host(&r).0))
     })?;
+    // Kong's `tonumber(ngx.var.server_port)`: the port the request came in on.
     set_fn(lua, &t, "get_port", |_, ()| {
-        with_view(|r| Ok(request_host(&r).1))
+        with_view(|r| match r {
+            View::Req(a) if a.server_port != 0 => Ok(a.server_port),
+            _ => Ok(request_host(&r).1),
+        })
     })?;
     set_fn(lua, &t, "get_http_version", |_, ()| Ok(1.1))?;
     set_fn(lua, &t, "get_raw_body", |lua, ()| {
