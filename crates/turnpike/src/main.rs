@@ -193,13 +193,20 @@ fn plugin_registry(conf: &Conf) -> Result<Arc<turnpike_plugins::Registry>, Strin
     )
     .map_err(|e| format!("invalid configuration: {e}"))?;
     lua.package_path = conf.lua_package_path.clone();
+    lua.cache_ttl = conf.db_cache_ttl.map_or(0.0, |d| d.as_secs_f64());
+    lua.cache_neg_ttl = conf
+        .db_cache_neg_ttl
+        .or(conf.db_cache_ttl)
+        .map_or(0.0, |d| d.as_secs_f64());
     // Kong's own lua_shared_dicts (its nginx template's) and the operator's.
     let mut dicts: Vec<(String, u64)> = [
+        ("kong", 5u64 << 20),
         ("kong_locks", 8u64 << 20),
         ("kong_healthchecks", 5 << 20),
         ("kong_cluster_events", 5 << 20),
         ("kong_rate_limiting_counters", 12 << 20),
         ("kong_secrets", 5 << 20),
+        ("kong_db_cache", conf.mem_cache_size),
     ]
     .into_iter()
     .map(|(n, s)| (n.to_string(), s))

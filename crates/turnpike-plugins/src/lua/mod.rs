@@ -19,6 +19,7 @@
 //! Kong's database (`kong.db`, `kong.cache`), or be stopped once it runs: a function that loops
 //! forever holds its worker, as it would hold an nginx worker in Kong.
 
+mod cache;
 mod external;
 mod pdk;
 mod sandbox;
@@ -57,6 +58,9 @@ pub struct Settings {
     pub package_path: String,
     /// The node's `ngx.shared` dictionaries, shared by its worker threads.
     pub shared: Arc<shared::SharedDicts>,
+    /// `kong.cache`'s defaults, in seconds (0: no expiry): `db_cache_ttl`, `db_cache_neg_ttl`.
+    pub cache_ttl: f64,
+    pub cache_neg_ttl: f64,
 }
 
 impl Settings {
@@ -85,6 +89,8 @@ impl Settings {
             environment: list(environment),
             package_path: String::new(),
             shared: Arc::default(),
+            cache_ttl: 0.0,
+            cache_neg_ttl: 0.0,
         })
     }
 }
@@ -274,6 +280,13 @@ impl Runtime {
         let lua = Lua::new();
         let (kong, ngx) = pdk::install(&lua)?;
         ngx.set("shared", shared::table(&lua, &settings.shared)?)?;
+        // kong.cache reads ngx (now, shared) as a global when it runs.
+        lua.globals().set("ngx", ngx.clone())?;
+        let cache: Table = lua
+            .load(cache::CACHE)
+            .set_name("=kong.cache")
+            .call((settings.cache_ttl, settings.cache_neg_ttl))?;
+        kong.set("cache", cache)?;
         let env = sandbox::environment(&lua, settings, &kong, &ngx)?;
         // Trusted code (custom plugins) runs in `_G`: the PDK there too, and `require` looking
         // in `lua_package_path` first. Sandboxed chunks never reach `_G`.

@@ -398,3 +398,103 @@ fn self_referencing_tables_are_errors_not_crashes() {
         .collect();
     assert_eq!(many, ["a", "1"]);
 }
+
+#[test]
+fn kong_cache_runs_the_callback_once_keeps_misses_and_forgets_on_invalidate() {
+    // One node's settings: its shared dictionaries carry the invalidations between workers.
+    let settings = std::sync::Arc::new(super::Settings {
+        shared: std::sync::Arc::new(super::shared::SharedDicts::new([(
+            "kong_db_cache".to_string(),
+            1 << 20,
+        )])),
+        ..Default::default()
+    });
+    let config = crate::schema::validate(
+        schema::FIELDS,
+        &json!({"access": [
+            "calls = (calls or 0) \
+             local function load(k) calls = calls + 1 if k == 'none' then return nil end return { v = k .. calls } end \
+             local a, err, lvl = kong.cache:get('k', nil, load, 'k') \
+             local b, _, lvl2 = kong.cache:get('k', nil, load, 'k') \
+             local n, nerr = kong.cache:get('missing', { neg_ttl = 100 }, load, 'none') \
+             local n2 = kong.cache:get('missing', nil, load, 'none') \
+             local ttl, _, pv = kong.cache:probe('k') \
+             local bad, berr = kong.cache:get('boom', nil, function() error('kaput') end) \
+             local same = a == b \
+             kong.cache:invalidate('k') \
+             local c = kong.cache:get('k', nil, load, 'k') \
+             local ok, kerr = pcall(kong.cache.get, kong.cache, 12) \
+             kong.service.request.set_header('x-out', table.concat({ a.v, tostring(same), lvl, lvl2, \
+               tostring(n), tostring(n2), calls, tostring(pv and pv.v), ttl, c.v, berr, kerr }, '|'))"
+        ]}),
+    )
+    .unwrap();
+    let h = Serverless::new("pre-function", &config, settings);
+    let mut req = TestRequest::new();
+    assert!(matches!(req.run(&h), Access::Continue));
+    let out = req
+        .headers
+        .get("x-out")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let parts: Vec<&str> = out.split('|').collect();
+    // The first get ran the callback (level 3), the second hit (level 1) the same table.
+    assert_eq!(&parts[..4], ["k1", "true", "3", "1"], "{out}");
+    // A nil result is a cached miss: the callback ran once for both gets (three runs in all:
+    // 'k', 'missing', and 'k' again after the invalidation).
+    assert_eq!(&parts[4..7], ["nil", "nil", "3"], "{out}");
+    // probe: no expiry (0), the value kept.
+    assert_eq!(&parts[7..9], ["k1", "0"], "{out}");
+    // After invalidate the callback runs again.
+    assert_eq!(parts[9], "k3", "{out}");
+    assert!(
+        parts[10].starts_with("failed to get from node cache: callback threw an error:"),
+        "{out}"
+    );
+    assert!(parts[11].contains("key must be a string"), "{out}");
+}
+
+#[test]
+fn a_kong_cache_invalidation_reaches_the_other_workers() {
+    let settings = std::sync::Arc::new(super::Settings {
+        shared: std::sync::Arc::new(super::shared::SharedDicts::new([(
+            "kong_db_cache".to_string(),
+            1 << 20,
+        )])),
+        ..Default::default()
+    });
+    let handler_of = |code: &str| {
+        let config = crate::schema::validate(schema::FIELDS, &json!({ "access": [code] })).unwrap();
+        Serverless::new("pre-function", &config, settings.clone())
+    };
+    let reader = handler_of(
+        "runs = (runs or 0) \
+         local v = kong.cache:get('shared-key', nil, function() runs = runs + 1 return runs end) \
+         kong.service.request.set_header('x-v', tostring(v))",
+    );
+    let invalidator = handler_of("kong.cache:invalidate('shared-key')");
+    let read = |h: &Serverless| {
+        let mut req = TestRequest::new();
+        assert!(matches!(req.run(h), Access::Continue));
+        req.headers
+            .get("x-v")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string()
+    };
+    // This thread (a worker) caches the value: reads agree until another worker invalidates.
+    assert_eq!(read(&reader), "1");
+    assert_eq!(read(&reader), "1");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            assert!(matches!(
+                TestRequest::new().run(&invalidator),
+                Access::Continue
+            ));
+        });
+    });
+    assert_eq!(read(&reader), "2");
+}
