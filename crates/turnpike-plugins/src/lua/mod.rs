@@ -24,8 +24,10 @@ mod external;
 mod pdk;
 mod sandbox;
 pub mod shared;
+mod yields;
 
 pub use external::{call_pdk, PdkAnswer};
+pub use yields::{Done, Op};
 
 use std::cell::RefCell;
 use std::sync::{Arc, OnceLock, Weak};
@@ -245,6 +247,8 @@ struct Runtime {
     compiled: FxHashMap<u64, Compiled>,
     /// The PDK by dotted name, for external plugin servers (`external`), made on first use.
     exposed: Option<Function>,
+    /// Finished coroutines, reused for the next waiting call (`yields`).
+    threads: Vec<mlua::Thread>,
 }
 
 thread_local! {
@@ -280,6 +284,7 @@ impl Runtime {
         let lua = Lua::new();
         let (kong, ngx) = pdk::install(&lua)?;
         ngx.set("shared", shared::table(&lua, &settings.shared)?)?;
+        yields::install_on(&lua, &ngx)?;
         // kong.cache reads ngx (now, shared) as a global when it runs.
         lua.globals().set("ngx", ngx.clone())?;
         let cache: Table = lua
@@ -303,6 +308,7 @@ impl Runtime {
             env,
             compiled: FxHashMap::default(),
             exposed: None,
+            threads: Vec::new(),
         })
     }
 
@@ -447,6 +453,15 @@ pub enum Outcome {
     Exit(Exit),
     /// A Lua error: the message, as Kong logs it.
     Failed(String),
+    /// The code waits for an operation (`yields`): perform it, then `resume_request`.
+    Yield(Suspended, Op),
+}
+
+/// A phase's functions, stopped while one of them waits.
+pub struct Suspended {
+    thread: mlua::Thread,
+    /// The function that waits; the ones after it run once it ends.
+    slot: usize,
 }
 
 /// Clears `CURRENT` when the call ends, however it ends.
@@ -476,48 +491,128 @@ pub(crate) fn run(code: &Code, phase: Phase, target: Target, ctx: *mut PluginCtx
         c.keep_logs = code.keep_logs;
     });
     let _guard = CallGuard;
-    // The functions are called in place: nothing the code can reach (the PDK) touches the
-    // runtime, and not cloning them saves a registry round trip per function per request.
     with_runtime(&code.settings, |rt| {
         if code.compiled(rt).is_none() {
             if let Err(e) = rt.compile(code) {
                 return Outcome::Failed(e.to_string());
             }
         }
-        let Some(compiled) = code.compiled(rt) else {
-            return Outcome::Failed("compiled functions missing".into());
+        // An operator's plugin may wait in the phases that can (`yields`).
+        let waits = code.trusted && phase == Phase::Access;
+        run_slots(rt, code, phase, 0, None, waits)
+    })
+    .unwrap_or_else(Outcome::Failed)
+}
+
+/// Carries on with a phase stopped at a wait, the operation `done`.
+pub fn resume_request(
+    code: &Code,
+    phase: Phase,
+    req: &mut AccessRequest<'_>,
+    suspended: Suspended,
+    done: Done,
+) -> Outcome {
+    let ctx: *mut PluginCtx = &mut *req.ctx;
+    CURRENT.with(|c| {
+        let mut c = c.borrow_mut();
+        c.target = Target::Request(std::ptr::from_mut(req).cast());
+        c.phase = phase;
+        c.plugin = code.plugin;
+        c.plugin_id = code.id;
+        c.ctx = ctx;
+        c.keep_logs = code.keep_logs;
+    });
+    let _guard = CallGuard;
+    with_runtime(&code.settings, |rt| {
+        if code.compiled(rt).is_none() {
+            return Outcome::Failed("the plugin's code changed while it waited".into());
+        }
+        let value = match yields::result_value(&rt.lua, done) {
+            Ok(v) => v,
+            Err(e) => return Outcome::Failed(e.to_string()),
         };
-        for slot in compiled.phases[phase as usize].iter_mut() {
-            let outcome = match slot {
-                Slot::Ready(f) => {
-                    let result = f.call::<()>(());
-                    ended(result, phase)
+        let Suspended { thread, slot } = suspended;
+        run_slots(rt, code, phase, slot, Some((thread, value)), true)
+    })
+    .unwrap_or_else(Outcome::Failed)
+}
+
+/// Runs the phase's functions from `start` (the first resuming `resumed`), in order.
+fn run_slots(
+    rt: &mut Runtime,
+    code: &Code,
+    phase: Phase,
+    start: usize,
+    mut resumed: Option<(mlua::Thread, Value)>,
+    waits: bool,
+) -> Outcome {
+    let count = code
+        .compiled(rt)
+        .map_or(0, |c| c.phases[phase as usize].len());
+    for i in start..count {
+        let outcome = if let Some((thread, value)) = resumed.take() {
+            match yields::drive(&mut rt.threads, thread, value) {
+                yields::Driven::Done(r) => ended(r, phase),
+                yields::Driven::Yielded(thread, op) => {
+                    return Outcome::Yield(Suspended { thread, slot: i }, op)
                 }
+            }
+        } else {
+            let Some(compiled) = code.compiled(rt) else {
+                return Outcome::Failed("compiled functions missing".into());
+            };
+            let slot = &mut compiled.phases[phase as usize][i];
+            // Kong's first run: a returned function is the handler from now on, and runs now.
+            let handler = match slot {
+                Slot::Ready(f) if !waits => {
+                    // Called in place: nothing the code can reach (the PDK) touches the
+                    // runtime, and not cloning saves a registry round trip per call.
+                    let r = f.call::<()>(());
+                    let outcome = ended(r, phase);
+                    if !matches!(outcome, Outcome::Continue) {
+                        return outcome;
+                    }
+                    continue;
+                }
+                Slot::Ready(f) => Ok(f.clone()),
                 Slot::First(f) => {
-                    // Kong's first run: a returned function is the handler from now on, and
-                    // runs now.
                     let result = f.call::<Value>(());
                     let exited = CURRENT.with(|c| c.borrow().exit.is_some());
                     match result {
                         Ok(Value::Function(h)) if !exited => {
                             *slot = Slot::Ready(h.clone());
-                            ended(h.call::<()>(()), phase)
+                            Ok(h)
                         }
                         other => {
                             let f = f.clone();
                             *slot = Slot::Ready(f);
-                            ended(other.map(|_| ()), phase)
+                            Err(ended(other.map(|_| ()), phase))
                         }
                     }
                 }
             };
-            if !matches!(outcome, Outcome::Continue) {
-                return outcome;
+            match handler {
+                Err(outcome) => outcome,
+                Ok(h) if !waits => ended(h.call::<()>(()), phase),
+                Ok(h) => {
+                    let thread = match yields::thread_for(&rt.lua, &mut rt.threads, h) {
+                        Ok(t) => t,
+                        Err(e) => return Outcome::Failed(e.to_string()),
+                    };
+                    match yields::drive(&mut rt.threads, thread, Value::Nil) {
+                        yields::Driven::Done(r) => ended(r, phase),
+                        yields::Driven::Yielded(thread, op) => {
+                            return Outcome::Yield(Suspended { thread, slot: i }, op)
+                        }
+                    }
+                }
             }
+        };
+        if !matches!(outcome, Outcome::Continue) {
+            return outcome;
         }
-        Outcome::Continue
-    })
-    .unwrap_or_else(Outcome::Failed)
+    }
+    Outcome::Continue
 }
 
 /// What one function's call means for the request.
@@ -549,6 +644,7 @@ pub fn run_certificate(code: &Code, hello: &CertificateRequest<'_>) -> Result<()
     };
     match run(code, Phase::Certificate, target, std::ptr::null_mut()) {
         Outcome::Continue => Ok(()),
+        Outcome::Yield(..) => Err("cannot wait in the certificate phase".into()),
         Outcome::Exit(e) => Err(format!("exited with {}", e.status.as_u16())),
         Outcome::Failed(e) => Err(e),
     }
@@ -762,7 +858,9 @@ impl crate::BodyFilter for LuaBodyFilter {
         );
         self.gathered = chunk.gathered;
         match outcome {
-            Outcome::Continue | Outcome::Exit(_) => chunk.piece.unwrap_or_default(),
+            Outcome::Continue | Outcome::Exit(_) | Outcome::Yield(..) => {
+                chunk.piece.unwrap_or_default()
+            }
             Outcome::Failed(e) => {
                 tracing::error!("[{}] body_filter: {e}", self.code.plugin);
                 piece

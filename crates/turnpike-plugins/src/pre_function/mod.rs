@@ -90,11 +90,37 @@ impl Serverless {
     }
 
     fn failed(&self, phase: Phase, e: &str) -> Exit {
-        tracing::error!("[{}] {}: {e}", self.code.plugin, phase.name());
-        Exit::message(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "An unexpected error occurred",
-        )
+        failed(&self.code, phase, e)
+    }
+}
+
+/// A Lua error in a request phase: logged, and the client gets Kong's 500.
+fn failed(code: &Code, phase: Phase, e: &str) -> Exit {
+    tracing::error!("[{}] {}: {e}", code.plugin, phase.name());
+    Exit::message(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "An unexpected error occurred",
+    )
+}
+
+/// The access phase's outcome as the proxy takes it: a wait (an operator's plugin calling out
+/// with `resty.http`, sleeping) is performed without holding the worker, then the code goes on
+/// from where it waited, as often as it waits.
+fn access_outcome(code: &Arc<Code>, outcome: Outcome) -> Access {
+    match outcome {
+        Outcome::Continue => Access::Continue,
+        Outcome::Exit(e) => Access::Exit(e),
+        Outcome::Failed(e) => Access::Exit(failed(code, Phase::Access, &e)),
+        Outcome::Yield(suspended, op) => {
+            let code = code.clone();
+            Access::Wait(Box::pin(async move {
+                let done = op.perform().await;
+                Box::new(move |req: &mut AccessRequest<'_>| {
+                    let outcome = lua::resume_request(&code, Phase::Access, req, suspended, done);
+                    access_outcome(&code, outcome)
+                }) as crate::Resume
+            }))
+        }
     }
 }
 
@@ -118,22 +144,20 @@ impl Handler for Serverless {
             Outcome::Continue => None,
             Outcome::Exit(e) => Some(e),
             Outcome::Failed(e) => Some(self.failed(Phase::Rewrite, &e)),
+            Outcome::Yield(..) => Some(self.failed(Phase::Rewrite, "cannot wait here")),
         }
     }
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {
         if !self.code.has(Phase::Access) {
             return Access::Continue;
         }
-        match lua::run_request(&self.code, Phase::Access, req) {
-            Outcome::Continue => Access::Continue,
-            Outcome::Exit(e) => Access::Exit(e),
-            Outcome::Failed(e) => Access::Exit(self.failed(Phase::Access, &e)),
-        }
+        let outcome = lua::run_request(&self.code, Phase::Access, req);
+        access_outcome(&self.code, outcome)
     }
     fn header_filter(&self, resp: &mut ResponseHead<'_>) -> Option<Box<dyn BodyFilter>> {
         if self.code.has(Phase::HeaderFilter) {
             match lua::run_response(&self.code, resp) {
-                Outcome::Continue | Outcome::Exit(_) => {}
+                Outcome::Continue | Outcome::Exit(_) | Outcome::Yield(..) => {}
                 // The head is the upstream's already: it goes out as the code left it.
                 Outcome::Failed(e) => {
                     tracing::error!("[{}] header_filter: {e}", self.code.plugin)

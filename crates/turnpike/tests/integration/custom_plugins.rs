@@ -219,3 +219,179 @@ async fn kongs_plugin_template_runs_unchanged() {
         Some("this is on the response")
     );
 }
+
+/// A server's own runtime, let go without waiting when the test ends (a runtime dropped in
+/// the test's async context would panic).
+struct OwnRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for OwnRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// An introspection endpoint for `token-introspect`: `token=good` is active (subject
+/// `alice`), anything else is not; the number of calls it answered.
+fn introspection_server() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    OwnRuntime,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let calls = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    rt.spawn(async move {
+        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                let svc =
+                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        let counted = counted.clone();
+                        async move {
+                            use http_body_util::BodyExt;
+                            counted.fetch_add(1, Ordering::SeqCst);
+                            let form = req.into_body().collect().await?.to_bytes();
+                            let body = if &form[..] == b"token=good" {
+                                r#"{"active": true, "sub": "alice"}"#
+                            } else {
+                                r#"{"active": false}"#
+                            };
+                            Ok::<_, hyper::Error>(
+                                http::Response::builder()
+                                    .header("content-type", "application/json")
+                                    .header("x-introspected-by", "idp-1")
+                                    .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+                                    .unwrap(),
+                            )
+                        }
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    (addr, calls, OwnRuntime(Some(rt)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_plugin_calls_out_with_resty_http_and_caches_with_kong_cache() {
+    use std::sync::atomic::Ordering;
+    let up = Upstream::start("introspected");
+    let (idp, calls, _idp_rt) = introspection_server();
+    let gw = with_plugin(
+        &format!(
+            r#"_format_version: "3.0"
+services:
+- name: s
+  url: {}
+  routes:
+  - name: r
+    paths: [/api]
+    plugins:
+    - name: token-introspect
+      config: {{introspection_url: "http://{idp}/introspect", pause: 0.05}}
+  - name: down
+    paths: [/down]
+    plugins:
+    - name: token-introspect
+      config: {{introspection_url: "http://127.0.0.1:1/introspect", timeout: 500}}
+"#,
+            up.url()
+        ),
+        "token-introspect",
+        &package_path(),
+    );
+    let with_token = |token: &str| vec![("authorization".to_string(), format!("Bearer {token}"))];
+    let call_with = async |path: &str, headers: Vec<(String, String)>| {
+        let h: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        call(gw.proxy, "GET", path, &h).await
+    };
+
+    // The plugin waited (ngx.sleep, then the HTTP call) and the request went on with what the
+    // introspection endpoint said.
+    let r = call_with("/api/x", with_token("good")).await;
+    assert_eq!(
+        r.status,
+        200,
+        "{}\n{}",
+        String::from_utf8_lossy(&r.body),
+        gw.log_text()
+    );
+    assert_eq!(r.json()["headers"]["x-subject"], "alice");
+    assert_eq!(r.json()["headers"]["x-introspected-by"], "idp-1");
+    // header_filter cannot call out: the call answers OpenResty's message.
+    assert_eq!(
+        r.header("x-header-filter-http"),
+        Some("API disabled in the context of header_filter")
+    );
+    // kong.cache kept the answer: no more calls for the same token on this worker; a few
+    // requests over new connections may land on the other worker (one call there).
+    for _ in 0..6 {
+        let r = call_with("/api/x", with_token("good")).await;
+        assert_eq!(r.json()["headers"]["x-subject"], "alice");
+    }
+    assert!(
+        calls.load(Ordering::SeqCst) <= 2,
+        "{}",
+        calls.load(Ordering::SeqCst)
+    );
+    // An inactive token is a cached miss: 401, and asked once per worker at most.
+    let before = calls.load(Ordering::SeqCst);
+    for _ in 0..4 {
+        let r = call_with("/api/x", with_token("bad")).await;
+        assert_eq!(
+            (r.status, r.json()),
+            (401, json!({"message": "inactive token"}))
+        );
+    }
+    assert!(calls.load(Ordering::SeqCst) - before <= 2);
+    // No token: the plugin's own answer, without waiting.
+    let r = call(gw.proxy, "GET", "/api/x", &[]).await;
+    assert_eq!((r.status, r.json()), (401, json!({"message": "no token"})));
+    // The endpoint is down: resty.http's error reaches the plugin, which answers 502.
+    let r = call_with("/down", with_token("good")).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (502, json!({"message": "introspection failed"}))
+    );
+    assert!(
+        gw.log_text().contains("introspection failed"),
+        "{}",
+        gw.log_text()
+    );
+    // Many requests at once: each waits on its own, none holds the worker for the others.
+    let t0 = std::time::Instant::now();
+    let all: Vec<_> = (0..20)
+        .map(|_| {
+            let proxy = gw.proxy;
+            tokio::spawn(async move {
+                call(proxy, "GET", "/api/x", &[("authorization", "Bearer good")])
+                    .await
+                    .status
+            })
+        })
+        .collect();
+    for t in all {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+    // 20 requests each sleeping 50 ms on 2 workers: far less than the 500 ms in a row.
+    assert!(t0.elapsed() < std::time::Duration::from_secs(5));
+}
