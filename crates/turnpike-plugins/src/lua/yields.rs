@@ -195,7 +195,7 @@ pub(super) fn thread_for(
 
 /// `resty.http` and `ngx.sleep`, in Lua over the yield above.
 pub(super) const MODULES: &str = r##"
-local OP_KEY, ngx = ...
+local OP_KEY, ngx, start_timer = ...
 local yield, isyieldable = coroutine.yield, coroutine.isyieldable
 local setmetatable, type, tostring, pairs = setmetatable, type, tostring, pairs
 
@@ -209,6 +209,27 @@ local function wait(op)
   op[OP_KEY] = op[OP_KEY] or "http"
   return yield(op)
 end
+
+-- ngx.timer.at / ngx.timer.every: the callback runs later on this worker, in a coroutine of
+-- its own (it may wait: resty.http, ngx.sleep), as premature = false; no request is in reach.
+local pack, unpack = table.pack or function(...) return { n = select("#", ...), ... } end, unpack
+ngx.timer = ngx.timer or {}
+ngx.timer.at = function(delay, callback, ...)
+  if type(delay) ~= "number" or delay < 0 then error("bad argument #1 to 'at' (delay must be a non-negative number)", 2) end
+  if type(callback) ~= "function" then error("bad argument #2 to 'at' (function expected)", 2) end
+  local args = pack(...)
+  return start_timer(delay, function() return callback(false, unpack(args, 1, args.n)) end, false)
+end
+ngx.timer.every = function(delay, callback, ...)
+  if type(delay) ~= "number" or delay <= 0 then error("bad argument #1 to 'every' (delay must be a positive number)", 2) end
+  if type(callback) ~= "function" then error("bad argument #2 to 'every' (function expected)", 2) end
+  local args = pack(...)
+  return start_timer(delay, function() return callback(false, unpack(args, 1, args.n)) end, true)
+end
+ngx.timer.running_count = function() return 0 end
+ngx.timer.pending_count = function() return 0 end
+ngx.worker = ngx.worker or {}
+ngx.worker.exiting = ngx.worker.exiting or function() return false end
 
 ngx.sleep = function(seconds)
   if not isyieldable() then error(disabled(), 2) end
@@ -319,15 +340,100 @@ function client:close() return 1 end
 return http
 "##;
 
-/// Installs `ngx.sleep` and `resty.http` (in `package.loaded`) in a new state.
+/// Installs `ngx.sleep`, `ngx.timer` and `resty.http` (in `package.loaded`) in a new state.
 pub(super) fn install_on(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
-    let http: Table = lua
-        .load(MODULES)
-        .set_name("=resty.http")
-        .call((OP_KEY, ngx.clone()))?;
+    let start_timer = lua.create_function(
+        |lua,
+         (delay, f, every): (f64, mlua::Function, bool)|
+         -> mlua::Result<(bool, Option<String>)> {
+            match start_timer(lua, delay, f, every) {
+                Ok(()) => Ok((true, None)),
+                Err(e) => Ok((false, Some(e))),
+            }
+        },
+    )?;
+    let http: Table =
+        lua.load(MODULES)
+            .set_name("=resty.http")
+            .call((OP_KEY, ngx.clone(), start_timer))?;
     let loaded: Table = lua.globals().get::<Table>("package")?.get("loaded")?;
     loaded.set("resty.http", http)?;
     Ok(())
+}
+
+/// Most timers a worker keeps pending at once (nginx's `lua_max_pending_timers` default).
+const MAX_PENDING_TIMERS: usize = 1024;
+
+thread_local! {
+    static PENDING_TIMERS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Runs `f` after `delay` seconds (then every `delay` seconds when `every`) on this worker, as
+/// a task of its own: each run in a coroutine, its waits performed as they come.
+fn start_timer(lua: &Lua, delay: f64, f: mlua::Function, every: bool) -> Result<(), String> {
+    if PENDING_TIMERS.get() >= MAX_PENDING_TIMERS {
+        return Err("too many pending timers".into());
+    }
+    // Timers need the worker's task set; outside one (a tool, a unit test) there is none.
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Err("no timer support outside a worker".into());
+    }
+    let weak = lua.weak();
+    let plugin = super::CURRENT.with(|c| c.borrow().plugin);
+    let delay = std::time::Duration::from_secs_f64(delay.clamp(0.0, 365.0 * 86400.0));
+    PENDING_TIMERS.set(PENDING_TIMERS.get() + 1);
+    let task = async move {
+        loop {
+            tokio::time::sleep(delay).await;
+            let Some(lua) = weak.try_upgrade() else { break };
+            let thread = match lua.create_thread(f.clone()) {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::error!("timer: {e}");
+                    break;
+                }
+            };
+            let mut arg = Value::Nil;
+            let mut pool = Vec::new();
+            loop {
+                // No request: the PDK's request functions say so; logs name the plugin.
+                super::CURRENT.with(|c| {
+                    let mut c = c.borrow_mut();
+                    c.target = super::Target::None;
+                    c.phase = super::Phase::Log;
+                    c.plugin = plugin;
+                    c.ctx = std::ptr::null_mut();
+                });
+                let driven = drive(&mut pool, thread.clone(), arg);
+                super::CURRENT.with(|c| c.borrow_mut().plugin = "");
+                match driven {
+                    Driven::Done(Ok(())) => break,
+                    Driven::Done(Err(e)) => {
+                        tracing::error!("lua entry thread aborted: runtime error: {e}");
+                        break;
+                    }
+                    Driven::Yielded(_, op) => {
+                        let done = op.perform().await;
+                        arg = match result_value(&lua, done) {
+                            Ok(v) => v,
+                            Err(_) => Value::Nil,
+                        };
+                    }
+                }
+            }
+            if !every {
+                break;
+            }
+        }
+        PENDING_TIMERS.set(PENDING_TIMERS.get().saturating_sub(1));
+    };
+    let spawned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        tokio::task::spawn_local(task);
+    }));
+    spawned.map_err(|_| {
+        PENDING_TIMERS.set(PENDING_TIMERS.get().saturating_sub(1));
+        "no timer support outside a worker".to_string()
+    })
 }
 
 async fn http_call(call: HttpCall) -> Result<HttpResponse, String> {

@@ -237,6 +237,7 @@ impl Drop for OwnRuntime {
 fn introspection_server() -> (
     std::net::SocketAddr,
     std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     OwnRuntime,
 ) {
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -250,6 +251,8 @@ fn introspection_server() -> (
     let addr = listener.local_addr().unwrap();
     let calls = std::sync::Arc::new(AtomicUsize::new(0));
     let counted = calls.clone();
+    let logs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let logged = logs.clone();
     rt.spawn(async move {
         let listener = tokio::net::TcpListener::from_std(listener).unwrap();
         loop {
@@ -257,14 +260,22 @@ fn introspection_server() -> (
                 continue;
             };
             let counted = counted.clone();
+            let logged = logged.clone();
             tokio::spawn(async move {
                 let svc =
                     hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
                         let counted = counted.clone();
+                        let logged = logged.clone();
                         async move {
                             use http_body_util::BodyExt;
-                            counted.fetch_add(1, Ordering::SeqCst);
+                            let is_log = req.uri().path() == "/log";
                             let form = req.into_body().collect().await?.to_bytes();
+                            if is_log {
+                                let entry = String::from_utf8_lossy(&form).into_owned();
+                                logged.lock().unwrap().push(entry);
+                            } else {
+                                counted.fetch_add(1, Ordering::SeqCst);
+                            }
                             let body = if &form[..] == b"token=good" {
                                 r#"{"active": true, "sub": "alice"}"#
                             } else {
@@ -285,14 +296,14 @@ fn introspection_server() -> (
             });
         }
     });
-    (addr, calls, OwnRuntime(Some(rt)))
+    (addr, calls, logs, OwnRuntime(Some(rt)))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_custom_plugin_calls_out_with_resty_http_and_caches_with_kong_cache() {
     use std::sync::atomic::Ordering;
     let up = Upstream::start("introspected");
-    let (idp, calls, _idp_rt) = introspection_server();
+    let (idp, calls, logs, _idp_rt) = introspection_server();
     let gw = with_plugin(
         &format!(
             r#"_format_version: "3.0"
@@ -304,7 +315,7 @@ services:
     paths: [/api]
     plugins:
     - name: token-introspect
-      config: {{introspection_url: "http://{idp}/introspect", pause: 0.05}}
+      config: {{introspection_url: "http://{idp}/introspect", pause: 0.05, log_url: "http://{idp}/log"}}
   - name: down
     paths: [/down]
     plugins:
@@ -394,4 +405,19 @@ services:
     }
     // 20 requests each sleeping 50 ms on 2 workers: far less than the 500 ms in a row.
     assert!(t0.elapsed() < std::time::Duration::from_secs(5));
+    // The log phase's timer shipped each entry (Kong's serialized one) over HTTP.
+    assert!(
+        eventually(std::time::Duration::from_secs(10), async || logs
+            .lock()
+            .unwrap()
+            .len()
+            >= 30)
+        .await,
+        "{} entries\n{}",
+        logs.lock().unwrap().len(),
+        gw.log_text()
+    );
+    let first: serde_json::Value = serde_json::from_str(&logs.lock().unwrap()[0]).unwrap();
+    assert_eq!(first["request"]["uri"], "/api/x", "{first}");
+    assert_eq!(first["response"]["status"], 200, "{first}");
 }

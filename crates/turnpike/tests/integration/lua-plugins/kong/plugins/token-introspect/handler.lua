@@ -57,4 +57,26 @@ function TokenIntrospect:header_filter(conf)
   kong.response.set_header("X-Header-Filter-Http", err or "allowed?")
 end
 
+-- The log phase cannot call out; a timer can (as Kong's own log plugins do).
+local function ship(premature, url, entry)
+  if premature then return end
+  local res, err = http.new():request_uri(url, {
+    method = "POST",
+    body = cjson.encode(entry),
+    headers = { ["Content-Type"] = "application/json" },
+  })
+  if not res then
+    kong.log.err("could not ship the log entry: ", err)
+  end
+end
+
+function TokenIntrospect:log(conf)
+  if conf.log_url then
+    local ok, err = ngx.timer.at(0, ship, conf.log_url, kong.log.serialize())
+    if not ok then
+      kong.log.err("could not start a timer: ", err)
+    end
+  end
+end
+
 return TokenIntrospect

@@ -14,6 +14,7 @@ return {
           { ttl = { type = "number", default = 60 } },
           { timeout = { type = "integer", default = 2000 } },
           { pause = { type = "number", default = 0 } },
+          { log_url = typedefs.url },
         },
       },
     },
