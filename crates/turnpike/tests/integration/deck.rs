@@ -378,3 +378,75 @@ consumers:
         "{out}"
     );
 }
+
+/// decK manages an operator's own plugins as bundled ones: a Lua plugin found through
+/// `lua_package_path` and a Python PDK plugin from its plugin server; validate, sync (the
+/// schema's defaults filled in), a clean second diff, a dump that syncs back unchanged, and a
+/// config its schema refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deck_manages_custom_and_external_plugins() {
+    let up = Upstream::start("deck-custom");
+    let servers = tempfile::tempdir().unwrap();
+    let mut builder = Gateway::sqlite().env(
+        "TURNPIKE_LUA_PACKAGE_PATH",
+        &format!(
+            "{}/tests/integration/lua-plugins/?.lua;;",
+            env!("CARGO_MANIFEST_DIR")
+        ),
+    );
+    for (k, v) in crate::external_plugins::py_greeter_env(servers.path()) {
+        builder = builder.env(&k, &v);
+    }
+    let gw = builder
+        .env("TURNPIKE_PLUGINS", "bundled,greeting,py-greeter")
+        .start();
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let yaml = format!(
+        r#"_format_version: "3.0"
+services:
+- name: s
+  url: {}
+  routes:
+  - name: r
+    paths: [/g]
+    plugins:
+    - name: greeting
+      config:
+        greeting: hey
+        times: 2
+    - name: py-greeter
+      config:
+        message: deck
+"#,
+        up.url()
+    );
+    std::fs::write(dir.join("custom.yaml"), &yaml).unwrap();
+    ok(&gw, dir, &["gateway", "validate", "custom.yaml"]);
+    let out = ok(&gw, dir, &["gateway", "sync", "custom.yaml"]);
+    assert_eq!(summary(&out), (4, 0, 0), "{out}");
+    let out = ok(&gw, dir, &["gateway", "diff", "custom.yaml"]);
+    assert_eq!(summary(&out), (0, 0, 0), "{out}");
+    ok(&gw, dir, &["gateway", "dump", "-o", "dump.yml", "--yes"]);
+    let dump = std::fs::read_to_string(dir.join("dump.yml")).unwrap();
+    // The schemas' defaults are in the dump, as Kong's would be.
+    assert!(dump.contains("header_name: X-Greeting"), "{dump}");
+    assert!(dump.contains("deny_header: x-deny"), "{dump}");
+    let out = ok(&gw, dir, &["gateway", "sync", "dump.yml"]);
+    assert_eq!(summary(&out), (0, 0, 0), "{out}");
+    // Both run on what decK synced.
+    let mut seen = serde_json::Value::Null;
+    assert!(
+        eventually(std::time::Duration::from_secs(10), async || {
+            seen = get(gw.proxy, "x", "/g").await.json()["headers"].clone();
+            seen["x-greeting"] == "hey,hey" && seen["x-py-greeting"] == "deck x"
+        })
+        .await,
+        "{seen}"
+    );
+    // A config the plugin's schema refuses is refused, with the field named.
+    std::fs::write(dir.join("bad.yaml"), yaml.replace("times: 2", "times: 9")).unwrap();
+    let (success, out) = run_deck(&gw, dir, &["gateway", "sync", "bad.yaml"]);
+    assert!(!success, "{out}");
+    assert!(out.contains("times"), "{out}");
+}

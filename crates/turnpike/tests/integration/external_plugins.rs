@@ -50,7 +50,7 @@ fn python_path() -> &'static str {
 
 /// The gateway's environment for the Python fixture `py-greeter`: its server's socket in
 /// `dir`, started and queried as Kong's documentation has it.
-fn py_greeter_env(dir: &Path) -> Vec<(String, String)> {
+pub(crate) fn py_greeter_env(dir: &Path) -> Vec<(String, String)> {
     let script = fixture("py-greeter.py");
     let pp = python_path();
     vec![
