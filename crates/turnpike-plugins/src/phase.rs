@@ -358,6 +358,14 @@ pub trait Handler: Send + Sync {
     fn rewrite(&self, _req: &mut AccessRequest<'_>) -> Option<Exit> {
         None
     }
+    /// The rewrite phase as the proxy runs it: `rewrite`, unless the plugin may wait there
+    /// (an operator's plugin calling out), which answers as `access` does.
+    fn rewrite_waiting(&self, req: &mut AccessRequest<'_>) -> Access {
+        match self.rewrite(req) {
+            Some(e) => Access::Exit(e),
+            None => Access::Continue,
+        }
+    }
     /// Kong's access phase, in PRIORITY order: may authenticate, change the request, or
     /// answer it (`Access::Exit`) instead of the upstream.
     fn access(&self, _req: &mut AccessRequest<'_>) -> Access {

@@ -18,6 +18,8 @@ pub(crate) struct TestRequest {
     pub body: Option<Bytes>,
     pub ctx: PluginCtx,
     pub upstream: UpstreamRequest,
+    /// The connection's peer is one of `trusted_ips`.
+    pub trusted: bool,
 }
 
 #[cfg(test)]
@@ -32,6 +34,7 @@ impl TestRequest {
             body: None,
             ctx: PluginCtx::default(),
             upstream: UpstreamRequest::default(),
+            trusted: false,
         }
     }
 
@@ -45,6 +48,7 @@ impl TestRequest {
         let mut req = AccessRequest {
             body: self.body.clone(),
             route_id: "r",
+            trusted: self.trusted,
             ..AccessRequest::new(
                 self.method,
                 "/",

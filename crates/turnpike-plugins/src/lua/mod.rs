@@ -63,6 +63,8 @@ pub struct Settings {
     /// `kong.cache`'s defaults, in seconds (0: no expiry): `db_cache_ttl`, `db_cache_neg_ttl`.
     pub cache_ttl: f64,
     pub cache_neg_ttl: f64,
+    /// The node's id (`kong.node.get_id()`).
+    pub node_id: String,
 }
 
 impl Settings {
@@ -93,6 +95,7 @@ impl Settings {
             shared: Arc::default(),
             cache_ttl: 0.0,
             cache_neg_ttl: 0.0,
+            node_id: String::new(),
         })
     }
 }
@@ -292,6 +295,7 @@ impl Runtime {
             .set_name("=kong.cache")
             .call((settings.cache_ttl, settings.cache_neg_ttl))?;
         kong.set("cache", cache)?;
+        pdk::install_node(&lua, &kong, &settings.node_id)?;
         let env = sandbox::environment(&lua, settings, &kong, &ngx)?;
         // Trusted code (custom plugins) runs in `_G`: the PDK there too, and `require` looking
         // in `lua_package_path` first. Sandboxed chunks never reach `_G`.
@@ -498,7 +502,7 @@ pub(crate) fn run(code: &Code, phase: Phase, target: Target, ctx: *mut PluginCtx
             }
         }
         // An operator's plugin may wait in the phases that can (`yields`).
-        let waits = code.trusted && phase == Phase::Access;
+        let waits = code.trusted && matches!(phase, Phase::Rewrite | Phase::Access);
         run_slots(rt, code, phase, 0, None, waits)
     })
     .unwrap_or_else(Outcome::Failed)
@@ -673,150 +677,6 @@ pub fn run_log(code: &Code, entry: &crate::log::LogEntry<'_>) -> Outcome {
     run(code, Phase::Log, target, ctx)
 }
 
-/// Kong's `custom_fields_by_lua` (file-log, http-log): per field of the serialized log entry,
-/// Lua whose return value the field takes (`nil` removes it); a dotted name reaches into
-/// nested objects (`request.headers.x`).
-pub struct LogFields {
-    code: Code,
-    names: Vec<String>,
-}
-
-impl LogFields {
-    /// `None` when the map is empty.
-    pub fn new(
-        plugin: &'static str,
-        fields: Option<&serde_json::Map<String, serde_json::Value>>,
-        settings: &Arc<Settings>,
-    ) -> Option<LogFields> {
-        let map = fields.filter(|m| !m.is_empty())?;
-        let names: Vec<String> = map.keys().cloned().collect();
-        let exprs: Vec<String> = map
-            .values()
-            .map(|v| v.as_str().unwrap_or_default().to_string())
-            .collect();
-        let mut phases: [Vec<String>; 6] = Default::default();
-        phases[Phase::Log as usize] = exprs;
-        Some(LogFields {
-            code: Code::new(plugin, phases, settings.clone()),
-            names,
-        })
-    }
-
-    /// Sets the fields in `json` (the entry `to_json` made of `entry`).
-    pub fn apply(&self, entry: &crate::log::LogEntry<'_>, json: &mut serde_json::Value) {
-        let ctx = entry.ctx.map_or(std::ptr::null_mut(), |c| {
-            c as *const PluginCtx as *mut PluginCtx
-        });
-        self.run(Target::Log(std::ptr::from_ref(entry).cast()), ctx, json);
-    }
-
-    /// The same for a stream session's entry (Kong runs `custom_fields_by_lua` in the stream
-    /// subsystem's log phase too).
-    pub fn apply_stream(
-        &self,
-        entry: &crate::log::StreamLogEntry<'_>,
-        json: &mut serde_json::Value,
-    ) {
-        let target = Target::StreamLog(std::ptr::from_ref(entry).cast());
-        self.run(target, std::ptr::null_mut(), json);
-    }
-
-    fn run(&self, target: Target, ctx: *mut PluginCtx, json: &mut serde_json::Value) {
-        CURRENT.with(|c| {
-            let mut c = c.borrow_mut();
-            c.target = target;
-            c.phase = Phase::Log;
-            c.plugin = self.code.plugin;
-            c.plugin_id = self.code.id;
-            c.ctx = ctx;
-        });
-        let _guard = CallGuard;
-        let values: Vec<Result<Option<serde_json::Value>, String>> =
-            with_runtime(&self.code.settings, |rt| {
-                if self.code.compiled(rt).is_none() {
-                    if let Err(e) = rt.compile(&self.code) {
-                        return vec![Err(e.to_string())];
-                    }
-                }
-                let lua = &rt.lua;
-                rt.compiled[&self.code.id].phases[Phase::Log as usize]
-                    .iter()
-                    .map(|slot| {
-                        let (Slot::First(f) | Slot::Ready(f)) = slot;
-                        match f.call::<Value>(()) {
-                            Ok(Value::Nil) => Ok(None),
-                            Ok(v) => {
-                                use mlua::LuaSerdeExt;
-                                lua.from_value::<serde_json::Value>(v)
-                                    .map(Some)
-                                    .map_err(|e| e.to_string())
-                            }
-                            Err(e) => Err(e.to_string()),
-                        }
-                    })
-                    .collect()
-            })
-            .unwrap_or_else(|e| vec![Err(e)]);
-        for (name, value) in self.names.iter().zip(values) {
-            match value {
-                Ok(v) => set_path(json, name, v),
-                Err(e) => {
-                    tracing::error!("[{}] custom_fields_by_lua '{name}': {e}", self.code.plugin)
-                }
-            }
-        }
-    }
-}
-
-/// Sets (or with `None` removes) the field at a dotted path, making objects on the way.
-fn set_path(json: &mut serde_json::Value, path: &str, value: Option<serde_json::Value>) {
-    let mut parts = path.split('.').peekable();
-    let mut at = json;
-    while let Some(part) = parts.next() {
-        if !at.is_object() {
-            *at = serde_json::Value::Object(Default::default());
-        }
-        let Some(obj) = at.as_object_mut() else {
-            return;
-        };
-        if parts.peek().is_none() {
-            match value {
-                Some(v) => {
-                    obj.insert(part.to_string(), v);
-                }
-                None => {
-                    obj.remove(part);
-                }
-            }
-            return;
-        }
-        at = obj
-            .entry(part.to_string())
-            .or_insert_with(|| serde_json::Value::Object(Default::default()));
-    }
-}
-
-/// Checks a `custom_fields_by_lua` map: each value is Lua the node would load.
-pub fn check_log_fields(
-    plugin: &str,
-    config: &serde_json::Value,
-    settings: &Arc<Settings>,
-) -> Vec<(String, String)> {
-    let mut errs = Vec::new();
-    if let Some(map) = config["custom_fields_by_lua"].as_object() {
-        for (k, v) in map {
-            let res = match v.as_str() {
-                Some(code) => check(plugin, code, settings),
-                None => Err("expected a string".into()),
-            };
-            if let Err(e) = res {
-                errs.push((format!("custom_fields_by_lua.{k}"), e));
-            }
-        }
-    }
-    errs
-}
-
 /// The body_filter phase of one response: its `kong.ctx` tables are taken from the request's
 /// context when the header_filter phase builds it, since the body outlives that borrow.
 pub struct LuaBodyFilter {
@@ -872,136 +732,8 @@ impl crate::BodyFilter for LuaBodyFilter {
 #[cfg(test)]
 mod tests;
 
-/// A log entry as the log plugins send it: Kong's serialized JSON, with the plugin's
-/// `custom_fields_by_lua` applied when it has them (which need the `Value`); without, written
-/// straight to text.
-pub fn log_text(entry: &crate::log::LogEntry<'_>, fields: Option<&LogFields>) -> String {
-    match fields {
-        Some(f) => {
-            let mut json = entry.to_json();
-            f.apply(entry, &mut json);
-            json.to_string()
-        }
-        None => entry.to_json_text(),
-    }
-}
+mod inspect;
+mod log_fields;
 
-/// A stream session's log entry as the log plugins send it, with `custom_fields_by_lua`.
-pub fn stream_log_text(
-    entry: &crate::log::StreamLogEntry<'_>,
-    fields: Option<&LogFields>,
-) -> String {
-    match fields {
-        Some(f) => {
-            let mut json = entry.to_json();
-            f.apply_stream(entry, &mut json);
-            json.to_string()
-        }
-        None => entry.to_json_text(),
-    }
-}
-
-/// What a custom plugin's modules say of it, read once at start (`crate::custom`): its
-/// handler's `PRIORITY`, `VERSION` and phase functions, and its schema table as JSON
-/// (functions, such as custom validators, left out).
-pub struct ModuleInfo {
-    pub priority: Option<i64>,
-    pub version: Option<String>,
-    pub phases: Vec<Phase>,
-    pub schema: serde_json::Value,
-    /// Whether a module of the plugin's folder reads or replaces the request body (the proxy
-    /// then reads it before the access phase, as for the serverless plugins).
-    pub wants_body: bool,
-}
-
-/// Kong's `kong.db.schema.typedefs` as far as a plugin's schema uses them: the field
-/// definitions (type, default, bounds) a schema embeds.
-const TYPEDEFS: &str = r##"
-local t = {}
-local http = { "grpc", "grpcs", "http", "https" }
-local all = { "grpc", "grpcs", "http", "https", "tcp", "tls", "tls_passthrough", "udp", "ws", "wss" }
-t.protocols = { type = "set", required = true, default = all, elements = { type = "string", one_of = all } }
-t.protocols_http = { type = "set", required = true, default = http, elements = { type = "string", one_of = http } }
-t.no_consumer = { type = "foreign", reference = "consumers", eq = ngx and ngx.null or nil }
-t.no_route = { type = "foreign", reference = "routes", eq = ngx and ngx.null or nil }
-t.no_service = { type = "foreign", reference = "services", eq = ngx and ngx.null or nil }
-t.consumer = { type = "foreign", reference = "consumers" }
-t.route = { type = "foreign", reference = "routes" }
-t.service = { type = "foreign", reference = "services" }
-t.host = { type = "string" }
-t.port = { type = "integer", between = { 0, 65535 } }
-t.path = { type = "string" }
-t.url = { type = "string" }
-t.timeout = { type = "integer", between = { 0, 2147483646 } }
-t.header_name = { type = "string" }
-t.http_method = { type = "string" }
-t.ip = { type = "string" }
-t.cidr = { type = "string" }
-t.tags = { type = "set", elements = { type = "string" } }
-t.name = { type = "string" }
-t.uuid = { type = "string" }
-t.key = { type = "string" }
-t.lua_code = { type = "map", keys = { type = "string" }, values = { type = "string" } }
--- A typedef called with overrides (`typedefs.host { required = true }`) gives a copy.
-for name, def in pairs(t) do
-  setmetatable(def, { __call = function(self, over)
-    local copy = {}
-    for k, v in pairs(self) do copy[k] = v end
-    for k, v in pairs(over or {}) do copy[k] = v end
-    return copy
-  end })
-end
-return t
-"##;
-
-/// Loads `kong.plugins.<name>.handler` and `.schema` through `lua_package_path`, in a state of
-/// their own (the PDK installed, as the worker's), and reads what the registry needs.
-pub fn inspect_plugin(settings: &Settings, name: &str) -> Result<ModuleInfo, String> {
-    use mlua::LuaSerdeExt;
-    let rt = Runtime::new(settings).map_err(|e| format!("cannot start Lua: {e}"))?;
-    let lua = &rt.lua;
-    let run = || -> mlua::Result<ModuleInfo> {
-        let package: Table = lua.globals().get("package")?;
-        let preload: Table = package.get("preload")?;
-        let typedefs = lua.load(TYPEDEFS).set_name("=kong.db.schema.typedefs");
-        preload.set("kong.db.schema.typedefs", typedefs.into_function()?)?;
-        let require: Function = lua.globals().get("require")?;
-        let handler: Table = require.call(format!("kong.plugins.{name}.handler"))?;
-        let schema: Table = require.call(format!("kong.plugins.{name}.schema"))?;
-        let phases = Phase::ALL
-            .into_iter()
-            .filter(|p| !matches!(p, Phase::Certificate))
-            .filter(|p| matches!(handler.get::<Value>(p.name()), Ok(Value::Function(_))))
-            .collect();
-        // The plugin's folder, where `require` found its handler: its modules' text.
-        let searchpath: Function = package.get("searchpath")?;
-        let path: String = package.get("path")?;
-        let found: Option<String> =
-            searchpath.call((format!("kong.plugins.{name}.handler"), path))?;
-        let wants_body = found
-            .as_deref()
-            .and_then(|f| std::path::Path::new(f).parent())
-            .and_then(|dir| std::fs::read_dir(dir).ok())
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.path().extension().is_some_and(|x| x == "lua"))
-            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-            .any(|text| {
-                ["get_raw_body", "get_body", "set_raw_body", "read_body"]
-                    .iter()
-                    .any(|f| text.contains(f))
-            });
-        let options = mlua::serde::DeserializeOptions::new()
-            .deny_unsupported_types(false)
-            .deny_recursive_tables(false);
-        Ok(ModuleInfo {
-            priority: handler.get::<Option<i64>>("PRIORITY")?,
-            version: handler.get::<Option<String>>("VERSION")?,
-            phases,
-            schema: lua.from_value_with(Value::Table(schema), options)?,
-            wants_body,
-        })
-    };
-    run().map_err(|e| first_line(&e.to_string()).to_string())
-}
+pub use inspect::{inspect_plugin, ModuleInfo};
+pub use log_fields::{check_log_fields, log_text, stream_log_text, LogFields};

@@ -361,9 +361,9 @@ fn custom_fields_are_checked_and_set_at_dotted_paths() {
     assert_eq!(errs.len(), 1);
     assert_eq!(errs[0].0, "custom_fields_by_lua.bad");
     let mut j = json!({"request": {"size": 1}, "gone": true});
-    super::set_path(&mut j, "request.headers.x", Some(json!("v")));
-    super::set_path(&mut j, "gone", None);
-    super::set_path(&mut j, "top", Some(json!(2)));
+    super::log_fields::set_path(&mut j, "request.headers.x", Some(json!("v")));
+    super::log_fields::set_path(&mut j, "gone", None);
+    super::log_fields::set_path(&mut j, "top", Some(json!(2)));
     assert_eq!(
         j,
         json!({"request": {"size": 1, "headers": {"x": "v"}}, "top": 2})
@@ -497,4 +497,80 @@ fn a_kong_cache_invalidation_reaches_the_other_workers() {
         });
     });
     assert_eq!(read(&reader), "2");
+}
+
+#[test]
+fn forwarded_getters_methods_bodies_tables_and_the_node() {
+    let h = handler(json!({"access": [
+        "local ok, e = pcall(function() kong.service.request.set_header('x-out', table.concat({ \
+           kong.request.get_forwarded_scheme(), kong.request.get_forwarded_host(), \
+           kong.request.get_forwarded_port(), kong.request.get_forwarded_path(), \
+           tostring(kong.request.get_forwarded_prefix()) }, '|')) \
+         kong.service.request.set_method('PUT') \
+         local ok, err = pcall(kong.service.request.set_method, 'BREW') \
+         kong.service.request.set_header('x-bad-method', tostring(err):match('invalid method: %w+')) \
+         kong.service.request.set_body({ a = 1 }, 'application/json') \
+         local t = kong.table.merge({ x = 1 }, { y = 2 }) kong.table.clear(t) \
+         kong.service.request.set_header('x-table', tostring(next(t))) \
+         kong.service.request.set_header('x-node', type(kong.node.get_id()) .. ',' .. type(kong.node.get_hostname())) end) \
+         if not ok then kong.response.exit(599, tostring(e)) end"
+    ]}));
+    let mut req = TestRequest::new();
+    req.headers
+        .insert("host", HeaderValue::from_static("gw.test:8000"));
+    req.headers
+        .insert("x-forwarded-proto", HeaderValue::from_static("HTTPS"));
+    req.headers.insert(
+        "x-forwarded-host",
+        HeaderValue::from_static("public.test:443"),
+    );
+    req.headers
+        .insert("x-forwarded-port", HeaderValue::from_static("443"));
+    req.headers
+        .insert("x-forwarded-prefix", HeaderValue::from_static("/api"));
+    req.body = Some(Bytes::from_static(b"old"));
+    // Not from a trusted address: the request's own values.
+    match req.run(&h) {
+        Access::Continue => {}
+        Access::Exit(e) => panic!("{}: {}", e.status, String::from_utf8_lossy(&e.body)),
+        Access::Wait(_) => panic!("waits"),
+    }
+    assert_eq!(req.headers.get("x-out").unwrap(), "http|gw.test|8000|/|nil");
+    assert_eq!(req.upstream.method, Some(http::Method::PUT));
+    assert_eq!(
+        req.headers.get("x-bad-method").unwrap(),
+        "invalid method: BREW"
+    );
+    assert_eq!(
+        req.headers
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_string()),
+        Some("application/json".to_string()),
+        "{:?} {:?}",
+        req.headers,
+        req.body
+    );
+    assert_eq!(req.headers.get("x-table").unwrap(), "nil");
+    assert_eq!(req.headers.get("x-node").unwrap(), "string,string");
+    // From a trusted one: the X-Forwarded-* values.
+    let mut req = TestRequest::new();
+    req.trusted = true;
+    req.headers
+        .insert("host", HeaderValue::from_static("gw.test:8000"));
+    req.headers
+        .insert("x-forwarded-proto", HeaderValue::from_static("HTTPS"));
+    req.headers.insert(
+        "x-forwarded-host",
+        HeaderValue::from_static("public.test:443"),
+    );
+    req.headers
+        .insert("x-forwarded-port", HeaderValue::from_static("443"));
+    req.headers
+        .insert("x-forwarded-prefix", HeaderValue::from_static("/api"));
+    req.body = Some(Bytes::from_static(b"old"));
+    assert!(matches!(req.run(&h), Access::Continue));
+    assert_eq!(
+        req.headers.get("x-out").unwrap(),
+        "https|public.test|443|/|/api"
+    );
 }

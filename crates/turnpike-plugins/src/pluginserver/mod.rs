@@ -216,6 +216,7 @@ impl ExternalPlugin {
             phases = phases
                 | match p.as_str() {
                     "access" => Phases::ACCESS,
+                    "rewrite" => Phases::REWRITE,
                     "log" => Phases::LOG,
                     other => {
                         return Err(at(format!(
@@ -669,7 +670,14 @@ impl Handler for ExternalHandler {
         self.inner.plugin.phases
     }
 
+    fn rewrite_waiting(&self, _req: &mut AccessRequest<'_>) -> Access {
+        self.begin(Phase::Rewrite, "rewrite")
+    }
+
     fn access(&self, _req: &mut AccessRequest<'_>) -> Access {
+        if !self.inner.plugin.phases.has(Phases::ACCESS) {
+            return Access::Continue;
+        }
         self.begin(Phase::Access, "access")
     }
 

@@ -70,9 +70,15 @@ impl Serverless {
         // The body is read ahead only for code that asks for it (a name search: reading it
         // for every request would cost every request a buffer).
         let wants_body = phases.iter().flatten().any(|src| {
-            ["get_raw_body", "get_body", "set_raw_body", "read_body"]
-                .iter()
-                .any(|f| src.contains(f))
+            [
+                "get_raw_body",
+                "get_body",
+                "set_raw_body",
+                "set_body",
+                "read_body",
+            ]
+            .iter()
+            .any(|f| src.contains(f))
         });
         Serverless {
             code: Arc::new(Code::new(plugin, phases, lua)),
@@ -103,21 +109,21 @@ fn failed(code: &Code, phase: Phase, e: &str) -> Exit {
     )
 }
 
-/// The access phase's outcome as the proxy takes it: a wait (an operator's plugin calling out
-/// with `resty.http`, sleeping) is performed without holding the worker, then the code goes on
-/// from where it waited, as often as it waits.
-fn access_outcome(code: &Arc<Code>, outcome: Outcome) -> Access {
+/// A rewrite or access phase's outcome as the proxy takes it: a wait (an operator's plugin
+/// calling out with `resty.http`, sleeping) is performed without holding the worker, then the
+/// code goes on from where it waited, as often as it waits.
+fn request_outcome(code: &Arc<Code>, phase: Phase, outcome: Outcome) -> Access {
     match outcome {
         Outcome::Continue => Access::Continue,
         Outcome::Exit(e) => Access::Exit(e),
-        Outcome::Failed(e) => Access::Exit(failed(code, Phase::Access, &e)),
+        Outcome::Failed(e) => Access::Exit(failed(code, phase, &e)),
         Outcome::Yield(suspended, op) => {
             let code = code.clone();
             Access::Wait(Box::pin(async move {
                 let done = op.perform().await;
                 Box::new(move |req: &mut AccessRequest<'_>| {
-                    let outcome = lua::resume_request(&code, Phase::Access, req, suspended, done);
-                    access_outcome(&code, outcome)
+                    let outcome = lua::resume_request(&code, phase, req, suspended, done);
+                    request_outcome(&code, phase, outcome)
                 }) as crate::Resume
             }))
         }
@@ -147,12 +153,16 @@ impl Handler for Serverless {
             Outcome::Yield(..) => Some(self.failed(Phase::Rewrite, "cannot wait here")),
         }
     }
+    fn rewrite_waiting(&self, req: &mut AccessRequest<'_>) -> Access {
+        let outcome = lua::run_request(&self.code, Phase::Rewrite, req);
+        request_outcome(&self.code, Phase::Rewrite, outcome)
+    }
     fn access(&self, req: &mut AccessRequest<'_>) -> Access {
         if !self.code.has(Phase::Access) {
             return Access::Continue;
         }
         let outcome = lua::run_request(&self.code, Phase::Access, req);
-        access_outcome(&self.code, outcome)
+        request_outcome(&self.code, Phase::Access, outcome)
     }
     fn header_filter(&self, resp: &mut ResponseHead<'_>) -> Option<Box<dyn BodyFilter>> {
         if self.code.has(Phase::HeaderFilter) {

@@ -164,7 +164,11 @@ pub async fn handle(
 async fn proxy(s: &mut Session<'_>) -> Result<Response<ProxyBody>, Ended> {
     s.rc.note_accept(&s.parts.headers);
     s.rc.note_grpc(s.parts.version, &s.parts.headers);
-    rewrite::run(s)?;
+    if !s.snap.global_rewrite.is_empty() {
+        rewrite::run(s).await?;
+    }
+    // The router's view of the Host is what the rewrite phase left.
+    s.target.note_host(&s.parts);
     let router_start = turnpike_plugins::spans::start(&s.rc.spans, turnpike_plugins::spans::ROUTER);
     let routed = route::run(s);
     route::router_span(s.rc, router_start);

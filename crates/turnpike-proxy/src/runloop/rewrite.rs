@@ -1,24 +1,16 @@
 //! Kong's rewrite phase: the global plugins' `rewrite`, before the router, which sees what
 //! they did (a path or Host a plugin set).
 
-use turnpike_plugins::{spans, AccessRequest};
+use turnpike_plugins::{spans, Access, AccessRequest};
 
 use crate::runloop::ctx::Ended;
 use crate::runloop::errors::exit_response;
 use crate::runloop::forward::{client_ip, request_protocol};
 use crate::runloop::session::Session;
 
-/// Runs the global plugins' rewrite phase; a plugin may answer instead. Then the router's
-/// view of the Host is what they left.
-pub fn run(s: &mut Session<'_>) -> Result<(), Ended> {
-    if !s.snap.global_rewrite.is_empty() {
-        rewrite(s)?;
-    }
-    s.target.note_host(&s.parts);
-    Ok(())
-}
-
-fn rewrite(s: &mut Session<'_>) -> Result<(), Ended> {
+/// Runs the global plugins' rewrite phase (only a node with global rewrite plugins pays for
+/// its future); a plugin may answer instead, or wait (an operator's plugin calling out).
+pub async fn run(s: &mut Session<'_>) -> Result<(), Ended> {
     let protocol = request_protocol(s.conn);
     let client_ip = client_ip(s.conn, &s.parts.headers);
     let rc = &mut *s.rc;
@@ -39,7 +31,11 @@ fn rewrite(s: &mut Session<'_>) -> Result<(), Ended> {
             continue;
         }
         let t = spans::start(&rc.spans, spans::PLUGIN_REWRITE);
-        let exit = b.handler.rewrite(&mut req);
+        let exit = match b.handler.rewrite_waiting(&mut req) {
+            Access::Continue => None,
+            Access::Exit(e) => Some(e),
+            wait @ Access::Wait(_) => turnpike_plugins::run_access_from(wait, &mut req).await,
+        };
         if let (Some(t), Some(sp)) = (t, rc.spans.as_deref_mut()) {
             sp.plugin("rewrite", b.name, t);
         }

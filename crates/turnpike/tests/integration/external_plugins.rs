@@ -241,6 +241,45 @@ services:
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_external_plugin_runs_in_the_rewrite_phase_when_global() {
+    let up = Upstream::start("py-rewrite");
+    let dir = tempfile::tempdir().unwrap();
+    let doc = format!(
+        r#"_format_version: "3.0"
+plugins:
+- name: py-greeter
+  config: {{message: global}}
+services:
+- name: s
+  url: {}
+  routes:
+  - name: r
+    paths: [/any]
+"#,
+        up.url()
+    );
+    let mut builder = Gateway::with_config(&doc);
+    for (k, v) in py_greeter_env(dir.path()) {
+        builder = builder.env(&k, &v);
+    }
+    let gw = builder.start();
+    let r = fetch(gw.proxy, "/any/x", &[("host", "g.test")]).await;
+    assert_eq!(
+        r.status,
+        200,
+        "{}\n{}",
+        String::from_utf8_lossy(&r.body),
+        gw.log_text()
+    );
+    let seen = r.json()["headers"].clone();
+    assert_eq!(seen["x-py-rewrite"], "before routing", "{seen}");
+    assert_eq!(seen["x-py-greeting"], "global g.test", "{seen}");
+    // The phase waits on the plugin server for a request that matches no route, too.
+    let r = fetch(gw.proxy, "/nowhere", &[]).await;
+    assert_eq!(r.status, 404);
+}
+
 #[test]
 fn a_plugin_server_without_a_query_command_stops_the_node_with_kongs_message() {
     let (ok, out) = run(

@@ -56,6 +56,55 @@ pub(super) fn request(lua: &Lua) -> mlua::Result<Table> {
             _ => Ok(request_host(&r).1),
         })
     })?;
+    // Kong's forwarded getters: a trusted client's (`trusted_ips`) X-Forwarded-* values,
+    // otherwise the request's own.
+    let forwarded = |r: &View<'_>, name: &'static str| -> Option<String> {
+        let trusted = matches!(r, View::Req(a) if a.trusted);
+        if !trusted {
+            return None;
+        }
+        let v = r.header(&HeaderName::from_static(name))?;
+        let s = v.to_str().ok()?;
+        // The first of a list, as nginx's realip and Kong take it.
+        Some(s.split(',').next().unwrap_or("").trim().to_string())
+    };
+    set_fn(lua, &t, "get_forwarded_scheme", move |_, ()| {
+        with_view(|r| {
+            Ok(match forwarded(&r, "x-forwarded-proto") {
+                Some(p) => p.to_ascii_lowercase(),
+                None => (if r.tls() { "https" } else { "http" }).to_string(),
+            })
+        })
+    })?;
+    set_fn(lua, &t, "get_forwarded_host", move |_, ()| {
+        with_view(|r| {
+            Ok(match forwarded(&r, "x-forwarded-host") {
+                Some(h) => h
+                    .rsplit_once(':')
+                    .filter(|(_, p)| p.parse::<u16>().is_ok())
+                    .map_or(h.clone(), |(h, _)| h.to_string())
+                    .to_ascii_lowercase(),
+                None => request_host(&r).0,
+            })
+        })
+    })?;
+    set_fn(lua, &t, "get_forwarded_port", move |_, ()| {
+        with_view(|r| {
+            if let Some(p) = forwarded(&r, "x-forwarded-port").and_then(|p| p.parse::<u16>().ok()) {
+                return Ok(p);
+            }
+            Ok(match &r {
+                View::Req(a) if a.server_port != 0 => a.server_port,
+                _ => request_host(&r).1,
+            })
+        })
+    })?;
+    set_fn(lua, &t, "get_forwarded_path", move |_, ()| {
+        with_view(|r| Ok(forwarded(&r, "x-forwarded-path").unwrap_or_else(|| r.path().to_string())))
+    })?;
+    set_fn(lua, &t, "get_forwarded_prefix", move |_, ()| {
+        with_view(|r| Ok(forwarded(&r, "x-forwarded-prefix")))
+    })?;
     set_fn(lua, &t, "get_http_version", |_, ()| Ok(1.1))?;
     set_fn(lua, &t, "get_raw_body", |lua, ()| {
         with_view(|r| match r.body() {

@@ -40,6 +40,100 @@ pub(super) fn service_request(lua: &Lua) -> mlua::Result<Table> {
             Ok(())
         })
     })?;
+    // Kong's `kong.service.request.set_method`: one of the methods nginx knows.
+    set_fn(lua, &t, "set_method", |_, method: String| {
+        const KNOWN: &[&str] = &[
+            "GET",
+            "HEAD",
+            "PUT",
+            "POST",
+            "DELETE",
+            "OPTIONS",
+            "MKCOL",
+            "COPY",
+            "MOVE",
+            "PROPFIND",
+            "PROPPATCH",
+            "LOCK",
+            "UNLOCK",
+            "PATCH",
+            "TRACE",
+        ];
+        if !KNOWN.contains(&method.as_str()) {
+            return Err(mlua::Error::runtime(format!("invalid method: {method}")));
+        }
+        let m = http::Method::from_bytes(method.as_bytes())
+            .map_err(|_| mlua::Error::runtime(format!("invalid method: {method}")))?;
+        with_request(|r, _| {
+            r.upstream.method = Some(m);
+            Ok(())
+        })
+    })?;
+    // Kong's `kong.service.request.set_body(args, mimetype)` for JSON and URL-encoded forms
+    // (multipart is refused with a clear error): the body and its Content-Type.
+    set_fn(
+        lua,
+        &t,
+        "set_body",
+        |lua, (args, mime): (Table, Option<String>)| {
+            let current = with_request(|r, _| {
+                Ok(r.headers
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string))
+            })?;
+            let current_essence = current.as_deref().map(|c| {
+                c.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_ascii_lowercase()
+            });
+            let mime = mime.or(current).unwrap_or_default();
+            let essence = mime
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase();
+            let (body, ctype) = match essence.as_str() {
+                "application/json" => {
+                    let json: serde_json::Value = lua.from_value(Value::Table(args))?;
+                    (json.to_string().into_bytes(), "application/json")
+                }
+                "application/x-www-form-urlencoded" => (
+                    encode_args(&args)?.into_bytes(),
+                    "application/x-www-form-urlencoded",
+                ),
+                "" => {
+                    return Err(mlua::Error::runtime(
+                        "content type was not provided in request",
+                    ))
+                }
+                other => {
+                    return Err(mlua::Error::runtime(format!(
+                        "unsupported content type '{other}'"
+                    )))
+                }
+            };
+            with_request(|r, phase| {
+                if r.body.is_none() {
+                    return Err(mlua::Error::runtime(format!(
+                        "the request body is not buffered in the {} phase",
+                        phase.name()
+                    )));
+                }
+                r.body = Some(Bytes::from(body));
+                if current_essence.as_deref() != Some(ctype) {
+                    r.headers.insert(
+                        http::header::CONTENT_TYPE,
+                        http::HeaderValue::from_static(ctype),
+                    );
+                }
+                Ok(())
+            })
+        },
+    )?;
     set_fn(lua, &t, "set_raw_body", |_, body: LuaString| {
         let body = Bytes::copy_from_slice(&body.as_bytes());
         with_request(|r, phase| {

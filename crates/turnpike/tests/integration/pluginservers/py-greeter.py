@@ -17,6 +17,10 @@ class Plugin(object):
     def __init__(self, config):
         self.config = config
 
+    def rewrite(self, kong: kong.kong):
+        # Runs for a global config only, before the router (as in Kong).
+        kong.service.request.set_header("x-py-rewrite", "before routing")
+
     def access(self, kong: kong.kong):
         denied, _ = kong.request.get_header(self.config["deny_header"])
         if denied:
