@@ -5,46 +5,33 @@
 //!
 //! Each worker thread keeps the values in its Lua state (as mlcache's L1 does: tables are
 //! handed out by reference, no copy per hit), bounded. An invalidation reaches every worker:
-//! it counts up a node-wide number in the `kong_db_cache` shared dictionary, and a worker
-//! that sees the number moved drops what it holds before its next read. What is not here:
+//! it counts up the node's cache generation (`Settings::cache_generation`), and a worker whose
+//! state saw an older one drops what it holds before it next runs Lua (`with_runtime`: one
+//! atomic load, no call into the cache per read). What is not here:
 //! mlcache's L2 (values shared between workers: each worker runs the callback once per key),
 //! `get_bulk`, which raises an error naming it, and `invalidate` reaching other nodes of a
 //! database cluster (it reaches this node's workers).
 
 /// The module: a function of the node's defaults (`db_cache_ttl`, `db_cache_neg_ttl`, in
-/// seconds, 0 for none) returning the `kong.cache` table.
+/// seconds, 0 for none) and of the function that moves the node's generation on, returning
+/// the `kong.cache` table and the function that empties this state's part.
 pub(super) const CACHE: &str = r##"
-local default_ttl, default_neg_ttl = ...
+local default_ttl, default_neg_ttl, next_generation = ...
 local ngx = ngx
 local type, error, select, pcall = type, error, select, pcall
 local NOW = ngx.now
 local MAX_ENTRIES = 100000
-local GEN_KEY = "turnpike:kong.cache:generation"
 
 local values, expires, count = {}, {}, 0
 local NIL = {}
-local seen_generation = 0
 
-local function shm()
-  return ngx.shared and ngx.shared.kong_db_cache
-end
-
--- Drops everything when another worker (or this one) invalidated since the last look.
-local function sync()
-  local dict = shm()
-  local gen = dict and dict:get(GEN_KEY) or 0
-  if gen ~= seen_generation then
-    values, expires, count = {}, {}, 0
-    seen_generation = gen
-  end
+-- Called by the runtime when the node's generation moved (another worker invalidated).
+local function flush()
+  values, expires, count = {}, {}, 0
 end
 
 local function bump()
-  local dict = shm()
-  if dict then
-    local gen = dict:incr(GEN_KEY, 1, 0)
-    seen_generation = gen or seen_generation
-  end
+  next_generation()
 end
 
 local function check_opts(opts)
@@ -107,7 +94,6 @@ end
 function cache:get(key, opts, cb, ...)
   if type(key) ~= "string" then error("key must be a string", 2) end
   check_opts(opts)
-  sync()
   local v = lookup(key)
   if v ~= nil then
     if v == NIL then return nil, nil, 1 end
@@ -123,7 +109,6 @@ end
 function cache:renew(key, opts, cb, ...)
   if type(key) ~= "string" then error("key must be a string", 2) end
   check_opts(opts)
-  sync()
   local value, err = run(self, key, opts, cb, ...)
   if err then
     return nil, "failed to renew key in node cache: " .. err
@@ -134,7 +119,6 @@ end
 
 function cache:probe(key)
   if type(key) ~= "string" then error("key must be a string", 2) end
-  sync()
   local v, ttl = lookup(key)
   if v == nil then return nil end
   if v == NIL then v = nil end
@@ -143,7 +127,6 @@ end
 
 function cache:safe_set(key, value)
   if type(key) ~= "string" then error("key must be a string", 2) end
-  sync()
   store(key, value, default_ttl)
   return true
 end
@@ -173,5 +156,5 @@ function cache:get_bulk()
   error("kong.cache:get_bulk is not implemented by Turnpike", 2)
 end
 
-return cache
+return cache, flush
 "##;

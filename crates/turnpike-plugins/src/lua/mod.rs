@@ -65,6 +65,9 @@ pub struct Settings {
     pub cache_neg_ttl: f64,
     /// The node's id (`kong.node.get_id()`).
     pub node_id: String,
+    /// `kong.cache`'s generation, node-wide: an invalidation moves it on, and each worker's
+    /// state empties its cache when it sees it moved (`cache`).
+    pub cache_generation: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Settings {
@@ -96,6 +99,7 @@ impl Settings {
             cache_ttl: 0.0,
             cache_neg_ttl: 0.0,
             node_id: String::new(),
+            cache_generation: Arc::default(),
         })
     }
 }
@@ -252,6 +256,9 @@ struct Runtime {
     exposed: Option<Function>,
     /// Finished coroutines, reused for the next waiting call (`yields`).
     threads: Vec<mlua::Thread>,
+    /// Empties this state's `kong.cache`, and the node generation it last saw.
+    cache_flush: Function,
+    cache_seen: u64,
 }
 
 thread_local! {
@@ -276,7 +283,20 @@ fn with_runtime<R>(
             *slot = Some((Arc::downgrade(settings), rt));
         }
         match slot.as_mut() {
-            Some((_, rt)) => Ok(f(rt)),
+            Some((_, rt)) => {
+                // Another worker invalidated kong.cache since this state last ran: empty its
+                // part first (one atomic load when nothing moved).
+                let generation = settings
+                    .cache_generation
+                    .load(std::sync::atomic::Ordering::Relaxed);
+                if generation != rt.cache_seen {
+                    rt.cache_seen = generation;
+                    if let Err(e) = rt.cache_flush.call::<()>(()) {
+                        tracing::error!("kong.cache: {e}");
+                    }
+                }
+                Ok(f(rt))
+            }
             None => Err("no Lua state".into()),
         }
     })
@@ -290,11 +310,19 @@ impl Runtime {
         yields::install_on(&lua, &ngx)?;
         // kong.cache reads ngx (now, shared) as a global when it runs.
         lua.globals().set("ngx", ngx.clone())?;
-        let cache: Table = lua
+        let generation = settings.cache_generation.clone();
+        let next_generation = lua.create_function(move |_, ()| {
+            generation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(())
+        })?;
+        let (cache, cache_flush): (Table, Function) = lua
             .load(cache::CACHE)
             .set_name("=kong.cache")
-            .call((settings.cache_ttl, settings.cache_neg_ttl))?;
+            .call((settings.cache_ttl, settings.cache_neg_ttl, next_generation))?;
         kong.set("cache", cache)?;
+        let cache_seen = settings
+            .cache_generation
+            .load(std::sync::atomic::Ordering::Relaxed);
         pdk::install_node(&lua, &kong, &settings.node_id)?;
         let env = sandbox::environment(&lua, settings, &kong, &ngx)?;
         // Trusted code (custom plugins) runs in `_G`: the PDK there too, and `require` looking
@@ -313,6 +341,8 @@ impl Runtime {
             compiled: FxHashMap::default(),
             exposed: None,
             threads: Vec::new(),
+            cache_flush,
+            cache_seen,
         })
     }
 

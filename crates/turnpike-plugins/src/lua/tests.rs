@@ -401,7 +401,7 @@ fn self_referencing_tables_are_errors_not_crashes() {
 
 #[test]
 fn kong_cache_runs_the_callback_once_keeps_misses_and_forgets_on_invalidate() {
-    // One node's settings: its shared dictionaries carry the invalidations between workers.
+    // One node's settings: its cache generation carries the invalidations between workers.
     let settings = std::sync::Arc::new(super::Settings {
         shared: std::sync::Arc::new(super::shared::SharedDicts::new([(
             "kong_db_cache".to_string(),

@@ -207,7 +207,8 @@ fn header_name(name: &LuaString) -> mlua::Result<HeaderName> {
 
 /// A header name as written (no `_` translation): for setting headers.
 fn set_header_name(name: &LuaString) -> mlua::Result<HeaderName> {
-    HeaderName::from_bytes(&name.as_bytes().to_ascii_lowercase())
+    // `from_bytes` lowercases as it parses (no copy for a name already in lowercase).
+    HeaderName::from_bytes(&name.as_bytes())
         .map_err(|_| mlua::Error::runtime(format!("invalid header name \"{}\"", name.display())))
 }
 

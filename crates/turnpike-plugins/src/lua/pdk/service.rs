@@ -156,6 +156,21 @@ pub(super) fn set_request_header(
     append: bool,
 ) -> mlua::Result<()> {
     let name = set_header_name(name)?;
+    // One value (the common case) without a list.
+    if !matches!(value, Value::Table(_) | Value::Nil) {
+        let v = header_value_of(&name, value)?;
+        return with_request(|r, _| {
+            if name == http::header::HOST {
+                r.upstream.host = Some(v.clone());
+            }
+            if append {
+                r.headers.append(name, v);
+            } else {
+                r.headers.insert(name, v);
+            }
+            Ok(())
+        });
+    }
     let values = header_values(&name, value)?;
     with_request(|r, _| {
         if name == http::header::HOST {
