@@ -16,8 +16,12 @@ use std::time::Duration;
 
 use prost::Message;
 use prost_types::value::Kind;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
+
+/// A connection to a server, its reads buffered (a PDK call is two frames, each a length and
+/// a message: unbuffered, four reads).
+type Stream = BufReader<UnixStream>;
 
 /// Kong's cosocket default.
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -26,7 +30,7 @@ const POOL: usize = 32;
 const MAX_FRAME: u32 = 64 << 20;
 
 thread_local! {
-    static IDLE: RefCell<HashMap<PathBuf, Vec<UnixStream>>> = RefCell::new(HashMap::new());
+    static IDLE: RefCell<HashMap<PathBuf, Vec<Stream>>> = RefCell::new(HashMap::new());
 }
 
 // The protocol's messages (field numbers as in Kong's `pluginsocket.proto`).
@@ -605,7 +609,7 @@ fn to_struct(v: &rmpv::Value) -> prost_types::Struct {
 /// A connection during one event: the server's PDK calls come on it.
 pub struct Conn {
     socket: PathBuf,
-    stream: UnixStream,
+    stream: Stream,
     sequence: i64,
 }
 
@@ -617,17 +621,18 @@ pub enum Next {
     Call(Conn, String, Vec<u8>),
 }
 
-async fn connect(socket: &Path) -> Result<UnixStream, String> {
+async fn connect(socket: &Path) -> Result<Stream, String> {
     let pooled = IDLE.with_borrow_mut(|idle| idle.get_mut(socket).and_then(Vec::pop));
     match pooled {
         Some(s) => Ok(s),
         None => UnixStream::connect(socket)
             .await
+            .map(BufReader::new)
             .map_err(|e| format!("trying to connect: {e} ({})", socket.display())),
     }
 }
 
-fn pool(socket: PathBuf, stream: UnixStream) {
+fn pool(socket: PathBuf, stream: Stream) {
     IDLE.with_borrow_mut(|idle| {
         let list = idle.entry(socket).or_default();
         if list.len() < POOL {
@@ -636,14 +641,14 @@ fn pool(socket: PathBuf, stream: UnixStream) {
     });
 }
 
-async fn write_frame(s: &mut UnixStream, data: &[u8]) -> std::io::Result<()> {
+async fn write_frame(s: &mut Stream, data: &[u8]) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(4 + data.len());
     buf.extend_from_slice(&(data.len() as u32).to_le_bytes());
     buf.extend_from_slice(data);
     s.write_all(&buf).await
 }
 
-async fn read_frame(s: &mut UnixStream) -> Result<Vec<u8>, String> {
+async fn read_frame(s: &mut Stream) -> Result<Vec<u8>, String> {
     let mut len = [0u8; 4];
     s.read_exact(&mut len)
         .await
