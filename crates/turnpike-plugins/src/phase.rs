@@ -68,6 +68,8 @@ pub struct UpstreamRequest {
     /// The most body bytes the upstream may receive (request-size-limiting): a body without a
     /// Content-Length is counted as it streams and cut, with a 413, when it passes this.
     pub body_limit: Option<u64>,
+    /// Where to connect instead of the service's host or upstream (`kong.service.set_target`).
+    pub target: Option<(String, u16)>,
 }
 
 /// Per-request state that plugins keep from one phase to the next (Kong's `kong.ctx.shared`

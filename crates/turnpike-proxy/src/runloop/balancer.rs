@@ -54,6 +54,8 @@ pub struct Call<'a> {
     /// when they are recorded (the `balancer` instrumentation, or a log plugin that reads
     /// them), each try's look-up of a host name with `dns_query`.
     pub spans: Option<&'a turnpike_plugins::spans::Spans>,
+    /// The peer a plugin chose (`kong.service.set_target`): every try goes there.
+    pub target: Option<&'a Peer>,
 }
 
 impl Call<'_> {
@@ -290,6 +292,13 @@ pub async fn run(s: &mut Session<'_>) -> Result<Response<ProxyBody>, Ended> {
     let rc = &mut *s.rc;
     rc.proxy_latency = up_start - rc.start;
     let upgrade = s.client_upgrade.is_some();
+    // A plugin's own target (Kong's `kong.service.set_target`), numbered and resolved as a
+    // service's host is.
+    let target = rc
+        .upstream
+        .target
+        .take()
+        .map(|(host, port)| ctx.gateway.upstreams.peer(&host, port, service.https));
     // What a balancer may hash on; the client address only when a balancer may need it.
     let call = Call {
         preserved_host: s.preserved_host.take(),
@@ -304,6 +313,7 @@ pub async fn run(s: &mut Session<'_>) -> Result<Response<ProxyBody>, Ended> {
         captures: m.captures.as_deref(),
         set_cookie: std::cell::Cell::new(None),
         spans: rc.spans.as_deref(),
+        target: target.as_ref(),
     };
     let body = std::mem::replace(&mut s.body, BodySource::Buffered(bytes::Bytes::new()));
     let sent = send(
@@ -427,9 +437,10 @@ pub async fn send(
     loop {
         let tries = call.tries();
         let picking = tries.map(|_| Instant::now());
-        let (peer, balancer_host, picked) = match &service.destination {
-            Destination::Direct(p) => (&**p, None, None),
-            Destination::Balanced(b) => {
+        let (peer, balancer_host, picked) = match (call.target, &service.destination) {
+            (Some(p), _) => (p, None, None),
+            (None, Destination::Direct(p)) => (&**p, None, None),
+            (None, Destination::Balanced(b)) => {
                 let req = crate::upstream::balancer::Request {
                     consumer_id: call.consumer_id,
                     client_ip: call
@@ -451,11 +462,11 @@ pub async fn send(
                     None => return Err(UpstreamError::NoPeer),
                 }
             }
-            Destination::Unsupported(proto) => {
+            (None, Destination::Unsupported(proto)) => {
                 tracing::error!("service protocol '{proto}' is not proxied over HTTP");
                 return Err(UpstreamError::Failed);
             }
-            Destination::Broken(why) => {
+            (None, Destination::Broken(why)) => {
                 tracing::error!("{why}");
                 return Err(UpstreamError::Failed);
             }

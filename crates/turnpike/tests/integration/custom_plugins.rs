@@ -421,3 +421,52 @@ services:
     assert_eq!(first["request"]["uri"], "/api/x", "{first}");
     assert_eq!(first["response"]["status"], 200, "{first}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kong_service_set_target_sends_the_request_elsewhere() {
+    let first = Upstream::start("first");
+    let second = Upstream::start("second");
+    let gw = with_plugin(
+        &format!(
+            r#"_format_version: "3.0"
+services:
+- name: s
+  url: {}
+  routes:
+  - name: r
+    paths: [/t]
+    plugins:
+    - name: route-by-header
+"#,
+            first.url()
+        ),
+        "route-by-header",
+        &package_path(),
+    );
+    let r = get(gw.proxy, "x", "/t").await;
+    assert_eq!(r.json()["upstream"], "first");
+    let target = second.addr.to_string();
+    let r = call(gw.proxy, "GET", "/t", &[("x-target", target.as_str())]).await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["upstream"], "second");
+    // The Host header is the target's, as Kong's balancer makes it.
+    assert_eq!(r.json()["headers"]["host"], target.as_str());
+    // What is not there says so, naming the function.
+    assert_eq!(
+        r.json()["headers"]["x-set-upstream"],
+        "kong.service.set_upstream is not implemented by Turnpike"
+    );
+    // Kong's argument check.
+    let r = call(gw.proxy, "GET", "/t", &[("x-target", "127.0.0.1:70000")]).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (
+            400,
+            json!({"message": "port must be an integer between 0 and 65535: given 70000"})
+        )
+    );
+    // The next request without the header goes to the service again (the target was the
+    // request's own).
+    let r = get(gw.proxy, "x", "/t").await;
+    assert_eq!(r.json()["upstream"], "first");
+}

@@ -603,6 +603,7 @@ pub(super) fn install(lua: &Lua) -> mlua::Result<(Table, Table)> {
     let service = lua.create_table()?;
     service.set("request", service_request(lua)?)?;
     service.set("response", service_response(lua)?)?;
+    service_functions(lua, &service)?;
     kong.set("service", service)?;
     kong.set("log", log(lua)?)?;
     kong.set("ctx", kong_ctx(lua)?)?;

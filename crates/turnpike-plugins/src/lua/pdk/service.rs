@@ -187,6 +187,57 @@ pub(super) fn set_request_header(
     })
 }
 
+/// `kong.service.set_target(host, port)` (rewrite, access): the request goes to `host:port`
+/// instead of the service's host or upstream, its Host header made from them unless the
+/// route preserves the client's or a plugin set one, as Kong's balancer does.
+pub(super) fn service_functions(lua: &Lua, t: &Table) -> mlua::Result<()> {
+    set_fn(lua, t, "set_target", |_, (host, port): (Value, Value)| {
+        let Value::String(host) = host else {
+            return Err(mlua::Error::runtime("host must be a string"));
+        };
+        let host = host.to_str()?.to_string();
+        if host.is_empty() || host.bytes().any(|b| b <= b' ' || b == b'/' || b == 0x7f) {
+            return Err(mlua::Error::runtime("host must be a string"));
+        }
+        let port = match port {
+            Value::Integer(p) => p as f64,
+            Value::Number(p) => p,
+            _ => return Err(mlua::Error::runtime("port must be an integer")),
+        };
+        if port.fract() != 0.0 {
+            return Err(mlua::Error::runtime("port must be an integer"));
+        }
+        if !(0.0..=65535.0).contains(&port) {
+            return Err(mlua::Error::runtime(
+                "port must be an integer between 0 and 65535: given ".to_string()
+                    + &lua_number(port),
+            ));
+        }
+        with_request(|r, _| {
+            r.upstream.target = Some((host, port as u16));
+            Ok(())
+        })
+    })?;
+    for name in [
+        "set_upstream",
+        "set_tls_verify",
+        "set_tls_cert_key",
+        "set_retries",
+        "set_timeouts",
+    ] {
+        let message = format!("kong.service.{name} is not implemented by Turnpike");
+        set_fn(
+            lua,
+            t,
+            name,
+            move |_, _: mlua::MultiValue| -> mlua::Result<()> {
+                Err(mlua::Error::runtime(message.clone()))
+            },
+        )?;
+    }
+    Ok(())
+}
+
 pub(super) fn service_response(lua: &Lua) -> mlua::Result<Table> {
     let t = lua.create_table()?;
     set_fn(lua, &t, "get_status", |_, ()| {
