@@ -470,3 +470,38 @@ services:
     let r = get(gw.proxy, "x", "/t").await;
     assert_eq!(r.json()["upstream"], "first");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_auth_plugin_authenticates_with_kong_client_authenticate() {
+    let up = Upstream::start("authed");
+    let gw = with_plugin(
+        &format!(
+            r#"_format_version: "3.0"
+services:
+- name: s
+  url: {}
+  routes:
+  - name: r
+    paths: [/a]
+    plugins:
+    - name: header-auth
+"#,
+            up.url()
+        ),
+        "header-auth",
+        &package_path(),
+    );
+    let r = call(gw.proxy, "GET", "/a", &[("x-user", "ada")]).await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let h = r.json()["headers"].clone();
+    // The consumer the plugin set is the request's: Kong's upstream headers carry it.
+    assert_eq!(h["x-seen-consumer"], "ada", "{h}");
+    assert_eq!(h["x-consumer-id"], "id-ada", "{h}");
+    assert_eq!(h["x-consumer-username"], "ada", "{h}");
+    assert_eq!(h["x-credential-identifier"], "cred-ada", "{h}");
+    let r = call(gw.proxy, "GET", "/a", &[]).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (401, json!({"message": "Unauthorized"}))
+    );
+}

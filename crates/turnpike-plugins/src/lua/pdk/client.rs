@@ -34,6 +34,52 @@ pub(super) fn client(lua: &Lua) -> mlua::Result<Table> {
             None => Ok(Value::Nil),
         }
     })?;
+    // Kong's `kong.client.authenticate(consumer, credential)`: the request's consumer from
+    // here on (the plugins after this one, the X-Consumer-* headers, the log entry).
+    set_fn(
+        lua,
+        &t,
+        "authenticate",
+        |_, (consumer, credential): (Value, Value)| {
+            let table = |v: &Value, what: &str| -> mlua::Result<Option<Table>> {
+                match v {
+                    Value::Nil => Ok(None),
+                    Value::Table(t) => Ok(Some(t.clone())),
+                    _ => Err(mlua::Error::runtime(format!(
+                        "{what} must be a table or nil"
+                    ))),
+                }
+            };
+            let consumer = table(&consumer, "consumer")?;
+            let credential = table(&credential, "credential")?;
+            if consumer.is_none() && credential.is_none() {
+                return Err(mlua::Error::runtime(
+                    "either credential or consumer must be provided",
+                ));
+            }
+            let field = |t: &Option<Table>, k: &str| -> Option<String> {
+                match t.as_ref()?.raw_get::<Value>(k).ok()? {
+                    Value::String(s) => s.to_str().ok().map(|s| s.to_string()),
+                    Value::Integer(n) => Some(n.to_string()),
+                    _ => None,
+                }
+            };
+            let consumer_id = field(&consumer, "id").or_else(|| {
+                let c = credential.as_ref()?.raw_get::<Table>("consumer").ok();
+                field(&c, "id")
+            });
+            let identity = crate::Identity::new(
+                consumer_id.as_deref().unwrap_or(""),
+                field(&consumer, "username").as_deref(),
+                field(&consumer, "custom_id").as_deref(),
+                field(&credential, "id").as_deref(),
+            );
+            with_request(|r, _| {
+                r.consumer = Some(std::sync::Arc::new(identity));
+                Ok(())
+            })
+        },
+    )?;
     set_fn(lua, &t, "get_credential", |lua, ()| {
         let who = consumer()?;
         match who.filter(|c| c.credential_id().is_some()) {

@@ -1,0 +1,14 @@
+-- For the tests: `x-user: <name>` authenticates the request as that consumer.
+local HeaderAuth = { PRIORITY = 1250, VERSION = "1.0.0" }
+
+function HeaderAuth:access(conf)
+  local user = kong.request.get_header(conf.header)
+  if not user then
+    return kong.response.exit(401, { message = "Unauthorized" })
+  end
+  kong.client.authenticate({ id = "id-" .. user, username = user }, { id = "cred-" .. user })
+  local who = kong.client.get_consumer()
+  kong.service.request.set_header("x-seen-consumer", who.username)
+end
+
+return HeaderAuth
