@@ -388,15 +388,59 @@ impl<'e> LogEntry<'e> {
     }
 
     /// Kong's serialized log message (the JSON file-log writes and http-log sends), with
-    /// credentials' headers redacted as Kong does (`authorization`, `proxy-authorization`).
+    /// credentials' headers redacted as Kong does (`authorization`, `proxy-authorization`),
+    /// and what plugins set with `kong.log.set_serialize_value`.
     pub fn to_json(&self) -> Value {
-        serde_json::to_value(self.serialized()).unwrap_or(Value::Null)
+        let mut v = serde_json::to_value(self.serialized()).unwrap_or(Value::Null);
+        if let Some(set) = self.ctx.and_then(|c| c.get::<SerializeValues>()) {
+            set.apply(&mut v);
+        }
+        v
     }
 
     /// The same written straight to JSON text (no `Value` tree), for the log plugins
     /// (`crate::lua::log_text` adds `custom_fields_by_lua` when a plugin has them).
     pub fn to_json_text(&self) -> String {
+        if self
+            .ctx
+            .is_some_and(|c| c.get::<SerializeValues>().is_some())
+        {
+            return self.to_json().to_string();
+        }
         serde_json::to_string(&self.serialized()).unwrap_or_default()
+    }
+}
+
+/// How `kong.log.set_serialize_value` sets a field: always, only when absent, only when there.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SetMode {
+    Set,
+    Add,
+    Replace,
+}
+
+/// What the request's plugins set in its serialized log entry (Kong's
+/// `kong.log.set_serialize_value`), in the order they set it: a dotted path, its value
+/// (`None`: removed), and how.
+#[derive(Debug, Default)]
+pub struct SerializeValues(pub Vec<(String, Option<Value>, SetMode)>);
+
+impl SerializeValues {
+    fn apply(&self, entry: &mut Value) {
+        for (path, value, mode) in &self.0 {
+            let present = path
+                .split('.')
+                .try_fold(&*entry, |at, part| at.get(part))
+                .is_some();
+            let wanted = match mode {
+                SetMode::Set => true,
+                SetMode::Add => !present,
+                SetMode::Replace => present,
+            };
+            if wanted {
+                crate::lua::set_path(entry, path, value.clone());
+            }
+        }
     }
 }
 

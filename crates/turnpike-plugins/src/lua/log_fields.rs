@@ -103,7 +103,7 @@ impl LogFields {
 }
 
 /// Sets (or with `None` removes) the field at a dotted path, making objects on the way.
-pub(super) fn set_path(json: &mut serde_json::Value, path: &str, value: Option<serde_json::Value>) {
+pub fn set_path(json: &mut serde_json::Value, path: &str, value: Option<serde_json::Value>) {
     let mut parts = path.split('.').peekable();
     let mut at = json;
     while let Some(part) = parts.next() {

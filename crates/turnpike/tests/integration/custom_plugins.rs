@@ -474,6 +474,8 @@ services:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_custom_auth_plugin_authenticates_with_kong_client_authenticate() {
     let up = Upstream::start("authed");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("entries.log");
     let gw = with_plugin(
         &format!(
             r#"_format_version: "3.0"
@@ -485,8 +487,11 @@ services:
     paths: [/a]
     plugins:
     - name: header-auth
+    - name: file-log
+      config: {{path: {}}}
 "#,
-            up.url()
+            up.url(),
+            log.display()
         ),
         "header-auth",
         &package_path(),

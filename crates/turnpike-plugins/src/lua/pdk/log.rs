@@ -18,6 +18,57 @@ pub(super) fn log(lua: &Lua) -> mlua::Result<Table> {
             log_at(lua, level, args)
         })?;
     }
+    // Kong's `kong.log.set_serialize_value(key, value, { mode = "set" | "add" | "replace" })`:
+    // the request's serialized entry, as every log plugin after it sees it.
+    set_fn(
+        lua,
+        &t,
+        "set_serialize_value",
+        |lua, (key, value, options): (Value, Value, Option<Table>)| {
+            let Value::String(key) = key else {
+                return Err(mlua::Error::runtime("key must be a string"));
+            };
+            let key = key.to_str()?.to_string();
+            let mode = match options {
+                None => crate::log::SetMode::Set,
+                Some(o) => match o.get::<Option<String>>("mode")?.as_deref() {
+                    None | Some("set") => crate::log::SetMode::Set,
+                    Some("add") => crate::log::SetMode::Add,
+                    Some("replace") => crate::log::SetMode::Replace,
+                    Some(_) => {
+                        return Err(mlua::Error::runtime(
+                            "mode must be 'set', 'add' or 'replace'",
+                        ))
+                    }
+                },
+            };
+            let value = match value {
+                Value::Nil => None,
+                Value::Boolean(_)
+                | Value::Integer(_)
+                | Value::Number(_)
+                | Value::String(_)
+                | Value::Table(_) => Some(lua.from_value::<serde_json::Value>(value)?),
+                _ => {
+                    return Err(mlua::Error::runtime(
+                        "value must be a number, string, boolean, table or nil",
+                    ))
+                }
+            };
+            with_current(|c| {
+                if c.ctx.is_null() {
+                    return not_in_phase(c.phase);
+                }
+                // SAFETY: the runtime set `ctx` from the request's live context for this call.
+                let ctx = unsafe { &mut *c.ctx };
+                match ctx.get_mut::<crate::log::SerializeValues>() {
+                    Some(set) => set.0.push((key, value, mode)),
+                    None => ctx.insert(crate::log::SerializeValues(vec![(key, value, mode)])),
+                }
+                Ok(())
+            })
+        },
+    )?;
     set_fn(lua, &t, "serialize", |lua, ()| {
         let json = with_log(|e| Ok(e.to_json()))?;
         lua.to_value(&json)
