@@ -510,3 +510,122 @@ services:
         (401, json!({"message": "Unauthorized"}))
     );
 }
+
+/// Kong's own test plugins (`spec/fixtures/custom_plugins/kong/plugins/<name>` of Kong 3.9.1,
+/// Apache-2.0), written out of a local mirror of github.com/Kong/kong (not copied into this
+/// repository) into a package path of their own: `None` when there is no mirror here.
+fn kong_fixtures_from_mirror(into: &std::path::Path, names: &[&str]) -> Option<String> {
+    let mirrors = std::env::var("TURNPIKE_TEST_MIRRORS").unwrap_or_else(|_| "/work/.mirror".into());
+    let git_dir = std::path::Path::new(&mirrors).join("Kong+kong/repo");
+    for name in names {
+        let dir = into.join("kong/plugins").join(name);
+        std::fs::create_dir_all(&dir).ok()?;
+        for file in ["handler.lua", "schema.lua"] {
+            let out = std::process::Command::new("git")
+                .arg("--git-dir")
+                .arg(&git_dir)
+                .arg("show")
+                .arg(format!(
+                    "3.9.1:spec/fixtures/custom_plugins/kong/plugins/{name}/{file}"
+                ))
+                .output()
+                .ok()?;
+            if !out.status.success() {
+                return None;
+            }
+            std::fs::write(dir.join(file), out.stdout).ok()?;
+        }
+    }
+    Some(format!("{}/?.lua;;", into.display()))
+}
+
+/// Five of the plugins Kong's own specs run (short-circuit, rewriter, dummy, error-generator,
+/// muti-external-http-calls), unchanged, doing what Kong's specs expect of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kongs_own_test_plugins_run_unchanged() {
+    let names = [
+        "short-circuit",
+        "rewriter",
+        "dummy",
+        "error-generator",
+        "muti-external-http-calls",
+    ];
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(path) = kong_fixtures_from_mirror(tmp.path(), &names) else {
+        eprintln!("skipped: no mirror of github.com/Kong/kong here (fetch github:Kong/kong)");
+        return;
+    };
+    let up = Upstream::start("kong-fixtures");
+    let doc = format!(
+        r#"_format_version: "3.0"
+plugins:
+- name: rewriter
+  config: {{value: rewritten}}
+services:
+- name: s
+  url: {url}
+  routes:
+  - name: short
+    paths: [/short]
+    plugins:
+    - name: short-circuit
+      config: {{status: 418, message: teapot}}
+  - name: dummy
+    paths: [/dummy]
+    plugins:
+    - name: dummy
+      config: {{resp_header_value: fixture, resp_headers: {{x-extra: yes}}, append_body: "!"}}
+  - name: errors
+    paths: [/error]
+    plugins:
+    - name: error-generator
+      config: {{access: true}}
+  - name: calls
+    paths: [/calls]
+    plugins:
+    - name: muti-external-http-calls
+      config: {{calls: 3}}
+"#,
+        url = up.url()
+    );
+    let gw = Gateway::with_config(&doc)
+        .env("TURNPIKE_PLUGINS", &format!("bundled,{}", names.join(",")))
+        .env("TURNPIKE_LUA_PACKAGE_PATH", &path)
+        .start();
+
+    // short-circuit: its status and body, and init_worker ran first (Kong's spec).
+    let r = get(gw.proxy, "x", "/short").await;
+    assert_eq!(
+        (r.status, r.json()),
+        (418, json!({"status": 418, "message": "teapot"})),
+        "{}",
+        gw.log_text()
+    );
+    assert_eq!(r.header("kong-init-worker-called"), Some("true"));
+    // rewriter (global, rewrite phase): the header reaches the upstream.
+    let r = get(gw.proxy, "x", "/dummy").await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    // dummy: a response header set in access, headers from header_filter, and the body
+    // changed in body_filter (its last byte replaced).
+    assert_eq!(r.header("dummy-plugin-access-header"), Some("dummy"));
+    assert_eq!(r.header("dummy-plugin"), Some("fixture"));
+    assert_eq!(r.header("x-extra"), Some("yes"));
+    let body = String::from_utf8_lossy(&r.body).to_string();
+    assert!(body.ends_with('!'), "{body}");
+    let up_seen = get(gw.proxy, "x", "/calls").await;
+    // muti-external-http-calls: failed calls to names that do not exist, each under pcall,
+    // leave the request to go on.
+    assert_eq!(up_seen.status, 200, "{}", gw.log_text());
+    assert_eq!(up_seen.json()["headers"]["rewriter"], "rewritten");
+    // error-generator: an error in access is Kong's 500.
+    let r = get(gw.proxy, "x", "/error").await;
+    assert_eq!(
+        (r.status, r.json()),
+        (500, json!({"message": "An unexpected error occurred"}))
+    );
+    assert!(
+        gw.log_text().contains("[error-generator] access"),
+        "{}",
+        gw.log_text()
+    );
+}
