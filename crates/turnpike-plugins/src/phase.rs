@@ -27,6 +27,12 @@ pub struct AccessRequest<'a> {
     pub tls: bool,
     /// The port the request came in on (nginx's `$server_port`; 0 where unknown).
     pub server_port: u16,
+    /// The client's port (`kong.client.get_port`; 0 where unknown).
+    pub client_port: u16,
+    /// The request's id (`kong.request.get_id`, X-Kong-Request-Id; empty where unknown).
+    pub request_id: &'a str,
+    /// When the request began (`kong.request.get_start_time`).
+    pub started: Option<std::time::Instant>,
     /// The client's address: the connection's peer, or the X-Real-IP a trusted proxy sent.
     pub client_ip: std::net::IpAddr,
     /// Whether the connection's peer is one of `trusted_ips` (its X-Forwarded-* count).
@@ -148,6 +154,9 @@ impl<'a> AccessRequest<'a> {
             response_headers,
             tls,
             server_port: 0,
+            client_port: 0,
+            request_id: "",
+            started: None,
             client_ip,
             trusted: false,
             captures: None,

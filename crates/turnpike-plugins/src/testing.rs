@@ -49,6 +49,9 @@ impl TestRequest {
             body: self.body.clone(),
             route_id: "r",
             trusted: self.trusted,
+            client_port: 54321,
+            request_id: "test-request-id",
+            started: Some(std::time::Instant::now()),
             ..AccessRequest::new(
                 self.method,
                 "/",

@@ -194,6 +194,11 @@ fn plugin_registry(conf: &Conf) -> Result<Arc<turnpike_plugins::Registry>, Strin
     .map_err(|e| format!("invalid configuration: {e}"))?;
     lua.package_path = conf.lua_package_path.clone();
     lua.node_id = node_id(&conf.prefix);
+    lua.trusted_ips = conf
+        .trusted_ips
+        .iter()
+        .filter_map(|s| turnpike_config::conf::parse_cidr(s))
+        .collect();
     lua.cache_ttl = conf.db_cache_ttl.map_or(0.0, |d| d.as_secs_f64());
     lua.cache_neg_ttl = conf
         .db_cache_neg_ttl

@@ -65,6 +65,8 @@ pub struct Settings {
     pub cache_neg_ttl: f64,
     /// The node's id (`kong.node.get_id()`).
     pub node_id: String,
+    /// The node's `trusted_ips` (`kong.ip.is_trusted`).
+    pub trusted_ips: Vec<(std::net::IpAddr, u8)>,
     /// `kong.cache`'s generation, node-wide: an invalidation moves it on, and each worker's
     /// state empties its cache when it sees it moved (`cache`).
     pub cache_generation: Arc<std::sync::atomic::AtomicU64>,
@@ -99,6 +101,7 @@ impl Settings {
             cache_ttl: 0.0,
             cache_neg_ttl: 0.0,
             node_id: String::new(),
+            trusted_ips: Vec::new(),
             cache_generation: Arc::default(),
         })
     }
@@ -324,6 +327,7 @@ impl Runtime {
             .cache_generation
             .load(std::sync::atomic::Ordering::Relaxed);
         pdk::install_node(&lua, &kong, &settings.node_id)?;
+        pdk::install_ip(&lua, &kong, settings.trusted_ips.clone())?;
         let env = sandbox::environment(&lua, settings, &kong, &ngx)?;
         // Trusted code (custom plugins) runs in `_G`: the PDK there too, and `require` looking
         // in `lua_package_path` first. Sandboxed chunks never reach `_G`.

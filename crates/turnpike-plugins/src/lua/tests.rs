@@ -574,3 +574,30 @@ fn forwarded_getters_methods_bodies_tables_and_the_node() {
         "https|public.test|443|/|/api"
     );
 }
+
+#[test]
+fn request_id_start_time_client_port_and_trusted_ips() {
+    let settings = std::sync::Arc::new(super::Settings {
+        trusted_ips: vec![("10.0.0.0".parse().unwrap(), 8)],
+        ..Default::default()
+    });
+    let config = crate::schema::validate(
+        schema::FIELDS,
+        &json!({"access": [
+            "local now = ngx.now() * 1000 \
+             local started = kong.request.get_start_time() \
+             kong.service.request.set_header('x-out', table.concat({ kong.request.get_id(), \
+               kong.client.get_port(), tostring(kong.ip.is_trusted('10.1.2.3')), \
+               tostring(kong.ip.is_trusted('192.168.0.1')), \
+               tostring(started <= now + 1 and started > now - 60000) }, '|'))"
+        ]}),
+    )
+    .unwrap();
+    let h = Serverless::new("pre-function", &config, settings);
+    let mut req = TestRequest::new();
+    assert!(matches!(req.run(&h), Access::Continue));
+    assert_eq!(
+        req.headers.get("x-out").unwrap(),
+        "test-request-id|54321|true|false|true"
+    );
+}

@@ -77,6 +77,9 @@ pub async fn run(s: &mut Session<'_>) -> Result<(), Ended> {
             .map(|i| snap.config.services[i].id.as_ref()),
         trusted: conn.trusted,
         server_port: conn.local_port,
+        client_port: conn.peer.port(),
+        request_id: rc.request_id.to_str().unwrap_or(""),
+        started: Some(rc.start),
         captures,
         ..AccessRequest::new(
             parts.method.as_str(),

@@ -26,6 +26,9 @@ pub async fn run(s: &mut Session<'_>) -> Result<(), Ended> {
         &mut rc.upstream,
     );
     req.server_port = s.conn.local_port;
+    req.client_port = s.conn.peer.port();
+    req.started = Some(rc.start);
+    req.request_id = rc.request_id.to_str().unwrap_or("");
     for b in s.snap.global_rewrite.iter() {
         if b.protocols & protocol == 0 {
             continue;

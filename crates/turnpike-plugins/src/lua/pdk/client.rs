@@ -18,6 +18,9 @@ pub(super) fn client(lua: &Lua) -> mlua::Result<Table> {
     };
     set_fn(lua, &t, "get_ip", ip)?;
     set_fn(lua, &t, "get_forwarded_ip", ip)?;
+    let port = |_: &Lua, ()| with_request(|r, _| Ok((r.client_port != 0).then_some(r.client_port)));
+    set_fn(lua, &t, "get_port", port)?;
+    set_fn(lua, &t, "get_forwarded_port", port)?;
     set_fn(lua, &t, "get_protocol", |_, ()| {
         with_request(|r, _| Ok(if r.tls { "https" } else { "http" }))
     })?;

@@ -33,7 +33,7 @@ use client::*;
 use ctx::*;
 use log::*;
 use ngx::*;
-pub(super) use node::install_node;
+pub(super) use node::{install_ip, install_node};
 use request::*;
 use response::*;
 use router::*;

@@ -27,6 +27,25 @@ kong.table = {
 }
 "##;
 
+/// Installs `kong.ip` (`is_trusted`, over the node's `trusted_ips`) on `kong`.
+pub(in crate::lua) fn install_ip(
+    lua: &Lua,
+    kong: &Table,
+    trusted: Vec<(std::net::IpAddr, u8)>,
+) -> mlua::Result<()> {
+    let ip = lua.create_table()?;
+    set_fn(lua, &ip, "is_trusted", move |_, address: String| {
+        let addr: std::net::IpAddr = address
+            .trim_matches(['[', ']'])
+            .parse()
+            .map_err(|_| mlua::Error::runtime("address must be a valid IP address"))?;
+        Ok(trusted
+            .iter()
+            .any(|(net, len)| turnpike_config::conf::cidr_contains(*net, *len, addr)))
+    })?;
+    kong.set("ip", ip)
+}
+
 /// Installs `kong.node` (with the node's id and host name) and `kong.table` on `kong`.
 pub(in crate::lua) fn install_node(lua: &Lua, kong: &Table, node_id: &str) -> mlua::Result<()> {
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")

@@ -105,6 +105,26 @@ pub(super) fn request(lua: &Lua) -> mlua::Result<Table> {
     set_fn(lua, &t, "get_forwarded_prefix", move |_, ()| {
         with_view(|r| Ok(forwarded(&r, "x-forwarded-prefix")))
     })?;
+    set_fn(lua, &t, "get_id", |_, ()| {
+        with_view(|r| match r {
+            View::Req(a) => Ok(a.request_id.to_string()),
+            View::Log(_) => Ok(String::new()),
+        })
+    })?;
+    // Milliseconds since the epoch, as Kong's (`ngx.req.start_time() * 1000`).
+    set_fn(lua, &t, "get_start_time", |_, ()| {
+        with_view(|r| {
+            let started = match r {
+                View::Req(a) => a
+                    .started
+                    .map(|s| std::time::SystemTime::now() - s.elapsed()),
+                View::Log(d) => Some(d.started_at),
+            };
+            Ok(started
+                .and_then(|s| s.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0.0, |d| (d.as_millis()) as f64))
+        })
+    })?;
     set_fn(lua, &t, "get_http_version", |_, ()| Ok(1.1))?;
     set_fn(lua, &t, "get_raw_body", |lua, ()| {
         with_view(|r| match r.body() {
