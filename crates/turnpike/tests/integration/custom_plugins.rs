@@ -629,3 +629,57 @@ services:
         gw.log_text()
     );
 }
+
+/// The worked example of the README's "Your own plugins", taken from the README itself (its
+/// first two Lua blocks there: handler.lua and schema.lua), runs as written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readmes_own_plugin_example_runs_as_written() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .unwrap();
+    let section = &readme[readme.find("## Your own plugins").expect("the section")..];
+    let blocks: Vec<&str> = section
+        .split("```lua\n")
+        .skip(1)
+        .take(2)
+        .map(|b| &b[..b.find("```").unwrap()])
+        .collect();
+    assert_eq!(blocks.len(), 2, "two Lua blocks in the section");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("kong/plugins/hello");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("handler.lua"), blocks[0]).unwrap();
+    std::fs::write(dir.join("schema.lua"), blocks[1]).unwrap();
+    // The lookup service: the README's plugin asks it `?name=<name>`.
+    let names = Upstream::start("names");
+    let up = Upstream::start("hello-upstream");
+    let gw = with_plugin(
+        &format!(
+            r#"_format_version: "3.0"
+services:
+- name: my-service
+  url: {}
+  routes:
+  - name: r
+    paths: [/hello]
+    plugins:
+    - name: hello
+      config: {{lookup_url: "{}/greeting"}}
+"#,
+            up.url(),
+            names.url()
+        ),
+        "hello",
+        &format!("{}/?.lua;;", tmp.path().display()),
+    );
+    let r = get(gw.proxy, "x", "/hello").await;
+    assert_eq!(r.status, 200, "{}\n{}", String::from_utf8_lossy(&r.body), gw.log_text());
+    // The lookup service's answer (the test upstream echoes what it got) is the greeting.
+    let greeting: serde_json::Value =
+        serde_json::from_str(r.json()["headers"]["x-greeting"].as_str().unwrap()).unwrap();
+    assert_eq!(greeting["uri"], "/greeting?name=world", "{greeting}");
+    let asked = || names.requests.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(asked(), 1);
+    // kong.cache kept it: no second look-up from this worker.
+    let _ = get(gw.proxy, "x", "/hello").await;
+    assert!(asked() <= 2);
+}
