@@ -539,8 +539,8 @@ fn kong_fixtures_from_mirror(into: &std::path::Path, names: &[&str]) -> Option<S
     Some(format!("{}/?.lua;;", into.display()))
 }
 
-/// Five of the plugins Kong's own specs run (short-circuit, rewriter, dummy, error-generator,
-/// muti-external-http-calls), unchanged, doing what Kong's specs expect of them.
+/// Seven of the plugins Kong's own specs run (short-circuit, rewriter, dummy, error-generator,
+/// muti-external-http-calls, cache, logger), unchanged, doing what Kong's specs expect.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kongs_own_test_plugins_run_unchanged() {
     let names = [
@@ -549,6 +549,8 @@ async fn kongs_own_test_plugins_run_unchanged() {
         "dummy",
         "error-generator",
         "muti-external-http-calls",
+        "cache",
+        "logger",
     ];
     let tmp = tempfile::tempdir().unwrap();
     let Some(path) = kong_fixtures_from_mirror(tmp.path(), &names) else {
@@ -585,6 +587,14 @@ services:
     plugins:
     - name: muti-external-http-calls
       config: {{calls: 3}}
+  - name: cache
+    paths: [/cache]
+    plugins:
+    - name: cache
+  - name: logged
+    paths: [/logged]
+    plugins:
+    - name: logger
 "#,
         url = up.url()
     );
@@ -628,14 +638,54 @@ services:
         "{}",
         gw.log_text()
     );
+    // cache: kong.cache keeps the first value a key got (Kong's spec posts a second one), on
+    // one connection (one worker, whose cache it is).
+    let (mut client, _conn) = h1_client(gw.proxy).await;
+    let mut post = async |value: &str| {
+        let form = format!("cache_key=greeting&cache_value={value}");
+        let r = http::Request::post("/cache")
+            .header("host", "x")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(http_body_util::Full::new(bytes::Bytes::from(form)))
+            .unwrap();
+        client.ready().await.expect("the connection stays open");
+        collect(client.send_request(r).await.unwrap()).await
+    };
+    let r = post("first").await;
+    assert_eq!(
+        (r.status, r.json()),
+        (200, json!({"message": "first"})),
+        "{}",
+        gw.log_text()
+    );
+    let r = post("second").await;
+    assert_eq!((r.status, r.json()), (200, json!({"message": "first"})));
+    // logger: each phase it has (here, on a route: not rewrite) logs, in the node's log.
+    let _ = get(gw.proxy, "x", "/logged").await;
+    let phases = [
+        "init_worker phase",
+        "access phase",
+        "header_filter phase",
+        "body_filter phase",
+        "log phase",
+    ];
+    assert!(
+        eventually(std::time::Duration::from_secs(5), async || {
+            let log = gw.log_text();
+            phases.iter().all(|p| log.contains(p))
+        })
+        .await,
+        "{}",
+        gw.log_text()
+    );
 }
 
 /// The worked example of the README's "Your own plugins", taken from the README itself (its
 /// first two Lua blocks there: handler.lua and schema.lua), runs as written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readmes_own_plugin_example_runs_as_written() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
-        .unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
     let section = &readme[readme.find("## Your own plugins").expect("the section")..];
     let blocks: Vec<&str> = section
         .split("```lua\n")
@@ -672,7 +722,13 @@ services:
         &format!("{}/?.lua;;", tmp.path().display()),
     );
     let r = get(gw.proxy, "x", "/hello").await;
-    assert_eq!(r.status, 200, "{}\n{}", String::from_utf8_lossy(&r.body), gw.log_text());
+    assert_eq!(
+        r.status,
+        200,
+        "{}\n{}",
+        String::from_utf8_lossy(&r.body),
+        gw.log_text()
+    );
     // The lookup service's answer (the test upstream echoes what it got) is the greeting.
     let greeting: serde_json::Value =
         serde_json::from_str(r.json()["headers"]["x-greeting"].as_str().unwrap()).unwrap();

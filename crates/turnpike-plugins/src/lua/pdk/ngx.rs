@@ -266,6 +266,21 @@ pub(super) fn ngx_req(lua: &Lua) -> mlua::Result<Table> {
         set_request_header(&name, &Value::Nil, false)
     })?;
     set_fn(lua, &t, "read_body", |_, ()| Ok(()))?;
+    // The form body's arguments (`application/x-www-form-urlencoded`), as OpenResty's: a name
+    // with several values a list; nil and an error when the body was not read.
+    set_fn(lua, &t, "get_post_args", |lua, _max: Option<i64>| {
+        let body = with_request(|r, _| Ok(r.body.clone()))?;
+        match body {
+            Some(b) => {
+                let text = String::from_utf8_lossy(&b).into_owned();
+                Ok((Value::Table(args_table(lua, &text)?), Value::Nil))
+            }
+            None => Ok((
+                Value::Nil,
+                Value::String(lua.create_string("request body not read")?),
+            )),
+        }
+    })?;
     set_fn(lua, &t, "get_body_data", |lua, ()| {
         with_request(|r, _| match &r.body {
             Some(b) => Ok(Value::String(lua.create_string(b)?)),
