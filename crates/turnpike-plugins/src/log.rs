@@ -438,7 +438,7 @@ impl SerializeValues {
                 SetMode::Replace => present,
             };
             if wanted {
-                crate::lua::set_path(entry, path, value.clone());
+                set_path(entry, path, value.clone());
             }
         }
     }
@@ -579,5 +579,33 @@ impl StreamLogEntry<'_> {
     /// The entry as Kong's stream serializer writes it.
     pub fn to_json_text(&self) -> String {
         serde_json::to_string(&self.serialized()).unwrap_or_default()
+    }
+}
+
+/// Sets (or with `None` removes) the field at a dotted path, making objects on the way.
+pub fn set_path(json: &mut serde_json::Value, path: &str, value: Option<serde_json::Value>) {
+    let mut parts = path.split('.').peekable();
+    let mut at = json;
+    while let Some(part) = parts.next() {
+        if !at.is_object() {
+            *at = serde_json::Value::Object(Default::default());
+        }
+        let Some(obj) = at.as_object_mut() else {
+            return;
+        };
+        if parts.peek().is_none() {
+            match value {
+                Some(v) => {
+                    obj.insert(part.to_string(), v);
+                }
+                None => {
+                    obj.remove(part);
+                }
+            }
+            return;
+        }
+        at = obj
+            .entry(part.to_string())
+            .or_insert_with(|| serde_json::Value::Object(Default::default()));
     }
 }

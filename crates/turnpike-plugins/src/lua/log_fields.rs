@@ -5,6 +5,7 @@ use std::sync::Arc;
 use mlua::Value;
 
 use super::{check, with_runtime, CallGuard, Code, Phase, Settings, Slot, Target, CURRENT};
+use crate::log::set_path;
 use crate::PluginCtx;
 
 /// Kong's `custom_fields_by_lua` (file-log, http-log): per field of the serialized log entry,
@@ -99,34 +100,6 @@ impl LogFields {
                 }
             }
         }
-    }
-}
-
-/// Sets (or with `None` removes) the field at a dotted path, making objects on the way.
-pub fn set_path(json: &mut serde_json::Value, path: &str, value: Option<serde_json::Value>) {
-    let mut parts = path.split('.').peekable();
-    let mut at = json;
-    while let Some(part) = parts.next() {
-        if !at.is_object() {
-            *at = serde_json::Value::Object(Default::default());
-        }
-        let Some(obj) = at.as_object_mut() else {
-            return;
-        };
-        if parts.peek().is_none() {
-            match value {
-                Some(v) => {
-                    obj.insert(part.to_string(), v);
-                }
-                None => {
-                    obj.remove(part);
-                }
-            }
-            return;
-        }
-        at = obj
-            .entry(part.to_string())
-            .or_insert_with(|| serde_json::Value::Object(Default::default()));
     }
 }
 

@@ -770,4 +770,4 @@ mod inspect;
 mod log_fields;
 
 pub use inspect::{inspect_plugin, ModuleInfo};
-pub use log_fields::{check_log_fields, log_text, set_path, stream_log_text, LogFields};
+pub use log_fields::{check_log_fields, log_text, stream_log_text, LogFields};

@@ -361,9 +361,9 @@ fn custom_fields_are_checked_and_set_at_dotted_paths() {
     assert_eq!(errs.len(), 1);
     assert_eq!(errs[0].0, "custom_fields_by_lua.bad");
     let mut j = json!({"request": {"size": 1}, "gone": true});
-    super::log_fields::set_path(&mut j, "request.headers.x", Some(json!("v")));
-    super::log_fields::set_path(&mut j, "gone", None);
-    super::log_fields::set_path(&mut j, "top", Some(json!(2)));
+    crate::log::set_path(&mut j, "request.headers.x", Some(json!("v")));
+    crate::log::set_path(&mut j, "gone", None);
+    crate::log::set_path(&mut j, "top", Some(json!(2)));
     assert_eq!(
         j,
         json!({"request": {"size": 1, "headers": {"x": "v"}}, "top": 2})
