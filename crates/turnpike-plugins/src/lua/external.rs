@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use mlua::{Function, Lua, Value};
 
-use super::{with_runtime, CallGuard, Phase, Settings, Target, CURRENT};
+use super::{with_runtime, Phase, Settings, Target, CURRENT};
 use crate::{AccessRequest, Exit, PluginCtx};
 
 /// What a PDK call gave.
@@ -81,16 +81,8 @@ pub fn call_pdk(
     args: &rmpv::Value,
 ) -> PdkAnswer {
     let ctx: *mut PluginCtx = &mut *req.ctx;
-    CURRENT.with(|c| {
-        let mut c = c.borrow_mut();
-        c.target = Target::Request(std::ptr::from_mut(req).cast());
-        c.phase = phase;
-        c.plugin = plugin;
-        c.plugin_id = plugin_id;
-        c.ctx = ctx;
-        c.keep_logs = false;
-    });
-    let _guard = CallGuard;
+    let target = Target::Request(std::ptr::from_mut(req).cast());
+    let _guard = super::enter(target, phase, plugin, plugin_id, ctx, false);
     let answer = with_runtime(settings, |rt| {
         let lookup = match &rt.exposed {
             Some(f) => f.clone(),

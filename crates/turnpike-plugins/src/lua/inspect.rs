@@ -91,17 +91,7 @@ pub fn inspect_plugin(settings: &Settings, name: &str) -> Result<ModuleInfo, Str
             .flatten()
             .filter(|e| e.path().extension().is_some_and(|x| x == "lua"))
             .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-            .any(|text| {
-                [
-                    "get_raw_body",
-                    "get_body",
-                    "set_raw_body",
-                    "set_body",
-                    "read_body",
-                ]
-                .iter()
-                .any(|f| text.contains(f))
-            });
+            .any(|text| super::reads_body(&text));
         let options = mlua::serde::DeserializeOptions::new()
             .deny_unsupported_types(false)
             .deny_recursive_tables(false);

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use mlua::Value;
 
-use super::{check, with_runtime, CallGuard, Code, Phase, Settings, Slot, Target, CURRENT};
+use super::{check, with_runtime, Code, Phase, Settings, Slot, Target};
 use crate::log::set_path;
 use crate::PluginCtx;
 
@@ -57,15 +57,15 @@ impl LogFields {
     }
 
     fn run(&self, target: Target, ctx: *mut PluginCtx, json: &mut serde_json::Value) {
-        CURRENT.with(|c| {
-            let mut c = c.borrow_mut();
-            c.target = target;
-            c.phase = Phase::Log;
-            c.plugin = self.code.plugin;
-            c.plugin_id = self.code.id;
-            c.ctx = ctx;
-        });
-        let _guard = CallGuard;
+        let code = &self.code;
+        let _guard = super::enter(
+            target,
+            Phase::Log,
+            code.plugin,
+            code.id,
+            ctx,
+            code.keep_logs,
+        );
         let values: Vec<Result<Option<serde_json::Value>, String>> =
             with_runtime(&self.code.settings, |rt| {
                 if self.code.compiled(rt).is_none() {

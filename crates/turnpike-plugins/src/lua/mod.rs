@@ -38,6 +38,22 @@ use rustc_hash::FxHashMap;
 
 use crate::{AccessRequest, CertificateRequest, Exit, PluginCtx, ResponseHead};
 
+/// Whether Lua source reads or replaces the request body (the proxy then reads the body
+/// before the access phase): a search for the PDK's body functions, so that code that never
+/// asks does not cost every request a buffer.
+pub fn reads_body(source: &str) -> bool {
+    [
+        "get_raw_body",
+        "get_body",
+        "set_raw_body",
+        "set_body",
+        "read_body",
+        "get_post_args",
+    ]
+    .iter()
+    .any(|f| source.contains(f))
+}
+
 /// Kong's `untrusted_lua`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Mode {
@@ -503,7 +519,7 @@ pub struct Suspended {
 }
 
 /// Clears `CURRENT` when the call ends, however it ends.
-struct CallGuard;
+pub(crate) struct CallGuard;
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
@@ -517,18 +533,31 @@ impl Drop for CallGuard {
     }
 }
 
-/// Runs `code`'s functions for `phase`, in order, with the PDK pointed at `target`.
-pub(crate) fn run(code: &Code, phase: Phase, target: Target, ctx: *mut PluginCtx) -> Outcome {
+/// Points the PDK at `target` for a call of `plugin`'s Lua (the config `plugin_id`) in
+/// `phase`; the guard clears it when the call ends, however it ends.
+pub(crate) fn enter(
+    target: Target,
+    phase: Phase,
+    plugin: &'static str,
+    plugin_id: u64,
+    ctx: *mut PluginCtx,
+    keep_logs: bool,
+) -> CallGuard {
     CURRENT.with(|c| {
         let mut c = c.borrow_mut();
         c.target = target;
         c.phase = phase;
-        c.plugin = code.plugin;
-        c.plugin_id = code.id;
+        c.plugin = plugin;
+        c.plugin_id = plugin_id;
         c.ctx = ctx;
-        c.keep_logs = code.keep_logs;
+        c.keep_logs = keep_logs;
     });
-    let _guard = CallGuard;
+    CallGuard
+}
+
+/// Runs `code`'s functions for `phase`, in order, with the PDK pointed at `target`.
+pub(crate) fn run(code: &Code, phase: Phase, target: Target, ctx: *mut PluginCtx) -> Outcome {
+    let _guard = enter(target, phase, code.plugin, code.id, ctx, code.keep_logs);
     with_runtime(&code.settings, |rt| {
         if code.compiled(rt).is_none() {
             if let Err(e) = rt.compile(code) {
@@ -551,16 +580,8 @@ pub fn resume_request(
     done: Done,
 ) -> Outcome {
     let ctx: *mut PluginCtx = &mut *req.ctx;
-    CURRENT.with(|c| {
-        let mut c = c.borrow_mut();
-        c.target = Target::Request(std::ptr::from_mut(req).cast());
-        c.phase = phase;
-        c.plugin = code.plugin;
-        c.plugin_id = code.id;
-        c.ctx = ctx;
-        c.keep_logs = code.keep_logs;
-    });
-    let _guard = CallGuard;
+    let target = Target::Request(std::ptr::from_mut(req).cast());
+    let _guard = enter(target, phase, code.plugin, code.id, ctx, code.keep_logs);
     with_runtime(&code.settings, |rt| {
         if code.compiled(rt).is_none() {
             return Outcome::Failed("the plugin's code changed while it waited".into());

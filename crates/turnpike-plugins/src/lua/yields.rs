@@ -397,15 +397,16 @@ fn start_timer(lua: &Lua, delay: f64, f: mlua::Function, every: bool) -> Result<
             let mut pool = Vec::new();
             loop {
                 // No request: the PDK's request functions say so; logs name the plugin.
-                super::CURRENT.with(|c| {
-                    let mut c = c.borrow_mut();
-                    c.target = super::Target::None;
-                    c.phase = super::Phase::Log;
-                    c.plugin = plugin;
-                    c.ctx = std::ptr::null_mut();
-                });
+                let guard = super::enter(
+                    super::Target::None,
+                    super::Phase::Log,
+                    plugin,
+                    0,
+                    std::ptr::null_mut(),
+                    false,
+                );
                 let driven = drive(&mut pool, thread.clone(), arg);
-                super::CURRENT.with(|c| c.borrow_mut().plugin = "");
+                drop(guard);
                 match driven {
                     Driven::Done(Ok(())) => break,
                     Driven::Done(Err(e)) => {

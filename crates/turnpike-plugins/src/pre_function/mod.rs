@@ -69,17 +69,7 @@ impl Serverless {
         let phases = schema::phases(config);
         // The body is read ahead only for code that asks for it (a name search: reading it
         // for every request would cost every request a buffer).
-        let wants_body = phases.iter().flatten().any(|src| {
-            [
-                "get_raw_body",
-                "get_body",
-                "set_raw_body",
-                "set_body",
-                "read_body",
-            ]
-            .iter()
-            .any(|f| src.contains(f))
-        });
+        let wants_body = phases.iter().flatten().any(|src| lua::reads_body(src));
         Serverless {
             code: Arc::new(Code::new(plugin, phases, lua)),
             wants_body,

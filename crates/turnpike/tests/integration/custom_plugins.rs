@@ -148,33 +148,53 @@ fn a_plugin_named_but_not_installed_stops_the_start() {
     );
 }
 
-/// Kong's plugin template (github.com/Kong/kong-plugin, `myplugin`), unchanged, from a local
-/// mirror (not copied into this repository): what its own integration spec checks (a request header for the upstream, a response header), its
-/// schema's defaults and entity checks with Kong's messages.
-/// Kong's plugin template at a known commit, written out of a local mirror of its repository
-/// into a package path of its own: `None` when there is no mirror here.
-fn template_from_mirror(into: &std::path::Path) -> Option<String> {
-    const COMMIT: &str = "f7a85cbc25137c8db5779912d42bda76d895e95b";
+/// Plugin folders of a public repository (`plugins/<name>/{handler,schema}.lua` under
+/// `root` at `rev`), written out of a local mirror of it (`$TURNPIKE_TEST_MIRRORS/<repo>/repo`,
+/// default `/work/.mirror`, as the tool library's `fetch` leaves it) into a package path of
+/// their own, as `kong/plugins/<name>/`: `None` when there is no mirror here.
+fn plugins_from_mirror(
+    repo: &str,
+    rev: &str,
+    root: &str,
+    names: &[&str],
+    into: &std::path::Path,
+) -> Option<String> {
     let mirrors = std::env::var("TURNPIKE_TEST_MIRRORS").unwrap_or_else(|_| "/work/.mirror".into());
-    let git_dir = std::path::Path::new(&mirrors).join("Kong+kong-plugin/repo");
-    let dir = into.join("kong/plugins/myplugin");
-    std::fs::create_dir_all(&dir).ok()?;
-    for file in ["handler.lua", "schema.lua"] {
-        let out = std::process::Command::new("git")
-            .arg("--git-dir")
-            .arg(&git_dir)
-            .arg("show")
-            .arg(format!("{COMMIT}:kong/plugins/myplugin/{file}"))
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            return None;
+    let git_dir = std::path::Path::new(&mirrors).join(repo).join("repo");
+    for name in names {
+        let dir = into.join("kong/plugins").join(name);
+        std::fs::create_dir_all(&dir).ok()?;
+        for file in ["handler.lua", "schema.lua"] {
+            let out = std::process::Command::new("git")
+                .arg("--git-dir")
+                .arg(&git_dir)
+                .arg("show")
+                .arg(format!("{rev}:{root}/{name}/{file}"))
+                .output()
+                .ok()?;
+            if !out.status.success() {
+                return None;
+            }
+            std::fs::write(dir.join(file), out.stdout).ok()?;
         }
-        std::fs::write(dir.join(file), out.stdout).ok()?;
     }
     Some(format!("{}/?.lua;;", into.display()))
 }
 
+/// Kong's plugin template (github.com/Kong/kong-plugin) at a known commit.
+fn template_from_mirror(into: &std::path::Path) -> Option<String> {
+    plugins_from_mirror(
+        "Kong+kong-plugin",
+        "f7a85cbc25137c8db5779912d42bda76d895e95b",
+        "kong/plugins",
+        &["myplugin"],
+        into,
+    )
+}
+
+/// Kong's plugin template (`myplugin`), unchanged, from a local mirror (not copied into this
+/// repository): what its own integration spec checks (a request header for the upstream, a
+/// response header), its schema's defaults and entity checks with Kong's messages.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kongs_plugin_template_runs_unchanged() {
     let tmp = tempfile::tempdir().unwrap();
@@ -512,31 +532,15 @@ services:
 }
 
 /// Kong's own test plugins (`spec/fixtures/custom_plugins/kong/plugins/<name>` of Kong 3.9.1,
-/// Apache-2.0), written out of a local mirror of github.com/Kong/kong (not copied into this
-/// repository) into a package path of their own: `None` when there is no mirror here.
+/// Apache-2.0), from a mirror of github.com/Kong/kong.
 fn kong_fixtures_from_mirror(into: &std::path::Path, names: &[&str]) -> Option<String> {
-    let mirrors = std::env::var("TURNPIKE_TEST_MIRRORS").unwrap_or_else(|_| "/work/.mirror".into());
-    let git_dir = std::path::Path::new(&mirrors).join("Kong+kong/repo");
-    for name in names {
-        let dir = into.join("kong/plugins").join(name);
-        std::fs::create_dir_all(&dir).ok()?;
-        for file in ["handler.lua", "schema.lua"] {
-            let out = std::process::Command::new("git")
-                .arg("--git-dir")
-                .arg(&git_dir)
-                .arg("show")
-                .arg(format!(
-                    "3.9.1:spec/fixtures/custom_plugins/kong/plugins/{name}/{file}"
-                ))
-                .output()
-                .ok()?;
-            if !out.status.success() {
-                return None;
-            }
-            std::fs::write(dir.join(file), out.stdout).ok()?;
-        }
-    }
-    Some(format!("{}/?.lua;;", into.display()))
+    plugins_from_mirror(
+        "Kong+kong",
+        "3.9.1",
+        "spec/fixtures/custom_plugins/kong/plugins",
+        names,
+        into,
+    )
 }
 
 /// Seven of the plugins Kong's own specs run (short-circuit, rewriter, dummy, error-generator,

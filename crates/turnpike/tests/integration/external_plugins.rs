@@ -24,28 +24,7 @@ fn fixture(name: &str) -> String {
 /// installed from PyPI into the target directory, once.
 fn python_path() -> &'static str {
     static PATH: OnceLock<String> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let has = |path: &str| {
-            Command::new("python3")
-                .args(["-c", "import kong_pdk"])
-                .env("PYTHONPATH", path)
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        if has("") {
-            return String::new();
-        }
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-kong-pdk");
-        let dir = dir.to_string_lossy().into_owned();
-        if !has(&dir) {
-            let ok = Command::new("python3")
-                .args(["-m", "pip", "install", "-q", "--target", &dir, "kong-pdk"])
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(ok, "pip install kong-pdk failed");
-        }
-        dir
-    })
+    PATH.get_or_init(|| python_with("kong_pdk", "kong-pdk", "python-kong-pdk"))
 }
 
 /// The gateway's environment for the Python fixture `py-greeter`: its server's socket in

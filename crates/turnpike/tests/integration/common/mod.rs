@@ -847,3 +847,28 @@ pub async fn json_lines(path: &std::path::Path, n: usize) -> Vec<serde_json::Val
     }
     panic!("fewer than {n} log lines in {}", path.display());
 }
+
+/// `PYTHONPATH` for a Python that can `import module`: the system's when it can, else
+/// `package` installed from PyPI into the target directory (`dir`), once per target directory.
+pub fn python_with(module: &str, package: &str, dir: &str) -> String {
+    let has = |path: &str| {
+        Command::new("python3")
+            .args(["-c", &format!("import {module}")])
+            .env("PYTHONPATH", path)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if has("") {
+        return String::new();
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(dir);
+    let dir = dir.to_string_lossy().into_owned();
+    if !has(&dir) {
+        let ok = Command::new("python3")
+            .args(["-m", "pip", "install", "-q", "--target", &dir, package])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "pip install {package} failed");
+    }
+    dir
+}

@@ -26,28 +26,7 @@ fn fixture(name: &str) -> PathBuf {
 /// from PyPI into the target directory, once.
 fn python_path() -> &'static str {
     static PATH: OnceLock<String> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let has = |path: &str| {
-            Command::new("python3")
-                .args(["-c", "import grpc"])
-                .env("PYTHONPATH", path)
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        if has("") {
-            return String::new();
-        }
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-grpcio");
-        let dir = dir.to_string_lossy().into_owned();
-        if !has(&dir) {
-            let ok = Command::new("python3")
-                .args(["-m", "pip", "install", "-q", "--target", &dir, "grpcio"])
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(ok, "pip install grpcio failed");
-        }
-        dir
-    })
+    PATH.get_or_init(|| python_with("grpc", "grpcio", "python-grpcio"))
 }
 
 /// `NODE_PATH` holding the official gRPC-Web client (npm `grpc-web`) and the XMLHttpRequest
