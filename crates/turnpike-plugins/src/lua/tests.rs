@@ -515,20 +515,23 @@ fn forwarded_getters_methods_bodies_tables_and_the_node() {
          kong.service.request.set_header('x-node', type(kong.node.get_id()) .. ',' .. type(kong.node.get_hostname())) end) \
          if not ok then kong.response.exit(599, tostring(e)) end"
     ]}));
-    let mut req = TestRequest::new();
-    req.headers
-        .insert("host", HeaderValue::from_static("gw.test:8000"));
-    req.headers
-        .insert("x-forwarded-proto", HeaderValue::from_static("HTTPS"));
-    req.headers.insert(
-        "x-forwarded-host",
-        HeaderValue::from_static("public.test:443"),
-    );
-    req.headers
-        .insert("x-forwarded-port", HeaderValue::from_static("443"));
-    req.headers
-        .insert("x-forwarded-prefix", HeaderValue::from_static("/api"));
-    req.body = Some(Bytes::from_static(b"old"));
+    // A request through a proxy that says where it came from, with a body.
+    let forwarded = |trusted: bool| {
+        let mut req = TestRequest::new();
+        req.trusted = trusted;
+        for (k, v) in [
+            ("host", "gw.test:8000"),
+            ("x-forwarded-proto", "HTTPS"),
+            ("x-forwarded-host", "public.test:443"),
+            ("x-forwarded-port", "443"),
+            ("x-forwarded-prefix", "/api"),
+        ] {
+            req.headers.insert(k, HeaderValue::from_static(v));
+        }
+        req.body = Some(Bytes::from_static(b"old"));
+        req
+    };
+    let mut req = forwarded(false);
     // Not from a trusted address: the request's own values.
     match req.run(&h) {
         Access::Continue => {}
@@ -553,21 +556,7 @@ fn forwarded_getters_methods_bodies_tables_and_the_node() {
     assert_eq!(req.headers.get("x-table").unwrap(), "nil");
     assert_eq!(req.headers.get("x-node").unwrap(), "string,string");
     // From a trusted one: the X-Forwarded-* values.
-    let mut req = TestRequest::new();
-    req.trusted = true;
-    req.headers
-        .insert("host", HeaderValue::from_static("gw.test:8000"));
-    req.headers
-        .insert("x-forwarded-proto", HeaderValue::from_static("HTTPS"));
-    req.headers.insert(
-        "x-forwarded-host",
-        HeaderValue::from_static("public.test:443"),
-    );
-    req.headers
-        .insert("x-forwarded-port", HeaderValue::from_static("443"));
-    req.headers
-        .insert("x-forwarded-prefix", HeaderValue::from_static("/api"));
-    req.body = Some(Bytes::from_static(b"old"));
+    let mut req = forwarded(true);
     assert!(matches!(req.run(&h), Access::Continue));
     assert_eq!(
         req.headers.get("x-out").unwrap(),

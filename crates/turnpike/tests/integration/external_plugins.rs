@@ -280,25 +280,10 @@ fn a_plugin_server_without_a_query_command_stops_the_node_with_kongs_message() {
 fn js_pluginserver() -> String {
     static PATH: OnceLock<String> = OnceLock::new();
     PATH.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("js-kong-pdk");
-        let bin = dir.join("node_modules/kong-pdk/bin/kong-js-pluginserver");
-        if !bin.exists() {
-            std::fs::create_dir_all(&dir).unwrap();
-            let ok = Command::new("npm")
-                .args([
-                    "install",
-                    "--no-save",
-                    "--no-audit",
-                    "--no-fund",
-                    "--prefix",
-                ])
-                .arg(&dir)
-                .arg("kong-pdk@0.6.0")
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(ok, "npm install kong-pdk failed");
-        }
-        bin.display().to_string()
+        node_modules_with("js-kong-pdk", &["kong-pdk@0.6.0"])
+            .join("kong-pdk/bin/kong-js-pluginserver")
+            .display()
+            .to_string()
     })
     .clone()
 }

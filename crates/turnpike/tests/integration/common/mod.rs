@@ -872,3 +872,31 @@ pub fn python_with(module: &str, package: &str, dir: &str) -> String {
     }
     dir
 }
+
+/// `node_modules` in the target directory (`dir`) holding `packages` (`name@version`) from the
+/// npm registry, installed once (when one of them is missing).
+pub fn node_modules_with(dir: &str, packages: &[&str]) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(dir);
+    let modules = dir.join("node_modules");
+    let missing = packages.iter().any(|p| {
+        let name = p.rsplit_once('@').map_or(*p, |(n, _)| n);
+        !modules.join(name).exists()
+    });
+    if missing {
+        std::fs::create_dir_all(&dir).unwrap();
+        let ok = Command::new("npm")
+            .args([
+                "install",
+                "--no-save",
+                "--no-audit",
+                "--no-fund",
+                "--prefix",
+            ])
+            .arg(&dir)
+            .args(packages)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "npm install {packages:?} failed");
+    }
+    modules
+}

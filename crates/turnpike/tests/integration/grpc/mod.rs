@@ -34,25 +34,9 @@ fn python_path() -> &'static str {
 fn node_path() -> &'static str {
     static PATH: OnceLock<String> = OnceLock::new();
     PATH.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("grpc-web-js");
-        let modules = dir.join("node_modules");
-        if !modules.join("grpc-web").exists() || !modules.join("xhr2").exists() {
-            std::fs::create_dir_all(&dir).unwrap();
-            let ok = Command::new("npm")
-                .args([
-                    "install",
-                    "--no-save",
-                    "--no-audit",
-                    "--no-fund",
-                    "--prefix",
-                ])
-                .arg(&dir)
-                .args(["grpc-web@2.1.1", "xhr2@0.2.1"])
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(ok, "npm install grpc-web failed");
-        }
-        modules.to_string_lossy().into_owned()
+        node_modules_with("grpc-web-js", &["grpc-web@2.1.1", "xhr2@0.2.1"])
+            .to_string_lossy()
+            .into_owned()
     })
 }
 
