@@ -10,8 +10,9 @@
 //! that needs them, and runs the handler's `init_worker` then. The config record's
 //! `entity_checks` that Kong's schema library names `at_least_one_of`, `only_one_of`,
 //! `distinct`, `mutually_required` and `mutually_exclusive` are checked with Kong's messages.
-//! What is not there yet: `configure` and `certificate`, `daos.lua` and `api.lua`, the other
-//! entity checks and custom validators.
+//! `configure(configs)` runs in each worker on its first request with a configuration. What
+//! is not there yet: `certificate`, `daos.lua` and `api.lua`, the other entity checks and
+//! custom validators.
 
 use std::sync::Arc;
 
@@ -34,6 +35,8 @@ pub struct LuaPlugin {
     /// The config record's `entity_checks` this build knows.
     checks: Vec<Check>,
     wants_body: bool,
+    /// The handler has `configure(configs)`.
+    configure: bool,
 }
 
 /// One of a record's `entity_checks` (Kong's `kong/db/schema/init.lua`), over its fields.
@@ -139,6 +142,7 @@ pub fn load(name: &str, settings: &lua::Settings) -> Result<&'static LuaPlugin, 
         allows_consumer,
         checks,
         wants_body: info.wants_body,
+        configure: info.configure,
     };
     Ok(Box::leak(Box::new(plugin)))
 }
@@ -350,10 +354,19 @@ impl PluginSpec for LuaPlugin {
     fn build(&self, config: &Value, ctx: &crate::BuildContext) -> Result<Arc<dyn Handler>, String> {
         let mut phases: [Vec<String>; 6] = std::default::Default::default();
         let conf = lua_literal(config);
+        let configure = if self.configure {
+            let (configs, key) = &*configs_of(ctx, self.name);
+            CONFIGURE
+                .replace("@CONFIGS@", configs)
+                .replace("@KEY@", &key.to_string())
+        } else {
+            String::new()
+        };
         for p in &self.phases {
             phases[*p as usize].push(format!(
                 "local handler = require(\"kong.plugins.{name}.handler\")\n\
                  {INIT_WORKER}\n\
+                 {configure}\n\
                  local conf = {conf}\n\
                  return function() return handler:{phase}(conf) end",
                 name = self.name,
@@ -381,6 +394,47 @@ if not inited[handler] then
     if not ok then kong.log.err(\"init_worker: \", err) end
   end
 end";
+
+/// Kong's `configure` phase: the handler's `configure(configs)` with every enabled config of
+/// the plugin in the node's configuration, once per worker thread for each configuration (a
+/// key of the configs says which it last saw); run on the first request the thread serves
+/// with a configuration (Kong runs it when the configuration is loaded).
+const CONFIGURE: &str = "\
+local configured = package.loaded[\"turnpike.configured\"] or {}
+package.loaded[\"turnpike.configured\"] = configured
+if configured[handler] ~= \"@KEY@\" then
+  configured[handler] = \"@KEY@\"
+  local ok, err = pcall(handler.configure, handler, @CONFIGS@)
+  if not ok then kong.log.err(\"configure: \", err) end
+end";
+
+/// Every enabled config of the plugin `name` in the configuration being built, as a Lua list
+/// (`nil` for none, as Kong passes), and a key for it: made once per plugin and build.
+fn configs_of(ctx: &crate::BuildContext, name: &'static str) -> Arc<(String, u64)> {
+    type Made = std::sync::Mutex<std::collections::HashMap<&'static str, Arc<(String, u64)>>>;
+    let made = ctx.shared::<Made>(|_| std::default::Default::default());
+    let mut made = made.lock().unwrap_or_else(|e| e.into_inner());
+    made.entry(name)
+        .or_insert_with(|| {
+            let configs: Vec<String> = ctx
+                .config
+                .plugins
+                .iter()
+                .filter(|p| p.enabled && p.name == name)
+                .map(|p| lua_literal(&p.config))
+                .collect();
+            let text = if configs.is_empty() {
+                "nil".to_string()
+            } else {
+                format!("{{{}}}", configs.join(", "))
+            };
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            text.hash(&mut h);
+            Arc::new((text, h.finish()))
+        })
+        .clone()
+}
 
 /// A JSON value as a Lua constructor: objects as tables with string keys, arrays as
 /// sequences, JSON null left out (Kong hands a plugin its config without nulls).

@@ -16,6 +16,8 @@ pub struct ModuleInfo {
     /// Whether a module of the plugin's folder reads or replaces the request body (the proxy
     /// then reads it before the access phase, as for the serverless plugins).
     pub wants_body: bool,
+    /// The handler has Kong's `configure(configs)`.
+    pub configure: bool,
 }
 
 /// Kong's `kong.db.schema.typedefs` as far as a plugin's schema uses them: the field
@@ -99,6 +101,7 @@ pub fn inspect_plugin(settings: &Settings, name: &str) -> Result<ModuleInfo, Str
             priority: handler.get::<Option<i64>>("PRIORITY")?,
             version: handler.get::<Option<String>>("VERSION")?,
             phases,
+            configure: matches!(handler.get::<Value>("configure"), Ok(Value::Function(_))),
             schema: lua.from_value_with(Value::Table(schema), options)?,
             wants_body,
         })

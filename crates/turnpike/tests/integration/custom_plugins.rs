@@ -56,6 +56,8 @@ services:
     assert_eq!(r.header("x-greeted"), Some("hi,hi"));
     // init_worker ran once in the worker's state, whatever the number of configs and requests.
     assert_eq!(r.json()["headers"]["x-worker-inits"], "1");
+    // configure had every config of the plugin (the second one's greeting is its default).
+    assert_eq!(r.json()["headers"]["x-configured"], "hello,hi");
     // ngx.shared: one count for the node, whichever worker served each request (each on a
     // connection of its own).
     let mut seen = Vec::new();
@@ -127,6 +129,22 @@ services:
     assert!(body.contains("times") && body.contains("mode"), "{body}");
     // The running config is untouched.
     assert_eq!(get(gw.proxy, "x", "/g").await.status, 200);
+    // A new configuration: configure sees its configs (one now).
+    let one = format!(
+        r#"{{"_format_version": "3.0", "services": [{{"name": "s", "url": "{}", "routes": [{{"name": "r", "paths": ["/g"], "plugins": [{{"name": "greeting", "config": {{"greeting": "hey"}}}}]}}]}}]}}"#,
+        up.url()
+    );
+    let r = admin_raw(
+        gw.admin,
+        "POST",
+        "/config",
+        "application/json",
+        one.into_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let r = get(gw.proxy, "x", "/g").await;
+    assert_eq!(r.json()["headers"]["x-configured"], "hey");
 }
 
 #[test]

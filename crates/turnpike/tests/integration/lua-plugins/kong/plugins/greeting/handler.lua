@@ -12,6 +12,16 @@ function Greeting:init_worker()
   words.inits = (words.inits or 0) + 1
 end
 
+-- Kong's configure: every config of the plugin, when the configuration changes.
+function Greeting:configure(configs)
+  local greetings = {}
+  for _, c in ipairs(configs or {}) do
+    greetings[#greetings + 1] = c.greeting
+  end
+  table.sort(greetings)
+  words.configured = table.concat(greetings, ",")
+end
+
 function Greeting:access(conf)
   if conf.deny_path and kong.request.get_path() == conf.deny_path then
     return kong.response.exit(403, { message = "denied by greeting" })
@@ -26,6 +36,7 @@ function Greeting:access(conf)
   end
   kong.service.request.set_header(conf.header_name, text)
   kong.service.request.set_header("X-Worker-Inits", tostring(words.inits))
+  kong.service.request.set_header("X-Configured", words.configured or "never")
   -- A count shared by every worker (lua_shared_dict), per route.
   local seen = ngx.shared.kong_rate_limiting_counters:incr("greeting:" .. conf.header_name, 1, 0)
   kong.service.request.set_header("X-Seen", tostring(seen))
