@@ -10,9 +10,9 @@
 //! that needs them, and runs the handler's `init_worker` then. The config record's
 //! `entity_checks` that Kong's schema library names `at_least_one_of`, `only_one_of`,
 //! `distinct`, `mutually_required` and `mutually_exclusive` are checked with Kong's messages.
-//! `configure(configs)` runs in each worker on its first request with a configuration. What
-//! is not there yet: `certificate`, `daos.lua` and `api.lua`, the other entity checks and
-//! custom validators.
+//! `configure(configs)` runs in each worker on its first request with a configuration, and
+//! `certificate` in the TLS handshake for a global config. What is not there yet: `daos.lua`
+//! and `api.lua`, the other entity checks and custom validators.
 
 use std::sync::Arc;
 

@@ -76,7 +76,6 @@ pub fn inspect_plugin(settings: &Settings, name: &str) -> Result<ModuleInfo, Str
         let schema: Table = require.call(format!("kong.plugins.{name}.schema"))?;
         let phases = Phase::ALL
             .into_iter()
-            .filter(|p| !matches!(p, Phase::Certificate))
             .filter(|p| matches!(handler.get::<Value>(p.name()), Ok(Value::Function(_))))
             .collect();
         // The plugin's folder, where `require` found its handler: its modules' text.

@@ -761,3 +761,63 @@ services:
     let _ = get(gw.proxy, "x", "/hello").await;
     assert!(asked() <= 2);
 }
+
+/// A global plugin's `certificate` phase runs in the TLS handshake (Kong's logger fixture
+/// logs it); an error there aborts the handshake (Kong's error-generator fixture).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_global_plugins_certificate_phase_runs_in_the_handshake() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(path) = kong_fixtures_from_mirror(tmp.path(), &["logger", "error-generator"]) else {
+        eprintln!("skipped: no mirror of github.com/Kong/kong here (fetch github:Kong/kong)");
+        return;
+    };
+    let up = Upstream::start("cert-phase");
+    let doc = |plugin: &str| {
+        format!(
+            r#"_format_version: "3.0"
+plugins:
+- {plugin}
+services:
+- name: s
+  url: {}
+  routes:
+  - name: r
+    paths: [/]
+"#,
+            up.url()
+        )
+    };
+    let gw = Gateway::with_config(&doc("name: logger"))
+        .env("TURNPIKE_PLUGINS", "bundled,logger,error-generator")
+        .env("TURNPIKE_LUA_PACKAGE_PATH", &path)
+        .start();
+    let (r, _, _) = get_tls(gw.proxy_tls, "tls.test", "/", false).await;
+    assert_eq!(r.status, 200);
+    assert!(
+        eventually(std::time::Duration::from_secs(5), async || gw
+            .log_text()
+            .contains("certificate phase"))
+        .await,
+        "{}",
+        gw.log_text()
+    );
+    // An error in the certificate phase: no handshake.
+    let r = admin_raw(
+        gw.admin,
+        "POST",
+        "/config",
+        "text/yaml",
+        doc("name: error-generator\n  config: {certificate: true}").into_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let stream = tokio::net::TcpStream::connect(gw.proxy_tls).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("tls.test".to_string()).unwrap();
+    let refused = tls_client(&[b"http/1.1"]).connect(name, stream).await;
+    assert!(refused.is_err(), "the handshake went through");
+    assert!(
+        gw.log_text().contains("[error-generator] certificate"),
+        "{}",
+        gw.log_text()
+    );
+}
