@@ -23,17 +23,92 @@ use crate::pre_function::Serverless;
 use crate::schema::{Default, Field, Type};
 use crate::{Handler, PluginSpec};
 
-/// A custom plugin, as the registry knows it.
-pub struct LuaPlugin {
-    name: &'static str,
-    priority: i32,
-    version: &'static str,
-    fields: &'static [Field],
-    phases: Vec<Phase>,
-    http_only: bool,
-    allows_consumer: bool,
+/// What an operator's plugin says of itself (Lua or external alike): its name, PRIORITY and
+/// VERSION, and its schema's config record as the registry checks and shows it.
+pub(crate) struct Described {
+    pub name: &'static str,
+    pub priority: i32,
+    pub version: &'static str,
+    pub fields: &'static [Field],
+    /// Its `protocols` are HTTP's only.
+    pub http_only: bool,
+    /// It may be scoped to a consumer (not `typedefs.no_consumer`).
+    pub allows_consumer: bool,
     /// The config record's `entity_checks` this build knows.
-    checks: Vec<Check>,
+    pub checks: Vec<Check>,
+}
+
+impl Described {
+    /// From what the plugin's modules (or its plugin server) say; errors name the plugin.
+    pub(crate) fn new(
+        name: &str,
+        priority: i64,
+        version: &str,
+        schema: &Value,
+        at: &str,
+    ) -> Result<Described, String> {
+        let (fields, http_only, allows_consumer) =
+            config_fields(schema).map_err(|e| format!("{at}: schema: {e}"))?;
+        let checks = config_checks(schema).map_err(|e| format!("{at}: schema: {e}"))?;
+        Ok(Described {
+            name: leak(name),
+            priority: priority.clamp(i32::MIN.into(), i32::MAX.into()) as i32,
+            version: leak(version),
+            fields,
+            http_only,
+            allows_consumer,
+            checks,
+        })
+    }
+}
+
+/// An operator's plugin: its description, and how a config of it becomes a handler. The
+/// registry sees it as it sees a bundled plugin.
+pub(crate) trait OwnPlugin: Send + Sync {
+    fn described(&self) -> &Described;
+    fn handler(
+        &self,
+        config: &Value,
+        ctx: &crate::BuildContext,
+    ) -> Result<Arc<dyn Handler>, String>;
+}
+
+impl<T: OwnPlugin> PluginSpec for T {
+    fn name(&self) -> &'static str {
+        self.described().name
+    }
+    fn priority(&self) -> i32 {
+        self.described().priority
+    }
+    fn version(&self) -> &'static str {
+        self.described().version
+    }
+    fn fields(&self) -> &'static [Field] {
+        self.described().fields
+    }
+    fn allows_consumer(&self) -> bool {
+        self.described().allows_consumer
+    }
+    fn entity_checks(&self, config: &Value) -> Vec<(String, String)> {
+        self.described()
+            .checks
+            .iter()
+            .filter_map(|c| c.failure(config))
+            .map(|m| ("config.@entity".to_string(), m))
+            .collect()
+    }
+    fn http_only(&self) -> bool {
+        self.described().http_only
+    }
+    fn build(&self, config: &Value, ctx: &crate::BuildContext) -> Result<Arc<dyn Handler>, String> {
+        self.handler(config, ctx)
+    }
+}
+
+/// A custom Lua plugin, as the registry knows it.
+pub struct LuaPlugin {
+    described: Described,
+    phases: Vec<Phase>,
     wants_body: bool,
     /// The handler has `configure(configs)`.
     configure: bool,
@@ -125,22 +200,16 @@ impl Check {
 pub fn load(name: &str, settings: &lua::Settings) -> Result<&'static LuaPlugin, String> {
     let info = lua::inspect_plugin(settings, name)
         .map_err(|e| format!("plugin '{name}' enabled but not installed: {e}"))?;
-    let (fields, http_only, allows_consumer) =
-        config_fields(&info.schema).map_err(|e| format!("plugin '{name}': schema: {e}"))?;
-    let checks =
-        config_checks(&info.schema).map_err(|e| format!("plugin '{name}': schema: {e}"))?;
+    let described = Described::new(
+        name,
+        info.priority.unwrap_or(0),
+        info.version.as_deref().unwrap_or("0.1.0"),
+        &info.schema,
+        &format!("plugin '{name}'"),
+    )?;
     let plugin = LuaPlugin {
-        name: leak(name),
-        priority: info
-            .priority
-            .unwrap_or(0)
-            .clamp(i32::MIN.into(), i32::MAX.into()) as i32,
-        version: leak(info.version.as_deref().unwrap_or("0.1.0")),
-        fields,
+        described,
         phases: info.phases,
-        http_only,
-        allows_consumer,
-        checks,
         wants_body: info.wants_body,
         configure: info.configure,
     };
@@ -325,37 +394,19 @@ fn default_of(d: &Value, ty_name: &str) -> Default {
     }
 }
 
-impl PluginSpec for LuaPlugin {
-    fn name(&self) -> &'static str {
-        self.name
+impl OwnPlugin for LuaPlugin {
+    fn described(&self) -> &Described {
+        &self.described
     }
-    fn priority(&self) -> i32 {
-        self.priority
-    }
-    fn version(&self) -> &'static str {
-        self.version
-    }
-    fn fields(&self) -> &'static [Field] {
-        self.fields
-    }
-    fn allows_consumer(&self) -> bool {
-        self.allows_consumer
-    }
-    fn entity_checks(&self, config: &Value) -> Vec<(String, String)> {
-        self.checks
-            .iter()
-            .filter_map(|c| c.failure(config))
-            .map(|m| ("config.@entity".to_string(), m))
-            .collect()
-    }
-    fn http_only(&self) -> bool {
-        self.http_only
-    }
-    fn build(&self, config: &Value, ctx: &crate::BuildContext) -> Result<Arc<dyn Handler>, String> {
+    fn handler(
+        &self,
+        config: &Value,
+        ctx: &crate::BuildContext,
+    ) -> Result<Arc<dyn Handler>, String> {
         let mut phases: [Vec<String>; 6] = std::default::Default::default();
         let conf = lua_literal(config);
         let configure = if self.configure {
-            let (configs, key) = &*configs_of(ctx, self.name);
+            let (configs, key) = &*configs_of(ctx, self.described.name);
             CONFIGURE
                 .replace("@CONFIGS@", configs)
                 .replace("@KEY@", &key.to_string())
@@ -369,11 +420,15 @@ impl PluginSpec for LuaPlugin {
                  {configure}\n\
                  local conf = {conf}\n\
                  return function() return handler:{phase}(conf) end",
-                name = self.name,
+                name = self.described.name,
                 phase = p.name()
             ));
         }
-        let mut code = Code::new(self.name, phases, ctx.runtime.lua.settings().clone());
+        let mut code = Code::new(
+            self.described.name,
+            phases,
+            ctx.runtime.lua.settings().clone(),
+        );
         code.trusted = true;
         code.keep_logs = crate::request_logs::wanted(ctx);
         Ok(Arc::new(Serverless::from_code(code, self.wants_body)))

@@ -30,10 +30,9 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use turnpike_config::conf::PluginServerConf;
 
-use crate::custom::Check;
+use crate::custom::{Described, OwnPlugin};
 use crate::lua::{self, PdkAnswer, Phase};
-use crate::schema::Field;
-use crate::{Access, AccessRequest, Handler, Phases, PluginSpec, Resume};
+use crate::{Access, AccessRequest, Handler, Phases, Resume};
 
 pub use process::Supervised;
 
@@ -193,24 +192,24 @@ impl Server {
 
 /// An external plugin, as the registry knows it.
 pub struct ExternalPlugin {
+    described: Described,
+    /// Its name (the description's), for log lines and the protocol's messages.
     name: &'static str,
-    priority: i32,
-    version: &'static str,
-    fields: &'static [Field],
     phases: Phases,
-    http_only: bool,
-    allows_consumer: bool,
-    checks: Vec<Check>,
     server: Arc<Server>,
 }
 
 impl ExternalPlugin {
     fn new(info: &Info, server: &Arc<Server>) -> Result<&'static ExternalPlugin, String> {
-        let at = |e: String| format!("plugin '{}' (pluginserver {}): {e}", info.name, server.name);
-        let (fields, http_only, allows_consumer) =
-            crate::custom::config_fields(&info.schema).map_err(|e| at(format!("schema: {e}")))?;
-        let checks =
-            crate::custom::config_checks(&info.schema).map_err(|e| at(format!("schema: {e}")))?;
+        let whose = format!("plugin '{}' (pluginserver {})", info.name, server.name);
+        let at = |e: String| format!("{whose}: {e}");
+        let described = Described::new(
+            &info.name,
+            info.priority,
+            &info.version,
+            &info.schema,
+            &whose,
+        )?;
         let mut phases = Phases::NONE;
         for p in &info.phases {
             phases = phases
@@ -225,48 +224,24 @@ impl ExternalPlugin {
                     }
                 };
         }
-        let leak = |s: &str| -> &'static str { Box::leak(s.to_string().into_boxed_str()) };
         Ok(Box::leak(Box::new(ExternalPlugin {
-            name: leak(&info.name),
-            priority: info.priority.clamp(i32::MIN.into(), i32::MAX.into()) as i32,
-            version: leak(&info.version),
-            fields,
+            name: described.name,
+            described,
             phases,
-            http_only,
-            allows_consumer,
-            checks,
             server: server.clone(),
         })))
     }
 }
 
-impl PluginSpec for ExternalPlugin {
-    fn name(&self) -> &'static str {
-        self.name
+impl OwnPlugin for ExternalPlugin {
+    fn described(&self) -> &Described {
+        &self.described
     }
-    fn priority(&self) -> i32 {
-        self.priority
-    }
-    fn version(&self) -> &'static str {
-        self.version
-    }
-    fn fields(&self) -> &'static [Field] {
-        self.fields
-    }
-    fn allows_consumer(&self) -> bool {
-        self.allows_consumer
-    }
-    fn http_only(&self) -> bool {
-        self.http_only
-    }
-    fn entity_checks(&self, config: &Value) -> Vec<(String, String)> {
-        self.checks
-            .iter()
-            .filter_map(|c| c.failure(config))
-            .map(|m| ("config.@entity".to_string(), m))
-            .collect()
-    }
-    fn build(&self, config: &Value, ctx: &crate::BuildContext) -> Result<Arc<dyn Handler>, String> {
+    fn handler(
+        &self,
+        config: &Value,
+        ctx: &crate::BuildContext,
+    ) -> Result<Arc<dyn Handler>, String> {
         let plugin: &'static ExternalPlugin = registry_ref(self);
         let inner = Arc::new(Instance {
             plugin,
