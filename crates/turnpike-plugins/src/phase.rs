@@ -29,8 +29,9 @@ pub struct AccessRequest<'a> {
     pub server_port: u16,
     /// The client's port (`kong.client.get_port`; 0 where unknown).
     pub client_port: u16,
-    /// The request's id (`kong.request.get_id`, X-Kong-Request-Id; empty where unknown).
-    pub request_id: &'a str,
+    /// The request's id (`kong.request.get_id`, X-Kong-Request-Id): read as text only when a
+    /// plugin asks for it.
+    pub request_id: Option<&'a HeaderValue>,
     /// When the request began (`kong.request.get_start_time`).
     pub started: Option<std::time::Instant>,
     /// The client's address: the connection's peer, or the X-Real-IP a trusted proxy sent.
@@ -155,7 +156,7 @@ impl<'a> AccessRequest<'a> {
             tls,
             server_port: 0,
             client_port: 0,
-            request_id: "",
+            request_id: None,
             started: None,
             client_ip,
             trusted: false,

@@ -8,6 +8,9 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use crate::*;
 
 #[cfg(test)]
+static REQUEST_ID: HeaderValue = HeaderValue::from_static("test-request-id");
+
+#[cfg(test)]
 /// A request for the plugins' unit tests: the parts `AccessRequest` borrows, owned here.
 pub(crate) struct TestRequest {
     pub method: &'static str,
@@ -50,7 +53,7 @@ impl TestRequest {
             route_id: "r",
             trusted: self.trusted,
             client_port: 54321,
-            request_id: "test-request-id",
+            request_id: Some(&REQUEST_ID),
             started: Some(std::time::Instant::now()),
             ..AccessRequest::new(
                 self.method,

@@ -78,7 +78,7 @@ pub async fn run(s: &mut Session<'_>) -> Result<(), Ended> {
         trusted: conn.trusted,
         server_port: conn.local_port,
         client_port: conn.peer.port(),
-        request_id: rc.request_id.to_str().unwrap_or(""),
+        request_id: Some(&rc.request_id),
         started: Some(rc.start),
         captures,
         ..AccessRequest::new(

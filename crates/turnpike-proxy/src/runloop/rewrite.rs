@@ -28,7 +28,7 @@ pub async fn run(s: &mut Session<'_>) -> Result<(), Ended> {
     req.server_port = s.conn.local_port;
     req.client_port = s.conn.peer.port();
     req.started = Some(rc.start);
-    req.request_id = rc.request_id.to_str().unwrap_or("");
+    req.request_id = Some(&rc.request_id);
     for b in s.snap.global_rewrite.iter() {
         if b.protocols & protocol == 0 {
             continue;

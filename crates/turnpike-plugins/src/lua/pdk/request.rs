@@ -107,7 +107,11 @@ pub(super) fn request(lua: &Lua) -> mlua::Result<Table> {
     })?;
     set_fn(lua, &t, "get_id", |_, ()| {
         with_view(|r| match r {
-            View::Req(a) => Ok(a.request_id.to_string()),
+            View::Req(a) => Ok(a
+                .request_id
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string()),
             View::Log(_) => Ok(String::new()),
         })
     })?;
