@@ -77,6 +77,9 @@ pub struct UpstreamRequest {
     pub body_limit: Option<u64>,
     /// Where to connect instead of the service's host or upstream (`kong.service.set_target`).
     pub target: Option<(String, u16)>,
+    /// The upstream's response is read whole before the response phases
+    /// (`kong.service.request.enable_buffering`).
+    pub buffered: bool,
 }
 
 /// Per-request state that plugins keep from one phase to the next (Kong's `kong.ctx.shared`
@@ -286,6 +289,9 @@ pub struct ResponseHead<'a> {
     pub consumer: Option<&'a Identity>,
     /// What the request's plugins keep between phases (Kong's `kong.ctx`).
     pub ctx: &'a mut PluginCtx,
+    /// The upstream's whole body, when the response was buffered (Kong's buffered proxying:
+    /// a plugin with a response phase, or `kong.service.request.enable_buffering`).
+    pub buffered: Option<&'a Bytes>,
 }
 
 /// Kong's body_filter phase for one response: gets the body piece by piece and returns what
@@ -317,6 +323,9 @@ impl Phases {
     /// header_filter, and the body_filter it may return.
     pub const RESPONSE: Phases = Phases(8);
     pub const LOG: Phases = Phases(16);
+    /// Kong's response phase: the upstream's response is read whole first (Kong's buffered
+    /// proxying), then handed to [`Handler::response`] before the header_filter phase.
+    pub const BUFFERED: Phases = Phases(32);
 
     pub const fn and(self, other: Phases) -> Phases {
         Phases(self.0 | other.0)
@@ -387,6 +396,13 @@ pub trait Handler: Send + Sync {
     /// response of a request the plugin's route served; returns the response's body filter
     /// (Kong's body_filter phase) when the plugin changes the body.
     fn header_filter(&self, _resp: &mut ResponseHead<'_>) -> Option<Box<dyn BodyFilter>> {
+        None
+    }
+    /// Kong's response phase, in PRIORITY order, for a config with [`Phases::BUFFERED`]: the
+    /// upstream's response read whole (`resp.buffered` holds its body), before the
+    /// header_filter phase; it may change the status and headers, or replace the response
+    /// (an exit). Not run for the gateway's own responses, upgrades or gRPC.
+    fn response(&self, _resp: &mut ResponseHead<'_>) -> Option<Exit> {
         None
     }
     /// Whether this config reads the request body (key-auth's `key_in_body`): the proxy then

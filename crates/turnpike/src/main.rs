@@ -194,6 +194,7 @@ fn plugin_registry(conf: &Conf) -> Result<Arc<turnpike_plugins::Registry>, Strin
     .map_err(|e| format!("invalid configuration: {e}"))?;
     lua.package_path = conf.lua_package_path.clone();
     lua.node_id = node_id(&conf.prefix);
+    lua.workers = conf.worker_processes.max(1);
     lua.trusted_ips = conf
         .trusted_ips
         .iter()

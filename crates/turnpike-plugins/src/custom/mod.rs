@@ -1,7 +1,7 @@
 //! An operator's own Lua plugin, installed as Kong installs one: named in `plugins`
 //! (`bundled,my-plugin`), found through `lua_package_path` as `kong/plugins/<name>/handler.lua`
 //! and `schema.lua`. The handler's `PRIORITY` orders it among the bundled plugins, its phase
-//! methods (`rewrite`, `access`, `header_filter`, `body_filter`, `log`) run with the PDK of
+//! methods (`rewrite`, `access`, `response`, `header_filter`, `body_filter`, `log`) run with the PDK of
 //! the serverless plugins, called as Kong calls them (`handler:access(conf)`), and its
 //! schema's `config` record is the config's schema: validated, defaulted and shown by
 //! `GET /schemas/plugins/<name>` as a bundled plugin's.
@@ -403,7 +403,7 @@ impl OwnPlugin for LuaPlugin {
         config: &Value,
         ctx: &crate::BuildContext,
     ) -> Result<Arc<dyn Handler>, String> {
-        let mut phases: [Vec<String>; 6] = std::default::Default::default();
+        let mut phases: [Vec<String>; lua::PHASES] = std::default::Default::default();
         let conf = lua_literal(config);
         let configure = if self.configure {
             let (configs, key) = &*configs_of(ctx, self.described.name);

@@ -74,7 +74,7 @@ pub fn inspect_plugin(settings: &Settings, name: &str) -> Result<ModuleInfo, Str
         let require: Function = lua.globals().get("require")?;
         let handler: Table = require.call(format!("kong.plugins.{name}.handler"))?;
         let schema: Table = require.call(format!("kong.plugins.{name}.schema"))?;
-        let phases = Phase::ALL
+        let phases = Phase::HANDLER
             .into_iter()
             .filter(|p| matches!(handler.get::<Value>(p.name()), Ok(Value::Function(_))))
             .collect();

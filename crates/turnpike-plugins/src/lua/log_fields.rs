@@ -29,7 +29,7 @@ impl LogFields {
             .values()
             .map(|v| v.as_str().unwrap_or_default().to_string())
             .collect();
-        let mut phases: [Vec<String>; 6] = Default::default();
+        let mut phases: [Vec<String>; super::PHASES] = Default::default();
         phases[Phase::Log as usize] = exprs;
         Some(LogFields {
             code: Code::new(plugin, phases, settings.clone()),

@@ -81,6 +81,8 @@ pub struct Settings {
     pub cache_neg_ttl: f64,
     /// The node's id (`kong.node.get_id()`).
     pub node_id: String,
+    /// How many worker threads the node runs (`ngx.worker.count()`).
+    pub workers: usize,
     /// The node's `trusted_ips` (`kong.ip.is_trusted`).
     pub trusted_ips: Vec<(std::net::IpAddr, u8)>,
     /// `kong.cache`'s generation, node-wide: an invalidation moves it on, and each worker's
@@ -117,6 +119,7 @@ impl Settings {
             cache_ttl: 0.0,
             cache_neg_ttl: 0.0,
             node_id: String::new(),
+            workers: 1,
             trusted_ips: Vec::new(),
             cache_generation: Arc::default(),
         })
@@ -153,9 +156,26 @@ pub enum Phase {
     HeaderFilter,
     BodyFilter,
     Log,
+    /// Kong's response phase (a plugin's handler only; serverless configs have none).
+    Response,
 }
 
+/// How many phases there are (`Phase as usize` indexes a config's per-phase lists).
+pub const PHASES: usize = 7;
+
 impl Phase {
+    /// The phases a handler's methods may name, in the order Kong runs them.
+    pub const HANDLER: [Phase; PHASES] = [
+        Phase::Certificate,
+        Phase::Rewrite,
+        Phase::Access,
+        Phase::Response,
+        Phase::HeaderFilter,
+        Phase::BodyFilter,
+        Phase::Log,
+    ];
+
+    /// The serverless plugins' phases (pre-function's schema fields), in Kong's order.
     pub const ALL: [Phase; 6] = [
         Phase::Certificate,
         Phase::Rewrite,
@@ -173,6 +193,7 @@ impl Phase {
             Phase::HeaderFilter => "header_filter",
             Phase::BodyFilter => "body_filter",
             Phase::Log => "log",
+            Phase::Response => "response",
         }
     }
 }
@@ -183,7 +204,7 @@ pub struct Code {
     id: u64,
     /// The plugin's name, for log lines (`[pre-function] ...`).
     pub plugin: &'static str,
-    pub phases: [Vec<String>; 6],
+    pub phases: [Vec<String>; PHASES],
     /// Dropped with the handler: a thread's state then frees the compiled functions the next
     /// time it compiles something. Its address is the config's `id` while it lives.
     alive: Arc<()>,
@@ -197,7 +218,11 @@ pub struct Code {
 }
 
 impl Code {
-    pub fn new(plugin: &'static str, phases: [Vec<String>; 6], settings: Arc<Settings>) -> Code {
+    pub fn new(
+        plugin: &'static str,
+        phases: [Vec<String>; PHASES],
+        settings: Arc<Settings>,
+    ) -> Code {
         // `alive`'s allocation (its counts) is this config's own while it lives: its address
         // is the id, with no counter shared by the process.
         let alive = Arc::new(());
@@ -262,7 +287,7 @@ enum Slot {
 
 struct Compiled {
     alive: Weak<()>,
-    phases: [Vec<Slot>; 6],
+    phases: [Vec<Slot>; PHASES],
 }
 
 /// One worker thread's Lua state.
@@ -327,6 +352,7 @@ impl Runtime {
         let (kong, ngx) = pdk::install(&lua)?;
         ngx.set("shared", shared::table(&lua, &settings.shared)?)?;
         yields::install_on(&lua, &ngx)?;
+        pdk::install_misc(&lua, &ngx, settings.workers)?;
         // kong.cache reads ngx (now, shared) as a global when it runs.
         lua.globals().set("ngx", ngx.clone())?;
         let generation = settings.cache_generation.clone();
@@ -371,7 +397,7 @@ impl Runtime {
     fn compile(&mut self, code: &Code) -> mlua::Result<()> {
         // Functions of configs that are gone are freed here, when a new config arrives.
         self.compiled.retain(|_, c| c.alive.strong_count() > 0);
-        let mut phases: [Vec<Slot>; 6] = Default::default();
+        let mut phases: [Vec<Slot>; PHASES] = Default::default();
         let meta = self.lua.create_table()?;
         if code.trusted {
             meta.set("__index", self.lua.globals())?;
@@ -716,11 +742,12 @@ pub fn run_request(code: &Code, phase: Phase, req: &mut AccessRequest<'_>) -> Ou
     run(code, phase, target, ctx)
 }
 
-/// The header_filter phase.
-pub fn run_response(code: &Code, head: &mut ResponseHead<'_>) -> Outcome {
+/// The header_filter phase, or the response phase (`Phase::Response`, over a buffered
+/// response).
+pub fn run_response(code: &Code, phase: Phase, head: &mut ResponseHead<'_>) -> Outcome {
     let ctx: *mut PluginCtx = &mut *head.ctx;
     let target = Target::Response(std::ptr::from_mut(head).cast());
-    run(code, Phase::HeaderFilter, target, ctx)
+    run(code, phase, target, ctx)
 }
 
 /// The log phase.

@@ -163,6 +163,7 @@ fn ctx_shared_carries_from_access_to_the_response() {
         from_upstream: true,
         consumer: None,
         ctx: &mut req.ctx,
+        buffered: None,
     };
     let mut filter = h.header_filter(&mut head).expect("a body filter");
     assert_eq!(headers.get("x-who").unwrap(), "ann");
@@ -183,6 +184,7 @@ fn get_raw_body_gathers_the_pieces_and_set_raw_body_replaces_them() {
         from_upstream: true,
         consumer: None,
         ctx: &mut ctx,
+        buffered: None,
     };
     let mut f = h.header_filter(&mut head).unwrap();
     assert_eq!(f.filter(Bytes::from_static(b"ab"), false), "");
@@ -205,6 +207,7 @@ fn header_filter_changes_status_and_headers() {
         from_upstream: true,
         consumer: None,
         ctx: &mut ctx,
+        buffered: None,
     };
     assert!(h.header_filter(&mut head).is_none());
     assert_eq!(head.status, StatusCode::GONE);

@@ -6,6 +6,7 @@ pub mod schema;
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use http::StatusCode;
 use serde_json::Value;
 
@@ -120,6 +121,19 @@ fn request_outcome(code: &Arc<Code>, phase: Phase, outcome: Outcome) -> Access {
     }
 }
 
+/// The body an exit in the header_filter phase gave, in place of the response's own.
+struct Replaced(Option<Bytes>);
+
+impl BodyFilter for Replaced {
+    fn filter(&mut self, _piece: Bytes, eof: bool) -> Bytes {
+        if eof {
+            self.0.take().unwrap_or_default()
+        } else {
+            Bytes::new()
+        }
+    }
+}
+
 impl Handler for Serverless {
     /// The phases the config has code for.
     fn phases(&self) -> crate::Phases {
@@ -130,6 +144,8 @@ impl Handler for Serverless {
             | has(Phase::Access, Phases::ACCESS)
             | has(Phase::HeaderFilter, Phases::RESPONSE)
             | has(Phase::BodyFilter, Phases::RESPONSE)
+            // A response phase is one more response-filtering plugin, which buffers.
+            | has(Phase::Response, Phases::RESPONSE | Phases::BUFFERED)
             | has(Phase::Log, Phases::LOG)
     }
     fn certificate(&self, hello: &CertificateRequest<'_>) -> Result<(), String> {
@@ -156,8 +172,20 @@ impl Handler for Serverless {
     }
     fn header_filter(&self, resp: &mut ResponseHead<'_>) -> Option<Box<dyn BodyFilter>> {
         if self.code.has(Phase::HeaderFilter) {
-            match lua::run_response(&self.code, resp) {
-                Outcome::Continue | Outcome::Exit(_) | Outcome::Yield(..) => {}
+            match lua::run_response(&self.code, Phase::HeaderFilter, resp) {
+                Outcome::Continue | Outcome::Yield(..) => {}
+                // Kong's exit in header_filter: its status and headers, and its body in place
+                // of the one that was coming (`ctx.response_body`, sent by body_filter).
+                Outcome::Exit(e) => {
+                    resp.status = e.status;
+                    // Its length, unless the exit's headers name one (Kong's `send`).
+                    resp.headers
+                        .insert(http::header::CONTENT_LENGTH, e.body.len().into());
+                    for (k, v) in e.headers {
+                        resp.headers.insert(k, v);
+                    }
+                    return Some(Box::new(Replaced(Some(e.body))));
+                }
                 // The head is the upstream's already: it goes out as the code left it.
                 Outcome::Failed(e) => {
                     tracing::error!("[{}] header_filter: {e}", self.code.plugin)
@@ -167,6 +195,17 @@ impl Handler for Serverless {
         self.code.has(Phase::BodyFilter).then(|| {
             Box::new(lua::LuaBodyFilter::new(self.code.clone(), resp.ctx)) as Box<dyn BodyFilter>
         })
+    }
+    fn response(&self, resp: &mut ResponseHead<'_>) -> Option<Exit> {
+        if !self.code.has(Phase::Response) {
+            return None;
+        }
+        match lua::run_response(&self.code, Phase::Response, resp) {
+            Outcome::Continue => None,
+            Outcome::Exit(e) => Some(e),
+            Outcome::Failed(e) => Some(self.failed(Phase::Response, &e)),
+            Outcome::Yield(..) => Some(self.failed(Phase::Response, "cannot wait here")),
+        }
     }
     fn wants_body(&self) -> bool {
         self.wants_body

@@ -61,14 +61,16 @@ pub fn lua_checks(
     errs
 }
 
-/// The functions of each phase, in `Phase::ALL`'s order.
-pub fn phases(config: &Value) -> [Vec<String>; 6] {
-    Phase::ALL.map(|p| {
-        config[p.name()]
+/// The functions of each phase (indexed by `Phase`; the response phase has none).
+pub fn phases(config: &Value) -> [Vec<String>; crate::lua::PHASES] {
+    let mut out: [Vec<String>; crate::lua::PHASES] = std::default::Default::default();
+    for p in Phase::ALL {
+        out[p as usize] = config[p.name()]
             .as_array()
             .into_iter()
             .flatten()
             .filter_map(|v| v.as_str().map(str::to_string))
-            .collect()
-    })
+            .collect();
+    }
+    out
 }

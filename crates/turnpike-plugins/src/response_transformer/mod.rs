@@ -343,6 +343,7 @@ mod tests {
             from_upstream: true,
             consumer: None,
             ctx: &mut crate::PluginCtx::default(),
+            buffered: None,
         };
         let out = c.header_filter(&mut head).map(|mut f| {
             let mut out = Vec::new();
@@ -482,6 +483,7 @@ mod tests {
             from_upstream: true,
             consumer: None,
             ctx: &mut crate::PluginCtx::default(),
+            buffered: None,
         };
         let mut f = c.header_filter(&mut head).unwrap();
         let half = Bytes::from(vec![b' '; BODY_MAX / 2 + 1]);

@@ -38,6 +38,8 @@ pub struct RequestCtx {
     /// The configs of the route's plugins with a header_filter phase, for the consumer the
     /// access phase named (empty unless the route has such a plugin).
     pub filters: Vec<crate::snapshot::Bound>,
+    /// The upstream's body, read whole by the response phase (buffered proxying).
+    pub buffered: Option<bytes::Bytes>,
     /// The response is the upstream's (not the gateway's or a plugin's own).
     pub from_upstream: bool,
     /// The upstream's response had headers named like Kong's own (they are replaced).
@@ -72,6 +74,7 @@ impl RequestCtx {
             upstream: UpstreamRequest::default(),
             consumer: None,
             filters: Vec::new(),
+            buffered: None,
             from_upstream: false,
             upstream_named_kong: false,
             proxy_latency: Duration::ZERO,

@@ -128,6 +128,7 @@ pub fn run(s: &mut Session<'_>, resp: &mut Response<ProxyBody>) {
             from_upstream: rc.from_upstream,
             consumer: rc.consumer.as_deref(),
             ctx: &mut rc.plugin_ctx,
+            buffered: rc.buffered.as_ref(),
         };
         let timed = rc
             .spans

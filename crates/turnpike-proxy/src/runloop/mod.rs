@@ -16,6 +16,7 @@ pub mod forward;
 pub mod gzip;
 pub mod header_filter;
 pub mod log;
+pub mod response;
 pub mod rewrite;
 pub mod route;
 pub mod session;
@@ -152,6 +153,9 @@ pub async fn handle(
             Ok(r) => r,
             Err(r) => *r,
         };
+        if response::wanted(&s, &resp) {
+            response::run(&mut s, &mut resp).await;
+        }
         header_filter::run(&mut s, &mut resp);
         resp
     };

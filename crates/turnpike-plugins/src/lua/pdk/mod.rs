@@ -23,6 +23,7 @@ mod client;
 mod ctx;
 mod log;
 mod ngx;
+mod ngx_misc;
 mod node;
 mod request;
 mod response;
@@ -33,6 +34,7 @@ use client::*;
 use ctx::*;
 use log::*;
 use ngx::*;
+pub(super) use ngx_misc::install_misc;
 pub(super) use node::{install_ip, install_node};
 use request::*;
 use response::*;
@@ -469,10 +471,11 @@ fn exit_headers(headers: Option<Table>) -> mlua::Result<Vec<(HeaderName, HeaderV
     Ok(out)
 }
 
-/// Records a response that ends the request (rewrite and access phases only).
+/// Records a response that ends the request (Kong's phases that may: rewrite, access,
+/// response, and header_filter, whose exit replaces the body to come).
 fn record_exit(exit: Exit) -> mlua::Result<()> {
     with_current(|c| match c.phase {
-        Phase::Rewrite | Phase::Access => {
+        Phase::Rewrite | Phase::Access | Phase::Response | Phase::HeaderFilter => {
             c.exit = Some(exit);
             Ok(())
         }

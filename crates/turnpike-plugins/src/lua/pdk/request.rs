@@ -150,31 +150,42 @@ pub(super) fn request(lua: &Lua) -> mlua::Result<Table> {
         let Some(body) = body else {
             return Ok((Value::Nil, Some("request body not read".to_string()), None));
         };
-        if ctype.starts_with("application/json") {
-            match serde_json::from_slice::<serde_json::Value>(&body) {
-                Ok(v) => Ok((
-                    lua.to_value(&v)?,
-                    None,
-                    Some("application/json".to_string()),
-                )),
-                Err(e) => Ok((Value::Nil, Some(format!("invalid json body: {e}")), None)),
-            }
-        } else if ctype.starts_with("application/x-www-form-urlencoded") {
-            let s = String::from_utf8_lossy(&body).into_owned();
-            Ok((
-                Value::Table(args_table(lua, &s)?),
-                None,
-                Some("application/x-www-form-urlencoded".to_string()),
-            ))
-        } else {
-            Ok((
-                Value::Nil,
-                Some("unsupported content type".to_string()),
-                None,
-            ))
-        }
+        decoded_body(lua, &body, &ctype)
     })?;
     Ok(t)
+}
+
+/// A body decoded by its content type, as Kong's `get_body` answers: the value, or nil and
+/// why, and the type it was read as (JSON and URL-encoded forms).
+pub(super) fn decoded_body(
+    lua: &Lua,
+    body: &[u8],
+    ctype: &str,
+) -> mlua::Result<(Value, Option<String>, Option<String>)> {
+    let ctype = ctype.to_ascii_lowercase();
+    if ctype.starts_with("application/json") {
+        match serde_json::from_slice::<serde_json::Value>(body) {
+            Ok(v) => Ok((
+                lua.to_value(&v)?,
+                None,
+                Some("application/json".to_string()),
+            )),
+            Err(e) => Ok((Value::Nil, Some(format!("invalid json body: {e}")), None)),
+        }
+    } else if ctype.starts_with("application/x-www-form-urlencoded") {
+        let s = String::from_utf8_lossy(body).into_owned();
+        Ok((
+            Value::Table(args_table(lua, &s)?),
+            None,
+            Some("application/x-www-form-urlencoded".to_string()),
+        ))
+    } else {
+        Ok((
+            Value::Nil,
+            Some("unsupported content type".to_string()),
+            None,
+        ))
+    }
 }
 
 /// The request's host (from Host, without its port) and port (Host's, or the scheme's).

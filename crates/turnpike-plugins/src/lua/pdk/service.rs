@@ -40,6 +40,14 @@ pub(super) fn service_request(lua: &Lua) -> mlua::Result<Table> {
             Ok(())
         })
     })?;
+    // Kong's buffered proxying: the upstream's response is read whole before the response
+    // phases (`kong.service.response.get_raw_body` then has it).
+    set_fn(lua, &t, "enable_buffering", |_, ()| {
+        with_request(|r, _| {
+            r.upstream.buffered = true;
+            Ok(())
+        })
+    })?;
     // Kong's `kong.service.request.set_method`: one of the methods nginx knows.
     set_fn(lua, &t, "set_method", |_, method: String| {
         const KNOWN: &[&str] = &[
@@ -256,5 +264,34 @@ pub(super) fn service_response(lua: &Lua) -> mlua::Result<Table> {
     set_fn(lua, &t, "get_headers", |lua, ()| {
         with_response(|h| headers_table(lua, h.headers))
     })?;
+    set_fn(lua, &t, "get_raw_body", |lua, ()| {
+        with_response(|h| match h.buffered {
+            Some(b) => Ok(Value::String(lua.create_string(b)?)),
+            None => Err(mlua::Error::runtime(NOT_BUFFERED)),
+        })
+    })?;
+    set_fn(
+        lua,
+        &t,
+        "get_body",
+        |lua, (mimetype, _max): (Option<String>, Value)| {
+            let (body, ctype) = with_response(|h| match h.buffered {
+                Some(b) => Ok((
+                    b.clone(),
+                    h.headers
+                        .get(http::header::CONTENT_TYPE)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("")
+                        .to_string(),
+                )),
+                None => Err(mlua::Error::runtime(NOT_BUFFERED)),
+            })?;
+            decoded_body(lua, &body, mimetype.as_deref().unwrap_or(&ctype))
+        },
+    )?;
     Ok(t)
 }
+
+/// Kong's error for the service's body when the response was not buffered.
+const NOT_BUFFERED: &str = "service body is only available with buffered proxying \
+     (see: kong.service.request.enable_buffering function)";
