@@ -24,6 +24,7 @@ mod ctx;
 mod log;
 mod ngx;
 mod ngx_misc;
+mod ngx_re;
 mod node;
 mod request;
 mod response;

@@ -137,6 +137,7 @@ pub(super) fn ngx(lua: &Lua) -> mlua::Result<Table> {
     ngx.set("var", ngx_var(lua)?)?;
     ngx.set("header", ngx_header(lua)?)?;
     ngx.set("arg", ngx_arg(lua)?)?;
+    super::ngx_re::install(lua, &ngx)?;
     // ngx.ctx and ngx.status are per request: read through the metatable.
     let meta = lua.create_table()?;
     set_fn(
