@@ -19,6 +19,7 @@
 //! Kong's database (`kong.db`, `kong.cache`), or be stopped once it runs: a function that loops
 //! forever holds its worker, as it would hold an nginx worker in Kong.
 
+mod budget;
 mod cache;
 mod external;
 mod pdk;
@@ -88,6 +89,8 @@ pub struct Settings {
     /// `kong.cache`'s generation, node-wide: an invalidation moves it on, and each worker's
     /// state empties its cache when it sees it moved (`cache`).
     pub cache_generation: Arc<std::sync::atomic::AtomicU64>,
+    /// Stops calls that run past their time budget (`budget`), one for the node.
+    pub watchdog: Arc<budget::Watchdog>,
 }
 
 impl Settings {
@@ -122,6 +125,7 @@ impl Settings {
             workers: 1,
             trusted_ips: Vec::new(),
             cache_generation: Arc::default(),
+            watchdog: Arc::default(),
         })
     }
 }
@@ -303,6 +307,15 @@ struct Runtime {
     /// Empties this state's `kong.cache`, and the node generation it last saw.
     cache_flush: Function,
     cache_seen: u64,
+    /// This state's place in the node's watchdog (`budget`).
+    slot: Arc<budget::Slot>,
+    watchdog: Arc<budget::Watchdog>,
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.watchdog.forget(&self.slot);
+    }
 }
 
 thread_local! {
@@ -339,6 +352,7 @@ fn with_runtime<R>(
                         tracing::error!("kong.cache: {e}");
                     }
                 }
+                let _running = budget::begin(&rt.slot);
                 Ok(f(rt))
             }
             None => Err("no Lua state".into()),
@@ -349,6 +363,9 @@ fn with_runtime<R>(
 impl Runtime {
     fn new(settings: &Settings) -> mlua::Result<Runtime> {
         let lua = Lua::new();
+        // The interpreter only: compiled loops would not see the budget's hook (`budget`).
+        lua.load("if jit then jit.off() end").exec()?;
+        budget::guard_catchers(&lua)?;
         let (kong, ngx) = pdk::install(&lua)?;
         ngx.set("shared", shared::table(&lua, &settings.shared)?)?;
         yields::install_on(&lua, &ngx)?;
@@ -381,6 +398,8 @@ impl Runtime {
             let path: String = package.get("path")?;
             package.set("path", format!("{};{path}", settings.package_path))?;
         }
+        // Last: nothing can fail once the watchdog knows the state.
+        let slot = settings.watchdog.register(&lua);
         Ok(Runtime {
             lua,
             env,
@@ -389,6 +408,8 @@ impl Runtime {
             threads: Vec::new(),
             cache_flush,
             cache_seen,
+            slot,
+            watchdog: settings.watchdog.clone(),
         })
     }
 

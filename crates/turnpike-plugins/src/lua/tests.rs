@@ -593,3 +593,25 @@ fn request_id_start_time_client_port_and_trusted_ips() {
         "test-request-id|54321|true|false|true"
     );
 }
+
+#[test]
+fn code_that_never_gives_the_worker_back_is_stopped_with_kongs_500() {
+    // An endless loop, and one that catches the budget's error and goes on: both end.
+    for code in [
+        "while true do end",
+        "local n = 0 while true do pcall(function() while true do n = n + 1 end end) end",
+    ] {
+        let h = handler(json!({ "access": [code] }));
+        let e = exit_of(TestRequest::new().run(&h));
+        assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR, "{code}");
+        assert_eq!(
+            body_json(&e),
+            json!({"message": "An unexpected error occurred"})
+        );
+    }
+    // The worker's state serves the next call as before.
+    let h = handler(json!({"access": ["kong.service.request.set_header('x-ok', 'yes')"]}));
+    let mut req = TestRequest::new();
+    assert!(matches!(req.run(&h), Access::Continue));
+    assert_eq!(req.headers.get("x-ok").unwrap(), "yes");
+}

@@ -1,0 +1,207 @@
+//! The time budget of a call into Lua: code that runs on without giving its worker back (an
+//! endless loop, a runaway pattern) is stopped once it has run for [`BUDGET`], with a Lua
+//! error the phase reports as any other (Kong's 500 for a request, a log line naming the
+//! plugin). Kong has no such bound: a loop there holds its nginx worker for good.
+//!
+//! How: each worker's Lua state has a [`Slot`] saying since when its current call runs. One
+//! watchdog thread per node looks at the slots every [`TICK`]; for a call past the budget it
+//! sets a count hook on that state from its own thread (Lua's `lua_sethook` is made to be
+//! called asynchronously). The hook runs on the worker's thread at the next instructions,
+//! checks that the call it finds is still the late one, and raises the error; it stays set
+//! until the call returns and the worker clears it. `pcall`, `xpcall` and `coroutine.resume`
+//! hand a late call's error on instead of catching it ([`guard_catchers`]), so code that
+//! catches errors in its loop is stopped too. LuaJIT's compiled loops never look at hooks, so the states run with the
+//! JIT compiler off (`jit.off()`): plugin code is short, mostly calls into the PDK, and the
+//! interpreter runs it (see BENCHMARKS.md for what it costs a plugin).
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use mlua::ffi;
+
+/// How long one call into Lua may run before it is stopped.
+pub const BUDGET: Duration = Duration::from_secs(2);
+/// How often the watchdog looks.
+const TICK: Duration = Duration::from_millis(100);
+/// Instructions between two hook calls once a call is late.
+const HOOK_EVERY: i32 = 100;
+
+/// The node's watchdog: the slots of its workers' Lua states.
+#[derive(Default)]
+pub struct Watchdog {
+    slots: Mutex<Vec<Arc<Slot>>>,
+    started: OnceLock<Instant>,
+}
+
+/// One Lua state: its raw pointer (0 once it is gone) and since when its current call runs
+/// (milliseconds since the watchdog's start, plus one; 0 when idle).
+pub(super) struct Slot {
+    state: AtomicUsize,
+    since: AtomicU64,
+    /// The `since` of the call the hook was set for (not set twice for one call).
+    hooked: AtomicU64,
+    base: Instant,
+}
+
+thread_local! {
+    /// The slot of the call running on this thread, for the hook.
+    static RUNNING: RefCell<Option<Arc<Slot>>> = const { RefCell::new(None) };
+}
+
+impl std::fmt::Debug for Watchdog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Watchdog")
+    }
+}
+
+impl Watchdog {
+    /// A slot for a new state (its raw pointer); the watchdog's thread starts with the first.
+    pub(super) fn register(self: &Arc<Self>, lua: &mlua::Lua) -> Arc<Slot> {
+        let mut raw = 0usize;
+        // SAFETY: only reads the state's pointer.
+        let _ = unsafe { lua.exec_raw::<()>((), |s| raw = s as usize) };
+        let mut first = false;
+        let base = *self.started.get_or_init(|| {
+            first = true;
+            Instant::now()
+        });
+        let slot = Arc::new(Slot {
+            state: AtomicUsize::new(raw),
+            since: AtomicU64::new(0),
+            hooked: AtomicU64::new(0),
+            base,
+        });
+        self.slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(slot.clone());
+        if first {
+            let me = Arc::downgrade(self);
+            let spawned = std::thread::Builder::new()
+                .name("turnpike-lua-watchdog".into())
+                .spawn(move || watch(me));
+            if let Err(e) = spawned {
+                tracing::error!("cannot start the Lua watchdog: {e}");
+            }
+        }
+        slot
+    }
+
+    /// The state is about to be freed: the watchdog must not touch it any more.
+    pub(super) fn forget(&self, slot: &Arc<Slot>) {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slot.state.store(0, Ordering::SeqCst);
+        slots.retain(|s| !Arc::ptr_eq(s, slot));
+    }
+}
+
+impl Slot {
+    fn now(&self) -> u64 {
+        self.base.elapsed().as_millis() as u64 + 1
+    }
+
+    fn late(&self, since: u64) -> bool {
+        since != 0 && self.now().saturating_sub(since) >= BUDGET.as_millis() as u64
+    }
+}
+
+/// Marks a call into the state running until dropped; then clears a hook set for it.
+pub(super) struct Running(Arc<Slot>);
+
+pub(super) fn begin(slot: &Arc<Slot>) -> Running {
+    slot.since.store(slot.now(), Ordering::SeqCst);
+    RUNNING.with(|r| *r.borrow_mut() = Some(slot.clone()));
+    Running(slot.clone())
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let since = self.0.since.swap(0, Ordering::SeqCst);
+        RUNNING.with(|r| *r.borrow_mut() = None);
+        if since != 0 && self.0.hooked.load(Ordering::SeqCst) == since {
+            let raw = self.0.state.load(Ordering::SeqCst);
+            if raw != 0 {
+                // SAFETY: this thread owns the state, which is alive (state != 0).
+                unsafe { ffi::lua_sethook(raw as *mut ffi::lua_State, None, 0, 0) };
+            }
+        }
+    }
+}
+
+fn watch(dog: Weak<Watchdog>) {
+    loop {
+        std::thread::sleep(TICK);
+        let Some(dog) = dog.upgrade() else {
+            return; // the node is gone
+        };
+        let slots = dog.slots.lock().unwrap_or_else(|e| e.into_inner());
+        for slot in slots.iter() {
+            let since = slot.since.load(Ordering::SeqCst);
+            let raw = slot.state.load(Ordering::SeqCst);
+            if raw == 0 || !slot.late(since) || slot.hooked.load(Ordering::SeqCst) == since {
+                continue;
+            }
+            slot.hooked.store(since, Ordering::SeqCst);
+            // SAFETY: the state lives while its slot's pointer is set (`forget` clears it under
+            // the lock held here); `lua_sethook` may be called while the state runs elsewhere.
+            unsafe {
+                ffi::lua_sethook(
+                    raw as *mut ffi::lua_State,
+                    Some(hook),
+                    ffi::LUA_MASKCOUNT,
+                    HOOK_EVERY,
+                )
+            };
+        }
+    }
+}
+
+/// Whether the call running on this thread is past its budget.
+fn late_here() -> bool {
+    RUNNING.with(|r| {
+        r.borrow()
+            .as_ref()
+            .is_some_and(|s| s.late(s.since.load(Ordering::SeqCst)))
+    })
+}
+
+/// Makes `pcall`, `xpcall` and `coroutine.resume` pass a late call's error on rather than
+/// catch it (else `while true do pcall(f) end` would outlive the budget). Run on a new state,
+/// before anything copies those functions.
+pub(super) fn guard_catchers(lua: &mlua::Lua) -> mlua::Result<()> {
+    let late = lua.create_function(|_, ()| Ok(late_here()))?;
+    lua.load(GUARD).set_name("=budget").call::<()>(late)
+}
+
+const GUARD: &str = r#"
+local late = ...
+local error, pcall_, xpcall_, resume_ = error, pcall, xpcall, coroutine.resume
+local function pass(ok, ...)
+  if not ok and late() then error((...), 0) end
+  return ok, ...
+end
+pcall = function(...) return pass(pcall_(...)) end
+xpcall = function(...) return pass(xpcall_(...)) end
+coroutine.resume = function(...) return pass(resume_(...)) end
+"#;
+
+/// Runs on the state's own thread. Raises the error when the running call is the late one;
+/// otherwise (it ended meanwhile) removes itself.
+unsafe extern "C-unwind" fn hook(l: *mut ffi::lua_State, _ar: *mut ffi::lua_Debug) {
+    if !late_here() {
+        // SAFETY: on the state's own thread.
+        unsafe { ffi::lua_sethook(l, None, 0, 0) };
+        return;
+    }
+    // SAFETY: raising a Lua error from a hook is allowed; nothing of ours is left to drop.
+    unsafe {
+        ffi::luaL_error(
+            l,
+            c"the plugin's code ran past its time budget of %d s without giving the worker back"
+                .as_ptr(),
+            BUDGET.as_secs() as std::ffi::c_int,
+        )
+    };
+}
