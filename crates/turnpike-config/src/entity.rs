@@ -86,8 +86,8 @@ pub enum FieldKind {
     Bool,
 }
 
-/// An entity a plugin brings (Kong's `daos.lua`): so far always a credential of a consumer.
-#[derive(Debug)]
+/// An entity a plugin brings (Kong's `daos.lua`): a credential of a consumer, or a table of its
+/// own (sessions, an operator's plugin's entities).
 pub struct PluginEntity {
     pub spec: EntitySpec,
     /// Its own fields, besides `id`, `created_at`, `consumer` and `tags`.
@@ -101,7 +101,20 @@ pub struct PluginEntity {
 }
 
 /// A plugin entity's own checks: may fill defaults in; returns violations as (field, message).
-pub type EntityCheck = fn(&mut serde_json::Map<String, serde_json::Value>) -> Vec<(String, String)>;
+/// A function for a bundled plugin's entity; a closure over the schema for an operator's
+/// plugin's (its `daos.lua`).
+pub type EntityCheck = &'static (dyn Fn(&mut serde_json::Map<String, serde_json::Value>) -> Vec<(String, String)>
+              + Send
+              + Sync);
+
+impl std::fmt::Debug for PluginEntity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginEntity")
+            .field("spec", &self.spec)
+            .field("fields", &self.fields)
+            .finish_non_exhaustive()
+    }
+}
 
 /// One entity per table: two are the same when they name the same table.
 impl PartialEq for PluginEntity {

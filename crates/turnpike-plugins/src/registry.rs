@@ -79,6 +79,8 @@ pub struct Registry {
     router_flavor: turnpike_config::atc::RouterFlavor,
     /// The node's plugin state, handed to every plugin built with this registry.
     runtime: Arc<Runtime>,
+    /// The plugins' entities: [`ENTITIES`], then those of the operator's plugins.
+    entities: &'static [&'static PluginEntity],
 }
 
 /// The entities the plugins bring (each folder's `daos`, as Kong's `daos.lua`), in the order
@@ -103,6 +105,7 @@ pub fn bundled() -> Registry {
         hash_keys: false,
         router_flavor: Default::default(),
         runtime: Runtime::new(),
+        entities: ENTITIES,
         plugins: vec![
             &acl::Acl,
             &basic_auth::BasicAuth,
@@ -160,6 +163,7 @@ pub fn enabled_with(
 ) -> Result<Registry, String> {
     let all = bundled();
     let mut plugins: Vec<&'static dyn PluginSpec> = Vec::new();
+    let mut own_entities: Vec<&'static PluginEntity> = Vec::new();
     for name in names {
         match name.as_str() {
             "off" => {
@@ -185,7 +189,10 @@ pub fn enabled_with(
                 None if lua.is_some() => {
                     let p: &'static dyn PluginSpec =
                         match crate::custom::load(other, lua.unwrap_or(&Default::default())) {
-                            Ok(p) => p,
+                            Ok(p) => {
+                                own_entities.extend(p.entities.iter().copied());
+                                p
+                            }
                             Err(e) => match external.iter().find(|p| p.name() == other) {
                                 Some(p) => *p,
                                 None => return Err(e),
@@ -206,9 +213,26 @@ pub fn enabled_with(
         }
     }
     plugins.sort_by_key(|p| p.name());
+    let entities = if own_entities.is_empty() {
+        ENTITIES
+    } else {
+        let mut list = ENTITIES.to_vec();
+        for e in own_entities {
+            if list.iter().any(|o| o.spec.table == e.spec.table) {
+                return Err(format!(
+                    "the entity '{}' of an enabled plugin is already defined",
+                    e.spec.table
+                ));
+            }
+            list.push(e);
+        }
+        // For the life of the process, as Kong's loaded daos.
+        Box::leak(list.into_boxed_slice())
+    };
     Ok(Registry {
         plugins,
         database_off,
+        entities,
         ..all
     })
 }
@@ -251,7 +275,7 @@ impl PluginRegistry for Registry {
     }
 
     fn entities(&self) -> &'static [&'static PluginEntity] {
-        ENTITIES
+        self.entities
     }
 
     fn check(&self, name: &str, config: &Value) -> Option<Result<Value, Vec<(String, String)>>> {

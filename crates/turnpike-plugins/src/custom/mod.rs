@@ -14,9 +14,12 @@
 //! `certificate` in the TLS handshake for a global config. What is not there yet: `daos.lua`
 //! and `api.lua`, the other entity checks and custom validators.
 
+mod daos;
+
 use std::sync::Arc;
 
 use serde_json::Value;
+use turnpike_config::entity::PluginEntity;
 
 use crate::lua::{self, Code, Phase};
 use crate::pre_function::Serverless;
@@ -112,6 +115,8 @@ pub struct LuaPlugin {
     wants_body: bool,
     /// The handler has `configure(configs)`.
     configure: bool,
+    /// Its own entities (its `daos.lua`).
+    pub entities: Vec<&'static PluginEntity>,
 }
 
 /// One of a record's `entity_checks` (Kong's `kong/db/schema/init.lua`), over its fields.
@@ -207,11 +212,16 @@ pub fn load(name: &str, settings: &lua::Settings) -> Result<&'static LuaPlugin, 
         &info.schema,
         &format!("plugin '{name}'"),
     )?;
+    let entities = match &info.daos {
+        Some(d) => daos::entities(name, d)?,
+        None => Vec::new(),
+    };
     let plugin = LuaPlugin {
         described,
         phases: info.phases,
         wants_body: info.wants_body,
         configure: info.configure,
+        entities,
     };
     Ok(Box::leak(Box::new(plugin)))
 }
@@ -431,6 +441,9 @@ impl OwnPlugin for LuaPlugin {
         );
         code.trusted = true;
         code.keep_logs = crate::request_logs::wanted(ctx);
+        if !self.entities.is_empty() {
+            code.dao = Some(dao_of(ctx, self.described.name, &self.entities));
+        }
         Ok(Arc::new(Serverless::from_code(code, self.wants_body)))
     }
 }
@@ -465,6 +478,30 @@ end";
 
 /// Every enabled config of the plugin `name` in the configuration being built, as a Lua list
 /// (`nil` for none, as Kong passes), and a key for it: made once per plugin and build.
+/// The plugin's entities in the configuration being built, indexed once for all its configs.
+fn dao_of(
+    ctx: &crate::BuildContext,
+    name: &'static str,
+    entities: &[&'static PluginEntity],
+) -> Arc<lua::db::Dao> {
+    type Made = std::sync::Mutex<std::collections::HashMap<&'static str, Arc<lua::db::Dao>>>;
+    let made = ctx.shared::<Made>(|_| std::default::Default::default());
+    let mut made = made.lock().unwrap_or_else(|e| e.into_inner());
+    made.entry(name)
+        .or_insert_with(|| {
+            // What the plugin cached of the entities it read (kong.cache) may be stale now:
+            // every worker empties its cache, as Kong purges its cache on a new declarative
+            // config (DB mode invalidates the changed entities' keys).
+            ctx.runtime
+                .lua
+                .settings()
+                .cache_generation
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Arc::new(lua::db::Dao::new(ctx.config, entities))
+        })
+        .clone()
+}
+
 fn configs_of(ctx: &crate::BuildContext, name: &'static str) -> Arc<(String, u64)> {
     type Made = std::sync::Mutex<std::collections::HashMap<&'static str, Arc<(String, u64)>>>;
     let made = ctx.shared::<Made>(|_| std::default::Default::default());

@@ -29,7 +29,7 @@ pub static JWT_SECRETS: PluginEntity = PluginEntity {
         ("rsa_public_key", FieldKind::Optional),
     ],
     sample: "{}",
-    check: Some(check),
+    check: Some(&check),
 };
 
 /// Kong's `algorithm` (default HS256, one of the supported ones) and its entity check: an

@@ -3,8 +3,9 @@
 //! error the phase reports as any other (Kong's 500 for a request, a log line naming the
 //! plugin). Kong has no such bound: a loop there holds its nginx worker for good.
 //!
-//! How: each worker's Lua state has a [`Slot`] saying since when its current call runs. One
-//! watchdog thread per node looks at the slots every [`TICK`]; for a call past the budget it
+//! How: each worker's Lua state has a [`Slot`] counting its calls (odd while one runs: one
+//! atomic add as a call begins and one as it ends, no clock read). One watchdog thread per
+//! node looks at the slots every [`TICK`]; for a call it has seen running for the budget it
 //! sets a count hook on that state from its own thread (Lua's `lua_sethook` is made to be
 //! called asynchronously). The hook runs on the worker's thread at the next instructions,
 //! checks that the call it finds is still the late one, and raises the error; it stays set
@@ -17,7 +18,7 @@
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mlua::ffi;
 
@@ -28,26 +29,32 @@ const TICK: Duration = Duration::from_millis(100);
 /// Instructions between two hook calls once a call is late.
 const HOOK_EVERY: i32 = 100;
 
-/// The node's watchdog: the slots of its workers' Lua states.
+/// The node's watchdog: the slots of its workers' Lua states, with what it last saw of each
+/// (the call count, and for how many ticks it stood).
 #[derive(Default)]
 pub struct Watchdog {
-    slots: Mutex<Vec<Arc<Slot>>>,
-    started: OnceLock<Instant>,
+    slots: Mutex<Vec<Watched>>,
+    started: OnceLock<()>,
 }
 
-/// One Lua state: its raw pointer (0 once it is gone) and since when its current call runs
-/// (milliseconds since the watchdog's start, plus one; 0 when idle).
+struct Watched {
+    slot: Arc<Slot>,
+    seen: u64,
+    ticks: u32,
+}
+
+/// One Lua state: its raw pointer (0 once it is gone) and its calls, counted twice each (odd
+/// while one runs).
 pub(super) struct Slot {
     state: AtomicUsize,
-    since: AtomicU64,
-    /// The `since` of the call the hook was set for (not set twice for one call).
+    calls: AtomicU64,
+    /// The count of the call the hook was set for.
     hooked: AtomicU64,
-    base: Instant,
 }
 
 thread_local! {
-    /// The slot of the call running on this thread, for the hook.
-    static RUNNING: RefCell<Option<Arc<Slot>>> = const { RefCell::new(None) };
+    /// The slot of this thread's Lua state, for the hook (set once, when the state is made).
+    static HERE: RefCell<Option<Arc<Slot>>> = const { RefCell::new(None) };
 }
 
 impl std::fmt::Debug for Watchdog {
@@ -57,26 +64,28 @@ impl std::fmt::Debug for Watchdog {
 }
 
 impl Watchdog {
-    /// A slot for a new state (its raw pointer); the watchdog's thread starts with the first.
+    /// A slot for a new state (its raw pointer), made on the thread that will run it; the
+    /// watchdog's thread starts with the first.
     pub(super) fn register(self: &Arc<Self>, lua: &mlua::Lua) -> Arc<Slot> {
         let mut raw = 0usize;
         // SAFETY: only reads the state's pointer.
         let _ = unsafe { lua.exec_raw::<()>((), |s| raw = s as usize) };
-        let mut first = false;
-        let base = *self.started.get_or_init(|| {
-            first = true;
-            Instant::now()
-        });
         let slot = Arc::new(Slot {
             state: AtomicUsize::new(raw),
-            since: AtomicU64::new(0),
-            hooked: AtomicU64::new(0),
-            base,
+            calls: AtomicU64::new(0),
+            hooked: AtomicU64::new(u64::MAX),
         });
+        HERE.with(|h| *h.borrow_mut() = Some(slot.clone()));
         self.slots
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(slot.clone());
+            .push(Watched {
+                slot: slot.clone(),
+                seen: 0,
+                ticks: 0,
+            });
+        let mut first = false;
+        self.started.get_or_init(|| first = true);
         if first {
             let me = Arc::downgrade(self);
             let spawned = std::thread::Builder::new()
@@ -93,17 +102,7 @@ impl Watchdog {
     pub(super) fn forget(&self, slot: &Arc<Slot>) {
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         slot.state.store(0, Ordering::SeqCst);
-        slots.retain(|s| !Arc::ptr_eq(s, slot));
-    }
-}
-
-impl Slot {
-    fn now(&self) -> u64 {
-        self.base.elapsed().as_millis() as u64 + 1
-    }
-
-    fn late(&self, since: u64) -> bool {
-        since != 0 && self.now().saturating_sub(since) >= BUDGET.as_millis() as u64
+        slots.retain(|w| !Arc::ptr_eq(&w.slot, slot));
     }
 }
 
@@ -111,17 +110,15 @@ impl Slot {
 pub(super) struct Running(Arc<Slot>);
 
 pub(super) fn begin(slot: &Arc<Slot>) -> Running {
-    slot.since.store(slot.now(), Ordering::SeqCst);
-    RUNNING.with(|r| *r.borrow_mut() = Some(slot.clone()));
+    slot.calls.fetch_add(1, Ordering::Relaxed);
     Running(slot.clone())
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        let since = self.0.since.swap(0, Ordering::SeqCst);
-        RUNNING.with(|r| *r.borrow_mut() = None);
-        if since != 0 && self.0.hooked.load(Ordering::SeqCst) == since {
-            let raw = self.0.state.load(Ordering::SeqCst);
+        let call = self.0.calls.fetch_add(1, Ordering::Relaxed);
+        if self.0.hooked.load(Ordering::Relaxed) == call {
+            let raw = self.0.state.load(Ordering::Relaxed);
             if raw != 0 {
                 // SAFETY: this thread owns the state, which is alive (state != 0).
                 unsafe { ffi::lua_sethook(raw as *mut ffi::lua_State, None, 0, 0) };
@@ -131,19 +128,27 @@ impl Drop for Running {
 }
 
 fn watch(dog: Weak<Watchdog>) {
+    let ticks_late = (BUDGET.as_millis() / TICK.as_millis()) as u32;
     loop {
         std::thread::sleep(TICK);
         let Some(dog) = dog.upgrade() else {
             return; // the node is gone
         };
-        let slots = dog.slots.lock().unwrap_or_else(|e| e.into_inner());
-        for slot in slots.iter() {
-            let since = slot.since.load(Ordering::SeqCst);
-            let raw = slot.state.load(Ordering::SeqCst);
-            if raw == 0 || !slot.late(since) || slot.hooked.load(Ordering::SeqCst) == since {
+        let mut slots = dog.slots.lock().unwrap_or_else(|e| e.into_inner());
+        for w in slots.iter_mut() {
+            let calls = w.slot.calls.load(Ordering::Relaxed);
+            if calls % 2 == 0 || calls != w.seen {
+                // Idle, or another call than last time.
+                w.seen = calls;
+                w.ticks = 0;
                 continue;
             }
-            slot.hooked.store(since, Ordering::SeqCst);
+            w.ticks += 1;
+            let raw = w.slot.state.load(Ordering::SeqCst);
+            if w.ticks < ticks_late || raw == 0 || w.slot.hooked.load(Ordering::SeqCst) == calls {
+                continue;
+            }
+            w.slot.hooked.store(calls, Ordering::SeqCst);
             // SAFETY: the state lives while its slot's pointer is set (`forget` clears it under
             // the lock held here); `lua_sethook` may be called while the state runs elsewhere.
             unsafe {
@@ -158,12 +163,13 @@ fn watch(dog: Weak<Watchdog>) {
     }
 }
 
-/// Whether the call running on this thread is past its budget.
+/// Whether the call running on this thread is the one the watchdog found late.
 fn late_here() -> bool {
-    RUNNING.with(|r| {
-        r.borrow()
-            .as_ref()
-            .is_some_and(|s| s.late(s.since.load(Ordering::SeqCst)))
+    HERE.with(|h| {
+        h.borrow().as_ref().is_some_and(|s| {
+            let calls = s.calls.load(Ordering::Relaxed);
+            calls % 2 == 1 && s.hooked.load(Ordering::Relaxed) == calls
+        })
     })
 }
 

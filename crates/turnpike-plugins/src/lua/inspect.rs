@@ -18,6 +18,8 @@ pub struct ModuleInfo {
     pub wants_body: bool,
     /// The handler has Kong's `configure(configs)`.
     pub configure: bool,
+    /// Its `daos.lua` (the array of entity schemas) as JSON, when it has one.
+    pub daos: Option<serde_json::Value>,
 }
 
 /// Kong's `kong.db.schema.typedefs` as far as a plugin's schema uses them: the field
@@ -46,6 +48,13 @@ t.cidr = { type = "string" }
 t.tags = { type = "set", elements = { type = "string" } }
 t.name = { type = "string" }
 t.uuid = { type = "string" }
+t.auto_timestamp_s = { type = "integer", timestamp = true, auto = true }
+t.auto_timestamp_ms = { type = "number", timestamp = true, auto = true }
+t.utf8_name = { type = "string", unique = true }
+t.semantic_version = { type = "string" }
+t.sni = { type = "string" }
+t.tag = { type = "string" }
+t.jwk = { type = "record", fields = {} }
 t.key = { type = "string" }
 t.lua_code = { type = "map", keys = { type = "string" }, values = { type = "string" } }
 -- A typedef called with overrides (`typedefs.host { required = true }`) gives a copy.
@@ -82,7 +91,7 @@ pub fn inspect_plugin(settings: &Settings, name: &str) -> Result<ModuleInfo, Str
         let searchpath: Function = package.get("searchpath")?;
         let path: String = package.get("path")?;
         let found: Option<String> =
-            searchpath.call((format!("kong.plugins.{name}.handler"), path))?;
+            searchpath.call((format!("kong.plugins.{name}.handler"), path.clone()))?;
         let wants_body = found
             .as_deref()
             .and_then(|f| std::path::Path::new(f).parent())
@@ -96,6 +105,16 @@ pub fn inspect_plugin(settings: &Settings, name: &str) -> Result<ModuleInfo, Str
         let options = mlua::serde::DeserializeOptions::new()
             .deny_unsupported_types(false)
             .deny_recursive_tables(false);
+        // Its entities, when the folder has a daos.lua (an error in it stops the start).
+        let daos_found: Option<String> =
+            searchpath.call((format!("kong.plugins.{name}.daos"), path.clone()))?;
+        let daos = match daos_found {
+            Some(_) => {
+                let v: Value = require.call(format!("kong.plugins.{name}.daos"))?;
+                Some(lua.from_value_with(v, options)?)
+            }
+            None => None,
+        };
         Ok(ModuleInfo {
             priority: handler.get::<Option<i64>>("PRIORITY")?,
             version: handler.get::<Option<String>>("VERSION")?,
@@ -103,6 +122,7 @@ pub fn inspect_plugin(settings: &Settings, name: &str) -> Result<ModuleInfo, Str
             configure: matches!(handler.get::<Value>("configure"), Ok(Value::Function(_))),
             schema: lua.from_value_with(Value::Table(schema), options)?,
             wants_body,
+            daos,
         })
     };
     run().map_err(|e| first_line(&e.to_string()).to_string())

@@ -21,6 +21,7 @@
 
 mod budget;
 mod cache;
+pub mod db;
 mod external;
 mod pdk;
 mod sandbox;
@@ -219,6 +220,8 @@ pub struct Code {
     /// The operator's own plugin (`crate::custom`), installed as Kong's are: its chunks see
     /// all of Lua and `require` from `lua_package_path`, not the sandbox.
     pub trusted: bool,
+    /// Its entities in the configuration it was built for (`kong.db`).
+    pub dao: Option<Arc<db::Dao>>,
 }
 
 impl Code {
@@ -238,6 +241,7 @@ impl Code {
             settings,
             keep_logs: false,
             trusted: false,
+            dao: None,
         }
     }
 
@@ -382,6 +386,7 @@ impl Runtime {
             .set_name("=kong.cache")
             .call((settings.cache_ttl, settings.cache_neg_ttl, next_generation))?;
         kong.set("cache", cache)?;
+        db::install(&lua, &kong)?;
         let cache_seen = settings
             .cache_generation
             .load(std::sync::atomic::Ordering::Relaxed);
@@ -605,6 +610,7 @@ pub(crate) fn enter(
 /// Runs `code`'s functions for `phase`, in order, with the PDK pointed at `target`.
 pub(crate) fn run(code: &Code, phase: Phase, target: Target, ctx: *mut PluginCtx) -> Outcome {
     let _guard = enter(target, phase, code.plugin, code.id, ctx, code.keep_logs);
+    let _dao = db::enter(code.dao.as_ref());
     with_runtime(&code.settings, |rt| {
         if code.compiled(rt).is_none() {
             if let Err(e) = rt.compile(code) {
@@ -629,6 +635,7 @@ pub fn resume_request(
     let ctx: *mut PluginCtx = &mut *req.ctx;
     let target = Target::Request(std::ptr::from_mut(req).cast());
     let _guard = enter(target, phase, code.plugin, code.id, ctx, code.keep_logs);
+    let _dao = db::enter(code.dao.as_ref());
     with_runtime(&code.settings, |rt| {
         if code.compiled(rt).is_none() {
             return Outcome::Failed("the plugin's code changed while it waited".into());

@@ -27,7 +27,7 @@ pub static OAUTH2_CREDENTIALS: PluginEntity = PluginEntity {
         ("client_type", FieldKind::Optional),
     ],
     sample: r#"{"name": "n"}"#,
-    check: Some(check_client),
+    check: Some(&check_client),
 };
 
 /// Kong's `client_type`: `confidential` (the default) or `public`.
@@ -73,7 +73,7 @@ pub static OAUTH2_TOKENS: PluginEntity = PluginEntity {
         ("ttl", FieldKind::Int),
     ],
     sample: r#"{"credential": {"id": "00000000-0000-4000-8000-000000000000"}, "expires_in": 7200}"#,
-    check: Some(check_token),
+    check: Some(&check_token),
 };
 
 /// Kong's token schema: `token_type` is `bearer` (the default), `expires_in` is required.

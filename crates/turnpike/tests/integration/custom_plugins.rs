@@ -1031,3 +1031,200 @@ async fn until_closed(addr: std::net::SocketAddr, request: &[u8]) -> Vec<u8> {
         .unwrap();
     out
 }
+
+/// A plugin with its own entity (`daos.lua`): declared in a declarative file under its
+/// consumer, read by the plugin through `kong.db` (and `kong.cache`), served by the Admin API
+/// at the plugin's own paths.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugins_own_entity_is_declared_read_and_served() {
+    let up = Upstream::start("clients");
+    let gw = with_plugin(
+        &format!(
+            r#"_format_version: "3.0"
+consumers:
+- username: alice
+  api_clients:
+  - client_name: app-1
+    tier: gold
+  - client_name: app-2
+- username: bob
+services:
+- name: s
+  url: {}
+  routes:
+  - name: r
+    paths: [/c]
+    plugins:
+    - name: api-clients
+"#,
+            up.url()
+        ),
+        "api-clients",
+        &package_path(),
+    );
+    let alice = gw.admin("GET", "/consumers/alice", None).await.json();
+    let call = |client: Option<&'static str>| {
+        let mut r = req("GET", "/c");
+        if let Some(c) = client {
+            r = r.header("x-client", c);
+        }
+        send(
+            gw.proxy,
+            r.body(http_body_util::Empty::<bytes::Bytes>::new())
+                .unwrap(),
+        )
+    };
+    let r = call(Some("app-1")).await;
+    assert_eq!(
+        r.status,
+        200,
+        "{}\n{}",
+        String::from_utf8_lossy(&r.body),
+        gw.log_text()
+    );
+    let h = &r.json()["headers"];
+    assert_eq!(h["x-client-tier"], "gold");
+    assert_eq!(h["x-client-consumer"], alice["id"]);
+    assert_eq!(h["x-clients"], "2", "each() walks every page");
+    assert_eq!(h["x-same"], "true");
+    assert!(
+        h["x-write"]
+            .as_str()
+            .unwrap()
+            .contains("kong.db.api_clients:insert is not implemented by Turnpike"),
+        "{h}"
+    );
+    // The schema's default.
+    assert_eq!(
+        call(Some("app-2")).await.json()["headers"]["x-client-tier"],
+        "free"
+    );
+    assert_eq!(call(Some("app-3")).await.status, 403);
+    assert_eq!(call(None).await.status, 401);
+    // The Admin API: the collection, by endpoint key, nested under the consumer.
+    let all = gw.admin("GET", "/api-clients", None).await.json();
+    assert_eq!(all["data"].as_array().unwrap().len(), 2, "{all}");
+    let one = gw.admin("GET", "/api-clients/app-1", None).await;
+    assert_eq!(one.status, 200);
+    assert_eq!(one.json()["tier"], "gold");
+    assert_eq!(one.json()["consumer"]["id"], alice["id"]);
+    let nested = gw
+        .admin("GET", "/consumers/alice/api-client", None)
+        .await
+        .json();
+    assert_eq!(nested["data"].as_array().unwrap().len(), 2, "{nested}");
+    let none = gw
+        .admin("GET", "/consumers/bob/api-client", None)
+        .await
+        .json();
+    assert_eq!(none["data"].as_array().unwrap().len(), 0, "{none}");
+    // A declarative file breaking the entity's schema is refused whole, in Kong's shape.
+    let bad = format!(
+        r#"{{"_format_version": "3.0", "consumers": [{{"username": "a", "api_clients": [{{"client_name": "x", "tier": "platinum"}}]}}], "services": [{{"name": "s", "url": "{}"}}]}}"#,
+        up.url()
+    );
+    let r = admin_raw(
+        gw.admin,
+        "POST",
+        "/config",
+        "application/json",
+        bad.into_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(&r.body));
+    assert!(
+        String::from_utf8_lossy(&r.body).contains("expected one of: free, gold"),
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    assert_eq!(
+        call(Some("app-1")).await.status,
+        200,
+        "the running config is kept"
+    );
+}
+
+/// The same entity in a database: written through the Admin API (nested and top-level, with
+/// the schema's checks), read by the plugin once the change arrives, deleted with its consumer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugins_own_entity_lives_in_the_database() {
+    let up = Upstream::start("clients-db");
+    let gw = Gateway::sqlite()
+        .env("TURNPIKE_PLUGINS", "bundled,api-clients")
+        .env("TURNPIKE_LUA_PACKAGE_PATH", &package_path())
+        .start();
+    let post = |path: &'static str, body: serde_json::Value| gw.admin("POST", path, Some(body));
+    assert_eq!(
+        post("/consumers", json!({"username": "bob"})).await.status,
+        201
+    );
+    let r = post("/services", json!({"name": "s", "url": up.url()})).await;
+    assert_eq!(r.status, 201);
+    assert_eq!(
+        post("/services/s/routes", json!({"name": "r", "paths": ["/c"]}))
+            .await
+            .status,
+        201
+    );
+    assert_eq!(
+        post("/routes/r/plugins", json!({"name": "api-clients"}))
+            .await
+            .status,
+        201
+    );
+    let r = post(
+        "/consumers/bob/api-client",
+        json!({"client_name": "b-1", "tier": "gold"}),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let created = r.json();
+    assert_eq!(created["tier"], "gold");
+    // Kong's schema violation for a value outside one_of.
+    let r = post(
+        "/consumers/bob/api-client",
+        json!({"client_name": "b-2", "tier": "platinum"}),
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["name"], "schema violation", "{}", r.json());
+    assert_eq!(r.json()["fields"]["tier"], "expected one of: free, gold");
+    // Unique: the same name twice.
+    let bob = gw.admin("GET", "/consumers/bob", None).await.json();
+    let r = post(
+        "/api-clients",
+        json!({"client_name": "b-1", "consumer": {"id": bob["id"]}}),
+    )
+    .await;
+    assert_eq!(r.status, 409, "{}", String::from_utf8_lossy(&r.body));
+    let r = post(
+        "/api-clients",
+        json!({"client_name": "b-3", "consumer": {"id": bob["id"]}}),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["tier"], "free");
+    // The plugin reads what was written, once the node has the change.
+    let seen = eventually(std::time::Duration::from_secs(10), async || {
+        let r = send(
+            gw.proxy,
+            req("GET", "/c")
+                .header("x-client", "b-3")
+                .body(http_body_util::Empty::<bytes::Bytes>::new())
+                .unwrap(),
+        )
+        .await;
+        r.status == 200 && r.json()["headers"]["x-clients"] == "2"
+    })
+    .await;
+    assert!(seen, "{}", gw.log_text());
+    let r = gw
+        .admin("PATCH", "/api-clients/b-1", Some(json!({"tier": "free"})))
+        .await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["id"], created["id"]);
+    // Deleting the consumer deletes its clients (on_delete = cascade).
+    assert_eq!(gw.admin("DELETE", "/consumers/bob", None).await.status, 204);
+    let all = gw.admin("GET", "/api-clients", None).await.json();
+    assert_eq!(all["data"].as_array().unwrap().len(), 0, "{all}");
+}

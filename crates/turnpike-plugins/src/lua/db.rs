@@ -1,0 +1,243 @@
+//! `kong.db.<entity>`: an operator's plugin reads its own entities (its `daos.lua`) from the
+//! configuration the node runs, never from the database on the request's path: `select(pk)`,
+//! `select_by_<unique field>(value)`, `page(size, offset)`, `each(size)` and `cache_key(...)`,
+//! with Kong's shapes (an entity table, nil when there is none; a page and the next offset).
+//! The rows are indexed once per configuration and plugin ([`Dao`]). Writes (`insert`,
+//! `update`, `upsert`, `delete`) and Kong's own entities (`kong.db.consumers`, ...) are not
+//! there: a call names itself in its error.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use mlua::{Lua, LuaSerdeExt, Table, Value};
+use rustc_hash::FxHashMap;
+use serde_json::Value as Json;
+use turnpike_config::entity::PluginEntity;
+
+/// One plugin's entities in one configuration, indexed.
+pub struct Dao {
+    tables: FxHashMap<&'static str, Rows>,
+}
+
+struct Rows {
+    /// Each entity as the Admin API shows it.
+    rows: Vec<Json>,
+    by_id: FxHashMap<String, usize>,
+    /// By (unique field or endpoint key, value).
+    by_field: FxHashMap<(&'static str, String), usize>,
+    /// The fields `by_field` knows.
+    keyed: Vec<&'static str>,
+}
+
+impl Dao {
+    /// The rows of `entities` in `config`.
+    pub fn new(config: &turnpike_config::Config, entities: &[&'static PluginEntity]) -> Dao {
+        let mut tables: FxHashMap<&'static str, Rows> = entities
+            .iter()
+            .map(|e| {
+                (
+                    e.spec.table,
+                    Rows {
+                        rows: Vec::new(),
+                        by_id: FxHashMap::default(),
+                        by_field: FxHashMap::default(),
+                        keyed: e
+                            .spec
+                            .unique
+                            .iter()
+                            .chain(e.spec.endpoint_key.iter())
+                            .copied()
+                            .collect(),
+                    },
+                )
+            })
+            .collect();
+        for c in config.credentials.iter() {
+            let Some(t) = tables.get_mut(c.table) else {
+                continue;
+            };
+            let Ok(row) = serde_json::to_value(c) else {
+                continue;
+            };
+            let i = t.rows.len();
+            t.by_id.insert(c.id.clone(), i);
+            for f in &t.keyed {
+                if let Some(v) = row.get(*f).and_then(key_text) {
+                    t.by_field.insert((f, v), i);
+                }
+            }
+            t.rows.push(row);
+        }
+        Dao { tables }
+    }
+}
+
+/// A field's value as an index key: text, or a foreign key's id.
+fn key_text(v: &Json) -> Option<String> {
+    match v {
+        Json::String(s) => Some(s.clone()),
+        Json::Number(n) => Some(n.to_string()),
+        Json::Object(o) => o.get("id").and_then(Json::as_str).map(str::to_string),
+        _ => None,
+    }
+}
+
+thread_local! {
+    /// The entities of the plugin whose code runs now on this thread.
+    static CURRENT: RefCell<Option<Arc<Dao>>> = const { RefCell::new(None) };
+}
+
+/// Makes `dao` the one `kong.db` reads until the guard drops.
+pub(super) fn enter(dao: Option<&Arc<Dao>>) -> Option<Entered> {
+    let dao = dao?;
+    CURRENT.with(|c| *c.borrow_mut() = Some(dao.clone()));
+    Some(Entered)
+}
+
+pub(super) struct Entered;
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        CURRENT.with(|c| *c.borrow_mut() = None);
+    }
+}
+
+fn row_value(lua: &Lua, row: &Json) -> mlua::Result<Value> {
+    // JSON null as `ngx.null` (mlua's null), as Kong's entities carry it.
+    lua.to_value(row)
+}
+
+/// `kong.db`, over the Rust reads.
+pub(super) fn install(lua: &Lua, kong: &Table) -> mlua::Result<()> {
+    let query = lua.create_function(
+        |lua, (table, op, a, b): (String, String, Value, Value)| -> mlua::Result<(Value, Value)> {
+            CURRENT.with(|c| {
+                let c = c.borrow();
+                let Some(t) = c.as_ref().and_then(|d| d.tables.get(table.as_str())) else {
+                    return Ok((Value::Nil, Value::Nil));
+                };
+                let text = |v: &Value| -> Option<String> {
+                    match v {
+                        Value::String(s) => s.to_str().ok().map(|s| s.to_string()),
+                        Value::Integer(i) => Some(i.to_string()),
+                        Value::Number(n) => Some(n.to_string()),
+                        _ => None,
+                    }
+                };
+                match op.as_str() {
+                    "known" => Ok((Value::Boolean(true), Value::Nil)),
+                    "select" => match text(&a).and_then(|id| t.by_id.get(&id)) {
+                        Some(&i) => Ok((row_value(lua, &t.rows[i])?, Value::Nil)),
+                        None => Ok((Value::Nil, Value::Nil)),
+                    },
+                    "select_by" => {
+                        let field = text(&a).unwrap_or_default();
+                        let found = t
+                            .keyed
+                            .iter()
+                            .find(|f| **f == field)
+                            .zip(text(&b))
+                            .and_then(|(f, v)| t.by_field.get(&(*f, v)).copied());
+                        match found {
+                            Some(i) => Ok((row_value(lua, &t.rows[i])?, Value::Nil)),
+                            None => Ok((Value::Nil, Value::Nil)),
+                        }
+                    }
+                    "page" => {
+                        let size = match a {
+                            Value::Integer(n) if n > 0 => n.min(1000) as usize,
+                            _ => 100,
+                        };
+                        let offset: usize = text(&b).and_then(|o| o.parse().ok()).unwrap_or(0);
+                        let page = lua.create_table()?;
+                        for (k, row) in t.rows.iter().skip(offset).take(size).enumerate() {
+                            page.raw_set(k + 1, row_value(lua, row)?)?;
+                        }
+                        let next = offset + size;
+                        let next = if next < t.rows.len() {
+                            Value::String(lua.create_string(next.to_string())?)
+                        } else {
+                            Value::Nil
+                        };
+                        Ok((Value::Table(page), next))
+                    }
+                    other => Err(mlua::Error::runtime(format!(
+                        "kong.db: unknown read '{other}'"
+                    ))),
+                }
+            })
+        },
+    )?;
+    let db: Table = lua.load(DB).set_name("=kong.db").call(query)?;
+    kong.set("db", db)
+}
+
+/// The DAO objects, made on first use of each name: reads go to `query`; a name the running
+/// plugin has no entity of is nil, as in Kong, unless it is one of Kong's own (whose DAO
+/// exists there): those, and writes, fail naming the call.
+const DB: &str = r#"
+local query = ...
+local core = { consumers = true, services = true, routes = true, plugins = true,
+  upstreams = true, targets = true, certificates = true, snis = true, ca_certificates = true,
+  keys = true, key_sets = true, vaults = true }
+local function unsupported(name, m)
+  return function() error("kong.db." .. name .. ":" .. m .. " is not implemented by Turnpike", 2) end
+end
+local function dao_for(name)
+  local dao = { schema = { name = name } }
+  function dao:select(pk)
+    if type(pk) == "table" then pk = pk.id end
+    return (query(name, "select", pk))
+  end
+  function dao:page(size, offset)
+    local rows, nxt = query(name, "page", size, offset)
+    return rows or {}, nil, nil, nxt
+  end
+  function dao:each(size)
+    local rows, i, offset, done = {}, 0, nil, false
+    return function()
+      i = i + 1
+      if rows[i] == nil and not done then
+        local nxt
+        rows, nxt = query(name, "page", size or 100, offset)
+        rows = rows or {}
+        i, offset, done = 1, nxt, nxt == nil
+      end
+      if rows[i] ~= nil then return rows[i] end
+    end
+  end
+  function dao:cache_key(key, a2, a3, a4, a5)
+    if type(key) == "table" then
+      local v = key.id
+      key = type(v) == "table" and v.id or v
+    end
+    local function s(v) if v == nil or v == ngx.null then return "" end return tostring(v) end
+    return string.format("%s:%s:%s:%s:%s:%s:%s", name, s(key), s(a2), s(a3), s(a4), s(a5), "")
+  end
+  for _, m in ipairs({ "insert", "update", "upsert", "delete", "truncate" }) do
+    dao[m] = unsupported(name, m)
+  end
+  return setmetatable(dao, { __index = function(_, m)
+    if type(m) == "string" and m:sub(1, 10) == "select_by_" then
+      local field = m:sub(11)
+      return function(_, value) return (query(name, "select_by", field, value)) end
+    end
+    if type(m) == "string" and (m:match("^update_by_") or m:match("^upsert_by_")
+       or m:match("^delete_by_")) then
+      return unsupported(name, m)
+    end
+  end })
+end
+local cache = {}
+return setmetatable({}, { __index = function(_, name)
+  if cache[name] then return cache[name] end
+  if query(name, "known") then
+    cache[name] = dao_for(name)
+    return cache[name]
+  end
+  if core[name] then
+    return setmetatable({}, { __index = function(_, m) return unsupported(name, m) end })
+  end
+  return nil
+end })
+"#;
