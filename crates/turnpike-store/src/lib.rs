@@ -235,6 +235,31 @@ impl Store {
         &self.options
     }
 
+    /// The tables of enabled plugins' entities that the database does not have yet (a plugin
+    /// with entities enabled after the schema was made: Kong's pending plugin migrations).
+    pub async fn missing_tables(&self) -> Result<Vec<&'static str>, StoreError> {
+        let mut missing = Vec::new();
+        for spec in self.tables.iter() {
+            let sql = match self.backend {
+                Backend::Sqlite => {
+                    "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = $1"
+                }
+                Backend::Postgres => {
+                    "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = $1"
+                }
+            };
+            let n = sqlx::query(sql)
+                .bind(spec.table)
+                .fetch_one(&self.pool)
+                .await?
+                .try_get::<i64, _>(0)?;
+            if n == 0 {
+                missing.push(spec.table);
+            }
+        }
+        Ok(missing)
+    }
+
     /// Whether the schema exists and at which version.
     pub async fn schema_state(&self) -> Result<SchemaState, StoreError> {
         let exists = match self.backend {

@@ -65,7 +65,10 @@ pub async fn migrations(
             SchemaState::At(v) if v < SCHEMA_VERSION => format!(
                 "Database is at schema version {v}; run 'turnpike migrations up' to reach {SCHEMA_VERSION}"
             ),
-            SchemaState::At(v) => format!("Database is up to date (schema version {v})"),
+            SchemaState::At(v) => match store.missing_tables().await.map_err(|e| e.to_string())? {
+                m if m.is_empty() => format!("Database is up to date (schema version {v})"),
+                m => pending(&m),
+            },
         }),
         "bootstrap" => match state {
             SchemaState::Empty => {
@@ -76,7 +79,18 @@ pub async fn migrations(
         },
         "up" => match state {
             SchemaState::Empty => Err("Database needs bootstrapping; run 'turnpike migrations bootstrap'".into()),
-            SchemaState::At(v) if v >= SCHEMA_VERSION => Ok("Database is already up-to-date".into()),
+            SchemaState::At(v) if v >= SCHEMA_VERSION => {
+                let missing = store.missing_tables().await.map_err(|e| e.to_string())?;
+                if missing.is_empty() {
+                    Ok("Database is already up-to-date".into())
+                } else {
+                    store.bootstrap().await.map_err(|e| e.to_string())?;
+                    Ok(format!(
+                        "Database migrated: made the tables of enabled plugins: {}",
+                        missing.join(", ")
+                    ))
+                }
+            }
             SchemaState::At(_) => {
                 store.bootstrap().await.map_err(|e| e.to_string())?;
                 Ok(format!("Database migrated to schema version {SCHEMA_VERSION}"))
@@ -205,8 +219,30 @@ async fn check_schema(store: &Store) -> Result<(), (bool, String)> {
         SchemaState::At(v) if v > SCHEMA_VERSION => fatal(format!(
             "Database schema version {v} is newer than this build ({SCHEMA_VERSION})"
         )),
-        SchemaState::At(_) => Ok(()),
+        SchemaState::At(_) => {
+            // A plugin with entities enabled since: SQLite makes their tables; PostgreSQL
+            // waits for the operator, as Kong's pending migrations do.
+            let missing = store
+                .missing_tables()
+                .await
+                .map_err(|e| (matches!(e, StoreError::Unavailable(_)), e.to_string()))?;
+            if missing.is_empty() {
+                Ok(())
+            } else if store.backend == Backend::Sqlite {
+                store.bootstrap().await.map_err(|e| (false, e.to_string()))
+            } else {
+                fatal(pending(&missing))
+            }
+        }
     }
+}
+
+/// Kong's message for pending migrations, naming the tables of enabled plugins to make.
+fn pending(missing: &[&str]) -> String {
+    format!(
+        "New migrations available (the tables of enabled plugins: {}); run 'turnpike migrations up' to proceed",
+        missing.join(", ")
+    )
 }
 
 /// Start-up in database mode: check the schema (SQLite creates it: the embedded default needs

@@ -21,6 +21,7 @@
 
 mod budget;
 mod cache;
+mod cosocket;
 pub mod db;
 mod external;
 mod pdk;
@@ -373,6 +374,7 @@ impl Runtime {
         let (kong, ngx) = pdk::install(&lua)?;
         ngx.set("shared", shared::table(&lua, &settings.shared)?)?;
         yields::install_on(&lua, &ngx)?;
+        cosocket::install(&lua, &ngx, yields::OP_KEY)?;
         pdk::install_misc(&lua, &ngx, settings.workers)?;
         // kong.cache reads ngx (now, shared) as a global when it runs.
         lua.globals().set("ngx", ngx.clone())?;

@@ -28,6 +28,8 @@ pub(super) const OP_KEY: &str = "__turnpike_op";
 pub enum Op {
     Sleep(Duration),
     Http(HttpCall),
+    /// A cosocket's call (`ngx.socket.tcp`).
+    Tcp(super::cosocket::TcpOp),
 }
 
 #[derive(Debug)]
@@ -44,6 +46,7 @@ pub struct HttpCall {
 pub enum Done {
     Nothing,
     Http(Result<HttpResponse, String>),
+    Tcp(super::cosocket::TcpDone),
 }
 
 pub struct HttpResponse {
@@ -61,6 +64,7 @@ impl Op {
                 tokio::time::sleep(d).await;
                 Done::Nothing
             }
+            Op::Tcp(op) => Done::Tcp(op.perform().await),
             Op::Http(call) => {
                 let timeout = call.timeout;
                 Done::Http(
@@ -78,6 +82,7 @@ pub(super) fn op_of(v: &Value) -> Option<Op> {
     let Value::Table(t) = v else { return None };
     let kind: String = t.raw_get(OP_KEY).ok()?;
     match kind.as_str() {
+        "tcp" => super::cosocket::op_of(t).map(Op::Tcp),
         "sleep" => {
             let s: f64 = t.raw_get("seconds").unwrap_or(0.0);
             Some(Op::Sleep(Duration::from_secs_f64(s.clamp(0.0, 86400.0))))
@@ -124,6 +129,7 @@ pub(super) fn op_of(v: &Value) -> Option<Op> {
 pub(super) fn result_value(lua: &Lua, done: Done) -> mlua::Result<Value> {
     match done {
         Done::Nothing => Ok(Value::Nil),
+        Done::Tcp(d) => super::cosocket::done_value(lua, d),
         Done::Http(Err(e)) => {
             let t = lua.create_table()?;
             t.set("err", e)?;
@@ -191,6 +197,27 @@ pub(super) fn thread_for(
         }
     }
     lua.create_thread(f)
+}
+
+/// A TLS client's config: the system's roots, or (`verify` false) any certificate.
+pub(super) fn tls_config(verify: bool) -> Result<rustls::ClientConfig, String> {
+    Ok(if verify {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls_native_certs::load_native_certs().certs {
+            let _ = roots.add(cert);
+        }
+        rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth()
+    } else {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(crate::tls_client::NoVerify::new(provider)))
+            .with_no_client_auth()
+    })
 }
 
 /// `resty.http` and `ngx.sleep`, in Lua over the yield above.
@@ -499,25 +526,7 @@ async fn http_call(call: HttpCall) -> Result<HttpResponse, String> {
         }};
     }
     if https {
-        let config = if call.ssl_verify {
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in rustls_native_certs::load_native_certs().certs {
-                let _ = roots.add(cert);
-            }
-            rustls::ClientConfig::builder()
-                .with_root_certificates(roots)
-                .with_no_client_auth()
-        } else {
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            rustls::ClientConfig::builder_with_provider(provider.clone())
-                .with_safe_default_protocol_versions()
-                .map_err(|e| e.to_string())?
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(crate::tls_client::NoVerify::new(
-                    provider,
-                )))
-                .with_no_client_auth()
-        };
+        let config = tls_config(call.ssl_verify)?;
         let name = rustls::pki_types::ServerName::try_from(bare).map_err(|e| e.to_string())?;
         let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
             .connect(name, tcp)

@@ -1228,3 +1228,220 @@ async fn a_plugins_own_entity_lives_in_the_database() {
     let all = gw.admin("GET", "/api-clients", None).await.json();
     assert_eq!(all["data"].as_array().unwrap().len(), 0, "{all}");
 }
+
+/// The plugin added to a PostgreSQL site as in Kong: `migrations up` makes its table, then two
+/// nodes share its entities: one written on node A is read by the plugin on node B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugins_own_entity_is_shared_through_postgres() {
+    use crate::common::pg::Postgres;
+    let up = Upstream::start("clients-pg");
+    let pg = Postgres::start();
+    let base: Vec<(&str, String)> = pg.env();
+    let path = package_path();
+    let mut env: Vec<(&str, &str)> = base.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (ok, out) = run(&["migrations", "bootstrap"], &env);
+    assert!(ok, "{out}");
+    env.push(("TURNPIKE_PLUGINS", "bundled,api-clients"));
+    env.push(("TURNPIKE_LUA_PACKAGE_PATH", &path));
+    // The plugin's table is pending: a node will not start until it is made.
+    let (ok, out) = run(&["migrations", "status"], &env);
+    assert!(ok && out.contains("api_clients"), "{out}");
+    let prefix = pg.dir().join("prefix-pending");
+    let (proxy, admin) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let mut start_env = env.clone();
+    start_env.push(("TURNPIKE_PREFIX", prefix.to_str().unwrap()));
+    start_env.push(("TURNPIKE_PROXY_LISTEN", &proxy));
+    start_env.push(("TURNPIKE_ADMIN_LISTEN", &admin));
+    let (ok, out) = run(&["start"], &start_env);
+    assert!(!ok && out.contains("run 'turnpike migrations up'"), "{out}");
+    let (ok, out) = run(&["migrations", "up"], &env);
+    assert!(
+        ok && out.contains("made the tables of enabled plugins: api_clients"),
+        "{out}"
+    );
+    let node = || {
+        let mut b = Gateway::with_config("_format_version: \"3.0\"\n");
+        for (k, v) in &env {
+            b = b.env(k, v);
+        }
+        b.start()
+    };
+    let (a, b) = (node(), node());
+    let post = |path: &'static str, body: serde_json::Value| a.admin("POST", path, Some(body));
+    assert_eq!(
+        post("/consumers", json!({"username": "carol"}))
+            .await
+            .status,
+        201
+    );
+    assert_eq!(
+        post("/services", json!({"name": "s", "url": up.url()}))
+            .await
+            .status,
+        201
+    );
+    assert_eq!(
+        post("/services/s/routes", json!({"name": "r", "paths": ["/c"]}))
+            .await
+            .status,
+        201
+    );
+    assert_eq!(
+        post("/plugins", json!({"name": "api-clients"}))
+            .await
+            .status,
+        201
+    );
+    let r = post(
+        "/consumers/carol/api-client",
+        json!({"client_name": "c-1", "tier": "gold"}),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let seen = eventually(std::time::Duration::from_secs(10), async || {
+        let r = send(
+            b.proxy,
+            req("GET", "/c")
+                .header("x-client", "c-1")
+                .body(http_body_util::Empty::<bytes::Bytes>::new())
+                .unwrap(),
+        )
+        .await;
+        r.status == 200 && r.json()["headers"]["x-client-tier"] == "gold"
+    })
+    .await;
+    assert!(seen, "{}", b.log_text());
+    assert_eq!(
+        b.admin("GET", "/api-clients/c-1", None).await.json()["tier"],
+        "gold"
+    );
+}
+
+/// OpenResty's `resty.redis` (from its repository, unchanged) over our cosockets: a plugin
+/// counting calls in a real Redis, plain and over TLS, pipelined, its connections kept per
+/// worker; Redis down is the plugin's own error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resty_redis_runs_over_cosockets() {
+    use crate::common::redis::Redis;
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(lib) = plugins_from_mirror_files(
+        "openresty+lua-resty-redis",
+        "HEAD",
+        &[("lib/resty/redis.lua", "resty/redis.lua")],
+        tmp.path(),
+    ) else {
+        eprintln!("skipped: no mirror of github.com/openresty/lua-resty-redis here");
+        return;
+    };
+    let mut plain = Redis::start();
+    let tls = Redis::start_tls();
+    let up = Upstream::start("counted");
+    let gw = with_plugin(
+        &format!(
+            r#"_format_version: "3.0"
+services:
+- name: s
+  url: {}
+  routes:
+  - name: plain
+    paths: [/plain]
+    plugins:
+    - name: redis-counter
+      config: {{port: {}}}
+  - name: tls
+    paths: [/tls]
+    plugins:
+    - name: redis-counter
+      config: {{port: {}, ssl: true, limit: 100}}
+"#,
+            up.url(),
+            plain.port,
+            tls.port
+        ),
+        "redis-counter",
+        &format!("{lib};{}", package_path()),
+    );
+    let call = |path: &'static str, user: &'static str| {
+        send(
+            gw.proxy,
+            req("GET", path)
+                .header("x-user", user)
+                .body(http_body_util::Empty::<bytes::Bytes>::new())
+                .unwrap(),
+        )
+    };
+    let mut reused = Vec::new();
+    for n in 1..=3 {
+        let r = call("/plain", "u1").await;
+        assert_eq!(
+            r.status,
+            200,
+            "{}\n{}",
+            String::from_utf8_lossy(&r.body),
+            gw.log_text()
+        );
+        let h = &r.json()["headers"];
+        assert_eq!(h["x-hits"], n.to_string());
+        assert_eq!(h["x-pipelined"], n.to_string(), "the pipeline's GET");
+        reused.push(h["x-reused"].as_str().unwrap().parse::<u32>().unwrap());
+    }
+    // Two workers, three requests: one worker served two, the second on a kept connection.
+    assert!(reused.iter().any(|r| *r > 0), "{reused:?}");
+    let r = call("/plain", "u1").await;
+    assert_eq!(r.status, 429);
+    assert_eq!(r.json()["message"], "over 3");
+    assert_eq!(
+        plain.command(&["GET", "hits:u1"]).as_deref(),
+        Some("$1\r\n4\r\n")
+    );
+    // Over TLS.
+    let r = call("/tls", "u2").await;
+    assert_eq!(
+        r.status,
+        200,
+        "{}\n{}",
+        String::from_utf8_lossy(&r.body),
+        gw.log_text()
+    );
+    assert_eq!(r.json()["headers"]["x-hits"], "1");
+    // Redis gone: the kept connections fail and new ones are refused; the plugin answers.
+    plain.kill();
+    let r = call("/plain", "u3").await;
+    assert_eq!(r.status, 500);
+    let message = r.json()["message"].as_str().unwrap().to_string();
+    assert!(
+        message.starts_with("redis: ") || message.starts_with("incr: "),
+        "{message}"
+    );
+}
+
+/// Copies files of a mirrored repository (`(path in the repository, path under into)`) and
+/// gives the package path for them, or None without the mirror.
+fn plugins_from_mirror_files(
+    repo: &str,
+    rev: &str,
+    files: &[(&str, &str)],
+    into: &std::path::Path,
+) -> Option<String> {
+    let mirrors = std::env::var("TURNPIKE_TEST_MIRRORS").unwrap_or_else(|_| "/work/.mirror".into());
+    let git_dir = std::path::Path::new(&mirrors).join(repo).join("repo");
+    for (from, to) in files {
+        let out = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(&git_dir)
+            .arg("show")
+            .arg(format!("{rev}:{from}"))
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        let dest = into.join(to);
+        std::fs::create_dir_all(dest.parent()?).ok()?;
+        std::fs::write(dest, out.stdout).ok()?;
+    }
+    Some(format!("{}/?.lua", into.display()))
+}
