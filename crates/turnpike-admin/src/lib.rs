@@ -362,6 +362,11 @@ impl Admin {
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .map(String::from);
+        let request_headers: Vec<(String, Vec<u8>)> = req
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.as_str().to_string(), v.as_bytes().to_vec()))
+            .collect();
         let body = match Limited::new(req.into_body(), MAX_ENTITY_BODY)
             .collect()
             .await
@@ -391,6 +396,16 @@ impl Admin {
                 return r;
             }
         }
+        if let Some(r) = self.plugin_route(
+            &method,
+            &path,
+            &query,
+            request_headers,
+            &body,
+            content_type.as_deref(),
+        ) {
+            return r;
+        }
         match self
             .entities(&method, &path, &query, &body, content_type.as_deref())
             .await
@@ -398,6 +413,57 @@ impl Admin {
             Some(r) => r,
             None => message(StatusCode::NOT_FOUND, "Not found"),
         }
+    }
+
+    /// An operator's plugin's own endpoint (its `api.lua`), when one has the path: Kong's
+    /// `self.params` are the query's arguments and the body's fields (JSON, form or
+    /// multipart, as for entities).
+    fn plugin_route(
+        &self,
+        method: &Method,
+        path: &str,
+        query: &str,
+        headers: Vec<(String, Vec<u8>)>,
+        body: &[u8],
+        content_type: Option<&str>,
+    ) -> Option<Resp> {
+        let mut params = serde_json::Map::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            params.insert(
+                turnpike_store::crud::percent_decode(k),
+                Value::String(turnpike_store::crud::percent_decode(v)),
+            );
+        }
+        if !body.is_empty() {
+            match forms::parse_body(content_type, body) {
+                Ok(fields) => params.extend(fields),
+                Err(r) => return Some(r),
+            }
+        }
+        let snapshot = self.gateway.snapshot.load();
+        let answer = self.plugins.custom_api(
+            turnpike_config::declarative::ApiCall {
+                method: method.as_str(),
+                path,
+                query,
+                headers,
+                body,
+                params,
+            },
+            &snapshot.config,
+        )?;
+        let mut r = Response::builder()
+            .status(StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK));
+        for (k, v) in answer.headers {
+            r = r.header(k, v);
+        }
+        Some(r.body(full(answer.body)).unwrap_or_else(|_| {
+            message(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "An unexpected error occurred",
+            )
+        }))
     }
 
     /// `GET /endpoints`: every path this Admin API serves, in Kong's notation.
@@ -431,6 +497,7 @@ impl Admin {
         .map(|s| s.to_string())
         .collect();
         paths.extend(self.plugins.admin_endpoints().iter().map(|s| s.to_string()));
+        paths.extend(self.plugins.custom_endpoints());
         // Kong names each placeholder after its entity's table.
         let tables = self.tables();
         for spec in tables.iter() {

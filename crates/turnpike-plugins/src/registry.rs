@@ -81,6 +81,8 @@ pub struct Registry {
     runtime: Arc<Runtime>,
     /// The plugins' entities: [`ENTITIES`], then those of the operator's plugins.
     entities: &'static [&'static PluginEntity],
+    /// The operator's Lua plugins that have Admin API routes of their own (`api.lua`).
+    own_apis: Vec<&'static crate::custom::LuaPlugin>,
 }
 
 /// The entities the plugins bring (each folder's `daos`, as Kong's `daos.lua`), in the order
@@ -106,6 +108,7 @@ pub fn bundled() -> Registry {
         router_flavor: Default::default(),
         runtime: Runtime::new(),
         entities: ENTITIES,
+        own_apis: Vec::new(),
         plugins: vec![
             &acl::Acl,
             &basic_auth::BasicAuth,
@@ -164,6 +167,7 @@ pub fn enabled_with(
     let all = bundled();
     let mut plugins: Vec<&'static dyn PluginSpec> = Vec::new();
     let mut own_entities: Vec<&'static PluginEntity> = Vec::new();
+    let mut own_apis: Vec<&'static crate::custom::LuaPlugin> = Vec::new();
     for name in names {
         match name.as_str() {
             "off" => {
@@ -191,6 +195,9 @@ pub fn enabled_with(
                         match crate::custom::load(other, lua.unwrap_or(&Default::default())) {
                             Ok(p) => {
                                 own_entities.extend(p.entities.iter().copied());
+                                if !p.api.is_empty() {
+                                    own_apis.push(p);
+                                }
                                 p
                             }
                             Err(e) => match external.iter().find(|p| p.name() == other) {
@@ -233,6 +240,7 @@ pub fn enabled_with(
         plugins,
         database_off,
         entities,
+        own_apis,
         ..all
     })
 }
@@ -411,6 +419,25 @@ impl PluginRegistry for Registry {
     ) -> Option<(u16, Option<Value>)> {
         self.get("proxy-cache")?;
         proxy_cache::admin_api(&self.runtime.proxy_cache, method, path, plugins)
+    }
+
+    fn custom_api(
+        &self,
+        call: turnpike_config::declarative::ApiCall<'_>,
+        config: &turnpike_config::Config,
+    ) -> Option<turnpike_config::declarative::ApiAnswer> {
+        let p = self
+            .own_apis
+            .iter()
+            .find(|p| p.api.iter().any(|r| r.matches(call.path).is_some()))?;
+        p.admin_call(self.runtime.lua.settings(), call, config)
+    }
+
+    fn custom_endpoints(&self) -> Vec<String> {
+        self.own_apis
+            .iter()
+            .flat_map(|p| p.api.iter().map(|r| r.listed()))
+            .collect()
     }
 
     fn admin_endpoints(&self) -> Vec<&'static str> {

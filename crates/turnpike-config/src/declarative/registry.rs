@@ -102,6 +102,37 @@ pub trait PluginRegistry: Send + Sync {
     fn admin_endpoints(&self) -> Vec<&'static str> {
         Vec::new()
     }
+
+    /// An operator's plugin's own endpoint (its `api.lua`) for `call.path`, answered; `None`
+    /// when no plugin has a route for the path. `config` is the running configuration (the
+    /// plugin's entities, for `kong.db`).
+    fn custom_api(&self, _call: ApiCall<'_>, _config: &super::Config) -> Option<ApiAnswer> {
+        None
+    }
+
+    /// The paths of those endpoints, in `GET /endpoints`' notation.
+    fn custom_endpoints(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// An Admin API request for a plugin's own endpoint.
+pub struct ApiCall<'a> {
+    pub method: &'a str,
+    pub path: &'a str,
+    pub query: &'a str,
+    /// The request's headers, as (lower-case name, value).
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: &'a [u8],
+    /// The query's arguments and the body's fields, decoded as the Admin API decodes them.
+    pub params: Map<String, Value>,
+}
+
+/// A plugin endpoint's answer.
+pub struct ApiAnswer {
+    pub status: u16,
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: Vec<u8>,
 }
 
 /// The registry before any plugin is compiled in: every plugin name is unknown.

@@ -117,6 +117,8 @@ pub struct LuaPlugin {
     configure: bool,
     /// Its own entities (its `daos.lua`).
     pub entities: Vec<&'static PluginEntity>,
+    /// Its own Admin API routes (its `api.lua`).
+    pub api: Vec<lua::api::Route>,
 }
 
 /// One of a record's `entity_checks` (Kong's `kong/db/schema/init.lua`), over its fields.
@@ -222,6 +224,7 @@ pub fn load(name: &str, settings: &lua::Settings) -> Result<&'static LuaPlugin, 
         wants_body: info.wants_body,
         configure: info.configure,
         entities,
+        api: info.api.iter().map(|p| lua::api::Route::new(p)).collect(),
     };
     Ok(Box::leak(Box::new(plugin)))
 }
@@ -478,6 +481,53 @@ end";
 
 /// Every enabled config of the plugin `name` in the configuration being built, as a Lua list
 /// (`nil` for none, as Kong passes), and a key for it: made once per plugin and build.
+impl LuaPlugin {
+    /// Answers an Admin API request for one of its `api.lua` routes (`None`: no route of it
+    /// matches the path).
+    pub fn admin_call(
+        &'static self,
+        settings: &Arc<lua::Settings>,
+        call: turnpike_config::declarative::ApiCall<'_>,
+        config: &turnpike_config::Config,
+    ) -> Option<turnpike_config::declarative::ApiAnswer> {
+        let route = self.api.iter().find(|r| r.matches(call.path).is_some())?;
+        let mut headers = http::HeaderMap::new();
+        for (k, v) in &call.headers {
+            if let (Ok(k), Ok(v)) = (
+                http::HeaderName::from_bytes(k.as_bytes()),
+                http::HeaderValue::from_bytes(v),
+            ) {
+                headers.append(k, v);
+            }
+        }
+        let dao = (!self.entities.is_empty())
+            .then(|| Arc::new(lua::db::Dao::new(config, &self.entities)));
+        let a = lua::api::call(
+            settings,
+            lua::api::Call {
+                plugin: self.described.name,
+                route,
+                method: call.method,
+                path: call.path,
+                query: call.query,
+                headers,
+                body: bytes::Bytes::copy_from_slice(call.body),
+                params: call.params,
+                dao,
+            },
+        );
+        Some(turnpike_config::declarative::ApiAnswer {
+            status: a.status.as_u16(),
+            headers: a
+                .headers
+                .into_iter()
+                .map(|(k, v)| (k.as_str().to_string(), v.as_bytes().to_vec()))
+                .collect(),
+            body: a.body.to_vec(),
+        })
+    }
+}
+
 /// The plugin's entities in the configuration being built, indexed once for all its configs.
 fn dao_of(
     ctx: &crate::BuildContext,

@@ -113,6 +113,11 @@ pub(super) fn install(lua: &Lua, kong: &Table) -> mlua::Result<()> {
         |lua, (table, op, a, b): (String, String, Value, Value)| -> mlua::Result<(Value, Value)> {
             CURRENT.with(|c| {
                 let c = c.borrow();
+                // Outside a plugin's call (a module loaded at start, `api.lua` reading
+                // `kong.db.<entity>.schema`) any name has its DAO, which finds nothing.
+                if c.is_none() && op == "known" {
+                    return Ok((Value::Boolean(true), Value::Nil));
+                }
                 let Some(t) = c.as_ref().and_then(|d| d.tables.get(table.as_str())) else {
                     return Ok((Value::Nil, Value::Nil));
                 };

@@ -20,6 +20,8 @@ pub struct ModuleInfo {
     pub configure: bool,
     /// Its `daos.lua` (the array of entity schemas) as JSON, when it has one.
     pub daos: Option<serde_json::Value>,
+    /// The route patterns of its `api.lua`, when it has one.
+    pub api: Vec<String>,
 }
 
 /// Kong's `kong.db.schema.typedefs` as far as a plugin's schema uses them: the field
@@ -115,6 +117,18 @@ pub fn inspect_plugin(settings: &Settings, name: &str) -> Result<ModuleInfo, Str
             }
             None => None,
         };
+        // Its Admin API routes, when the folder has an api.lua.
+        let api_found: Option<String> =
+            searchpath.call((format!("kong.plugins.{name}.api"), path.clone()))?;
+        let mut api = Vec::new();
+        if api_found.is_some() {
+            let routes: Table = require.call(format!("kong.plugins.{name}.api"))?;
+            for pair in routes.pairs::<String, Value>() {
+                let (pattern, _) = pair?;
+                api.push(pattern);
+            }
+            api.sort();
+        }
         Ok(ModuleInfo {
             priority: handler.get::<Option<i64>>("PRIORITY")?,
             version: handler.get::<Option<String>>("VERSION")?,
@@ -123,6 +137,7 @@ pub fn inspect_plugin(settings: &Settings, name: &str) -> Result<ModuleInfo, Str
             schema: lua.from_value_with(Value::Table(schema), options)?,
             wants_body,
             daos,
+            api,
         })
     };
     run().map_err(|e| first_line(&e.to_string()).to_string())

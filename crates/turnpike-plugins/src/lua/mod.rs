@@ -19,6 +19,7 @@
 //! Kong's database (`kong.db`, `kong.cache`), or be stopped once it runs: a function that loops
 //! forever holds its worker, as it would hold an nginx worker in Kong.
 
+pub mod api;
 mod budget;
 mod cache;
 mod cosocket;
@@ -389,6 +390,18 @@ impl Runtime {
             .call((settings.cache_ttl, settings.cache_neg_ttl, next_generation))?;
         kong.set("cache", cache)?;
         db::install(&lua, &kong)?;
+        // Kong's Admin API helpers, which api.lua modules require: each gives a handler that
+        // fails naming it when called.
+        lua.load(
+            r#"package.preload["kong.api.endpoints"] = function()
+              return setmetatable({}, { __index = function(_, k)
+                return function() return function()
+                  error("kong.api.endpoints." .. k .. " is not implemented by Turnpike", 2)
+                end end
+              end })
+            end"#,
+        )
+        .exec()?;
         let cache_seen = settings
             .cache_generation
             .load(std::sync::atomic::Ordering::Relaxed);
@@ -495,6 +508,9 @@ pub(crate) struct Current {
     pub exit: Option<Exit>,
     /// What `ngx.say`/`ngx.print` wrote: the response body, if the code then exits.
     pub said: Vec<u8>,
+    /// The status `kong.response.set_status` gave before there is a response (an Admin API
+    /// handler's, `api`).
+    pub status: Option<http::StatusCode>,
 }
 
 thread_local! {
@@ -507,6 +523,7 @@ thread_local! {
         keep_logs: false,
         exit: None,
         said: Vec::new(),
+        status: None,
     }) };
 }
 
@@ -583,6 +600,7 @@ impl Drop for CallGuard {
             c.ctx = std::ptr::null_mut();
             c.exit = None;
             c.said.clear();
+            c.status = None;
         });
     }
 }

@@ -1142,6 +1142,111 @@ services:
         200,
         "the running config is kept"
     );
+    // The plugin's own endpoint (api.lua): its `before`, its handler reading kong.db, the
+    // query's arguments in self.params, a helper Turnpike has not, an undeclared method.
+    let r = send(
+        gw.admin,
+        req("GET", "/api-clients-report/gold?limit=5")
+            .header("x-operator", "ops")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        r.status,
+        200,
+        "{}\n{}",
+        String::from_utf8_lossy(&r.body),
+        gw.log_text()
+    );
+    assert_eq!(
+        r.json(),
+        json!({"tier": "gold", "clients": ["app-1"], "limit": 5, "asked_by": "ops"})
+    );
+    let r = gw.admin("GET", "/api-clients-report/silver", None).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (400, json!({"message": "unknown tier silver"}))
+    );
+    let r = gw.admin("DELETE", "/api-clients-report/gold", None).await;
+    assert_eq!(r.status, 500);
+    assert!(
+        gw.log_text()
+            .contains("kong.api.endpoints.delete_entity_endpoint is not implemented by Turnpike"),
+        "{}",
+        gw.log_text()
+    );
+    assert_eq!(
+        gw.admin("PUT", "/api-clients-report/gold", None)
+            .await
+            .status,
+        405
+    );
+    let listed = gw.admin("GET", "/endpoints", None).await.json();
+    assert!(
+        listed["data"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("/api-clients-report/{tier}")),
+        "{listed}"
+    );
+}
+
+/// Kong's own plugin with Admin API endpoints (`admin-api-method`), as Kong's
+/// `13-plugin-endpoints_spec.lua` drives it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kongs_plugin_endpoints_spec_cases_pass() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = "spec/fixtures/custom_plugins/kong/plugins/admin-api-method";
+    let files = [
+        (
+            format!("{root}/handler.lua"),
+            "kong/plugins/admin-api-method/handler.lua",
+        ),
+        (
+            format!("{root}/schema.lua"),
+            "kong/plugins/admin-api-method/schema.lua",
+        ),
+        (
+            format!("{root}/api.lua"),
+            "kong/plugins/admin-api-method/api.lua",
+        ),
+    ];
+    let files: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), *b)).collect();
+    let Some(path) = plugins_from_mirror_files("Kong+kong", "3.9.1", &files, tmp.path()) else {
+        eprintln!("skipped: no mirror of github.com/Kong/kong here (fetch github:Kong/kong)");
+        return;
+    };
+    let gw = with_plugin(
+        "_format_version: \"3.0\"\nplugins:\n- name: admin-api-method\n",
+        "admin-api-method",
+        &format!("{path};;"),
+    );
+    // "a method without an explicit exit does not add Lapis output"
+    let r = admin_raw(
+        gw.admin,
+        "GET",
+        "/method_without_exit",
+        "application/json",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", gw.log_text());
+    assert_eq!(r.body, b"hello".as_slice());
+    // "nested parameters can be parsed correctly when using form-urlencoded requests"
+    let r = admin_raw(
+        gw.admin,
+        "POST",
+        "/parsed_params",
+        "application/x-www-form-urlencoded",
+        b"items%5B1%5D=foo&items%5B2%5D=bar".to_vec(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(
+        String::from_utf8_lossy(&r.body),
+        r#"{"items":["foo","bar"]}"#
+    );
 }
 
 /// The same entity in a database: written through the Admin API (nested and top-level, with

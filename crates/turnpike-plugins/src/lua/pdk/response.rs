@@ -50,9 +50,18 @@ pub(super) fn response(lua: &Lua) -> mlua::Result<Table> {
     })?;
     set_fn(lua, &t, "set_status", |_, status: i64| {
         let status = status_arg(status)?;
-        with_response(|h| {
-            h.status = status;
-            Ok(())
+        with_current(|c| match c.target {
+            // SAFETY: as in `with_request`.
+            Target::Response(p) => {
+                unsafe { &mut *p }.status = status;
+                Ok(())
+            }
+            // Before a response exists: the status it will have (an Admin API handler's).
+            Target::Request(_) => {
+                c.status = Some(status);
+                Ok(())
+            }
+            _ => not_in_phase(c.phase),
         })
     })?;
     set_fn(lua, &t, "get_source", |_, ()| {
