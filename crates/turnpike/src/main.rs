@@ -195,6 +195,7 @@ fn plugin_registry(conf: &Conf) -> Result<Arc<turnpike_plugins::Registry>, Strin
     lua.package_path = conf.lua_package_path.clone();
     lua.node_id = node_id(&conf.prefix);
     lua.workers = conf.worker_processes.max(1);
+    lua.budget = conf.lua_time_budget;
     lua.trusted_ips = conf
         .trusted_ips
         .iter()

@@ -60,6 +60,9 @@ pub(super) const DEFAULTS: &[(&str, &str)] = &[
     ("nginx_http_lua_shared_dict", ""),
     ("admin_auth_token", ""),
     ("key_auth_hash_keys", "off"),
+    // Turnpike's own: how long one call into an operator's Lua may run before it is stopped
+    // (seconds; 0: no bound, and LuaJIT's compiler on).
+    ("lua_time_budget", "2"),
     ("declarative_config", ""),
     ("nginx_worker_processes", "auto"),
     ("upstream_keepalive_pool_size", "512"),

@@ -104,6 +104,7 @@ impl Conf {
             .keepalive_timeout
             .map_or(0, |d| d.as_millis() as u64)
             .into();
+        v["lua_time_budget"] = self.lua_time_budget.map_or(0.0, |d| d.as_secs_f64()).into();
         v["proxy_listeners"] = listeners(&self.proxy_listen).into();
         v["admin_listeners"] = listeners(&self.admin_listen).into();
         v["status_listeners"] = listeners(&self.status_listen).into();

@@ -222,6 +222,9 @@ pub struct Conf {
     pub admin_auth_token: Option<String>,
     /// Turnpike's own: store key-auth keys as SHA-256 digests (Kong stores them as written).
     pub key_auth_hash_keys: bool,
+    /// Turnpike's own `lua_time_budget`: how long one call into Lua (a plugin's phase, a
+    /// timer) may run before it is stopped; `None` (0): no bound, the JIT compiler on.
+    pub lua_time_budget: Option<Duration>,
     pub declarative_config: Option<PathBuf>,
     pub worker_processes: usize,
     pub upstream_keepalive_pool_size: usize,
@@ -594,6 +597,18 @@ impl Conf {
                 "invalid tracing types: off, other types are mutually exclusive".into(),
             ));
         }
+        let lua_time_budget = get("lua_time_budget")
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|s| (0.0..=3600.0).contains(s))
+            .ok_or_else(|| {
+                invalid(
+                    "lua_time_budget",
+                    "must be a number of seconds between 0 and 3600".into(),
+                )
+            })
+            .map(|s| (s > 0.0).then(|| Duration::from_secs_f64(s)))?;
         let tracing_sampling_rate = get("tracing_sampling_rate")
             .trim()
             .parse::<f64>()
@@ -854,6 +869,7 @@ impl Conf {
             tracing_sampling_rate,
             admin_auth_token,
             key_auth_hash_keys: on_off("key_auth_hash_keys")?,
+            lua_time_budget,
             declarative_config,
             worker_processes,
             upstream_keepalive_pool_size,

@@ -1,5 +1,5 @@
 //! The time budget of a call into Lua: code that runs on without giving its worker back (an
-//! endless loop, a runaway pattern) is stopped once it has run for [`BUDGET`], with a Lua
+//! endless loop, a runaway pattern) is stopped once it has run for its budget (`lua_time_budget`, [`DEFAULT`]), with a Lua
 //! error the phase reports as any other (Kong's 500 for a request, a log line naming the
 //! plugin). Kong has no such bound: a loop there holds its nginx worker for good.
 //!
@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use mlua::ffi;
 
-/// How long one call into Lua may run before it is stopped.
-pub const BUDGET: Duration = Duration::from_secs(2);
+/// How long one call into Lua may run before it is stopped, unless `lua_time_budget` says.
+pub const DEFAULT: Duration = Duration::from_secs(2);
 /// How often the watchdog looks.
 const TICK: Duration = Duration::from_millis(100);
 /// Instructions between two hook calls once a call is late.
@@ -34,7 +34,8 @@ const HOOK_EVERY: i32 = 100;
 #[derive(Default)]
 pub struct Watchdog {
     slots: Mutex<Vec<Watched>>,
-    started: OnceLock<()>,
+    /// The budget, set by the first state registered.
+    started: OnceLock<Duration>,
 }
 
 struct Watched {
@@ -66,7 +67,7 @@ impl std::fmt::Debug for Watchdog {
 impl Watchdog {
     /// A slot for a new state (its raw pointer), made on the thread that will run it; the
     /// watchdog's thread starts with the first.
-    pub(super) fn register(self: &Arc<Self>, lua: &mlua::Lua) -> Arc<Slot> {
+    pub(super) fn register(self: &Arc<Self>, lua: &mlua::Lua, budget: Duration) -> Arc<Slot> {
         let mut raw = 0usize;
         // SAFETY: only reads the state's pointer.
         let _ = unsafe { lua.exec_raw::<()>((), |s| raw = s as usize) };
@@ -85,12 +86,15 @@ impl Watchdog {
                 ticks: 0,
             });
         let mut first = false;
-        self.started.get_or_init(|| first = true);
+        self.started.get_or_init(|| {
+            first = true;
+            budget
+        });
         if first {
             let me = Arc::downgrade(self);
             let spawned = std::thread::Builder::new()
                 .name("turnpike-lua-watchdog".into())
-                .spawn(move || watch(me));
+                .spawn(move || watch(me, budget));
             if let Err(e) = spawned {
                 tracing::error!("cannot start the Lua watchdog: {e}");
             }
@@ -127,8 +131,8 @@ impl Drop for Running {
     }
 }
 
-fn watch(dog: Weak<Watchdog>) {
-    let ticks_late = (BUDGET.as_millis() / TICK.as_millis()) as u32;
+fn watch(dog: Weak<Watchdog>, budget: Duration) {
+    let ticks_late = (budget.as_millis() / TICK.as_millis()).max(1) as u32;
     loop {
         std::thread::sleep(TICK);
         let Some(dog) = dog.upgrade() else {
@@ -205,9 +209,8 @@ unsafe extern "C-unwind" fn hook(l: *mut ffi::lua_State, _ar: *mut ffi::lua_Debu
     unsafe {
         ffi::luaL_error(
             l,
-            c"the plugin's code ran past its time budget of %d s without giving the worker back"
+            c"the plugin's code ran past its time budget (lua_time_budget) without giving the worker back"
                 .as_ptr(),
-            BUDGET.as_secs() as std::ffi::c_int,
         )
     };
 }

@@ -68,7 +68,7 @@ pub enum Mode {
 }
 
 /// The `untrusted_lua*` properties.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Settings {
     pub mode: Mode,
     /// `untrusted_lua_sandbox_requires`: modules `require` may load in the sandbox.
@@ -94,6 +94,28 @@ pub struct Settings {
     pub cache_generation: Arc<std::sync::atomic::AtomicU64>,
     /// Stops calls that run past their time budget (`budget`), one for the node.
     pub watchdog: Arc<budget::Watchdog>,
+    /// `lua_time_budget`: how long one call may run (`None`: no bound, the JIT compiler on).
+    pub budget: Option<std::time::Duration>,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            mode: Mode::default(),
+            requires: Vec::new(),
+            environment: Vec::new(),
+            package_path: String::new(),
+            shared: Arc::default(),
+            cache_ttl: 0.0,
+            cache_neg_ttl: 0.0,
+            node_id: String::new(),
+            workers: 1,
+            trusted_ips: Vec::new(),
+            cache_generation: Arc::default(),
+            watchdog: Arc::default(),
+            budget: Some(budget::DEFAULT),
+        }
+    }
 }
 
 impl Settings {
@@ -129,6 +151,7 @@ impl Settings {
             trusted_ips: Vec::new(),
             cache_generation: Arc::default(),
             watchdog: Arc::default(),
+            budget: Some(budget::DEFAULT),
         })
     }
 }
@@ -313,14 +336,16 @@ struct Runtime {
     /// Empties this state's `kong.cache`, and the node generation it last saw.
     cache_flush: Function,
     cache_seen: u64,
-    /// This state's place in the node's watchdog (`budget`).
-    slot: Arc<budget::Slot>,
+    /// This state's place in the node's watchdog (`budget`), when calls have a budget.
+    slot: Option<Arc<budget::Slot>>,
     watchdog: Arc<budget::Watchdog>,
 }
 
 impl Drop for Runtime {
     fn drop(&mut self) {
-        self.watchdog.forget(&self.slot);
+        if let Some(slot) = &self.slot {
+            self.watchdog.forget(slot);
+        }
     }
 }
 
@@ -358,7 +383,7 @@ fn with_runtime<R>(
                         tracing::error!("kong.cache: {e}");
                     }
                 }
-                let _running = budget::begin(&rt.slot);
+                let _running = rt.slot.as_ref().map(budget::begin);
                 Ok(f(rt))
             }
             None => Err("no Lua state".into()),
@@ -370,8 +395,11 @@ impl Runtime {
     fn new(settings: &Settings) -> mlua::Result<Runtime> {
         let lua = Lua::new();
         // The interpreter only: compiled loops would not see the budget's hook (`budget`).
-        lua.load("if jit then jit.off() end").exec()?;
-        budget::guard_catchers(&lua)?;
+        if settings.budget.is_some() {
+            // The interpreter only: compiled loops would not see the budget's hook.
+            lua.load("if jit then jit.off() end").exec()?;
+            budget::guard_catchers(&lua)?;
+        }
         let (kong, ngx) = pdk::install(&lua)?;
         ngx.set("shared", shared::table(&lua, &settings.shared)?)?;
         yields::install_on(&lua, &ngx)?;
@@ -419,7 +447,7 @@ impl Runtime {
             package.set("path", format!("{};{path}", settings.package_path))?;
         }
         // Last: nothing can fail once the watchdog knows the state.
-        let slot = settings.watchdog.register(&lua);
+        let slot = settings.budget.map(|b| settings.watchdog.register(&lua, b));
         Ok(Runtime {
             lua,
             env,

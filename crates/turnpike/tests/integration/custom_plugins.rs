@@ -1550,3 +1550,52 @@ fn plugins_from_mirror_files(
     }
     Some(format!("{}/?.lua", into.display()))
 }
+
+/// A plugin that never gives its worker back is stopped after `lua_time_budget`: the request
+/// gets Kong's 500, the log names the plugin, and the same worker serves the next requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runaway_plugin_is_stopped_by_the_time_budget() {
+    let up = Upstream::start("budget");
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
+services:
+- name: s
+  url: {}
+  routes:
+  - name: loop
+    paths: [/loop]
+    plugins:
+    - name: pre-function
+      config:
+        access:
+        - "local n = 0 while true do n = n + 1 end"
+  - name: ok
+    paths: [/ok]
+"#,
+        up.url()
+    ))
+    .env("TURNPIKE_LUA_TIME_BUDGET", "0.5")
+    .env("TURNPIKE_NGINX_WORKER_PROCESSES", "1")
+    .start();
+    let r = get(gw.proxy, "x", "/loop").await;
+    assert_eq!(r.status, 500, "{}", gw.log_text());
+    assert_eq!(r.json(), json!({"message": "An unexpected error occurred"}));
+    assert!(
+        gw.log_text().contains("[pre-function] access")
+            && gw.log_text().contains("time budget (lua_time_budget)"),
+        "{}",
+        gw.log_text()
+    );
+    // One worker: it is free again.
+    assert_eq!(get(gw.proxy, "x", "/ok").await.status, 200);
+    assert_eq!(get(gw.proxy, "x", "/loop").await.status, 500);
+    // A value that is not a number of seconds stops the start, naming the property.
+    let (ok, out) = run(
+        &["start"],
+        &[
+            ("TURNPIKE_LUA_TIME_BUDGET", "soon"),
+            ("TURNPIKE_PREFIX", "/tmp/turnpike-budget-bad"),
+        ],
+    );
+    assert!(!ok && out.contains("lua_time_budget"), "{out}");
+}
