@@ -4,7 +4,8 @@
 # through a template), by a Lua plugin (bench/plugins/kong/plugins/bench-lookup: kong.cache),
 # by a Go plugin over Kong's plugin-server protocol (bench/plugins/go-lookup: Kong's Go PDK,
 # its server started by the gateway and pinned with it), and by nginx + Lua (access_by_lua,
-# a Lua table), beside plain proxying; all in one run, rounds interleaved.
+# a Lua table), beside plain proxying, and the Lua plugin again with lua_time_budget = 0 (no
+# budget: LuaJIT's compiler on); all in one run, rounds interleaved.
 #
 # RPS: the proxy pinned to CPU 0 with one worker (the Go plugin server too: it inherits the
 # gateway's CPU), upstream and wrk on CPU 1, `wrk -t1 -c50` with `x-key: k1`, ROUNDS rounds of
@@ -40,6 +41,7 @@ cfg bundled '    plugins:
       config: {add: {headers: ["x-up:v-$(headers.x_key)"]}}'
 cfg lua '    plugins:
     - name: bench-lookup'
+cp "$W/lua.yml" "$W/lua-jit.yml"
 cfg go '    plugins:
     - name: go-lookup'
 
@@ -48,6 +50,9 @@ case_env() {
   CASE_ENV=(BENCH_CASE="$1")
   case $1 in
     lua) CASE_ENV+=(TURNPIKE_PLUGINS=bundled,bench-lookup
+      "TURNPIKE_LUA_PACKAGE_PATH=$ROOT/bench/plugins/?.lua;;") ;;
+    # The same plugin with no time budget (lua_time_budget = 0): LuaJIT's compiler on.
+    lua-jit) CASE_ENV+=(TURNPIKE_PLUGINS=bundled,bench-lookup TURNPIKE_LUA_TIME_BUDGET=0
       "TURNPIKE_LUA_PACKAGE_PATH=$ROOT/bench/plugins/?.lua;;") ;;
     go) CASE_ENV+=(TURNPIKE_PLUGINS=bundled,go-lookup TURNPIKE_PLUGINSERVER_NAMES=go-lookup
       "TURNPIKE_PLUGINSERVER_GO_LOOKUP_SOCKET=$W/go-lookup.socket"
@@ -86,7 +91,7 @@ turnpike_case() { # case round
   sleep 0.5
 }
 for r in $(seq 1 "$ROUNDS"); do
-  for c in plain bundled lua go; do turnpike_case "$c" "$r"; done
+  for c in plain bundled lua lua-jit go; do turnpike_case "$c" "$r"; done
   start_nginx "$NG" 8002
   measure nginx-lua 8002 "$r"
   stop_pid "$NGX"
@@ -94,15 +99,15 @@ done
 
 # Instructions per request of the gateway in each case.
 declare -A IPR
-for c in plain bundled lua go; do
+for c in plain bundled lua lua-jit go; do
   case_env "$c"
   IPR[$c]=$(env "${CASE_ENV[@]}" CONFIG="$W/$c.yml" HEADERS="x-key: k1" BENCH_BIN="$BIN" bench/instructions.sh "$N")
 done
 
-python3 - "$OUT" "$ROUNDS" "${IPR[plain]}" "${IPR[bundled]}" "${IPR[lua]}" "${IPR[go]}" <<'PY'
+python3 - "$OUT" "$ROUNDS" "${IPR[plain]}" "${IPR[bundled]}" "${IPR[lua]}" "${IPR[lua-jit]}" "${IPR[go]}" <<'PY'
 import re, sys, statistics, pathlib, subprocess, platform
 out, rounds = pathlib.Path(sys.argv[1]), int(sys.argv[2])
-ipr = dict(zip(["plain", "bundled", "lua", "go"], sys.argv[3:7]))
+ipr = dict(zip(["plain", "bundled", "lua", "lua-jit", "go"], sys.argv[3:8]))
 def rps(p):
     return float(re.search(r"Requests/sec:\s+([\d.]+)", p.read_text()).group(1))
 med = {}
@@ -113,16 +118,18 @@ lines.append("")
 lines.append("| case | RPS (median) | rounds | instructions / request (gateway) |")
 lines.append("|---|---:|---|---:|")
 names = {"plain": "plain proxying", "bundled": "bundled Rust plugin (request-transformer)",
-         "lua": "Lua plugin (kong.cache)", "go": "Go plugin (plugin server, ProtoBuf)",
+         "lua": "Lua plugin (kong.cache), lua_time_budget on (LuaJIT interpreter)",
+         "lua-jit": "the same, lua_time_budget = 0 (LuaJIT compiler)",
+         "go": "Go plugin (plugin server, ProtoBuf)",
          "nginx-lua": "nginx + Lua (access_by_lua)"}
-for c in ["plain", "bundled", "lua", "go", "nginx-lua"]:
+for c in ["plain", "bundled", "lua", "lua-jit", "go", "nginx-lua"]:
     vals = [rps(out / "raw" / f"{c}-{r}.txt") for r in range(1, rounds + 1)]
     med[c] = statistics.median(vals)
     lines.append(f"| {names[c]} | {med[c]:,.0f} | {', '.join(f'{v:,.0f}' for v in vals)} | {ipr.get(c, '—')} |")
 lines.append("")
 cost = lambda c: int(ipr[c]) - int(ipr["plain"])
-lines.append(f"Lua plugin / bundled plugin, instructions over plain: {cost('lua')} / {cost('bundled')} = {cost('lua') / max(cost('bundled'), 1):.2f}x")
-lines.append(f"Lua plugin RPS / nginx + Lua RPS: {med['lua'] / med['nginx-lua']:.2f}x; Go plugin RPS / Lua plugin RPS: {med['go'] / med['lua']:.2f}x")
+lines.append(f"Lua plugin / bundled plugin, instructions over plain: {cost('lua')} / {cost('bundled')} = {cost('lua') / max(cost('bundled'), 1):.2f}x (budget off: {cost('lua-jit')} = {cost('lua-jit') / max(cost('bundled'), 1):.2f}x)")
+lines.append(f"Lua plugin RPS / nginx + Lua RPS: {med['lua'] / med['nginx-lua']:.2f}x (budget off: {med['lua-jit'] / med['nginx-lua']:.2f}x); Go plugin RPS / Lua plugin RPS: {med['go'] / med['lua']:.2f}x")
 (out / "summary.md").write_text("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

@@ -255,6 +255,32 @@ pub type Resume = Box<dyn FnOnce(&mut AccessRequest<'_>) -> Access>;
 /// A plugin's wait. Not `Send`: each worker runs its requests on its own thread.
 pub type Pending = std::pin::Pin<Box<dyn std::future::Future<Output = Resume>>>;
 
+/// The outcome of a plugin's response phase: done (with an exit replacing the response, or
+/// not), or a wait after which the plugin goes on with the response.
+pub enum Responded {
+    Done(Option<Exit>),
+    Wait(RespPending),
+}
+
+/// What a waiting plugin does with the response once its wait is over.
+pub type RespResume = Box<dyn FnOnce(&mut ResponseHead<'_>) -> Responded>;
+/// A response phase's wait (not `Send`: a worker's own).
+pub type RespPending = std::pin::Pin<Box<dyn std::future::Future<Output = RespResume>>>;
+
+/// Runs one plugin's response phase to its end, waiting as often as it asks.
+pub async fn run_response(handler: &dyn Handler, resp: &mut ResponseHead<'_>) -> Option<Exit> {
+    let mut outcome = handler.response_waiting(resp);
+    loop {
+        match outcome {
+            Responded::Done(e) => return e,
+            Responded::Wait(pending) => {
+                let resume = pending.await;
+                outcome = resume(resp);
+            }
+        }
+    }
+}
+
 /// Runs one plugin's access phase to its end, waiting as often as it asks.
 pub async fn run_access(handler: &dyn Handler, req: &mut AccessRequest<'_>) -> Option<Exit> {
     let outcome = handler.access(req);
@@ -404,6 +430,11 @@ pub trait Handler: Send + Sync {
     /// (an exit). Not run for the gateway's own responses, upgrades or gRPC.
     fn response(&self, _resp: &mut ResponseHead<'_>) -> Option<Exit> {
         None
+    }
+    /// The response phase as the proxy runs it: `response`, unless the plugin may wait there
+    /// (an external plugin's server answering), which the proxy then awaits.
+    fn response_waiting(&self, resp: &mut ResponseHead<'_>) -> Responded {
+        Responded::Done(self.response(resp))
     }
     /// Whether this config reads the request body (key-auth's `key_in_body`): the proxy then
     /// reads the body before the route's chain runs. Costs nothing to routes that do not.

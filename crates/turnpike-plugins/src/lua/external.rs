@@ -82,6 +82,45 @@ pub fn call_pdk(
 ) -> PdkAnswer {
     let ctx: *mut PluginCtx = &mut *req.ctx;
     let target = Target::Request(std::ptr::from_mut(req).cast());
+    call_on(
+        settings, plugin, plugin_id, phase, target, ctx, method, args,
+    )
+}
+
+/// As [`call_pdk`], for the response phase: the PDK sees the buffered response `head`.
+pub fn call_pdk_response(
+    settings: &Arc<Settings>,
+    plugin: &'static str,
+    plugin_id: u64,
+    head: &mut crate::ResponseHead<'_>,
+    method: &str,
+    args: &rmpv::Value,
+) -> PdkAnswer {
+    let ctx: *mut PluginCtx = &mut *head.ctx;
+    let target = Target::Response(std::ptr::from_mut(head).cast());
+    call_on(
+        settings,
+        plugin,
+        plugin_id,
+        Phase::Response,
+        target,
+        ctx,
+        method,
+        args,
+    )
+}
+
+#[allow(clippy::too_many_arguments)] // the call's own facts
+fn call_on(
+    settings: &Arc<Settings>,
+    plugin: &'static str,
+    plugin_id: u64,
+    phase: Phase,
+    target: Target,
+    ctx: *mut PluginCtx,
+    method: &str,
+    args: &rmpv::Value,
+) -> PdkAnswer {
     let _guard = super::enter(target, phase, plugin, plugin_id, ctx, false);
     let answer = with_runtime(settings, |rt| {
         let lookup = match &rt.exposed {

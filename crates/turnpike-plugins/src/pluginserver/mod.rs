@@ -14,10 +14,10 @@
 //! (Kong's saved request data: `kong.log.serialize`, the request and response headers, the
 //! status), without delaying it.
 //!
-//! The protocol of the Python and JavaScript PDKs, MessagePack (`rpc`), is spoken here. What
-//! is not here yet: the Go PDK's protocol (`ProtoBuf:1`; such a server is refused at start
-//! with that reason), and the `response`, `certificate` and `preread` phases (a plugin that
-//! declares one is refused at start, naming it).
+//! Both of Kong's protocols are spoken here: MessagePack (`rpc`, the Python and JavaScript
+//! PDKs) and ProtoBuf (`pb`, the Go PDK). What is not here yet: the `certificate` and
+//! `preread` phases (a plugin that declares one is refused at start, naming it). The `response` phase runs over the upstream's response
+//! read whole (Kong's buffered proxying), waiting for the server without holding the worker.
 
 mod pb;
 mod process;
@@ -217,6 +217,8 @@ impl ExternalPlugin {
                     "access" => Phases::ACCESS,
                     "rewrite" => Phases::REWRITE,
                     "log" => Phases::LOG,
+                    // Kong's buffered proxying: the upstream's response read whole first.
+                    "response" => Phases::RESPONSE | Phases::BUFFERED,
                     other => {
                         return Err(at(format!(
                             "the '{other}' phase of external plugins is not supported yet"
@@ -492,6 +494,53 @@ impl Instance {
         }
     }
 
+    /// Carries on with the buffered response after the server's answer, until the phase ends:
+    /// as `resume`, with the PDK over the response.
+    fn resume_response(
+        self: Arc<Self>,
+        resp: &mut crate::ResponseHead<'_>,
+        step: Result<Step, String>,
+    ) -> crate::Responded {
+        use crate::Responded;
+        match step {
+            Err(e) => match self.failed(&e) {
+                Access::Exit(x) => Responded::Done(Some(x)),
+                _ => Responded::Done(None),
+            },
+            Ok(Step::Ret) => Responded::Done(None),
+            Ok(Step::Call {
+                event,
+                method,
+                args,
+            }) => {
+                let id = Arc::as_ptr(&self) as usize as u64;
+                let answer = match lua::call_pdk_response(
+                    &self.settings,
+                    self.plugin.name,
+                    id,
+                    resp,
+                    &method,
+                    &args,
+                ) {
+                    PdkAnswer::Exit(e) => return Responded::Done(Some(e)),
+                    PdkAnswer::Value(v) => Ok(v),
+                    PdkAnswer::Error(e) => {
+                        if e.contains("not implemented by Turnpike") {
+                            self.log_error(&e);
+                        }
+                        Err(e)
+                    }
+                };
+                Responded::Wait(Box::pin(async move {
+                    let next = self.step(&method, event, answer).await;
+                    Box::new(move |resp: &mut crate::ResponseHead<'_>| {
+                        self.resume_response(resp, next)
+                    }) as crate::RespResume
+                }))
+            }
+        }
+    }
+
     /// The log phase, from what the request left.
     async fn log(self: Arc<Self>, saved: Saved) {
         let mut step = self.event("log").await;
@@ -654,6 +703,18 @@ impl Handler for ExternalHandler {
             return Access::Continue;
         }
         self.begin(Phase::Access, "access")
+    }
+
+    fn response_waiting(&self, _resp: &mut crate::ResponseHead<'_>) -> crate::Responded {
+        if !self.inner.plugin.phases.has(Phases::BUFFERED) {
+            return crate::Responded::Done(None);
+        }
+        let inner = self.inner.clone();
+        crate::Responded::Wait(Box::pin(async move {
+            let step = inner.event("response").await;
+            Box::new(move |resp: &mut crate::ResponseHead<'_>| inner.resume_response(resp, step))
+                as crate::RespResume
+        }))
     }
 
     fn log_headers(&self) -> bool {

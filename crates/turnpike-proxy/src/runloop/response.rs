@@ -71,7 +71,7 @@ pub async fn run(s: &mut Session<'_>, resp: &mut Response<ProxyBody>) {
         if !b.handler.phases().has(Phases::BUFFERED) {
             continue;
         }
-        if let Some(e) = b.handler.response(&mut head) {
+        if let Some(e) = turnpike_plugins::run_response(b.handler.as_ref(), &mut head).await {
             exit = Some(e);
             break;
         }

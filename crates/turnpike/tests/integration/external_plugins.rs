@@ -121,6 +121,21 @@ services:
             .is_some_and(|e| e.contains("kong.node.get_memory_stats")),
         "{seen}"
     );
+    // The response phase: the upstream's body read whole, its length told to the client,
+    // and an upstream's 418 replaced by the plugin's own answer.
+    assert_eq!(
+        r.header("x-py-upstream-bytes"),
+        Some(r.body.len().to_string().as_str()),
+        "{}",
+        gw.log_text()
+    );
+    let r = fetch(gw.proxy, "/py/status/418", &[]).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (200, json!({"message": "tea replaced by py-greeter"})),
+        "{}",
+        gw.log_text()
+    );
     // kong.response.exit: the plugin's answer, with its status, body and headers.
     let r = fetch(gw.proxy, "/py/b", &[("x-deny", "yes")]).await;
     assert_eq!(

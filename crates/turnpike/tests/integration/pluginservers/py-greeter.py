@@ -35,6 +35,14 @@ class Plugin(object):
         _, err = kong.node.get_memory_stats()
         kong.service.request.set_header("x-py-missing", str(err))
 
+    def response(self, kong: kong.kong):
+        # Kong's response phase: the upstream's whole body, before the client gets anything.
+        body, _ = kong.service.response.get_raw_body()
+        status, _ = kong.service.response.get_status()
+        kong.response.set_header("x-py-upstream-bytes", str(len(body or b"")))
+        if status == 418:
+            return kong.response.exit(200, {"message": "tea replaced by py-greeter"})
+
     def log(self, kong: kong.kong):
         if self.config.get("log_file"):
             entry, _ = kong.log.serialize()
