@@ -77,6 +77,9 @@ pub async fn run(s: &mut Session<'_>, resp: &mut Response<ProxyBody>) {
         }
     }
     parts.status = head.status;
+    // The body stays readable by the header_filter phase (kong.service.response.get_raw_body),
+    // an exit's too, as Kong keeps the buffered body in the request's context.
+    rc.buffered = Some(whole.clone());
     // Framing is the proxy's to write, for the body the client gets.
     parts.headers.remove(header::TRANSFER_ENCODING);
     if let Some(e) = exit {
@@ -113,8 +116,6 @@ pub async fn run(s: &mut Session<'_>, resp: &mut Response<ProxyBody>) {
             header::HeaderValue::from(whole.len()),
         );
     }
-    // The body stays readable by the header_filter phase (kong.service.response.get_raw_body).
-    rc.buffered = Some(whole.clone());
     *resp = Response::from_parts(parts, ProxyBody::full(whole));
 }
 

@@ -886,6 +886,8 @@ services:
     );
     let upstream_bytes: usize = r.header("x-upstream-bytes").unwrap().parse().unwrap();
     assert!(upstream_bytes > 50, "{upstream_bytes}");
+    // After the exit, header_filter still reads the upstream's buffered body (as Kong).
+    assert_eq!(r.header("x-seen-in-header-filter"), r.header("x-upstream-bytes"));
     // An upstream error replaced by the plugin's answer.
     let r = get(gw.proxy, "x", "/hide/status/503").await;
     assert_eq!(r.status, 502);
