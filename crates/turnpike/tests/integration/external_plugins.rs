@@ -156,7 +156,7 @@ services:
             .await
             .lines()
             .count()
-            >= 2)
+            >= 3)
         .await,
         "{}\n{}",
         logged().await,
