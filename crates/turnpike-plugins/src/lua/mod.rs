@@ -142,16 +142,7 @@ impl Settings {
             mode,
             requires: list(requires),
             environment: list(environment),
-            package_path: String::new(),
-            shared: Arc::default(),
-            cache_ttl: 0.0,
-            cache_neg_ttl: 0.0,
-            node_id: String::new(),
-            workers: 1,
-            trusted_ips: Vec::new(),
-            cache_generation: Arc::default(),
-            watchdog: Arc::default(),
-            budget: Some(budget::DEFAULT),
+            ..Settings::default()
         })
     }
 }

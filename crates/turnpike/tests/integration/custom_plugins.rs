@@ -887,7 +887,10 @@ services:
     let upstream_bytes: usize = r.header("x-upstream-bytes").unwrap().parse().unwrap();
     assert!(upstream_bytes > 50, "{upstream_bytes}");
     // After the exit, header_filter still reads the upstream's buffered body (as Kong).
-    assert_eq!(r.header("x-seen-in-header-filter"), r.header("x-upstream-bytes"));
+    assert_eq!(
+        r.header("x-seen-in-header-filter"),
+        r.header("x-upstream-bytes")
+    );
     // An upstream error replaced by the plugin's answer.
     let r = get(gw.proxy, "x", "/hide/status/503").await;
     assert_eq!(r.status, 502);
@@ -1261,24 +1264,7 @@ async fn a_plugins_own_entity_lives_in_the_database() {
         .env("TURNPIKE_LUA_PACKAGE_PATH", &package_path())
         .start();
     let post = |path: &'static str, body: serde_json::Value| gw.admin("POST", path, Some(body));
-    assert_eq!(
-        post("/consumers", json!({"username": "bob"})).await.status,
-        201
-    );
-    let r = post("/services", json!({"name": "s", "url": up.url()})).await;
-    assert_eq!(r.status, 201);
-    assert_eq!(
-        post("/services/s/routes", json!({"name": "r", "paths": ["/c"]}))
-            .await
-            .status,
-        201
-    );
-    assert_eq!(
-        post("/routes/r/plugins", json!({"name": "api-clients"}))
-            .await
-            .status,
-        201
-    );
+    seed_clients_route(&gw, &up, "bob", "/routes/r/plugins").await;
     let r = post(
         "/consumers/bob/api-client",
         json!({"client_name": "b-1", "tier": "gold"}),
@@ -1378,30 +1364,7 @@ async fn a_plugins_own_entity_is_shared_through_postgres() {
     };
     let (a, b) = (node(), node());
     let post = |path: &'static str, body: serde_json::Value| a.admin("POST", path, Some(body));
-    assert_eq!(
-        post("/consumers", json!({"username": "carol"}))
-            .await
-            .status,
-        201
-    );
-    assert_eq!(
-        post("/services", json!({"name": "s", "url": up.url()}))
-            .await
-            .status,
-        201
-    );
-    assert_eq!(
-        post("/services/s/routes", json!({"name": "r", "paths": ["/c"]}))
-            .await
-            .status,
-        201
-    );
-    assert_eq!(
-        post("/plugins", json!({"name": "api-clients"}))
-            .await
-            .status,
-        201
-    );
+    seed_clients_route(&a, &up, "carol", "/plugins").await;
     let r = post(
         "/consumers/carol/api-client",
         json!({"client_name": "c-1", "tier": "gold"}),
@@ -1600,4 +1563,23 @@ services:
         ],
     );
     assert!(!ok && out.contains("lua_time_budget"), "{out}");
+}
+
+/// Through the Admin API: the consumer `consumer`, a service to `up` with the route `/c`, and
+/// the api-clients plugin posted at `plugins_path` (on the route, or global).
+async fn seed_clients_route(gw: &Gateway, up: &Upstream, consumer: &str, plugins_path: &str) {
+    for (path, body) in [
+        ("/consumers", json!({"username": consumer})),
+        ("/services", json!({"name": "s", "url": up.url()})),
+        ("/services/s/routes", json!({"name": "r", "paths": ["/c"]})),
+        (plugins_path, json!({"name": "api-clients"})),
+    ] {
+        let r = gw.admin("POST", path, Some(body)).await;
+        assert_eq!(
+            r.status,
+            201,
+            "{path}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+    }
 }
