@@ -56,7 +56,7 @@ pub mod zipkin;
 pub use turnpike_config::schema;
 
 mod build;
-mod clock;
+pub mod clock;
 pub mod form;
 mod identity;
 pub mod multipart;

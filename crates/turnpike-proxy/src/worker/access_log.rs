@@ -112,19 +112,6 @@ pub struct Writer {
     buf: RefCell<Vec<u8>>,
 }
 
-/// Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
-fn civil(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
-
 /// nginx's `$time_local` in UTC: `22/Nov/2026:03:38:00 +0000`.
 fn time_local(t: SystemTime) -> String {
     const MONTHS: [&str; 12] = [
@@ -133,7 +120,7 @@ fn time_local(t: SystemTime) -> String {
     let secs = t
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
-    let (y, m, d) = civil(secs.div_euclid(86400));
+    let (y, m, d) = turnpike_plugins::clock::civil_from_days(secs.div_euclid(86400));
     let s = secs.rem_euclid(86400);
     format!(
         "{d:02}/{}/{y}:{:02}:{:02}:{:02} +0000",
