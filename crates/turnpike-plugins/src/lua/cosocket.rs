@@ -269,7 +269,7 @@ impl TcpOp {
 }
 
 async fn handshake(c: Conn, op: &TcpOp) -> Result<Conn, String> {
-    let config = super::yields::tls_config(op.verify)?;
+    let config = crate::tls_client::config(op.verify)?;
     let name = op.server_name.clone().unwrap_or_else(|| c.host.clone());
     let name = rustls::pki_types::ServerName::try_from(name).map_err(|e| e.to_string())?;
     let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))

@@ -199,27 +199,6 @@ pub(super) fn thread_for(
     lua.create_thread(f)
 }
 
-/// A TLS client's config: the system's roots, or (`verify` false) any certificate.
-pub(super) fn tls_config(verify: bool) -> Result<rustls::ClientConfig, String> {
-    Ok(if verify {
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in rustls_native_certs::load_native_certs().certs {
-            let _ = roots.add(cert);
-        }
-        rustls::ClientConfig::builder()
-            .with_root_certificates(roots)
-            .with_no_client_auth()
-    } else {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        rustls::ClientConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(crate::tls_client::NoVerify::new(provider)))
-            .with_no_client_auth()
-    })
-}
-
 /// `resty.http` and `ngx.sleep`, in Lua over the yield above.
 pub(super) const MODULES: &str = r##"
 local OP_KEY, ngx, start_timer = ...
@@ -526,7 +505,7 @@ async fn http_call(call: HttpCall) -> Result<HttpResponse, String> {
         }};
     }
     if https {
-        let config = tls_config(call.ssl_verify)?;
+        let config = crate::tls_client::config(call.ssl_verify)?;
         let name = rustls::pki_types::ServerName::try_from(bare).map_err(|e| e.to_string())?;
         let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
             .connect(name, tcp)
