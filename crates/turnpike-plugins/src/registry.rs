@@ -430,7 +430,7 @@ impl PluginRegistry for Registry {
             .own_apis
             .iter()
             .find(|p| p.api.iter().any(|r| r.matches(call.path).is_some()))?;
-        p.admin_call(self.runtime.lua.settings(), call, config)
+        p.admin_call(&self.runtime, call, config)
     }
 
     fn custom_endpoints(&self) -> Vec<String> {

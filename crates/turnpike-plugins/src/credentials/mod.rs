@@ -128,6 +128,16 @@ pub struct Store {
     generation: AtomicU64,
 }
 
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.installed() {
+            "credentials::Store(installed)"
+        } else {
+            "credentials::Store(none)"
+        })
+    }
+}
+
 impl Store {
     /// Makes this node look credentials up in `source` (a database node, at start).
     pub fn install(&self, source: Arc<dyn CredentialSource>, settings: CacheSettings) {

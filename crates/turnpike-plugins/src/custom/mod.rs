@@ -486,10 +486,11 @@ impl LuaPlugin {
     /// matches the path).
     pub fn admin_call(
         &'static self,
-        settings: &Arc<lua::Settings>,
+        runtime: &crate::Runtime,
         call: turnpike_config::declarative::ApiCall<'_>,
         config: &turnpike_config::Config,
     ) -> Option<turnpike_config::declarative::ApiAnswer> {
+        let settings = runtime.lua.settings();
         let route = self.api.iter().find(|r| r.matches(call.path).is_some())?;
         let mut headers = http::HeaderMap::new();
         for (k, v) in &call.headers {
@@ -500,8 +501,13 @@ impl LuaPlugin {
                 headers.append(k, v);
             }
         }
-        let dao = (!self.entities.is_empty())
-            .then(|| Arc::new(lua::db::Dao::new(config, &self.entities)));
+        let dao = (!self.entities.is_empty()).then(|| {
+            Arc::new(lua::db::Dao::new(
+                config,
+                &self.entities,
+                runtime.credentials.clone(),
+            ))
+        });
         let a = lua::api::call(
             settings,
             lua::api::Call {
@@ -547,7 +553,11 @@ fn dao_of(
                 .settings()
                 .cache_generation
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            Arc::new(lua::db::Dao::new(ctx.config, entities))
+            Arc::new(lua::db::Dao::new(
+                ctx.config,
+                entities,
+                ctx.runtime.credentials.clone(),
+            ))
         })
         .clone()
 }

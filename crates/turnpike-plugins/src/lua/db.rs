@@ -2,9 +2,15 @@
 //! configuration the node runs, never from the database on the request's path: `select(pk)`,
 //! `select_by_<unique field>(value)`, `page(size, offset)`, `each(size)` and `cache_key(...)`,
 //! with Kong's shapes (an entity table, nil when there is none; a page and the next offset).
-//! The rows are indexed once per configuration and plugin ([`Dao`]). Writes (`insert`,
-//! `update`, `upsert`, `delete`) and Kong's own entities (`kong.db.consumers`, ...) are not
-//! there: a call names itself in its error.
+//! The rows are indexed once per configuration and plugin ([`Dao`]).
+//!
+//! Writes (`insert`, `update`, `update_by_<field>`, `delete`, `delete_by_<field>`) go to the
+//! node's store as the bundled plugins' credential writes do (checked as an Admin API write,
+//! on the worker's own connections), waiting without holding the worker: the entity written,
+//! or `nil` and the error. The configuration the reads see has it once the change arrives.
+//! On a DB-less node they answer Kong's "cannot create '<entity>' entities when not using a
+//! database". `upsert` and Kong's own entities (`kong.db.consumers`, ...) are not there: a
+//! call names itself in its error.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -14,9 +20,10 @@ use rustc_hash::FxHashMap;
 use serde_json::Value as Json;
 use turnpike_config::entity::PluginEntity;
 
-/// One plugin's entities in one configuration, indexed.
+/// One plugin's entities in one configuration, indexed, and where writes of them go.
 pub struct Dao {
     tables: FxHashMap<&'static str, Rows>,
+    store: Arc<crate::credentials::Store>,
 }
 
 struct Rows {
@@ -30,8 +37,12 @@ struct Rows {
 }
 
 impl Dao {
-    /// The rows of `entities` in `config`.
-    pub fn new(config: &turnpike_config::Config, entities: &[&'static PluginEntity]) -> Dao {
+    /// The rows of `entities` in `config`; writes go to `store`.
+    pub fn new(
+        config: &turnpike_config::Config,
+        entities: &[&'static PluginEntity],
+        store: Arc<crate::credentials::Store>,
+    ) -> Dao {
         let mut tables: FxHashMap<&'static str, Rows> = entities
             .iter()
             .map(|e| {
@@ -68,8 +79,97 @@ impl Dao {
             }
             t.rows.push(row);
         }
-        Dao { tables }
+        Dao { tables, store }
     }
+}
+
+/// A write of a plugin's entity, as a coroutine yields it.
+#[derive(Debug)]
+pub struct DbWrite {
+    table: &'static str,
+    /// `insert`, `update` or `delete`.
+    action: String,
+    /// The entity's id or endpoint key (update, delete).
+    key: String,
+    entity: serde_json::Map<String, Json>,
+    store: Arc<crate::credentials::Store>,
+}
+
+/// The write a `kong.db` call yields, for a table of the running plugin.
+pub(super) fn write_of(t: &Table) -> Option<DbWrite> {
+    let table: String = t.raw_get("table").ok()?;
+    let (table, store) = CURRENT.with(|c| {
+        let c = c.borrow();
+        let dao = c.as_ref()?;
+        let (name, _) = dao.tables.get_key_value(table.as_str())?;
+        Some((*name, dao.store.clone()))
+    })?;
+    let entity = match t.raw_get::<Value>("entity") {
+        Ok(v @ Value::Table(_)) => match serde_json::to_value(&v) {
+            Ok(Json::Object(m)) => m,
+            _ => serde_json::Map::new(),
+        },
+        _ => serde_json::Map::new(),
+    };
+    Some(DbWrite {
+        table,
+        action: t.raw_get("action").ok()?,
+        key: t
+            .raw_get::<Option<String>>("key")
+            .ok()
+            .flatten()
+            .unwrap_or_default(),
+        entity,
+        store,
+    })
+}
+
+impl DbWrite {
+    pub async fn perform(self) -> Result<Option<serde_json::Map<String, Json>>, String> {
+        use crate::credentials::Write;
+        if !self.store.installed() {
+            let verb = match self.action.as_str() {
+                "insert" => "create",
+                "update" => "update",
+                _ => "remove",
+            };
+            return Err(format!(
+                "[off] cannot {verb} '{}' entities when not using a database",
+                self.table
+            ));
+        }
+        let write = match self.action.as_str() {
+            "insert" => Write::Insert {
+                table: self.table,
+                entity: self.entity,
+            },
+            "update" => Write::Update {
+                table: self.table,
+                id: self.key,
+                patch: self.entity,
+            },
+            "delete" => Write::Delete {
+                table: self.table,
+                id: self.key,
+            },
+            other => return Err(format!("kong.db: unknown write '{other}'")),
+        };
+        self.store.write(write).await
+    }
+}
+
+/// A write's result as the coroutine resumes with it: `{entity = ...}` or `{err = ...}`.
+pub(super) fn written_value(
+    lua: &Lua,
+    done: Result<Option<serde_json::Map<String, Json>>, String>,
+) -> mlua::Result<Value> {
+    let t = lua.create_table()?;
+    match done {
+        Ok(Some(e)) => t.set("entity", lua.to_value(&Json::Object(e))?)?,
+        Ok(None) => t.set("entity", true)?,
+        Err(e) => t.set("err", e)?,
+    }
+    Ok(Value::Table(t))
 }
 
 /// A field's value as an index key: text, or a foreign key's id.
@@ -173,7 +273,10 @@ pub(super) fn install(lua: &Lua, kong: &Table) -> mlua::Result<()> {
             })
         },
     )?;
-    let db: Table = lua.load(DB).set_name("=kong.db").call(query)?;
+    let db: Table = lua
+        .load(DB)
+        .set_name("=kong.db")
+        .call((query, super::yields::OP_KEY))?;
     kong.set("db", db)
 }
 
@@ -181,7 +284,8 @@ pub(super) fn install(lua: &Lua, kong: &Table) -> mlua::Result<()> {
 /// plugin has no entity of is nil, as in Kong, unless it is one of Kong's own (whose DAO
 /// exists there): those, and writes, fail naming the call.
 const DB: &str = r#"
-local query = ...
+local query, OP_KEY = ...
+local yield, isyieldable = coroutine.yield, coroutine.isyieldable
 local core = { consumers = true, services = true, routes = true, plugins = true,
   upstreams = true, targets = true, certificates = true, snis = true, ca_certificates = true,
   keys = true, key_sets = true, vaults = true }
@@ -219,7 +323,26 @@ local function dao_for(name)
     local function s(v) if v == nil or v == ngx.null then return "" end return tostring(v) end
     return string.format("%s:%s:%s:%s:%s:%s:%s", name, s(key), s(a2), s(a3), s(a4), s(a5), "")
   end
-  for _, m in ipairs({ "insert", "update", "upsert", "delete", "truncate" }) do
+  -- Writes wait for the store (a coroutine's yield, as resty.http's calls).
+  local function write(action, key, entity)
+    if not isyieldable() then
+      return nil, "API disabled in the context of " .. (ngx.get_phase and ngx.get_phase() or "this")
+    end
+    if type(key) == "table" then key = key.id end
+    local r = yield({ [OP_KEY] = "db", table = name, action = action,
+      key = key ~= nil and tostring(key) or nil, entity = entity })
+    if r == nil then return nil, "kong.db: no answer" end
+    if r.err then return nil, r.err, { name = "database error", message = r.err } end
+    return r.entity
+  end
+  function dao:insert(entity) return write("insert", nil, entity) end
+  function dao:update(pk, entity) return write("update", pk, entity) end
+  function dao:delete(pk)
+    local ok, err, err_t = write("delete", pk)
+    if not ok then return nil, err, err_t end
+    return true
+  end
+  for _, m in ipairs({ "upsert", "truncate" }) do
     dao[m] = unsupported(name, m)
   end
   return setmetatable(dao, { __index = function(_, m)
@@ -227,8 +350,13 @@ local function dao_for(name)
       local field = m:sub(11)
       return function(_, value) return (query(name, "select_by", field, value)) end
     end
-    if type(m) == "string" and (m:match("^update_by_") or m:match("^upsert_by_")
-       or m:match("^delete_by_")) then
+    if type(m) == "string" and m:match("^update_by_") then
+      return function(self, value, entity) return self:update(value, entity) end
+    end
+    if type(m) == "string" and m:match("^delete_by_") then
+      return function(self, value) return self:delete(value) end
+    end
+    if type(m) == "string" and m:match("^upsert_by_") then
       return unsupported(name, m)
     end
   end })

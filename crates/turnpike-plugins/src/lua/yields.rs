@@ -30,6 +30,8 @@ pub enum Op {
     Http(HttpCall),
     /// A cosocket's call (`ngx.socket.tcp`).
     Tcp(super::cosocket::TcpOp),
+    /// A write of a plugin's entity (`kong.db.<entity>:insert`, ...).
+    Db(super::db::DbWrite),
 }
 
 #[derive(Debug)]
@@ -47,6 +49,7 @@ pub enum Done {
     Nothing,
     Http(Result<HttpResponse, String>),
     Tcp(super::cosocket::TcpDone),
+    Db(Result<Option<serde_json::Map<String, serde_json::Value>>, String>),
 }
 
 pub struct HttpResponse {
@@ -65,6 +68,7 @@ impl Op {
                 Done::Nothing
             }
             Op::Tcp(op) => Done::Tcp(op.perform().await),
+            Op::Db(w) => Done::Db(w.perform().await),
             Op::Http(call) => {
                 let timeout = call.timeout;
                 Done::Http(
@@ -83,6 +87,7 @@ pub(super) fn op_of(v: &Value) -> Option<Op> {
     let kind: String = t.raw_get(OP_KEY).ok()?;
     match kind.as_str() {
         "tcp" => super::cosocket::op_of(t).map(Op::Tcp),
+        "db" => super::db::write_of(t).map(Op::Db),
         "sleep" => {
             let s: f64 = t.raw_get("seconds").unwrap_or(0.0);
             Some(Op::Sleep(Duration::from_secs_f64(s.clamp(0.0, 86400.0))))
@@ -130,6 +135,7 @@ pub(super) fn result_value(lua: &Lua, done: Done) -> mlua::Result<Value> {
     match done {
         Done::Nothing => Ok(Value::Nil),
         Done::Tcp(d) => super::cosocket::done_value(lua, d),
+        Done::Db(d) => super::db::written_value(lua, d),
         Done::Http(Err(e)) => {
             let t = lua.create_table()?;
             t.set("err", e)?;

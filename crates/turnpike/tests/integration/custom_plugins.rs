@@ -1096,13 +1096,29 @@ services:
         h["x-write"]
             .as_str()
             .unwrap()
-            .contains("kong.db.api_clients:insert is not implemented by Turnpike"),
+            .contains("kong.db.api_clients:upsert is not implemented by Turnpike"),
         "{h}"
     );
     // The schema's default.
     assert_eq!(
         call(Some("app-2")).await.json()["headers"]["x-client-tier"],
         "free"
+    );
+    // Writes on a DB-less node: Kong's answer.
+    let r = send(
+        gw.proxy,
+        req("GET", "/c")
+            .header("x-register", "app-9")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.json()),
+        (
+            400,
+            json!({"message": "[off] cannot create 'api_clients' entities when not using a database"})
+        )
     );
     assert_eq!(call(Some("app-3")).await.status, 403);
     assert_eq!(call(None).await.status, 401);
@@ -1311,6 +1327,56 @@ async fn a_plugins_own_entity_lives_in_the_database() {
     })
     .await;
     assert!(seen, "{}", gw.log_text());
+    // The plugin writes its own entities (kong.db insert, update_by_, delete_by_), checked as
+    // an Admin API write is.
+    let plugin_call = |k: &'static str, v: &'static str| {
+        let mut r = req("GET", "/c").header(k, v);
+        if k == "x-register" {
+            r = r.header("x-consumer-id", bob["id"].as_str().unwrap());
+        }
+        send(
+            gw.proxy,
+            r.body(http_body_util::Empty::<bytes::Bytes>::new())
+                .unwrap(),
+        )
+    };
+    let r = plugin_call("x-register", "b-4").await;
+    assert_eq!(
+        r.status,
+        201,
+        "{}\n{}",
+        String::from_utf8_lossy(&r.body),
+        gw.log_text()
+    );
+    assert_eq!(r.json()["tier"], "free");
+    let stored = gw.admin("GET", "/api-clients/b-4", None).await;
+    assert_eq!(
+        (stored.status, &stored.json()["id"]),
+        (200, &r.json()["id"])
+    );
+    let r = plugin_call("x-register", "b-4").await;
+    assert_eq!(r.status, 400, "a second b-4 breaks the unique name");
+    assert!(
+        r.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("client_name"),
+        "{}",
+        r.json()
+    );
+    let r = plugin_call("x-promote", "b-4").await;
+    assert_eq!(
+        (r.status, &r.json()["tier"]),
+        (200, &json!("gold")),
+        "{}",
+        r.json()
+    );
+    assert_eq!(
+        gw.admin("GET", "/api-clients/b-4", None).await.json()["tier"],
+        "gold"
+    );
+    assert_eq!(plugin_call("x-drop", "b-4").await.status, 204);
+    assert_eq!(gw.admin("GET", "/api-clients/b-4", None).await.status, 404);
     let r = gw
         .admin("PATCH", "/api-clients/b-1", Some(json!({"tier": "free"})))
         .await;
