@@ -1649,3 +1649,71 @@ async fn seed_clients_route(gw: &Gateway, up: &Upstream, consumer: &str, plugins
         );
     }
 }
+
+/// Cosockets called directly (no client library): a plugin speaking Redis's protocol over
+/// `ngx.socket.tcp` to a real Redis, plain and over TLS: sends of strings and nested tables,
+/// receives by line, by count and of what is there, keepalive pools, and a closed socket's
+/// answer; a peer that is gone is the plugin's own error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cosockets_speak_to_a_real_server() {
+    use crate::common::redis::Redis;
+    let mut plain = Redis::start();
+    let tls = Redis::start_tls();
+    let up = Upstream::start("raw");
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
+services:
+- name: s
+  url: {}
+  routes:
+  - name: plain
+    paths: [/plain]
+    plugins:
+    - name: raw-redis
+      config: {{port: {}}}
+  - name: tls
+    paths: [/tls]
+    plugins:
+    - name: raw-redis
+      config: {{port: {}, ssl: true}}
+"#,
+        up.url(),
+        plain.port,
+        tls.port
+    ))
+    .env("TURNPIKE_PLUGINS", "bundled,raw-redis")
+    .env("TURNPIKE_LUA_PACKAGE_PATH", &package_path())
+    .env("TURNPIKE_NGINX_WORKER_PROCESSES", "1")
+    .start();
+    for (n, path) in [(1, "/plain"), (2, "/plain"), (1, "/tls")] {
+        let r = get(gw.proxy, "x", path).await;
+        assert_eq!(
+            r.status,
+            200,
+            "{}\n{}",
+            String::from_utf8_lossy(&r.body),
+            gw.log_text()
+        );
+        let h = &r.json()["headers"];
+        assert_eq!(h["x-incr"], format!(":{n}"), "{h}");
+        assert_eq!(h["x-pong"], "+PONG");
+        assert_eq!(h["x-set"], "+OK");
+        assert_eq!(h["x-get"], "$5 hello 2", "{h}");
+        assert_eq!(h["x-sent"], "27", "the nested pieces sent as one");
+        assert_eq!(h["x-after"], "closed");
+        // One worker: the second plain call reused the first's connection.
+        let reused = if (n, path) == (2, "/plain") { "1" } else { "0" };
+        assert_eq!(h["x-reused"], reused, "{path} #{n}: {h}");
+    }
+    plain.kill();
+    let r = get(gw.proxy, "x", "/plain").await;
+    assert_eq!(r.status, 502);
+    let message = r.json()["message"].as_str().unwrap().to_string();
+    // A kept connection to the dead server fails at its first read; a new one is refused.
+    assert!(
+        message.starts_with("connect: connection refused")
+            || message.starts_with("send: ")
+            || message == "incr: closed",
+        "{message}"
+    );
+}
