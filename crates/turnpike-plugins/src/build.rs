@@ -34,6 +34,11 @@ impl<'a> BuildContext<'a> {
 
     /// A consumer by id or username, as the anonymous consumer of an auth plugin.
     pub fn consumer(&self, key: &str) -> Option<Arc<Identity>> {
+        self.consumer_index().get(key).cloned()
+    }
+
+    /// The snapshot's consumers by id and by username, made on first use.
+    pub fn consumer_index(&self) -> Arc<ConsumerIndex> {
         self.consumers
             .get_or_init(|| {
                 let mut m = ConsumerIndex::new();
@@ -51,8 +56,7 @@ impl<'a> BuildContext<'a> {
                 }
                 Arc::new(m)
             })
-            .get(key)
-            .cloned()
+            .clone()
     }
 
     /// What a plugin derives from the config for all its instances (its credentials indexed),

@@ -119,6 +119,8 @@ pub struct LuaPlugin {
     pub entities: Vec<&'static PluginEntity>,
     /// Its own Admin API routes (its `api.lua`).
     pub api: Vec<lua::api::Route>,
+    /// Its code calls `kong.client.load_consumer`.
+    loads_consumers: bool,
 }
 
 /// One of a record's `entity_checks` (Kong's `kong/db/schema/init.lua`), over its fields.
@@ -225,6 +227,7 @@ pub fn load(name: &str, settings: &lua::Settings) -> Result<&'static LuaPlugin, 
         configure: info.configure,
         entities,
         api: info.api.iter().map(|p| lua::api::Route::new(p)).collect(),
+        loads_consumers: info.loads_consumers,
     };
     Ok(Box::leak(Box::new(plugin)))
 }
@@ -444,8 +447,13 @@ impl OwnPlugin for LuaPlugin {
         );
         code.trusted = true;
         code.keep_logs = crate::request_logs::wanted(ctx);
-        if !self.entities.is_empty() {
-            code.dao = Some(dao_of(ctx, self.described.name, &self.entities));
+        if !self.entities.is_empty() || self.loads_consumers {
+            code.dao = Some(dao_of(
+                ctx,
+                self.described.name,
+                &self.entities,
+                self.loads_consumers,
+            ));
         }
         Ok(Arc::new(Serverless::from_code(code, self.wants_body)))
     }
@@ -539,6 +547,7 @@ fn dao_of(
     ctx: &crate::BuildContext,
     name: &'static str,
     entities: &[&'static PluginEntity],
+    consumers: bool,
 ) -> Arc<lua::db::Dao> {
     type Made = std::sync::Mutex<std::collections::HashMap<&'static str, Arc<lua::db::Dao>>>;
     let made = ctx.shared::<Made>(|_| std::default::Default::default());
@@ -553,11 +562,12 @@ fn dao_of(
                 .settings()
                 .cache_generation
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            Arc::new(lua::db::Dao::new(
-                ctx.config,
-                entities,
-                ctx.runtime.credentials.clone(),
-            ))
+            let dao = lua::db::Dao::new(ctx.config, entities, ctx.runtime.credentials.clone());
+            Arc::new(if consumers {
+                dao.with_consumers(ctx.consumer_index())
+            } else {
+                dao
+            })
         })
         .clone()
 }

@@ -24,6 +24,8 @@ use turnpike_config::entity::PluginEntity;
 pub struct Dao {
     tables: FxHashMap<&'static str, Rows>,
     store: Arc<crate::credentials::Store>,
+    /// The snapshot's consumers, for `kong.client.load_consumer` (a plugin that calls it).
+    consumers: Option<Arc<crate::build::ConsumerIndex>>,
 }
 
 struct Rows {
@@ -79,8 +81,36 @@ impl Dao {
             }
             t.rows.push(row);
         }
-        Dao { tables, store }
+        Dao {
+            tables,
+            store,
+            consumers: None,
+        }
     }
+
+    /// With the snapshot's consumers (`kong.client.load_consumer`).
+    pub fn with_consumers(mut self, consumers: Arc<crate::build::ConsumerIndex>) -> Dao {
+        self.consumers = Some(consumers);
+        self
+    }
+}
+
+/// Kong's `kong.client.load_consumer(id, search_by_username)` over the running plugin's view
+/// of the snapshot: `Err` when the plugin has none (its code was not seen to call it).
+pub(super) fn load_consumer(
+    key: &str,
+    by_username: bool,
+) -> Result<Option<Arc<crate::Identity>>, String> {
+    CURRENT.with(|c| {
+        let c = c.borrow();
+        let index = c.as_ref().and_then(|d| d.consumers.as_ref()).ok_or(
+            "kong.client.load_consumer: the snapshot's consumers are not loaded for this plugin",
+        )?;
+        Ok(index
+            .get(key)
+            .filter(|who| by_username || who.consumer_id() == key)
+            .cloned())
+    })
 }
 
 /// A write of a plugin's entity, as a coroutine yields it.

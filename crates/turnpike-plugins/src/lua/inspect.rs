@@ -22,6 +22,9 @@ pub struct ModuleInfo {
     pub daos: Option<serde_json::Value>,
     /// The route patterns of its `api.lua`, when it has one.
     pub api: Vec<String>,
+    /// A module of its folder calls `kong.client.load_consumer` (the snapshot's consumers
+    /// are then indexed for it).
+    pub loads_consumers: bool,
 }
 
 /// Kong's `kong.db.schema.typedefs` as far as a plugin's schema uses them: the field
@@ -94,7 +97,8 @@ pub fn inspect_plugin(settings: &Settings, name: &str) -> Result<ModuleInfo, Str
         let path: String = package.get("path")?;
         let found: Option<String> =
             searchpath.call((format!("kong.plugins.{name}.handler"), path.clone()))?;
-        let wants_body = found
+        // The text of the modules of the plugin's folder, searched for what it calls.
+        let texts: Vec<String> = found
             .as_deref()
             .and_then(|f| std::path::Path::new(f).parent())
             .and_then(|dir| std::fs::read_dir(dir).ok())
@@ -103,7 +107,9 @@ pub fn inspect_plugin(settings: &Settings, name: &str) -> Result<ModuleInfo, Str
             .flatten()
             .filter(|e| e.path().extension().is_some_and(|x| x == "lua"))
             .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-            .any(|text| super::reads_body(&text));
+            .collect();
+        let wants_body = texts.iter().any(|text| super::reads_body(text));
+        let loads_consumers = texts.iter().any(|text| text.contains("load_consumer"));
         let options = mlua::serde::DeserializeOptions::new()
             .deny_unsupported_types(false)
             .deny_recursive_tables(false);
@@ -138,6 +144,7 @@ pub fn inspect_plugin(settings: &Settings, name: &str) -> Result<ModuleInfo, Str
             wants_body,
             daos,
             api,
+            loads_consumers,
         })
     };
     run().map_err(|e| first_line(&e.to_string()).to_string())

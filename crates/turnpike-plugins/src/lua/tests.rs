@@ -144,6 +144,44 @@ fn query_and_path_for_the_upstream() {
     assert_eq!(access.upstream.path.as_deref(), Some("/v2/p"));
 }
 
+/// `kong.request.get_uri_captures`, `kong.service.request.clear_query_arg`, `kong.nginx`.
+#[test]
+fn captures_query_args_and_kong_nginx() {
+    let h = handler(json!({"access": [
+        "local c = kong.request.get_uri_captures() \
+         kong.service.request.set_header('x-caps', c.unnamed[1] .. ',' .. c.named.id) \
+         kong.service.request.clear_query_arg('drop me') \
+         kong.nginx.set_ctx('k', kong.nginx.get_subsystem()) \
+         kong.service.request.set_header('x-ctx', kong.nginx.get_ctx('k'))"
+    ]}));
+    let mut req = TestRequest::new();
+    let mut ctx = PluginCtx::default();
+    let mut response_headers = Vec::new();
+    let mut upstream = crate::UpstreamRequest::default();
+    let captures = [
+        (None, "v2".to_string()),
+        (Some("id".to_string()), "42".to_string()),
+    ];
+    let mut access = crate::AccessRequest {
+        captures: Some(&captures),
+        ..crate::AccessRequest::new(
+            "GET",
+            "/p",
+            Some("a=1&drop%20me=2&b=3&drop+me"),
+            &mut req.headers,
+            &mut response_headers,
+            false,
+            "10.0.0.1".parse().unwrap(),
+            &mut ctx,
+            &mut upstream,
+        )
+    };
+    assert!(matches!(h.access(&mut access), Access::Continue));
+    assert_eq!(access.headers.get("x-caps").unwrap(), "v2,42");
+    assert_eq!(access.headers.get("x-ctx").unwrap(), "http");
+    assert_eq!(access.upstream.query.as_deref(), Some("a=1&b=3"));
+}
+
 /// `kong.ctx.shared` lives from the access phase to header_filter and body_filter.
 #[test]
 fn ctx_shared_carries_from_access_to_the_response() {
@@ -615,4 +653,82 @@ fn code_that_never_gives_the_worker_back_is_stopped_with_kongs_500() {
     let mut req = TestRequest::new();
     assert!(matches!(req.run(&h), Access::Continue));
     assert_eq!(req.headers.get("x-ok").unwrap(), "yes");
+}
+
+/// Every function of Kong's PDK (the `@function` tags of Kong 3.9.1's `kong/pdk/`, read from
+/// the mirror of github.com/Kong/kong at test time) that this runtime has not is named in
+/// docs/pdk-coverage.md, and nothing else is: the page says precisely what is missing.
+#[test]
+fn the_pdk_coverage_page_names_every_missing_function() {
+    let mirrors = std::env::var("TURNPIKE_TEST_MIRRORS").unwrap_or_else(|_| "/work/.mirror".into());
+    let git_dir = std::path::Path::new(&mirrors).join("Kong+kong/repo");
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(&git_dir)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    let Some(files) = git(&["ls-tree", "-r", "--name-only", "3.9.1", "kong/pdk"]) else {
+        eprintln!("skipped: no mirror of github.com/Kong/kong here (fetch github:Kong/kong)");
+        return;
+    };
+    let mut kong_functions = std::collections::BTreeSet::new();
+    for f in files.lines().filter(|f| !f.contains("/private/")) {
+        let text = git(&["show", &format!("3.9.1:{f}")]).unwrap_or_default();
+        for line in text.lines() {
+            if let Some(rest) = line.split("@function ").nth(1) {
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '.' || *c == '_')
+                    .collect();
+                if name.starts_with("kong.") {
+                    kong_functions.insert(name);
+                }
+            }
+        }
+    }
+    assert!(kong_functions.len() > 100, "{kong_functions:?}");
+    let settings = std::sync::Arc::new(super::Settings::default());
+    let names: Vec<String> = kong_functions.iter().cloned().collect();
+    let missing: Vec<String> = super::with_runtime(&settings, |rt| {
+        rt.lua
+            .load(
+                r#"local names = ...
+                local missing = {}
+                for _, n in ipairs(names) do
+                  local v = _G
+                  for seg in n:gmatch("[^.]+") do
+                    if type(v) ~= "table" then v = nil break end
+                    v = rawget(v, seg) or v[seg]
+                  end
+                  if v == nil then missing[#missing + 1] = n end
+                end
+                return missing"#,
+            )
+            .call::<Vec<String>>(names)
+            .unwrap()
+    })
+    .unwrap();
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/pdk-coverage.md"
+    ))
+    .unwrap_or_default();
+    let listed: Vec<String> = page
+        .split("## Not implemented")
+        .nth(1)
+        .unwrap_or("")
+        .lines()
+        .filter_map(|l| l.strip_prefix("- `"))
+        .filter_map(|l| l.split('`').next())
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        listed, missing,
+        "docs/pdk-coverage.md's list is not what is missing; missing now: {missing:#?}"
+    );
 }

@@ -514,6 +514,9 @@ async fn a_custom_auth_plugin_authenticates_with_kong_client_authenticate() {
     let gw = with_plugin(
         &format!(
             r#"_format_version: "3.0"
+consumers:
+- username: grace
+  id: 2f8f1a0e-51a4-4b5c-9d6e-2b3c4d5e6f70
 services:
 - name: s
   url: {}
@@ -524,6 +527,11 @@ services:
     - name: header-auth
     - name: file-log
       config: {{path: {}}}
+  - name: lookup
+    paths: [/lookup]
+    plugins:
+    - name: header-auth
+      config: {{lookup: true}}
 "#,
             up.url(),
             log.display()
@@ -543,6 +551,27 @@ services:
     assert_eq!(
         (r.status, r.json()),
         (401, json!({"message": "Unauthorized"}))
+    );
+    // kong.client.load_consumer: the gateway's consumer, by username or by id.
+    let r = call(gw.proxy, "GET", "/lookup", &[("x-user", "grace")]).await;
+    assert_eq!(
+        r.status,
+        200,
+        "{}\n{}",
+        String::from_utf8_lossy(&r.body),
+        gw.log_text()
+    );
+    let h = r.json()["headers"].clone();
+    assert_eq!(
+        h["x-consumer-id"], "2f8f1a0e-51a4-4b5c-9d6e-2b3c4d5e6f70",
+        "{h}"
+    );
+    assert_eq!(h["x-found-by-id"], "grace", "{h}");
+    assert_eq!(h["x-not-by-username"], "true", "{h}");
+    let r = call(gw.proxy, "GET", "/lookup", &[("x-user", "nobody")]).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (403, json!({"message": "unknown consumer nobody"}))
     );
 }
 

@@ -39,6 +39,27 @@ pub(super) fn client(lua: &Lua) -> mlua::Result<Table> {
     })?;
     // Kong's `kong.client.authenticate(consumer, credential)`: the request's consumer from
     // here on (the plugins after this one, the X-Consumer-* headers, the log entry).
+    // Kong's `kong.client.load_consumer(id, search_by_username)`: the consumer entity, nil
+    // when there is none.
+    set_fn(
+        lua,
+        &t,
+        "load_consumer",
+        |lua, (key, by_username): (String, Option<bool>)| match crate::lua::db::load_consumer(
+            &key,
+            by_username.unwrap_or(false),
+        ) {
+            Ok(Some(who)) => {
+                let c = lua.create_table()?;
+                c.set("id", who.consumer_id())?;
+                c.set("username", who.username())?;
+                c.set("custom_id", who.custom_id())?;
+                Ok((Value::Table(c), Value::Nil))
+            }
+            Ok(None) => Ok((Value::Nil, Value::Nil)),
+            Err(e) => Err(mlua::Error::runtime(e)),
+        },
+    )?;
     set_fn(
         lua,
         &t,

@@ -612,6 +612,18 @@ pub(super) fn install(lua: &Lua) -> mlua::Result<(Table, Table)> {
     kong.set("log", log(lua)?)?;
     kong.set("ctx", kong_ctx(lua)?)?;
     let ngx = ngx(lua)?;
+    // kong.nginx and kong.log.deprecation, over what is above.
+    lua.load(
+        r#"local kong, ngx = ...
+        kong.nginx = {
+          get_subsystem = function() return "http" end,
+          get_ctx = function(k) return ngx.ctx[k] end,
+          set_ctx = function(k, v) ngx.ctx[k] = v end,
+        }
+        kong.log.deprecation = function(...) return kong.log.warn("deprecation: ", ...) end"#,
+    )
+    .set_name("=kong.nginx")
+    .call::<()>((kong.clone(), ngx.clone()))?;
     Ok((kong, ngx))
 }
 

@@ -40,6 +40,21 @@ pub(super) fn request(lua: &Lua) -> mlua::Result<Table> {
         let name = header_name(&name)?;
         with_view(|r| header_value(lua, r.header(&name).as_deref()))
     })?;
+    // Kong's `{ unnamed = {...}, named = {...} }` of the route's regex path captures.
+    set_fn(lua, &t, "get_uri_captures", |lua, ()| {
+        let caps = with_request(|r, _| Ok(r.captures.map(<[_]>::to_vec).unwrap_or_default()))?;
+        let (unnamed, named) = (lua.create_table()?, lua.create_table()?);
+        for (name, value) in caps {
+            match name {
+                Some(n) => named.set(n, value)?,
+                None => unnamed.push(value)?,
+            }
+        }
+        let t = lua.create_table()?;
+        t.set("unnamed", unnamed)?;
+        t.set("named", named)?;
+        Ok(t)
+    })?;
     set_fn(lua, &t, "get_headers", |lua, ()| {
         with_view(|r| headers_table(lua, r.headers()))
     })?;

@@ -33,6 +33,25 @@ pub(super) fn service_request(lua: &Lua) -> mlua::Result<Table> {
             Ok(())
         })
     })?;
+    // Removes every value of one argument from the query the upstream gets.
+    set_fn(lua, &t, "clear_query_arg", |_, name: String| {
+        with_request(|r, _| {
+            let current = r
+                .upstream
+                .query
+                .clone()
+                .unwrap_or_else(|| r.query.unwrap_or("").to_string());
+            let kept: Vec<&str> = current
+                .split('&')
+                .filter(|kv| {
+                    let k = kv.split_once('=').map_or(*kv, |(k, _)| k);
+                    !kv.is_empty() && percent_decode(k) != name.as_bytes()
+                })
+                .collect();
+            r.upstream.query = Some(kept.join("&"));
+            Ok(())
+        })
+    })?;
     set_fn(lua, &t, "set_query", |_, args: Table| {
         let q = encode_args(&args)?;
         with_request(|r, _| {

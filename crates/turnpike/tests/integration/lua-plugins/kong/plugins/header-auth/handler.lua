@@ -7,7 +7,20 @@ function HeaderAuth:access(conf)
   if not user then
     return kong.response.exit(401, { message = "Unauthorized" })
   end
-  kong.client.authenticate({ id = "id-" .. user, username = user }, { id = "cred-" .. user })
+  if conf.lookup then
+    -- The consumer of that username (or id), from the gateway's consumers.
+    local consumer = kong.client.load_consumer(user, true)
+    if not consumer then
+      return kong.response.exit(403, { message = "unknown consumer " .. user })
+    end
+    local by_id = kong.client.load_consumer(consumer.id)
+    kong.service.request.set_header("x-found-by-id", tostring(by_id and by_id.username))
+    kong.service.request.set_header("x-not-by-username",
+      tostring(kong.client.load_consumer(user) == nil))
+    kong.client.authenticate(consumer, nil)
+  else
+    kong.client.authenticate({ id = "id-" .. user, username = user }, { id = "cred-" .. user })
+  end
   local who = kong.client.get_consumer()
   kong.service.request.set_header("x-seen-consumer", who.username)
   -- The serialized log entry every log plugin after this one sends.

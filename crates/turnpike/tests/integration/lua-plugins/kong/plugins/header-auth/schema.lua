@@ -6,6 +6,7 @@ return {
     { consumer = typedefs.no_consumer },
     { config = { type = "record", fields = {
         { header = { type = "string", default = "x-user" } },
+        { lookup = { type = "boolean", default = false } },
     } } },
   },
 }
