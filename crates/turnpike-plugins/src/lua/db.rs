@@ -238,7 +238,7 @@ fn row_value(lua: &Lua, row: &Json) -> mlua::Result<Value> {
 }
 
 /// `kong.db`, over the Rust reads.
-pub(super) fn install(lua: &Lua, kong: &Table) -> mlua::Result<()> {
+pub(super) fn install(lua: &Lua, kong: &Table, op_key: &str) -> mlua::Result<()> {
     let query = lua.create_function(
         |lua, (table, op, a, b): (String, String, Value, Value)| -> mlua::Result<(Value, Value)> {
             CURRENT.with(|c| {
@@ -303,10 +303,7 @@ pub(super) fn install(lua: &Lua, kong: &Table) -> mlua::Result<()> {
             })
         },
     )?;
-    let db: Table = lua
-        .load(DB)
-        .set_name("=kong.db")
-        .call((query, super::yields::OP_KEY))?;
+    let db: Table = lua.load(DB).set_name("=kong.db").call((query, op_key))?;
     kong.set("db", db)
 }
 

@@ -408,7 +408,7 @@ impl Runtime {
             .set_name("=kong.cache")
             .call((settings.cache_ttl, settings.cache_neg_ttl, next_generation))?;
         kong.set("cache", cache)?;
-        db::install(&lua, &kong)?;
+        db::install(&lua, &kong, yields::OP_KEY)?;
         // Kong's Admin API helpers, which api.lua modules require: each gives a handler that
         // fails naming it when called.
         lua.load(
