@@ -9,8 +9,9 @@
 //! on the worker's own connections), waiting without holding the worker: the entity written,
 //! or `nil` and the error. The configuration the reads see has it once the change arrives.
 //! On a DB-less node they answer Kong's "cannot create '<entity>' entities when not using a
-//! database". `upsert` and Kong's own entities (`kong.db.consumers`, ...) are not there: a
-//! call names itself in its error.
+//! database". `upsert` and Kong's own entities (`kong.db.services`, ...) are not there: a
+//! call names itself in its error, but for `kong.db.consumers:select` and
+//! `select_by_username`, read from the snapshot for a plugin whose code reads consumers.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -248,6 +249,39 @@ pub(super) fn install(lua: &Lua, kong: &Table, op_key: &str) -> mlua::Result<()>
                 if c.is_none() && op == "known" {
                     return Ok((Value::Boolean(true), Value::Nil));
                 }
+                // Kong's consumers, for a plugin whose code reads them: by id or username.
+                if table == "consumers" && (op == "select" || op == "select_by") {
+                    let index = c.as_ref().and_then(|d| d.consumers.as_ref());
+                    let Some(index) = index else {
+                        return Err(mlua::Error::runtime(
+                            "kong.db.consumers: the snapshot's consumers are not loaded for this plugin",
+                        ));
+                    };
+                    let (field, key) = match op.as_str() {
+                        "select" => ("id".to_string(), a),
+                        _ => (a.to_string().unwrap_or_default(), b),
+                    };
+                    let key = match &key {
+                        Value::String(s) => s.to_str()?.to_string(),
+                        Value::Table(t) => t.get::<String>("id")?,
+                        _ => return Ok((Value::Nil, Value::Nil)),
+                    };
+                    let found = index.get(&key).filter(|who| match field.as_str() {
+                        "id" => who.consumer_id() == key,
+                        "username" => who.username() == Some(key.as_str()),
+                        _ => false,
+                    });
+                    return match found {
+                        Some(who) => {
+                            let t = lua.create_table()?;
+                            t.set("id", who.consumer_id())?;
+                            t.set("username", who.username())?;
+                            t.set("custom_id", who.custom_id())?;
+                            Ok((Value::Table(t), Value::Nil))
+                        }
+                        None => Ok((Value::Nil, Value::Nil)),
+                    };
+                }
                 let Some(t) = c.as_ref().and_then(|d| d.tables.get(table.as_str())) else {
                     return Ok((Value::Nil, Value::Nil));
                 };
@@ -394,6 +428,13 @@ return setmetatable({}, { __index = function(_, name)
   if query(name, "known") then
     cache[name] = dao_for(name)
     return cache[name]
+  end
+  if name == "consumers" then
+    -- Reads by id and username, from the snapshot (a plugin whose code reads consumers).
+    local consumers = {}
+    function consumers:select(pk) return (query("consumers", "select", pk)) end
+    function consumers:select_by_username(u) return (query("consumers", "select_by", "username", u)) end
+    return setmetatable(consumers, { __index = function(_, m) return unsupported(name, m) end })
   end
   if core[name] then
     return setmetatable({}, { __index = function(_, m) return unsupported(name, m) end })

@@ -109,7 +109,9 @@ pub fn inspect_plugin(settings: &Settings, name: &str) -> Result<ModuleInfo, Str
             .filter_map(|e| std::fs::read_to_string(e.path()).ok())
             .collect();
         let wants_body = texts.iter().any(|text| super::reads_body(text));
-        let loads_consumers = texts.iter().any(|text| text.contains("load_consumer"));
+        let loads_consumers = texts
+            .iter()
+            .any(|text| text.contains("load_consumer") || text.contains("consumers:select"));
         let options = mlua::serde::DeserializeOptions::new()
             .deny_unsupported_types(false)
             .deny_recursive_tables(false);

@@ -568,6 +568,10 @@ services:
     );
     assert_eq!(h["x-found-by-id"], "grace", "{h}");
     assert_eq!(h["x-not-by-username"], "true", "{h}");
+    assert_eq!(
+        h["x-db-consumer"], "grace,2f8f1a0e-51a4-4b5c-9d6e-2b3c4d5e6f70",
+        "kong.db.consumers reads: {h}"
+    );
     let r = call(gw.proxy, "GET", "/lookup", &[("x-user", "nobody")]).await;
     assert_eq!(
         (r.status, r.json()),

@@ -17,6 +17,10 @@ function HeaderAuth:access(conf)
     kong.service.request.set_header("x-found-by-id", tostring(by_id and by_id.username))
     kong.service.request.set_header("x-not-by-username",
       tostring(kong.client.load_consumer(user) == nil))
+    local by_db = kong.db.consumers:select({ id = consumer.id })
+    local by_name = kong.db.consumers:select_by_username(user)
+    kong.service.request.set_header("x-db-consumer",
+      tostring(by_db and by_db.username) .. "," .. tostring(by_name and by_name.id))
     kong.client.authenticate(consumer, nil)
   else
     kong.client.authenticate({ id = "id-" .. user, username = user }, { id = "cred-" .. user })
