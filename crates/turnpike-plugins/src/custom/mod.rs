@@ -121,6 +121,8 @@ pub struct LuaPlugin {
     pub api: Vec<lua::api::Route>,
     /// Its code calls `kong.client.load_consumer`.
     loads_consumers: bool,
+    /// Its code reads `kong.vault` (the snapshot's vaults, through its `Dao`).
+    reads_vaults: bool,
 }
 
 /// One of a record's `entity_checks` (Kong's `kong/db/schema/init.lua`), over its fields.
@@ -228,6 +230,7 @@ pub fn load(name: &str, settings: &lua::Settings) -> Result<&'static LuaPlugin, 
         entities,
         api: info.api.iter().map(|p| lua::api::Route::new(p)).collect(),
         loads_consumers: info.loads_consumers,
+        reads_vaults: info.reads_vaults,
     };
     Ok(Box::leak(Box::new(plugin)))
 }
@@ -447,7 +450,7 @@ impl OwnPlugin for LuaPlugin {
         );
         code.trusted = true;
         code.keep_logs = crate::request_logs::wanted(ctx);
-        if !self.entities.is_empty() || self.loads_consumers {
+        if !self.entities.is_empty() || self.loads_consumers || self.reads_vaults {
             code.dao = Some(dao_of(
                 ctx,
                 self.described.name,

@@ -27,6 +27,8 @@ pub struct Dao {
     store: Arc<crate::credentials::Store>,
     /// The snapshot's consumers, for `kong.client.load_consumer` (a plugin that calls it).
     consumers: Option<Arc<crate::build::ConsumerIndex>>,
+    /// The snapshot's vaults, for `kong.vault.get`.
+    vaults: Vec<turnpike_config::declarative::records::Record>,
 }
 
 struct Rows {
@@ -82,10 +84,17 @@ impl Dao {
             }
             t.rows.push(row);
         }
+        let vaults = config
+            .records
+            .iter()
+            .filter(|r| r.table() == "vaults")
+            .cloned()
+            .collect();
         Dao {
             tables,
             store,
             consumers: None,
+            vaults,
         }
     }
 
@@ -94,6 +103,27 @@ impl Dao {
         self.consumers = Some(consumers);
         self
     }
+}
+
+/// Kong's `kong.vault.get(reference)`: the secret, resolved against the running plugin's view
+/// of the snapshot's vaults. Only an operator's own plugin (whose code names `kong.vault`)
+/// reads secrets: code in plugin configs (pre-function, ...) reaches the environment only
+/// through `untrusted_lua_sandbox_environment`, and the vault must not open it wider.
+pub(super) fn vault_get(reference: &str) -> Result<String, String> {
+    CURRENT.with(|c| {
+        let c = c.borrow();
+        let Some(dao) = c.as_ref() else {
+            return Err(
+                "kong.vault.get is for an operator's own plugin: code in a plugin's config cannot read secrets"
+                    .into(),
+            );
+        };
+        turnpike_config::declarative::vault::resolve(
+            reference,
+            &dao.vaults,
+            &turnpike_config::declarative::vault::process_env,
+        )
+    })
 }
 
 /// Kong's `kong.client.load_consumer(id, search_by_username)` over the running plugin's view
@@ -338,7 +368,51 @@ pub(super) fn install(lua: &Lua, kong: &Table, op_key: &str) -> mlua::Result<()>
         },
     )?;
     let db: Table = lua.load(DB).set_name("=kong.db").call((query, op_key))?;
-    kong.set("db", db)
+    kong.set("db", db)?;
+    kong.set("vault", vault_table(lua)?)
+}
+
+/// `kong.vault`: `is_reference`, `parse_reference` and `get` (the `env` vault, and the vaults
+/// entities of the snapshot for a plugin whose code reads them).
+fn vault_table(lua: &Lua) -> mlua::Result<Table> {
+    let vault = lua.create_table()?;
+    vault.set(
+        "is_reference",
+        lua.create_function(|_, v: Value| {
+            Ok(match &v {
+                Value::String(s) => turnpike_config::schema::is_reference(&s.to_string_lossy()),
+                _ => false,
+            })
+        })?,
+    )?;
+    vault.set(
+        "parse_reference",
+        lua.create_function(|lua, r: String| {
+            let Some(inner) = r
+                .strip_prefix("{vault://")
+                .and_then(|x| x.strip_suffix('}'))
+            else {
+                let e = lua.create_string(format!("not a reference: {r}"))?;
+                return Ok((Value::Nil, Value::String(e)));
+            };
+            let mut parts = inner.splitn(3, '/');
+            let t = lua.create_table()?;
+            t.set("name", parts.next().unwrap_or_default())?;
+            t.set("resource", parts.next().unwrap_or_default())?;
+            if let Some(k) = parts.next().filter(|k| !k.is_empty()) {
+                t.set("key", k)?;
+            }
+            Ok((Value::Table(t), Value::Nil))
+        })?,
+    )?;
+    vault.set(
+        "get",
+        lua.create_function(|lua, r: String| match vault_get(&r) {
+            Ok(v) => Ok((Value::String(lua.create_string(v)?), Value::Nil)),
+            Err(e) => Ok((Value::Nil, Value::String(lua.create_string(e)?))),
+        })?,
+    )?;
+    Ok(vault)
 }
 
 /// The DAO objects, made on first use of each name: reads go to `query`; a name the running

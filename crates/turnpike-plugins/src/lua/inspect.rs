@@ -25,6 +25,8 @@ pub struct ModuleInfo {
     /// A module of its folder calls `kong.client.load_consumer` (the snapshot's consumers
     /// are then indexed for it).
     pub loads_consumers: bool,
+    /// A module of its folder reads `kong.vault` (the snapshot's vaults are then kept for it).
+    pub reads_vaults: bool,
 }
 
 /// Kong's `kong.db.schema.typedefs` as far as a plugin's schema uses them: the field
@@ -112,6 +114,7 @@ pub fn inspect_plugin(settings: &Settings, name: &str) -> Result<ModuleInfo, Str
         let loads_consumers = texts
             .iter()
             .any(|text| text.contains("load_consumer") || text.contains("consumers:select"));
+        let reads_vaults = texts.iter().any(|text| text.contains("kong.vault"));
         let options = mlua::serde::DeserializeOptions::new()
             .deny_unsupported_types(false)
             .deny_recursive_tables(false);
@@ -147,6 +150,7 @@ pub fn inspect_plugin(settings: &Settings, name: &str) -> Result<ModuleInfo, Str
             daos,
             api,
             loads_consumers,
+            reads_vaults,
         })
     };
     run().map_err(|e| first_line(&e.to_string()).to_string())

@@ -732,3 +732,23 @@ fn the_pdk_coverage_page_names_every_missing_function() {
         "docs/pdk-coverage.md's list is not what is missing; missing now: {missing:#?}"
     );
 }
+
+/// `kong.vault` in a plugin config's code: references recognised and taken apart, but no
+/// secret read (the sandbox's environment is `untrusted_lua_sandbox_environment`'s alone).
+#[test]
+fn kong_vault_parses_references_and_keeps_secrets_from_configs() {
+    let h = handler(json!({"access": [
+        "local p = kong.vault.parse_reference('{vault://env/my-secret/key}') \
+         local none, err = kong.vault.get('{vault://env/home}') \
+         kong.service.request.set_header('x-v', table.concat({ \
+           tostring(kong.vault.is_reference('{vault://env/x}')), \
+           tostring(kong.vault.is_reference('plain')), p.name, p.resource, p.key, \
+           tostring(none), err:find('cannot read secrets') and 'refused' or err }, ','))"
+    ]}));
+    let mut req = TestRequest::new();
+    assert!(matches!(req.run(&h), Access::Continue));
+    assert_eq!(
+        req.headers.get("x-v").unwrap(),
+        "true,false,env,my-secret,key,nil,refused"
+    );
+}

@@ -24,9 +24,8 @@ fn with_plugin(doc: &str, plugin: &str, path: &str) -> Gateway {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_custom_lua_plugin_runs_as_kong_runs_it() {
     let up = Upstream::start("custom");
-    let gw = with_plugin(
-        &format!(
-            r#"_format_version: "3.0"
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
 services:
 - name: s
   url: {}
@@ -40,13 +39,14 @@ services:
     paths: [/loud]
     plugins:
     - name: greeting
-      config: {{mode: loud, header_name: X-Shout}}
+      config: {{mode: loud, header_name: X-Shout, secret: "{{vault://env/greeting-secret}}"}}
 "#,
-            up.url()
-        ),
-        "greeting",
-        &package_path(),
-    );
+        up.url()
+    ))
+    .env("TURNPIKE_PLUGINS", "bundled,greeting")
+    .env("TURNPIKE_LUA_PACKAGE_PATH", &package_path())
+    .env("GREETING_SECRET", "abc123")
+    .start();
 
     // access: a header for the upstream built by a module of the plugin's own; header_filter:
     // a response header from what access kept in kong.ctx.plugin.
@@ -80,6 +80,8 @@ services:
     // The schema's defaults fill what the config leaves out.
     let r = get(gw.proxy, "x", "/loud").await;
     assert_eq!(r.json()["headers"]["x-shout"], "HELLO");
+    // kong.vault.get: the env vault's secret (GREETING_SECRET, set for the gateway).
+    assert_eq!(r.json()["headers"]["x-secret-length"], "6", "{}", r.json());
     assert_eq!(r.json()["headers"]["x-worker-inits"], "1");
     // kong.response.exit from the access phase.
     let r = get(gw.proxy, "x", "/g/deny").await;

@@ -41,6 +41,11 @@ function Greeting:access(conf)
   local seen = ngx.shared.kong_rate_limiting_counters:incr("greeting:" .. conf.header_name, 1, 0)
   kong.service.request.set_header("X-Seen", tostring(seen))
   kong.ctx.plugin.greeted = text
+  -- A secret named by a vault reference (kong.vault), told to the upstream by its length only.
+  if conf.secret then
+    local secret, err = kong.vault.get(conf.secret)
+    kong.service.request.set_header("X-Secret-Length", secret and #secret or err)
+  end
 end
 
 function Greeting:header_filter(conf)

@@ -14,6 +14,7 @@ return {
           { times = { type = "integer", between = { 1, 5 }, default = 1 } },
           { deny_path = { type = "string" } },
           { mode = { type = "string", one_of = { "plain", "loud" }, default = "plain" } },
+          { secret = { type = "string" } },
         },
         entity_checks = {},
       },
