@@ -860,9 +860,8 @@ services:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_response_phase_gets_the_upstreams_response_whole() {
     let up = Upstream::start("buffered");
-    let gw = with_plugin(
-        &format!(
-            r#"_format_version: "3.0"
+    let gw = Gateway::with_config(&format!(
+        r#"_format_version: "3.0"
 services:
 - name: s
   url: {}
@@ -901,11 +900,11 @@ services:
           local ok, err = pcall(kong.service.response.get_raw_body)
           kong.response.set_header("X-Error", (tostring(err):gsub("\n.*", "")))
 "#,
-            up.url()
-        ),
-        "envelope",
-        &package_path(),
-    );
+        up.url()
+    ))
+    .env("TURNPIKE_PLUGINS", "bundled,envelope")
+    .env("TURNPIKE_LUA_PACKAGE_PATH", &package_path())
+    .start_h2();
     // Wrapped: the plugin's own answer from the upstream's body, the upstream's headers kept.
     let r = get(gw.proxy, "x", "/env/items?x=1").await;
     assert_eq!(r.status, 200, "{}", gw.log_text());
@@ -975,6 +974,22 @@ services:
         "{:?}",
         r.header("x-error")
     );
+    // An HTTP/2 client (h2c) gets the buffered response too, its length announced.
+    let mut h2 = h2c_client(gw.proxy).await;
+    let resp = h2
+        .send_request(
+            http::Request::get("http://x/pass/bytes/300000")
+                .body(http_body_util::Empty::<bytes::Bytes>::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    let r = collect(resp).await;
+    assert_eq!(r.status, 201);
+    assert_eq!(r.body.len(), 300_000);
+    assert_eq!(r.header("content-length"), Some("300000"));
+    assert_eq!(r.header("x-upstream-bytes"), Some("300000"));
     // An HTTP/1.0 client and a Connection: close one get the whole body with its length.
     for raw in [
         "GET /pass/bytes/70000 HTTP/1.0\r\nHost: x\r\n\r\n",
