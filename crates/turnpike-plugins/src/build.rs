@@ -17,6 +17,8 @@ pub struct BuildContext<'a> {
     /// What a plugin derives from the config once for all its instances (its credentials
     /// indexed), by type: built when an instance first asks (`shared`).
     shared: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+    /// The id of the plugin entity being built (`kong.plugin.get_id`).
+    building: Mutex<Option<Arc<str>>>,
 }
 
 /// Consumers by id and by username.
@@ -29,7 +31,21 @@ impl<'a> BuildContext<'a> {
             runtime,
             consumers: std::sync::OnceLock::new(),
             shared: Mutex::new(HashMap::new()),
+            building: Mutex::new(None),
         }
+    }
+
+    /// Says which plugin entity the next `build` is for.
+    pub fn building(&self, plugin_id: &str) {
+        *self.building.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::from(plugin_id));
+    }
+
+    /// The id of the plugin entity being built, if the caller said.
+    pub fn plugin_id(&self) -> Option<Arc<str>> {
+        self.building
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// A consumer by id or username, as the anonymous consumer of an auth plugin.

@@ -450,6 +450,7 @@ impl OwnPlugin for LuaPlugin {
         );
         code.trusted = true;
         code.keep_logs = crate::request_logs::wanted(ctx);
+        code.config_id = ctx.plugin_id();
         if !self.entities.is_empty() || self.loads_consumers || self.reads_vaults {
             code.dao = Some(dao_of(
                 ctx,

@@ -238,6 +238,8 @@ pub struct Code {
     pub trusted: bool,
     /// Its entities in the configuration it was built for (`kong.db`).
     pub dao: Option<Arc<db::Dao>>,
+    /// The plugin entity's id (`kong.plugin.get_id`).
+    pub config_id: Option<Arc<str>>,
 }
 
 impl Code {
@@ -258,6 +260,7 @@ impl Code {
             keep_logs: false,
             trusted: false,
             dao: None,
+            config_id: None,
         }
     }
 
@@ -530,6 +533,8 @@ pub(crate) struct Current {
     /// The status `kong.response.set_status` gave before there is a response (an Admin API
     /// handler's, `api`).
     pub status: Option<http::StatusCode>,
+    /// The running plugin entity's id (`kong.plugin.get_id`).
+    pub config_id: Option<Arc<str>>,
 }
 
 thread_local! {
@@ -543,6 +548,7 @@ thread_local! {
         exit: None,
         said: Vec::new(),
         status: None,
+        config_id: None,
     }) };
 }
 
@@ -620,6 +626,7 @@ impl Drop for CallGuard {
             c.exit = None;
             c.said.clear();
             c.status = None;
+            c.config_id = None;
         });
     }
 }
@@ -650,6 +657,9 @@ pub(crate) fn enter(
 pub(crate) fn run(code: &Code, phase: Phase, target: Target, ctx: *mut PluginCtx) -> Outcome {
     let _guard = enter(target, phase, code.plugin, code.id, ctx, code.keep_logs);
     let _dao = db::enter(code.dao.as_ref());
+    if let Some(id) = &code.config_id {
+        CURRENT.with(|c| c.borrow_mut().config_id = Some(id.clone()));
+    }
     with_runtime(&code.settings, |rt| {
         if code.compiled(rt).is_none() {
             if let Err(e) = rt.compile(code) {
@@ -675,6 +685,9 @@ pub fn resume_request(
     let target = Target::Request(std::ptr::from_mut(req).cast());
     let _guard = enter(target, phase, code.plugin, code.id, ctx, code.keep_logs);
     let _dao = db::enter(code.dao.as_ref());
+    if let Some(id) = &code.config_id {
+        CURRENT.with(|c| c.borrow_mut().config_id = Some(id.clone()));
+    }
     with_runtime(&code.settings, |rt| {
         if code.compiled(rt).is_none() {
             return Outcome::Failed("the plugin's code changed while it waited".into());

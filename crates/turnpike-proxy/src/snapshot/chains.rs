@@ -133,6 +133,7 @@ pub(super) fn build_plugins(
             } else {
                 Ok(&p.config)
             };
+            build_ctx.building(&p.id);
             let built = match (spec, plugin_config) {
                 (_, Err(e)) => Err(e),
                 (Some(spec), Ok(plugin_config)) => spec

@@ -58,6 +58,13 @@ services:
     assert_eq!(r.json()["headers"]["x-worker-inits"], "1");
     // configure had every config of the plugin (the second one's greeting is its default).
     assert_eq!(r.json()["headers"]["x-configured"], "hello,hi");
+    // kong.plugin.get_id: this config's plugin entity.
+    let plugins = gw.admin("GET", "/routes/r/plugins", None).await.json();
+    assert_eq!(
+        r.json()["headers"]["x-plugin-id"],
+        plugins["data"][0]["id"],
+        "{plugins}"
+    );
     // ngx.shared: one count for the node, whichever worker served each request (each on a
     // connection of its own).
     let mut seen = Vec::new();

@@ -611,6 +611,17 @@ pub(super) fn install(lua: &Lua) -> mlua::Result<(Table, Table)> {
     kong.set("service", service)?;
     kong.set("log", log(lua)?)?;
     kong.set("ctx", kong_ctx(lua)?)?;
+    // kong.plugin.get_id: the running plugin entity's id (an operator's plugin's).
+    let plugin = lua.create_table()?;
+    set_fn(lua, &plugin, "get_id", |_, ()| {
+        with_current(|c| match &c.config_id {
+            Some(id) => Ok(id.to_string()),
+            None => Err(mlua::Error::runtime(
+                "kong.plugin.get_id: no plugin entity for this code",
+            )),
+        })
+    })?;
+    kong.set("plugin", plugin)?;
     let ngx = ngx(lua)?;
     // kong.nginx and kong.log.deprecation, over what is above.
     lua.load(

@@ -37,6 +37,7 @@ function Greeting:access(conf)
   kong.service.request.set_header(conf.header_name, text)
   kong.service.request.set_header("X-Worker-Inits", tostring(words.inits))
   kong.service.request.set_header("X-Configured", words.configured or "never")
+  kong.service.request.set_header("X-Plugin-Id", kong.plugin.get_id())
   -- A count shared by every worker (lua_shared_dict), per route.
   local seen = ngx.shared.kong_rate_limiting_counters:incr("greeting:" .. conf.header_name, 1, 0)
   kong.service.request.set_header("X-Seen", tostring(seen))
