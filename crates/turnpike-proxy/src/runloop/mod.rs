@@ -1,7 +1,8 @@
 //! The request path as Kong's phases, in the order a request meets them (Kong's
 //! `kong/init.lua`, Pingora's `ProxyHttp`): [`rewrite`] (global plugins, before the router),
 //! [`route`], [`access`] (the route's plugins, then the body read), [`forward`] (the
-//! upstream request), [`balancer`] (peer, connection, retries), [`header_filter`],
+//! upstream request), [`balancer`] (peer, connection, retries), [`response`] (the upstream's
+//! response read whole, when a plugin asks: Kong's buffered proxying), [`header_filter`],
 //! [`body_filter`] and [`log`] (when the response body is done). Each phase takes the
 //! request's [`session::Session`] (the request, what the router matched, and the
 //! [`ctx::RequestCtx`] carried from one phase to the next).
