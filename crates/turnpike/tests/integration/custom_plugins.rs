@@ -951,13 +951,7 @@ services:
     assert_eq!(r.header("x-seen-in-header-filter"), Some("300000"));
     // HEAD: no body, the upstream's length kept.
     let sized = get(gw.proxy, "x", "/pass/sized").await;
-    let r = send(
-        gw.proxy,
-        req("HEAD", "/pass/sized")
-            .body(http_body_util::Empty::<bytes::Bytes>::new())
-            .unwrap(),
-    )
-    .await;
+    let r = call(gw.proxy, "HEAD", "/pass/sized", &[]).await;
     assert_eq!(r.status, 201);
     assert!(r.body.is_empty());
     assert_eq!(r.header("x-upstream-bytes"), Some("0"));
@@ -1125,7 +1119,7 @@ services:
         &package_path(),
     );
     let alice = gw.admin("GET", "/consumers/alice", None).await.json();
-    let call = |client: Option<&'static str>| {
+    let as_client = |client: Option<&'static str>| {
         let mut r = req("GET", "/c");
         if let Some(c) = client {
             r = r.header("x-client", c);
@@ -1136,7 +1130,7 @@ services:
                 .unwrap(),
         )
     };
-    let r = call(Some("app-1")).await;
+    let r = as_client(Some("app-1")).await;
     assert_eq!(
         r.status,
         200,
@@ -1158,18 +1152,11 @@ services:
     );
     // The schema's default.
     assert_eq!(
-        call(Some("app-2")).await.json()["headers"]["x-client-tier"],
+        as_client(Some("app-2")).await.json()["headers"]["x-client-tier"],
         "free"
     );
     // Writes on a DB-less node: Kong's answer.
-    let r = send(
-        gw.proxy,
-        req("GET", "/c")
-            .header("x-register", "app-9")
-            .body(http_body_util::Empty::<bytes::Bytes>::new())
-            .unwrap(),
-    )
-    .await;
+    let r = call(gw.proxy, "GET", "/c", &[("x-register", "app-9")]).await;
     assert_eq!(
         (r.status, r.json()),
         (
@@ -1177,8 +1164,8 @@ services:
             json!({"message": "[off] cannot create 'api_clients' entities when not using a database"})
         )
     );
-    assert_eq!(call(Some("app-3")).await.status, 403);
-    assert_eq!(call(None).await.status, 401);
+    assert_eq!(as_client(Some("app-3")).await.status, 403);
+    assert_eq!(as_client(None).await.status, 401);
     // The Admin API: the collection, by endpoint key, nested under the consumer.
     let all = gw.admin("GET", "/api-clients", None).await.json();
     assert_eq!(all["data"].as_array().unwrap().len(), 2, "{all}");
@@ -1216,18 +1203,17 @@ services:
         String::from_utf8_lossy(&r.body)
     );
     assert_eq!(
-        call(Some("app-1")).await.status,
+        as_client(Some("app-1")).await.status,
         200,
         "the running config is kept"
     );
     // The plugin's own endpoint (api.lua): its `before`, its handler reading kong.db, the
     // query's arguments in self.params, a helper Turnpike has not, an undeclared method.
-    let r = send(
+    let r = call(
         gw.admin,
-        req("GET", "/api-clients-report/gold?limit=5")
-            .header("x-operator", "ops")
-            .body(http_body_util::Empty::<bytes::Bytes>::new())
-            .unwrap(),
+        "GET",
+        "/api-clients-report/gold?limit=5",
+        &[("x-operator", "ops")],
     )
     .await;
     assert_eq!(
@@ -1372,14 +1358,7 @@ async fn a_plugins_own_entity_lives_in_the_database() {
     assert_eq!(r.json()["tier"], "free");
     // The plugin reads what was written, once the node has the change.
     let seen = eventually(std::time::Duration::from_secs(10), async || {
-        let r = send(
-            gw.proxy,
-            req("GET", "/c")
-                .header("x-client", "b-3")
-                .body(http_body_util::Empty::<bytes::Bytes>::new())
-                .unwrap(),
-        )
-        .await;
+        let r = call(gw.proxy, "GET", "/c", &[("x-client", "b-3")]).await;
         r.status == 200 && r.json()["headers"]["x-clients"] == "2"
     })
     .await;
@@ -1495,14 +1474,7 @@ async fn a_plugins_own_entity_is_shared_through_postgres() {
     .await;
     assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
     let seen = eventually(std::time::Duration::from_secs(10), async || {
-        let r = send(
-            b.proxy,
-            req("GET", "/c")
-                .header("x-client", "c-1")
-                .body(http_body_util::Empty::<bytes::Bytes>::new())
-                .unwrap(),
-        )
-        .await;
+        let r = call(b.proxy, "GET", "/c", &[("x-client", "c-1")]).await;
         r.status == 200 && r.json()["headers"]["x-client-tier"] == "gold"
     })
     .await;
