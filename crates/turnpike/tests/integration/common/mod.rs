@@ -24,12 +24,23 @@ pub mod pg;
 pub mod redis;
 pub mod slapd;
 
+/// A port free now, and never handed out before in this test run: the kernel may give a port
+/// it gave earlier (released at once), and two gateways on one port both bind it (their
+/// listeners are `reuseport`), which sent one test's requests to another test's gateway.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut handed = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+        if !handed.contains(&port) {
+            handed.push(port);
+            return port;
+        }
+    }
 }
 
 /// A port that refuses connections for as long as the returned socket lives: bound, never
