@@ -73,8 +73,7 @@ enum Fix {
 /// request `req` in `phase` (rewrite or access).
 pub fn call_pdk(
     settings: &Arc<Settings>,
-    plugin: &'static str,
-    plugin_id: u64,
+    who: Caller<'_>,
     phase: Phase,
     req: &mut AccessRequest<'_>,
     method: &str,
@@ -82,45 +81,36 @@ pub fn call_pdk(
 ) -> PdkAnswer {
     let ctx: *mut PluginCtx = &mut *req.ctx;
     let target = Target::Request(std::ptr::from_mut(req).cast());
-    call_on(
-        settings, plugin, plugin_id, phase, target, ctx, method, args,
-    )
+    call_on(settings, who, phase, target, ctx, method, args)
 }
+
+/// Who calls: the plugin's name, the config's id in the worker's state, and the snapshot's
+/// view its calls read (`kong.db`, `kong.client.load_consumer`, `kong.vault`).
+pub type Caller<'a> = (&'static str, u64, Option<&'a Arc<super::db::Dao>>);
 
 /// As [`call_pdk`], for the response phase: the PDK sees the buffered response `head`.
 pub fn call_pdk_response(
     settings: &Arc<Settings>,
-    plugin: &'static str,
-    plugin_id: u64,
+    who: Caller<'_>,
     head: &mut crate::ResponseHead<'_>,
     method: &str,
     args: &rmpv::Value,
 ) -> PdkAnswer {
     let ctx: *mut PluginCtx = &mut *head.ctx;
     let target = Target::Response(std::ptr::from_mut(head).cast());
-    call_on(
-        settings,
-        plugin,
-        plugin_id,
-        Phase::Response,
-        target,
-        ctx,
-        method,
-        args,
-    )
+    call_on(settings, who, Phase::Response, target, ctx, method, args)
 }
 
-#[allow(clippy::too_many_arguments)] // the call's own facts
 fn call_on(
     settings: &Arc<Settings>,
-    plugin: &'static str,
-    plugin_id: u64,
+    (plugin, plugin_id, dao): Caller<'_>,
     phase: Phase,
     target: Target,
     ctx: *mut PluginCtx,
     method: &str,
     args: &rmpv::Value,
 ) -> PdkAnswer {
+    let _dao = super::db::enter(dao);
     let _guard = super::enter(target, phase, plugin, plugin_id, ctx, false);
     let answer = with_runtime(settings, |rt| {
         let lookup = match &rt.exposed {

@@ -245,11 +245,18 @@ impl OwnPlugin for ExternalPlugin {
         ctx: &crate::BuildContext,
     ) -> Result<Arc<dyn Handler>, String> {
         let plugin: &'static ExternalPlugin = registry_ref(self);
+        let dao = ctx.shared::<Arc<lua::db::Dao>>(|ctx| {
+            Arc::new(
+                lua::db::Dao::new(ctx.config, &[], ctx.runtime.credentials.clone())
+                    .with_consumers(ctx.consumer_index()),
+            )
+        });
         let inner = Arc::new(Instance {
             plugin,
             config: config.to_string(),
             id: Mutex::new(None),
             settings: ctx.runtime.lua.settings().clone(),
+            dao: (*dao).clone(),
         });
         Ok(Arc::new(ExternalHandler { inner }))
     }
@@ -271,6 +278,10 @@ struct Instance {
     /// The server's id for the instance, and the server's generation it was started in.
     id: Mutex<Option<(i64, u64)>>,
     settings: Arc<lua::Settings>,
+    /// The snapshot's view its PDK calls read: consumers (`kong.client.load_consumer`,
+    /// `kong.db.consumers`) and vaults (`kong.vault.get`), one per snapshot for every
+    /// external plugin.
+    dao: Arc<lua::db::Dao>,
 }
 
 /// A config that is gone closes its instance on the server (Kong closes the previous instance
@@ -467,8 +478,7 @@ impl Instance {
                 let id = Arc::as_ptr(&self) as usize as u64;
                 let answer = match lua::call_pdk(
                     &self.settings,
-                    self.plugin.name,
-                    id,
+                    (self.plugin.name, id, Some(&self.dao)),
                     phase,
                     req,
                     &method,
@@ -516,8 +526,7 @@ impl Instance {
                 let id = Arc::as_ptr(&self) as usize as u64;
                 let answer = match lua::call_pdk_response(
                     &self.settings,
-                    self.plugin.name,
-                    id,
+                    (self.plugin.name, id, Some(&self.dao)),
                     resp,
                     &method,
                     &args,

@@ -74,6 +74,9 @@ async fn a_python_pdk_plugin_runs_in_its_own_server() {
     let log_file = dir.path().join("py-log.txt");
     let doc = format!(
         r#"_format_version: "3.0"
+consumers:
+- username: grace
+  id: 6a1f0c3e-2d4b-4f5a-8b7c-9d0e1f2a3b4c
 services:
 - name: s
   url: {}
@@ -113,6 +116,10 @@ services:
     let seen = r.json()["headers"].clone();
     assert_eq!(seen["x-py-greeting"], "bonjour greeted.test", "{seen}");
     assert_eq!(seen["x-py-multi"], "1,2", "{seen}");
+    assert_eq!(
+        seen["x-py-consumer"], "6a1f0c3e-2d4b-4f5a-8b7c-9d0e1f2a3b4c",
+        "kong.client.load_consumer: {seen}"
+    );
     assert_eq!(r.header("x-py-path"), Some("/py/a"));
     // A PDK function the gateway lacks is an error naming it, which the plugin sees.
     assert!(

@@ -31,6 +31,10 @@ class Plugin(object):
         kong.service.request.set_header("x-py-multi", ",".join(headers.get("x-multi", [])))
         path, _ = kong.request.get_path()
         kong.response.set_header("x-py-path", path)
+        # The gateway's consumer by username, as Kong's PDK loads it.
+        consumer, err = kong.client.load_consumer("grace", True)
+        kong.service.request.set_header(
+            "x-py-consumer", consumer["id"] if consumer else "error: %s" % err)
         # A PDK function Turnpike does not have answers with an error naming it.
         _, err = kong.node.get_memory_stats()
         kong.service.request.set_header("x-py-missing", str(err))
