@@ -14,7 +14,10 @@ static REQUEST_ID: HeaderValue = HeaderValue::from_static("test-request-id");
 /// A request for the plugins' unit tests: the parts `AccessRequest` borrows, owned here.
 pub(crate) struct TestRequest {
     pub method: &'static str,
+    pub path: &'static str,
     pub query: Option<&'static str>,
+    /// The route's regex captures (`kong.request.get_uri_captures`).
+    pub captures: Vec<(Option<String>, String)>,
     pub headers: HeaderMap,
     pub response_headers: Vec<(HeaderName, HeaderValue)>,
     pub client_ip: std::net::IpAddr,
@@ -30,7 +33,9 @@ impl TestRequest {
     pub fn new() -> TestRequest {
         TestRequest {
             method: "GET",
+            path: "/",
             query: None,
+            captures: Vec::new(),
             headers: HeaderMap::new(),
             response_headers: Vec::new(),
             client_ip: "127.0.0.1".parse().unwrap(),
@@ -55,9 +60,10 @@ impl TestRequest {
             client_port: 54321,
             request_id: Some(&REQUEST_ID),
             started: Some(std::time::Instant::now()),
+            captures: Some(&self.captures),
             ..AccessRequest::new(
                 self.method,
-                "/",
+                self.path,
                 self.query,
                 &mut self.headers,
                 &mut self.response_headers,

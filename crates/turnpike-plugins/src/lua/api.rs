@@ -59,7 +59,10 @@ impl Route {
                 Segment::Literal(l) if l == part => {}
                 Segment::Literal(_) => return None,
                 Segment::Param(name) if !part.is_empty() => {
-                    params.push((name.clone(), percent_decode(part)));
+                    params.push((
+                        name.clone(),
+                        String::from_utf8_lossy(&super::pdk::percent_decode(part)).into_owned(),
+                    ));
                 }
                 Segment::Param(_) => return None,
             }
@@ -79,24 +82,6 @@ impl Route {
             .collect();
         format!("/{}", parts.join("/"))
     }
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(v);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// An Admin API request for a plugin's route.

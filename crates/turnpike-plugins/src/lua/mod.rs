@@ -30,7 +30,7 @@ mod sandbox;
 pub mod shared;
 mod yields;
 
-pub use external::{call_pdk, call_pdk_response, PdkAnswer};
+pub use external::{call_pdk, call_pdk_response, Caller, PdkAnswer};
 pub use yields::{Done, Op};
 
 use std::cell::RefCell;

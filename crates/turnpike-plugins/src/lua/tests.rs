@@ -121,27 +121,11 @@ fn query_and_path_for_the_upstream() {
          kong.service.request.set_path('/v2' .. kong.request.get_path())"
     ]}));
     let mut req = TestRequest::new();
+    req.path = "/p";
     req.query = Some("a=x%20y&c=1");
-    let mut ctx = PluginCtx::default();
-    let mut response_headers = Vec::new();
-    let mut upstream = crate::UpstreamRequest::default();
-    let mut access = crate::AccessRequest {
-        route_id: "r",
-        ..crate::AccessRequest::new(
-            "GET",
-            "/p",
-            req.query,
-            &mut req.headers,
-            &mut response_headers,
-            false,
-            "10.0.0.1".parse().unwrap(),
-            &mut ctx,
-            &mut upstream,
-        )
-    };
-    assert!(matches!(h.access(&mut access), Access::Continue));
-    assert_eq!(access.upstream.query.as_deref(), Some("b=x%20y&flag"));
-    assert_eq!(access.upstream.path.as_deref(), Some("/v2/p"));
+    assert!(matches!(req.run(&h), Access::Continue));
+    assert_eq!(req.upstream.query.as_deref(), Some("b=x%20y&flag"));
+    assert_eq!(req.upstream.path.as_deref(), Some("/v2/p"));
 }
 
 /// `kong.request.get_uri_captures`, `kong.service.request.clear_query_arg`, `kong.nginx`.
@@ -155,31 +139,15 @@ fn captures_query_args_and_kong_nginx() {
          kong.service.request.set_header('x-ctx', kong.nginx.get_ctx('k'))"
     ]}));
     let mut req = TestRequest::new();
-    let mut ctx = PluginCtx::default();
-    let mut response_headers = Vec::new();
-    let mut upstream = crate::UpstreamRequest::default();
-    let captures = [
+    req.query = Some("a=1&drop%20me=2&b=3&drop+me");
+    req.captures = vec![
         (None, "v2".to_string()),
         (Some("id".to_string()), "42".to_string()),
     ];
-    let mut access = crate::AccessRequest {
-        captures: Some(&captures),
-        ..crate::AccessRequest::new(
-            "GET",
-            "/p",
-            Some("a=1&drop%20me=2&b=3&drop+me"),
-            &mut req.headers,
-            &mut response_headers,
-            false,
-            "10.0.0.1".parse().unwrap(),
-            &mut ctx,
-            &mut upstream,
-        )
-    };
-    assert!(matches!(h.access(&mut access), Access::Continue));
-    assert_eq!(access.headers.get("x-caps").unwrap(), "v2,42");
-    assert_eq!(access.headers.get("x-ctx").unwrap(), "http");
-    assert_eq!(access.upstream.query.as_deref(), Some("a=1&b=3"));
+    assert!(matches!(req.run(&h), Access::Continue));
+    assert_eq!(req.headers.get("x-caps").unwrap(), "v2,42");
+    assert_eq!(req.headers.get("x-ctx").unwrap(), "http");
+    assert_eq!(req.upstream.query.as_deref(), Some("a=1&b=3"));
 }
 
 /// `kong.ctx.shared` lives from the access phase to header_filter and body_filter.

@@ -460,6 +460,31 @@ impl Instance {
         }
     }
 
+    /// Who makes this instance's PDK calls: its plugin, its id in the worker's Lua state,
+    /// and the snapshot's view they read.
+    fn caller(&self) -> lua::Caller<'_> {
+        (
+            self.plugin.name,
+            self as *const Self as usize as u64,
+            Some(&self.dao),
+        )
+    }
+
+    /// A PDK call's answer as the server gets it (`Ok`: the value or the error to send back),
+    /// or the exit that ends the request.
+    fn answered(&self, answer: PdkAnswer) -> Result<Result<rmpv::Value, String>, crate::Exit> {
+        match answer {
+            PdkAnswer::Exit(e) => Err(e),
+            PdkAnswer::Value(v) => Ok(Ok(v)),
+            PdkAnswer::Error(e) => {
+                if e.contains("not implemented by Turnpike") {
+                    self.log_error(&e);
+                }
+                Ok(Err(e))
+            }
+        }
+    }
+
     /// Carries on with the request after the server's answer, until the phase ends.
     fn resume(
         self: Arc<Self>,
@@ -475,25 +500,13 @@ impl Instance {
                 method,
                 args,
             }) => {
-                let id = Arc::as_ptr(&self) as usize as u64;
-                let answer = match lua::call_pdk(
-                    &self.settings,
-                    (self.plugin.name, id, Some(&self.dao)),
-                    phase,
-                    req,
-                    &method,
-                    &args,
-                ) {
-                    // The event ends with the request (the connection is dropped, as Kong's
-                    // ngx.exit leaves it).
-                    PdkAnswer::Exit(e) => return Access::Exit(e),
-                    PdkAnswer::Value(v) => Ok(v),
-                    PdkAnswer::Error(e) => {
-                        if e.contains("not implemented by Turnpike") {
-                            self.log_error(&e);
-                        }
-                        Err(e)
-                    }
+                let answer =
+                    lua::call_pdk(&self.settings, self.caller(), phase, req, &method, &args);
+                // An exit ends the event with the request (the connection is dropped, as
+                // Kong's ngx.exit leaves it).
+                let answer = match self.answered(answer) {
+                    Ok(a) => a,
+                    Err(e) => return Access::Exit(e),
                 };
                 Access::Wait(Box::pin(async move {
                     let next = self.step(&method, event, answer).await;
@@ -523,22 +536,11 @@ impl Instance {
                 method,
                 args,
             }) => {
-                let id = Arc::as_ptr(&self) as usize as u64;
-                let answer = match lua::call_pdk_response(
-                    &self.settings,
-                    (self.plugin.name, id, Some(&self.dao)),
-                    resp,
-                    &method,
-                    &args,
-                ) {
-                    PdkAnswer::Exit(e) => return Responded::Done(Some(e)),
-                    PdkAnswer::Value(v) => Ok(v),
-                    PdkAnswer::Error(e) => {
-                        if e.contains("not implemented by Turnpike") {
-                            self.log_error(&e);
-                        }
-                        Err(e)
-                    }
+                let answer =
+                    lua::call_pdk_response(&self.settings, self.caller(), resp, &method, &args);
+                let answer = match self.answered(answer) {
+                    Ok(a) => a,
+                    Err(e) => return Responded::Done(Some(e)),
                 };
                 Responded::Wait(Box::pin(async move {
                     let next = self.step(&method, event, answer).await;

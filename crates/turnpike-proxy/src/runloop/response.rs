@@ -119,32 +119,11 @@ pub async fn run(s: &mut Session<'_>, resp: &mut Response<ProxyBody>) {
     *resp = Response::from_parts(parts, ProxyBody::full(whole));
 }
 
-/// The body, whole, within `MAX_BUFFERED`.
-async fn read_whole(mut body: ProxyBody) -> Result<Bytes, String> {
-    let mut first: Option<Bytes> = None;
-    let mut more: Vec<u8> = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| e.to_string())?;
-        let Ok(data) = frame.into_data() else {
-            continue; // trailers: not kept, the body's length is known now
-        };
-        let held = first.as_ref().map_or(0, Bytes::len) + more.len() + data.len();
-        if held > MAX_BUFFERED {
-            return Err(format!("larger than {MAX_BUFFERED} bytes"));
-        }
-        match &first {
-            None => first = Some(data),
-            Some(f) => {
-                if more.is_empty() {
-                    more.extend_from_slice(f);
-                }
-                more.extend_from_slice(&data);
-            }
-        }
-    }
-    Ok(if more.is_empty() {
-        first.unwrap_or_default()
-    } else {
-        Bytes::from(more)
-    })
+/// The body, whole, within `MAX_BUFFERED` (trailers dropped: its length is known now).
+async fn read_whole(body: ProxyBody) -> Result<Bytes, String> {
+    http_body_util::Limited::new(body, MAX_BUFFERED)
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .map_err(|e| e.to_string())
 }
