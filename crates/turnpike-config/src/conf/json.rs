@@ -104,6 +104,30 @@ impl Conf {
             .keepalive_timeout
             .map_or(0, |d| d.as_millis() as u64)
             .into();
+        // Hybrid mode, as Kong's `remove_sensitive` shows it: the key is never shown.
+        v["role"] = self.cluster.role.name().into();
+        v["cluster_mtls"] = match self.cluster.mtls {
+            super::ClusterMtls::Shared => "shared",
+            super::ClusterMtls::Pki => "pki",
+        }
+        .into();
+        v["cluster_control_plane"] = self.cluster.control_plane.clone().into();
+        v["cluster_max_payload"] = self.cluster.max_payload.into();
+        v["cluster_data_plane_purge_delay"] =
+            self.cluster.data_plane_purge_delay.as_secs_f64().into();
+        v["cluster_listeners"] = listeners(&self.cluster.listen).into();
+        v["cluster_dp_labels"] = self
+            .cluster
+            .dp_labels
+            .iter()
+            .map(|(k, v)| format!("{k}:{v}"))
+            .collect::<Vec<_>>()
+            .into();
+        v["cluster_cert_key"] = if self.cluster.cert_key.is_empty() {
+            serde_json::Value::Null
+        } else {
+            "******".into()
+        };
         v["lua_time_budget"] = self.lua_time_budget.map_or(0.0, |d| d.as_secs_f64()).into();
         v["proxy_listeners"] = listeners(&self.proxy_listen).into();
         v["admin_listeners"] = listeners(&self.admin_listen).into();

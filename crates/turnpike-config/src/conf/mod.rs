@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::kong_properties::KONG_PROPERTIES;
 
+mod cluster;
 mod dns;
 mod file;
 mod gzip;
@@ -19,6 +20,7 @@ mod tls;
 mod values;
 
 use dns::dns_conf;
+pub use cluster::{ClusterConf, ClusterMtls, Role};
 pub use dns::*;
 pub use file::*;
 use file::{canonical, DEFAULTS};
@@ -256,6 +258,8 @@ pub struct Conf {
     pub tls: TlsConf,
     /// Response compression (`nginx_proxy_gzip`); `None`: off.
     pub gzip: Option<GzipConf>,
+    /// Hybrid mode: the node's role and its clustering properties.
+    pub cluster: ClusterConf,
     /// Where each value came from, for `GET /` and for start-up logging.
     pub sources: BTreeMap<String, String>,
 }
@@ -832,6 +836,12 @@ impl Conf {
         let dns = dns_conf(&|name: &str| get(name).to_string())?;
         let tls = tls::tls_conf(&|name: &str| get(name).to_string(), warnings)?;
         let gzip = gzip::gzip_conf(&|name: &str| get(name).to_string())?;
+        let cluster = cluster::cluster_conf(
+            &|name: &str| get(name).to_string(),
+            database,
+            &proxy_listen,
+            &admin_listen,
+        )?;
         let sources = values
             .iter()
             .map(|(k, (_, s))| (k.clone(), s.clone()))
@@ -884,6 +894,7 @@ impl Conf {
             ssl_cert_key,
             tls,
             gzip,
+            cluster,
             headers,
             headers_upstream_request_id,
             trusted_ips,
