@@ -2,6 +2,7 @@
 //! ([`entities`]), `GET /tags/{tag}`, schemas, and `GET`/`POST /config` in DB-less mode.
 
 mod cache;
+mod clustering;
 mod entities;
 mod forms;
 mod gui;
@@ -63,6 +64,9 @@ pub struct Admin {
     /// Hands the calling thread's freed memory back to the system (the allocator's collect):
     /// a config load frees as much as the config it parsed.
     pub release_memory: fn(),
+    /// Hybrid mode: the control plane's records of its data planes, or the data plane's
+    /// connection to its control plane.
+    pub cluster: turnpike_cluster::Node,
 }
 
 /// Up to this size a `POST /config` body is echoed back as Kong echoes it (the entities);
@@ -311,12 +315,8 @@ impl Admin {
                     self.plugins.available().into_iter().map(|p| p.0).collect();
                 return json_response(StatusCode::OK, &json!({ "enabled_plugins": names }));
             }
-            // Hybrid mode is not ours: a traditional node answers as Kong's does.
             (Method::GET, "/clustering/status" | "/clustering/data-planes") => {
-                return message(
-                    StatusCode::BAD_REQUEST,
-                    "this endpoint is only available when Kong is configured to run as Control Plane for the cluster",
-                )
+                return clustering::endpoint(&self.cluster, &path, &query)
             }
             (Method::GET, "/endpoints") => return self.endpoints(),
             (Method::GET, "/timers") => return self.timers(),
@@ -328,8 +328,16 @@ impl Admin {
             }
             (
                 _,
-                "" | "/status" | "/metrics" | "/config" | "/plugins/enabled" | "/endpoints"
-                | "/timers" | "/tags" | "/cache" | "/clustering/status"
+                ""
+                | "/status"
+                | "/metrics"
+                | "/config"
+                | "/plugins/enabled"
+                | "/endpoints"
+                | "/timers"
+                | "/tags"
+                | "/cache"
+                | "/clustering/status"
                 | "/clustering/data-planes",
             ) => return message(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed"),
             _ => {}
@@ -655,6 +663,14 @@ impl Admin {
                 // Reloads patched into the running config (what they left alone shared).
                 "config_reloads_patched": self.gateway.reloads_patched.load(std::sync::atomic::Ordering::Relaxed),
         });
+        match &self.cluster {
+            // A data plane: its control plane connection (Turnpike's own field).
+            turnpike_cluster::Node::DataPlane(dp) => body["control_plane"] = dp.status_json(),
+            turnpike_cluster::Node::ControlPlane(cp) => {
+                body["data_planes_connected"] = json!(cp.connected());
+            }
+            turnpike_cluster::Node::Traditional => {}
+        }
         if !database.is_null() {
             body["database"] = database;
             body["config_version"] = json!(self.sync.as_ref().map(|s| s.applied_version()));
@@ -677,6 +693,14 @@ impl Admin {
     }
 
     async fn post_config(&self, req: Request<Incoming>, query: &str) -> Resp {
+        // A data plane's config is its control plane's: a local one would be replaced at the
+        // next push, and would differ from what the control plane records meanwhile.
+        if matches!(self.cluster, turnpike_cluster::Node::DataPlane(_)) {
+            return message(
+                StatusCode::BAD_REQUEST,
+                "this endpoint is not available when Kong is configured to run as Data Plane: its configuration comes from the Control Plane",
+            );
+        }
         if self.store.is_some() {
             return message(
                 StatusCode::BAD_REQUEST,

@@ -174,7 +174,10 @@ mod tests {
         assert!(check_kong_version("3.9.1", "3.5.0").unwrap().is_some());
         assert_eq!(
             check_kong_version("3.9.1", "3.10.0"),
-            Err("data plane version 3.10.0 is incompatible with older control plane version 3.9.1".into())
+            Err(
+                "data plane version 3.10.0 is incompatible with older control plane version 3.9.1"
+                    .into()
+            )
         );
         assert_eq!(
             check_kong_version("3.9.1", "2.8.0"),

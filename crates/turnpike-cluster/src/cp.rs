@@ -73,6 +73,17 @@ pub struct ControlPlane {
     version: String,
     current: watch::Sender<Option<Arc<Reconfigure>>>,
     records: Mutex<BTreeMap<String, DataPlaneRecord>>,
+    /// Data planes connected now.
+    connected: std::sync::atomic::AtomicUsize,
+}
+
+/// Counts a connection for as long as it lives.
+struct Connected<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Connected<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl ControlPlane {
@@ -87,7 +98,13 @@ impl ControlPlane {
             version: version.to_string(),
             current: watch::channel(None).0,
             records: Mutex::new(BTreeMap::new()),
+            connected: Default::default(),
         })
+    }
+
+    /// How many data planes are connected now.
+    pub fn connected(&self) -> usize {
+        self.connected.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The data planes seen within `cluster_data_plane_purge_delay`, by id.
@@ -101,7 +118,10 @@ impl ControlPlane {
 
     /// The hash of the config now sent to data planes (`None` before the first export).
     pub fn config_hash(&self) -> Option<String> {
-        self.current.borrow().as_ref().map(|r| r.hashes.config.clone())
+        self.current
+            .borrow()
+            .as_ref()
+            .map(|r| r.hashes.config.clone())
     }
 
     fn record(&self, r: &DataPlaneRecord) {
@@ -209,6 +229,8 @@ impl ControlPlane {
         .map_err(|e| e.to_string())?
     }
 
+    // The handshake callback's error type is tungstenite's (an HTTP response).
+    #[allow(clippy::result_large_err)]
     async fn serve(
         self: Arc<Self>,
         tcp: tokio::net::TcpStream,
@@ -292,10 +314,7 @@ impl ControlPlane {
         let first = tokio::time::timeout(TIMEOUT, ws.next()).await;
         let info = match first {
             Ok(Some(Ok(Message::Binary(data)))) => payload::read_basic_info(&data),
-            Ok(Some(Ok(m))) => Err(format!(
-                "invalid basic info frame type: {}",
-                frame_type(&m)
-            )),
+            Ok(Some(Ok(m))) => Err(format!("invalid basic info frame type: {}", frame_type(&m))),
             Ok(Some(Err(e))) => Err(format!("failed to receive websocket basic info frame: {e}")),
             Ok(None) => Err("failed to receive websocket basic info frame: closed".into()),
             Err(_) => Err("failed to receive websocket basic info frame: timeout".into()),
@@ -342,6 +361,9 @@ impl ControlPlane {
         }
         tracing::info!("[clustering] data plane connected{suffix}");
         self.record(&rec);
+        self.connected
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let _connected = Connected(&self.connected);
 
         let mut configs = self.current.subscribe();
         configs.mark_changed();

@@ -129,10 +129,14 @@ impl DataPlane {
         }
         let hash = msg.hash()?;
         if self.status().applied_hash.as_deref() == Some(hash.as_str()) {
-            tracing::debug!("[clustering] same config received from control plane, no need to reload");
+            tracing::debug!(
+                "[clustering] same config received from control plane, no need to reload"
+            );
             return Ok(false);
         }
-        let table = msg.config_table.ok_or("the message holds no config_table")?;
+        let table = msg
+            .config_table
+            .ok_or("the message holds no config_table")?;
         self.applier.apply(table.get(), &hash)?;
         {
             let mut s = self.status();
@@ -236,7 +240,10 @@ impl DataPlane {
             s.since = now_secs();
             s.last_error = None;
         }
-        tracing::info!("[clustering] connected to control plane {}", self.conf.control_plane);
+        tracing::info!(
+            "[clustering] connected to control plane {}",
+            self.conf.control_plane
+        );
         let mut ping_at = tokio::time::Instant::now();
         let mut last_seen = tokio::time::Instant::now();
         loop {
@@ -300,7 +307,11 @@ impl DataPlane {
     /// `cluster_use_proxy` is on.
     async fn connect_tcp(&self) -> Result<tokio::net::TcpStream, String> {
         let target = &self.conf.control_plane;
-        let Some(proxy) = self.conf.use_proxy.then_some(()).and(self.conf.proxy_server.as_ref())
+        let Some(proxy) = self
+            .conf
+            .use_proxy
+            .then_some(())
+            .and(self.conf.proxy_server.as_ref())
         else {
             return tokio::net::TcpStream::connect(target.as_str())
                 .await
@@ -334,7 +345,10 @@ impl DataPlane {
         let status_line = status_line.lines().next().unwrap_or("");
         let code = status_line.split_whitespace().nth(1).unwrap_or("");
         if !code.starts_with('2') {
-            return Err(format!("proxy {} refused the tunnel: {status_line}", p.addr));
+            return Err(format!(
+                "proxy {} refused the tunnel: {status_line}",
+                p.addr
+            ));
         }
         Ok(tcp)
     }
@@ -348,15 +362,19 @@ struct Proxy {
 
 impl Proxy {
     fn parse(url: &str) -> Result<Proxy, String> {
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| format!("proxy_server {url}: only http:// proxies are supported for the cluster connection"))?;
+        let rest = url.strip_prefix("http://").ok_or_else(|| {
+            format!(
+                "proxy_server {url}: only http:// proxies are supported for the cluster connection"
+            )
+        })?;
         let rest = rest.split('/').next().unwrap_or(rest);
         let (userinfo, hostport) = match rest.rsplit_once('@') {
             Some((u, h)) => (Some(u), h),
             None => (None, rest),
         };
-        let addr = if hostport.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+        let addr = if hostport
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
             && !hostport.ends_with(']')
         {
             hostport.to_string()

@@ -226,7 +226,10 @@ mod tests {
         assert_eq!(h.routes, "99914b932bd37a50b983c5e7c90ae93b");
         assert_eq!(h.services, "99914b932bd37a50b983c5e7c90ae93b");
         assert_eq!(h.plugins, "99914b932bd37a50b983c5e7c90ae93b");
-        assert_eq!((h.upstreams.as_str(), h.targets.as_str()), (EMPTY_HASH, EMPTY_HASH));
+        assert_eq!(
+            (h.upstreams.as_str(), h.targets.as_str()),
+            (EMPTY_HASH, EMPTY_HASH)
+        );
 
         let h = config_hash(&json!({"upstreams": [], "targets": []})).unwrap();
         assert_eq!(h.config, "4d60dd9998ea4314039da5ca2f1db96f");

@@ -26,3 +26,12 @@ pub(crate) fn now_secs() -> i64 {
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0)
 }
+
+/// What a node is in the cluster, with the side of the protocol it runs.
+#[derive(Clone, Default)]
+pub enum Node {
+    #[default]
+    Traditional,
+    ControlPlane(std::sync::Arc<cp::ControlPlane>),
+    DataPlane(std::sync::Arc<dp::DataPlane>),
+}

@@ -34,7 +34,10 @@ pub fn export_config(mut store_export: Value) -> (Value, BTreeSet<String>) {
     }
     if let Some(Value::Array(routes)) = top.get_mut("routes") {
         routes.retain(|r| {
-            let service = r.get("service").and_then(|s| s.get("id")).and_then(Value::as_str);
+            let service = r
+                .get("service")
+                .and_then(|s| s.get("id"))
+                .and_then(Value::as_str);
             if service.is_some_and(|s| disabled.contains(s)) {
                 disabled.extend(id_of(r));
                 return false;
@@ -205,9 +208,8 @@ pub struct BasicInfo {
 }
 
 pub fn read_basic_info(data: &[u8]) -> Result<BasicInfo, String> {
-    let v: Value = serde_json::from_slice(data).map_err(|e| {
-        format!("failed to decode websocket basic info data: {e}")
-    })?;
+    let v: Value = serde_json::from_slice(data)
+        .map_err(|e| format!("failed to decode websocket basic info data: {e}"))?;
     let Value::Object(mut m) = v else {
         return Err("failed to decode websocket basic info data".into());
     };
@@ -257,8 +259,14 @@ mod tests {
         });
         let (out, configured) = export_config(export);
         assert_eq!(out["_transform"], json!(false));
-        assert_eq!(out["services"], json!([{"id": "s1", "name": "on", "enabled": true}]));
-        assert_eq!(out["routes"], json!([{"id": "r1", "service": "s1", "paths": ["/a"]}]));
+        assert_eq!(
+            out["services"],
+            json!([{"id": "s1", "name": "on", "enabled": true}])
+        );
+        assert_eq!(
+            out["routes"],
+            json!([{"id": "r1", "service": "s1", "paths": ["/a"]}])
+        );
         assert_eq!(
             out["plugins"],
             json!([{"id": "p1", "name": "key-auth", "route": "r1", "service": null, "enabled": true, "config": {"key_names": ["apikey"]}}])
@@ -299,7 +307,12 @@ mod tests {
         ];
         let bytes = basic_info(&plugins, json!({}), &[("region".into(), "eu".into())]);
         let v: Value = serde_json::from_slice(&bytes).unwrap();
-        let names: Vec<&str> = v["plugins"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+        let names: Vec<&str> = v["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
         assert_eq!(names, ["ACL", "acme", "rate-limiting"]);
         assert_eq!(v["labels"], json!({"region": "eu"}));
         let info = read_basic_info(&bytes).unwrap();

@@ -34,10 +34,8 @@ pub struct Identity {
 
 impl Identity {
     pub fn from_conf(conf: &ClusterConf) -> Result<Identity, String> {
-        let chain =
-            pem::certificates(&conf.cert).map_err(|e| format!("cluster_cert: {e}"))?;
-        let key =
-            pem::private_key(&conf.cert_key).map_err(|e| format!("cluster_cert_key: {e}"))?;
+        let chain = pem::certificates(&conf.cert).map_err(|e| format!("cluster_cert: {e}"))?;
+        let key = pem::private_key(&conf.cert_key).map_err(|e| format!("cluster_cert_key: {e}"))?;
         Ok(Identity { chain, key })
     }
 
@@ -69,7 +67,10 @@ pub fn server_config(conf: &ClusterConf) -> Result<Arc<rustls::ServerConfig>, St
     let verifier: Arc<dyn ClientCertVerifier> = match conf.mtls {
         ClusterMtls::Shared => Arc::new(AnyClientCert(provider.clone())),
         ClusterMtls::Pki => {
-            let ca = conf.ca_cert.as_deref().ok_or("cluster_ca_cert is not set")?;
+            let ca = conf
+                .ca_cert
+                .as_deref()
+                .ok_or("cluster_ca_cert is not set")?;
             rustls::server::WebPkiClientVerifier::builder_with_provider(
                 Arc::new(roots(ca)?),
                 provider.clone(),
@@ -108,18 +109,22 @@ pub fn client_config(
             SHARED_SERVER_NAME.to_string(),
         ),
         ClusterMtls::Pki => {
-            let ca = conf.ca_cert.as_deref().ok_or("cluster_ca_cert is not set")?;
-            let name = conf.server_name.clone().unwrap_or_else(|| {
-                host_of(&conf.control_plane).to_string()
-            });
+            let ca = conf
+                .ca_cert
+                .as_deref()
+                .ok_or("cluster_ca_cert is not set")?;
+            let name = conf
+                .server_name
+                .clone()
+                .unwrap_or_else(|| host_of(&conf.control_plane).to_string());
             (builder.with_root_certificates(roots(ca)?), name)
         }
     };
     let cfg = builder
         .with_client_auth_cert(id.chain, id.key)
         .map_err(|e| format!("cluster_cert: {e}"))?;
-    let name = ServerName::try_from(name.clone())
-        .map_err(|_| format!("'{name}' is not a server name"))?;
+    let name =
+        ServerName::try_from(name.clone()).map_err(|_| format!("'{name}' is not a server name"))?;
     Ok((Arc::new(cfg), name))
 }
 
@@ -228,7 +233,12 @@ impl ClientCertVerifier for AnyClientCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -237,7 +247,12 @@ impl ClientCertVerifier for AnyClientCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {

@@ -2,6 +2,7 @@
 
 mod db;
 mod doctor;
+mod hybrid;
 mod start;
 
 use start::start;
@@ -14,7 +15,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use tokio::sync::watch;
 use turnpike_admin::Admin;
-use turnpike_config::conf::Database;
+use turnpike_config::conf::{Database, Role};
 use turnpike_config::declarative;
 use turnpike_config::Conf;
 

@@ -86,6 +86,21 @@ pub(super) fn start(conf_path: Option<&Path>) -> Result<(), String> {
         gateway.apply_compiled(parse_file(path, plugins.as_ref(), &gateway.upstreams)?);
         tracing::info!("loaded declarative config {}", path.display());
     }
+    // A control plane whose certificate cannot serve does not start.
+    if conf.cluster.role == Role::ControlPlane {
+        turnpike_cluster::tls::server_config(&conf.cluster)?;
+    }
+    // A data plane serves the config kept from its control plane before it connects.
+    let data_plane = match conf.cluster.role {
+        Role::DataPlane => Some(hybrid::data_plane(
+            &conf,
+            &plugins,
+            &gateway,
+            node_id(&conf.prefix),
+            hostname(),
+        )?),
+        _ => None,
+    };
 
     let mut bind_warnings = Vec::new();
     let mut proxy = server::bind(
@@ -109,6 +124,12 @@ pub(super) fn start(conf_path: Option<&Path>) -> Result<(), String> {
         .map_err(|e| format!("cannot bind status_listen: {e}"))?;
     let debug_listeners = server::bind(&conf.debug_listen, 1, &mut bind_warnings)
         .map_err(|e| format!("cannot bind debug_listen: {e}"))?;
+    let cluster_listeners = if conf.cluster.role == Role::ControlPlane {
+        server::bind(&conf.cluster.listen, 1, &mut bind_warnings)
+            .map_err(|e| format!("cannot bind cluster_listen: {e}"))?
+    } else {
+        Vec::new()
+    };
     // Kong Manager is served only when the operator names a build of it.
     let gui_listeners = match &conf.admin_gui_dir {
         Some(dir) => {
@@ -147,6 +168,9 @@ pub(super) fn start(conf_path: Option<&Path>) -> Result<(), String> {
     for l in &gui_listeners {
         tracing::info!("Kong Manager listening on {}", l.spec.addr);
     }
+    for l in &cluster_listeners {
+        tracing::info!("cluster listener (control plane) on {}", l.spec.addr);
+    }
     for l in &debug_listeners {
         tracing::warn!(
             "debug listener (CPU profiles) on {}: keep it private",
@@ -173,7 +197,27 @@ pub(super) fn start(conf_path: Option<&Path>) -> Result<(), String> {
         shutdown_rx.clone(),
         release_memory,
     );
+    // Hybrid mode's side of this node, on a thread of its own at the control plane's priority
+    // is started below; the control plane's records and the data plane's state are the
+    // Admin API's to show.
+    let control_plane = match (&conf.cluster.role, &store, &sync) {
+        (Role::ControlPlane, Some(store), Some(sync)) => {
+            Some(turnpike_cluster::cp::ControlPlane::new(
+                conf.cluster.clone(),
+                hybrid::plugin_versions(&plugins),
+                turnpike_plugins::KONG_VERSION,
+            ))
+            .map(|cp| (cp, store.clone(), sync.clone()))
+        }
+        _ => None,
+    };
+    let cluster = match (&control_plane, &data_plane) {
+        (Some((cp, _, _)), _) => turnpike_cluster::Node::ControlPlane(cp.clone()),
+        (_, Some(dp)) => turnpike_cluster::Node::DataPlane(dp.clone()),
+        _ => turnpike_cluster::Node::Traditional,
+    };
     let admin = Arc::new(Admin {
+        cluster,
         config_loading: Default::default(),
         release_memory: release_memory_now,
         gateway: gateway.clone(),
@@ -209,6 +253,19 @@ pub(super) fn start(conf_path: Option<&Path>) -> Result<(), String> {
     if let Some(store) = &admin.store {
         let renewed = rt.block_on(store.renew_idle_connections());
         tracing::debug!("store: {renewed} connections renewed at the control plane's priority");
+    }
+    let mut cluster_thread = None;
+    if let Some((cp, store, sync)) = control_plane {
+        cluster_thread = Some(hybrid::start_control_plane(
+            cp,
+            store,
+            sync,
+            cluster_listeners,
+            &shutdown_rx,
+        )?);
+    }
+    if let Some(dp) = data_plane {
+        cluster_thread = Some(hybrid::run_data_plane(dp, &shutdown_rx)?);
     }
 
     rt.block_on(async {
@@ -256,7 +313,7 @@ pub(super) fn start(conf_path: Option<&Path>) -> Result<(), String> {
     // Workers stop accepting, finish their connections, then exit; bounded like Kong's
     // nginx_main_worker_shutdown_timeout.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    for w in workers.into_iter().chain(status) {
+    for w in workers.into_iter().chain(status).chain(cluster_thread) {
         while !w.is_finished() && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }

@@ -195,7 +195,8 @@ pub(super) fn cluster_conf(
                     Err(e) => errors.push(format!("cluster_cert_key: {e}")),
                 }
             }
-            _ => errors.push("cluster certificate and key must be provided to use Hybrid mode".into()),
+            _ => errors
+                .push("cluster certificate and key must be provided to use Hybrid mode".into()),
         }
         if let Some(ca) = opt("cluster_ca_cert") {
             match pem_value(&ca) {
@@ -222,15 +223,16 @@ pub(super) fn cluster_conf(
                     .push("cluster_listen must be specified when role = \"control_plane\"".into());
             }
             if database == Database::Off {
-                errors.push(
-                    "in-memory storage can not be used when role = \"control_plane\"".into(),
-                );
+                errors
+                    .push("in-memory storage can not be used when role = \"control_plane\"".into());
             }
             if use_proxy {
-                errors.push("cluster_use_proxy can not be used when role = \"control_plane\"".into());
+                errors
+                    .push("cluster_use_proxy can not be used when role = \"control_plane\"".into());
             }
             if !raw_labels.is_empty() {
-                errors.push("cluster_dp_labels can not be used when role = \"control_plane\"".into());
+                errors
+                    .push("cluster_dp_labels can not be used when role = \"control_plane\"".into());
             }
         }
         Role::DataPlane => {
@@ -244,14 +246,14 @@ pub(super) fn cluster_conf(
                 );
             }
             if use_proxy && proxy_server.is_none() {
-                errors.push("cluster_use_proxy is turned on but no proxy_server is configured".into());
+                errors.push(
+                    "cluster_use_proxy is turned on but no proxy_server is configured".into(),
+                );
             }
         }
         Role::Traditional => {
             if !raw_labels.is_empty() {
-                errors.push(
-                    "cluster_dp_labels can only be used when role = \"data_plane\"".into(),
-                );
+                errors.push("cluster_dp_labels can only be used when role = \"data_plane\"".into());
             }
         }
     }
@@ -271,7 +273,9 @@ pub(super) fn cluster_conf(
                 }
             }
             Some(("http" | "https", _)) => errors.push("proxy_server missing host".into()),
-            Some((scheme, _)) => errors.push(format!("proxy_server only supports \"http\" and \"https\", got {scheme}")),
+            Some((scheme, _)) => errors.push(format!(
+                "proxy_server only supports \"http\" and \"https\", got {scheme}"
+            )),
             None => errors.push("proxy_server must be a URL (http://host:port)".into()),
         }
     }
@@ -341,33 +345,73 @@ mod tests {
     #[test]
     fn kongs_cross_checks_and_messages() {
         let e = read(&[("role", "control_plane")], Database::Off).unwrap_err();
-        assert!(e.contains("cluster certificate and key must be provided to use Hybrid mode"), "{e}");
-        assert!(e.contains("in-memory storage can not be used when role = \"control_plane\""), "{e}");
+        assert!(
+            e.contains("cluster certificate and key must be provided to use Hybrid mode"),
+            "{e}"
+        );
+        assert!(
+            e.contains("in-memory storage can not be used when role = \"control_plane\""),
+            "{e}"
+        );
         let e = read(&[("role", "data_plane")], Database::Postgres).unwrap_err();
         assert!(e.contains("only in-memory storage can be used when role = \"data_plane\"\nHint: set database = off in your kong.conf"), "{e}");
         let e = read(&[("cluster_dp_labels", "a:b")], Database::Sqlite).unwrap_err();
-        assert!(e.contains("cluster_dp_labels can only be used when role = \"data_plane\""), "{e}");
+        assert!(
+            e.contains("cluster_dp_labels can only be used when role = \"data_plane\""),
+            "{e}"
+        );
         let e = read(&[("cluster_max_payload", "1000")], Database::Sqlite).unwrap_err();
-        assert!(e.contains("cluster_max_payload must be 4194304 (4MB) or greater"), "{e}");
-        let e = read(&[("cluster_data_plane_purge_delay", "59")], Database::Sqlite).unwrap_err();
-        assert!(e.contains("cluster_data_plane_purge_delay must be 60 or greater"), "{e}");
+        assert!(
+            e.contains("cluster_max_payload must be 4194304 (4MB) or greater"),
+            "{e}"
+        );
+        let e = read(
+            &[("cluster_data_plane_purge_delay", "59")],
+            Database::Sqlite,
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("cluster_data_plane_purge_delay must be 60 or greater"),
+            "{e}"
+        );
         let e = read(&[("role", "edge")], Database::Sqlite).unwrap_err();
         assert!(e.contains("role"), "{e}");
         let (cert, key) = pem_pair();
         let e = read(
-            &[("role", "control_plane"), ("cluster_mtls", "pki"), ("cluster_cert", &cert), ("cluster_cert_key", &key)],
+            &[
+                ("role", "control_plane"),
+                ("cluster_mtls", "pki"),
+                ("cluster_cert", &cert),
+                ("cluster_cert_key", &key),
+            ],
             Database::Sqlite,
         )
         .unwrap_err();
-        assert_eq!(e, "cluster_ca_cert must be specified when cluster_mtls = \"pki\"");
+        assert_eq!(
+            e,
+            "cluster_ca_cert must be specified when cluster_mtls = \"pki\""
+        );
         let e = read(
-            &[("role", "data_plane"), ("database", "off"), ("cluster_use_proxy", "on"), ("cluster_cert", &cert), ("cluster_cert_key", &key)],
+            &[
+                ("role", "data_plane"),
+                ("database", "off"),
+                ("cluster_use_proxy", "on"),
+                ("cluster_cert", &cert),
+                ("cluster_cert_key", &key),
+            ],
             Database::Off,
         )
         .unwrap_err();
-        assert_eq!(e, "cluster_use_proxy is turned on but no proxy_server is configured");
+        assert_eq!(
+            e,
+            "cluster_use_proxy is turned on but no proxy_server is configured"
+        );
         let e = read(
-            &[("role", "control_plane"), ("cluster_cert", "garbage"), ("cluster_cert_key", &key)],
+            &[
+                ("role", "control_plane"),
+                ("cluster_cert", "garbage"),
+                ("cluster_cert_key", &key),
+            ],
             Database::Sqlite,
         )
         .unwrap_err();
@@ -384,12 +428,26 @@ mod tests {
         std::fs::write(&path, &cert).unwrap();
         let b64 = base64::engine::general_purpose::STANDARD.encode(key.as_bytes());
         let c = read(
-            &[("role", "data_plane"), ("cluster_cert", path.to_str().unwrap()), ("cluster_cert_key", &b64), ("cluster_dp_labels", "deployment:mycloud,region:us-east-1")],
+            &[
+                ("role", "data_plane"),
+                ("cluster_cert", path.to_str().unwrap()),
+                ("cluster_cert_key", &b64),
+                ("cluster_dp_labels", "deployment:mycloud,region:us-east-1"),
+            ],
             Database::Off,
         )
         .unwrap();
-        assert_eq!((c.cert.as_str(), c.cert_key.as_str()), (cert.as_str(), key.as_str()));
-        assert_eq!(c.dp_labels, vec![("deployment".into(), "mycloud".into()), ("region".into(), "us-east-1".into())]);
+        assert_eq!(
+            (c.cert.as_str(), c.cert_key.as_str()),
+            (cert.as_str(), key.as_str())
+        );
+        assert_eq!(
+            c.dp_labels,
+            vec![
+                ("deployment".into(), "mycloud".into()),
+                ("region".into(), "us-east-1".into())
+            ]
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -405,6 +463,9 @@ mod tests {
             "label value validation failed:  must have between 1 and 63 characters"
         );
         let many: Vec<String> = (0..11).map(|i| format!("k{i}:v")).collect();
-        assert_eq!(labels(&many).unwrap_err(), "labels validation failed: count exceeded 10 max elements");
+        assert_eq!(
+            labels(&many).unwrap_err(),
+            "labels validation failed: count exceeded 10 max elements"
+        );
     }
 }

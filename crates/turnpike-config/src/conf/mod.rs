@@ -19,8 +19,8 @@ mod json;
 mod tls;
 mod values;
 
-use dns::dns_conf;
 pub use cluster::{ClusterConf, ClusterMtls, Role};
+use dns::dns_conf;
 pub use dns::*;
 pub use file::*;
 use file::{canonical, DEFAULTS};

@@ -22,6 +22,7 @@ mod faults;
 mod gokong;
 mod grpc;
 mod health;
+mod hybrid;
 mod idle_connections;
 mod kong_manager;
 mod lifecycle;

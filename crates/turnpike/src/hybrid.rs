@@ -1,0 +1,160 @@
+//! Hybrid mode in the node: the control plane's config source (the store, on a pool of its
+//! own, moved by the config sync), the data plane's applier (the declarative loader and the
+//! gateway's compile, as a file's reload), and the threads each side runs on.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use super::*;
+use turnpike_cluster::{cp, dp};
+use turnpike_config::PluginRegistry;
+
+/// The control plane's config: exported from the store whenever the sync moves.
+struct StoreSource {
+    store: turnpike_store::Store,
+    sync: Arc<turnpike_store::sync::ConfigSync>,
+}
+
+impl cp::ConfigSource for StoreSource {
+    fn export(
+        &self,
+    ) -> Pin<Box<dyn Future<Output = Result<serde_json::Value, String>> + Send + '_>> {
+        Box::pin(async move {
+            self.store
+                .export()
+                .await
+                .map(|(_, v)| v)
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn version(&self) -> i64 {
+        self.sync.applied_version()
+    }
+}
+
+/// The plugins this node runs, with their versions, as the cluster protocol lists them.
+pub(super) fn plugin_versions(plugins: &turnpike_plugins::Registry) -> Vec<(String, String)> {
+    plugins
+        .available()
+        .into_iter()
+        .map(|(name, version, _)| (name, version))
+        .collect()
+}
+
+/// Starts the control plane on a thread of its own (with its own runtime and store pool),
+/// serving `listeners` until `shutdown`.
+pub(super) fn start_control_plane(
+    cp: Arc<cp::ControlPlane>,
+    store: Arc<turnpike_store::Store>,
+    sync: Arc<turnpike_store::sync::ConfigSync>,
+    listeners: Vec<server::BoundListener>,
+    shutdown: &watch::Receiver<bool>,
+) -> Result<std::thread::JoinHandle<()>, String> {
+    let sockets: Vec<std::net::TcpListener> =
+        listeners.into_iter().flat_map(|l| l.sockets).collect();
+    let (node, shutdown) = (cp, shutdown.clone());
+    let thread = std::thread::Builder::new()
+        .name("cluster".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => return tracing::error!("cluster: cannot start: {e}"),
+            };
+            rt.block_on(async move {
+                // The store's connections live on the runtime that opens them: this thread
+                // reads the store on a pool of its own.
+                let store = match store.with_own_pool("turnpike-cluster") {
+                    Ok(s) => s,
+                    Err(e) => return tracing::error!("cluster: no store pool of its own: {e}"),
+                };
+                let source = Arc::new(StoreSource { store, sync });
+                if let Err(e) = node.run(source, sockets, shutdown).await {
+                    tracing::error!("cluster: {e}");
+                }
+            });
+        })
+        .map_err(|e| format!("cannot start the cluster thread: {e}"))?;
+    Ok(thread)
+}
+
+/// A data plane's configs go where a declarative file's go: read against the running config,
+/// compiled, and swapped in whole or not at all.
+struct GatewayApplier {
+    gateway: Arc<Gateway>,
+    plugins: Arc<turnpike_plugins::Registry>,
+}
+
+impl dp::Applier for GatewayApplier {
+    fn apply(&self, config_text: &str, hash: &str) -> Result<(), String> {
+        let running = self.gateway.snapshot.load_full();
+        let read = declarative::load_str_against(
+            config_text,
+            self.plugins.as_ref(),
+            Some(&running.config),
+        );
+        drop(running);
+        let mut cfg = read.map_err(|e| e.lines().join("; "))?;
+        cfg.hash = hash.to_string();
+        self.gateway.apply_whole(cfg)
+    }
+}
+
+/// The data plane: made now, so that the config kept from its last run is applied before
+/// traffic; connected by [`run_data_plane`].
+pub(super) fn data_plane(
+    conf: &Conf,
+    plugins: &Arc<turnpike_plugins::Registry>,
+    gateway: &Arc<Gateway>,
+    node_id: String,
+    hostname: String,
+) -> Result<Arc<dp::DataPlane>, String> {
+    turnpike_cluster::tls::client_config(&conf.cluster)?;
+    let node = dp::NodeInfo {
+        node_id,
+        hostname,
+        version: turnpike_plugins::KONG_VERSION.to_string(),
+        plugins: plugin_versions(plugins),
+        process_conf: conf.to_json(),
+    };
+    let applier = Arc::new(GatewayApplier {
+        gateway: gateway.clone(),
+        plugins: plugins.clone(),
+    });
+    let dp = dp::DataPlane::new(conf.cluster.clone(), node, applier, &conf.prefix);
+    match dp.load_cache() {
+        Ok(true) => tracing::info!(
+            "[clustering] serving the config kept from the control plane ({})",
+            dp.applied_hash()
+        ),
+        Ok(false) => tracing::info!(
+            "[clustering] no config kept yet: waiting for the control plane at {}",
+            conf.cluster.control_plane
+        ),
+        Err(e) => tracing::error!("[clustering] the config kept is not usable: {e}"),
+    }
+    Ok(dp)
+}
+
+/// Connects the data plane to its control plane on a thread of its own, until `shutdown`.
+pub(super) fn run_data_plane(
+    dp: Arc<dp::DataPlane>,
+    shutdown: &watch::Receiver<bool>,
+) -> Result<std::thread::JoinHandle<()>, String> {
+    let shutdown = shutdown.clone();
+    std::thread::Builder::new()
+        .name("cluster".into())
+        .spawn(move || {
+            match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt.block_on(dp.run(shutdown)),
+                Err(e) => tracing::error!("cluster: cannot start: {e}"),
+            }
+        })
+        .map_err(|e| format!("cannot start the cluster thread: {e}"))
+}
