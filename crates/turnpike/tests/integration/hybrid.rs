@@ -266,3 +266,205 @@ async fn a_control_plane_on_postgres_feeds_its_data_planes_and_they_outlive_it()
         );
     }
 }
+
+mod outlet {
+    //! `/v1/outlet` spoken by hand, as a Kong data plane speaks it, to see the control
+    //! plane's answers to good and bad peers.
+
+    use super::*;
+    use futures_util::StreamExt;
+    use std::io::Read;
+    use std::sync::Arc;
+    use tokio_tungstenite::tungstenite::{self, Message};
+
+    type Ws = tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
+
+    /// Connects with the certificate (`cert`, `key` PEMs) to `/v1/outlet?{query}`.
+    pub async fn connect(port: u16, cert: &str, key: &str, query: &str) -> Result<Ws, tungstenite::Error> {
+        let mut cfg = (*turnpike_proxy::tls::unverified_client_config()).clone();
+        let ck = turnpike_config::declarative::pem::certified_key(cert, key).unwrap();
+        cfg.client_auth_cert_resolver = Arc::new(rustls::sign::SingleCertAndKey::from(ck));
+        cfg.alpn_protocols.clear();
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("kong_clustering").unwrap();
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+            .connect(name, tcp)
+            .await
+            .map_err(tungstenite::Error::Io)?;
+        let uri = format!("wss://127.0.0.1:{port}/v1/outlet?{query}");
+        tokio_tungstenite::client_async(uri, tls).await.map(|(ws, _)| ws)
+    }
+
+    pub fn basic_info(plugins: &[(&str, &str)]) -> Message {
+        let list: Vec<serde_json::Value> = plugins
+            .iter()
+            .map(|(n, v)| json!({"name": n, "version": v}))
+            .collect();
+        Message::Binary(
+            json!({"type": "basic_info", "plugins": list, "process_conf": {}})
+                .to_string()
+                .into_bytes()
+                .into(),
+        )
+    }
+
+    /// The next frame within `secs` (`None`: none came, or the connection ended).
+    pub async fn next(ws: &mut Ws, secs: u64) -> Option<Message> {
+        match tokio::time::timeout(Duration::from_secs(secs), ws.next()).await {
+            Ok(Some(Ok(m))) => Some(m),
+            _ => None,
+        }
+    }
+
+    pub fn inflate(data: &[u8]) -> serde_json::Value {
+        let mut text = Vec::new();
+        flate2::read::GzDecoder::new(data).read_to_end(&mut text).unwrap();
+        serde_json::from_slice(&text).unwrap()
+    }
+
+    pub async fn record(cp: &Gateway, id: &str) -> serde_json::Value {
+        let r = cp.admin("GET", "/clustering/data-planes", None).await;
+        r.json()["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["id"] == id)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    pub const DP1: &str = "00000000-0000-4000-8000-0000000000d1";
+    pub const DP2: &str = "00000000-0000-4000-8000-0000000000d2";
+    pub const DP3: &str = "00000000-0000-4000-8000-0000000000d3";
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_outlet_answers_good_and_bad_data_planes_as_kongs_does() {
+    use futures_util::SinkExt;
+    use outlet::*;
+    use tokio_tungstenite::tungstenite::{self, Message};
+
+    let up = Upstream::start("outlet");
+    let pg = Postgres::start();
+    bootstrap(&pg);
+    let dir = tempfile::tempdir().unwrap();
+    let cert = shared_cert(dir.path());
+    let (cert_pem, key_pem) = (
+        std::fs::read_to_string(&cert.0).unwrap(),
+        std::fs::read_to_string(&cert.1).unwrap(),
+    );
+    let cport = free_port();
+    let cp = control_plane(&pg, cport, &cert);
+    cp.add_service_route(&up.url(), "/o").await;
+    let r = cp
+        .admin("POST", "/routes/r/plugins", Some(json!({"name": "key-auth"})))
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+
+    // No node_version (or no node_id): 400 before the upgrade.
+    for q in ["node_id=x&node_hostname=h", "node_hostname=h&node_version=3.9.1"] {
+        match connect(cport, &cert_pem, &key_pem, q).await {
+            Err(tungstenite::Error::Http(resp)) => assert_eq!(resp.status(), 400),
+            other => panic!("{q}: {:?}", other.map(|_| ())),
+        }
+    }
+    // Another certificate than the cluster's: closed without an answer (Kong's 444).
+    let (other_cert, other_key) = cert_for("kong_clustering");
+    let q = format!("node_id={DP1}&node_hostname=dp1&node_version=3.9.1");
+    match connect(cport, &other_cert, &other_key, &q).await {
+        Err(tungstenite::Error::Http(resp)) => panic!("answered {}", resp.status()),
+        Err(_) => {}
+        Ok(mut ws) => assert!(next(&mut ws, 5).await.is_none(), "a foreign certificate was served"),
+    }
+    assert!(cp.log_text().contains("does not match the shared data plane certificate"));
+
+    // A good data plane gets the config at once, in Kong's export shape, gzip-compressed.
+    let mut ws = connect(cport, &cert_pem, &key_pem, &q).await.unwrap();
+    ws.send(basic_info(&[("key-auth", "3.9.1"), ("acl", "3.9.0")])).await.unwrap();
+    let Some(Message::Binary(data)) = next(&mut ws, 10).await else {
+        panic!("no config:\n{}", cp.log_text())
+    };
+    let msg = inflate(&data);
+    assert_eq!(msg["type"], "reconfigure");
+    assert!(msg["timestamp"].as_f64().unwrap() > 1.7e9);
+    let hash = msg["config_hash"].as_str().unwrap().to_string();
+    assert_eq!(hash.len(), 32);
+    assert_eq!(msg["hashes"]["config"], hash.as_str());
+    for group in ["routes", "services", "plugins", "upstreams", "targets"] {
+        assert_eq!(msg["hashes"][group].as_str().unwrap().len(), 32, "{group}");
+    }
+    assert_eq!(msg["hashes"]["upstreams"], "00000000000000000000000000000000");
+    let table = &msg["config_table"];
+    assert_eq!(table["_format_version"], "3.0");
+    assert_eq!(table["_transform"], false);
+    let service_id = table["services"][0]["id"].as_str().unwrap();
+    assert_eq!(table["routes"][0]["service"], service_id, "{table}");
+    assert_eq!(table["plugins"][0]["name"], "key-auth");
+    assert!(table["plugins"][0]["route"].is_string(), "{table}");
+    // Pings carry the applied hash; each is answered and recorded.
+    ws.send(Message::Ping(hash.clone().into_bytes().into())).await.unwrap();
+    assert!(matches!(next(&mut ws, 5).await, Some(Message::Pong(_))));
+    assert!(
+        eventually(Duration::from_secs(5), async || record(&cp, DP1).await["config_hash"] == hash.as_str()).await
+    );
+    let rec = record(&cp, DP1).await;
+    assert_eq!((rec["sync_status"].as_str(), rec["hostname"].as_str()), (Some("normal"), Some("dp1")));
+
+    // A data plane without a plugin the config uses stays connected but gets no config.
+    let q2 = format!("node_id={DP2}&node_hostname=dp2&node_version=3.9.0");
+    let mut ws2 = connect(cport, &cert_pem, &key_pem, &q2).await.unwrap();
+    ws2.send(basic_info(&[("acl", "3.9.0")])).await.unwrap();
+    ws2.send(Message::Ping(b"00000000000000000000000000000000".to_vec().into())).await.unwrap();
+    assert!(matches!(next(&mut ws2, 5).await, Some(Message::Pong(_))), "no pong");
+    assert!(
+        eventually(Duration::from_secs(5), async || record(&cp, DP2).await["sync_status"] == "plugin_set_incompatible").await,
+        "{}",
+        record(&cp, DP2).await
+    );
+    assert!(cp.log_text().contains("configured key-auth plugin 3.9.1 is missing from data plane"));
+    // A change reaches the good one, never the other.
+    let r = cp.admin("PATCH", "/routes/r", Some(json!({"paths": ["/o2"]}))).await;
+    assert_eq!(r.status, 200);
+    let Some(Message::Binary(data)) = next(&mut ws, 10).await else { panic!("no update") };
+    assert_eq!(inflate(&data)["config_table"]["routes"][0]["paths"], json!(["/o2"]));
+    assert!(next(&mut ws2, 2).await.is_none());
+
+    // A newer minor version is refused: a close frame, and the record says why.
+    let q3 = format!("node_id={DP3}&node_hostname=dp3&node_version=3.10.0");
+    let mut ws3 = connect(cport, &cert_pem, &key_pem, &q3).await.unwrap();
+    ws3.send(basic_info(&[("key-auth", "3.10.0")])).await.unwrap();
+    assert!(matches!(next(&mut ws3, 5).await, Some(Message::Close(_)) | None));
+    assert_eq!(record(&cp, DP3).await["sync_status"], "kong_version_incompatible");
+
+    // Whatever is not a ping with a 32-character hash ends the connection: a text frame, a
+    // ping with another payload, a frame past cluster_max_payload; the control plane goes on.
+    for bad in [
+        Message::Text("hello".into()),
+        Message::Ping(b"short".to_vec().into()),
+        Message::Binary(vec![0u8; 5 << 20].into()),
+    ] {
+        let mut w = connect(cport, &cert_pem, &key_pem, &q).await.unwrap();
+        w.send(basic_info(&[("key-auth", "3.9.1")])).await.unwrap();
+        assert!(matches!(next(&mut w, 10).await, Some(Message::Binary(_))));
+        let _ = w.send(bad).await;
+        let ended = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                match next(&mut w, 5).await {
+                    None | Some(Message::Close(_)) => return,
+                    Some(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(ended.is_ok(), "the connection outlived a bad frame");
+    }
+    // basic_info that is not one: closed.
+    let mut w = connect(cport, &cert_pem, &key_pem, &q).await.unwrap();
+    w.send(Message::Binary(b"{\"type\":\"hello\"}".to_vec().into())).await.unwrap();
+    assert!(matches!(next(&mut w, 5).await, Some(Message::Close(_)) | None));
+    assert!(cp.log_text().contains("invalid basic info data type: hello"));
+    // Still serving.
+    ws.send(Message::Ping(hash.into_bytes().into())).await.unwrap();
+    assert!(matches!(next(&mut ws, 5).await, Some(Message::Pong(_))));
+    assert_eq!(cp.admin("GET", "/status", None).await.status, 200);
+}
