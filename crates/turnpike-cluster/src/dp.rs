@@ -60,9 +60,9 @@ pub struct DataPlane {
 }
 
 /// The largest config a message may inflate to: Kong has no bound; a gzip bomb must not take
-/// the node's memory. 64 times the largest message.
+/// the node's memory. 16 times the largest message (256 MiB at Kong's default).
 fn inflate_limit(conf: &ClusterConf) -> usize {
-    conf.max_payload.saturating_mul(64)
+    conf.max_payload.saturating_mul(16)
 }
 
 impl DataPlane {

@@ -313,6 +313,9 @@ fn load_inner(
         match key.as_str() {
             "_format_version" | "_transform" | "_comment" | "_ignore" => continue,
             "_workspace" | "_info" | "_konnect" | "_plugin_configs" => continue,
+            // A Kong control plane's export lists its workspaces (OSS: the default one):
+            // every entity here is the default workspace's.
+            "workspaces" => continue,
             // Extension keys (`x-defaults: &defaults ...`): anchors for YAML reuse, as decK
             // files write them; not entities.
             k if k.starts_with("x-") => continue,

@@ -122,7 +122,7 @@ impl<'de> Visitor<'de> for &mut Document<'_> {
                     ids::digest(&v)
                 }
                 "_comment" | "_ignore" | "_workspace" | "_info" | "_konnect"
-                | "_plugin_configs" => ids::digest(&map.next_value::<Value>()?),
+                | "_plugin_configs" | "workspaces" => ids::digest(&map.next_value::<Value>()?),
                 // Extension keys (`x-defaults: &defaults ...`, YAML anchors for reuse as decK
                 // files write them): not entities; digested as the whole-document path does.
                 extension if extension.starts_with("x-") => {

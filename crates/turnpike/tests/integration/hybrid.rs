@@ -278,6 +278,8 @@ mod outlet {
     use tokio_tungstenite::tungstenite::{self, Message};
 
     type Ws = tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
+    pub type ServerWs =
+        tokio_tungstenite::WebSocketStream<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>;
 
     /// Connects with the certificate (`cert`, `key` PEMs) to `/v1/outlet?{query}`.
     pub async fn connect(port: u16, cert: &str, key: &str, query: &str) -> Result<Ws, tungstenite::Error> {
@@ -467,4 +469,196 @@ async fn the_outlet_answers_good_and_bad_data_planes_as_kongs_does() {
     ws.send(Message::Ping(hash.into_bytes().into())).await.unwrap();
     assert!(matches!(next(&mut ws, 5).await, Some(Message::Pong(_))));
     assert_eq!(cp.admin("GET", "/status", None).await.status, 200);
+}
+
+/// A CA and two leaves it signs (`cp.cluster.test` and `dp.cluster.test`), for `pki` mode: the
+/// CA's PEM and each leaf's (cert, key) PEMs.
+fn pki() -> (String, (String, String), (String, String)) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "cluster CA");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let leaf = |name: &str| {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(vec![name.to_string()]).unwrap();
+        p.distinguished_name.push(rcgen::DnType::CommonName, name);
+        let c = p.signed_by(&key, &ca, &ca_key).unwrap();
+        (c.pem(), key.serialize_pem())
+    };
+    (ca.pem(), leaf("cp.cluster.test"), leaf("dp.cluster.test"))
+}
+
+/// A control plane written here from Kong 3.9's sources (`kong/clustering/control_plane.lua`),
+/// `pki` mode: takes one data plane, checks its request and `basic_info`, and hands the test
+/// its WebSocket.
+async fn kong_like_control_plane(
+    ca: &str,
+    cp_leaf: &(String, String),
+) -> (u16, tokio::sync::oneshot::Receiver<(String, serde_json::Value, outlet::ServerWs)>) {
+    use futures_util::StreamExt;
+    use std::sync::Arc;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in pem_certs(ca) {
+        roots.add(c).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+            .build()
+            .unwrap();
+    let cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(
+            pem_certs(&cp_leaf.0),
+            turnpike_config::declarative::pem::private_key(&cp_leaf.1).unwrap(),
+        )
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let tls = acceptor.accept(tcp).await.unwrap();
+        let mut uri = String::new();
+        let cb = |req: &tokio_tungstenite::tungstenite::handshake::server::Request,
+                  resp: tokio_tungstenite::tungstenite::handshake::server::Response| {
+            uri = req.uri().to_string();
+            Ok(resp)
+        };
+        let mut ws = tokio_tungstenite::accept_hdr_async(tls, cb).await.unwrap();
+        let Some(Ok(tokio_tungstenite::tungstenite::Message::Binary(info))) = ws.next().await
+        else {
+            panic!("no basic_info")
+        };
+        let info: serde_json::Value = serde_json::from_slice(&info).unwrap();
+        let _ = tx.send((uri, info, ws));
+    });
+    (port, rx)
+}
+
+/// The message a Kong control plane sends: `config_table` with its hash, gzip-compressed.
+fn reconfigure(table: &serde_json::Value, hash: &str) -> tokio_tungstenite::tungstenite::Message {
+    use std::io::Write;
+    let msg = json!({"type": "reconfigure", "timestamp": 1733600600.123, "config_table": table, "config_hash": hash,
+        "hashes": {"config": hash, "routes": hash, "services": hash, "plugins": hash, "upstreams": hash, "targets": hash}});
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    enc.write_all(msg.to_string().as_bytes()).unwrap();
+    tokio_tungstenite::tungstenite::Message::Binary(enc.finish().unwrap().into())
+}
+
+/// The next ping's payload within 10 s ("" when none came).
+async fn next_ping(ws: &mut outlet::ServerWs) -> String {
+    use futures_util::StreamExt;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match tokio::time::timeout_at(deadline, ws.next()).await {
+            Ok(Some(Ok(tokio_tungstenite::tungstenite::Message::Ping(p)))) => {
+                return String::from_utf8_lossy(&p).into_owned()
+            }
+            Ok(Some(Ok(_))) => continue,
+            _ => return String::new(),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_plane_takes_a_kong_control_planes_config_in_pki_mode() {
+    use futures_util::SinkExt;
+    let up = Upstream::start("from-kong");
+    let (ca, cp_leaf, dp_leaf) = pki();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_path = write(dir.path(), "ca.crt", &ca);
+    let dp_cert = write(dir.path(), "dp.crt", &dp_leaf.0);
+    let dp_key = write(dir.path(), "dp.key", &dp_leaf.1);
+    let (port, conn) = kong_like_control_plane(&ca, &cp_leaf).await;
+    let dp = data_plane(
+        port,
+        &(dp_cert.to_str().unwrap().into(), dp_key.to_str().unwrap().into()),
+        &[
+            ("TURNPIKE_CLUSTER_MTLS", "pki"),
+            ("TURNPIKE_CLUSTER_CA_CERT", ca_path.to_str().unwrap()),
+            ("TURNPIKE_CLUSTER_SERVER_NAME", "cp.cluster.test"),
+            ("TURNPIKE_CLUSTER_MAX_PAYLOAD", "4194304"),
+        ],
+    );
+    let (uri, info, mut ws) = tokio::time::timeout(Duration::from_secs(10), conn)
+        .await
+        .unwrap_or_else(|_| panic!("the data plane never connected:\n{}", dp.log_text()))
+        .unwrap();
+    // Kong's request: node_id, node_hostname and node_version (Kong's version it speaks).
+    assert!(uri.starts_with("/v1/outlet?node_id="), "{uri}");
+    assert!(uri.contains("&node_hostname=") && uri.ends_with("&node_version=3.9.1"), "{uri}");
+    assert_eq!(info["type"], "basic_info");
+    let plugins = info["plugins"].as_array().unwrap();
+    assert!(plugins.iter().any(|p| p == &json!({"name": "key-auth", "version": "3.9.1"})), "{info}");
+    let names: Vec<String> = plugins.iter().map(|p| p["name"].as_str().unwrap().to_lowercase()).collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted);
+    assert_eq!(info["process_conf"]["role"], "data_plane");
+    assert!(info.get("labels").is_none());
+
+    // The config as a Kong control plane exports it.
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/integration/hybrid/kong-3.9-config-table.json"),
+    )
+    .unwrap();
+    let addr = up.url().trim_start_matches("http://").to_string();
+    let (host, uport) = addr.split_once(':').unwrap();
+    let table: serde_json::Value =
+        serde_json::from_str(&text.replace("UPSTREAM_HOST", host).replace("UPSTREAM_PORT", uport)).unwrap();
+    let hash = "0123456789abcdef0123456789abcdef";
+    ws.send(reconfigure(&table, hash)).await.unwrap();
+    // The first ping (on connect) carries Kong's empty hash; once applied, one carries the
+    // config's at once.
+    let mut pinged = next_ping(&mut ws).await;
+    if pinged == "00000000000000000000000000000000" {
+        pinged = next_ping(&mut ws).await;
+    }
+    assert_eq!(pinged, hash, "{}", dp.log_text());
+    let r = call(dp.proxy, "GET", "/from-kong", &[("apikey", "kong-made-key")]).await;
+    assert_eq!(r.status, 200, "{}", dp.log_text());
+    assert_eq!(r.json()["upstream"], "from-kong");
+    assert_eq!(call(dp.proxy, "GET", "/from-kong", &[]).await.status, 401);
+    assert_eq!(dp.status().await["configuration_hash"], hash);
+
+    // A config it cannot take (a plugin it does not have), a gzip bomb, a message that is no
+    // config: refused, logged, the last good config kept and still the one pinged.
+    let mut bad = table.clone();
+    bad["plugins"][0]["name"] = json!("no-such-plugin");
+    ws.send(reconfigure(&bad, "ffffffffffffffffffffffffffffffff")).await.unwrap();
+    let bomb = {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        let zeros = vec![b' '; 1 << 20];
+        for _ in 0..100 {
+            enc.write_all(&zeros).unwrap();
+        }
+        enc.finish().unwrap()
+    };
+    assert!(bomb.len() < 1 << 20);
+    ws.send(tokio_tungstenite::tungstenite::Message::Binary(bomb.into())).await.unwrap();
+    ws.send(tokio_tungstenite::tungstenite::Message::Binary(b"not gzip".to_vec().into())).await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), async || {
+            let log = dp.log_text();
+            log.contains("no-such-plugin") && log.contains("inflates past") && log.contains("cannot inflate")
+        })
+        .await,
+        "{}",
+        dp.log_text()
+    );
+    assert_eq!(call(dp.proxy, "GET", "/from-kong", &[("apikey", "kong-made-key")]).await.status, 200);
+    assert_eq!(dp.status().await["configuration_hash"], hash);
+    let status = dp.status().await;
+    assert!(
+        status["control_plane"]["last_error"].as_str().unwrap_or("").contains("unable to update running config"),
+        "{status}"
+    );
 }
