@@ -277,24 +277,34 @@ mod outlet {
     use std::sync::Arc;
     use tokio_tungstenite::tungstenite::{self, Message};
 
-    type Ws = tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
+    type Ws =
+        tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
     pub type ServerWs =
         tokio_tungstenite::WebSocketStream<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>;
 
     /// Connects with the certificate (`cert`, `key` PEMs) to `/v1/outlet?{query}`.
-    pub async fn connect(port: u16, cert: &str, key: &str, query: &str) -> Result<Ws, tungstenite::Error> {
+    pub async fn connect(
+        port: u16,
+        cert: &str,
+        key: &str,
+        query: &str,
+    ) -> Result<Ws, tungstenite::Error> {
         let mut cfg = (*turnpike_proxy::tls::unverified_client_config()).clone();
         let ck = turnpike_config::declarative::pem::certified_key(cert, key).unwrap();
         cfg.client_auth_cert_resolver = Arc::new(rustls::sign::SingleCertAndKey::from(ck));
         cfg.alpn_protocols.clear();
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
         let name = rustls::pki_types::ServerName::try_from("kong_clustering").unwrap();
         let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
             .connect(name, tcp)
             .await
             .map_err(tungstenite::Error::Io)?;
         let uri = format!("wss://127.0.0.1:{port}/v1/outlet?{query}");
-        tokio_tungstenite::client_async(uri, tls).await.map(|(ws, _)| ws)
+        tokio_tungstenite::client_async(uri, tls)
+            .await
+            .map(|(ws, _)| ws)
     }
 
     pub fn basic_info(plugins: &[(&str, &str)]) -> Message {
@@ -320,7 +330,9 @@ mod outlet {
 
     pub fn inflate(data: &[u8]) -> serde_json::Value {
         let mut text = Vec::new();
-        flate2::read::GzDecoder::new(data).read_to_end(&mut text).unwrap();
+        flate2::read::GzDecoder::new(data)
+            .read_to_end(&mut text)
+            .unwrap();
         serde_json::from_slice(&text).unwrap()
     }
 
@@ -359,12 +371,19 @@ async fn the_outlet_answers_good_and_bad_data_planes_as_kongs_does() {
     let cp = control_plane(&pg, cport, &cert);
     cp.add_service_route(&up.url(), "/o").await;
     let r = cp
-        .admin("POST", "/routes/r/plugins", Some(json!({"name": "key-auth"})))
+        .admin(
+            "POST",
+            "/routes/r/plugins",
+            Some(json!({"name": "key-auth"})),
+        )
         .await;
     assert_eq!(r.status, 201, "{:?}", r.body);
 
     // No node_version (or no node_id): 400 before the upgrade.
-    for q in ["node_id=x&node_hostname=h", "node_hostname=h&node_version=3.9.1"] {
+    for q in [
+        "node_id=x&node_hostname=h",
+        "node_hostname=h&node_version=3.9.1",
+    ] {
         match connect(cport, &cert_pem, &key_pem, q).await {
             Err(tungstenite::Error::Http(resp)) => assert_eq!(resp.status(), 400),
             other => panic!("{q}: {:?}", other.map(|_| ())),
@@ -376,13 +395,20 @@ async fn the_outlet_answers_good_and_bad_data_planes_as_kongs_does() {
     match connect(cport, &other_cert, &other_key, &q).await {
         Err(tungstenite::Error::Http(resp)) => panic!("answered {}", resp.status()),
         Err(_) => {}
-        Ok(mut ws) => assert!(next(&mut ws, 5).await.is_none(), "a foreign certificate was served"),
+        Ok(mut ws) => assert!(
+            next(&mut ws, 5).await.is_none(),
+            "a foreign certificate was served"
+        ),
     }
-    assert!(cp.log_text().contains("does not match the shared data plane certificate"));
+    assert!(cp
+        .log_text()
+        .contains("does not match the shared data plane certificate"));
 
     // A good data plane gets the config at once, in Kong's export shape, gzip-compressed.
     let mut ws = connect(cport, &cert_pem, &key_pem, &q).await.unwrap();
-    ws.send(basic_info(&[("key-auth", "3.9.1"), ("acl", "3.9.0")])).await.unwrap();
+    ws.send(basic_info(&[("key-auth", "3.9.1"), ("acl", "3.9.0")]))
+        .await
+        .unwrap();
     let Some(Message::Binary(data)) = next(&mut ws, 10).await else {
         panic!("no config:\n{}", cp.log_text())
     };
@@ -395,7 +421,10 @@ async fn the_outlet_answers_good_and_bad_data_planes_as_kongs_does() {
     for group in ["routes", "services", "plugins", "upstreams", "targets"] {
         assert_eq!(msg["hashes"][group].as_str().unwrap().len(), 32, "{group}");
     }
-    assert_eq!(msg["hashes"]["upstreams"], "00000000000000000000000000000000");
+    assert_eq!(
+        msg["hashes"]["upstreams"],
+        "00000000000000000000000000000000"
+    );
     let table = &msg["config_table"];
     assert_eq!(table["_format_version"], "3.0");
     assert_eq!(table["_transform"], false);
@@ -404,39 +433,74 @@ async fn the_outlet_answers_good_and_bad_data_planes_as_kongs_does() {
     assert_eq!(table["plugins"][0]["name"], "key-auth");
     assert!(table["plugins"][0]["route"].is_string(), "{table}");
     // Pings carry the applied hash; each is answered and recorded.
-    ws.send(Message::Ping(hash.clone().into_bytes().into())).await.unwrap();
+    ws.send(Message::Ping(hash.clone().into_bytes().into()))
+        .await
+        .unwrap();
     assert!(matches!(next(&mut ws, 5).await, Some(Message::Pong(_))));
     assert!(
-        eventually(Duration::from_secs(5), async || record(&cp, DP1).await["config_hash"] == hash.as_str()).await
+        eventually(Duration::from_secs(5), async || record(&cp, DP1).await
+            ["config_hash"]
+            == hash.as_str())
+        .await
     );
     let rec = record(&cp, DP1).await;
-    assert_eq!((rec["sync_status"].as_str(), rec["hostname"].as_str()), (Some("normal"), Some("dp1")));
+    assert_eq!(
+        (rec["sync_status"].as_str(), rec["hostname"].as_str()),
+        (Some("normal"), Some("dp1"))
+    );
 
     // A data plane without a plugin the config uses stays connected but gets no config.
     let q2 = format!("node_id={DP2}&node_hostname=dp2&node_version=3.9.0");
     let mut ws2 = connect(cport, &cert_pem, &key_pem, &q2).await.unwrap();
     ws2.send(basic_info(&[("acl", "3.9.0")])).await.unwrap();
-    ws2.send(Message::Ping(b"00000000000000000000000000000000".to_vec().into())).await.unwrap();
-    assert!(matches!(next(&mut ws2, 5).await, Some(Message::Pong(_))), "no pong");
+    ws2.send(Message::Ping(
+        b"00000000000000000000000000000000".to_vec().into(),
+    ))
+    .await
+    .unwrap();
     assert!(
-        eventually(Duration::from_secs(5), async || record(&cp, DP2).await["sync_status"] == "plugin_set_incompatible").await,
+        matches!(next(&mut ws2, 5).await, Some(Message::Pong(_))),
+        "no pong"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), async || record(&cp, DP2).await
+            ["sync_status"]
+            == "plugin_set_incompatible")
+        .await,
         "{}",
         record(&cp, DP2).await
     );
-    assert!(cp.log_text().contains("configured key-auth plugin 3.9.1 is missing from data plane"));
+    assert!(cp
+        .log_text()
+        .contains("configured key-auth plugin 3.9.1 is missing from data plane"));
     // A change reaches the good one, never the other.
-    let r = cp.admin("PATCH", "/routes/r", Some(json!({"paths": ["/o2"]}))).await;
+    let r = cp
+        .admin("PATCH", "/routes/r", Some(json!({"paths": ["/o2"]})))
+        .await;
     assert_eq!(r.status, 200);
-    let Some(Message::Binary(data)) = next(&mut ws, 10).await else { panic!("no update") };
-    assert_eq!(inflate(&data)["config_table"]["routes"][0]["paths"], json!(["/o2"]));
+    let Some(Message::Binary(data)) = next(&mut ws, 10).await else {
+        panic!("no update")
+    };
+    assert_eq!(
+        inflate(&data)["config_table"]["routes"][0]["paths"],
+        json!(["/o2"])
+    );
     assert!(next(&mut ws2, 2).await.is_none());
 
     // A newer minor version is refused: a close frame, and the record says why.
     let q3 = format!("node_id={DP3}&node_hostname=dp3&node_version=3.10.0");
     let mut ws3 = connect(cport, &cert_pem, &key_pem, &q3).await.unwrap();
-    ws3.send(basic_info(&[("key-auth", "3.10.0")])).await.unwrap();
-    assert!(matches!(next(&mut ws3, 5).await, Some(Message::Close(_)) | None));
-    assert_eq!(record(&cp, DP3).await["sync_status"], "kong_version_incompatible");
+    ws3.send(basic_info(&[("key-auth", "3.10.0")]))
+        .await
+        .unwrap();
+    assert!(matches!(
+        next(&mut ws3, 5).await,
+        Some(Message::Close(_)) | None
+    ));
+    assert_eq!(
+        record(&cp, DP3).await["sync_status"],
+        "kong_version_incompatible"
+    );
 
     // Whatever is not a ping with a 32-character hash ends the connection: a text frame, a
     // ping with another payload, a frame past cluster_max_payload; the control plane goes on.
@@ -462,11 +526,20 @@ async fn the_outlet_answers_good_and_bad_data_planes_as_kongs_does() {
     }
     // basic_info that is not one: closed.
     let mut w = connect(cport, &cert_pem, &key_pem, &q).await.unwrap();
-    w.send(Message::Binary(b"{\"type\":\"hello\"}".to_vec().into())).await.unwrap();
-    assert!(matches!(next(&mut w, 5).await, Some(Message::Close(_)) | None));
-    assert!(cp.log_text().contains("invalid basic info data type: hello"));
+    w.send(Message::Binary(b"{\"type\":\"hello\"}".to_vec().into()))
+        .await
+        .unwrap();
+    assert!(matches!(
+        next(&mut w, 5).await,
+        Some(Message::Close(_)) | None
+    ));
+    assert!(cp
+        .log_text()
+        .contains("invalid basic info data type: hello"));
     // Still serving.
-    ws.send(Message::Ping(hash.into_bytes().into())).await.unwrap();
+    ws.send(Message::Ping(hash.into_bytes().into()))
+        .await
+        .unwrap();
     assert!(matches!(next(&mut ws, 5).await, Some(Message::Pong(_))));
     assert_eq!(cp.admin("GET", "/status", None).await.status, 200);
 }
@@ -497,7 +570,10 @@ fn pki() -> (String, (String, String), (String, String)) {
 async fn kong_like_control_plane(
     ca: &str,
     cp_leaf: &(String, String),
-) -> (u16, tokio::sync::oneshot::Receiver<(String, serde_json::Value, outlet::ServerWs)>) {
+) -> (
+    u16,
+    tokio::sync::oneshot::Receiver<(String, serde_json::Value, outlet::ServerWs)>,
+) {
     use futures_util::StreamExt;
     use std::sync::Arc;
     let mut roots = rustls::RootCertStore::empty();
@@ -505,10 +581,12 @@ async fn kong_like_control_plane(
         roots.add(c).unwrap();
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier =
-        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-            .build()
-            .unwrap();
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .unwrap();
     let cfg = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
@@ -526,11 +604,12 @@ async fn kong_like_control_plane(
         let (tcp, _) = listener.accept().await.unwrap();
         let tls = acceptor.accept(tcp).await.unwrap();
         let mut uri = String::new();
-        let cb = |req: &tokio_tungstenite::tungstenite::handshake::server::Request,
-                  resp: tokio_tungstenite::tungstenite::handshake::server::Response| {
-            uri = req.uri().to_string();
-            Ok(resp)
-        };
+        let cb =
+            |req: &tokio_tungstenite::tungstenite::handshake::server::Request,
+             resp: tokio_tungstenite::tungstenite::handshake::server::Response| {
+                uri = req.uri().to_string();
+                Ok(resp)
+            };
         let mut ws = tokio_tungstenite::accept_hdr_async(tls, cb).await.unwrap();
         let Some(Ok(tokio_tungstenite::tungstenite::Message::Binary(info))) = ws.next().await
         else {
@@ -579,7 +658,10 @@ async fn a_data_plane_takes_a_kong_control_planes_config_in_pki_mode() {
     let (port, conn) = kong_like_control_plane(&ca, &cp_leaf).await;
     let dp = data_plane(
         port,
-        &(dp_cert.to_str().unwrap().into(), dp_key.to_str().unwrap().into()),
+        &(
+            dp_cert.to_str().unwrap().into(),
+            dp_key.to_str().unwrap().into(),
+        ),
         &[
             ("TURNPIKE_CLUSTER_MTLS", "pki"),
             ("TURNPIKE_CLUSTER_CA_CERT", ca_path.to_str().unwrap()),
@@ -593,11 +675,22 @@ async fn a_data_plane_takes_a_kong_control_planes_config_in_pki_mode() {
         .unwrap();
     // Kong's request: node_id, node_hostname and node_version (Kong's version it speaks).
     assert!(uri.starts_with("/v1/outlet?node_id="), "{uri}");
-    assert!(uri.contains("&node_hostname=") && uri.ends_with("&node_version=3.9.1"), "{uri}");
+    assert!(
+        uri.contains("&node_hostname=") && uri.ends_with("&node_version=3.9.1"),
+        "{uri}"
+    );
     assert_eq!(info["type"], "basic_info");
     let plugins = info["plugins"].as_array().unwrap();
-    assert!(plugins.iter().any(|p| p == &json!({"name": "key-auth", "version": "3.9.1"})), "{info}");
-    let names: Vec<String> = plugins.iter().map(|p| p["name"].as_str().unwrap().to_lowercase()).collect();
+    assert!(
+        plugins
+            .iter()
+            .any(|p| p == &json!({"name": "key-auth", "version": "3.9.1"})),
+        "{info}"
+    );
+    let names: Vec<String> = plugins
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_lowercase())
+        .collect();
     let mut sorted = names.clone();
     sorted.sort();
     assert_eq!(names, sorted);
@@ -606,13 +699,18 @@ async fn a_data_plane_takes_a_kong_control_planes_config_in_pki_mode() {
 
     // The config as a Kong control plane exports it.
     let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/integration/hybrid/kong-3.9-config-table.json"),
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/integration/hybrid/kong-3.9-config-table.json"),
     )
     .unwrap();
     let addr = up.url().trim_start_matches("http://").to_string();
     let (host, uport) = addr.split_once(':').unwrap();
-    let table: serde_json::Value =
-        serde_json::from_str(&text.replace("UPSTREAM_HOST", host).replace("UPSTREAM_PORT", uport)).unwrap();
+    let table: serde_json::Value = serde_json::from_str(
+        &text
+            .replace("UPSTREAM_HOST", host)
+            .replace("UPSTREAM_PORT", uport),
+    )
+    .unwrap();
     let hash = "0123456789abcdef0123456789abcdef";
     ws.send(reconfigure(&table, hash)).await.unwrap();
     // The first ping (on connect) carries Kong's empty hash; once applied, one carries the
@@ -622,7 +720,13 @@ async fn a_data_plane_takes_a_kong_control_planes_config_in_pki_mode() {
         pinged = next_ping(&mut ws).await;
     }
     assert_eq!(pinged, hash, "{}", dp.log_text());
-    let r = call(dp.proxy, "GET", "/from-kong", &[("apikey", "kong-made-key")]).await;
+    let r = call(
+        dp.proxy,
+        "GET",
+        "/from-kong",
+        &[("apikey", "kong-made-key")],
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", dp.log_text());
     assert_eq!(r.json()["upstream"], "from-kong");
     assert_eq!(call(dp.proxy, "GET", "/from-kong", &[]).await.status, 401);
@@ -632,7 +736,9 @@ async fn a_data_plane_takes_a_kong_control_planes_config_in_pki_mode() {
     // config: refused, logged, the last good config kept and still the one pinged.
     let mut bad = table.clone();
     bad["plugins"][0]["name"] = json!("no-such-plugin");
-    ws.send(reconfigure(&bad, "ffffffffffffffffffffffffffffffff")).await.unwrap();
+    ws.send(reconfigure(&bad, "ffffffffffffffffffffffffffffffff"))
+        .await
+        .unwrap();
     let bomb = {
         use std::io::Write;
         let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
@@ -643,22 +749,162 @@ async fn a_data_plane_takes_a_kong_control_planes_config_in_pki_mode() {
         enc.finish().unwrap()
     };
     assert!(bomb.len() < 1 << 20);
-    ws.send(tokio_tungstenite::tungstenite::Message::Binary(bomb.into())).await.unwrap();
-    ws.send(tokio_tungstenite::tungstenite::Message::Binary(b"not gzip".to_vec().into())).await.unwrap();
+    ws.send(tokio_tungstenite::tungstenite::Message::Binary(bomb.into()))
+        .await
+        .unwrap();
+    ws.send(tokio_tungstenite::tungstenite::Message::Binary(
+        b"not gzip".to_vec().into(),
+    ))
+    .await
+    .unwrap();
     assert!(
         eventually(Duration::from_secs(10), async || {
             let log = dp.log_text();
-            log.contains("no-such-plugin") && log.contains("inflates past") && log.contains("cannot inflate")
+            log.contains("no-such-plugin")
+                && log.contains("inflates past")
+                && log.contains("cannot inflate")
         })
         .await,
         "{}",
         dp.log_text()
     );
-    assert_eq!(call(dp.proxy, "GET", "/from-kong", &[("apikey", "kong-made-key")]).await.status, 200);
+    assert_eq!(
+        call(
+            dp.proxy,
+            "GET",
+            "/from-kong",
+            &[("apikey", "kong-made-key")]
+        )
+        .await
+        .status,
+        200
+    );
     assert_eq!(dp.status().await["configuration_hash"], hash);
     let status = dp.status().await;
     assert!(
-        status["control_plane"]["last_error"].as_str().unwrap_or("").contains("unable to update running config"),
+        status["control_plane"]["last_error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("unable to update running config"),
         "{status}"
     );
+}
+
+/// proxy.py (from PyPI), a real HTTP CONNECT proxy, on `port` with Basic credentials; in a
+/// process group of its own (its workers are processes too), for [`kill_group`].
+fn connect_proxy(port: u16, log: &Path) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    let pythonpath = python_with("proxy", "proxy.py==2.4.10", "pypi-proxy");
+    let child = std::process::Command::new("python3")
+        .args([
+            "-m",
+            "proxy",
+            "--hostname",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+        ])
+        .args([
+            "--basic-auth",
+            "dp:s3cret",
+            "--threaded",
+            "--timeout",
+            "120",
+        ])
+        .env("PYTHONPATH", pythonpath)
+        .process_group(0)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .expect("start proxy.py");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "proxy.py did not start: {}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child
+}
+
+/// Kills the process and every process of its group.
+fn kill_group(child: &mut std::process::Child) {
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{}", child.id())])
+        .status();
+    let _ = child.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_plane_reaches_its_control_plane_through_a_connect_proxy() {
+    let up = Upstream::start("via-proxy");
+    let dir = tempfile::tempdir().unwrap();
+    let cert = shared_cert(dir.path());
+    let cport = free_port();
+    // A control plane on SQLite this time.
+    let cp = Gateway::sqlite()
+        .env("TURNPIKE_ROLE", "control_plane")
+        .env("TURNPIKE_CLUSTER_LISTEN", &format!("127.0.0.1:{cport}"))
+        .env("TURNPIKE_CLUSTER_CERT", &cert.0)
+        .env("TURNPIKE_CLUSTER_CERT_KEY", &cert.1)
+        .start();
+    cp.add_service_route(&up.url(), "/px").await;
+    let pport = free_port();
+    let plog = dir.path().join("proxy.log");
+    let mut proxy = connect_proxy(pport, &plog);
+    let with_proxy = |url: String| {
+        [
+            ("TURNPIKE_CLUSTER_USE_PROXY", "on".to_string()),
+            ("TURNPIKE_PROXY_SERVER", url),
+        ]
+    };
+    let env = with_proxy(format!("http://dp:s3cret@127.0.0.1:{pport}"));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let dp = data_plane(cport, &cert, &env);
+    assert!(
+        serves(dp.proxy, "/px", &[], 200, 20).await,
+        "{}\n--- proxy:\n{}",
+        dp.log_text(),
+        std::fs::read_to_string(&plog).unwrap_or_default()
+    );
+    // The network path is cut (the proxy killed): the data plane keeps serving; once the
+    // proxy is back it reconnects and takes what changed meanwhile.
+    kill_group(&mut proxy);
+    let r = cp
+        .admin("PATCH", "/routes/r", Some(json!({"paths": ["/moved"]})))
+        .await;
+    assert_eq!(r.status, 200);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(call(dp.proxy, "GET", "/px", &[]).await.status, 200);
+    let mut proxy = connect_proxy(pport, &plog);
+    assert!(
+        serves(dp.proxy, "/moved", &[], 200, 30).await,
+        "{}",
+        dp.log_text()
+    );
+    // It reconnected once, after the cut.
+    assert_eq!(
+        dp.log_text().matches("connected to control plane").count(),
+        2,
+        "{}",
+        dp.log_text()
+    );
+    // Wrong proxy credentials: the tunnel is refused, and said so.
+    let env = with_proxy(format!("http://dp:wrong@127.0.0.1:{pport}"));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let refused = data_plane(cport, &cert, &env);
+    assert!(
+        eventually(Duration::from_secs(10), async || refused
+            .log_text()
+            .contains("refused the tunnel"))
+        .await,
+        "{}",
+        refused.log_text()
+    );
+    assert_eq!(call(refused.proxy, "GET", "/moved", &[]).await.status, 404);
+    drop(refused);
+
+    kill_group(&mut proxy);
 }
