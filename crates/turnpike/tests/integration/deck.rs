@@ -14,9 +14,9 @@ use serde_json::json;
 
 /// The realistic kong.yml: services, routes, an upstream with targets and health checks,
 /// consumers with key-auth, basic-auth and acl credentials, plugins at every scope.
-const KONG_YML: &str = include_str!("deck-kong.yml");
+pub(crate) const KONG_YML: &str = include_str!("deck-kong.yml");
 
-fn deck() -> &'static Path {
+pub(crate) fn deck() -> &'static Path {
     static DECK: OnceLock<PathBuf> = OnceLock::new();
     DECK.get_or_init(|| {
         let script =
@@ -61,14 +61,14 @@ fn run_deck(gw: &Gateway, dir: &Path, args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
-fn ok(gw: &Gateway, dir: &Path, args: &[&str]) -> String {
+pub(crate) fn ok(gw: &Gateway, dir: &Path, args: &[&str]) -> String {
     let (success, out) = run_deck(gw, dir, args);
     assert!(success, "deck {args:?} failed:\n{out}");
     out
 }
 
 /// decK's summary counts: (created, updated, deleted).
-fn summary(out: &str) -> (u32, u32, u32) {
+pub(crate) fn summary(out: &str) -> (u32, u32, u32) {
     let count = |what: &str| {
         out.lines()
             .find_map(|l| l.trim().strip_prefix(what))

@@ -908,3 +908,133 @@ async fn a_data_plane_reaches_its_control_plane_through_a_connect_proxy() {
 
     kill_group(&mut proxy);
 }
+
+/// decK, driven against the control plane as a Kong user drives Kong's, changes what every
+/// data plane serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deck_against_the_control_plane_drives_the_data_planes() {
+    use crate::deck::{ok, summary, KONG_YML};
+    let up = Upstream::start("deck-hybrid");
+    let pg = Postgres::start();
+    bootstrap(&pg);
+    let dir = tempfile::tempdir().unwrap();
+    let cert = shared_cert(dir.path());
+    let cport = free_port();
+    let cp = control_plane(&pg, cport, &cert);
+    let dps = [data_plane(cport, &cert, &[]), data_plane(cport, &cert, &[])];
+    let file = KONG_YML.replace("http://127.0.0.1:9/orders", &format!("{}/orders", up.url()));
+    std::fs::write(dir.path().join("kong.yml"), &file).unwrap();
+    let out = ok(&cp, dir.path(), &["gateway", "sync", "kong.yml"]);
+    assert_eq!(summary(&out), (24, 0, 0), "{out}");
+    for dp in &dps {
+        assert!(
+            serves(
+                dp.proxy,
+                "/orders",
+                &[("apikey", "alice-secret-key")],
+                200,
+                20
+            )
+            .await,
+            "{}",
+            dp.log_text()
+        );
+        let r = call(
+            dp.proxy,
+            "GET",
+            "/orders",
+            &[("apikey", "alice-secret-key")],
+        )
+        .await;
+        assert_eq!(r.json()["headers"]["x-consumer-username"], "alice");
+        assert_eq!(call(dp.proxy, "GET", "/orders", &[]).await.status, 401);
+    }
+    let changed = file.replace("bob-key", "bob-key-2");
+    std::fs::write(dir.path().join("kong2.yml"), &changed).unwrap();
+    let out = ok(&cp, dir.path(), &["gateway", "sync", "kong2.yml"]);
+    assert_eq!(summary(&out).2, 1, "{out}");
+    for dp in &dps {
+        assert!(
+            serves(dp.proxy, "/orders", &[("apikey", "bob-key-2")], 200, 10).await,
+            "{}",
+            dp.log_text()
+        );
+        assert_eq!(
+            call(dp.proxy, "GET", "/orders", &[("apikey", "bob-key")])
+                .await
+                .status,
+            401
+        );
+    }
+    // The control plane's records agree with what each data plane runs.
+    let hash = dps[0].status().await["configuration_hash"].clone();
+    assert_eq!(dps[1].status().await["configuration_hash"], hash);
+    assert!(
+        eventually(Duration::from_secs(10), async || {
+            let r = cp
+                .admin("GET", "/clustering/data-planes", None)
+                .await
+                .json();
+            r["data"]
+                .as_array()
+                .is_some_and(|d| d.len() == 2 && d.iter().all(|x| x["config_hash"] == hash))
+        })
+        .await
+    );
+}
+
+/// The database stops under the control plane: its data planes keep serving, and one that
+/// connects meanwhile still gets the config the control plane last exported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_planes_are_served_while_the_control_planes_database_is_down() {
+    let up = Upstream::start("pg-down");
+    let mut pg = Postgres::start();
+    bootstrap(&pg);
+    let dir = tempfile::tempdir().unwrap();
+    let cert = shared_cert(dir.path());
+    let cport = free_port();
+    let cp = control_plane(&pg, cport, &cert);
+    cp.add_service_route(&up.url(), "/db-down").await;
+    let dp1 = data_plane(cport, &cert, &[]);
+    assert!(
+        serves(dp1.proxy, "/db-down", &[], 200, 20).await,
+        "{}",
+        dp1.log_text()
+    );
+    pg.stop();
+    let dp2 = data_plane(cport, &cert, &[]);
+    assert!(
+        serves(dp2.proxy, "/db-down", &[], 200, 20).await,
+        "{}\n--- cp:\n{}",
+        dp2.log_text(),
+        cp.log_text()
+    );
+    assert_eq!(call(dp1.proxy, "GET", "/db-down", &[]).await.status, 200);
+    // Writes fail on the control plane meanwhile; nothing reaches the data planes.
+    let r = cp
+        .admin(
+            "POST",
+            "/services",
+            Some(json!({"name": "x", "url": up.url()})),
+        )
+        .await;
+    assert!(r.status >= 500, "{}", r.status);
+    // Back: the next write reaches them.
+    pg.resume();
+    assert!(
+        eventually(Duration::from_secs(20), async || {
+            cp.admin("PATCH", "/routes/r", Some(json!({"paths": ["/db-back"]})))
+                .await
+                .status
+                == 200
+        })
+        .await
+    );
+    for dp in [&dp1, &dp2] {
+        assert!(
+            serves(dp.proxy, "/db-back", &[], 200, 20).await,
+            "{}",
+            dp.log_text()
+        );
+    }
+}
