@@ -1038,3 +1038,106 @@ async fn data_planes_are_served_while_the_control_planes_database_is_down() {
         );
     }
 }
+
+/// `cluster_mtls = pki`: the control plane verifies data planes against `cluster_ca_cert` (a
+/// certificate of another CA, or an expired one, is refused in the handshake), and the data
+/// plane verifies the control plane for `cluster_server_name`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pki_mode_verifies_both_sides_against_the_cluster_ca() {
+    let up = Upstream::start("pki");
+    let (ca, cp_leaf, dp_leaf) = pki();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_path = write(dir.path(), "ca.crt", &ca);
+    let pair = |name: &str, (c, k): &(String, String)| {
+        (
+            write(dir.path(), &format!("{name}.crt"), c)
+                .to_str()
+                .unwrap()
+                .to_string(),
+            write(dir.path(), &format!("{name}.key"), k)
+                .to_str()
+                .unwrap()
+                .to_string(),
+        )
+    };
+    let (cp_files, dp_files) = (pair("cp", &cp_leaf), pair("dp", &dp_leaf));
+    let cport = free_port();
+    let pki_env = [
+        ("TURNPIKE_CLUSTER_MTLS", "pki"),
+        ("TURNPIKE_CLUSTER_CA_CERT", ca_path.to_str().unwrap()),
+    ];
+    let mut b = Gateway::sqlite()
+        .env("TURNPIKE_ROLE", "control_plane")
+        .env("TURNPIKE_CLUSTER_LISTEN", &format!("127.0.0.1:{cport}"))
+        .env("TURNPIKE_CLUSTER_CERT", &cp_files.0)
+        .env("TURNPIKE_CLUSTER_CERT_KEY", &cp_files.1);
+    for (k, v) in pki_env {
+        b = b.env(k, v);
+    }
+    let cp = b.start();
+    cp.add_service_route(&up.url(), "/pki").await;
+    let mut env = pki_env.to_vec();
+    env.push(("TURNPIKE_CLUSTER_SERVER_NAME", "cp.cluster.test"));
+    let dp = data_plane(cport, &dp_files, &env);
+    assert!(
+        serves(dp.proxy, "/pki", &[], 200, 20).await,
+        "{}\n--- cp:\n{}",
+        dp.log_text(),
+        cp.log_text()
+    );
+
+    // Refused in the handshake: a certificate of another CA, and an expired one of this CA.
+    let q = format!("node_id={}&node_hostname=x&node_version=3.9.1", outlet::DP1);
+    let (other_ca, _, other_leaf) = pki();
+    drop(other_ca);
+    assert!(outlet::connect(cport, &other_leaf.0, &other_leaf.1, &q)
+        .await
+        .is_err());
+    let expired = {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "expiring CA");
+        let ca2 = ca_params.self_signed(&ca_key).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(vec!["dp.cluster.test".to_string()]).unwrap();
+        p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        p.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        let c = p.signed_by(&key, &ca2, &ca_key).unwrap();
+        (ca2.pem(), c.pem(), key.serialize_pem())
+    };
+    // A control plane trusting the expiring CA too refuses the expired certificate still.
+    drop(cp);
+    let both = format!("{ca}{}", expired.0);
+    let both_path = write(dir.path(), "both-ca.crt", &both);
+    let cp = Gateway::sqlite()
+        .env("TURNPIKE_ROLE", "control_plane")
+        .env("TURNPIKE_CLUSTER_LISTEN", &format!("127.0.0.1:{cport}"))
+        .env("TURNPIKE_CLUSTER_CERT", &cp_files.0)
+        .env("TURNPIKE_CLUSTER_CERT_KEY", &cp_files.1)
+        .env("TURNPIKE_CLUSTER_MTLS", "pki")
+        .env("TURNPIKE_CLUSTER_CA_CERT", both_path.to_str().unwrap())
+        .start();
+    assert!(outlet::connect(cport, &expired.1, &expired.2, &q)
+        .await
+        .is_err());
+    assert!(outlet::connect(cport, &dp_leaf.0, &dp_leaf.1, &q)
+        .await
+        .is_ok());
+    assert_eq!(cp.admin("GET", "/status", None).await.status, 200);
+    // A data plane asking for another name than the control plane's certificate holds
+    // refuses it.
+    let mut env = pki_env.to_vec();
+    env.push(("TURNPIKE_CLUSTER_SERVER_NAME", "someone-else.test"));
+    let wrong = data_plane(cport, &dp_files, &env);
+    assert!(
+        eventually(Duration::from_secs(10), async || wrong
+            .log_text()
+            .contains("TLS handshake failed"))
+        .await,
+        "{}",
+        wrong.log_text()
+    );
+}
