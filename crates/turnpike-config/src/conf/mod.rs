@@ -418,7 +418,8 @@ impl Conf {
             other => Some(other.to_string()),
         };
         let proxy_listen = parse_listen("proxy_listen", get("proxy_listen"))?;
-        if proxy_listen.is_empty() {
+        // A control plane may proxy nothing (Kong's `proxy_listen = off` on a control plane).
+        if proxy_listen.is_empty() && get("role").trim() != "control_plane" {
             return Err(invalid(
                 "proxy_listen",
                 "must list at least one address".into(),

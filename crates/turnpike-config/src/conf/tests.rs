@@ -250,3 +250,27 @@ fn plugin_servers_as_kongs_conf_loader_reads_them() {
         "{e}"
     );
 }
+
+#[test]
+fn a_control_plane_may_proxy_nothing_and_hybrid_properties_read_from_the_file() {
+    let c = rcgen::generate_simple_self_signed(vec!["kong_clustering".into()]).unwrap();
+    let dir = std::env::temp_dir().join(format!("tp-conf-cp-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("c.crt"), dir.join("c.key"));
+    std::fs::write(&cert, c.cert.pem()).unwrap();
+    std::fs::write(&key, c.key_pair.serialize_pem()).unwrap();
+    let text = format!(
+        "role = control_plane\nproxy_listen = off\ncluster_listen = 127.0.0.1:9005\ncluster_cert = {}\ncluster_cert_key = {}\n",
+        cert.display(),
+        key.display()
+    );
+    let (conf, _) = load(&text, &[]).unwrap();
+    assert!(conf.proxy_listen.is_empty());
+    assert_eq!(conf.cluster.role, Role::ControlPlane);
+    assert_eq!(conf.cluster.listen[0].addr.port(), 9005);
+    assert_eq!(conf.to_json()["role"], "control_plane");
+    assert_eq!(conf.to_json()["cluster_cert_key"], "******");
+    // Any other node must proxy something.
+    assert!(load("proxy_listen = off\n", &[]).is_err());
+    let _ = std::fs::remove_dir_all(&dir);
+}
