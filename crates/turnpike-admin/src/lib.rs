@@ -666,9 +666,7 @@ impl Admin {
         match &self.cluster {
             // A data plane: its control plane connection (Turnpike's own field).
             turnpike_cluster::Node::DataPlane(dp) => body["control_plane"] = dp.status_json(),
-            turnpike_cluster::Node::ControlPlane(cp) => {
-                body["data_planes_connected"] = json!(cp.connected());
-            }
+            turnpike_cluster::Node::ControlPlane(cp) => body["clustering"] = cp.status_json(),
             turnpike_cluster::Node::Traditional => {}
         }
         if !database.is_null() {

@@ -75,6 +75,8 @@ pub struct ControlPlane {
     records: Mutex<BTreeMap<String, DataPlaneRecord>>,
     /// Data planes connected now.
     connected: std::sync::atomic::AtomicUsize,
+    /// The config version the config now sent was exported at (-1 before the first).
+    exported_version: std::sync::atomic::AtomicI64,
 }
 
 /// Counts a connection for as long as it lives.
@@ -99,6 +101,17 @@ impl ControlPlane {
             current: watch::channel(None).0,
             records: Mutex::new(BTreeMap::new()),
             connected: Default::default(),
+            exported_version: std::sync::atomic::AtomicI64::new(-1),
+        })
+    }
+
+    /// What `/status` shows of the control plane: the config it sends (its hash, and the
+    /// version of the store it was exported at) and how many data planes are connected.
+    pub fn status_json(&self) -> Value {
+        json!({
+            "config_hash": self.config_hash(),
+            "exported_version": self.exported_version.load(std::sync::atomic::Ordering::Relaxed),
+            "data_planes_connected": self.connected(),
         })
     }
 
@@ -191,6 +204,7 @@ impl ControlPlane {
         loop {
             let version = source.version();
             if sent != Some(version) {
+                tracing::debug!("[clustering] config version {version} (sent: {sent:?})");
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 let version = source.version();
                 let started = std::time::Instant::now();
@@ -204,6 +218,8 @@ impl ControlPlane {
                             started.elapsed()
                         );
                         self.current.send_replace(Some(Arc::new(r)));
+                        self.exported_version
+                            .store(version, std::sync::atomic::Ordering::Relaxed);
                         sent = Some(version);
                     }
                     Err(e) => {
@@ -221,9 +237,10 @@ impl ControlPlane {
 
     async fn export(&self, source: &dyn ConfigSource) -> Result<Reconfigure, String> {
         let value = source.export().await?;
+        let previous = self.current.borrow().clone();
         tokio::task::spawn_blocking(move || {
             let (config, configured) = payload::export_config(value);
-            Reconfigure::build(config, configured)
+            Reconfigure::build_after(config, configured, previous.as_deref())
         })
         .await
         .map_err(|e| e.to_string())?
@@ -327,7 +344,7 @@ impl ControlPlane {
                 return;
             }
         };
-        rec.labels = info.labels;
+        rec.labels = info.labels.clone();
         let dp_plugins = compat::plugins_map(&info.plugins);
         match compat::check_kong_version(&self.version, &rec.version) {
             Ok(note) => {
@@ -369,6 +386,8 @@ impl ControlPlane {
         configs.mark_changed();
         let mut shutdown = shutdown;
         let mut last_ping = tokio::time::Instant::now();
+        // The hash of the last config sent on this connection.
+        let mut last_sent: Option<String> = None;
         let end: Result<(), String> = loop {
             let deadline = last_ping + PING_WAIT;
             tokio::select! {
@@ -386,10 +405,20 @@ impl ControlPlane {
                         }
                         Ok(()) => {
                             rec.sync_status = SyncStatus::Normal;
-                            if let Err(e) = ws.send(Message::Binary(r.deflated.clone())).await {
+                            // A Turnpike data plane holding the config the delta starts from
+                            // gets only what changed; any other gets the whole config.
+                            let delta = r.delta.as_ref().filter(|d| {
+                                info.reads_deltas && last_sent.as_deref() == Some(d.base.as_str())
+                            });
+                            let (bytes, what) = match delta {
+                                Some(d) => (d.deflated.clone(), "delta"),
+                                None => (r.deflated.clone(), "config"),
+                            };
+                            if let Err(e) = ws.send(Message::Binary(bytes)).await {
                                 break Err(format!("unable to send updated configuration to data plane: {e}"));
                             }
-                            tracing::debug!("[clustering] sent config update to data plane{suffix}");
+                            last_sent = Some(r.hashes.config.clone());
+                            tracing::debug!("[clustering] sent {what} update to data plane{suffix}");
                         }
                     }
                     if rec.sync_status != before {

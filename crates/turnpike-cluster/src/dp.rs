@@ -26,7 +26,19 @@ pub trait Applier: Send + Sync + 'static {
     /// Loads, compiles and installs the config (its JSON text), identified by `hash`. An `Err`
     /// leaves the running config as it was.
     fn apply(&self, config_text: &str, hash: &str) -> Result<(), String>;
+
+    /// Applies changes (`table`, `id`, the entity or `None` when it is gone) to the running
+    /// config, which becomes the one identified by `hash`; what they leave alone is not
+    /// rebuilt. An `Err` leaves the running config as it was.
+    fn apply_delta(&self, changes: Vec<Change>, hash: &str) -> Result<(), String>;
 }
+
+/// One entity of a delta: its table, its id, and what it is now (`None`: removed).
+pub type Change = (String, String, Option<serde_json::Map<String, Value>>);
+
+/// A delta that does not start from the config this data plane runs: the connection is
+/// started again at once, for the whole config.
+const BEHIND: &str = "the delta starts from another config than the one running";
 
 /// Who this data plane is, as it tells its control plane.
 pub struct NodeInfo {
@@ -54,8 +66,10 @@ pub struct DataPlane {
     conf: ClusterConf,
     node: NodeInfo,
     applier: Arc<dyn Applier>,
-    /// Where the last applied config is kept.
+    /// Where the last whole config applied is kept, and the deltas applied since (each a
+    /// 4-byte big-endian length and the message as it came).
     cache: PathBuf,
+    deltas: PathBuf,
     status: Mutex<Status>,
 }
 
@@ -77,6 +91,7 @@ impl DataPlane {
             node,
             applier,
             cache: prefix.join("cluster").join("config.json.gz"),
+            deltas: prefix.join("cluster").join("deltas.bin"),
             status: Mutex::new(Status::default()),
         })
     }
@@ -106,7 +121,8 @@ impl DataPlane {
         })
     }
 
-    /// Applies the config kept from the last run, if any (at start, before traffic).
+    /// Applies the config kept from the last run, if any (at start, before traffic), and the
+    /// deltas applied after it.
     pub fn load_cache(&self) -> Result<bool, String> {
         let data = match std::fs::read(&self.cache) {
             Ok(d) => d,
@@ -115,50 +131,105 @@ impl DataPlane {
         };
         self.apply_message(&data, false)
             .map_err(|e| format!("{}: {e}", self.cache.display()))?;
+        let deltas = std::fs::read(&self.deltas).unwrap_or_default();
+        let mut rest = deltas.as_slice();
+        while rest.len() >= 4 {
+            let len = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+            let Some(msg) = rest.get(4..4 + len) else {
+                break;
+            };
+            if let Err(e) = self.apply_message(msg, false) {
+                tracing::warn!("[clustering] a kept delta does not apply ({e}): the control plane will send the whole config");
+                break;
+            }
+            rest = &rest[4 + len..];
+        }
         Ok(true)
     }
 
-    /// Reads, applies and (when `keep`) stores a `reconfigure` message. `Ok(false)`: the
-    /// config was the one running.
-    fn apply_message(&self, deflated: &[u8], keep: bool) -> Result<bool, String> {
+    /// Reads, applies and (when `keep`) stores a `reconfigure` or `turnpike_delta` message:
+    /// what was applied, for the log (`None`: the config was the one running).
+    fn apply_message(&self, deflated: &[u8], keep: bool) -> Result<Option<String>, String> {
         let text = payload::gunzip(deflated, inflate_limit(&self.conf))?;
         let msg: Received =
             serde_json::from_slice(&text).map_err(|e| format!("cannot decode the message: {e}"))?;
+        if msg.kind == payload::DELTA_TYPE {
+            let delta: payload::ReceivedDelta = serde_json::from_slice(&text)
+                .map_err(|e| format!("cannot decode the delta: {e}"))?;
+            if self.status().applied_hash.as_deref() != Some(delta.base.as_str()) {
+                return Err(BEHIND.into());
+            }
+            let hash = delta.config_hash.clone();
+            let n = delta.changes.len();
+            for (table, id, entity) in &delta.changes {
+                tracing::debug!(
+                    "[clustering] delta: {table} {id} {}",
+                    if entity.is_some() { "set" } else { "removed" }
+                );
+            }
+            self.applier.apply_delta(delta.changes, &hash)?;
+            self.applied(&hash);
+            if keep {
+                if let Err(e) = self.keep_delta(deflated) {
+                    tracing::warn!("[clustering] cannot keep the delta under the prefix: {e}");
+                }
+            }
+            return Ok(Some(format!(
+                "delta of {n} entities ({} bytes)",
+                deflated.len()
+            )));
+        }
         if msg.kind != "reconfigure" {
-            return Ok(false);
+            return Ok(None);
         }
         let hash = msg.hash()?;
         if self.status().applied_hash.as_deref() == Some(hash.as_str()) {
             tracing::debug!(
                 "[clustering] same config received from control plane, no need to reload"
             );
-            return Ok(false);
+            return Ok(None);
         }
         let table = msg
             .config_table
             .ok_or("the message holds no config_table")?;
         self.applier.apply(table.get(), &hash)?;
-        {
-            let mut s = self.status();
-            s.applied_hash = Some(hash.clone());
-            s.applied_at = Some(now_secs());
-        }
+        self.applied(&hash);
         if keep {
             if let Err(e) = self.keep(deflated) {
                 tracing::warn!("[clustering] cannot keep the config under the prefix: {e}");
             }
         }
-        Ok(true)
+        Ok(Some(format!("whole config ({} bytes)", deflated.len())))
+    }
+
+    fn applied(&self, hash: &str) {
+        let mut s = self.status();
+        s.applied_hash = Some(hash.to_string());
+        s.applied_at = Some(now_secs());
     }
 
     /// Writes the message whole, then renames it over the last one: a crash never leaves half
-    /// a config to start from.
+    /// a config to start from. The deltas kept after the last one go.
     fn keep(&self, deflated: &[u8]) -> std::io::Result<()> {
         let dir = self.cache.parent().expect("cache dir");
         std::fs::create_dir_all(dir)?;
         let tmp = dir.join(format!(".config.json.gz.{}", std::process::id()));
         std::fs::write(&tmp, deflated)?;
+        let _ = std::fs::remove_file(&self.deltas);
         std::fs::rename(&tmp, &self.cache)
+    }
+
+    /// Appends a delta to those kept after the whole config; a torn last record (a crash in
+    /// the write) is ignored at start, and the control plane sends what is missing.
+    fn keep_delta(&self, deflated: &[u8]) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.deltas)?;
+        let mut record = (deflated.len() as u32).to_be_bytes().to_vec();
+        record.extend_from_slice(deflated);
+        f.write_all(&record)
     }
 
     /// Stays connected to the control plane until `shutdown`.
@@ -169,7 +240,13 @@ impl DataPlane {
                 _ = shutdown.changed() => return,
                 r = self.clone().session(&uri) => r,
             };
-            let delay = rand::random_range(5..=10);
+            // Behind the control plane's deltas: connect again at once for the whole config.
+            let behind = matches!(&result, Err(e) if e.contains(BEHIND));
+            let delay = if behind {
+                0
+            } else {
+                rand::random_range(5..=10)
+            };
             {
                 let mut s = self.status();
                 s.connected = false;
@@ -230,6 +307,7 @@ impl DataPlane {
             &self.node.plugins,
             self.node.process_conf.clone(),
             &self.conf.dp_labels,
+            &[payload::DELTA_TYPE],
         );
         ws.send(Message::Binary(info.into()))
             .await
@@ -280,16 +358,17 @@ impl DataPlane {
                                 .await
                                 .map_err(|e| e.to_string())?;
                             match applied {
-                                Ok(true) => {
+                                Ok(Some(what)) => {
                                     tracing::info!(
-                                        "[clustering] config {} applied in {:?}",
+                                        "[clustering] config {} applied in {:?}: {what}",
                                         self.applied_hash(),
                                         started.elapsed()
                                     );
                                     // The control plane learns the new hash at once.
                                     ping_at = tokio::time::Instant::now();
                                 }
-                                Ok(false) => {}
+                                Ok(None) => {}
+                                Err(e) if e == BEHIND => return Err(e),
                                 Err(e) => {
                                     tracing::error!("[clustering] unable to update running config: {e}");
                                     self.status().last_error = Some(format!("unable to update running config: {e}"));

@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 
+use md5::Digest as _;
 use serde_json::{json, Map, Value};
 
 use crate::hash::{self, Hashes};
@@ -78,7 +79,8 @@ pub fn export_config(mut store_export: Value) -> (Value, BTreeSet<String>) {
     (store_export, configured)
 }
 
-/// A `reconfigure` message ready to send to every data plane.
+/// A `reconfigure` message ready to send to every data plane, and what a Turnpike data plane
+/// holding the previous config needs instead (a `turnpike_delta`).
 #[derive(Debug)]
 pub struct Reconfigure {
     /// The gzip-compressed JSON message.
@@ -88,12 +90,116 @@ pub struct Reconfigure {
     pub configured: BTreeSet<String>,
     /// The uncompressed size, for the log and the benchmarks.
     pub inflated_len: usize,
+    /// Each entity's digest, by table and id: what the next config is compared with.
+    pub rows: Rows,
+    /// The changes from the previous config (its hash, and the compressed message), when
+    /// there was one.
+    pub delta: Option<Delta>,
+}
+
+/// The digest of every entity of a config, by table and id.
+pub type Rows = std::collections::HashMap<(String, String), [u8; 16]>;
+
+/// A `turnpike_delta` message: the entities added, changed or removed since `base`.
+#[derive(Debug)]
+pub struct Delta {
+    pub base: String,
+    pub deflated: bytes::Bytes,
+    pub changes: usize,
+}
+
+/// Turnpike's own message type: sent only to data planes that said they read it.
+pub const DELTA_TYPE: &str = "turnpike_delta";
+
+/// What a Turnpike data plane adds to `basic_info` (a Kong control plane reads no other key
+/// than its own, so it never sees it): the message types it reads beside Kong's.
+pub const CAPABILITIES_KEY: &str = "turnpike_capabilities";
+
+fn row_digests(config: &Value) -> Rows {
+    let mut rows = Rows::new();
+    let Some(top) = config.as_object() else {
+        return rows;
+    };
+    for (table, list) in top {
+        let Value::Array(list) = list else { continue };
+        for row in list {
+            let Some(id) = row.get("id").and_then(Value::as_str) else {
+                continue;
+            };
+            let text = serde_json::to_vec(row).unwrap_or_default();
+            rows.insert(
+                (table.clone(), id.to_string()),
+                md5::Md5::digest(&text).into(),
+            );
+        }
+    }
+    rows
+}
+
+/// The changes from `previous` to `config` as `[table, id, entity or null]` entries: every
+/// entity whose digest is new or differs, and every one that is gone.
+fn changes(previous: &Rows, current: &Rows, config: &Value) -> Vec<Value> {
+    let mut out = Vec::new();
+    if let Some(top) = config.as_object() {
+        for (table, list) in top {
+            let Value::Array(list) = list else { continue };
+            for row in list {
+                let Some(id) = row.get("id").and_then(Value::as_str) else {
+                    continue;
+                };
+                let key = (table.clone(), id.to_string());
+                if previous.get(&key) != current.get(&key) {
+                    out.push(json!([table, id, row]));
+                }
+            }
+        }
+    }
+    let mut gone: Vec<&(String, String)> = previous
+        .keys()
+        .filter(|k| !current.contains_key(*k))
+        .collect();
+    gone.sort();
+    for (table, id) in gone {
+        out.push(json!([table, id, null]));
+    }
+    out
 }
 
 impl Reconfigure {
-    /// Hashes the exported config, writes the message and compresses it.
+    /// Hashes the exported config, writes the message and compresses it; with the previous
+    /// config's, also the delta from it.
     pub fn build(config: Value, configured: BTreeSet<String>) -> Result<Reconfigure, String> {
+        Reconfigure::build_after(config, configured, None)
+    }
+
+    /// [`Reconfigure::build`], with the delta from `previous` (the config it replaces).
+    pub fn build_after(
+        config: Value,
+        configured: BTreeSet<String>,
+        previous: Option<&Reconfigure>,
+    ) -> Result<Reconfigure, String> {
         let hashes = hash::config_hash(&config)?;
+        let rows = row_digests(&config);
+        let delta = match previous {
+            Some(p) => {
+                let changes = changes(&p.rows, &rows, &config);
+                let n = changes.len();
+                let msg = json!({
+                    "type": DELTA_TYPE,
+                    "base": p.hashes.config,
+                    "config_hash": hashes.config,
+                    "hashes": hashes,
+                    "changes": changes,
+                });
+                let text = serde_json::to_vec(&msg).map_err(|e| e.to_string())?;
+                Some(Delta {
+                    base: p.hashes.config.clone(),
+                    deflated: gzip(&text)?.into(),
+                    changes: n,
+                })
+            }
+            None => None,
+        };
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| (d.as_millis() as f64) / 1000.0)
@@ -114,6 +220,8 @@ impl Reconfigure {
             hashes,
             configured,
             inflated_len: text.len(),
+            rows,
+            delta,
         })
     }
 }
@@ -156,6 +264,14 @@ pub struct Received<'a> {
     pub timestamp: Option<f64>,
 }
 
+/// A `turnpike_delta` as a data plane reads it: `[table, id, entity or null]` changes.
+#[derive(serde::Deserialize)]
+pub struct ReceivedDelta {
+    pub base: String,
+    pub config_hash: String,
+    pub changes: Vec<crate::dp::Change>,
+}
+
 impl Received<'_> {
     /// The config hash sent, or Kong's hash of the config when none was.
     pub fn hash(&self) -> Result<String, String> {
@@ -177,6 +293,7 @@ pub fn basic_info(
     plugins: &[(String, String)],
     process_conf: Value,
     labels: &[(String, String)],
+    capabilities: &[&str],
 ) -> Vec<u8> {
     let mut list: Vec<&(String, String)> = plugins.iter().collect();
     list.sort_by_key(|(n, _)| n.to_lowercase());
@@ -191,6 +308,9 @@ pub fn basic_info(
         ),
     );
     msg.insert("process_conf".into(), process_conf);
+    if !capabilities.is_empty() {
+        msg.insert(CAPABILITIES_KEY.into(), json!(capabilities));
+    }
     if !labels.is_empty() {
         let m: Map<String, Value> = labels
             .iter()
@@ -205,6 +325,8 @@ pub fn basic_info(
 pub struct BasicInfo {
     pub plugins: Vec<Value>,
     pub labels: Option<Map<String, Value>>,
+    /// A Turnpike data plane reads `turnpike_delta` messages.
+    pub reads_deltas: bool,
 }
 
 pub fn read_basic_info(data: &[u8]) -> Result<BasicInfo, String> {
@@ -231,7 +353,15 @@ pub fn read_basic_info(data: &[u8]) -> Result<BasicInfo, String> {
         Some(Value::Object(l)) => Some(l),
         _ => None,
     };
-    Ok(BasicInfo { plugins, labels })
+    let reads_deltas = m
+        .get(CAPABILITIES_KEY)
+        .and_then(Value::as_array)
+        .is_some_and(|c| c.iter().any(|v| v == DELTA_TYPE));
+    Ok(BasicInfo {
+        plugins,
+        labels,
+        reads_deltas,
+    })
 }
 
 #[cfg(test)]
@@ -287,6 +417,38 @@ mod tests {
     }
 
     #[test]
+    fn a_delta_holds_what_changed_and_what_went() {
+        let v1 = json!({"_format_version": "3.0", "services": [{"id": "s1", "port": 80}, {"id": "s2", "port": 81}],
+            "routes": [{"id": "r1", "service": "s1", "paths": ["/a"]}]});
+        let v2 = json!({"_format_version": "3.0", "services": [{"id": "s1", "port": 8080}],
+            "routes": [{"id": "r1", "service": "s1", "paths": ["/a"]}, {"id": "r2", "service": "s1", "paths": ["/b"]}]});
+        let r1 = Reconfigure::build(v1, BTreeSet::new()).unwrap();
+        assert!(r1.delta.is_none());
+        let r2 = Reconfigure::build_after(v2.clone(), BTreeSet::new(), Some(&r1)).unwrap();
+        let d = r2.delta.as_ref().unwrap();
+        assert_eq!((d.base.as_str(), d.changes), (r1.hashes.config.as_str(), 3));
+        let got: ReceivedDelta =
+            serde_json::from_slice(&gunzip(&d.deflated, 1 << 20).unwrap()).unwrap();
+        assert_eq!(got.base, r1.hashes.config);
+        assert_eq!(got.config_hash, r2.hashes.config);
+        let mut seen: Vec<(String, String, bool)> = got
+            .changes
+            .iter()
+            .map(|(t, i, e)| (t.clone(), i.clone(), e.is_some()))
+            .collect();
+        seen.sort();
+        assert_eq!(
+            seen,
+            vec![
+                ("routes".into(), "r2".into(), true),
+                ("services".into(), "s1".into(), true),
+                ("services".into(), "s2".into(), false),
+            ]
+        );
+        assert_eq!(r2.hashes, hash::config_hash(&v2).unwrap());
+    }
+
+    #[test]
     fn a_gzip_bomb_is_refused() {
         let zeros = vec![0u8; 8 << 20];
         let bomb = gzip(&zeros).unwrap();
@@ -305,7 +467,7 @@ mod tests {
             ("ACL".to_string(), "3.9.1".to_string()),
             ("acme".to_string(), "3.9.1".to_string()),
         ];
-        let bytes = basic_info(&plugins, json!({}), &[("region".into(), "eu".into())]);
+        let bytes = basic_info(&plugins, json!({}), &[("region".into(), "eu".into())], &[]);
         let v: Value = serde_json::from_slice(&bytes).unwrap();
         let names: Vec<&str> = v["plugins"]
             .as_array()
@@ -317,6 +479,9 @@ mod tests {
         assert_eq!(v["labels"], json!({"region": "eu"}));
         let info = read_basic_info(&bytes).unwrap();
         assert_eq!(info.plugins.len(), 3);
+        assert!(!info.reads_deltas);
+        let turnpike = basic_info(&plugins, json!({}), &[], &[DELTA_TYPE]);
+        assert!(read_basic_info(&turnpike).unwrap().reads_deltas);
         assert_eq!(
             read_basic_info(br#"{"type":"hello"}"#).err().unwrap(),
             "invalid basic info data type: hello"

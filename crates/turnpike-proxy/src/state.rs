@@ -194,6 +194,12 @@ impl Gateway {
         self.build_and_install(config, None, true)
     }
 
+    /// [`Gateway::apply_changes`], refusing a config that cannot be built whole (a hybrid data
+    /// plane's delta: its control plane's config is taken whole or not at all).
+    pub fn apply_changes_whole(&self, config: Config, changes: &Changes) -> Result<(), String> {
+        self.build_and_install(config, Some(changes), true)
+    }
+
     fn build_and_install(
         &self,
         mut config: Config,

@@ -101,6 +101,26 @@ impl dp::Applier for GatewayApplier {
         cfg.hash = hash.to_string();
         self.gateway.apply_whole(cfg)
     }
+
+    fn apply_delta(&self, changes: Vec<dp::Change>, hash: &str) -> Result<(), String> {
+        let running = self.gateway.snapshot.load_full();
+        let mut cfg = running.config.clone();
+        drop(running);
+        let mut what = turnpike_config::declarative::Changes {
+            from: std::mem::take(&mut cfg.hash),
+            ..Default::default()
+        };
+        for (table, id, entity) in &changes {
+            if table == "routes" {
+                what.routes.push(id.clone());
+            } else {
+                what.others = true;
+            }
+            cfg.apply_change(table, id, entity.as_ref(), self.plugins.as_ref())?;
+        }
+        cfg.hash = hash.to_string();
+        self.gateway.apply_changes_whole(cfg, &what)
+    }
 }
 
 /// The data plane: made now, so that the config kept from its last run is applied before

@@ -234,9 +234,12 @@ pub fn check_plugin_scope(plugins: &dyn PluginRegistry, p: &Plugin) -> Option<(S
 
 /// Reads a stored foreign key (`{"id": ...}`) of an entity that the store has already checked.
 fn stored_fk(map: &Map<String, Value>, field: &str) -> Option<ForeignKey> {
+    // As the store keeps it (`{"id": ...}`), or as Kong's export writes it (the bare id).
     map.get(field)
-        .and_then(|v| v.get("id"))
-        .and_then(|v| v.as_str())
+        .and_then(|v| match v {
+            Value::String(id) => Some(id.as_str()),
+            other => other.get("id").and_then(|v| v.as_str()),
+        })
         .map(ForeignKey::new)
 }
 

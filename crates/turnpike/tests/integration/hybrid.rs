@@ -73,6 +73,27 @@ async fn serves(
     .await
 }
 
+/// Waits (20 s at most) until the control plane has exported every write made so far and each
+/// data plane runs that export: changes made entity by entity (decK) reach data planes in as
+/// many pushes as the control plane's exports caught, each a state between two writes.
+async fn in_sync(cp: &Gateway, dps: &[&Gateway]) {
+    let ok = eventually(Duration::from_secs(20), async || {
+        let s = cp.status().await;
+        let c = &s["clustering"];
+        if s["config_version"] != c["exported_version"] || !c["config_hash"].is_string() {
+            return false;
+        }
+        for dp in dps {
+            if dp.status().await["configuration_hash"] != c["config_hash"] {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    assert!(ok, "not in sync: {}", cp.status().await);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_control_plane_on_postgres_feeds_its_data_planes_and_they_outlive_it() {
     let up = Upstream::start("hybrid");
@@ -214,11 +235,14 @@ async fn a_control_plane_on_postgres_feeds_its_data_planes_and_they_outlive_it()
             "{}",
             dp.log_text()
         );
+        let routes = dp.admin("GET", "/routes", None).await.json();
         assert_eq!(
             call(dp.proxy, "GET", "/hybrid", &[("apikey", "ann-key")])
                 .await
                 .status,
-            404
+            404,
+            "{routes}\n{}",
+            dp.log_text()
         );
     }
 
@@ -409,10 +433,18 @@ async fn the_outlet_answers_good_and_bad_data_planes_as_kongs_does() {
     ws.send(basic_info(&[("key-auth", "3.9.1"), ("acl", "3.9.0")]))
         .await
         .unwrap();
-    let Some(Message::Binary(data)) = next(&mut ws, 10).await else {
-        panic!("no config:\n{}", cp.log_text())
-    };
-    let msg = inflate(&data);
+    // The config as exported when it connected, then (if the last writes were not exported
+    // yet) the next ones: until it holds the plugin.
+    let mut msg = json!(null);
+    for _ in 0..5 {
+        let Some(Message::Binary(data)) = next(&mut ws, 10).await else {
+            panic!("no config:\n{}", cp.log_text())
+        };
+        msg = inflate(&data);
+        if msg["config_table"]["plugins"].is_array() {
+            break;
+        }
+    }
     assert_eq!(msg["type"], "reconfigure");
     assert!(msg["timestamp"].as_f64().unwrap() > 1.7e9);
     let hash = msg["config_hash"].as_str().unwrap().to_string();
@@ -567,6 +599,7 @@ fn pki() -> (String, (String, String), (String, String)) {
 /// A control plane written here from Kong 3.9's sources (`kong/clustering/control_plane.lua`),
 /// `pki` mode: takes one data plane, checks its request and `basic_info`, and hands the test
 /// its WebSocket.
+#[allow(clippy::result_large_err)] // the handshake callback's error type is tungstenite's
 async fn kong_like_control_plane(
     ca: &str,
     cp_leaf: &(String, String),
@@ -926,19 +959,9 @@ async fn deck_against_the_control_plane_drives_the_data_planes() {
     std::fs::write(dir.path().join("kong.yml"), &file).unwrap();
     let out = ok(&cp, dir.path(), &["gateway", "sync", "kong.yml"]);
     assert_eq!(summary(&out), (24, 0, 0), "{out}");
+    // decK writes entity by entity: what reaches a data plane meanwhile is part of the file.
+    in_sync(&cp, &[&dps[0], &dps[1]]).await;
     for dp in &dps {
-        assert!(
-            serves(
-                dp.proxy,
-                "/orders",
-                &[("apikey", "alice-secret-key")],
-                200,
-                20
-            )
-            .await,
-            "{}",
-            dp.log_text()
-        );
         let r = call(
             dp.proxy,
             "GET",
@@ -946,29 +969,25 @@ async fn deck_against_the_control_plane_drives_the_data_planes() {
             &[("apikey", "alice-secret-key")],
         )
         .await;
+        assert_eq!(r.status, 200, "{}", dp.log_text());
         assert_eq!(r.json()["headers"]["x-consumer-username"], "alice");
         assert_eq!(call(dp.proxy, "GET", "/orders", &[]).await.status, 401);
+        let plugins = dp.admin("GET", "/plugins", None).await.json();
+        assert_eq!(plugins["data"].as_array().unwrap().len(), 11, "{plugins}");
     }
     let changed = file.replace("bob-key", "bob-key-2");
     std::fs::write(dir.path().join("kong2.yml"), &changed).unwrap();
     let out = ok(&cp, dir.path(), &["gateway", "sync", "kong2.yml"]);
     assert_eq!(summary(&out).2, 1, "{out}");
+    in_sync(&cp, &[&dps[0], &dps[1]]).await;
     for dp in &dps {
-        assert!(
-            serves(dp.proxy, "/orders", &[("apikey", "bob-key-2")], 200, 10).await,
-            "{}",
-            dp.log_text()
-        );
-        assert_eq!(
-            call(dp.proxy, "GET", "/orders", &[("apikey", "bob-key")])
-                .await
-                .status,
-            401
-        );
+        let ok = call(dp.proxy, "GET", "/orders", &[("apikey", "bob-key-2")]).await;
+        assert_eq!(ok.status, 200, "{}", dp.log_text());
+        let gone = call(dp.proxy, "GET", "/orders", &[("apikey", "bob-key")]).await;
+        assert_eq!(gone.status, 401);
     }
     // The control plane's records agree with what each data plane runs.
-    let hash = dps[0].status().await["configuration_hash"].clone();
-    assert_eq!(dps[1].status().await["configuration_hash"], hash);
+    let hash = cp.status().await["clustering"]["config_hash"].clone();
     assert!(
         eventually(Duration::from_secs(10), async || {
             let r = cp
@@ -1140,4 +1159,118 @@ async fn pki_mode_verifies_both_sides_against_the_cluster_ca() {
         "{}",
         wrong.log_text()
     );
+}
+
+/// Beyond Kong: a Turnpike data plane gets only what changed (`turnpike_delta`), applies it
+/// without rebuilding the rest, ends at the control plane's hash, and starts again from the
+/// whole config and the deltas it kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turnpike_data_planes_take_deltas_and_keep_them() {
+    let up = Upstream::start("delta");
+    let dir = tempfile::tempdir().unwrap();
+    let cert = shared_cert(dir.path());
+    let cport = free_port();
+    let cp = Gateway::sqlite()
+        .env("TURNPIKE_ROLE", "control_plane")
+        .env("TURNPIKE_CLUSTER_LISTEN", &format!("127.0.0.1:{cport}"))
+        .env("TURNPIKE_CLUSTER_CERT", &cert.0)
+        .env("TURNPIKE_CLUSTER_CERT_KEY", &cert.1)
+        .start();
+    cp.add_service_route(&up.url(), "/first").await;
+    let prefix = dir.path().join("dp-prefix");
+    let env = [("TURNPIKE_PREFIX", prefix.to_str().unwrap())];
+    let dp = data_plane(cport, &cert, &env);
+    assert!(
+        serves(dp.proxy, "/first", &[], 200, 20).await,
+        "{}",
+        dp.log_text()
+    );
+
+    // Each kind of change, one after the other: a route added, a consumer and its key, a
+    // plugin on a route, the service changed, a route deleted.
+    let steps: Vec<(&str, &str, serde_json::Value)> = vec![
+        (
+            "POST",
+            "/services/s/routes",
+            json!({"name": "second", "paths": ["/second"]}),
+        ),
+        ("POST", "/consumers", json!({"username": "bo"})),
+        ("POST", "/consumers/bo/key-auth", json!({"key": "bo-key"})),
+        (
+            "POST",
+            "/routes/second/plugins",
+            json!({"name": "key-auth"}),
+        ),
+        ("PATCH", "/services/s", json!({"path": "/base"})),
+        ("DELETE", "/routes/r", json!(null)),
+    ];
+    for (method, path, body) in steps {
+        let r = cp
+            .admin(method, path, (!body.is_null()).then_some(body))
+            .await;
+        assert!(r.status < 300, "{method} {path}: {} {:?}", r.status, r.body);
+        // Apart enough for each to be pushed alone.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    in_sync(&cp, &[&dp]).await;
+    // The last change reached it.
+    assert!(
+        serves(dp.proxy, "/first", &[], 404, 10).await,
+        "{}",
+        dp.log_text()
+    );
+    assert_eq!(
+        call(dp.proxy, "GET", "/second", &[("apikey", "bo-key")])
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        call(dp.proxy, "GET", "/second", &[]).await.status,
+        401,
+        "{}",
+        dp.log_text()
+    );
+    let r = call(dp.proxy, "GET", "/second/x", &[("apikey", "bo-key")]).await;
+    assert_eq!(r.json()["uri"], "/base/x");
+    assert_eq!(
+        r.json()["headers"]["x-consumer-username"],
+        "bo",
+        "{}\n{}\n{}",
+        r.json(),
+        dp.admin("GET", "/consumers", None).await.json(),
+        dp.admin("GET", "/key-auths", None).await.json()
+    );
+    let log = dp.log_text();
+    assert!(log.matches(": delta of ").count() >= 4, "{log}");
+    assert_eq!(log.matches(": whole config").count(), 1, "{log}");
+    // The data plane ends at the very hash the control plane computed for the whole config.
+    let hash = dp.status().await["configuration_hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        eventually(Duration::from_secs(10), async || {
+            let r = cp
+                .admin("GET", "/clustering/data-planes", None)
+                .await
+                .json();
+            r["data"][0]["config_hash"] == hash.as_str()
+        })
+        .await
+    );
+    // Started again while the control plane is away: the kept config and deltas, replayed.
+    drop(cp);
+    drop(dp);
+    let dp = data_plane(cport, &cert, &env);
+    assert_eq!(
+        call(dp.proxy, "GET", "/second/x", &[("apikey", "bo-key")])
+            .await
+            .status,
+        200,
+        "{}",
+        dp.log_text()
+    );
+    assert_eq!(call(dp.proxy, "GET", "/first", &[]).await.status, 404);
+    assert_eq!(dp.status().await["configuration_hash"], hash.as_str());
 }
