@@ -77,21 +77,7 @@ impl Admin {
                 u8::from(store.reachable().await)
             );
         }
-        // Kong's control plane reports each data plane's config hash; a Turnpike node reports
-        // its own (the hash as a number, as Kong converts it).
-        let hash = gw.config_hash();
-        family(
-            &mut out,
-            "kong_data_plane_config_hash",
-            "gauge",
-            "Config hash numeric value of the data plane",
-        );
-        let _ = writeln!(
-            out,
-            "kong_data_plane_config_hash{{node_id=\"{node}\",hostname=\"{}\",ip=\"\"}} {:e}",
-            escape(&self.hostname),
-            u128::from_str_radix(&hash, 16).map_or(0.0, |n| n as f64)
-        );
+        self.cluster_metrics(&mut out, &node);
 
         let plugins = self.gateway.plugins.runtime();
         if plugins.prometheus.upstream_health_metrics() {
@@ -272,5 +258,106 @@ impl Admin {
             HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
         );
         r
+    }
+}
+
+impl Admin {
+    /// Hybrid mode's families (Kong's prometheus exporter): on a control plane, each data
+    /// plane's last contact, config hash (as a number, as Kong converts it) and version
+    /// compatibility; on a data plane, its cluster certificate's expiry. A node outside a
+    /// cluster reports its own config hash as a data plane's.
+    fn cluster_metrics(&self, out: &mut String, node: &str) {
+        let hash_number = |h: &str| u128::from_str_radix(h, 16).map_or(0.0, |n| n as f64);
+        match &self.cluster {
+            turnpike_cluster::Node::ControlPlane(cp) => {
+                let dps = cp.data_planes();
+                let labels = |d: &turnpike_cluster::cp::DataPlaneRecord| {
+                    format!(
+                        "node_id=\"{}\",hostname=\"{}\",ip=\"{}\"",
+                        escape(&d.id),
+                        escape(d.hostname.as_deref().unwrap_or("")),
+                        escape(&d.ip)
+                    )
+                };
+                family(
+                    out,
+                    "kong_data_plane_last_seen",
+                    "gauge",
+                    "Last time data plane contacted control plane",
+                );
+                for d in &dps {
+                    let _ = writeln!(
+                        out,
+                        "kong_data_plane_last_seen{{{}}} {}",
+                        labels(d),
+                        d.last_seen
+                    );
+                }
+                family(
+                    out,
+                    "kong_data_plane_config_hash",
+                    "gauge",
+                    "Config hash numeric value of the data plane",
+                );
+                for d in &dps {
+                    let _ = writeln!(
+                        out,
+                        "kong_data_plane_config_hash{{{}}} {:e}",
+                        labels(d),
+                        hash_number(&d.config_hash)
+                    );
+                }
+                family(
+                    out,
+                    "kong_data_plane_version_compatible",
+                    "gauge",
+                    "Version compatible status of the data plane, 0 is incompatible",
+                );
+                for d in &dps {
+                    use turnpike_cluster::compat::SyncStatus;
+                    let compatible = !matches!(
+                        d.sync_status,
+                        SyncStatus::KongVersionIncompatible
+                            | SyncStatus::PluginSetIncompatible
+                            | SyncStatus::PluginVersionIncompatible
+                    );
+                    let _ = writeln!(
+                        out,
+                        "kong_data_plane_version_compatible{{{},kong_version=\"{}\"}} {}",
+                        labels(d),
+                        escape(&d.version),
+                        u8::from(compatible)
+                    );
+                }
+            }
+            other => {
+                if let turnpike_cluster::Node::DataPlane(dp) = other {
+                    if let Some(expiry) = dp.cert_expiry() {
+                        family(
+                            out,
+                            "kong_data_plane_cluster_cert_expiry_timestamp",
+                            "gauge",
+                            "Unix timestamp of Data Plane's cluster_cert expiry time",
+                        );
+                        let _ = writeln!(
+                            out,
+                            "kong_data_plane_cluster_cert_expiry_timestamp {expiry}"
+                        );
+                    }
+                }
+                family(
+                    out,
+                    "kong_data_plane_config_hash",
+                    "gauge",
+                    "Config hash numeric value of the data plane",
+                );
+                let _ = writeln!(
+                    out,
+                    "kong_data_plane_config_hash{{node_id=\"{node}\",hostname=\"{}\",ip=\"\"}} {:e}",
+                    escape(&self.hostname),
+                    hash_number(&self.gateway.config_hash())
+                );
+            }
+        }
     }
 }

@@ -29,6 +29,10 @@ pub trait ConfigSource: Send + Sync + 'static {
     fn export(&self) -> Pin<Box<dyn Future<Output = Result<Value, String>> + Send + '_>>;
     /// The config version the node runs; it moves when the config changes.
     fn version(&self) -> i64;
+    /// Told when [`ConfigSource::version`] moves (`None`: the version is polled).
+    fn watch(&self) -> Option<watch::Receiver<i64>> {
+        None
+    }
 }
 
 /// A data plane as the control plane records it (Kong's `clustering_data_planes`).
@@ -193,7 +197,7 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Exports the config whenever its version moves (changes within 50 ms make one push),
+    /// Exports the config whenever its version moves (changes within 20 ms make one push),
     /// and hands it to every connection.
     async fn export_loop(
         self: Arc<Self>,
@@ -201,11 +205,13 @@ impl ControlPlane {
         mut shutdown: watch::Receiver<bool>,
     ) {
         let mut sent: Option<i64> = None;
+        let mut moved = source.watch();
         loop {
             let version = source.version();
             if sent != Some(version) {
                 tracing::debug!("[clustering] config version {version} (sent: {sent:?})");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                // Writes close together (a decK sync) go out as one push.
+                tokio::time::sleep(Duration::from_millis(20)).await;
                 let version = source.version();
                 let started = std::time::Instant::now();
                 match self.export(source.as_ref()).await {
@@ -217,7 +223,16 @@ impl ControlPlane {
                             r.deflated.len(),
                             started.elapsed()
                         );
-                        self.current.send_replace(Some(Arc::new(r)));
+                        // The same config again (a write that changed nothing a data plane
+                        // gets, as a credential's cache entry): nobody is woken.
+                        let same = self
+                            .current
+                            .borrow()
+                            .as_ref()
+                            .is_some_and(|c| c.hashes.config == r.hashes.config);
+                        if !same {
+                            self.current.send_replace(Some(Arc::new(r)));
+                        }
                         self.exported_version
                             .store(version, std::sync::atomic::Ordering::Relaxed);
                         sent = Some(version);
@@ -228,9 +243,22 @@ impl ControlPlane {
                     }
                 }
             }
+            // Woken when the version moves; polled every second as well (and every 100 ms
+            // for a source that cannot tell).
+            let poll = Duration::from_millis(if moved.is_some() { 1000 } else { 100 });
             tokio::select! {
                 _ = shutdown.changed() => return,
-                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = async {
+                    match moved.as_mut() {
+                        Some(rx) => {
+                            if rx.changed().await.is_err() {
+                                std::future::pending::<()>().await;
+                            }
+                        }
+                        None => std::future::pending::<()>().await,
+                    }
+                } => {}
+                _ = tokio::time::sleep(poll) => {}
             }
         }
     }
@@ -397,6 +425,9 @@ impl ControlPlane {
                         break Ok(());
                     }
                     let Some(r) = configs.borrow_and_update().clone() else { continue };
+                    if last_sent.as_deref() == Some(r.hashes.config.as_str()) {
+                        continue;
+                    }
                     let before = rec.sync_status;
                     match compat::check_configuration(&self.plugins, &r.configured, &dp_plugins) {
                         Err((why, status)) => {

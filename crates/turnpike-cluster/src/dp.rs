@@ -108,6 +108,12 @@ impl DataPlane {
             .unwrap_or_else(|| EMPTY_HASH.into())
     }
 
+    /// The cluster certificate's notAfter (seconds since the epoch).
+    pub fn cert_expiry(&self) -> Option<i64> {
+        let certs = turnpike_config::declarative::pem::certificates(&self.conf.cert).ok()?;
+        tls::expiry(certs.first()?)
+    }
+
     /// What `/status` shows of the control plane connection.
     pub fn status_json(&self) -> Value {
         let s = self.status();

@@ -207,6 +207,11 @@ impl ConfigSync {
         *self.applied.borrow()
     }
 
+    /// Told each time the data plane runs a new version (a hybrid control plane exports then).
+    pub fn watch_applied(&self) -> tokio::sync::watch::Receiver<i64> {
+        self.applied.subscribe()
+    }
+
     /// Waits (up to `bound`) until the data plane runs the store's current version: a read of
     /// the running state (`/upstreams/{u}/health`) right after a write sees that write.
     pub async fn caught_up(&self, bound: std::time::Duration) {

@@ -31,6 +31,10 @@ impl cp::ConfigSource for StoreSource {
     fn version(&self) -> i64 {
         self.sync.applied_version()
     }
+
+    fn watch(&self) -> Option<tokio::sync::watch::Receiver<i64>> {
+        Some(self.sync.watch_applied())
+    }
 }
 
 /// The plugins this node runs, with their versions, as the cluster protocol lists them.

@@ -77,6 +77,14 @@ async fn serves(
 /// data plane runs that export: changes made entity by entity (decK) reach data planes in as
 /// many pushes as the control plane's exports caught, each a state between two writes.
 async fn in_sync(cp: &Gateway, dps: &[&Gateway]) {
+    // Twice, half a second apart: the control plane's own sync applies the last write a moment
+    // after the Admin API answered it.
+    in_sync_once(cp, dps).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    in_sync_once(cp, dps).await;
+}
+
+async fn in_sync_once(cp: &Gateway, dps: &[&Gateway]) {
     let ok = eventually(Duration::from_secs(20), async || {
         let s = cp.status().await;
         let c = &s["clustering"];
@@ -984,7 +992,7 @@ async fn deck_against_the_control_plane_drives_the_data_planes() {
         let ok = call(dp.proxy, "GET", "/orders", &[("apikey", "bob-key-2")]).await;
         assert_eq!(ok.status, 200, "{}", dp.log_text());
         let gone = call(dp.proxy, "GET", "/orders", &[("apikey", "bob-key")]).await;
-        assert_eq!(gone.status, 401);
+        assert_eq!(gone.status, 401, "{}", dp.log_text());
     }
     // The control plane's records agree with what each data plane runs.
     let hash = cp.status().await["clustering"]["config_hash"].clone();
@@ -1273,4 +1281,51 @@ async fn turnpike_data_planes_take_deltas_and_keep_them() {
     );
     assert_eq!(call(dp.proxy, "GET", "/first", &[]).await.status, 404);
     assert_eq!(dp.status().await["configuration_hash"], hash.as_str());
+}
+
+/// Kong's prometheus families of hybrid mode: on a control plane, one series per data plane
+/// (last seen, config hash, version compatible); on a data plane, its certificate's expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_reports_the_data_planes_as_kong_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = shared_cert(dir.path());
+    let cport = free_port();
+    let cp = Gateway::sqlite()
+        .env("TURNPIKE_ROLE", "control_plane")
+        .env("TURNPIKE_CLUSTER_LISTEN", &format!("127.0.0.1:{cport}"))
+        .env("TURNPIKE_CLUSTER_CERT", &cert.0)
+        .env("TURNPIKE_CLUSTER_CERT_KEY", &cert.1)
+        .start();
+    let r = post_plugin(cp.admin, "prometheus", json!({})).await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let dp = data_plane(cport, &cert, &[]);
+    in_sync(&cp, &[&dp]).await;
+    let id = cp
+        .admin("GET", "/clustering/data-planes", None)
+        .await
+        .json()["data"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        eventually(Duration::from_secs(10), async || {
+            let m =
+                String::from_utf8_lossy(&cp.admin("GET", "/metrics", None).await.body).into_owned();
+            m.contains(&format!(
+                "kong_data_plane_last_seen{{node_id=\"{id}\",hostname=\""
+            )) && m.contains(&format!(
+                "kong_data_plane_version_compatible{{node_id=\"{id}\","
+            )) && m.contains("kong_version=\"3.9.1\"} 1")
+                && m.contains(&format!("kong_data_plane_config_hash{{node_id=\"{id}\","))
+        })
+        .await,
+        "{}",
+        String::from_utf8_lossy(&cp.admin("GET", "/metrics", None).await.body)
+    );
+    let m = String::from_utf8_lossy(&dp.admin("GET", "/metrics", None).await.body).into_owned();
+    let expiry = m
+        .lines()
+        .find_map(|l| l.strip_prefix("kong_data_plane_cluster_cert_expiry_timestamp "))
+        .unwrap_or_else(|| panic!("{m}"));
+    assert!(expiry.parse::<i64>().unwrap() > 1_700_000_000, "{expiry}");
 }
