@@ -28,17 +28,31 @@ fn shared_cert(dir: &Path) -> (String, String) {
     )
 }
 
+/// `store` made a control plane, its cluster listener on `port`, with more settings.
+fn as_control_plane(
+    store: GatewayBuilder,
+    port: u16,
+    cert: &(String, String),
+    extra: &[(&str, &str)],
+) -> Gateway {
+    let mut b = store
+        .env("TURNPIKE_ROLE", "control_plane")
+        .env("TURNPIKE_CLUSTER_LISTEN", &format!("127.0.0.1:{port}"))
+        .env("TURNPIKE_CLUSTER_CERT", &cert.0)
+        .env("TURNPIKE_CLUSTER_CERT_KEY", &cert.1);
+    for (k, v) in extra {
+        b = b.env(k, v);
+    }
+    b.start()
+}
+
 /// A control plane on `pg`, its cluster listener on `port`.
 fn control_plane(pg: &Postgres, port: u16, cert: &(String, String)) -> Gateway {
     let mut b = Gateway::with_config("_format_version: \"3.0\"\n");
     for (k, v) in pg.env() {
         b = b.env(k, &v);
     }
-    b.env("TURNPIKE_ROLE", "control_plane")
-        .env("TURNPIKE_CLUSTER_LISTEN", &format!("127.0.0.1:{port}"))
-        .env("TURNPIKE_CLUSTER_CERT", &cert.0)
-        .env("TURNPIKE_CLUSTER_CERT_KEY", &cert.1)
-        .start()
+    as_control_plane(b, port, cert, &[])
 }
 
 /// A DB-less data plane of the control plane on `port`; `prefix` (when given) is kept across
@@ -885,12 +899,7 @@ async fn a_data_plane_reaches_its_control_plane_through_a_connect_proxy() {
     let cert = shared_cert(dir.path());
     let cport = free_port();
     // A control plane on SQLite this time.
-    let cp = Gateway::sqlite()
-        .env("TURNPIKE_ROLE", "control_plane")
-        .env("TURNPIKE_CLUSTER_LISTEN", &format!("127.0.0.1:{cport}"))
-        .env("TURNPIKE_CLUSTER_CERT", &cert.0)
-        .env("TURNPIKE_CLUSTER_CERT_KEY", &cert.1)
-        .start();
+    let cp = as_control_plane(Gateway::sqlite(), cport, &cert, &[]);
     cp.add_service_route(&up.url(), "/px").await;
     let pport = free_port();
     let plog = dir.path().join("proxy.log");
@@ -1093,15 +1102,7 @@ async fn pki_mode_verifies_both_sides_against_the_cluster_ca() {
         ("TURNPIKE_CLUSTER_MTLS", "pki"),
         ("TURNPIKE_CLUSTER_CA_CERT", ca_path.to_str().unwrap()),
     ];
-    let mut b = Gateway::sqlite()
-        .env("TURNPIKE_ROLE", "control_plane")
-        .env("TURNPIKE_CLUSTER_LISTEN", &format!("127.0.0.1:{cport}"))
-        .env("TURNPIKE_CLUSTER_CERT", &cp_files.0)
-        .env("TURNPIKE_CLUSTER_CERT_KEY", &cp_files.1);
-    for (k, v) in pki_env {
-        b = b.env(k, v);
-    }
-    let cp = b.start();
+    let cp = as_control_plane(Gateway::sqlite(), cport, &cp_files, &pki_env);
     cp.add_service_route(&up.url(), "/pki").await;
     let mut env = pki_env.to_vec();
     env.push(("TURNPIKE_CLUSTER_SERVER_NAME", "cp.cluster.test"));
@@ -1139,14 +1140,15 @@ async fn pki_mode_verifies_both_sides_against_the_cluster_ca() {
     drop(cp);
     let both = format!("{ca}{}", expired.0);
     let both_path = write(dir.path(), "both-ca.crt", &both);
-    let cp = Gateway::sqlite()
-        .env("TURNPIKE_ROLE", "control_plane")
-        .env("TURNPIKE_CLUSTER_LISTEN", &format!("127.0.0.1:{cport}"))
-        .env("TURNPIKE_CLUSTER_CERT", &cp_files.0)
-        .env("TURNPIKE_CLUSTER_CERT_KEY", &cp_files.1)
-        .env("TURNPIKE_CLUSTER_MTLS", "pki")
-        .env("TURNPIKE_CLUSTER_CA_CERT", both_path.to_str().unwrap())
-        .start();
+    let cp = as_control_plane(
+        Gateway::sqlite(),
+        cport,
+        &cp_files,
+        &[
+            ("TURNPIKE_CLUSTER_MTLS", "pki"),
+            ("TURNPIKE_CLUSTER_CA_CERT", both_path.to_str().unwrap()),
+        ],
+    );
     assert!(outlet::connect(cport, &expired.1, &expired.2, &q)
         .await
         .is_err());
@@ -1178,12 +1180,7 @@ async fn turnpike_data_planes_take_deltas_and_keep_them() {
     let dir = tempfile::tempdir().unwrap();
     let cert = shared_cert(dir.path());
     let cport = free_port();
-    let cp = Gateway::sqlite()
-        .env("TURNPIKE_ROLE", "control_plane")
-        .env("TURNPIKE_CLUSTER_LISTEN", &format!("127.0.0.1:{cport}"))
-        .env("TURNPIKE_CLUSTER_CERT", &cert.0)
-        .env("TURNPIKE_CLUSTER_CERT_KEY", &cert.1)
-        .start();
+    let cp = as_control_plane(Gateway::sqlite(), cport, &cert, &[]);
     cp.add_service_route(&up.url(), "/first").await;
     let prefix = dir.path().join("dp-prefix");
     let env = [("TURNPIKE_PREFIX", prefix.to_str().unwrap())];
@@ -1290,12 +1287,7 @@ async fn prometheus_reports_the_data_planes_as_kong_does() {
     let dir = tempfile::tempdir().unwrap();
     let cert = shared_cert(dir.path());
     let cport = free_port();
-    let cp = Gateway::sqlite()
-        .env("TURNPIKE_ROLE", "control_plane")
-        .env("TURNPIKE_CLUSTER_LISTEN", &format!("127.0.0.1:{cport}"))
-        .env("TURNPIKE_CLUSTER_CERT", &cert.0)
-        .env("TURNPIKE_CLUSTER_CERT_KEY", &cert.1)
-        .start();
+    let cp = as_control_plane(Gateway::sqlite(), cport, &cert, &[]);
     let r = post_plugin(cp.admin, "prometheus", json!({})).await;
     assert_eq!(r.status, 201, "{:?}", r.body);
     let dp = data_plane(cport, &cert, &[]);
