@@ -33,8 +33,7 @@ pub trait Applier: Send + Sync + 'static {
     fn apply_delta(&self, changes: Vec<Change>, hash: &str) -> Result<(), String>;
 }
 
-/// One entity of a delta: its table, its id, and what it is now (`None`: removed).
-pub type Change = (String, String, Option<serde_json::Map<String, Value>>);
+pub use crate::payload::Change;
 
 /// A delta that does not start from the config this data plane runs: the connection is
 /// started again at once, for the whole config.

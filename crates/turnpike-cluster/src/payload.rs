@@ -264,12 +264,15 @@ pub struct Received<'a> {
     pub timestamp: Option<f64>,
 }
 
+/// One entity of a delta: its table, its id, and what it is now (`None`: removed).
+pub type Change = (String, String, Option<Map<String, Value>>);
+
 /// A `turnpike_delta` as a data plane reads it: `[table, id, entity or null]` changes.
 #[derive(serde::Deserialize)]
 pub struct ReceivedDelta {
     pub base: String,
     pub config_hash: String,
-    pub changes: Vec<crate::dp::Change>,
+    pub changes: Vec<Change>,
 }
 
 impl Received<'_> {
