@@ -22,7 +22,7 @@ $SUDO apt-get update -qq
 NODE_PKGS="nodejs npm"
 command -v npm >/dev/null 2>&1 && NODE_PKGS=""
 $SUDO apt-get install -y -qq build-essential pkg-config curl ca-certificates postgresql redis-server \
-  dnsmasq-base nginx valgrind sqlite3 chromium $NODE_PKGS slapd python3-pip python3-grpcio
+  dnsmasq-base nginx haproxy valgrind sqlite3 chromium $NODE_PKGS slapd python3-pip python3-grpcio
 command -v go >/dev/null 2>&1 || test -x /usr/local/go/bin/go || $SUDO apt-get install -y -qq golang-go
 if [ "${TURNPIKE_SETUP_BENCH:-0}" = 1 ]; then
   # nghttp2-client (h2load) and libnginx-mod-stream: bench/grpc.sh and bench/streams.sh.

@@ -11,6 +11,7 @@ if ! command -v cargo >/dev/null 2>&1 || ! ls /usr/lib/postgresql/*/bin/initdb >
   || ! { command -v dnsmasq || test -x /usr/sbin/dnsmasq; } >/dev/null 2>&1 \
   || ! command -v valgrind >/dev/null 2>&1 \
   || ! command -v sqlite3 >/dev/null 2>&1 \
+  || ! { command -v haproxy || test -x /usr/sbin/haproxy; } >/dev/null 2>&1 \
   || ! command -v chromium >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1 \
   || ! { command -v nginx || test -x /usr/sbin/nginx; } >/dev/null 2>&1; then
   bash scripts/setup.sh
