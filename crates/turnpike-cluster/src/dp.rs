@@ -39,6 +39,19 @@ pub use crate::payload::Change;
 /// started again at once, for the whole config.
 const BEHIND: &str = "the delta starts from another config than the one running";
 
+/// The deltas kept outgrew the whole config they follow: the connection is started again at
+/// once, and the whole config the control plane sends first replaces them.
+const COMPACT: &str = "the deltas kept outgrew the whole config: asking for it again";
+
+/// Below this many bytes of kept deltas, none are compacted (a small config's deltas soon
+/// outweigh it).
+const COMPACT_FLOOR: u64 = 64 * 1024;
+
+/// Whether an ended session is started again at once (no 5 to 10 s wait).
+fn at_once(e: &str) -> bool {
+    e.contains(BEHIND) || e.contains(COMPACT)
+}
+
 /// Who this data plane is, as it tells its control plane.
 pub struct NodeInfo {
     pub node_id: String,
@@ -70,6 +83,8 @@ pub struct DataPlane {
     cache: PathBuf,
     deltas: PathBuf,
     status: Mutex<Status>,
+    /// The deltas kept outgrew the whole config ([`COMPACT`]).
+    compact: std::sync::atomic::AtomicBool,
 }
 
 /// The largest config a message may inflate to: Kong has no bound; a gzip bomb must not take
@@ -92,6 +107,7 @@ impl DataPlane {
             cache: prefix.join("cluster").join("config.json.gz"),
             deltas: prefix.join("cluster").join("deltas.bin"),
             status: Mutex::new(Status::default()),
+            compact: Default::default(),
         })
     }
 
@@ -175,8 +191,14 @@ impl DataPlane {
             self.applier.apply_delta(delta.changes, &hash)?;
             self.applied(&hash);
             if keep {
-                if let Err(e) = self.keep_delta(deflated) {
-                    tracing::warn!("[clustering] cannot keep the delta under the prefix: {e}");
+                match self.keep_delta(deflated) {
+                    Ok(true) => self
+                        .compact
+                        .store(true, std::sync::atomic::Ordering::Relaxed),
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!("[clustering] cannot keep the delta under the prefix: {e}")
+                    }
                 }
             }
             return Ok(Some(format!(
@@ -192,6 +214,12 @@ impl DataPlane {
             tracing::debug!(
                 "[clustering] same config received from control plane, no need to reload"
             );
+            // The config running, whole: kept as it is, the deltas kept before it go.
+            if keep && self.deltas.exists() {
+                if let Err(e) = self.keep(deflated) {
+                    tracing::warn!("[clustering] cannot keep the config under the prefix: {e}");
+                }
+            }
             return Ok(None);
         }
         let table = msg
@@ -225,8 +253,9 @@ impl DataPlane {
     }
 
     /// Appends a delta to those kept after the whole config; a torn last record (a crash in
-    /// the write) is ignored at start, and the control plane sends what is missing.
-    fn keep_delta(&self, deflated: &[u8]) -> std::io::Result<()> {
+    /// the write) is ignored at start, and the control plane sends what is missing. `true`:
+    /// the deltas kept now outweigh the whole config ([`COMPACT`]).
+    fn keep_delta(&self, deflated: &[u8]) -> std::io::Result<bool> {
         use std::io::Write;
         let mut f = std::fs::OpenOptions::new()
             .create(true)
@@ -234,7 +263,10 @@ impl DataPlane {
             .open(&self.deltas)?;
         let mut record = (deflated.len() as u32).to_be_bytes().to_vec();
         record.extend_from_slice(deflated);
-        f.write_all(&record)
+        f.write_all(&record)?;
+        let kept = f.metadata()?.len();
+        let whole = std::fs::metadata(&self.cache).map_or(0, |m| m.len());
+        Ok(kept > whole.max(COMPACT_FLOOR))
     }
 
     /// Stays connected to the control plane until `shutdown`.
@@ -246,12 +278,8 @@ impl DataPlane {
                 r = self.clone().session(&uri) => r,
             };
             // Behind the control plane's deltas: connect again at once for the whole config.
-            let behind = matches!(&result, Err(e) if e.contains(BEHIND));
-            let delay = if behind {
-                0
-            } else {
-                rand::random_range(5..=10)
-            };
+            let now = matches!(&result, Err(e) if at_once(e));
+            let delay = if now { 0 } else { rand::random_range(5..=10) };
             {
                 let mut s = self.status();
                 s.connected = false;
@@ -371,6 +399,9 @@ impl DataPlane {
                                     );
                                     // The control plane learns the new hash at once.
                                     ping_at = tokio::time::Instant::now();
+                                    if self.compact.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                                        return Err(COMPACT.into());
+                                    }
                                 }
                                 Ok(None) => {}
                                 Err(e) if e == BEHIND => return Err(e),
@@ -512,5 +543,99 @@ mod tests {
         let p = Proxy::parse("http://proxy.local").unwrap();
         assert_eq!((p.addr.as_str(), p.authorization), ("proxy.local:80", None));
         assert!(Proxy::parse("https://proxy.local").is_err());
+    }
+
+    /// An applier that records what it was given.
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<String>>);
+
+    impl Applier for Recorder {
+        fn apply(&self, _text: &str, hash: &str) -> Result<(), String> {
+            self.0.lock().unwrap().push(format!("whole {hash}"));
+            Ok(())
+        }
+        fn apply_delta(&self, changes: Vec<Change>, hash: &str) -> Result<(), String> {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("delta {} {hash}", changes.len()));
+            Ok(())
+        }
+    }
+
+    fn conf() -> ClusterConf {
+        ClusterConf {
+            role: turnpike_config::conf::Role::DataPlane,
+            listen: Vec::new(),
+            control_plane: "127.0.0.1:1".into(),
+            cert: String::new(),
+            cert_key: String::new(),
+            ca_cert: None,
+            mtls: turnpike_config::conf::ClusterMtls::Shared,
+            server_name: None,
+            max_payload: 16 << 20,
+            data_plane_purge_delay: Duration::from_secs(60),
+            dp_labels: Vec::new(),
+            use_proxy: false,
+            proxy_server: None,
+        }
+    }
+
+    #[test]
+    fn kept_deltas_replay_at_start_and_are_compacted_when_they_outweigh_the_config() {
+        use crate::payload::Reconfigure;
+        let dir = std::env::temp_dir().join(format!("tp-dp-cache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let node = || NodeInfo {
+            node_id: "n".into(),
+            hostname: "h".into(),
+            version: "3.9.1".into(),
+            plugins: Vec::new(),
+            process_conf: json!({}),
+        };
+        let rec = Arc::new(Recorder::default());
+        let dp = DataPlane::new(conf(), node(), rec.clone(), &dir);
+        // A whole config, then deltas each carrying a large entity, until they outweigh it.
+        let mut prev =
+            Reconfigure::build(json!({"_format_version": "3.0"}), Default::default()).unwrap();
+        let first = dp.apply_message(&prev.deflated, true).unwrap().unwrap();
+        assert!(first.starts_with("whole"), "{first}");
+        let mut last = prev.hashes.config.clone();
+        let mut i = 0;
+        while !dp.compact.load(std::sync::atomic::Ordering::Relaxed) {
+            i += 1;
+            // Letters that do not compress (xorshift): each delta weighs ~12 KB gzipped.
+            let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ i as u64;
+            let noise: String = (0..20_000)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    char::from(b'a' + (x % 26) as u8)
+                })
+                .collect();
+            let v = json!({"_format_version": "3.0", "consumers": [{"id": format!("c{i}"), "username": noise}]});
+            let next = Reconfigure::build_after(v, Default::default(), Some(&prev)).unwrap();
+            let d = next.delta.as_ref().unwrap();
+            let what = dp.apply_message(&d.deflated, true).unwrap().unwrap();
+            assert!(what.starts_with("delta"), "{what}");
+            last = next.hashes.config.clone();
+            prev = next;
+            assert!(i < 100, "the deltas kept never outweighed the config");
+        }
+        assert!(i > 1);
+        // A node started from what was kept ends at the same config.
+        let rec2 = Arc::new(Recorder::default());
+        let dp2 = DataPlane::new(conf(), node(), rec2.clone(), &dir);
+        assert!(dp2.load_cache().unwrap());
+        assert_eq!(dp2.applied_hash(), last);
+        assert_eq!(rec2.0.lock().unwrap().len(), 1 + i);
+        // The whole config sent on the next connection replaces the deltas.
+        assert_eq!(dp.apply_message(&prev.deflated, true).unwrap(), None);
+        assert!(!dp.deltas.exists());
+        let dp3 = DataPlane::new(conf(), node(), Arc::new(Recorder::default()), &dir);
+        assert!(dp3.load_cache().unwrap());
+        assert_eq!(dp3.applied_hash(), last);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
