@@ -182,3 +182,89 @@ pub(super) fn run_data_plane(
         })
         .map_err(|e| format!("cannot start the cluster thread: {e}"))
 }
+
+/// `turnpike hybrid gen_cert [<cert> <key>] [-d days]` (Kong's `kong hybrid gen_cert`): a
+/// self-signed EC P-384 certificate for `kong_clustering`, valid `days` (1095 by default),
+/// written to `./cluster.crt` and `./cluster.key` unless named; never over an existing file.
+pub(super) fn gen_cert(
+    cert: Option<&Path>,
+    key: Option<&Path>,
+    days: Option<u64>,
+) -> Result<String, String> {
+    let (cert, key) = match (cert, key) {
+        (Some(c), Some(k)) => (c.to_path_buf(), k.to_path_buf()),
+        (None, None) => (PathBuf::from("cluster.crt"), PathBuf::from("cluster.key")),
+        _ => return Err("both cert and key path needs to be provided".into()),
+    };
+    let absolute = |p: PathBuf| {
+        if p.is_absolute() {
+            p
+        } else {
+            std::env::current_dir().unwrap_or_default().join(p)
+        }
+    };
+    let (cert, key) = (absolute(cert), absolute(key));
+    for p in [&cert, &key] {
+        if p.exists() {
+            return Err(format!(
+                "{} already exists.\nWill not overwrite it.",
+                p.display()
+            ));
+        }
+    }
+    let pair = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384)
+        .map_err(|e| format!("cannot make a key: {e}"))?;
+    let mut params = rcgen::CertificateParams::new(vec!["kong_clustering".to_string()])
+        .map_err(|e| e.to_string())?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "kong_clustering");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let day = |secs: u64| {
+        let (y, m, d) = civil_from_days((secs / 86_400) as i64);
+        rcgen::date_time_ymd(y as i32, m as u8, d as u8)
+    };
+    params.not_before = day(now);
+    params.not_after = day(now + days.unwrap_or(1095) * 86_400);
+    let made = params
+        .self_signed(&pair)
+        .map_err(|e| format!("cannot sign the certificate: {e}"))?;
+    write_new(&cert, made.pem().as_bytes(), 0o644)?;
+    write_new(&key, pair.serialize_pem().as_bytes(), 0o600)?;
+    Ok(format!(
+        "Successfully generated certificate/key pairs, they have been written to: '{}' and '{}'.",
+        cert.display(),
+        key.display()
+    ))
+}
+
+/// Creates `path` with `mode` (never over an existing file) and writes `bytes`.
+fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .and_then(|mut f| f.write_all(bytes))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// The civil date (year, month, day) of a day count since 1970-01-01 (Howard Hinnant's
+/// algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}

@@ -102,6 +102,11 @@ enum Command {
         #[arg(short = 'c', long = "conf")]
         conf: Option<PathBuf>,
     },
+    /// Hybrid mode utilities (as `kong hybrid`).
+    Hybrid {
+        #[command(subcommand)]
+        command: HybridCommand,
+    },
     /// Secret references (as `kong vault`).
     Vault {
         #[command(subcommand)]
@@ -113,6 +118,20 @@ enum Command {
         command: MigrationsCommand,
         #[arg(short = 'c', long = "conf", global = true)]
         conf: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum HybridCommand {
+    /// Generate a certificate/key pair for hybrid mode's shared `cluster_mtls` (written to
+    /// ./cluster.crt and ./cluster.key unless paths are given), as `kong hybrid gen_cert`.
+    #[command(name = "gen_cert")]
+    GenCert {
+        cert: Option<PathBuf>,
+        key: Option<PathBuf>,
+        /// Validity in days (default 1095: 3 years).
+        #[arg(short = 'd', long = "days")]
+        days: Option<u64>,
     },
 }
 
@@ -262,6 +281,18 @@ fn main() -> ExitCode {
             println!("Turnpike {VERSION} ({BUILD_PROFILE} build)");
             ExitCode::SUCCESS
         }
+        Command::Hybrid {
+            command: HybridCommand::GenCert { cert, key, days },
+        } => match hybrid::gen_cert(cert.as_deref(), key.as_deref(), days) {
+            Ok(done) => {
+                println!("{done}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("Error: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Config {
             command: ConfigCommand::Parse { file, conf },
         } => {

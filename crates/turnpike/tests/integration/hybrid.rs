@@ -1321,3 +1321,44 @@ async fn prometheus_reports_the_data_planes_as_kong_does() {
         .unwrap_or_else(|| panic!("{m}"));
     assert!(expiry.parse::<i64>().unwrap() > 1_700_000_000, "{expiry}");
 }
+
+/// `turnpike hybrid gen_cert`, as Kong's hybrid-mode guide starts with `kong hybrid gen_cert`:
+/// the pair a cluster then runs on, modes as Kong sets them, never written over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gen_cert_makes_the_pair_a_cluster_runs_on() {
+    use std::os::unix::fs::PermissionsExt;
+    let up = Upstream::start("gen-cert");
+    let dir = tempfile::tempdir().unwrap();
+    let (c, k) = (
+        dir.path().join("cluster.crt"),
+        dir.path().join("cluster.key"),
+    );
+    let (c, k) = (c.to_str().unwrap(), k.to_str().unwrap());
+    let (ok, out) = run(&["hybrid", "gen_cert", c, k, "-d", "30"], &[]);
+    assert!(
+        ok && out.contains("Successfully generated certificate/key pairs"),
+        "{out}"
+    );
+    let mode = |p: &str| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!((mode(c), mode(k)), (0o644, 0o600));
+    let (ok, out) = run(&["hybrid", "gen_cert", c, k], &[]);
+    assert!(
+        !ok && out.contains("already exists.\nWill not overwrite it."),
+        "{out}"
+    );
+    let (ok, out) = run(&["hybrid", "gen_cert", c], &[]);
+    assert!(
+        !ok && out.contains("both cert and key path needs to be provided"),
+        "{out}"
+    );
+    let cert = (c.to_string(), k.to_string());
+    let cport = free_port();
+    let cp = as_control_plane(Gateway::sqlite(), cport, &cert, &[]);
+    cp.add_service_route(&up.url(), "/gen").await;
+    let dp = data_plane(cport, &cert, &[]);
+    assert!(
+        serves(dp.proxy, "/gen", &[], 200, 20).await,
+        "{}",
+        dp.log_text()
+    );
+}
