@@ -11,8 +11,8 @@
 use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::crypto::{verify_tls12_signature, CryptoProvider};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use sha2::{Digest, Sha256};
@@ -26,22 +26,38 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// The node's cluster certificate chain and key.
+/// The node's cluster certificate chain and key, read as X.509 rather than by a chain
+/// verifier: a version 1 certificate (as older tools make) is taken too.
 pub struct Identity {
     pub chain: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
+    certified: Arc<rustls::sign::CertifiedKey>,
 }
 
 impl Identity {
     pub fn from_conf(conf: &ClusterConf) -> Result<Identity, String> {
         let chain = pem::certificates(&conf.cert).map_err(|e| format!("cluster_cert: {e}"))?;
-        let key = pem::private_key(&conf.cert_key).map_err(|e| format!("cluster_cert_key: {e}"))?;
-        Ok(Identity { chain, key })
+        pem::private_key(&conf.cert_key).map_err(|e| format!("cluster_cert_key: {e}"))?;
+        let certified = pem::certified_key(&conf.cert, &conf.cert_key)
+            .map_err(|e| format!("cluster_cert_key: {e}"))?;
+        Ok(Identity { chain, certified })
     }
 
     /// The SHA-256 digest of the leaf certificate (what shared mode compares).
     pub fn digest(&self) -> [u8; 32] {
         digest(&self.chain[0])
+    }
+}
+
+/// The server side's one certificate.
+#[derive(Debug)]
+struct Always(Arc<rustls::sign::CertifiedKey>);
+
+impl rustls::server::ResolvesServerCert for Always {
+    fn resolve(
+        &self,
+        _hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.0.clone())
     }
 }
 
@@ -83,8 +99,7 @@ pub fn server_config(conf: &ClusterConf) -> Result<Arc<rustls::ServerConfig>, St
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .with_client_cert_verifier(verifier)
-        .with_single_cert(id.chain, id.key)
-        .map_err(|e| format!("cluster_cert: {e}"))?;
+        .with_cert_resolver(Arc::new(Always(id.certified)));
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(cfg))
 }
@@ -121,8 +136,7 @@ pub fn client_config(
         }
     };
     let cfg = builder
-        .with_client_auth_cert(id.chain, id.key)
-        .map_err(|e| format!("cluster_cert: {e}"))?;
+        .with_client_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(id.certified)));
     let name =
         ServerName::try_from(name.clone()).map_err(|_| format!("'{name}' is not a server name"))?;
     Ok((Arc::new(cfg), name))
@@ -134,6 +148,17 @@ pub fn host_of(addr: &str) -> &str {
         return rest.split(']').next().unwrap_or(rest);
     }
     addr.rsplit_once(':').map_or(addr, |(h, _)| h)
+}
+
+/// A certificate's SubjectPublicKeyInfo, read as X.509 (any version).
+fn leaf_spki(
+    cert: &CertificateDer<'_>,
+) -> Result<rustls::pki_types::SubjectPublicKeyInfoDer<'static>, rustls::Error> {
+    let (_, c) = x509_parser::parse_x509_certificate(cert.as_ref())
+        .map_err(|_| rustls::Error::InvalidCertificate(rustls::CertificateError::BadEncoding))?;
+    Ok(rustls::pki_types::SubjectPublicKeyInfoDer::from(
+        c.tbs_certificate.subject_pki.raw.to_vec(),
+    ))
 }
 
 /// A certificate's notAfter, in seconds since the epoch.
@@ -167,9 +192,11 @@ macro_rules! signature_checks {
             cert: &CertificateDer<'_>,
             dss: &DigitallySignedStruct,
         ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            verify_tls13_signature(
+            // The peer's key read from its certificate as X.509 (webpki refuses version 1).
+            let spki = leaf_spki(cert)?;
+            rustls::crypto::verify_tls13_signature_with_raw_key(
                 message,
-                cert,
+                &spki,
                 dss,
                 &self.$provider.signature_verification_algorithms,
             )

@@ -1362,3 +1362,42 @@ async fn gen_cert_makes_the_pair_a_cluster_runs_on() {
         dp.log_text()
     );
 }
+
+/// A version 1 cluster certificate (older tools make them; `openssl x509 -req` without
+/// extensions does): read as X.509, served, and its handshake signatures checked, in shared
+/// mode on both sides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_cluster_certificate_works_in_shared_mode() {
+    let up = Upstream::start("v1-cert");
+    let dir = tempfile::tempdir().unwrap();
+    let sh = |cmd: &str| {
+        let ok = std::process::Command::new("sh")
+            .args(["-c", cmd])
+            .current_dir(dir.path())
+            .status()
+            .expect("openssl (Debian's openssl package)")
+            .success();
+        assert!(ok, "{cmd}");
+    };
+    sh("openssl ecparam -name secp384r1 -genkey -noout -out cluster.key");
+    sh("openssl req -new -key cluster.key -subj /CN=kong_clustering -out c.csr");
+    sh("openssl x509 -req -in c.csr -signkey cluster.key -days 30 -out cluster.crt 2>/dev/null");
+    let pem = std::fs::read_to_string(dir.path().join("cluster.crt")).unwrap();
+    let der = pem_certs(&pem).remove(0);
+    let (_, parsed) = x509_parser::parse_x509_certificate(der.as_ref()).unwrap();
+    assert_eq!(parsed.version(), x509_parser::x509::X509Version::V1);
+    let cert = (
+        dir.path().join("cluster.crt").to_str().unwrap().to_string(),
+        dir.path().join("cluster.key").to_str().unwrap().to_string(),
+    );
+    let cport = free_port();
+    let cp = as_control_plane(Gateway::sqlite(), cport, &cert, &[]);
+    cp.add_service_route(&up.url(), "/v1").await;
+    let dp = data_plane(cport, &cert, &[]);
+    assert!(
+        serves(dp.proxy, "/v1", &[], 200, 20).await,
+        "{}\n--- cp:\n{}",
+        dp.log_text(),
+        cp.log_text()
+    );
+}
