@@ -521,43 +521,14 @@ fn refusal(status: u16, text: &str) -> ErrorResponse {
     r
 }
 
-/// The query's parameters, percent-decoded (Kong's data planes do not encode them; others may).
+/// The query's parameters as they came: Kong reads them undecoded (`ngx.var.arg_*`), and its
+/// data planes write them unencoded.
 fn parse_query(q: &str) -> BTreeMap<String, String> {
     q.split('&')
-        .filter(|p| !p.is_empty())
-        .filter_map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            Some((percent_decode(k)?, percent_decode(v)?))
-        })
+        .filter_map(|p| p.split_once('='))
         .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' if i + 2 < b.len()
-                && b[i + 1].is_ascii_hexdigit()
-                && b[i + 2].is_ascii_hexdigit() =>
-            {
-                let h = std::str::from_utf8(&b[i + 1..i + 3]).ok()?;
-                out.push(u8::from_str_radix(h, 16).ok()?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 fn log_suffix(q: &BTreeMap<String, String>, peer: SocketAddr) -> String {
@@ -594,8 +565,7 @@ mod tests {
         assert_eq!(q["node_id"], "1f0e");
         assert_eq!(q["node_hostname"], "dp-1");
         assert!(!q.contains_key("x"));
-        assert_eq!(parse_query("a=%41%2f")["a"], "A/");
-        assert_eq!(parse_query("a=%4")["a"], "%4");
+        assert_eq!(parse_query("a=%41%2f")["a"], "%41%2f");
         assert!(uuid_like("00000000-0000-4000-8000-000000000001"));
         assert!(!uuid_like("dp-1"));
     }

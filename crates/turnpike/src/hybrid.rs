@@ -224,7 +224,7 @@ pub(super) fn gen_cert(
         .map(|d| d.as_secs())
         .unwrap_or(0);
     let day = |secs: u64| {
-        let (y, m, d) = civil_from_days((secs / 86_400) as i64);
+        let (y, m, d) = turnpike_plugins::clock::civil_from_days((secs / 86_400) as i64);
         rcgen::date_time_ymd(y as i32, m as u8, d as u8)
     };
     params.not_before = day(now);
@@ -252,19 +252,4 @@ fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), String> {
         .open(path)
         .and_then(|mut f| f.write_all(bytes))
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
-}
-
-/// The civil date (year, month, day) of a day count since 1970-01-01 (Howard Hinnant's
-/// algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
 }

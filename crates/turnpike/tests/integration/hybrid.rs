@@ -1322,6 +1322,21 @@ async fn prometheus_reports_the_data_planes_as_kong_does() {
     assert!(expiry.parse::<i64>().unwrap() > 1_700_000_000, "{expiry}");
 }
 
+/// A SQLite control plane and a data plane on the shared certificate `cert`: a route made on the
+/// control plane is served by the data plane.
+async fn cluster_serves(cert: &(String, String), up: &Upstream, path: &str) {
+    let cport = free_port();
+    let cp = as_control_plane(Gateway::sqlite(), cport, cert, &[]);
+    cp.add_service_route(&up.url(), path).await;
+    let dp = data_plane(cport, cert, &[]);
+    assert!(
+        serves(dp.proxy, path, &[], 200, 20).await,
+        "{}\n--- control plane:\n{}",
+        dp.log_text(),
+        cp.log_text()
+    );
+}
+
 /// `turnpike hybrid gen_cert`, as Kong's hybrid-mode guide starts with `kong hybrid gen_cert`:
 /// the pair a cluster then runs on, modes as Kong sets them, never written over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1352,15 +1367,7 @@ async fn gen_cert_makes_the_pair_a_cluster_runs_on() {
         "{out}"
     );
     let cert = (c.to_string(), k.to_string());
-    let cport = free_port();
-    let cp = as_control_plane(Gateway::sqlite(), cport, &cert, &[]);
-    cp.add_service_route(&up.url(), "/gen").await;
-    let dp = data_plane(cport, &cert, &[]);
-    assert!(
-        serves(dp.proxy, "/gen", &[], 200, 20).await,
-        "{}",
-        dp.log_text()
-    );
+    cluster_serves(&cert, &up, "/gen").await;
 }
 
 /// A version 1 cluster certificate (older tools make them; `openssl x509 -req` without
@@ -1390,14 +1397,5 @@ async fn a_version_1_cluster_certificate_works_in_shared_mode() {
         dir.path().join("cluster.crt").to_str().unwrap().to_string(),
         dir.path().join("cluster.key").to_str().unwrap().to_string(),
     );
-    let cport = free_port();
-    let cp = as_control_plane(Gateway::sqlite(), cport, &cert, &[]);
-    cp.add_service_route(&up.url(), "/v1").await;
-    let dp = data_plane(cport, &cert, &[]);
-    assert!(
-        serves(dp.proxy, "/v1", &[], 200, 20).await,
-        "{}\n--- cp:\n{}",
-        dp.log_text(),
-        cp.log_text()
-    );
+    cluster_serves(&cert, &up, "/v1").await;
 }
